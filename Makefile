@@ -1,0 +1,38 @@
+# dexagents: `make run` sets up and runs the platform; `make test` sets up and runs every check.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.requirements-installed
+
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export LITELLM_MODE := PRODUCTION
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install run test lint typecheck pytest bench clean
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --requirement requirements.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(PY) manage.py dev
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy .
+
+pytest: install
+	$(VENV)/bin/pytest
+
+test: lint typecheck pytest
+
+bench: install
+	$(PY) -m bench.engine
+
+clean:
+	rm -rf var .mypy_cache .ruff_cache .pytest_cache

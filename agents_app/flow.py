@@ -1,0 +1,48 @@
+"""The platform's single shared agent session Flow (ARCHITECTURE.md, "One shared Flow").
+
+Every session of every agent definition runs as one ``AgentSessionFlow`` of flow type
+``AgentSession``; the session's start input carries a snapshot of its agent definition
+(``AgentDefinition.agent_config()``), so a new or edited agent needs no worker restart.
+"""
+
+from __future__ import annotations
+
+from mcp_registry.client import McpClientPool, McpServerSpec
+
+from agents_app.runner import LiteLLMRunner
+from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect
+
+FLOW_TYPE = "AgentSession"
+
+
+async def _resolve_server(name: str) -> McpServerSpec:
+    """Load the registered MCP server ``name`` from the Django database.
+
+    Raises:
+        mcp_registry.models.McpServer.DoesNotExist: No enabled server has that name.
+    """
+    from asgiref.sync import sync_to_async
+    from mcp_registry.selectors import server_spec_get
+
+    return await sync_to_async(server_spec_get, thread_sensitive=False)(name=name)
+
+
+def build_flow(*, pool: McpClientPool | None = None) -> AgentSessionFlow:
+    """Build the shared Flow.
+
+    The web process builds it only to describe the Flow to its Dex client; the worker passes
+    the MCP client pool its tool Steps call through.
+
+    Args:
+        pool: The worker's MCP client pool; ``None`` creates an idle one (clients never use it).
+
+    Returns:
+        An ``AgentSessionFlow`` with flow type ``AgentSession``. Tools the platform did not
+        classify default to ``unclassified`` (single attempt, approval first).
+    """
+    runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
+    return AgentSessionFlow(
+        runner,
+        flow_type=FLOW_TYPE,
+        options=AgentSessionOptions(default_tool_effect=ToolEffect.UNCLASSIFIED),
+    )

@@ -1,0 +1,101 @@
+"""``python manage.py dev``: the whole platform in one command (what ``make run`` calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from io import StringIO
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from agents_app.devstack import ChildSpec, DevStack, StackStartError
+
+
+class Command(BaseCommand):
+    help = (
+        "Migrate, create the demo data, then run the Dex engine, the demo model, the Dex "
+        "worker, a Celery worker and the ASGI web server as supervised processes."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=settings.DEXAGENTS["WEB_PORT"])
+        parser.add_argument("--host", default="127.0.0.1")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host: str = options["host"]
+        port: int = options["port"]
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("seed_demo", verbosity=0)
+        token_out = StringIO()
+        call_command("createtoken", "demo", stdout=token_out)
+        token = token_out.getvalue().strip().splitlines()[-1]
+
+        def announce() -> None:
+            url = f"http://{host}:{port}"
+            self.stdout.write(f"dexagents is ready at {url}")
+            self.stdout.write(f"API token for the demo user: {token}")
+            self.stdout.write(
+                f"Try: curl -s -X POST {url}/api/v1/sessions/ "
+                f'-H "Authorization: Token {token}" -H "Content-Type: application/json" '
+                '-d \'{"agent": "demo", "message": "hello"}\''
+            )
+            self.stdout.flush()
+
+        stack = DevStack(self._child_specs(host, port), cwd=str(settings.BASE_DIR),
+                         out=sys.stdout, on_ready=announce)
+        try:
+            asyncio.run(self._serve(stack))
+        except StackStartError as error:
+            self.stderr.write(f"dexagents could not start: {error}")
+            sys.exit(1)
+        self.stdout.write("dexagents stopped")
+
+    async def _serve(self, stack: DevStack) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stack.request_stop)
+        await stack.run()
+
+    def _child_specs(self, host: str, port: int) -> list[ChildSpec]:
+        python = sys.executable
+        knobs = settings.DEXAGENTS
+        specs: list[ChildSpec] = []
+        if knobs["EMBEDDED_ENGINE"]:
+            specs.append(ChildSpec(
+                name="engine",
+                argv=[python, "-m", "dex_dev_server", "--host", "127.0.0.1",
+                      "--port", str(knobs["DEX_PORT"]), "--db", str(knobs["DEX_DB_PATH"])],
+                ready_marker="dex_dev_server ready on",
+            ))
+        specs += [
+            ChildSpec(
+                name="model",
+                argv=[python, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+                      "--port", str(knobs["DEMO_MODEL_PORT"])],
+                ready_marker="demo model ready on",
+            ),
+            ChildSpec(
+                name="worker",
+                argv=[python, "manage.py", "dexworker"],
+                ready_marker="dexworker ready",
+            ),
+            ChildSpec(
+                name="celery",
+                argv=[python, "-m", "celery", "-A", "dexagents_site", "worker",
+                      "--pool=solo", "--loglevel=INFO", "--without-mingle",
+                      "--without-gossip", "-n", f"dexagents-{os.getpid()}@%h"],
+                ready_marker=" ready.",
+            ),
+            ChildSpec(
+                name="web",
+                argv=[python, "-m", "uvicorn", "dexagents_site.asgi:application",
+                      "--host", host, "--port", str(port), "--no-access-log"],
+                ready_marker="Application startup complete",
+            ),
+        ]
+        return specs

@@ -1,0 +1,93 @@
+"""``python manage.py dexworker``: the Dex AsyncWorker serving the shared agent session Flow."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+_HEARTBEAT_SECONDS = 5.0
+
+
+class Command(BaseCommand):
+    help = (
+        "Serve the AgentSession Flow in pull mode against DEX_SERVER_ADDRESS until SIGTERM or "
+        "SIGINT; liveness is a heartbeat file that /healthz reads."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--max-concurrent-tasks", type=int, default=32,
+            help="Step slots of this worker (ARCHITECTURE.md, 'Worker slots').",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        asyncio.run(self._serve(max_concurrent_tasks=options["max_concurrent_tasks"]))
+
+    async def _serve(self, *, max_concurrent_tasks: int) -> None:
+        # Imported here: gRPC objects must be created inside the running event loop.
+        from dex import (
+            AsyncWorker,
+            BlobCacheConfig,
+            PullWorkerOptions,
+            Registry,
+            WorkerOptions,
+            open_blob_cache,
+        )
+        from mcp_registry.client import McpClientPool
+
+        from agents_app.flow import build_flow
+
+        knobs = settings.DEXAGENTS
+        address = knobs["DEX_SERVER_ADDRESS"]
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+
+        pool = McpClientPool()
+        registry = Registry([build_flow(pool=pool)], allow_async_handlers=True)
+        cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        cache = open_blob_cache(BlobCacheConfig(str(cache_dir), 64 * 1024 * 1024))
+        worker_options = WorkerOptions(
+            server_address=address,
+            pull=PullWorkerOptions(max_concurrent_tasks=max_concurrent_tasks),
+        )
+        heartbeat_file = Path(knobs["WORKER_HEARTBEAT_FILE"])
+        try:
+            async with AsyncWorker(registry, cache, worker_options) as worker:
+                serving = asyncio.create_task(worker.start())
+                registered = asyncio.create_task(worker.wait_pull_registered())
+                await asyncio.wait({serving, registered}, return_when=asyncio.FIRST_COMPLETED)
+                if serving.done():
+                    registered.cancel()
+                    await serving  # start() failed; its error explains why
+                    return
+                self.stdout.write(f"dexworker ready: serving AgentSession from {address}")
+                self.stdout.flush()
+                beating = asyncio.create_task(_beat(heartbeat_file))
+                await asyncio.wait({serving, asyncio.create_task(stop.wait())},
+                                   return_when=asyncio.FIRST_COMPLETED)
+                beating.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beating
+                await worker.stop()
+                await serving
+        finally:
+            await asyncio.to_thread(heartbeat_file.unlink, missing_ok=True)
+            await pool.aclose()
+        self.stdout.write("dexworker stopped")
+
+
+async def _beat(path: Path) -> None:
+    """Touch ``path`` every few seconds while the worker serves (read by ``/healthz``)."""
+    await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    while True:
+        await asyncio.to_thread(path.touch)
+        await asyncio.sleep(_HEARTBEAT_SECONDS)

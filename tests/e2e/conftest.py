@@ -1,0 +1,165 @@
+"""Real-process fixtures for end-to-end tests: each part of the platform as its own process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(description: str, probe: Callable[[], T | None], *, timeout: float = 60.0,
+               interval: float = 0.1) -> T:
+    """Poll ``probe`` until it returns something truthy, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+        except Exception as error:  # the probe's target may still be starting
+            last_error = error
+        else:
+            if result:
+                return result
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {description}"
+                         + (f" (last error: {last_error!r})" if last_error else ""))
+
+
+@dataclass
+class Proc:
+    """A child process whose output is collected line by line."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    lines: list[str] = field(default_factory=list)
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, marker: str, timeout: float = 90.0) -> str:
+        def probe() -> str | None:
+            for line in self.lines:
+                if marker in line:
+                    return line
+            if self.popen.poll() is not None:
+                raise AssertionError(f"{self.name} exited ({self.popen.returncode}):\n"
+                                     + self.output()[-4000:])
+            return None
+
+        try:
+            return wait_until(f"{self.name} to print {marker!r}", probe, timeout=timeout)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n--- {self.name} output ---\n"
+                                 + self.output()[-4000:]) from None
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signum)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.popen.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.signal_group(signal.SIGKILL)
+                self.popen.wait()
+        self.signal_group(signal.SIGKILL)  # leftovers of the group, if any
+        return self.popen.returncode
+
+
+class Processes:
+    """Starts processes in their own groups and stops every one at teardown."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.started: list[Proc] = []
+
+    def start(self, name: str, argv: list[str]) -> Proc:
+        popen = subprocess.Popen(
+            argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        proc = Proc(name, popen)
+
+        def relay() -> None:
+            assert popen.stdout is not None
+            for raw in popen.stdout:
+                proc.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+        threading.Thread(target=relay, daemon=True).start()
+        self.started.append(proc)
+        return proc
+
+    def run(self, argv: list[str], timeout: float = 180.0) -> str:
+        done = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.started):
+            proc.stop()
+
+
+@dataclass
+class Ports:
+    web: int
+    engine: int
+    model: int
+
+
+@pytest.fixture
+def ports() -> Ports:
+    return Ports(web=free_port(), engine=free_port(), model=free_port())
+
+
+@pytest.fixture
+def stack_env(tmp_path: Path, ports: Ports) -> dict[str, str]:
+    """Environment for an isolated platform: its own var dir, database and ports."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL"}}
+    env.update({
+        "DEXAGENTS_VAR_DIR": str(tmp_path / "var"),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'db.sqlite3'}",
+        "PORT": str(ports.web),
+        "DEX_PORT": str(ports.engine),
+        "DEMO_MODEL_PORT": str(ports.model),
+        "PYTHONUNBUFFERED": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MODE": "PRODUCTION",
+    })
+    (tmp_path / "var").mkdir()
+    return env
+
+
+@pytest.fixture
+def processes(stack_env: dict[str, str]) -> Iterator[Processes]:
+    procs = Processes(stack_env)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+PYTHON = sys.executable

@@ -1,0 +1,77 @@
+"""``manage.py dev`` (what ``make run`` runs): ready line, health, and a clean stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, read from /proc (Linux)."""
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = {int(child) for child in task.read_text().split()}
+            except OSError:
+                continue
+            pending.extend(children - found)
+            found |= children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_dev_prints_ready_serves_health_and_stops_every_child(
+    processes: Processes, ports: Ports
+) -> None:
+    dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(ports.web)])
+    ready = dev.wait_for_line("dexagents is ready at", timeout=180)
+    assert ready.strip() == f"dexagents is ready at http://127.0.0.1:{ports.web}"
+    token_line = dev.wait_for_line("API token for the demo user:")
+    token = token_line.rsplit(":", 1)[1].strip()
+    assert len(token) >= 20
+
+    health = httpx.get(f"http://127.0.0.1:{ports.web}/healthz", timeout=10)
+    assert health.status_code == 200, health.text
+    agents = httpx.get(f"http://127.0.0.1:{ports.web}/api/v1/agents/",
+                       headers={"Authorization": f"Token {token}"}, timeout=10)
+    assert agents.status_code == 200
+    assert "demo" in agents.text
+
+    children = _descendants(dev.popen.pid)
+    assert len(children) >= 5, children  # engine, model, worker, celery, web
+
+    os.kill(dev.popen.pid, signal.SIGTERM)
+    assert dev.popen.wait(timeout=60) == 0, dev.output()[-3000:]
+    wait_until("every child of the stack to exit",
+               lambda: not any(_alive(pid) for pid in children), timeout=20)
+
+
+def test_healthz_names_what_is_down(processes: Processes, ports: Ports) -> None:
+    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                            "--host", "127.0.0.1", "--port", str(ports.web)]
+                    ).wait_for_line("Application startup complete")
+    health = httpx.get(f"http://127.0.0.1:{ports.web}/healthz", timeout=30)
+    assert health.status_code == 503
+    body = health.json()
+    assert body["web"] == "up"
+    assert body["engine"] == "down"
+    assert body["worker"] == "down"

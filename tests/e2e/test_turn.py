@@ -1,0 +1,96 @@
+"""One durable agent turn end to end: real engine, worker, web, demo model and MCP server."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def _start_engine(processes: Processes, ports: Ports, env: dict[str, str]) -> Proc:
+    engine = processes.start("engine", [
+        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
+        "--db", f"{env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
+    ])
+    engine.wait_for_line("dex_dev_server ready on")
+    return engine
+
+
+def _wait_for_reply(api: httpx.Client, session_id: str, message_count: int) -> dict[str, Any]:
+    """Poll the snapshot until the session waits again with ``message_count`` messages."""
+
+    def probe() -> dict[str, Any] | None:
+        snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
+        assert snapshot.get("last_turn_error") in (None, ""), snapshot
+        if (snapshot["status"] == "waiting_for_user_message"
+                and len(snapshot["messages"]) >= message_count):
+            return snapshot
+        return None
+
+    return wait_until("the session to wait for the next message", probe, timeout=90)
+
+
+def test_a_turn_with_a_tool_call_survives_an_engine_restart(
+    processes: Processes, ports: Ports, stack_env: dict[str, str]
+) -> None:
+    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.run([PYTHON, "manage.py", "seed_demo"])
+    token = processes.run([PYTHON, "manage.py", "createtoken", "e2e-user"]).strip().splitlines()[-1]
+
+    engine = _start_engine(processes, ports, stack_env)
+    processes.start("model", [PYTHON, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
+    processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
+    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                            "--host", "127.0.0.1", "--port", str(ports.web)]
+                    ).wait_for_line("Application startup complete")
+
+    api = httpx.Client(base_url=f"http://127.0.0.1:{ports.web}",
+                       headers={"Authorization": f"Token {token}"}, timeout=30)
+    wait_until("healthz to report every part up",
+               lambda: api.get("/healthz").status_code == 200, timeout=60)
+
+    query = "durable agents on Django"
+    message = "/tool search__web_search " + json.dumps({"query": query})
+    created = api.post("/api/v1/sessions/", json={"agent": "demo", "message": message})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+
+    snapshot = _wait_for_reply(api, session_id, message_count=2)
+    final = snapshot["messages"][-1]
+    assert final["role"] == "assistant"
+    assert query in final["text"]
+    assert snapshot["messages"][0]["sequence"] == 1
+    assert snapshot["messages"][0]["text"] == message
+
+    history = api.get(f"/api/v1/sessions/{session_id}/history/")
+    assert history.status_code == 200, history.text
+    completed = Counter(entry["step_type"] for entry in history.json()
+                        if entry["event_type"] == "execute_completed")
+    assert completed["RunModel"] == 2, history.json()
+    assert completed["CallTool"] == 1, history.json()
+    assert completed["ResumeTurn"] == 1, history.json()
+
+    # The engine dies without warning and comes back on the same database.
+    engine.signal_group(signal.SIGKILL)
+    engine.popen.wait()
+    _start_engine(processes, ports, stack_env)
+
+    def accepted() -> bool:
+        answer = api.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "thanks"})
+        return answer.status_code == 202
+
+    wait_until("the second message to be accepted", accepted, timeout=60)
+    before = len(snapshot["messages"])
+    snapshot = _wait_for_reply(api, session_id, message_count=before + 2)
+    assert snapshot["messages"][before]["text"] == "thanks"
+    assert snapshot["messages"][-1]["role"] == "assistant"
+    assert "thanks" in snapshot["messages"][-1]["text"]
