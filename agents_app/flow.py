@@ -7,10 +7,9 @@ Every session of every agent definition runs as one ``AgentSessionFlow`` of flow
 
 from __future__ import annotations
 
-from mcp_registry.client import McpClientPool, McpServerSpec
-
 from agents_app.runner import LiteLLMRunner
 from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect
+from mcp_registry.client import McpClientPool, McpServerSpec
 
 FLOW_TYPE = "AgentSession"
 
@@ -22,6 +21,7 @@ async def _resolve_server(name: str) -> McpServerSpec:
         mcp_registry.models.McpServer.DoesNotExist: No enabled server has that name.
     """
     from asgiref.sync import sync_to_async
+
     from mcp_registry.selectors import server_spec_get
 
     return await sync_to_async(server_spec_get, thread_sensitive=False)(name=name)

@@ -74,7 +74,7 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
     history = api.get(f"/api/v1/sessions/{session_id}/history/")
     assert history.status_code == 200, history.text
     completed = Counter(entry["step_type"] for entry in history.json()
-                        if entry["event_type"] == "execute_completed")
+                        if entry["event_type"] == "step_execute_completed")
     assert completed["RunModel"] == 2, history.json()
     assert completed["CallTool"] == 1, history.json()
     assert completed["ResumeTurn"] == 1, history.json()

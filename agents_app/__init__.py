@@ -1,0 +1,1 @@
+"""Agent definitions, the session index, the REST API and the Dex worker commands."""

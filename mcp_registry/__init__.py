@@ -1,0 +1,1 @@
+"""Trusted MCP servers, their discovered tools, and the mapping of annotations to effects."""

@@ -1,0 +1,269 @@
+"""The demo model as a real process on a free port, called over HTTP through LiteLLM."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+
+import json
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import litellm
+import pytest
+
+from agents_app.demo_model import READY_LINE_PREFIX, plan_reply, split_text
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STARTUP_DEADLINE_SECONDS = 30.0
+MODEL = "openai/dexagents-demo"
+
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search__web_search",
+        "description": "Search the web.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
+    },
+}
+TWO_CALL_SCRIPT = (
+    'Please look these up.\n/tool search__web_search {"query": "durable agents"}\n'
+    '/tool search__web_search {"query": "dex engine", "limit": 2}'
+)
+
+
+def _read_ready_line(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
+    try:
+        while (remaining := deadline - time.monotonic()) > 0:
+            if not selector.select(remaining):
+                continue
+            line = process.stdout.readline()
+            if not line:
+                raise AssertionError(f"demo model exited early with code {process.wait()}")
+            if line.startswith(READY_LINE_PREFIX):
+                return line.strip()
+    finally:
+        selector.close()
+    raise AssertionError("demo model printed no ready line before the deadline")
+
+
+@contextmanager
+def start_demo_model() -> Iterator[str]:
+    """Run ``python -m agents_app.demo_model --port 0``; yield ``http://127.0.0.1:<port>``."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agents_app.demo_model", "--host", "127.0.0.1", "--port", "0"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = _read_ready_line(process)
+        base_url = line.removeprefix(READY_LINE_PREFIX)
+        assert base_url.startswith("http://127.0.0.1:")
+        assert not base_url.endswith(":0")
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def demo_base_url() -> Iterator[str]:
+    with start_demo_model() as base_url:
+        yield base_url
+
+
+def _completion_kwargs(base_url: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "api_base": f"{base_url}/v1",
+        "api_key": "demo",
+        "messages": messages,
+        "tools": [SEARCH_TOOL],
+    }
+
+
+async def _stream(base_url: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stream one completion; return text chunks, tool calls merged by index, usage, finish."""
+    response = await litellm.acompletion(
+        **_completion_kwargs(base_url, messages),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text_chunks: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    usage = None
+    finish_reason = None
+    async for chunk in response:
+        if getattr(chunk, "usage", None) is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            finish_reason = choice.finish_reason or finish_reason
+            if choice.delta.content:
+                text_chunks.append(choice.delta.content)
+            for call in choice.delta.tool_calls or ():
+                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = slot["id"] or (call.id or "")
+                slot["name"] = slot["name"] or (call.function.name or "")
+                slot["arguments"] += call.function.arguments or ""
+    return {
+        "text_chunks": text_chunks,
+        "tool_calls": [calls[index] for index in sorted(calls)],
+        "usage": usage,
+        "finish_reason": finish_reason,
+    }
+
+
+async def test_echo_without_streaming(demo_base_url: str) -> None:
+    response = await litellm.acompletion(
+        **_completion_kwargs(demo_base_url, [{"role": "user", "content": "hello demo model"}])
+    )
+    assert response.choices[0].message.content == "You said: hello demo model"
+    assert response.choices[0].finish_reason == "stop"
+    assert response.usage.prompt_tokens == 3
+    assert response.usage.completion_tokens == 5
+    assert response.usage.total_tokens == 8
+
+
+async def test_echo_streams_text_in_several_chunks_with_usage(demo_base_url: str) -> None:
+    result = await _stream(
+        demo_base_url, [{"role": "user", "content": "tell me about durable execution please"}]
+    )
+    assert len(result["text_chunks"]) > 1
+    assert "".join(result["text_chunks"]) == "You said: tell me about durable execution please"
+    assert result["tool_calls"] == []
+    assert result["finish_reason"] == "stop"
+    assert result["usage"] is not None
+    assert result["usage"].completion_tokens == 8
+    assert result["usage"].total_tokens == result["usage"].prompt_tokens + 8
+
+
+async def test_tool_script_streams_two_parallel_calls(demo_base_url: str) -> None:
+    result = await _stream(demo_base_url, [{"role": "user", "content": TWO_CALL_SCRIPT}])
+    assert result["finish_reason"] == "tool_calls"
+    assert "".join(result["text_chunks"]) == ""
+    assert [(call["id"], call["name"]) for call in result["tool_calls"]] == [
+        ("call_1", "search__web_search"),
+        ("call_2", "search__web_search"),
+    ]
+    assert [json.loads(call["arguments"]) for call in result["tool_calls"]] == [
+        {"query": "durable agents"},
+        {"query": "dex engine", "limit": 2},
+    ]
+    assert result["usage"] is not None and result["usage"].completion_tokens > 0
+
+
+async def test_tool_script_without_streaming(demo_base_url: str) -> None:
+    response = await litellm.acompletion(
+        **_completion_kwargs(demo_base_url, [{"role": "user", "content": TWO_CALL_SCRIPT}])
+    )
+    message = response.choices[0].message
+    assert response.choices[0].finish_reason == "tool_calls"
+    assert [call.id for call in message.tool_calls] == ["call_1", "call_2"]
+    assert json.loads(message.tool_calls[1].function.arguments) == {
+        "query": "dex engine",
+        "limit": 2,
+    }
+    assert response.usage.total_tokens > 0
+
+
+async def test_answer_after_tool_results_quotes_each_result(demo_base_url: str) -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": TWO_CALL_SCRIPT},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "search__web_search",
+                        "arguments": '{"query": "durable agents"}',
+                    },
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {
+                        "name": "search__web_search",
+                        "arguments": '{"query": "dex engine", "limit": 2}',
+                    },
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "First result about durable agents"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "Second result about the dex engine"},
+    ]
+    streamed = await _stream(demo_base_url, messages)
+    text = "".join(streamed["text_chunks"])
+    assert streamed["tool_calls"] == []
+    assert streamed["finish_reason"] == "stop"
+    assert "First result about durable agents" in text
+    assert "Second result about the dex engine" in text
+    assert text.index("First result") < text.index("Second result")
+    assert streamed["usage"] is not None
+
+    response = await litellm.acompletion(**_completion_kwargs(demo_base_url, messages))
+    assert response.choices[0].message.content == text
+
+
+async def test_models_endpoint_lists_the_demo_model(demo_base_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"{demo_base_url}/v1/models")
+    assert response.status_code == 200
+    assert [model["id"] for model in response.json()["data"]] == ["dexagents-demo"]
+
+
+async def test_invalid_body_is_a_400(demo_base_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{demo_base_url}/v1/chat/completions", json={"model": "x", "messages": "hi"}
+        )
+    assert response.status_code == 400
+    assert "messages" in response.json()["error"]["message"]
+
+
+def test_call_ids_continue_after_earlier_calls_and_arguments_pass_verbatim() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "/tool a__b {}"},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "call_1", "function": {"name": "a__b", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "/tool a__b {not json\n/tool c__d"},
+    ]
+    reply = plan_reply(messages)
+    assert [(call.id, call.name, call.arguments) for call in reply.tool_calls] == [
+        ("call_2", "a__b", "{not json"),
+        ("call_3", "c__d", "{}"),
+    ]
+
+
+def test_split_text_keeps_every_character() -> None:
+    text = "You said:  spaced   words\nand lines "
+    assert "".join(split_text(text)) == text
+    assert len(split_text(text)) > 1
