@@ -1,0 +1,11 @@
+"""App configuration for agents."""
+
+from django.apps import AppConfig
+
+
+class AgentsAppConfig(AppConfig):
+    """Agent definitions, sessions and the REST API."""
+
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "agents_app"
+    verbose_name = "Agents"

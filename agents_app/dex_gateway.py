@@ -1,0 +1,383 @@
+"""The web side's only door to the Dex engine.
+
+Views and services call these functions instead of the Dex SDK, so the SDK's errors are
+translated in one place and one ``AsyncClient`` serves the whole process:
+
+- async callers (Channels consumers) ``await`` the ``session_*`` coroutines; they reuse one
+  connection per running event loop, because gRPC aio objects are bound to their loop
+  (reference/django-notes.md G1);
+- sync callers (DRF views, services, commands) use ``run(...)``, which executes the
+  coroutine on one private event loop thread per process, so every request shares one
+  AsyncClient and one gRPC channel whatever server runs Django.
+
+Nothing is created at import time; the first call builds the connection, which keeps this
+module safe to import in forking processes (Celery prefork).
+
+Errors raised by every function here:
+    EngineUnavailableError: The engine did not answer (refused, unreachable, or slower
+        than ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds).
+    SessionNotFoundError: Dex has no such session (Flow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import enum
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+import grpc
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# gRPC codes that mean "the engine is not there", as opposed to "the request was wrong".
+_UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+# History payload kinds reported as completed Steps (reference/dex-engine-spec.md 4.6): the
+# FlowHistoryEvent payload names, the same values as dex_agents.testing's constants.
+WAIT_FOR_COMPLETED_EVENT = "step_wait_for_completed"
+EXECUTE_COMPLETED_EVENT = "step_execute_completed"
+_HISTORY_PAYLOADS = frozenset({WAIT_FOR_COMPLETED_EVENT, EXECUTE_COMPLETED_EVENT})
+_HISTORY_PAGE_SIZE = 200
+_HISTORY_MAX_EVENTS = 10_000
+
+
+class EngineUnavailableError(Exception):
+    """The Dex engine could not be reached or did not answer in time."""
+
+
+class SessionNotFoundError(Exception):
+    """Dex has no Flow with the requested session ID."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepHistoryEntry:
+    """One completed Step method in a session's Dex history, oldest first.
+
+    ``event_type`` is ``step_wait_for_completed`` or ``step_execute_completed``;
+    ``final_attempt`` is the one-based attempt that completed.
+    """
+
+    step_type: str
+    step_execution_id: str
+    event_type: str
+    final_attempt: int
+
+
+class _Connection:
+    """One AsyncClient, its AgentSessionClient and a raw FlowService stub, bound to a loop."""
+
+    def __init__(self, address: str) -> None:
+        from dex import AsyncClient, ClientOptions, Registry
+        from dex.dexpb import dex_pb2_grpc
+
+        from agents_app.flow import build_flow
+        from dex_agents import AgentSessionClient
+
+        self.flow = build_flow()
+        registry = Registry([self.flow], allow_async_handlers=True)
+        self.client = AsyncClient(registry, _blob_cache(), ClientOptions(server_address=address))
+        self.sessions = AgentSessionClient(self.client, self.flow)
+        # SDK 1.23.0's AsyncClient has no history call, so GetHistoryEvents goes through a
+        # stub of our own on a separate channel.
+        self.history_channel = grpc.aio.insecure_channel(address)
+        self.flow_service = dex_pb2_grpc.FlowServiceStub(self.history_channel)
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.history_channel.close(None)
+
+
+_blob_cache_lock = threading.Lock()
+_blob_cache_instance: Any = None
+# Per loop, per engine address: a changed DEX_SERVER_ADDRESS (tests) gets its own client.
+_connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Connection]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _blob_cache() -> Any:
+    """Open the process's Dex blob cache once (``DEXAGENTS["BLOB_CACHE_DIR"]``)."""
+    global _blob_cache_instance
+    with _blob_cache_lock:
+        if _blob_cache_instance is None:
+            from dex import BlobCacheConfig, open_blob_cache
+
+            directory = settings.DEXAGENTS["BLOB_CACHE_DIR"]
+            os.makedirs(directory, exist_ok=True)
+            _blob_cache_instance = open_blob_cache(
+                BlobCacheConfig(str(directory), settings.DEXAGENTS["BLOB_CACHE_BYTES"])
+            )
+        return _blob_cache_instance
+
+
+def _connection() -> _Connection:
+    """Return the running loop's connection, creating it on first use."""
+    loop = asyncio.get_running_loop()
+    address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+    by_address = _connections.setdefault(loop, {})
+    connection = by_address.get(address)
+    if connection is None:
+        connection = by_address[address] = _Connection(address)
+    return connection
+
+
+def _is_unreachable(error: BaseException) -> bool:
+    """Tell "the engine is not there" apart from other failures, through exception causes."""
+    from dex import DexServiceError
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, DexServiceError) and seen.code in _UNAVAILABLE_CODES:
+            return True
+        if isinstance(seen, grpc.RpcError) and seen.code() in _UNAVAILABLE_CODES:
+            return True
+        if isinstance(seen, (TimeoutError, ConnectionError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _translate(error: Exception, session_id: str | None) -> Exception:
+    """Map a Dex SDK error to this module's errors; other errors pass through."""
+    from dex import FlowNotActiveOrNotFoundError, FlowNotFoundError
+
+    if isinstance(error, (FlowNotFoundError, FlowNotActiveOrNotFoundError)):
+        return SessionNotFoundError(session_id or "")
+    if isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.NOT_FOUND:
+        return SessionNotFoundError(session_id or "")
+    if _is_unreachable(error):
+        address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+        return EngineUnavailableError(f"The Dex engine at {address} is not reachable.")
+    return error
+
+
+def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Build per-session ``dex_agents.ToolPolicy`` values from an agent_config snapshot.
+
+    Returns:
+        ``{exposed tool name: ToolPolicy(ToolEffect(effect), requires_approval)}``.
+    """
+    from dex_agents import ToolEffect, ToolPolicy
+
+    return {
+        tool["name"]: ToolPolicy(ToolEffect(tool["effect"]), tool["requires_approval"])
+        for tool in agent_config.get("tools", [])
+    }
+
+
+async def session_start(*, session_id: str, message: str, agent_config: Mapping[str, Any]) -> None:
+    """Start the AgentSession Flow ``session_id`` with the agent_config snapshot.
+
+    A non-blank ``message`` starts the first turn at once (seed "Flow shape").
+    """
+    try:
+        await _connection().sessions.start_session(
+            session_id,
+            message,
+            agent_config=dict(agent_config),
+            tool_policies=tool_policies_build(agent_config=agent_config),
+        )
+    except Exception as error:
+        raise _translate(error, session_id) from error
+
+
+async def session_stop(*, session_id: str, reason: str) -> None:
+    """Stop the session's Flow; a Flow that is already gone is not an error."""
+    from dex import StopFlowOptions
+
+    try:
+        await _connection().client.stop_flow(session_id, StopFlowOptions(reason=reason))
+    except Exception as error:
+        translated = _translate(error, session_id)
+        if not isinstance(translated, SessionNotFoundError):
+            raise translated from error
+
+
+async def session_send_message(*, session_id: str, text: str) -> bool:
+    """Queue a user message; return False when the session refuses it (blank text)."""
+    try:
+        return bool(await _connection().sessions.send_user_message(session_id, text))
+    except Exception as error:
+        raise _translate(error, session_id) from error
+
+
+async def session_snapshot(*, session_id: str) -> dict[str, Any]:
+    """Read the session's AgentSnapshot as plain JSON-ready data.
+
+    Returns:
+        ``{"status", "messages": [{"sequence", "role", "text"}], "pending_interrupts",
+        "tool_calls", "usage", "queued_message_count", "last_turn_error"}``; ``status`` is
+        the AgentState status, or ``"starting"`` while the state is None (seed
+        "Design decisions"). Framework items are left out.
+    """
+    try:
+        snapshot = await _connection().sessions.get_agent_snapshot(session_id)
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return snapshot_to_data(snapshot)
+
+
+def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
+    """Convert an ``AgentSnapshot`` to the API's JSON-ready shape (see ``session_snapshot``)."""
+    state = getattr(snapshot, "state", None)
+    status = plain_data(getattr(state, "status", None)) if state is not None else None
+    last_turn_error = getattr(snapshot, "last_turn_error", None)
+    if last_turn_error is None and state is not None:
+        last_turn_error = getattr(state, "last_turn_error", None)
+    tool_calls = getattr(snapshot, "tool_calls", None) or []
+    if isinstance(tool_calls, Mapping):
+        tool_calls = list(tool_calls.values())
+    return {
+        "status": status or "starting",
+        "messages": [
+            {
+                "sequence": message.sequence,
+                "role": plain_data(message.role),
+                "text": message.text,
+            }
+            for message in getattr(snapshot, "messages", None) or []
+        ],
+        "pending_interrupts": plain_data(list(getattr(snapshot, "pending_interrupts", None) or [])),
+        "tool_calls": plain_data(list(tool_calls)),
+        "usage": plain_data(getattr(snapshot, "usage", None)),
+        "queued_message_count": int(getattr(snapshot, "queued_message_count", 0) or 0),
+        "last_turn_error": plain_data(last_turn_error),
+    }
+
+
+def plain_data(value: Any) -> Any:
+    """Turn dataclasses, enums, datetimes and containers into JSON-ready values."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: plain_data(getattr(value, field.name))
+            for field in dataclasses.fields(value)
+            if field.name != "framework_item"
+        }
+    if isinstance(value, Mapping):
+        return {str(key): plain_data(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain_data(item) for item in value]
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+async def session_history(*, session_id: str) -> list[StepHistoryEntry]:
+    """List the session's completed Step methods, oldest first (current run).
+
+    Reads FlowService.GetHistoryEvents page by page (reference/dex-engine-spec.md 4.6)
+    and keeps ``step_wait_for_completed`` and ``step_execute_completed`` events.
+    """
+    from dex.dexpb import dex_pb2 as pb
+
+    entries: list[StepHistoryEntry] = []
+    page_token = b""
+    read = 0
+    timeout = float(settings.DEXAGENTS["ENGINE_TIMEOUT"])
+    service = _connection().flow_service
+    try:
+        while read < _HISTORY_MAX_EVENTS:
+            response = await service.GetHistoryEvents(
+                pb.GetHistoryEventsRequest(
+                    flow_id=session_id,
+                    estimate_page_size=_HISTORY_PAGE_SIZE,
+                    next_page_token=page_token,
+                ),
+                timeout=timeout,
+            )
+            for event in response.events:
+                read += 1
+                payload = event.WhichOneof("payload")
+                if payload not in _HISTORY_PAYLOADS:
+                    continue
+                context = getattr(event, payload).context
+                entries.append(
+                    StepHistoryEntry(
+                        step_type=context.step_type,
+                        step_execution_id=context.step_execution_id,
+                        event_type=payload,
+                        final_attempt=context.final_attempt,
+                    )
+                )
+            if not response.next_page_token or not response.events:
+                break
+            page_token = response.next_page_token
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return entries
+
+
+async def engine_health_check() -> bool:
+    """Return True when the engine answers FlowService.HealthCheck; never raises."""
+    try:
+        return bool(await _connection().client.health_check())
+    except Exception as error:
+        logger.info("Dex engine health check failed: %s", error)
+        return False
+
+
+class _GatewayLoop:
+    """A private event loop thread per process for sync callers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            # A forked child inherits the loop object but not its thread.
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="dex-gateway", daemon=True)
+                thread.start()
+                self._loop = loop
+                self._pid = os.getpid()
+            return self._loop
+
+
+_gateway_loop = _GatewayLoop()
+
+
+def run(coroutine: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
+    """Run a coroutine of this module from sync code and return its result.
+
+    Args:
+        coroutine: e.g. ``session_snapshot(session_id=...)``.
+        timeout: Seconds; defaults to ``DEXAGENTS["ENGINE_TIMEOUT"]``.
+
+    Raises:
+        EngineUnavailableError: The engine did not answer within ``timeout``; the
+            coroutine is cancelled.
+        Whatever the coroutine raises.
+    """
+    limit = float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) if timeout is None else timeout
+    # The first import of the Flow (LiteLLM, the MCP SDK) takes seconds; do it here, outside
+    # the engine deadline and off the gateway loop.
+    import agents_app.flow  # noqa: F401
+
+    future = asyncio.run_coroutine_threadsafe(coroutine, _gateway_loop.get())
+    try:
+        return future.result(timeout=limit)
+    except TimeoutError:
+        future.cancel()
+        address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+        raise EngineUnavailableError(
+            f"The Dex engine at {address} did not answer within {limit:g} seconds."
+        ) from None

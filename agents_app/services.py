@@ -1,0 +1,235 @@
+"""Writes of agents and sessions (HackSoft "services")."""
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+
+from agents_app import dex_gateway
+from agents_app.models import AgentDefinition, AgentSession
+
+logger = logging.getLogger(__name__)
+
+SESSION_ID_PREFIX = "ses_"
+TITLE_MAX_CHARS = 80
+# Undoing a failed create must not keep the request waiting for long.
+STOP_TIMEOUT_SECONDS = 2.0
+
+
+def session_id_new() -> str:
+    """A fresh session ID, which is also the Dex Flow ID: ``ses_<uuid4 hex>``."""
+    import uuid
+
+    return f"{SESSION_ID_PREFIX}{uuid.uuid4().hex}"
+
+
+def session_create(
+    *, owner: AbstractBaseUser | AnonymousUser, agent: AgentDefinition, message: str = ""
+) -> AgentSession:
+    """Start a Dex AgentSession for ``owner`` with ``agent`` and index it.
+
+    The Flow starts first with the agent's ``agent_config`` snapshot; the index row is
+    written only after Dex accepted the start. If the row cannot be written, the Flow is
+    stopped again, so no half-created session remains on either side.
+
+    Args:
+        message: Optional first user message; non-blank starts the first turn at once.
+
+    Raises:
+        dex_gateway.EngineUnavailableError: Dex did not answer; nothing was created (a
+            Flow that Dex accepted just before the deadline is stopped best-effort).
+    """
+    session_id = session_id_new()
+    config = agent.agent_config()
+    try:
+        dex_gateway.run(
+            dex_gateway.session_start(session_id=session_id, message=message, agent_config=config)
+        )
+    except dex_gateway.EngineUnavailableError:
+        # The start may have reached Dex before the deadline; do not leave it orphaned.
+        _session_stop_quietly(session_id=session_id, reason="start was not confirmed")
+        raise
+    owner_pk = owner.pk
+    if owner_pk is None:
+        raise ValueError("Sessions belong to a saved user.")
+    title = (message.strip().splitlines() or [""])[0][:TITLE_MAX_CHARS] or agent.name
+    try:
+        with transaction.atomic():
+            return AgentSession.objects.create(
+                id=session_id, owner_id=owner_pk, agent=agent, title=title
+            )
+    except Exception:
+        _session_stop_quietly(session_id=session_id, reason="session index write failed")
+        raise
+
+
+def _session_stop_quietly(*, session_id: str, reason: str) -> None:
+    """Stop a Flow best-effort while undoing a failed create; log and swallow errors."""
+    try:
+        dex_gateway.run(
+            dex_gateway.session_stop(session_id=session_id, reason=reason),
+            timeout=STOP_TIMEOUT_SECONDS,
+        )
+    except Exception as error:
+        logger.warning("Could not stop orphaned session %s: %s", session_id, error)
+
+
+def session_message_send(*, session: AgentSession, text: str) -> bool:
+    """Queue a user message on ``session``.
+
+    Returns:
+        False when the session refused the message (blank text, seed "RPCs").
+
+    Raises:
+        dex_gateway.EngineUnavailableError: Dex did not answer.
+        dex_gateway.SessionNotFoundError: Dex no longer has the session.
+    """
+    return dex_gateway.run(dex_gateway.session_send_message(session_id=session.id, text=text))
+
+
+def session_status_record(*, session: AgentSession, status: str) -> None:
+    """Store the last status seen in Dex on the index row, when it changed."""
+    if session.status != status:
+        session.status = status
+        session.save(update_fields=["status", "updated_at"])
+
+
+def user_token_get_or_create(*, username: str) -> tuple[str, bool]:
+    """Return ``(token key, user_created)`` for ``username``, creating both when missing.
+
+    A new user gets no usable password; it authenticates with the token only.
+    """
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    lookup: dict[str, Any] = {user_model.USERNAME_FIELD: username}
+    with transaction.atomic():
+        user, created = user_model._default_manager.get_or_create(**lookup)
+        if created:
+            user.set_unusable_password()
+            user.save()
+        token, _ = Token.objects.get_or_create(user=user)
+    return token.key, created
+
+
+DEMO_AGENT_SLUG = "demo"
+DEMO_MODEL = "openai/dexagents-demo"
+DEMO_SERVER_NAME = "search"
+DEMO_TOOL_NAME = "web_search"
+DEMO_USERNAME = "demo"
+ADMIN_USERNAME = "admin"
+ADMIN_PASSWORD_ENV = "DEXAGENTS_ADMIN_PASSWORD"
+
+# What the demo search server lists (mcp_registry/demo_servers/search.py), used until the
+# first discovery replaces it.
+DEMO_TOOL_INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "title": "Query"},
+        "limit": {"type": "integer", "title": "Limit", "default": 3},
+    },
+    "required": ["query"],
+}
+DEMO_TOOL_ANNOTATIONS = {
+    "title": "Web search",
+    "readOnlyHint": True,
+    "idempotentHint": True,
+    "openWorldHint": False,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoSeedResult:
+    """What ``demo_seed`` created; ``admin_password`` is set only for a generated password."""
+
+    created: list[str]
+    admin_password: str | None
+
+
+@transaction.atomic
+def demo_seed() -> DemoSeedResult:
+    """Create the demo data when missing; never changes rows that already exist.
+
+    Creates the ``search`` stdio MCP server (this interpreter running
+    ``-m mcp_registry.demo_servers.search`` in the project root, annotations trusted), its
+    ``web_search`` tool row while no discovery has run, the ``demo`` agent on the local demo
+    model (``DEXAGENTS["DEMO_MODEL_API_BASE"]``) with ``search__web_search``, the user
+    ``demo`` (token only), and the superuser ``admin`` whose password is
+    ``$DEXAGENTS_ADMIN_PASSWORD`` or generated.
+
+    Returns:
+        The names of created objects and, when one was generated, the admin password.
+    """
+    import secrets
+    import sys
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from mcp_registry.models import McpServer, McpTool
+
+    created: list[str] = []
+    server, server_created = McpServer.objects.get_or_create(
+        name=DEMO_SERVER_NAME,
+        defaults={
+            "transport": McpServer.Transport.STDIO,
+            "command": sys.executable,
+            "args": ["-m", "mcp_registry.demo_servers.search"],
+            "cwd": str(settings.BASE_DIR),
+            "trust_annotations": True,
+        },
+    )
+    if server_created:
+        created.append(f"MCP server {server.name}")
+    tool = McpTool.objects.filter(server=server, name=DEMO_TOOL_NAME).first()
+    if tool is None and server.last_discovered_at is None:
+        tool = McpTool.objects.create(
+            server=server,
+            name=DEMO_TOOL_NAME,
+            title="Web search",
+            description=(
+                "Search the web (demo data) and return up to three results that quote the query."
+            ),
+            input_schema=DEMO_TOOL_INPUT_SCHEMA,
+            annotations=DEMO_TOOL_ANNOTATIONS,
+        )
+        created.append(f"MCP tool {tool.exposed_name}")
+
+    agent, agent_created = AgentDefinition.objects.get_or_create(
+        slug=DEMO_AGENT_SLUG,
+        defaults={
+            "name": "Demo agent",
+            "description": "Answers with the local demo model and can search the (demo) web.",
+            "model": DEMO_MODEL,
+            "api_base": settings.DEXAGENTS["DEMO_MODEL_API_BASE"],
+            "api_key_env": "",
+            "system_prompt": "You are a helpful assistant. Use web_search when it helps.",
+        },
+    )
+    if agent_created:
+        created.append(f"agent {agent.slug}")
+        if tool is not None:
+            agent.tools.add(tool)
+
+    user_model = get_user_model()
+    manager = user_model._default_manager
+    if not manager.filter(**{user_model.USERNAME_FIELD: DEMO_USERNAME}).exists():
+        demo_user = manager.create(**{user_model.USERNAME_FIELD: DEMO_USERNAME})
+        demo_user.set_unusable_password()
+        demo_user.save()
+        created.append(f"user {DEMO_USERNAME}")
+
+    generated_password: str | None = None
+    if not manager.filter(**{user_model.USERNAME_FIELD: ADMIN_USERNAME}).exists():
+        password = os.environ.get(ADMIN_PASSWORD_ENV, "")
+        if not password:
+            password = generated_password = secrets.token_urlsafe(12)
+        manager.create_superuser(
+            **{user_model.USERNAME_FIELD: ADMIN_USERNAME, "email": "", "password": password}
+        )
+        created.append(f"superuser {ADMIN_USERNAME}")
+    return DemoSeedResult(created=created, admin_password=generated_password)

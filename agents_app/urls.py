@@ -1,0 +1,29 @@
+"""REST routes under ``/api/v1/``."""
+
+from django.urls import path
+
+from agents_app.apis import (
+    AgentListApi,
+    SessionDetailApi,
+    SessionHistoryApi,
+    SessionListCreateApi,
+    SessionMessageApi,
+)
+
+app_name = "agents_api"
+
+urlpatterns = [
+    path("agents/", AgentListApi.as_view(), name="agent-list"),
+    path("sessions/", SessionListCreateApi.as_view(), name="session-list"),
+    path("sessions/<str:session_id>/", SessionDetailApi.as_view(), name="session-detail"),
+    path(
+        "sessions/<str:session_id>/messages/",
+        SessionMessageApi.as_view(),
+        name="session-messages",
+    ),
+    path(
+        "sessions/<str:session_id>/history/",
+        SessionHistoryApi.as_view(),
+        name="session-history",
+    ),
+]

@@ -1,0 +1,33 @@
+"""ASGI entry point: Django for HTTP, Channels for websockets.
+
+Websocket routes come from ``agents_app.routing.websocket_urlpatterns``, behind the
+session-auth middleware and the allowed-hosts origin check (channels sample project
+``config/asgi.py``; reference/django-notes.md G2).
+"""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dexagents_site.settings")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+
+from django.core.asgi import get_asgi_application
+
+# Django must be set up before anything imports models (the routing below does).
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from agents_app.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

@@ -1,0 +1,272 @@
+"""Django settings for dexagents, driven by the environment.
+
+Every value has a safe zero-setup default: SQLite in WAL mode under ``var/``, the
+in-memory channel layer, kombu's filesystem transport as the Celery broker, and the
+embedded Dex engine on ``127.0.0.1:8801``. Production sets ``DEBUG=false``,
+``SECRET_KEY``, ``DATABASE_URL``, ``REDIS_URL`` and ``DEX_SERVER_ADDRESS``.
+
+Parsing is strict: a boolean or integer that does not parse raises
+``ImproperlyConfigured`` instead of silently falling back (Healthchecks ``hc/settings.py``).
+
+Environment variables:
+    DEBUG (bool, default true), SECRET_KEY, ALLOWED_HOSTS (comma list), PORT (web, 8000),
+    CSRF_TRUSTED_ORIGINS (comma list), DATABASE_URL, REDIS_URL, DEX_SERVER_ADDRESS,
+    DEX_PORT (default 8801), DEMO_MODEL_PORT (default 8811), DEXAGENTS_VAR_DIR,
+    DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
+    LOG_LEVEL (default INFO); with DEBUG=false also SESSION_COOKIE_SECURE,
+    CSRF_COOKIE_SECURE (default true), SECURE_SSL_REDIRECT, SECURE_HSTS_SECONDS,
+    SECURE_PROXY_SSL_HEADER (default off).
+"""
+
+from pathlib import Path
+from typing import Any
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+_TRUE_STRINGS = frozenset({"1", "true", "yes", "on"})
+_FALSE_STRINGS = frozenset({"0", "false", "no", "off"})
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Read a boolean variable; raise ImproperlyConfigured for anything but a known word."""
+    raw = env.str(name, default="").strip().lower()
+    if raw == "":
+        return default
+    if raw in _TRUE_STRINGS:
+        return True
+    if raw in _FALSE_STRINGS:
+        return False
+    raise ImproperlyConfigured(f"{name} must be one of true/false/1/0/yes/no/on/off, not {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int = 2**31 - 1) -> int:
+    """Read an integer variable within [minimum, maximum]; raise ImproperlyConfigured."""
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
+    if not minimum <= value <= maximum:
+        raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, not {value}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Read a comma-separated list; blank items are dropped."""
+    raw = env.str(name, default="")
+    if raw.strip() == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+VAR_DIR = Path(env.str("DEXAGENTS_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", True)
+
+_DEV_SECRET_KEY = "django-insecure-dexagents-development-key-never-use-in-production"
+SECRET_KEY = env.str("SECRET_KEY", default=_DEV_SECRET_KEY)
+if not DEBUG and SECRET_KEY == _DEV_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "Set SECRET_KEY: the development key is refused when DEBUG is false."
+    )
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_filters",
+    "channels",
+    "django_celery_beat",
+    "mcp_registry",
+    "agents_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dexagents_site.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "dexagents_site.wsgi.application"
+ASGI_APPLICATION = "dexagents_site.asgi.application"
+
+# Database: SQLite in WAL mode with IMMEDIATE transactions by default, so the web
+# process, the Dex worker and Celery can share it (reference/django-notes.md G4).
+_SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+}
+if env.str("DATABASE_URL", default=""):
+    _database: dict[str, Any] = env.db_url("DATABASE_URL")
+else:
+    _database = {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "db.sqlite3"}
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    # Also for sqlite:/// URLs: several processes share the file.
+    _database["OPTIONS"] = {**_SQLITE_OPTIONS, **_database.get("OPTIONS", {})}
+# Persistent connections are unsafe under ASGI; pool at the backend instead.
+_database.setdefault("CONN_MAX_AGE", 0)
+_database["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _database}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGIN_URL = "admin:login"
+
+# Redis is optional: it carries the channel layer and the Celery broker when set.
+REDIS_URL = env.str("REDIS_URL", default="")
+
+if REDIS_URL:
+    CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    # Per process only: events from the worker reach websockets through the Dex
+    # Stream, not through this layer (ARCHITECTURE.md "Live events").
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+else:
+    _celery_queue_dir = VAR_DIR / "celery" / "queue"
+    _celery_processed_dir = VAR_DIR / "celery" / "processed"
+    _celery_queue_dir.mkdir(parents=True, exist_ok=True)
+    _celery_processed_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_celery_queue_dir),
+        "data_folder_out": str(_celery_queue_dir),
+        "processed_folder": str(_celery_processed_dir),
+        "store_processed": False,
+        "polling_interval": 0.2,
+    }
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "dexagents API",
+    "DESCRIPTION": "Durable AI agent sessions on Dex.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+_DEX_PORT = env_int("DEX_PORT", 8801, minimum=1, maximum=65535)
+_DEMO_MODEL_PORT = env_int("DEMO_MODEL_PORT", 8811, minimum=1, maximum=65535)
+_DEX_SERVER_ADDRESS = env.str("DEX_SERVER_ADDRESS", default="").strip()
+
+# The project's own knobs, in one namespaced dict.
+DEXAGENTS: dict[str, Any] = {
+    # host:port of the Dex FlowService (the embedded engine or a real Dex server).
+    "DEX_SERVER_ADDRESS": _DEX_SERVER_ADDRESS or f"127.0.0.1:{_DEX_PORT}",
+    # `manage.py dev` starts the embedded engine only when no server address is given.
+    "EMBEDDED_ENGINE": not _DEX_SERVER_ADDRESS,
+    "DEX_PORT": _DEX_PORT,
+    "DEX_DB_PATH": VAR_DIR / "dex_dev_server.sqlite3",
+    # Port of the ASGI web server that `manage.py dev` starts.
+    "WEB_PORT": env_int("PORT", 8000, minimum=1, maximum=65535),
+    # Seconds a web request waits for one Dex call before answering 503.
+    "ENGINE_TIMEOUT": env_int("DEXAGENTS_ENGINE_TIMEOUT", 5, minimum=1, maximum=300),
+    "BLOB_CACHE_DIR": VAR_DIR / "dex-cache" / "web",
+    "BLOB_CACHE_BYTES": env_int(
+        "DEXAGENTS_BLOB_CACHE_BYTES", 64 * 1024 * 1024, minimum=1024 * 1024
+    ),
+    "DEMO_MODEL_PORT": _DEMO_MODEL_PORT,
+    "DEMO_MODEL_API_BASE": f"http://127.0.0.1:{_DEMO_MODEL_PORT}/v1",
+    # Touched by `manage.py dexworker` every 5 s; older than the max age means down.
+    "WORKER_HEARTBEAT_FILE": VAR_DIR / "run" / "dexworker.heartbeat",
+    "WORKER_HEARTBEAT_MAX_AGE": 20,
+    "VAR_DIR": VAR_DIR,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
+    CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+    if env_bool("SECURE_PROXY_SSL_HEADER", False):
+        # Only behind a proxy that sets X-Forwarded-Proto itself.
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -1,0 +1,209 @@
+"""Trusted MCP servers and the tools discovered on them.
+
+Credentials never live here: a server lists the NAMES of environment variables that the
+Dex worker passes to a stdio child (``env_names``) or sends as HTTP headers
+(``header_env``); the values come from the worker's own environment.
+"""
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+
+from mcp_registry.effects import ToolEffect, approval_required_by_default, effect_from_annotations
+
+# Lower-case words joined by single "-" or "_", so "<server>__<tool>" stays unambiguous.
+SERVER_NAME_RE = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+EXPOSED_NAME_SEPARATOR = "__"
+
+
+def validate_string_list(value: Any) -> None:
+    """Raise ValidationError unless ``value`` is a JSON list of strings."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValidationError("Enter a JSON list of strings.")
+
+
+def validate_env_names(value: Any) -> None:
+    """Raise ValidationError unless ``value`` is a list of environment variable names."""
+    validate_string_list(value)
+    bad = [name for name in value if not ENV_NAME_RE.match(name)]
+    if bad:
+        raise ValidationError(
+            "Not environment variable names: %(names)s. Store names, never values.",
+            params={"names": ", ".join(bad)},
+        )
+
+
+def validate_header_env(value: Any) -> None:
+    """Raise ValidationError unless ``value`` maps HTTP header names to env variable names."""
+    if not isinstance(value, dict):
+        raise ValidationError('Enter a JSON object such as {"Authorization": "SEARCH_TOKEN"}.')
+    for header, env_name in value.items():
+        if not HEADER_NAME_RE.match(header):
+            raise ValidationError(
+                "%(header)s is not an HTTP header name.", params={"header": header}
+            )
+        if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name):
+            raise ValidationError(
+                "The value for %(header)s must be an environment variable name.",
+                params={"header": header},
+            )
+
+
+def validate_json_object(value: Any) -> None:
+    """Raise ValidationError unless ``value`` is a JSON object."""
+    if not isinstance(value, dict):
+        raise ValidationError("Enter a JSON object.")
+
+
+class McpServer(models.Model):
+    """One trusted MCP server the Dex worker may connect to.
+
+    ``startup_timeout`` and ``call_timeout`` are seconds; ``retries`` is the number of
+    extra attempts for ``read`` and ``idempotent_write`` calls.
+    """
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio (child process)"
+        STREAMABLE_HTTP = "streamable_http", "Streamable HTTP"
+
+    name = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[
+            RegexValidator(
+                SERVER_NAME_RE,
+                "Use lower-case letters and digits joined by single '-' or '_'.",
+            )
+        ],
+        help_text="Prefix of every tool name the model sees: <server>__<tool>.",
+    )
+    transport = models.CharField(max_length=32, choices=Transport.choices)
+    command = models.CharField(
+        max_length=1000, blank=True, help_text="stdio: the program, run without a shell."
+    )
+    args = models.JSONField(
+        default=list, blank=True, validators=[validate_string_list], help_text="stdio: arguments."
+    )
+    cwd = models.CharField(max_length=1000, blank=True, help_text="stdio: working directory.")
+    env_names = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_env_names],
+        help_text="stdio: NAMES of worker environment variables passed to the child.",
+    )
+    url = models.URLField(max_length=2000, blank=True, help_text="Streamable HTTP: endpoint URL.")
+    header_env = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_header_env],
+        help_text="Streamable HTTP: {header name: worker environment variable NAME}.",
+    )
+    trust_annotations = models.BooleanField(
+        default=False,
+        help_text="Map tool annotations to effects; otherwise every tool is unclassified.",
+    )
+    startup_timeout = models.PositiveIntegerField(default=30, help_text="Seconds.")
+    call_timeout = models.PositiveIntegerField(default=60, help_text="Seconds per tool call.")
+    retries = models.PositiveSmallIntegerField(
+        default=2, help_text="Extra attempts for read and idempotent_write calls."
+    )
+    enabled = models.BooleanField(default=True)
+    last_discovered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        verbose_name = "MCP server"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Require the fields of the chosen transport; raise ValidationError per field."""
+        if self.transport == self.Transport.STDIO and not self.command:
+            raise ValidationError({"command": "A stdio server needs a command."})
+        if self.transport == self.Transport.STREAMABLE_HTTP and not self.url:
+            raise ValidationError({"url": "A Streamable HTTP server needs a URL."})
+
+
+class McpTool(models.Model):
+    """One tool of an MCP server, as last discovered, plus the administrator's overrides.
+
+    ``available`` is false when the last discovery no longer listed the tool; the row is
+    kept so overrides and agent links survive a tool that comes back.
+    """
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=200)
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
+    annotations = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
+    enabled = models.BooleanField(default=True)
+    available = models.BooleanField(
+        default=True, help_text="Listed by the server at the last discovery."
+    )
+    # NULL means "no override", which an empty string would not say as clearly.
+    effect_override = models.CharField(
+        max_length=32, choices=ToolEffect.choices, null=True, blank=True
+    )
+    requires_approval_override = models.BooleanField(
+        null=True, blank=True, help_text="Empty: every effect but read requires approval."
+    )
+    timeout_override = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds.")
+    retries_override = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("server__name", "name")
+        verbose_name = "MCP tool"
+        constraints = [
+            models.UniqueConstraint(fields=("server", "name"), name="mcp_tool_unique_per_server"),
+        ]
+
+    def __str__(self) -> str:
+        return self.exposed_name
+
+    @property
+    def exposed_name(self) -> str:
+        """The name the model sees: ``<server>__<tool>``."""
+        return f"{self.server.name}{EXPOSED_NAME_SEPARATOR}{self.name}"
+
+    @property
+    def effective_effect(self) -> str:
+        """The override if set, else the effect mapped from annotations (mcp_registry.effects)."""
+        if self.effect_override:
+            return self.effect_override
+        return effect_from_annotations(
+            annotations=self.annotations, trusted=self.server.trust_annotations
+        ).value
+
+    @property
+    def effective_requires_approval(self) -> bool:
+        """The override if set, else true for every effect but ``read``."""
+        if self.requires_approval_override is not None:
+            return self.requires_approval_override
+        return approval_required_by_default(effect=self.effective_effect)
+
+    @property
+    def effective_timeout(self) -> int:
+        """Seconds allowed for one call of this tool."""
+        if self.timeout_override is not None:
+            return self.timeout_override
+        return self.server.call_timeout
+
+    @property
+    def effective_retries(self) -> int:
+        """Extra attempts for a retryable call of this tool."""
+        if self.retries_override is not None:
+            return self.retries_override
+        return self.server.retries

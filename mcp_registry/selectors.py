@@ -1,0 +1,69 @@
+"""Reads of the MCP registry (HackSoft "selectors")."""
+
+from typing import TYPE_CHECKING, cast
+
+from django.db.models import QuerySet
+
+from mcp_registry.models import McpServer, McpTool
+
+if TYPE_CHECKING:
+    from mcp_registry.client import McpServerSpec, Transport
+
+
+def server_spec_build(*, server: McpServer) -> "McpServerSpec":
+    """Build the Django-free connection spec of ``server`` for ``mcp_registry.client``.
+
+    Returns:
+        ``McpServerSpec(name, transport, command, args, cwd, env_names, url, header_env,
+        startup_timeout, call_timeout)``; timeouts are seconds, env and header values are
+        variable NAMES resolved by the client in the worker's environment.
+    """
+    from mcp_registry.client import McpServerSpec
+
+    return McpServerSpec(
+        name=server.name,
+        transport=cast("Transport", server.transport),
+        command=server.command,
+        args=list(server.args),
+        cwd=server.cwd or None,
+        env_names=list(server.env_names),
+        url=server.url,
+        header_env=dict(server.header_env),
+        startup_timeout=float(server.startup_timeout),
+        call_timeout=float(server.call_timeout),
+    )
+
+
+def server_spec_get(*, name: str) -> "McpServerSpec":
+    """Return the connection spec of the enabled server called ``name``.
+
+    Raises:
+        McpServer.DoesNotExist: No enabled server has that name.
+    """
+    return server_spec_build(server=McpServer.objects.get(name=name, enabled=True))
+
+
+def tool_list_exposable(*, server_names: list[str] | None = None) -> QuerySet[McpTool]:
+    """Tools a model may be offered: enabled, available, on an enabled server.
+
+    Args:
+        server_names: Restrict to these servers; ``None`` means all.
+    """
+    tools = McpTool.objects.select_related("server").filter(
+        enabled=True, available=True, server__enabled=True
+    )
+    if server_names is not None:
+        tools = tools.filter(server__name__in=server_names)
+    return tools
+
+
+def tool_get_by_exposed_name(*, exposed_name: str) -> McpTool:
+    """Return the tool whose model-facing name is ``<server>__<tool>``.
+
+    Raises:
+        McpTool.DoesNotExist: The name has no separator or matches no tool.
+    """
+    server_name, separator, tool_name = exposed_name.partition("__")
+    if not separator:
+        raise McpTool.DoesNotExist(f"{exposed_name!r} is not a <server>__<tool> name")
+    return McpTool.objects.select_related("server").get(server__name=server_name, name=tool_name)

@@ -1,0 +1,182 @@
+"""REST API: authentication, validation, owner scoping, and behaviour without an engine.
+
+Tests that need a running engine live with the engine fixture (``engine`` in conftest);
+everything here runs without one, against a real refused connection where Dex is involved.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from agents_app.models import AgentSession
+from tests.factories import AgentDefinitionFactory, AgentSessionFactory, McpToolFactory
+
+pytestmark = pytest.mark.django_db
+
+SESSION_ID = "ses_00000000000000000000000000000001"
+
+ENDPOINTS = [
+    ("get", "/api/v1/agents/"),
+    ("get", "/api/v1/sessions/"),
+    ("post", "/api/v1/sessions/"),
+    ("get", f"/api/v1/sessions/{SESSION_ID}/"),
+    ("post", f"/api/v1/sessions/{SESSION_ID}/messages/"),
+    ("get", f"/api/v1/sessions/{SESSION_ID}/history/"),
+    ("get", "/api/schema/"),
+]
+
+
+@pytest.fixture
+def owned_session(owner: Any) -> AgentSession:
+    return AgentSessionFactory.create(
+        id=SESSION_ID, owner=owner, agent=AgentDefinitionFactory.create(slug="demo")
+    )
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+def test_anonymous_gets_401(
+    anonymous_client: APIClient, owned_session: AgentSession, method: str, path: str
+) -> None:
+    response = getattr(anonymous_client, method)(path, {}, format="json")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Token")
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+def test_wrong_token_gets_401(owned_session: AgentSession, method: str, path: str) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    assert getattr(client, method)(path, {}, format="json").status_code == 401
+
+
+def test_agents_lists_enabled_agents_without_credentials(owner_client: APIClient) -> None:
+    agent = AgentDefinitionFactory.create(slug="demo", api_key_env="OPENAI_API_KEY")
+    agent.tools.add(McpToolFactory.create(name="web_search"))
+    AgentDefinitionFactory.create(slug="hidden", enabled=False)
+    response = owner_client.get("/api/v1/agents/")
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [item["slug"] for item in results] == ["demo"]
+    assert results[0]["tools"][0].endswith("__web_search")
+    assert "OPENAI_API_KEY" not in response.content.decode()
+
+
+def test_sessions_lists_only_the_callers_sessions(
+    owner_client: APIClient, owned_session: AgentSession, other_user: Any
+) -> None:
+    AgentSessionFactory.create(owner=other_user)
+    response = owner_client.get("/api/v1/sessions/")
+    assert response.status_code == 200
+    assert [item["id"] for item in response.json()["results"]] == [owned_session.id]
+    assert response.json()["results"][0]["agent"] == "demo"
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "fragment"),
+    [
+        ({"agent": "nope", "message": "hi"}, "agent", "Unknown or disabled agent"),
+        ({"agent": "off", "message": "hi"}, "agent", "Unknown or disabled agent"),
+        ({"message": "hi"}, "agent", "required"),
+        ({"agent": "demo", "message": ""}, "message", "blank"),
+        ({"agent": "demo", "message": "   "}, "message", "blank"),
+    ],
+)
+def test_create_validation_errors_name_the_field(
+    owner_client: APIClient, body: dict[str, str], field: str, fragment: str
+) -> None:
+    AgentDefinitionFactory.create(slug="demo")
+    AgentDefinitionFactory.create(slug="off", enabled=False)
+    response = owner_client.post("/api/v1/sessions/", body, format="json")
+    assert response.status_code == 400
+    assert fragment in " ".join(response.json()[field])
+    assert not AgentSession.objects.exists()
+
+
+def test_create_answers_503_and_creates_nothing_when_the_engine_is_down(
+    owner_client: APIClient, engine_down: str
+) -> None:
+    AgentDefinitionFactory.create(slug="demo")
+    response = owner_client.post(
+        "/api/v1/sessions/", {"agent": "demo", "message": "hi"}, format="json"
+    )
+    assert response.status_code == 503
+    assert engine_down in response.json()["detail"]
+    assert not AgentSession.objects.exists()
+
+
+@pytest.mark.parametrize("suffix", ["", "history/"])
+def test_reads_answer_503_when_the_engine_is_down(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str, suffix: str
+) -> None:
+    response = owner_client.get(f"/api/v1/sessions/{owned_session.id}/{suffix}")
+    assert response.status_code == 503
+
+
+def test_blank_message_is_400_before_dex_is_asked(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str
+) -> None:
+    response = owner_client.post(
+        f"/api/v1/sessions/{owned_session.id}/messages/", {"text": "  "}, format="json"
+    )
+    assert response.status_code == 400
+    assert "text" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix", "body"),
+    [("get", "", {}), ("post", "messages/", {"text": "hi"}), ("get", "history/", {})],
+)
+def test_another_users_session_is_404(
+    other_client: APIClient, owned_session: AgentSession, method: str, suffix: str, body: Any
+) -> None:
+    response = getattr(other_client, method)(
+        f"/api/v1/sessions/{owned_session.id}/{suffix}", body, format="json"
+    )
+    assert response.status_code == 404
+
+
+def test_unknown_session_is_404(owner_client: APIClient) -> None:
+    assert owner_client.get("/api/v1/sessions/ses_missing/").status_code == 404
+
+
+def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> None:
+    response = owner_client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    for path in (
+        "/api/v1/agents/",
+        "/api/v1/sessions/",
+        "/api/v1/sessions/{session_id}/",
+        "/api/v1/sessions/{session_id}/messages/",
+        "/api/v1/sessions/{session_id}/history/",
+    ):
+        assert path in paths
+
+
+def test_healthz_names_what_is_down(client: Any, engine_down: str, heartbeat_file: Path) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json() == {"web": "up", "engine": "down", "worker": "down"}
+
+
+def test_healthz_reports_a_fresh_worker_heartbeat(
+    client: Any, engine_down: str, heartbeat_file: Path
+) -> None:
+    heartbeat_file.touch()
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["worker"] == "up"
+
+
+def test_healthz_treats_a_stale_heartbeat_as_down(
+    client: Any, engine_down: str, heartbeat_file: Path
+) -> None:
+    import os
+    import time
+
+    heartbeat_file.touch()
+    stale = time.time() - 60
+    os.utime(heartbeat_file, (stale, stale))
+    assert client.get("/healthz").json()["worker"] == "down"

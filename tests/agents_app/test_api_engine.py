@@ -1,0 +1,61 @@
+"""REST API against the real embedded engine, without a worker.
+
+Runs only when ``.coord/engine-status.md`` marks the engine usable (or
+``DEXAGENTS_TEST_ENGINE=1``); see the ``engine`` fixture. Snapshots and messages are RPCs
+that need a worker, so they are covered by the end-to-end tests.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from agents_app import dex_gateway
+from agents_app.models import AgentSession
+from tests.factories import AgentDefinitionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_starts_a_flow_and_indexes_it(
+    owner: Any, owner_client: APIClient, engine: str
+) -> None:
+    AgentDefinitionFactory.create(slug="demo")
+    response = owner_client.post("/api/v1/sessions/", {"agent": "demo"}, format="json")
+    assert response.status_code == 201, response.content
+    session_id = response.json()["id"]
+    assert session_id.startswith("ses_") and len(session_id) == 36
+    session = AgentSession.objects.get(pk=session_id)
+    assert session.owner == owner
+    assert session.agent.slug == "demo"
+
+    async def describe() -> Any:
+        return await dex_gateway._connection().client.describe_flow(session_id)
+
+    info = dex_gateway.run(describe())
+    assert info.flow_type == "AgentSession"
+
+    history = owner_client.get(f"/api/v1/sessions/{session_id}/history/")
+    assert history.status_code == 200
+    assert isinstance(history.json(), list)
+
+
+def test_history_of_a_session_dex_does_not_know_is_404(
+    owner: Any, owner_client: APIClient, engine: str
+) -> None:
+    AgentSession.objects.create(
+        id="ses_" + "0" * 32, owner=owner, agent=AgentDefinitionFactory.create(slug="demo")
+    )
+    response = owner_client.get(f"/api/v1/sessions/ses_{'0' * 32}/history/")
+    assert response.status_code == 404
+
+
+def test_healthz_sees_the_engine(client: Any, engine: str, heartbeat_file: Path) -> None:
+    response = client.get("/healthz")
+    assert response.json() == {"web": "up", "engine": "up", "worker": "down"}
+    assert response.status_code == 503
+    heartbeat_file.touch()
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"web": "up", "engine": "up", "worker": "up"}

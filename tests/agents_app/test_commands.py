@@ -1,0 +1,112 @@
+"""createtoken and seed_demo management commands."""
+
+import io
+import sys
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from rest_framework.authtoken.models import Token
+
+from agents_app.models import AgentDefinition
+from mcp_registry.models import McpServer, McpTool
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_createtoken_creates_the_user_and_prints_a_working_token(client: Any) -> None:
+    key = run("createtoken", "alice").strip()
+    user = get_user_model().objects.get(username="alice")
+    assert Token.objects.get(user=user).key == key
+    assert not user.has_usable_password()
+    response = client.get("/api/v1/agents/", HTTP_AUTHORIZATION=f"Token {key}")
+    assert response.status_code == 200
+
+
+def test_createtoken_is_stable_and_keeps_existing_users() -> None:
+    UserFactory.create(username="bob")
+    first = run("createtoken", "bob").strip()
+    assert run("createtoken", "bob").strip() == first
+    assert get_user_model().objects.get(username="bob").has_usable_password()
+
+
+def test_createtoken_refuses_a_blank_username() -> None:
+    with pytest.raises(CommandError):
+        run("createtoken", " ")
+
+
+def counts() -> tuple[int, ...]:
+    return (
+        McpServer.objects.count(),
+        McpTool.objects.count(),
+        AgentDefinition.objects.count(),
+        get_user_model().objects.count(),
+    )
+
+
+def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEXAGENTS_ADMIN_PASSWORD", raising=False)
+    first = run("seed_demo")
+    assert "Admin login: admin / " in first
+    after_first = counts()
+    assert after_first == (1, 1, 1, 2)
+
+    second = run("seed_demo")
+    assert "nothing created" in second
+    assert "Admin login" not in second
+    assert counts() == after_first
+
+    server = McpServer.objects.get(name="search")
+    assert server.transport == "stdio"
+    assert server.command == sys.executable
+    assert server.args == ["-m", "mcp_registry.demo_servers.search"]
+    assert server.cwd == str(settings.BASE_DIR)
+    assert server.trust_annotations is True
+
+    config = AgentDefinition.objects.get(slug="demo").agent_config()
+    assert config["model"] == "openai/dexagents-demo"
+    assert config["api_base"] == f"http://127.0.0.1:{settings.DEXAGENTS['DEMO_MODEL_PORT']}/v1"
+    assert config["api_key_env"] is None
+    assert [(t["name"], t["effect"], t["requires_approval"]) for t in config["tools"]] == [
+        ("search__web_search", "read", False)
+    ]
+
+    users = get_user_model().objects
+    assert not users.get(username="demo").has_usable_password()
+    assert users.get(username="admin").is_superuser
+
+
+def test_seed_demo_uses_the_admin_password_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DEXAGENTS_ADMIN_PASSWORD", "a-long-local-password")
+    output = run("seed_demo")
+    assert "a-long-local-password" not in output
+    assert "Admin login" not in output
+    assert get_user_model().objects.get(username="admin").check_password("a-long-local-password")
+
+
+def test_seed_demo_leaves_edited_rows_alone() -> None:
+    run("seed_demo")
+    AgentDefinition.objects.filter(slug="demo").update(system_prompt="Edited.")
+    McpServer.objects.filter(name="search").update(enabled=False)
+    run("seed_demo")
+    assert AgentDefinition.objects.get(slug="demo").system_prompt == "Edited."
+    assert McpServer.objects.get(name="search").enabled is False
+
+
+def test_seed_demo_does_not_recreate_a_tool_discovery_dropped() -> None:
+    run("seed_demo")
+    McpTool.objects.all().delete()
+    McpServer.objects.filter(name="search").update(last_discovered_at="2026-01-01T00:00:00Z")
+    run("seed_demo")
+    assert McpTool.objects.count() == 0

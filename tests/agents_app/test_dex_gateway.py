@@ -1,0 +1,106 @@
+"""The gateway's conversions and error translation (no engine needed)."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from agents_app import dex_gateway
+from dex_agents import (
+    AgentInterrupt,
+    AgentMessage,
+    AgentSnapshot,
+    AgentState,
+    AgentStatus,
+    AgentToolCall,
+    AgentUsage,
+    MessageRole,
+    ToolCallStatus,
+    ToolEffect,
+    ToolPolicy,
+)
+
+
+def test_snapshot_to_data_shapes_the_api_answer() -> None:
+    snapshot = AgentSnapshot(
+        state=AgentState(status=AgentStatus.RUNNING_TOOLS, turn_number=1, turn_id="turn-1"),
+        messages=[
+            AgentMessage(
+                sequence=1,
+                role=MessageRole.USER,
+                text="find cats",
+                framework_item={"secret": "framework detail"},
+                turn_id="turn-1",
+            )
+        ],
+        pending_interrupts=[
+            AgentInterrupt(
+                interrupt_id="int-1",
+                tool_call_id="call-1",
+                tool_name="files__write",
+                arguments='{"path": "a"}',
+                deadline=datetime(2026, 1, 1, tzinfo=UTC),
+                turn_id="turn-1",
+            )
+        ],
+        tool_calls=[
+            AgentToolCall(
+                tool_call_id="call-1",
+                tool_name="files__write",
+                arguments='{"path": "a"}',
+                effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+                requires_approval=True,
+                status=ToolCallStatus.AWAITING_APPROVAL,
+                deferral_order=0,
+                turn_id="turn-1",
+            )
+        ],
+        usage=AgentUsage(input_tokens=3, output_tokens=4, requests=1),
+        queued_message_count=2,
+        last_turn_error=None,
+    )
+    data = dex_gateway.snapshot_to_data(snapshot)
+    assert data["status"] == "running_tools"
+    assert data["messages"] == [{"sequence": 1, "role": "user", "text": "find cats"}]
+    assert data["pending_interrupts"][0]["deadline"] == "2026-01-01T00:00:00+00:00"
+    assert data["tool_calls"][0]["effect"] == "non_idempotent_write"
+    assert data["tool_calls"][0]["status"] == str(ToolCallStatus.AWAITING_APPROVAL)
+    assert data["usage"]["output_tokens"] == 4
+    assert data["queued_message_count"] == 2
+    assert data["last_turn_error"] is None
+    assert "framework detail" not in repr(data)
+
+
+def test_snapshot_before_start_reports_starting() -> None:
+    snapshot = AgentSnapshot(
+        state=None,
+        messages=[],
+        pending_interrupts=[],
+        tool_calls=[],
+        usage=AgentUsage(),
+        queued_message_count=0,
+    )
+    assert dex_gateway.snapshot_to_data(snapshot)["status"] == "starting"
+
+
+def test_tool_policies_follow_the_agent_config() -> None:
+    config: dict[str, Any] = {
+        "tools": [
+            {"name": "search__web_search", "effect": "read", "requires_approval": False},
+            {"name": "files__write", "effect": "idempotent_write", "requires_approval": False},
+        ]
+    }
+    assert dex_gateway.tool_policies_build(agent_config=config) == {
+        "search__web_search": ToolPolicy(ToolEffect.READ, False),
+        "files__write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, False),
+    }
+
+
+def test_run_turns_a_missed_deadline_into_engine_unavailable() -> None:
+    import asyncio
+
+    async def slow() -> None:
+        await asyncio.sleep(5)
+
+    with pytest.raises(dex_gateway.EngineUnavailableError, match="did not answer"):
+        dex_gateway.run(slow(), timeout=0.1)

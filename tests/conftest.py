@@ -1,0 +1,177 @@
+"""Shared fixtures: named personas (owner, other user, staff, superuser, anonymous) and
+authenticated API clients, after Healthchecks' ``hc/test.py``."""
+
+import os
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+# LiteLLM must not reach the network or read .env files when a test imports it
+# (reference/django-notes.md G5).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def owner(db: None) -> Any:
+    from tests.factories import UserFactory
+
+    return UserFactory.create(username="owner")
+
+
+@pytest.fixture
+def other_user(db: None) -> Any:
+    from tests.factories import UserFactory
+
+    return UserFactory.create(username="other")
+
+
+@pytest.fixture
+def staff(db: None) -> Any:
+    """A staff member who is not a superuser."""
+    from tests.factories import UserFactory
+
+    return UserFactory.create(username="staff", is_staff=True)
+
+
+@pytest.fixture
+def superuser(db: None) -> Any:
+    from tests.factories import UserFactory
+
+    return UserFactory.create(username="root", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def token_client() -> Callable[[Any], Any]:
+    """Build a DRF APIClient that sends ``Authorization: Token <key>`` for a user."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    def build(user: Any) -> APIClient:
+        client = APIClient()
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return build
+
+
+@pytest.fixture
+def owner_client(owner: Any, token_client: Callable[[Any], Any]) -> Any:
+    return token_client(owner)
+
+
+@pytest.fixture
+def other_client(other_user: Any, token_client: Callable[[Any], Any]) -> Any:
+    return token_client(other_user)
+
+
+@pytest.fixture
+def anonymous_client(db: None) -> Any:
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+def unused_tcp_port() -> int:
+    """A local TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def engine_down(settings: Any) -> Iterator[str]:
+    """Point the web side at an address where no engine listens (a real refused connection)."""
+    address = f"127.0.0.1:{unused_tcp_port()}"
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "DEX_SERVER_ADDRESS": address}
+    yield address
+
+
+@pytest.fixture
+def heartbeat_file(settings: Any, tmp_path: Path) -> Path:
+    """Point the worker heartbeat at a private file that does not exist yet."""
+    path = tmp_path / "dexworker.heartbeat"
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "WORKER_HEARTBEAT_FILE": path}
+    return path
+
+
+ENGINE_STATUS_FILE = REPO_ROOT / ".coord" / "engine-status.md"
+ENGINE_READY_DEADLINE_SECONDS = 30.0
+
+
+def engine_usable() -> bool:
+    """Whether tests may start the embedded engine.
+
+    ``DEXAGENTS_TEST_ENGINE=1`` forces it on (``0`` off); otherwise the coordinator's
+    ``.coord/engine-status.md`` must call the engine usable.
+    """
+    forced = os.environ.get("DEXAGENTS_TEST_ENGINE", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    try:
+        status = ENGINE_STATUS_FILE.read_text().lower()
+    except OSError:
+        return False
+    return "usable" in status and "not usable" not in status and "unusable" not in status
+
+
+@pytest.fixture
+def engine(settings: Any, tmp_path: Path) -> Iterator[str]:
+    """Run the real embedded engine (``python -m dex_dev_server --port 0``) for one test.
+
+    Yields its ``host:port`` and points ``DEXAGENTS["DEX_SERVER_ADDRESS"]`` at it.
+    """
+    import queue
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    if not engine_usable():
+        pytest.skip("the embedded engine is not marked usable in .coord/engine-status.md")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dex_dev_server", "--port", "0", "--db", str(tmp_path / "dex.db")],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + ENGINE_READY_DEADLINE_SECONDS
+    address = ""
+    seen: list[str] = []
+    try:
+        while not address:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or process.poll() is not None:
+                raise RuntimeError("engine did not become ready:\n" + "".join(seen))
+            try:
+                line = lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            seen.append(line)
+            if "ready on " in line:
+                address = line.rsplit("ready on ", 1)[1].strip()
+        settings.DEXAGENTS = {**settings.DEXAGENTS, "DEX_SERVER_ADDRESS": address}
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

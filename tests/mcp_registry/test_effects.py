@@ -1,0 +1,106 @@
+"""Annotations -> effect -> approval, with administrator overrides (mcp_registry.effects)."""
+
+from typing import Any
+
+import pytest
+
+from mcp_registry.effects import ToolEffect, approval_required_by_default, effect_from_annotations
+from tests.factories import McpServerFactory, McpToolFactory
+
+READ = ToolEffect.READ
+IDEMPOTENT = ToolEffect.IDEMPOTENT_WRITE
+WRITE = ToolEffect.NON_IDEMPOTENT_WRITE
+UNCLASSIFIED = ToolEffect.UNCLASSIFIED
+
+
+@pytest.mark.parametrize(
+    ("annotations", "trusted", "expected"),
+    [
+        ({"readOnlyHint": True}, True, READ),
+        ({"readOnlyHint": True, "destructiveHint": True}, True, READ),
+        ({"readOnlyHint": True, "idempotentHint": True}, True, READ),
+        ({"idempotentHint": True, "destructiveHint": False}, True, IDEMPOTENT),
+        # A missing destructiveHint counts as true (the MCP default).
+        ({"idempotentHint": True}, True, WRITE),
+        ({"idempotentHint": True, "destructiveHint": True}, True, WRITE),
+        ({"readOnlyHint": False}, True, WRITE),
+        ({"destructiveHint": False}, True, WRITE),
+        ({"openWorldHint": True}, True, WRITE),
+        ({"readOnlyHint": False, "idempotentHint": False, "destructiveHint": False}, True, WRITE),
+        # Hints must be JSON booleans; truthy strings do not count.
+        ({"readOnlyHint": "true"}, True, WRITE),
+        ({"idempotentHint": 1, "destructiveHint": 0}, True, WRITE),
+        # No behavioural hints at all.
+        ({}, True, UNCLASSIFIED),
+        (None, True, UNCLASSIFIED),
+        ({"title": "Search"}, True, UNCLASSIFIED),
+        # Untrusted servers are never believed.
+        ({"readOnlyHint": True}, False, UNCLASSIFIED),
+        ({"idempotentHint": True, "destructiveHint": False}, False, UNCLASSIFIED),
+        ({"destructiveHint": True}, False, UNCLASSIFIED),
+    ],
+)
+def test_effect_from_annotations(
+    annotations: dict[str, Any] | None, trusted: bool, expected: ToolEffect
+) -> None:
+    assert effect_from_annotations(annotations=annotations, trusted=trusted) is expected
+
+
+@pytest.mark.parametrize(
+    ("effect", "expected"),
+    [(READ, False), (IDEMPOTENT, True), (WRITE, True), (UNCLASSIFIED, True)],
+)
+def test_every_effect_but_read_requires_approval(effect: ToolEffect, expected: bool) -> None:
+    assert approval_required_by_default(effect=effect) is expected
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    (
+        "trusted",
+        "annotations",
+        "effect_override",
+        "approval_override",
+        "expected_effect",
+        "expected_approval",
+    ),
+    [
+        (True, {"readOnlyHint": True}, None, None, "read", False),
+        (
+            True,
+            {"idempotentHint": True, "destructiveHint": False},
+            None,
+            None,
+            "idempotent_write",
+            True,
+        ),
+        (True, {"destructiveHint": True}, None, None, "non_idempotent_write", True),
+        (False, {"readOnlyHint": True}, None, None, "unclassified", True),
+        (True, {}, None, None, "unclassified", True),
+        # The administrator's effect override wins over annotations and trust.
+        (False, {}, "read", None, "read", False),
+        (True, {"readOnlyHint": True}, "non_idempotent_write", None, "non_idempotent_write", True),
+        # The approval override lifts (or imposes) approval whatever the effect.
+        (True, {"destructiveHint": True}, None, False, "non_idempotent_write", False),
+        (False, {}, None, False, "unclassified", False),
+        (True, {"readOnlyHint": True}, None, True, "read", True),
+        (True, {}, "idempotent_write", False, "idempotent_write", False),
+    ],
+)
+def test_tool_effective_effect_and_approval(
+    trusted: bool,
+    annotations: dict[str, Any],
+    effect_override: str | None,
+    approval_override: bool | None,
+    expected_effect: str,
+    expected_approval: bool,
+) -> None:
+    tool = McpToolFactory.create(
+        server=McpServerFactory.create(trust_annotations=trusted),
+        annotations=annotations,
+        effect_override=effect_override,
+        requires_approval_override=approval_override,
+    )
+    tool.refresh_from_db()
+    assert tool.effective_effect == expected_effect
+    assert tool.effective_requires_approval is expected_approval
