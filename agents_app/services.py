@@ -150,9 +150,18 @@ class DemoSeedResult:
     admin_password: str | None
 
 
+DEMO_SERVER_ARGS = ["-m", "mcp_registry.demo_servers.search"]
+DEMO_LOOPBACK_PREFIX = "http://127.0.0.1:"
+
+
 @transaction.atomic
 def demo_seed() -> DemoSeedResult:
-    """Create the demo data when missing; never changes rows that already exist.
+    """Create the demo data when missing, and point it at this checkout.
+
+    Rows that exist are left as they are, except for the two demo fields that are bound to the
+    machine: the ``search`` server's interpreter (while it still runs the demo module) and the
+    ``demo`` agent's ``api_base`` (while it still points at a loopback demo model), so a new
+    virtualenv or another ``DEMO_MODEL_PORT`` keeps the demo working.
 
     Creates the ``search`` stdio MCP server (this interpreter running
     ``-m mcp_registry.demo_servers.search`` in the project root, annotations trusted), its
@@ -178,13 +187,16 @@ def demo_seed() -> DemoSeedResult:
         defaults={
             "transport": McpServer.Transport.STDIO,
             "command": sys.executable,
-            "args": ["-m", "mcp_registry.demo_servers.search"],
+            "args": list(DEMO_SERVER_ARGS),
             "cwd": str(settings.BASE_DIR),
             "trust_annotations": True,
         },
     )
     if server_created:
         created.append(f"MCP server {server.name}")
+    elif server.args == DEMO_SERVER_ARGS and server.command != sys.executable:
+        server.command = sys.executable
+        server.save(update_fields=["command"])
     tool = McpTool.objects.filter(server=server, name=DEMO_TOOL_NAME).first()
     if tool is None and server.last_discovered_at is None:
         tool = McpTool.objects.create(
@@ -214,6 +226,11 @@ def demo_seed() -> DemoSeedResult:
         created.append(f"agent {agent.slug}")
         if tool is not None:
             agent.tools.add(tool)
+    else:
+        demo_api_base = settings.DEXAGENTS["DEMO_MODEL_API_BASE"]
+        if agent.api_base.startswith(DEMO_LOOPBACK_PREFIX) and agent.api_base != demo_api_base:
+            agent.api_base = demo_api_base
+            agent.save(update_fields=["api_base"])
 
     user_model = get_user_model()
     manager = user_model._default_manager

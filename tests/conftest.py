@@ -102,24 +102,7 @@ def heartbeat_file(settings: Any, tmp_path: Path) -> Path:
     return path
 
 
-ENGINE_STATUS_FILE = REPO_ROOT / ".coord" / "engine-status.md"
 ENGINE_READY_DEADLINE_SECONDS = 30.0
-
-
-def engine_usable() -> bool:
-    """Whether tests may start the embedded engine.
-
-    ``DEXAGENTS_TEST_ENGINE=1`` forces it on (``0`` off); otherwise the coordinator's
-    ``.coord/engine-status.md`` must call the engine usable.
-    """
-    forced = os.environ.get("DEXAGENTS_TEST_ENGINE", "")
-    if forced in ("0", "1"):
-        return forced == "1"
-    try:
-        status = ENGINE_STATUS_FILE.read_text().lower()
-    except OSError:
-        return False
-    return "usable" in status and "not usable" not in status and "unusable" not in status
 
 
 @pytest.fixture
@@ -134,8 +117,6 @@ def engine(settings: Any, tmp_path: Path) -> Iterator[str]:
     import threading
     import time
 
-    if not engine_usable():
-        pytest.skip("the embedded engine is not marked usable in .coord/engine-status.md")
     process = subprocess.Popen(
         [sys.executable, "-m", "dex_dev_server", "--port", "0", "--db", str(tmp_path / "dex.db")],
         cwd=REPO_ROOT,

@@ -1,7 +1,6 @@
 """REST API against the real embedded engine, without a worker.
 
-Runs only when ``.coord/engine-status.md`` marks the engine usable (or
-``DEXAGENTS_TEST_ENGINE=1``); see the ``engine`` fixture. Snapshots and messages are RPCs
+Starts the engine as a real process (the ``engine`` fixture). Snapshots and messages are RPCs
 that need a worker, so they are covered by the end-to-end tests.
 """
 

@@ -110,3 +110,20 @@ def test_seed_demo_does_not_recreate_a_tool_discovery_dropped() -> None:
     McpServer.objects.filter(name="search").update(last_discovered_at="2026-01-01T00:00:00Z")
     run("seed_demo")
     assert McpTool.objects.count() == 0
+
+
+def test_seed_demo_follows_the_demo_model_port_and_interpreter(settings: Any) -> None:
+    run("seed_demo")
+    McpServer.objects.filter(name="search").update(command="/old/venv/bin/python")
+    settings.DEXAGENTS = {**settings.DEXAGENTS,
+                          "DEMO_MODEL_API_BASE": "http://127.0.0.1:9911/v1"}
+    run("seed_demo")
+    assert AgentDefinition.objects.get(slug="demo").api_base == "http://127.0.0.1:9911/v1"
+    assert McpServer.objects.get(name="search").command == sys.executable
+
+
+def test_seed_demo_keeps_an_api_base_an_admin_pointed_elsewhere(settings: Any) -> None:
+    run("seed_demo")
+    AgentDefinition.objects.filter(slug="demo").update(api_base="https://models.example/v1")
+    run("seed_demo")
+    assert AgentDefinition.objects.get(slug="demo").api_base == "https://models.example/v1"

@@ -30,7 +30,10 @@ class Command(BaseCommand):
         host: str = options["host"]
         port: int = options["port"]
         call_command("migrate", interactive=False, verbosity=0)
-        call_command("seed_demo", verbosity=0)
+        seeded = StringIO()
+        call_command("seed_demo", stdout=seeded)
+        admin_login = [line for line in seeded.getvalue().splitlines()
+                       if line.startswith("Admin login:")]
         token_out = StringIO()
         call_command("createtoken", "demo", stdout=token_out)
         token = token_out.getvalue().strip().splitlines()[-1]
@@ -39,6 +42,8 @@ class Command(BaseCommand):
             url = f"http://{host}:{port}"
             self.stdout.write(f"dexagents is ready at {url}")
             self.stdout.write(f"API token for the demo user: {token}")
+            for line in admin_login:
+                self.stdout.write(f"{line} Django admin: {url}/admin/")
             self.stdout.write(
                 f"Try: curl -s -X POST {url}/api/v1/sessions/ "
                 f'-H "Authorization: Token {token}" -H "Content-Type: application/json" '
