@@ -1,0 +1,123 @@
+"""``AgentSessionClient``: typed calls on one ``AgentSessionFlow`` (seed "RPCs")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from dex import AsyncClient, RpcLockConflictError
+
+from dex_agents._flow import AgentSessionFlow
+from dex_agents._records import (
+    AgentMessagesPage,
+    AgentSessionStartInput,
+    AgentSnapshot,
+    AgentUserMessage,
+    ListAgentMessagesRequest,
+    ResolveInterruptRequest,
+    ToolPolicy,
+)
+
+#: How long ``resolve_interrupt`` retries ``RpcLockConflictError`` (seed "RPCs").
+LOCK_CONFLICT_RETRY_SECONDS = 5.0
+_LOCK_CONFLICT_PAUSE_SECONDS = 0.05
+
+
+class AgentSessionClient:
+    """Starts, drives and reads agent sessions through a Dex ``AsyncClient``.
+
+    ``client`` must have been built with a Registry that holds ``flow``. Every method raises the
+    SDK's ``DexServiceError`` family when the engine rejects the call (for example
+    ``FlowNotActiveOrNotFoundError`` for a stopped session on a writing RPC).
+    """
+
+    def __init__(self, client: AsyncClient, flow: AgentSessionFlow) -> None:
+        self.client = client
+        self.flow = flow
+
+    async def start_session(
+        self,
+        session_id: str,
+        initial_message: str = "",
+        *,
+        agent_config: dict[str, Any] | None = None,
+        tool_policies: Mapping[str, ToolPolicy] | None = None,
+    ) -> str:
+        """Start a session; a non-blank ``initial_message`` starts its first turn.
+
+        ``agent_config`` and ``tool_policies`` are platform additions (see
+        ``AgentSessionStartInput``). Returns the Dex run ID.
+
+        Raises:
+            FlowAlreadyStartedError: If the session ID is taken.
+        """
+        return await self.client.start_flow(
+            self.flow,
+            session_id,
+            AgentSessionStartInput(
+                initial_message=initial_message,
+                agent_config=agent_config,
+                tool_policies=dict(tool_policies or {}),
+            ),
+        )
+
+    async def send_user_message(self, session_id: str, text: str) -> bool:
+        """Queue a user message; ``False`` for blank text."""
+        result: bool = await self.client.invoke_rpc(
+            self.flow.send_user_message, session_id, AgentUserMessage(text=text)
+        )
+        return result
+
+    async def resolve_interrupt(
+        self,
+        session_id: str,
+        interrupt_id: str,
+        *,
+        approved: bool,
+        rejection_message: str | None = None,
+    ) -> bool:
+        """Approve or reject a pending tool call; ``False`` when not pending or past its deadline.
+
+        Retries ``RpcLockConflictError`` (a Step holding PendingInterrupts) for 5 seconds.
+
+        Raises:
+            RpcLockConflictError: If the lock stays taken for 5 seconds.
+        """
+        request = ResolveInterruptRequest(
+            interrupt_id=interrupt_id, approved=approved, rejection_message=rejection_message
+        )
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + LOCK_CONFLICT_RETRY_SECONDS
+        while True:
+            try:
+                result: bool = await self.client.invoke_rpc(
+                    self.flow.resolve_interrupt, session_id, request
+                )
+                return result
+            except RpcLockConflictError:
+                if loop.time() >= give_up_at:
+                    raise
+                await asyncio.sleep(_LOCK_CONFLICT_PAUSE_SECONDS)
+
+    async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
+        """The session's snapshot; works for retained closed sessions too."""
+        snapshot: AgentSnapshot = await self.client.invoke_rpc(
+            self.flow.get_agent_snapshot, session_id
+        )
+        return snapshot
+
+    async def list_agent_messages(
+        self, session_id: str, *, after_sequence: int = 0, limit: int = 200
+    ) -> AgentMessagesPage:
+        """Messages with ``sequence > after_sequence``, oldest first; ``limit`` clamped 1..200."""
+        page: AgentMessagesPage = await self.client.invoke_rpc(
+            self.flow.list_agent_messages,
+            session_id,
+            ListAgentMessagesRequest(after_sequence=after_sequence, limit=limit),
+        )
+        return page
+
+    async def stop_session(self, session_id: str) -> None:
+        """Stop the session's Flow (``AsyncClient.stop_flow``); its state stays readable."""
+        await self.client.stop_flow(session_id)

@@ -1,0 +1,280 @@
+"""The runner contract every framework adapter implements (seed "The runner contract").
+
+The session calls a runner from Steps, so every call may run again after a crash or a retry;
+a runner keeps no state between calls and derives everything from its arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from dex_agents._events import AgentEventWriter
+from dex_agents._records import (
+    AgentMessage,
+    AgentToolCall,
+    AgentUsage,
+    MessageRole,
+    ToolCallStatus,
+    ToolEffect,
+    ToolPolicy,
+)
+
+Heartbeat = Callable[[], Awaitable[None]]
+
+
+class AgentContractError(ValueError):
+    """A runner broke the contract (bad role, run state or tool call ID); fails the Step."""
+
+
+@dataclass(frozen=True)
+class FrameworkMessage:
+    """One conversation item in the runner's own representation.
+
+    Attributes:
+        role: Who produced it; ``build_user_message`` must return ``MessageRole.USER``.
+        framework_item: JSON-compatible data the runner rebuilds framework input from.
+        text: Display text.
+    """
+
+    role: MessageRole
+    framework_item: Any
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class DeferredToolCall:
+    """A tool call the framework stopped before running.
+
+    Attributes:
+        tool_call_id: Non-empty, without ``/``, unique within the turn.
+        tool_name: The tool's name.
+        arguments: The arguments as JSON text, as the model produced them.
+        policy: From ``AgentTurnContext.resolve_tool_policy``.
+    """
+
+    tool_call_id: str
+    tool_name: str
+    arguments: str
+    policy: ToolPolicy
+
+
+@dataclass(frozen=True)
+class TurnCompleted:
+    """The model gave its final answer.
+
+    Attributes:
+        new_messages: Every item the turn produced after its user message, in order, across all
+            of its model calls; appended in one commit.
+        usage: This model call's usage only.
+    """
+
+    new_messages: Sequence[FrameworkMessage]
+    usage: AgentUsage = field(default_factory=AgentUsage)
+
+
+@dataclass(frozen=True)
+class ToolCallsRequested:
+    """The model asked for tools; the session runs each as its own Step.
+
+    Attributes:
+        framework_run_state: Non-empty text that continues the turn after the tools.
+        tool_calls: One entry per call, in model order; at least one.
+        usage: This model call's usage only.
+    """
+
+    framework_run_state: str
+    tool_calls: Sequence[DeferredToolCall]
+    usage: AgentUsage = field(default_factory=AgentUsage)
+
+
+AgentTurnOutcome = TurnCompleted | ToolCallsRequested
+
+
+@dataclass(frozen=True)
+class ToolExecutionResult:
+    """A tool's model-visible output."""
+
+    output: str
+
+
+class ToolExecutionError(Exception):
+    """A tool failure the model should see: recorded ``failed`` with ``message``, never retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ToolPolicyResolver:
+    """Resolves a tool's policy: per-session, then Flow, then framework metadata, then default.
+
+    Per-session policies are a platform addition to the seed (ARCHITECTURE.md "One shared Flow").
+    """
+
+    session_policies: Mapping[str, ToolPolicy]
+    flow_policies: Mapping[str, ToolPolicy]
+    default_tool_effect: ToolEffect
+
+    def resolve(self, tool_name: str, framework_effect: ToolEffect | None = None) -> ToolPolicy:
+        """The policy for ``tool_name``; ``framework_effect`` comes from tool metadata."""
+        explicit = self.session_policies.get(tool_name) or self.flow_policies.get(tool_name)
+        if explicit is not None:
+            return explicit
+        if framework_effect is not None:
+            return ToolPolicy(ToolEffect(framework_effect))
+        return ToolPolicy(self.default_tool_effect)
+
+
+@dataclass(frozen=True)
+class AgentTurnContext:
+    """Committed state handed to ``run_model_step`` (seed "run_model_step(turn)").
+
+    Attributes:
+        flow_id: The session ID.
+        turn_id: ``"turn-<n>"``.
+        attempt: One-based ``RunModel`` attempt.
+        messages: Every stored message in sequence order; the last user message is this turn's.
+        framework_run_state: ``None`` on the turn's first model call, else the last
+            ``ToolCallsRequested.framework_run_state`` of this turn.
+        tool_calls: This turn's records by tool call ID; all final when ``RunModel`` runs.
+        events: Writer bound to this turn, Step execution and attempt.
+        agent_config: Platform addition: the session's agent definition snapshot, or ``None``.
+    """
+
+    flow_id: str
+    turn_id: str
+    attempt: int
+    messages: Sequence[AgentMessage]
+    framework_run_state: str | None
+    tool_calls: Mapping[str, AgentToolCall]
+    events: AgentEventWriter
+    policies: ToolPolicyResolver
+    heartbeat_callback: Heartbeat
+    agent_config: dict[str, Any] | None = None
+
+    @property
+    def is_resuming(self) -> bool:
+        """True when this model call continues a turn after its tool calls."""
+        return self.framework_run_state is not None
+
+    def recorded_tool_call(self, tool_call_id: str) -> AgentToolCall:
+        """This turn's record of one tool call.
+
+        Raises:
+            KeyError: If the turn has no such call.
+        """
+        return self.tool_calls[tool_call_id]
+
+    def resolve_tool_policy(
+        self, tool_name: str, framework_effect: ToolEffect | None = None
+    ) -> ToolPolicy:
+        """Explicit policy (per-session, then Flow), else framework metadata, else the default."""
+        return self.policies.resolve(tool_name, framework_effect)
+
+    async def heartbeat(self) -> None:
+        """Record liveness; the session also heartbeats every 20 seconds in the background."""
+        await self.heartbeat_callback()
+
+
+@dataclass(frozen=True)
+class DeferredToolExecution:
+    """One approved tool call handed to ``execute_deferred_tool_call``.
+
+    Attributes:
+        flow_id: The session ID.
+        tool_call: The record; its status is ``pending`` or ``approved``.
+        idempotency_key: ``"<flow_id>/<turn_id>/<tool_call_id>"``, the same on every attempt.
+        attempt: One-based tool Step attempt.
+        events: Writer bound to this turn, Step execution and attempt.
+        agent_config: Platform addition: the session's agent definition snapshot, or ``None``.
+    """
+
+    flow_id: str
+    tool_call: AgentToolCall
+    idempotency_key: str
+    attempt: int
+    events: AgentEventWriter
+    heartbeat_callback: Heartbeat
+    agent_config: dict[str, Any] | None = None
+
+    async def heartbeat(self) -> None:
+        """Record liveness; the session also heartbeats every 20 seconds in the background."""
+        await self.heartbeat_callback()
+
+
+@runtime_checkable
+class AgentFrameworkRunner(Protocol):
+    """What a framework adapter implements (seed "The runner contract")."""
+
+    def build_user_message(self, text: str) -> FrameworkMessage:
+        """Return ``FrameworkMessage(role=MessageRole.USER, framework_item=..., text=text)``."""
+        ...
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        """Make at most one model call and stop before any tool the framework can defer."""
+        ...
+
+    async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
+        """Run the real tool once; raise ``ToolExecutionError`` for a model-visible failure."""
+        ...
+
+
+def describe_tool_call_outcome(record: AgentToolCall) -> str:
+    """The model-visible text for a final tool call record.
+
+    ``succeeded`` renders the output; ``failed``, ``rejected`` and ``outcome_unknown`` render a
+    sentence with the error or rejection message.
+
+    Raises:
+        ValueError: If the record is not final.
+    """
+    if record.status is ToolCallStatus.SUCCEEDED:
+        return record.output or ""
+    if record.status is ToolCallStatus.FAILED:
+        return f"Tool call failed: {record.error or 'unknown error'}"
+    if record.status is ToolCallStatus.REJECTED:
+        reason = record.rejection_message or "no reason given"
+        return f"Tool call was rejected and did not run: {reason}"
+    if record.status is ToolCallStatus.OUTCOME_UNKNOWN:
+        detail = record.error or "the call was interrupted"
+        return f"Tool call outcome is unknown ({detail}); it may or may not have taken effect."
+    raise ValueError(f"tool call {record.tool_call_id} is not final: {record.status}")
+
+
+def build_turn_failure_note(records: Iterable[AgentToolCall]) -> str:
+    """The note ``RecordTurnFailure`` stores when a failed turn already ran tools.
+
+    One line per final record, in ``deferral_order``, in the seed's exact format.
+
+    Raises:
+        ValueError: If there is no record or a record is not final.
+    """
+    ordered = sorted(records, key=lambda record: record.deferral_order)
+    if not ordered:
+        raise ValueError("a turn-failure note needs at least one tool call record")
+    lines = ["[Dex] The previous turn failed after these tool calls ran:"]
+    lines.extend(
+        f"- {record.tool_name} {record.arguments} -> {record.status}: "
+        f"{describe_tool_call_outcome(record)}"
+        for record in ordered
+    )
+    lines.append("Do not repeat these tool calls unless the user asks again.")
+    return "\n".join(lines)
+
+
+def require_user_message(message: object) -> FrameworkMessage:
+    """Check a ``build_user_message`` result.
+
+    Raises:
+        AgentContractError: If it is not a ``FrameworkMessage`` with role ``USER``.
+    """
+    if not isinstance(message, FrameworkMessage):
+        raise AgentContractError("build_user_message must return a FrameworkMessage")
+    if MessageRole(message.role) is not MessageRole.USER:
+        raise AgentContractError(
+            f"build_user_message must return role {MessageRole.USER}, got {message.role}"
+        )
+    return message

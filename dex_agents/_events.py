@@ -1,0 +1,144 @@
+"""AgentEvents: typed, best-effort live events on the session's Dex Stream (seed "Events").
+
+A writer is bound to one Step invocation. Its methods may be called from any thread: calls off
+the event loop are handed to the loop with ``call_soon_threadsafe``. Once the Step call returns
+the writer is closed and later writes are dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from dex import AsyncContext, Stream
+
+
+class AgentEventType(StrEnum):
+    """Every event type (seed "Events"). Payload keys:
+
+    - ``turn_started``: ``sequence`` (int, the turn's user message);
+    - ``turn_completed``: ``message_count`` (int, stored messages after the turn's commit);
+    - ``turn_failed``: ``error`` (str, as stored in ``last_turn_error``);
+    - ``text_delta``, ``reasoning_delta``: ``text`` (str);
+    - ``tool_call_started``: ``tool_call_id``, ``tool_name``;
+    - ``tool_call_finished``: ``tool_call_id``, ``tool_name``, ``status`` (final
+      ``ToolCallStatus`` value), once per tool call, including rejections;
+    - ``tool_call_deferred``: ``tool_call_id``, ``tool_name``, ``effect``, ``requires_approval``;
+    - ``interrupt_raised``: ``interrupt_id``, ``tool_call_id``, ``tool_name``, ``deadline``
+      (ISO-8601 UTC or ``None``);
+    - ``interrupt_resolved``: ``interrupt_id``, ``approved``, ``rejection_message``;
+    - ``usage_recorded``: ``recorded`` (this model call) and ``session`` (running total), each a
+      dict of the five ``AgentUsage`` counters.
+    """
+
+    TURN_STARTED = "turn_started"
+    TURN_COMPLETED = "turn_completed"
+    TURN_FAILED = "turn_failed"
+    TEXT_DELTA = "text_delta"
+    REASONING_DELTA = "reasoning_delta"
+    TOOL_CALL_STARTED = "tool_call_started"
+    TOOL_CALL_FINISHED = "tool_call_finished"
+    TOOL_CALL_DEFERRED = "tool_call_deferred"
+    INTERRUPT_RAISED = "interrupt_raised"
+    INTERRUPT_RESOLVED = "interrupt_resolved"
+    USAGE_RECORDED = "usage_recorded"
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """One AgentEvents Stream message.
+
+    Attributes:
+        type: The event type.
+        turn_id: The turn it belongs to (``None`` only outside a turn).
+        step_execution_id: Shared by all attempts of one Step execution.
+        attempt: The one-based Step attempt that wrote it.
+        payload: The type's payload, plain JSON.
+    """
+
+    type: AgentEventType
+    turn_id: str | None
+    step_execution_id: str
+    attempt: int
+    payload: dict[str, Any]
+
+
+class AgentEventWriter:
+    """Writes AgentEvents for one turn, Step execution and attempt.
+
+    Created by the session for each Step call; runners receive it as ``AgentTurnContext.events``
+    and ``DeferredToolExecution.events``. Thread-safe; writes after ``close()`` are dropped.
+    """
+
+    def __init__(
+        self, stream: Stream[AgentEvent], context: AsyncContext, turn_id: str | None
+    ) -> None:
+        self._stream = stream
+        self._context = context
+        self._turn_id = turn_id
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._closed = False
+
+    @property
+    def turn_id(self) -> str | None:
+        """The turn every event of this writer carries."""
+        return self._turn_id
+
+    def write_text_delta(self, text: str) -> None:
+        """Write ``text_delta {"text"}``; one call is one Stream message, so batch tiny chunks."""
+        if text:
+            self.write_event(AgentEventType.TEXT_DELTA, {"text": text})
+
+    def write_reasoning_delta(self, text: str) -> None:
+        """Write ``reasoning_delta {"text"}``."""
+        if text:
+            self.write_event(AgentEventType.REASONING_DELTA, {"text": text})
+
+    def write_tool_call_started(self, tool_call_id: str, tool_name: str) -> None:
+        """Write ``tool_call_started {"tool_call_id", "tool_name"}``."""
+        self.write_event(
+            AgentEventType.TOOL_CALL_STARTED,
+            {"tool_call_id": tool_call_id, "tool_name": tool_name},
+        )
+
+    def write_tool_call_finished(self, tool_call_id: str, tool_name: str, status: str) -> None:
+        """Write ``tool_call_finished {"tool_call_id", "tool_name", "status"}``."""
+        self.write_event(
+            AgentEventType.TOOL_CALL_FINISHED,
+            {"tool_call_id": tool_call_id, "tool_name": tool_name, "status": str(status)},
+        )
+
+    def write_event(self, event_type: AgentEventType | str, payload: dict[str, Any]) -> None:
+        """Write one event of any type with a plain-JSON payload.
+
+        Raises:
+            ValueError: If ``event_type`` is not an ``AgentEventType`` value.
+        """
+        event = AgentEvent(
+            type=AgentEventType(event_type),
+            turn_id=self._turn_id,
+            step_execution_id=self._context.step_execution_id,
+            attempt=self._context.attempt,
+            payload=dict(payload),
+        )
+        if threading.get_ident() == self._loop_thread:
+            self._write_now(event)
+        elif not self._closed:
+            try:
+                self._loop.call_soon_threadsafe(self._write_now, event)
+            except RuntimeError:
+                # The Worker loop is already closed: the call has long returned.
+                return
+
+    def close(self) -> None:
+        """Drop every later write; called by the session when its Step call returns."""
+        self._closed = True
+
+    def _write_now(self, event: AgentEvent) -> None:
+        if self._closed:
+            return
+        self._stream.write(self._context, event)

@@ -1,0 +1,62 @@
+"""Persistence definitions shared by every agent Flow type (seed "Persistence").
+
+The names are the wire names of the seed's table. The AgentEvents Stream is not here: a Stream
+belongs to exactly one Flow type, so each ``AgentSessionFlow`` owns its ``agent_events``.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from dex import Attribute, AttributeMap, Channel, ChannelMap
+
+from dex_agents._records import (
+    AgentInterrupt,
+    AgentInterruptResolution,
+    AgentMessage,
+    AgentSessionConfig,
+    AgentState,
+    AgentToolCall,
+    AgentUsage,
+    AgentUserMessage,
+    ToolCallCompleted,
+)
+
+#: ``AgentState`` Attribute.
+AGENT_STATE: Attribute[AgentState] = Attribute("AGENT_STATE", AgentState)
+#: ``AgentMessages`` AttributeMap keyed ``message_sequence_key(n)``.
+AGENT_MESSAGES: AttributeMap[AgentMessage] = AttributeMap("AGENT_MESSAGES", AgentMessage)
+#: ``FrameworkRunState`` Attribute, set only while a turn waits for tool calls.
+FRAMEWORK_RUN_STATE: Attribute[str] = Attribute("FRAMEWORK_RUN_STATE", str)
+#: ``AgentToolCalls`` AttributeMap keyed by tool call ID, cleared when the turn ends.
+AGENT_TOOL_CALLS: AttributeMap[AgentToolCall] = AttributeMap("AGENT_TOOL_CALLS", AgentToolCall)
+#: ``PendingInterrupts`` Attribute.
+PENDING_INTERRUPTS: Attribute[list[AgentInterrupt]] = Attribute(
+    "PENDING_INTERRUPTS", cast(type[list[AgentInterrupt]], list[AgentInterrupt])
+)
+#: ``AgentUsage`` Attribute: the session total.
+AGENT_USAGE: Attribute[AgentUsage] = Attribute("AGENT_USAGE", AgentUsage)
+#: ``AgentConfig`` Attribute (platform addition): agent definition snapshot and policies.
+AGENT_CONFIG: Attribute[AgentSessionConfig] = Attribute("AGENT_CONFIG", AgentSessionConfig)
+#: ``QueuedUserMessages`` Channel.
+QUEUED_USER_MESSAGES: Channel[AgentUserMessage] = Channel("QUEUED_USER_MESSAGES", AgentUserMessage)
+#: ``InterruptResolutions`` ChannelMap keyed by interrupt ID.
+INTERRUPT_RESOLUTIONS: ChannelMap[AgentInterruptResolution] = ChannelMap(
+    "INTERRUPT_RESOLUTIONS", AgentInterruptResolution
+)
+#: ``ToolCallResults`` Channel (internal).
+TOOL_CALL_RESULTS: Channel[ToolCallCompleted] = Channel("TOOL_CALL_RESULTS", ToolCallCompleted)
+
+#: The Attribute, AttributeMap, Channel and ChannelMap definitions of every agent Flow.
+SHARED_DEFINITIONS = (
+    AGENT_STATE,
+    AGENT_MESSAGES,
+    FRAMEWORK_RUN_STATE,
+    AGENT_TOOL_CALLS,
+    PENDING_INTERRUPTS,
+    AGENT_USAGE,
+    AGENT_CONFIG,
+    QUEUED_USER_MESSAGES,
+    INTERRUPT_RESOLUTIONS,
+    TOOL_CALL_RESULTS,
+)

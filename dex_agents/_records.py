@@ -1,0 +1,374 @@
+"""Value types stored in Dex state and exchanged over RPCs (seed "Persistence" and "RPCs").
+
+Every type here is a frozen dataclass or a ``StrEnum``, so the Dex SDK's automatic JSON codec
+encodes it; enums travel as their plain string values. The SDK codec does not decode a dataclass
+or ``datetime`` inside an ``X | None`` field, so the few such fields convert themselves in
+``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from dex import CodecRegistry, Value, WireKind
+
+_T = TypeVar("_T")
+_CODECS = CodecRegistry()
+
+
+def _coerce(value: object, value_type: type[_T]) -> _T:
+    """Decode plain JSON data left by the SDK codec into ``value_type``."""
+    if isinstance(value, value_type):
+        return value
+    codec = _CODECS.resolve(value_type)
+    decoded: _T = codec.decode(Value(WireKind.JSON, json.dumps(value)))
+    return decoded
+
+
+def _coerce_datetime(value: datetime | str | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+class MessageRole(StrEnum):
+    """Who produced a stored message (seed "The runner contract")."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    SYSTEM = "system"
+
+
+class ToolEffect(StrEnum):
+    """What a tool does to the world; selects its Step and retries (seed "Effects and policies")."""
+
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    NON_IDEMPOTENT_WRITE = "non_idempotent_write"
+    UNCLASSIFIED = "unclassified"
+
+    @property
+    def retries(self) -> bool:
+        """True for effects that run in ``CallTool`` with up to three attempts."""
+        return self in (ToolEffect.READ, ToolEffect.IDEMPOTENT_WRITE)
+
+    @property
+    def requires_approval_by_default(self) -> bool:
+        """The "Default approval" column of the seed's effect table."""
+        return not self.retries
+
+
+class ToolCallStatus(StrEnum):
+    """Lifecycle of one ``AgentToolCall`` record.
+
+    ``pending`` (runs without approval), ``awaiting_approval`` and ``approved`` are open;
+    ``succeeded``, ``failed``, ``rejected`` and ``outcome_unknown`` are final.
+    """
+
+    PENDING = "pending"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+
+    @property
+    def is_final(self) -> bool:
+        """True once the record will not change again within its turn."""
+        return self in _FINAL_STATUSES
+
+
+_FINAL_STATUSES = frozenset(
+    {
+        ToolCallStatus.SUCCEEDED,
+        ToolCallStatus.FAILED,
+        ToolCallStatus.REJECTED,
+        ToolCallStatus.OUTCOME_UNKNOWN,
+    }
+)
+
+
+class AgentStatus(StrEnum):
+    """``AgentState.status`` (seed "Persistence")."""
+
+    WAITING_FOR_USER_MESSAGE = "waiting_for_user_message"
+    RUNNING_MODEL = "running_model"
+    RUNNING_TOOLS = "running_tools"
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """Per-tool override of the effect defaults (seed "Effects and policies").
+
+    Attributes:
+        effect: The tool's effect; selects ``CallTool`` or ``CallSingleAttemptTool``.
+        requires_approval: ``None`` uses the effect's default approval.
+    """
+
+    effect: ToolEffect
+    requires_approval: bool | None = None
+
+    @property
+    def is_approval_required(self) -> bool:
+        """Whether the call waits in ``AwaitToolApproval`` before it runs."""
+        if self.requires_approval is not None:
+            return self.requires_approval
+        return self.effect.requires_approval_by_default
+
+
+@dataclass(frozen=True)
+class AgentUsage:
+    """Token and request counts; ``+`` adds field by field.
+
+    Attributes:
+        input_tokens, output_tokens, reasoning_tokens, cached_input_tokens: token counts.
+        requests: number of model requests.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_input_tokens: int = 0
+    requests: int = 0
+
+    def __add__(self, other: AgentUsage) -> AgentUsage:
+        if not isinstance(other, AgentUsage):
+            return NotImplemented
+        return AgentUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            requests=self.requests + other.requests,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        """The five counters as a plain dict, as event payloads carry them."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "requests": self.requests,
+        }
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """The session's ``AGENT_STATE`` Attribute.
+
+    Attributes:
+        status: See ``AgentStatus``.
+        turn_number: Turns started so far; the active or last turn is ``turn-<turn_number>``.
+        turn_id: The running turn, or ``None`` while waiting for a user message.
+        message_count: Stored messages; sequences run ``1..message_count``.
+        last_turn_error: Why the last turn failed; cleared when a later turn completes.
+    """
+
+    status: AgentStatus
+    turn_number: int = 0
+    turn_id: str | None = None
+    message_count: int = 0
+    last_turn_error: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentMessage:
+    """One stored conversation item, keyed ``message_sequence_key(sequence)``.
+
+    Attributes:
+        sequence: One-based position in the session.
+        role: Who produced it.
+        text: Display text (may be empty for pure tool-request items).
+        framework_item: The runner's own JSON-compatible representation.
+        turn_id: The turn that stored it.
+    """
+
+    sequence: int
+    role: MessageRole
+    text: str
+    framework_item: Any
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class AgentToolCall:
+    """One tool call of the active turn, keyed by tool call ID in ``AGENT_TOOL_CALLS``.
+
+    Attributes:
+        tool_call_id: Unique within the turn; non-empty, without ``/``.
+        tool_name: The tool's name.
+        arguments: The arguments as JSON text, exactly as the model produced them.
+        effect: The resolved effect.
+        requires_approval: Whether the call waited (or waits) for approval.
+        status: See ``ToolCallStatus``.
+        output: Tool output for ``succeeded``.
+        error: Failure text for ``failed`` and the recovery detail for ``outcome_unknown``.
+        rejection_message: The reviewer's message for ``rejected``.
+        deferral_order: Zero-based model order within the turn.
+        turn_id: The turn that requested the call.
+    """
+
+    tool_call_id: str
+    tool_name: str
+    arguments: str
+    effect: ToolEffect
+    requires_approval: bool
+    status: ToolCallStatus
+    deferral_order: int
+    turn_id: str
+    output: str | None = None
+    error: str | None = None
+    rejection_message: str | None = None
+
+
+def is_approval_required(policy: ToolPolicy) -> bool:
+    """Whether a tool with ``policy`` waits for approval (seed "Effects and policies")."""
+    return policy.is_approval_required
+
+
+def idempotency_key(flow_id: str, record: AgentToolCall) -> str:
+    """``"<flow_id>/<turn_id>/<tool_call_id>"``, the same on every attempt (seed table)."""
+    return f"{flow_id}/{record.turn_id}/{record.tool_call_id}"
+
+
+@dataclass(frozen=True)
+class AgentInterrupt:
+    """A tool call waiting for approval (``PENDING_INTERRUPTS``).
+
+    Attributes:
+        interrupt_id: ``"<turn_id>.<tool_call_id>"``; the ``INTERRUPT_RESOLUTIONS`` key.
+        tool_call_id, tool_name, arguments: The call awaiting the decision.
+        deadline: UTC time after which the call counts as rejected, or ``None``.
+        turn_id: The turn that raised it.
+    """
+
+    interrupt_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments: str
+    deadline: datetime | None
+    turn_id: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "deadline", _coerce_datetime(self.deadline))
+
+
+@dataclass(frozen=True)
+class AgentUserMessage:
+    """Input of ``send_user_message`` and value of ``QUEUED_USER_MESSAGES``."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AgentInterruptResolution:
+    """Value of ``INTERRUPT_RESOLUTIONS``; ``rejection_message`` is ``None`` on approval."""
+
+    interrupt_id: str
+    approved: bool
+    rejection_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolveInterruptRequest:
+    """Input of ``resolve_interrupt``."""
+
+    interrupt_id: str
+    approved: bool
+    rejection_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallCompleted:
+    """Internal ``TOOL_CALL_RESULTS`` message: one per tool call, when its record is final."""
+
+    tool_call_id: str
+    status: ToolCallStatus
+
+
+@dataclass(frozen=True)
+class ListAgentMessagesRequest:
+    """Input of ``list_agent_messages``: messages with ``sequence > after_sequence``.
+
+    ``limit`` is clamped to 1..200.
+    """
+
+    after_sequence: int = 0
+    limit: int = 200
+
+
+@dataclass(frozen=True)
+class AgentMessagesPage:
+    """Output of ``list_agent_messages``: oldest first; ``has_more`` when the limit cut it."""
+
+    messages: list[AgentMessage]
+    has_more: bool
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """Output of ``get_agent_snapshot`` (seed "RPCs").
+
+    Attributes:
+        state: ``None`` until ``StartAgentSession`` commits.
+        messages: The last 200 messages, oldest first.
+        pending_interrupts: Approvals still awaited.
+        tool_calls: The active turn's records in ``deferral_order``.
+        usage: Session total.
+        queued_message_count: User messages waiting for the next turn.
+        last_turn_error: Platform addition: ``state.last_turn_error`` repeated for REST clients.
+    """
+
+    state: AgentState | None
+    messages: list[AgentMessage]
+    pending_interrupts: list[AgentInterrupt]
+    tool_calls: list[AgentToolCall]
+    usage: AgentUsage
+    queued_message_count: int
+    last_turn_error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state is not None:
+            object.__setattr__(self, "state", _coerce(self.state, AgentState))
+
+
+@dataclass(frozen=True)
+class AgentSessionStartInput:
+    """Input of the start Step ``StartAgentSession``.
+
+    Attributes:
+        initial_message: A non-blank message starts the first turn at once.
+        agent_config: Platform addition: a JSON snapshot of the agent definition, opaque here and
+            handed to the runner as ``AgentTurnContext.agent_config``.
+        tool_policies: Platform addition: per-session policies, consulted before the Flow's own.
+    """
+
+    initial_message: str = ""
+    agent_config: dict[str, Any] | None = None
+    tool_policies: dict[str, ToolPolicy] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentSessionConfig:
+    """Platform addition: the ``AGENT_CONFIG`` Attribute, written once by ``StartAgentSession``."""
+
+    agent_config: dict[str, Any] | None = None
+    tool_policies: dict[str, ToolPolicy] = field(default_factory=dict)
+
+
+def message_sequence_key(sequence: int) -> str:
+    """The ``AGENT_MESSAGES`` key of a message: 12-digit zero-padded ``sequence``.
+
+    Raises:
+        ValueError: If ``sequence`` is not in 1..999999999999.
+    """
+    if not 1 <= sequence <= 999_999_999_999:
+        raise ValueError(f"message sequence out of range: {sequence}")
+    return f"{sequence:012d}"

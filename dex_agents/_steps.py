@@ -1,0 +1,761 @@
+"""The Steps of ``AgentSessionFlow`` (seed "Flow shape").
+
+Every Step sets ``wait_for`` and ``execute`` durability to SYNC explicitly. Tool call Steps and
+their failure routes take the tool call ID as input and load only their own ``AGENT_TOOL_CALLS``
+instance through per-movement ``StepOptions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from dex import (
+    AsyncContext,
+    RetryPolicy,
+    Step,
+    StepDecision,
+    StepDurability,
+    StepMovement,
+    StepOptions,
+    Timer,
+    Wait,
+    dead_end,
+    go_to,
+    go_to_many,
+)
+
+from dex_agents._contract import (
+    AgentContractError,
+    AgentTurnContext,
+    DeferredToolExecution,
+    FrameworkMessage,
+    ToolCallsRequested,
+    ToolExecutionError,
+    ToolExecutionResult,
+    ToolPolicy,
+    ToolPolicyResolver,
+    TurnCompleted,
+    build_turn_failure_note,
+    require_user_message,
+)
+from dex_agents._events import AgentEventType, AgentEventWriter
+from dex_agents._persistence import (
+    AGENT_CONFIG,
+    AGENT_MESSAGES,
+    AGENT_STATE,
+    AGENT_TOOL_CALLS,
+    AGENT_USAGE,
+    FRAMEWORK_RUN_STATE,
+    INTERRUPT_RESOLUTIONS,
+    PENDING_INTERRUPTS,
+    QUEUED_USER_MESSAGES,
+    TOOL_CALL_RESULTS,
+)
+from dex_agents._records import (
+    AgentInterrupt,
+    AgentMessage,
+    AgentSessionConfig,
+    AgentSessionStartInput,
+    AgentState,
+    AgentStatus,
+    AgentToolCall,
+    AgentUsage,
+    MessageRole,
+    ToolCallCompleted,
+    ToolCallStatus,
+    ToolEffect,
+    idempotency_key,
+    message_sequence_key,
+)
+
+if TYPE_CHECKING:
+    from dex_agents._flow import AgentSessionFlow
+
+#: The background heartbeat period of RunModel and the tool Steps (seed "run_model_step").
+HEARTBEAT_INTERVAL = timedelta(seconds=20)
+
+_SYNC = StepDurability.SYNC
+
+
+def _sync_options(**overrides: Any) -> StepOptions:
+    """StepOptions with SYNC ``wait_for`` and ``execute`` durability plus ``overrides``."""
+    return replace(StepOptions(wait_for_durability=_SYNC, execute_durability=_SYNC), **overrides)
+
+
+def interrupt_id_for(record: AgentToolCall) -> str:
+    """The interrupt ID of a tool call: ``"<turn_id>.<tool_call_id>"``."""
+    return f"{record.turn_id}.{record.tool_call_id}"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _find_interrupt(
+    interrupts: Sequence[AgentInterrupt], interrupt_id: str
+) -> AgentInterrupt | None:
+    return next((item for item in interrupts if item.interrupt_id == interrupt_id), None)
+
+
+@asynccontextmanager
+async def _background_heartbeat(context: AsyncContext) -> AsyncIterator[None]:
+    """Heartbeat every ``HEARTBEAT_INTERVAL`` while the runner works."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL.total_seconds())
+            await context.heartbeat()
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+def _recovery_detail(context: AsyncContext) -> str:
+    error = context.recovery_error
+    if error is None:
+        return "the Step failed"
+    if error.error_type and error.detail:
+        return f"{error.error_type}: {error.detail}"
+    return error.detail or error.error_type or "the Step failed"
+
+
+def _load_all(context: AsyncContext) -> dict[str, AgentToolCall]:
+    return {
+        key: AGENT_TOOL_CALLS.get(context, key)
+        for key in AGENT_TOOL_CALLS.get_all_instance_keys(context)
+    }
+
+
+def _config(context: AsyncContext) -> AgentSessionConfig:
+    return AGENT_CONFIG.get(context) or AgentSessionConfig()
+
+
+# --- movement options -------------------------------------------------------------------------
+
+
+def _record_load(tool_call_id: str) -> dict[str, Any]:
+    load = (AGENT_TOOL_CALLS.load(tool_call_id),)
+    return {
+        "wait_for_load_attribute_map_instances": load,
+        "execute_load_attribute_map_instances": load,
+    }
+
+
+def approval_options(tool_call_id: str) -> StepOptions:
+    """``AwaitToolApproval``: its own record, and PendingInterrupts locked while it decides."""
+    return _sync_options(
+        execute_lock_attributes=(PENDING_INTERRUPTS.lock(),), **_record_load(tool_call_id)
+    )
+
+
+def tool_options(tool_call_id: str, effect: ToolEffect) -> StepOptions:
+    """``CallTool`` (3 attempts, then RecordToolFailure) or ``CallSingleAttemptTool`` (1, then
+    RecordToolOutcomeUnknown); both heartbeat-supervised with a 2 minute timeout."""
+    failure_options = _sync_options(**_record_load(tool_call_id))
+    if effect.retries:
+        return _sync_options(
+            heartbeat_timeout=timedelta(minutes=2),
+            execute_retry=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=3,
+            ),
+            **_record_load(tool_call_id),
+        ).on_execute_failure_proceed_to(RecordToolFailure, failure_options)
+    return _sync_options(
+        heartbeat_timeout=timedelta(minutes=2),
+        execute_retry=RetryPolicy(maximum_attempts=1),
+        **_record_load(tool_call_id),
+    ).on_execute_failure_proceed_to(RecordToolOutcomeUnknown, failure_options)
+
+
+def _tool_step(effect: ToolEffect) -> type[Step[str]]:
+    return CallTool if effect.retries else CallSingleAttemptTool
+
+
+def _tool_movement(record: AgentToolCall) -> StepMovement[str]:
+    return StepMovement.of(
+        _tool_step(record.effect),
+        record.tool_call_id,
+        options=tool_options(record.tool_call_id, record.effect),
+    )
+
+
+def _approval_movement(tool_call_id: str) -> StepMovement[str]:
+    return StepMovement.of(AwaitToolApproval, tool_call_id, options=approval_options(tool_call_id))
+
+
+RECORD_TURN_FAILURE_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALLS,))
+RUN_MODEL_OPTIONS = _sync_options(
+    execute_method_timeout=timedelta(minutes=15),
+    heartbeat_timeout=timedelta(minutes=2),
+    execute_retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=60),
+        maximum_attempts=3,
+        total_duration=timedelta(minutes=30),
+    ),
+    execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
+)
+RESUME_TURN_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALLS,))
+
+
+# --- shared Step logic ------------------------------------------------------------------------
+
+
+def _start_turn(
+    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, text: str
+) -> StepDecision:
+    """Store the user message as the turn's first message and move to RunModel."""
+    message = require_user_message(flow.runner.build_user_message(text))
+    number = state.turn_number + 1
+    turn_id = f"turn-{number}"
+    sequence = state.message_count + 1
+    AGENT_MESSAGES.set(
+        context,
+        message_sequence_key(sequence),
+        AgentMessage(sequence, MessageRole.USER, message.text, message.framework_item, turn_id),
+    )
+    AGENT_STATE.set(
+        context,
+        replace(
+            state,
+            status=AgentStatus.RUNNING_MODEL,
+            turn_number=number,
+            turn_id=turn_id,
+            message_count=sequence,
+        ),
+    )
+    events = AgentEventWriter(flow.agent_events, context, turn_id)
+    events.write_event(AgentEventType.TURN_STARTED, {"sequence": sequence})
+    events.close()
+    return go_to(RunModel, None)
+
+
+def _finish_tool_call(
+    context: AsyncContext, events: AgentEventWriter, record: AgentToolCall
+) -> StepDecision:
+    """Store a final record, publish its one ToolCallResults message, and end the path."""
+    AGENT_TOOL_CALLS.set(context, record.tool_call_id, record)
+    TOOL_CALL_RESULTS.publish(context, ToolCallCompleted(record.tool_call_id, record.status))
+    events.write_tool_call_finished(record.tool_call_id, record.tool_name, record.status)
+    return dead_end()
+
+
+def _open_record(context: AsyncContext, tool_call_id: str) -> AgentToolCall | None:
+    """The Step's own record, or ``None`` when it is missing or already final."""
+    record = AGENT_TOOL_CALLS.get(context, tool_call_id)
+    if record is None or record.status.is_final:
+        return None
+    return record
+
+
+async def _run_tool(
+    flow: AgentSessionFlow, context: AsyncContext, tool_call_id: str
+) -> StepDecision:
+    record = _open_record(context, tool_call_id)
+    if record is None:
+        return dead_end()
+    events = AgentEventWriter(flow.agent_events, context, record.turn_id)
+    try:
+        events.write_tool_call_started(record.tool_call_id, record.tool_name)
+        await context.heartbeat()
+        call = DeferredToolExecution(
+            flow_id=context.flow_id,
+            tool_call=record,
+            idempotency_key=idempotency_key(context.flow_id, record),
+            attempt=context.attempt,
+            events=events,
+            heartbeat_callback=context.heartbeat,
+            agent_config=_config(context).agent_config,
+        )
+        try:
+            async with _background_heartbeat(context):
+                result = await flow.runner.execute_deferred_tool_call(call)
+        except ToolExecutionError as error:
+            final = replace(record, status=ToolCallStatus.FAILED, error=error.message)
+        else:
+            if not isinstance(result, ToolExecutionResult) or not isinstance(result.output, str):
+                raise AgentContractError(
+                    "execute_deferred_tool_call must return ToolExecutionResult(output: str)"
+                )
+            final = replace(record, status=ToolCallStatus.SUCCEEDED, output=result.output)
+        return _finish_tool_call(context, events, final)
+    finally:
+        events.close()
+
+
+def _validate_tool_calls(outcome: ToolCallsRequested, recorded: dict[str, AgentToolCall]) -> None:
+    if not isinstance(outcome.framework_run_state, str) or not outcome.framework_run_state:
+        raise AgentContractError("ToolCallsRequested.framework_run_state must be non-empty text")
+    if not outcome.tool_calls:
+        raise AgentContractError("ToolCallsRequested.tool_calls must not be empty")
+    seen = set(recorded)
+    for call in outcome.tool_calls:
+        tool_call_id = call.tool_call_id
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            raise AgentContractError("tool call IDs must be non-empty")
+        if "/" in tool_call_id:
+            raise AgentContractError(f"tool call ID {tool_call_id!r} must not contain '/'")
+        if tool_call_id in seen:
+            raise AgentContractError(f"tool call ID {tool_call_id!r} repeats within the turn")
+        if not isinstance(call.policy, ToolPolicy):
+            raise AgentContractError(f"tool call {tool_call_id!r} needs a ToolPolicy")
+        seen.add(tool_call_id)
+
+
+def _add_usage(context: AsyncContext, events: AgentEventWriter, usage: object) -> None:
+    """Add one model call's usage to the session total and write ``usage_recorded``."""
+    if not isinstance(usage, AgentUsage):
+        raise AgentContractError("outcome usage must be an AgentUsage")
+    session = (AGENT_USAGE.get(context) or AgentUsage()) + usage
+    AGENT_USAGE.set(context, session)
+    events.write_event(
+        AgentEventType.USAGE_RECORDED,
+        {"recorded": usage.as_dict(), "session": session.as_dict()},
+    )
+
+
+# --- Steps ------------------------------------------------------------------------------------
+
+
+class _SessionStep:
+    """Gives a Step its Flow (runner, options, AgentEvents Stream)."""
+
+    def __init__(self, flow: AgentSessionFlow) -> None:
+        self._flow = flow
+
+
+class StartAgentSession(_SessionStep, Step[AgentSessionStartInput]):
+    """Start Step: initializes state, usage, interrupts and the agent config.
+
+    Next: RunModel for a non-blank ``initial_message``, else AwaitUserMessage.
+    """
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def execute(self, context: AsyncContext, input: AgentSessionStartInput) -> StepDecision:  # type: ignore[override]
+        AGENT_USAGE.set(context, AgentUsage())
+        PENDING_INTERRUPTS.set(context, [])
+        AGENT_CONFIG.set(
+            context,
+            AgentSessionConfig(
+                agent_config=input.agent_config, tool_policies=dict(input.tool_policies)
+            ),
+        )
+        state = AgentState(status=AgentStatus.WAITING_FOR_USER_MESSAGE)
+        if input.initial_message.strip():
+            return _start_turn(self._flow, context, state, input.initial_message)
+        AGENT_STATE.set(context, state)
+        return go_to(AwaitUserMessage, None)
+
+
+class AwaitUserMessage(_SessionStep, Step[None]):
+    """Waits for ``QUEUED_USER_MESSAGES.for_one()``, stores the message, starts the turn."""
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def wait_for(self, context: AsyncContext, input: None) -> Wait:  # type: ignore[override]
+        return Wait.until(QUEUED_USER_MESSAGES.for_one())
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
+        messages = QUEUED_USER_MESSAGES.results(context)
+        state = AGENT_STATE.get(context) or AgentState(AgentStatus.WAITING_FOR_USER_MESSAGE)
+        if not messages or not messages[0].text.strip():
+            return go_to(AwaitUserMessage, None)
+        return _start_turn(self._flow, context, state, messages[0].text)
+
+
+class RunModel(_SessionStep, Step[None]):
+    """Calls ``run_model_step`` once.
+
+    15 minute timeout, 2 minute heartbeat timeout, 3 attempts within 30 minutes, failure route
+    RecordTurnFailure. Next: AwaitUserMessage, or one Step per tool call plus ResumeTurn.
+    """
+
+    def get_step_options(self) -> StepOptions:
+        return RUN_MODEL_OPTIONS.on_execute_failure_proceed_to(
+            RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS
+        )
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
+        flow = self._flow
+        state = AGENT_STATE.get(context)
+        if state is None or state.turn_id is None:
+            return go_to(AwaitUserMessage, None)
+        turn_id = state.turn_id
+        messages = [
+            AGENT_MESSAGES.get(context, key)
+            for key in AGENT_MESSAGES.get_all_instance_keys(context)
+        ]
+        recorded = _load_all(context)
+        config = _config(context)
+        events = AgentEventWriter(flow.agent_events, context, turn_id)
+        try:
+            turn = AgentTurnContext(
+                flow_id=context.flow_id,
+                turn_id=turn_id,
+                attempt=context.attempt,
+                messages=tuple(messages),
+                framework_run_state=FRAMEWORK_RUN_STATE.get(context) or None,
+                tool_calls=dict(recorded),
+                events=events,
+                policies=ToolPolicyResolver(
+                    config.tool_policies,
+                    flow.options.tool_policies,
+                    flow.options.default_tool_effect,
+                ),
+                heartbeat_callback=context.heartbeat,
+                agent_config=config.agent_config,
+            )
+            async with _background_heartbeat(context):
+                outcome = await flow.runner.run_model_step(turn)
+            if isinstance(outcome, TurnCompleted):
+                return self._complete(context, events, state, recorded, outcome)
+            if isinstance(outcome, ToolCallsRequested):
+                return self._defer(context, events, state, recorded, outcome)
+            raise AgentContractError(
+                "run_model_step must return TurnCompleted or ToolCallsRequested"
+            )
+        finally:
+            events.close()
+
+    def _complete(
+        self,
+        context: AsyncContext,
+        events: AgentEventWriter,
+        state: AgentState,
+        recorded: dict[str, AgentToolCall],
+        outcome: TurnCompleted,
+    ) -> StepDecision:
+        assert state.turn_id is not None
+        sequence = state.message_count
+        for message in outcome.new_messages:
+            if not isinstance(message, FrameworkMessage):
+                raise AgentContractError("TurnCompleted.new_messages must hold FrameworkMessage")
+            sequence += 1
+            AGENT_MESSAGES.set(
+                context,
+                message_sequence_key(sequence),
+                AgentMessage(
+                    sequence,
+                    MessageRole(message.role),
+                    message.text,
+                    message.framework_item,
+                    state.turn_id,
+                ),
+            )
+        _add_usage(context, events, outcome.usage)
+        if FRAMEWORK_RUN_STATE.get(context) is not None:
+            FRAMEWORK_RUN_STATE.delete(context)
+        for tool_call_id in recorded:
+            AGENT_TOOL_CALLS.delete(context, tool_call_id)
+        AGENT_STATE.set(
+            context,
+            replace(
+                state,
+                status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+                turn_id=None,
+                message_count=sequence,
+                last_turn_error=None,
+            ),
+        )
+        events.write_event(AgentEventType.TURN_COMPLETED, {"message_count": sequence})
+        return go_to(AwaitUserMessage, None)
+
+    def _defer(
+        self,
+        context: AsyncContext,
+        events: AgentEventWriter,
+        state: AgentState,
+        recorded: dict[str, AgentToolCall],
+        outcome: ToolCallsRequested,
+    ) -> StepDecision:
+        assert state.turn_id is not None
+        _validate_tool_calls(outcome, recorded)
+        deadline_after = self._flow.options.interrupt_deadline
+        deadline = _now() + deadline_after if deadline_after is not None else None
+        interrupts = list(PENDING_INTERRUPTS.get(context) or [])
+        movements: list[StepMovement[Any]] = []
+        for order, call in enumerate(outcome.tool_calls, start=len(recorded)):
+            effect = ToolEffect(call.policy.effect)
+            requires_approval = call.policy.is_approval_required
+            record = AgentToolCall(
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                arguments=call.arguments,
+                effect=effect,
+                requires_approval=requires_approval,
+                status=(
+                    ToolCallStatus.AWAITING_APPROVAL
+                    if requires_approval
+                    else ToolCallStatus.PENDING
+                ),
+                deferral_order=order,
+                turn_id=state.turn_id,
+            )
+            AGENT_TOOL_CALLS.set(context, record.tool_call_id, record)
+            events.write_event(
+                AgentEventType.TOOL_CALL_DEFERRED,
+                {
+                    "tool_call_id": record.tool_call_id,
+                    "tool_name": record.tool_name,
+                    "effect": str(effect),
+                    "requires_approval": requires_approval,
+                },
+            )
+            if requires_approval:
+                interrupt = AgentInterrupt(
+                    interrupt_id=interrupt_id_for(record),
+                    tool_call_id=record.tool_call_id,
+                    tool_name=record.tool_name,
+                    arguments=record.arguments,
+                    deadline=deadline,
+                    turn_id=state.turn_id,
+                )
+                interrupts.append(interrupt)
+                events.write_event(
+                    AgentEventType.INTERRUPT_RAISED,
+                    {
+                        "interrupt_id": interrupt.interrupt_id,
+                        "tool_call_id": record.tool_call_id,
+                        "tool_name": record.tool_name,
+                        "deadline": deadline.isoformat() if deadline is not None else None,
+                    },
+                )
+                movements.append(_approval_movement(record.tool_call_id))
+            else:
+                movements.append(_tool_movement(record))
+        PENDING_INTERRUPTS.set(context, interrupts)
+        FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
+        _add_usage(context, events, outcome.usage)
+        AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
+        movements.append(
+            StepMovement.of(ResumeTurn, len(outcome.tool_calls), options=RESUME_TURN_OPTIONS)
+        )
+        return go_to_many(*movements)
+
+
+class AwaitToolApproval(_SessionStep, Step[str]):
+    """Waits for the interrupt's answer, plus a Timer at its deadline while it is pending.
+
+    Approved: marks the record approved and moves to its tool Step. Rejected or expired: records
+    ``rejected`` and publishes ToolCallResults. A Timer that fires early, or races an answer that
+    already left PendingInterrupts, waits again.
+    """
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def wait_for(self, context: AsyncContext, input: str) -> Wait:  # type: ignore[override]
+        record = _open_record(context, input)
+        if record is None or record.status is ToolCallStatus.APPROVED:
+            return Wait.skip_immediately()
+        interrupt_id = interrupt_id_for(record)
+        answer = INTERRUPT_RESOLUTIONS.for_one(interrupt_id)
+        pending = _find_interrupt(PENDING_INTERRUPTS.get(context) or [], interrupt_id)
+        if pending is None or pending.deadline is None:
+            return Wait.until(answer)
+        remaining = (pending.deadline - _now()).total_seconds()
+        timer = Timer.by_duration(timedelta(seconds=max(0, math.ceil(remaining))))
+        return Wait.any_of(answer, timer)
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        record = _open_record(context, input)
+        if record is None:
+            return dead_end()
+        if record.status is ToolCallStatus.APPROVED:
+            return go_to_many(_tool_movement(record))
+        interrupt_id = interrupt_id_for(record)
+        events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
+        try:
+            answers = INTERRUPT_RESOLUTIONS.results(context, interrupt_id)
+            if answers:
+                answer = answers[0]
+                events.write_event(
+                    AgentEventType.INTERRUPT_RESOLVED,
+                    {
+                        "interrupt_id": interrupt_id,
+                        "approved": answer.approved,
+                        "rejection_message": answer.rejection_message,
+                    },
+                )
+                if answer.approved:
+                    approved = replace(record, status=ToolCallStatus.APPROVED)
+                    AGENT_TOOL_CALLS.set(context, record.tool_call_id, approved)
+                    return go_to_many(_tool_movement(approved))
+                rejected = replace(
+                    record,
+                    status=ToolCallStatus.REJECTED,
+                    rejection_message=answer.rejection_message,
+                )
+                return _finish_tool_call(context, events, rejected)
+            interrupts = PENDING_INTERRUPTS.get(context) or []
+            pending = _find_interrupt(interrupts, interrupt_id)
+            if pending is None or pending.deadline is None or _now() < pending.deadline:
+                return go_to_many(_approval_movement(record.tool_call_id))
+            PENDING_INTERRUPTS.set(
+                context, [item for item in interrupts if item.interrupt_id != interrupt_id]
+            )
+            message = f"No approval before the deadline {pending.deadline.isoformat()}."
+            events.write_event(
+                AgentEventType.INTERRUPT_RESOLVED,
+                {"interrupt_id": interrupt_id, "approved": False, "rejection_message": message},
+            )
+            expired = replace(record, status=ToolCallStatus.REJECTED, rejection_message=message)
+            return _finish_tool_call(context, events, expired)
+        finally:
+            events.close()
+
+
+class CallTool(_SessionStep, Step[str]):
+    """Runs one read or idempotent_write call: 3 attempts, failure route RecordToolFailure."""
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        return await _run_tool(self._flow, context, input)
+
+
+class CallSingleAttemptTool(_SessionStep, Step[str]):
+    """Runs one non_idempotent_write or unclassified call: 1 attempt, failure route
+    RecordToolOutcomeUnknown."""
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        return await _run_tool(self._flow, context, input)
+
+
+class RecordToolFailure(_SessionStep, Step[str]):
+    """Failure route of CallTool: ``failed`` for a read, ``outcome_unknown`` for a write."""
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        record = _open_record(context, input)
+        if record is None:
+            return dead_end()
+        status = (
+            ToolCallStatus.FAILED
+            if record.effect is ToolEffect.READ
+            else ToolCallStatus.OUTCOME_UNKNOWN
+        )
+        events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
+        try:
+            final = replace(record, status=status, error=_recovery_detail(context))
+            return _finish_tool_call(context, events, final)
+        finally:
+            events.close()
+
+
+class RecordToolOutcomeUnknown(_SessionStep, Step[str]):
+    """Failure route of CallSingleAttemptTool: ``outcome_unknown`` with the recovery detail."""
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        record = _open_record(context, input)
+        if record is None:
+            return dead_end()
+        events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
+        try:
+            final = replace(
+                record, status=ToolCallStatus.OUTCOME_UNKNOWN, error=_recovery_detail(context)
+            )
+            return _finish_tool_call(context, events, final)
+        finally:
+            events.close()
+
+
+class ResumeTurn(_SessionStep, Step[int]):
+    """Waits for ``TOOL_CALL_RESULTS.for_n(count)``, then RunModel; waits again while a record of
+    the turn is still open."""
+
+    def get_step_options(self) -> StepOptions:
+        return RESUME_TURN_OPTIONS
+
+    async def wait_for(self, context: AsyncContext, input: int) -> Wait:  # type: ignore[override]
+        return Wait.until(TOOL_CALL_RESULTS.for_n(input))
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:  # type: ignore[override]
+        state = AGENT_STATE.get(context)
+        open_records = [
+            record for record in _load_all(context).values() if not record.status.is_final
+        ]
+        if open_records:
+            return go_to_many(
+                StepMovement.of(ResumeTurn, len(open_records), options=RESUME_TURN_OPTIONS)
+            )
+        if state is not None:
+            AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
+        return go_to(RunModel, None)
+
+
+class RecordTurnFailure(_SessionStep, Step[None]):
+    """Failure route of RunModel: records ``last_turn_error``, appends the turn-failure note when
+    the turn has final tool call records, and clears the turn's records and run state."""
+
+    def get_step_options(self) -> StepOptions:
+        return RECORD_TURN_FAILURE_OPTIONS
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
+        state = AGENT_STATE.get(context) or AgentState(AgentStatus.WAITING_FOR_USER_MESSAGE)
+        error = _recovery_detail(context)
+        records = _load_all(context)
+        final = [record for record in records.values() if record.status.is_final]
+        sequence = state.message_count
+        if final and state.turn_id is not None:
+            note = build_turn_failure_note(final)
+            message = require_user_message(self._flow.runner.build_user_message(note))
+            sequence += 1
+            AGENT_MESSAGES.set(
+                context,
+                message_sequence_key(sequence),
+                AgentMessage(
+                    sequence, MessageRole.USER, message.text, message.framework_item, state.turn_id
+                ),
+            )
+        for tool_call_id in records:
+            AGENT_TOOL_CALLS.delete(context, tool_call_id)
+        if FRAMEWORK_RUN_STATE.get(context) is not None:
+            FRAMEWORK_RUN_STATE.delete(context)
+        turn_interrupts = {interrupt_id_for(record) for record in records.values()}
+        interrupts = PENDING_INTERRUPTS.get(context) or []
+        if any(item.interrupt_id in turn_interrupts for item in interrupts):
+            PENDING_INTERRUPTS.set(
+                context, [item for item in interrupts if item.interrupt_id not in turn_interrupts]
+            )
+        AGENT_STATE.set(
+            context,
+            replace(
+                state,
+                status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+                turn_id=None,
+                message_count=sequence,
+                last_turn_error=error,
+            ),
+        )
+        events = AgentEventWriter(self._flow.agent_events, context, state.turn_id)
+        events.write_event(AgentEventType.TURN_FAILED, {"error": error})
+        events.close()
+        return go_to(AwaitUserMessage, None)

@@ -1,0 +1,179 @@
+"""A scripted runner that follows the runner contract with no model and no network.
+
+The user message is the script:
+
+- ``"tools: a, b"`` asks for tools ``a`` and ``b`` in one model response, then answers with
+  every outcome the model sees;
+- ``"tools-then-fail: a"`` asks for ``a``, then every resumed model call raises;
+- ``"fail-model"`` makes every model call raise;
+- ``"bad-id"`` asks for a tool call whose ID contains ``/``;
+- ``"config"`` answers with the session's agent config as JSON;
+- ``"threaded"`` writes a text delta from another thread, and another one from a thread that
+  waits for the ``late_write`` gate, long after the call returned;
+- anything else is echoed back.
+
+Tools record each real run in the ``InvocationLog`` of ``SCRIPTED_STATE_DIR`` and some wait at a
+``FileGate`` named after the tool, so a test can kill the Worker mid-call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from dex_agents import (
+    AgentSessionFlow,
+    AgentSessionOptions,
+    AgentTurnContext,
+    AgentTurnOutcome,
+    AgentUsage,
+    DeferredToolCall,
+    DeferredToolExecution,
+    FrameworkMessage,
+    MessageRole,
+    ToolCallsRequested,
+    ToolEffect,
+    ToolExecutionError,
+    ToolExecutionResult,
+    ToolPolicy,
+    TurnCompleted,
+    describe_tool_call_outcome,
+)
+from dex_agents.testing import FileGate, InvocationLog
+
+STATE_DIR_ENV = "SCRIPTED_STATE_DIR"
+FLOW_TYPE = "ScriptedAgent"
+DEADLINE_FLOW_TYPE = "ScriptedDeadlineAgent"
+INTERRUPT_DEADLINE = timedelta(seconds=2)
+MODEL_USAGE = AgentUsage(input_tokens=10, output_tokens=5, requests=1)
+
+#: Tools that wait at a FileGate named after themselves.
+GATED_TOOLS = frozenset({"gated_read", "idem_write", "charge", "parallel_a", "parallel_b"})
+TOOL_POLICIES = {
+    "lookup": ToolPolicy(ToolEffect.READ),
+    "gated_read": ToolPolicy(ToolEffect.READ),
+    "parallel_a": ToolPolicy(ToolEffect.READ),
+    "parallel_b": ToolPolicy(ToolEffect.READ),
+    "idem_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
+    "charge": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False),
+    "refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),
+    "broken": ToolPolicy(ToolEffect.READ),
+}
+
+
+def state_dir() -> Path:
+    return Path(os.environ[STATE_DIR_ENV])
+
+
+def invocation_log(directory: Path | None = None) -> InvocationLog:
+    return InvocationLog((directory or state_dir()) / "invocations.log")
+
+
+class ScriptedRunner:
+    """Stateless: everything comes from the turn's messages, run state and records."""
+
+    def build_user_message(self, text: str) -> FrameworkMessage:
+        return FrameworkMessage(MessageRole.USER, {"role": "user", "content": text}, text)
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        invocation_log().record("model", turn.turn_id)
+        script = next(message.text for message in reversed(turn.messages) if message.role == "user")
+        command, _, argument = script.partition(":")
+        tool_names = [name.strip() for name in argument.split(",") if name.strip()]
+        if command == "fail-model":
+            raise RuntimeError("scripted model failure")
+        if command == "config":
+            answer = json.dumps(turn.agent_config, sort_keys=True)
+            return TurnCompleted(
+                [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
+            )
+        if command == "threaded":
+            await asyncio.to_thread(turn.events.write_text_delta, "from a thread")
+            threading.Thread(target=write_after_return, args=(turn,), daemon=True).start()
+            answer = "threaded done"
+            return TurnCompleted(
+                [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
+            )
+        if command == "bad-id":
+            call = DeferredToolCall("call/1", "lookup", "{}", turn.resolve_tool_policy("lookup"))
+            return ToolCallsRequested(json.dumps({"calls": []}), [call], MODEL_USAGE)
+        if command in ("tools", "tools-then-fail") and turn.framework_run_state is None:
+            calls = [
+                DeferredToolCall(
+                    f"call-{index}",
+                    name,
+                    json.dumps({"n": index}),
+                    turn.resolve_tool_policy(name),
+                )
+                for index, name in enumerate(tool_names, start=1)
+            ]
+            turn.events.write_text_delta("calling tools")
+            state = {"calls": [call.tool_call_id for call in calls]}
+            return ToolCallsRequested(json.dumps(state), calls, MODEL_USAGE)
+        if command == "tools-then-fail":
+            raise RuntimeError("scripted model failure after tools")
+        if turn.framework_run_state is not None:
+            call_ids = json.loads(turn.framework_run_state)["calls"]
+            records = [turn.recorded_tool_call(call_id) for call_id in call_ids]
+            results = [
+                FrameworkMessage(
+                    MessageRole.TOOL,
+                    {"tool_call_id": record.tool_call_id, "status": record.status},
+                    describe_tool_call_outcome(record),
+                )
+                for record in records
+            ]
+            answer = "; ".join(
+                f"{record.tool_name}={record.status}: {describe_tool_call_outcome(record)}"
+                for record in records
+            )
+            request = FrameworkMessage(MessageRole.ASSISTANT, {"tool_calls": call_ids}, "")
+            final = FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)
+            turn.events.write_text_delta(answer)
+            return TurnCompleted([request, *results, final], MODEL_USAGE)
+        answer = f"echo: {script}"
+        turn.events.write_text_delta(answer)
+        return TurnCompleted(
+            [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
+        )
+
+    async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
+        name = call.tool_call.tool_name
+        log = invocation_log()
+        log.record("tool", name)
+        log.record("key", f"{name} {call.idempotency_key} attempt={call.attempt}")
+        if name in GATED_TOOLS:
+            gate = FileGate(state_dir(), name)
+            gate.reach()
+            await gate.wait_for_release()
+        if name == "broken":
+            raise ToolExecutionError("the broken tool always fails")
+        return ToolExecutionResult(f"{name} ok")
+
+
+def write_after_return(turn: AgentTurnContext) -> None:
+    """Once the test releases ``late_write``, write a delta the session must drop."""
+    gate = FileGate(state_dir(), "late_write")
+    give_up_at = time.monotonic() + 60
+    while not gate.is_released() and time.monotonic() < give_up_at:
+        time.sleep(0.02)
+    turn.events.write_text_delta("too late")
+    invocation_log().record("late", "written")
+
+
+def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
+    deadline = INTERRUPT_DEADLINE if flow_type == DEADLINE_FLOW_TYPE else None
+    return AgentSessionFlow(
+        ScriptedRunner(),
+        flow_type=flow_type,
+        options=AgentSessionOptions(tool_policies=TOOL_POLICIES, interrupt_deadline=deadline),
+    )
+
+
+def build_flows() -> list[AgentSessionFlow]:
+    return [build_flow(FLOW_TYPE), build_flow(DEADLINE_FLOW_TYPE)]

@@ -1,0 +1,421 @@
+"""AgentSessionFlow against the real engine process and real Worker child processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from dex_agents import (
+    AgentEventType,
+    AgentInterrupt,
+    AgentSessionClient,
+    AgentSessionFlow,
+    AgentSnapshot,
+    AgentStatus,
+    MessageRole,
+    ToolEffect,
+    ToolPolicy,
+)
+from dex_agents.testing import (
+    EXECUTE_COMPLETED_EVENT,
+    AgentTestStack,
+    FileGate,
+    wait_for_agent_snapshot,
+    wait_until,
+)
+from tests.dex_agents.scripted_agent import (
+    DEADLINE_FLOW_TYPE,
+    FLOW_TYPE,
+    STATE_DIR_ENV,
+    build_flows,
+    invocation_log,
+)
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+WORKER_MODULE = "tests.dex_agents.scripted_worker"
+TURN_TIMEOUT = 40.0
+
+
+@asynccontextmanager
+async def scripted_stack(tmp_path: Path) -> AsyncIterator[AgentTestStack]:
+    async with AgentTestStack(
+        tmp_path,
+        build_flows(),
+        WORKER_MODULE,
+        worker_cwd=REPOSITORY_ROOT,
+        worker_env={STATE_DIR_ENV: str(tmp_path)},
+    ) as stack:
+        yield stack
+
+
+def flow_of(stack: AgentTestStack, flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
+    flow = next(flow for flow in stack.flows if flow.get_flow_type() == flow_type)
+    assert isinstance(flow, AgentSessionFlow)
+    return flow
+
+
+async def wait_for_idle(
+    sessions: AgentSessionClient, session_id: str, *, message_count: int
+) -> AgentSnapshot:
+    """The snapshot once the session waits for a user message with ``message_count`` messages."""
+
+    def idle(snapshot: AgentSnapshot) -> AgentSnapshot | None:
+        state = snapshot.state
+        if (
+            state is not None
+            and state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
+            and state.message_count >= message_count
+        ):
+            return snapshot
+        return None
+
+    return await wait_for_agent_snapshot(
+        sessions,
+        session_id,
+        idle,
+        description=f"idle with {message_count} messages",
+        timeout=TURN_TIMEOUT,
+    )
+
+
+async def wait_for_interrupt(sessions: AgentSessionClient, session_id: str) -> AgentInterrupt:
+    return await wait_for_agent_snapshot(
+        sessions,
+        session_id,
+        lambda snapshot: next(iter(snapshot.pending_interrupts), None),
+        description="a pending approval",
+    )
+
+
+def last_text(snapshot: AgentSnapshot) -> str:
+    return snapshot.messages[-1].text
+
+
+async def executed_steps(stack: AgentTestStack, session_id: str) -> list[tuple[str, int]]:
+    history = await stack.read_step_history(session_id)
+    return [
+        (entry.step_type, entry.final_attempt)
+        for entry in history
+        if entry.event_type == EXECUTE_COMPLETED_EVENT
+    ]
+
+
+async def test_write_survives_a_worker_kill_while_approval_waits(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        worker = await stack.start_worker()
+        await sessions.start_session("session-1", "tools: refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        assert interrupt.tool_name == "refund"
+        assert interrupt.deadline is None
+        worker.kill()
+        await stack.start_worker()
+
+        assert await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=True, rejection_message="ignored"
+        )
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+
+        assert last_text(snapshot) == "refund=succeeded: refund ok"
+        assert invocation_log(tmp_path).count("tool", "refund") == 1
+        steps = await executed_steps(stack, "session-1")
+        assert [step for step, _ in steps].count("CallSingleAttemptTool") == 1
+        assert ("AwaitToolApproval", 1) in steps
+        assert not await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=True
+        )
+
+
+async def test_rejection_is_what_the_model_sees(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        assert await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=False, rejection_message="not today"
+        )
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+
+        assert last_text(snapshot) == (
+            "refund=rejected: Tool call was rejected and did not run: not today"
+        )
+        assert invocation_log(tmp_path).count("tool", "refund") == 0
+
+
+async def test_read_tool_killed_mid_call_runs_again(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        worker = await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+        worker.kill()
+        await stack.start_worker()
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+
+        assert last_text(snapshot) == "gated_read=succeeded: gated_read ok"
+        assert invocation_log(tmp_path).count("tool", "gated_read") == 2
+        assert ("CallTool", 2) in await executed_steps(stack, "session-1")
+
+
+async def test_idempotent_write_killed_mid_call_runs_again_with_the_same_key(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        worker = await stack.start_worker()
+        gate = FileGate(tmp_path, "idem_write")
+        await sessions.start_session("session-1", "tools: idem_write")
+        await gate.wait_until_reached()
+        worker.kill()
+        await stack.start_worker()
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+
+        assert last_text(snapshot) == "idem_write=succeeded: idem_write ok"
+        keys = [name for kind, name in invocation_log(tmp_path).entries() if kind == "key"]
+        assert keys == [
+            "idem_write session-1/turn-1/call-1 attempt=1",
+            "idem_write session-1/turn-1/call-1 attempt=2",
+        ]
+
+
+async def test_non_idempotent_write_killed_mid_call_is_outcome_unknown(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        worker = await stack.start_worker()
+        gate = FileGate(tmp_path, "charge")
+        await sessions.start_session("session-1", "tools: charge")
+        await gate.wait_until_reached()
+        worker.kill()
+        await stack.start_worker()
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+
+        assert last_text(snapshot).startswith(
+            "charge=outcome_unknown: Tool call outcome is unknown"
+        )
+        assert invocation_log(tmp_path).count("tool", "charge") == 1
+        steps = [step for step, _ in await executed_steps(stack, "session-1")]
+        assert "RecordToolOutcomeUnknown" in steps
+        assert "CallSingleAttemptTool" not in steps
+
+
+async def test_tool_calls_of_one_response_run_in_parallel(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        first, second = FileGate(tmp_path, "parallel_a"), FileGate(tmp_path, "parallel_b")
+        await sessions.start_session("session-1", "tools: parallel_a, parallel_b")
+        # Neither gate is released yet, so both tools are inside their Steps at the same time.
+        await first.wait_until_reached()
+        await second.wait_until_reached()
+        # A message sent while the turn runs waits in the queue for the next turn.
+        assert await sessions.send_user_message("session-1", "next")
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        assert snapshot.queued_message_count == 1
+        assert snapshot.state is not None
+        assert snapshot.state.status is AgentStatus.RUNNING_TOOLS
+        assert [call.tool_name for call in snapshot.tool_calls] == ["parallel_a", "parallel_b"]
+        assert [call.deferral_order for call in snapshot.tool_calls] == [0, 1]
+        first.release()
+        second.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=7)
+
+        assert [message.text for message in snapshot.messages[-3:]] == [
+            "parallel_a=succeeded: parallel_a ok; parallel_b=succeeded: parallel_b ok",
+            "next",
+            "echo: next",
+        ]
+        assert snapshot.queued_message_count == 0
+
+
+async def test_failed_model_step_records_the_error_and_the_note(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools-then-fail: lookup")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+
+        assert snapshot.state is not None
+        assert "scripted model failure after tools" in (snapshot.state.last_turn_error or "")
+        assert snapshot.last_turn_error == snapshot.state.last_turn_error
+        assert snapshot.tool_calls == []
+        note = snapshot.messages[-1]
+        assert note.role is MessageRole.USER
+        assert note.text == (
+            "[Dex] The previous turn failed after these tool calls ran:\n"
+            f"- lookup {json.dumps({'n': 1})} -> succeeded: lookup ok\n"
+            "Do not repeat these tool calls unless the user asks again."
+        )
+        assert invocation_log(tmp_path).count("model", "turn-1") == 4
+
+        assert await sessions.send_user_message("session-1", "fail-model")
+        snapshot = await wait_for_agent_snapshot(
+            sessions,
+            "session-1",
+            lambda s: (
+                s if s.state and s.state.turn_number == 2 and s.state.turn_id is None else None
+            ),
+            description="turn 2 failed",
+            timeout=TURN_TIMEOUT,
+        )
+        assert snapshot.state is not None
+        assert snapshot.state.message_count == 3, "a failed turn without tools appends nothing"
+        assert "scripted model failure" in (snapshot.last_turn_error or "")
+
+        assert await sessions.send_user_message("session-1", "hello")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=5)
+        assert last_text(snapshot) == "echo: hello"
+        assert snapshot.last_turn_error is None
+
+
+async def test_approval_deadline_expiry_is_a_rejection_the_model_sees(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, DEADLINE_FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        assert interrupt.deadline is not None
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+
+        assert last_text(snapshot).startswith(
+            "refund=rejected: Tool call was rejected and did not run: "
+            "No approval before the deadline"
+        )
+        assert invocation_log(tmp_path).count("tool", "refund") == 0
+        assert not await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=True
+        )
+
+
+async def test_blank_messages_start_nothing(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        worker = await stack.start_worker()
+        await sessions.start_session("session-1", "   ")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=0)
+        assert snapshot.state is not None
+        assert snapshot.state.turn_number == 0
+        assert snapshot.messages == []
+
+        assert not await sessions.send_user_message("session-1", " \n\t")
+        assert await sessions.send_user_message("session-1", "hello")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+        assert [message.sequence for message in snapshot.messages] == [1, 2]
+        assert snapshot.usage.requests == 1
+        assert invocation_log(tmp_path).count("model") == 1
+        assert await asyncio.to_thread(worker.terminate) == 0, worker.log()
+
+
+async def test_bad_tool_call_id_fails_the_turn(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "bad-id")
+        snapshot = await wait_for_agent_snapshot(
+            sessions,
+            "session-1",
+            lambda s: s if s.last_turn_error else None,
+            description="the turn failed",
+            timeout=TURN_TIMEOUT,
+        )
+        assert "must not contain '/'" in (snapshot.last_turn_error or "")
+        assert [message.text for message in snapshot.messages] == ["bad-id"]
+        assert invocation_log(tmp_path).count("tool") == 0
+
+
+async def test_snapshot_and_messages_of_a_stopped_session(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        flow = flow_of(stack)
+        sessions = stack.sessions(flow)
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: lookup, broken")
+        await wait_for_idle(sessions, "session-1", message_count=5)
+        await sessions.stop_session("session-1")
+
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        assert [message.sequence for message in snapshot.messages] == [1, 2, 3, 4, 5]
+        assert snapshot.usage.requests == 2
+        assert snapshot.usage.input_tokens == 20
+        page = await sessions.list_agent_messages("session-1", after_sequence=1, limit=0)
+        assert [message.sequence for message in page.messages] == [2]
+        assert page.has_more
+        page = await sessions.list_agent_messages("session-1", after_sequence=2)
+        assert [message.sequence for message in page.messages] == [3, 4, 5]
+        assert not page.has_more
+
+        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
+        by_type: dict[str, list[dict[str, object]]] = {}
+        for message in reversed(events.messages):
+            event = message.value
+            assert event.turn_id == "turn-1"
+            assert event.step_execution_id
+            assert event.attempt == 1
+            by_type.setdefault(event.type, []).append(event.payload)
+        assert by_type[AgentEventType.TURN_STARTED] == [{"sequence": 1}]
+        assert by_type[AgentEventType.TURN_COMPLETED] == [{"message_count": 5}]
+        assert [p["tool_name"] for p in by_type[AgentEventType.TOOL_CALL_DEFERRED]] == [
+            "lookup",
+            "broken",
+        ]
+        finished = {p["tool_name"]: p["status"] for p in by_type[AgentEventType.TOOL_CALL_FINISHED]}
+        assert finished == {"lookup": "succeeded", "broken": "failed"}
+        assert len(by_type[AgentEventType.TOOL_CALL_STARTED]) == 2
+        assert len(by_type[AgentEventType.USAGE_RECORDED]) == 2
+        assert by_type[AgentEventType.USAGE_RECORDED][-1]["session"] == {
+            "input_tokens": 20,
+            "output_tokens": 10,
+            "reasoning_tokens": 0,
+            "cached_input_tokens": 0,
+            "requests": 2,
+        }
+        assert AgentEventType.TEXT_DELTA in by_type
+
+
+async def test_text_deltas_from_threads_and_after_return(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        flow = flow_of(stack)
+        sessions = stack.sessions(flow)
+        await stack.start_worker()
+        await sessions.start_session("session-1", "threaded")
+        await wait_for_idle(sessions, "session-1", message_count=2)
+        FileGate(tmp_path, "late_write").release()
+        log = invocation_log(tmp_path)
+        await wait_until("the late write", lambda: log.count("late", "written") == 1)
+
+        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
+        deltas = [
+            message.value.payload["text"]
+            for message in reversed(events.messages)
+            if message.value.type is AgentEventType.TEXT_DELTA
+        ]
+        assert deltas == ["from a thread"]
+
+
+async def test_session_config_and_policies_come_before_the_flow_policies(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session(
+            "session-1",
+            "tools: lookup",
+            agent_config={"model": "demo", "prompt": "be brief"},
+            tool_policies={"lookup": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, True)},
+        )
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        assert snapshot.tool_calls[0].effect is ToolEffect.IDEMPOTENT_WRITE
+        assert await sessions.resolve_interrupt("session-1", interrupt.interrupt_id, approved=True)
+        await wait_for_idle(sessions, "session-1", message_count=4)
+        steps = [step for step, _ in await executed_steps(stack, "session-1")]
+        assert "CallTool" in steps
+
+        assert await sessions.send_user_message("session-1", "config")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+        assert json.loads(last_text(snapshot)) == {"model": "demo", "prompt": "be brief"}
