@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -35,10 +36,11 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, TextIO, cast
 
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import (
     CallToolResult,
@@ -234,6 +236,27 @@ def _stdio_parameters(spec: McpServerSpec) -> StdioServerParameters:
     )
 
 
+def _server_errlog() -> TextIO:
+    """Where a stdio server's stderr goes: this process's stderr when it is a real file.
+
+    Celery (and other hosts) replace ``sys.stderr`` with a logging proxy that has no file
+    descriptor, which a child process cannot inherit; the original stderr is used then.
+    """
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return _devnull()
+
+
+@functools.cache
+def _devnull() -> TextIO:
+    return open(os.devnull, "w")  # kept open for the life of the process
+
+
 @asynccontextmanager
 async def _open_client(spec: McpServerSpec) -> AsyncIterator[Client]:
     """Connect to ``spec`` and complete the MCP handshake; close everything on exit.
@@ -242,7 +265,10 @@ async def _open_client(spec: McpServerSpec) -> AsyncIterator[Client]:
     """
     async with AsyncExitStack() as stack:
         if spec.transport == "stdio":
-            client = Client(_stdio_parameters(spec), read_timeout_seconds=spec.call_timeout)
+            client = Client(
+                stdio_client(_stdio_parameters(spec), errlog=_server_errlog()),
+                read_timeout_seconds=spec.call_timeout,
+            )
         elif spec.transport == "streamable_http":
             if not spec.url:
                 raise McpTransportError(f"MCP server {spec.name!r}: no URL configured")

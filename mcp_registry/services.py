@@ -99,3 +99,15 @@ def server_discovery_enqueue(*, server: McpServer) -> None:
 
     server_id = server.pk
     transaction.on_commit(lambda: discover_server_tools.delay(server_id))
+
+
+def servers_discovery_enqueue() -> list[str]:
+    """Queue tool discovery for every enabled server (``manage.py dev`` does this at start).
+
+    Returns:
+        The names of the servers whose discovery was queued.
+    """
+    servers = list(McpServer.objects.filter(enabled=True).order_by("name"))
+    for server in servers:
+        server_discovery_enqueue(server=server)
+    return [server.name for server in servers]

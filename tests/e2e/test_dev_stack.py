@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 from pathlib import Path
 
 import httpx
@@ -38,8 +39,17 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _discovered_servers(database: Path) -> dict[str, tuple[str | None, str]]:
+    """``{server name: (last_discovered_at, last_error)}`` read straight from the database file."""
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute(
+            "SELECT name, last_discovered_at, last_error FROM mcp_registry_mcpserver"
+        ).fetchall()
+    return {name: (discovered, error) for name, discovered, error in rows}
+
+
 def test_dev_prints_ready_serves_health_and_stops_every_child(
-    processes: Processes, ports: Ports
+    processes: Processes, ports: Ports, stack_env: dict[str, str]
 ) -> None:
     dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(ports.web)])
     ready = dev.wait_for_line("dexagents is ready at", timeout=180)
@@ -54,6 +64,14 @@ def test_dev_prints_ready_serves_health_and_stops_every_child(
                        headers={"Authorization": f"Token {token}"}, timeout=10)
     assert agents.status_code == 200
     assert "demo" in agents.text
+
+    # The Celery worker ran the demo server's tool discovery (a real MCP subprocess).
+    database = Path(stack_env["DEXAGENTS_VAR_DIR"]) / "db.sqlite3"
+    discovered = wait_until(
+        "the Celery worker to discover the search server's tools",
+        lambda: _discovered_servers(database).get("search", (None, ""))[0], timeout=60)
+    assert discovered
+    assert _discovered_servers(database)["search"][1] == ""
 
     children = _descendants(dev.popen.pid)
     assert len(children) >= 5, children  # engine, model, worker, celery, web

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
-from collections import Counter
+from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,8 +40,28 @@ def _wait_for_reply(api: httpx.Client, session_id: str, message_count: int) -> d
     return wait_until("the session to wait for the next message", probe, timeout=90)
 
 
+def _read_agent_events(address: str, session_id: str, cache_dir: Path) -> list[Any]:
+    """The session's AgentEvents Stream, oldest first, read with the real Dex SDK client."""
+    from dex import AsyncClient, BlobCacheConfig, ClientOptions, Registry, open_blob_cache
+
+    from agents_app.flow import build_flow
+
+    async def read() -> list[Any]:
+        flow = build_flow()
+        cache = open_blob_cache(BlobCacheConfig(str(cache_dir), 8 * 1024 * 1024))
+        client = AsyncClient(Registry([flow], allow_async_handlers=True), cache,
+                             ClientOptions(server_address=address))
+        try:
+            page = await client.list_stream_messages(session_id, flow.agent_events, 500)
+        finally:
+            await client.close()
+        return [message.value for message in reversed(page.messages)]
+
+    return asyncio.run(read())
+
+
 def test_a_turn_with_a_tool_call_survives_an_engine_restart(
-    processes: Processes, ports: Ports, stack_env: dict[str, str]
+    processes: Processes, ports: Ports, stack_env: dict[str, str], tmp_path: Path
 ) -> None:
     processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
     processes.run([PYTHON, "manage.py", "seed_demo"])
@@ -78,6 +100,17 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
     assert completed["RunModel"] == 2, history.json()
     assert completed["CallTool"] == 1, history.json()
     assert completed["ResumeTurn"] == 1, history.json()
+
+    # The runner streamed the answer as text_delta events of the second RunModel Step.
+    events = _read_agent_events(f"127.0.0.1:{ports.engine}", session_id, tmp_path / "cache")
+    assert [event.type for event in events][0] == "turn_started"
+    assert events[-1].type == "turn_completed"
+    streamed: dict[str, str] = defaultdict(str)
+    for event in events:
+        assert event.turn_id == "turn-1"
+        if event.type == "text_delta":
+            streamed[event.step_execution_id] += event.payload["text"]
+    assert final["text"] in streamed.values(), streamed
 
     # The engine dies without warning and comes back on the same database.
     engine.signal_group(signal.SIGKILL)

@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents_app.devstack import ChildSpec, DevStack, StackStartError
+from mcp_registry.services import servers_discovery_enqueue
 
 
 class Command(BaseCommand):
@@ -34,6 +35,8 @@ class Command(BaseCommand):
         call_command("seed_demo", stdout=seeded)
         admin_login = [line for line in seeded.getvalue().splitlines()
                        if line.startswith("Admin login:")]
+        # Discovery runs in the Celery worker; the broker holds the messages until it starts.
+        discovering = servers_discovery_enqueue()
         token_out = StringIO()
         call_command("createtoken", "demo", stdout=token_out)
         token = token_out.getvalue().strip().splitlines()[-1]
@@ -42,6 +45,8 @@ class Command(BaseCommand):
             url = f"http://{host}:{port}"
             self.stdout.write(f"dexagents is ready at {url}")
             self.stdout.write(f"API token for the demo user: {token}")
+            if discovering:
+                self.stdout.write("Discovering the tools of: " + ", ".join(discovering))
             for line in admin_login:
                 self.stdout.write(f"{line} Django admin: {url}/admin/")
             self.stdout.write(
