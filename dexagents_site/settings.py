@@ -195,13 +195,16 @@ if REDIS_URL:
 else:
     _celery_queue_dir = VAR_DIR / "celery" / "queue"
     _celery_processed_dir = VAR_DIR / "celery" / "processed"
-    _celery_queue_dir.mkdir(parents=True, exist_ok=True)
-    _celery_processed_dir.mkdir(parents=True, exist_ok=True)
+    # Fanout state (worker control messages); kombu's default is ./control in the cwd.
+    _celery_control_dir = VAR_DIR / "celery" / "control"
+    for _celery_dir in (_celery_queue_dir, _celery_processed_dir, _celery_control_dir):
+        _celery_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_queue_dir),
         "data_folder_out": str(_celery_queue_dir),
         "processed_folder": str(_celery_processed_dir),
+        "control_folder": str(_celery_control_dir),
         "store_processed": False,
         "polling_interval": 0.2,
     }
