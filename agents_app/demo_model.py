@@ -1,4 +1,4 @@
-"""The local demo model: a deterministic OpenAI-compatible Chat Completions server.
+"""The local demo model: a deterministic OpenAI-compatible server (Chat Completions and Responses).
 
 Run it with ``python -m agents_app.demo_model --host 127.0.0.1 --port 8811`` (``--port 0`` picks a
 free port). Once it accepts connections it prints exactly one line,
@@ -6,21 +6,38 @@ free port). Once it accepts connections it prints exactly one line,
 through LiteLLM as ``openai/dexagents-demo`` with ``api_base=http://<host>:<port>/v1``
 (ARCHITECTURE.md, "The demo model"). It needs no key and ignores any ``Authorization`` header.
 
-The script is applied to the conversation a request carries, so the server keeps no state:
+Routes: ``POST /v1/chat/completions``, ``POST /v1/responses`` (both streaming and not, with
+usage) and ``GET /v1/models``.
 
-* When the request ends with ``role="tool"`` messages (tool results after the assistant message
-  that asked for them), the answer is a final text that quotes each result's text, in order.
-* Otherwise the latest user message is read line by line. Every line
-  ``/tool <name> <json-arguments>`` becomes one tool call of a single response, in line order
-  (parallel tool calls). The arguments are passed on verbatim (``{}`` when omitted), so a test can
-  also script invalid JSON. Call IDs are ``call_<n>``, numbered after the tool calls already in
-  the conversation, so they never repeat within one conversation.
-* Any other message gets ``You said: <text>``.
+The script is applied to the conversation a request carries (issue 6, "The demo model server"):
 
-Streaming follows the OpenAI wire shape: ``data: <chunk JSON>`` server-sent events, text split
-over several chunks, tool-call arguments split over id-less continuation chunks, then a usage
-chunk (empty ``choices``) when ``stream_options.include_usage`` is true, then ``data: [DONE]``.
-Token counts are whitespace-separated words, which is deterministic and good enough for a demo.
+* When the request ends with tool results (``role="tool"`` messages, or Responses
+  ``function_call_output`` items), the answer is a final text that quotes each result's text,
+  in order.
+* Otherwise the latest user message is read line by line. Directive lines:
+
+  - ``/tool <name> <json-arguments>``: one tool call per line, all in one response, in line
+    order (parallel tool calls). The arguments are passed on verbatim (``{}`` when omitted),
+    so a test can also script invalid JSON. Call IDs are ``call_<n>``, numbered after the tool
+    calls already in the conversation, so they never repeat within one conversation.
+  - ``/fail <n>``: the first ``n`` times the server receives this exact request (same route,
+    same input), it answers HTTP 500; a retry of the same request then succeeds. This is the
+    only state the server keeps.
+  - ``/slow <seconds>``: wait ``seconds`` between streamed chunks (or once before a whole
+    answer), so a test can kill a worker mid-stream.
+  - ``/think``: also emit a reasoning summary (``Thinking about: <text>``): Responses
+    ``response.reasoning_summary_text.delta`` events and a reasoning item with
+    ``encrypted_content``; Chat Completions ``reasoning_content`` deltas.
+
+  Without ``/tool`` lines the answer is ``You said: <the other lines>``. Directives apply to
+  every request whose latest user message carries them, including the answer after tool results.
+
+Chat Completions streaming follows the OpenAI wire shape: ``data: <chunk JSON>`` server-sent
+events, text split over several chunks, tool-call arguments split over id-less continuation
+chunks, then a usage chunk (empty ``choices``) when ``stream_options.include_usage`` is true,
+then ``data: [DONE]``. Responses streaming sends typed ``event:`` / ``data:`` pairs ending with
+``response.completed`` (which carries usage). Token counts are whitespace-separated words,
+which is deterministic and good enough for a demo.
 
 This module must stay importable without Django settings.
 """
@@ -29,7 +46,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -52,8 +71,12 @@ DEMO_MODEL_NAME = "dexagents-demo"
 READY_LINE_PREFIX = "demo model ready on "
 
 _TOOL_LINE = re.compile(r"^\s*/tool\s+(?P<name>\S+)(?:\s+(?P<arguments>.*\S))?\s*$")
+_FAIL_LINE = re.compile(r"^\s*/fail\s+(?P<count>\d+)\s*$")
+_SLOW_LINE = re.compile(r"^\s*/slow\s+(?P<seconds>\d+(?:\.\d+)?)\s*$")
+_THINK_LINE = re.compile(r"^\s*/think\s*$")
 _TEXT_CHUNK_WORDS = 3
 _ARGUMENT_CHUNK_CHARS = 8
+_MAX_SLOW_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -67,10 +90,21 @@ class DemoToolCall:
 
 @dataclass(frozen=True)
 class DemoReply:
-    """The scripted answer to one request: either ``text`` or a non-empty ``tool_calls`` list."""
+    """The scripted answer to one request.
+
+    Attributes:
+        text: The answer text, or ``None`` when the reply asks for tools.
+        tool_calls: The scripted calls (non-empty when ``text`` is ``None``).
+        reasoning: The reasoning summary (``/think``), or ``None``.
+        fail_count: How many times this exact request answers HTTP 500 first (``/fail``).
+        slow_seconds: Pause between streamed chunks (``/slow``), 0 for none.
+    """
 
     text: str | None = None
     tool_calls: list[DemoToolCall] = field(default_factory=list)
+    reasoning: str | None = None
+    fail_count: int = 0
+    slow_seconds: float = 0.0
 
     @property
     def finish_reason(self) -> str:
@@ -79,10 +113,10 @@ class DemoReply:
 
 
 def message_text(content: Any) -> str:
-    """Return the text of a Chat Completions ``content`` value.
+    """Return the text of a Chat Completions or Responses ``content`` value.
 
-    Accepts a string, ``None``, or a list of content parts (``{"type": "text", "text": ...}``);
-    non-text parts are skipped and text parts are joined with newlines.
+    Accepts a string, ``None``, or a list of content parts (``text``, ``input_text`` or
+    ``output_text``); other parts are skipped and text parts are joined with newlines.
     """
     if content is None:
         return ""
@@ -92,7 +126,8 @@ def message_text(content: Any) -> str:
         return "\n".join(
             str(part.get("text", ""))
             for part in content
-            if isinstance(part, Mapping) and part.get("type") == "text"
+            if isinstance(part, Mapping)
+            and part.get("type") in ("text", "input_text", "output_text")
         )
     return str(content)
 
@@ -102,16 +137,6 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
 
     ``messages`` are Chat Completions message dicts, oldest first. Pure and deterministic.
     """
-    trailing_results: list[str] = []
-    for message in reversed(messages):
-        if message.get("role") != "tool":
-            break
-        trailing_results.append(message_text(message.get("content")))
-    if trailing_results:
-        trailing_results.reverse()
-        quoted = "\n".join(f"- {result}" for result in trailing_results)
-        return DemoReply(text=f"Here is what the tools returned:\n{quoted}")
-
     user_text = next(
         (
             message_text(message.get("content"))
@@ -126,20 +151,47 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
         if message.get("role") == "assistant"
     )
     tool_calls: list[DemoToolCall] = []
+    plain_lines: list[str] = []
+    fail_count = 0
+    slow_seconds = 0.0
+    think = False
     for line in user_text.splitlines():
-        match = _TOOL_LINE.match(line)
-        if match is None:
-            continue
-        tool_calls.append(
-            DemoToolCall(
-                id=f"call_{earlier_calls + len(tool_calls) + 1}",
-                name=match.group("name"),
-                arguments=match.group("arguments") or "{}",
+        if match := _TOOL_LINE.match(line):
+            tool_calls.append(
+                DemoToolCall(
+                    id=f"call_{earlier_calls + len(tool_calls) + 1}",
+                    name=match.group("name"),
+                    arguments=match.group("arguments") or "{}",
+                )
             )
-        )
+        elif match := _FAIL_LINE.match(line):
+            fail_count = int(match.group("count"))
+        elif match := _SLOW_LINE.match(line):
+            slow_seconds = min(float(match.group("seconds")), _MAX_SLOW_SECONDS)
+        elif _THINK_LINE.match(line):
+            think = True
+        else:
+            plain_lines.append(line)
+    plain_text = "\n".join(plain_lines).strip()
+    reasoning = f"Thinking about: {plain_text or 'the request'}" if think else None
+    common: dict[str, Any] = {
+        "reasoning": reasoning,
+        "fail_count": fail_count,
+        "slow_seconds": slow_seconds,
+    }
+
+    trailing_results: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        trailing_results.append(message_text(message.get("content")))
+    if trailing_results:
+        trailing_results.reverse()
+        quoted = "\n".join(f"- {result}" for result in trailing_results)
+        return DemoReply(text=f"Here is what the tools returned:\n{quoted}", **common)
     if tool_calls:
-        return DemoReply(tool_calls=tool_calls)
-    return DemoReply(text=f"You said: {user_text}")
+        return DemoReply(tool_calls=tool_calls, **common)
+    return DemoReply(text=f"You said: {plain_text}", **common)
 
 
 def count_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
@@ -154,18 +206,28 @@ def count_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
+def _reasoning_tokens(reply: DemoReply) -> int:
+    return len(reply.reasoning.split()) if reply.reasoning else 0
+
+
 def _completion_tokens(reply: DemoReply) -> int:
     if reply.text is not None:
-        return len(reply.text.split())
-    return sum(len(call.name.split()) + len(call.arguments.split()) for call in reply.tool_calls)
+        visible = len(reply.text.split())
+    else:
+        visible = sum(
+            len(call.name.split()) + len(call.arguments.split()) for call in reply.tool_calls
+        )
+    return visible + _reasoning_tokens(reply)
 
 
-def _usage(prompt_tokens: int, reply: DemoReply) -> dict[str, int]:
+def _usage(prompt_tokens: int, reply: DemoReply) -> dict[str, Any]:
     completion_tokens = _completion_tokens(reply)
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": _reasoning_tokens(reply)},
     }
 
 
@@ -190,6 +252,8 @@ def build_completion(
 ) -> dict[str, Any]:
     """Build a non-streaming ``chat.completion`` object for ``reply``, usage included."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.reasoning is not None:
+        message["reasoning_content"] = reply.reasoning
     if reply.tool_calls:
         message["tool_calls"] = [
             {
@@ -220,10 +284,10 @@ def build_chunks(
 ) -> list[dict[str, Any]]:
     """Build the ``chat.completion.chunk`` objects that stream ``reply``, in order.
 
-    The first chunk carries the role; each tool call opens with a chunk holding its index, id
-    and name, and its arguments follow in id-less chunks that carry only the index. The last
-    choice chunk has the finish reason; a usage chunk with empty ``choices`` follows when
-    ``include_usage`` is true.
+    The first chunk carries the role; a reasoning summary follows as ``reasoning_content``
+    deltas; each tool call opens with a chunk holding its index, id and name, and its arguments
+    follow in id-less chunks that carry only the index. The last choice chunk has the finish
+    reason; a usage chunk with empty ``choices`` follows when ``include_usage`` is true.
     """
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
@@ -236,6 +300,8 @@ def build_chunks(
         }
 
     chunks = [chunk({"role": "assistant", "content": ""})]
+    if reply.reasoning is not None:
+        chunks.extend(chunk({"reasoning_content": piece}) for piece in split_text(reply.reasoning))
     if reply.text is not None:
         chunks.extend(chunk({"content": piece}) for piece in split_text(reply.text))
     for index, call in enumerate(reply.tool_calls):
@@ -265,79 +331,347 @@ def build_chunks(
     return chunks
 
 
-async def _sse(chunks: Iterable[dict[str, Any]]) -> AsyncIterator[str]:
-    for item in chunks:
-        yield f"data: {json.dumps(item)}\n\n"
+# --- Responses API ----------------------------------------------------------------------------
+
+
+def responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Convert a Responses request's ``instructions`` and ``input`` to Chat Completions
+    messages, so one script serves both APIs.
+
+    ``message`` items (or items with a ``role``) keep their role and text; ``function_call``
+    items join the preceding assistant message's ``tool_calls``; ``function_call_output``
+    items become ``role="tool"`` messages; ``reasoning`` items are skipped.
+
+    Raises:
+        ValueError: If ``input`` is neither a string nor a list of objects.
+    """
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    raw = body.get("input")
+    if isinstance(raw, str):
+        messages.append({"role": "user", "content": raw})
+        return messages
+    if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
+        raise ValueError("'input' must be a string or a list of input items")
+    for item in raw:
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            role = str(item.get("role") or "user")
+            messages.append({"role": role, "content": message_text(item.get("content"))})
+        elif kind == "function_call":
+            if not messages or messages[-1].get("role") != "assistant":
+                messages.append({"role": "assistant", "content": None})
+            messages[-1].setdefault("tool_calls", []).append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                }
+            )
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id"),
+                    "content": output if isinstance(output, str) else json.dumps(output),
+                }
+            )
+    return messages
+
+
+def _responses_usage(prompt_tokens: int, reply: DemoReply) -> dict[str, Any]:
+    output_tokens = _completion_tokens(reply)
+    return {
+        "input_tokens": prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": _reasoning_tokens(reply)},
+        "total_tokens": prompt_tokens + output_tokens,
+    }
+
+
+def encrypted_reasoning(summary: str) -> str:
+    """The demo's stand-in for encrypted reasoning: base64 of ``demo-reasoning:<summary>``."""
+    return base64.b64encode(f"demo-reasoning:{summary}".encode()).decode("ascii")
+
+
+def build_response_output(reply: DemoReply, response_id: str) -> list[dict[str, Any]]:
+    """The Responses ``output`` items for ``reply``: reasoning, then a message or calls."""
+    output: list[dict[str, Any]] = []
+    if reply.reasoning is not None:
+        output.append(
+            {
+                "id": f"rs_{response_id}",
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": reply.reasoning}],
+                "encrypted_content": encrypted_reasoning(reply.reasoning),
+            }
+        )
+    if reply.text is not None:
+        output.append(
+            {
+                "id": f"msg_{response_id}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+            }
+        )
+    output.extend(
+        {
+            "id": f"fc_{response_id}_{index}",
+            "type": "function_call",
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "status": "completed",
+        }
+        for index, call in enumerate(reply.tool_calls)
+    )
+    return output
+
+
+def build_response(
+    reply: DemoReply, *, response_id: str, model: str, created: int, prompt_tokens: int
+) -> dict[str, Any]:
+    """Build a whole ``response`` object (status ``completed``, usage included)."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": "completed",
+        "model": model,
+        "output": build_response_output(reply, response_id),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "store": False,
+        "usage": _responses_usage(prompt_tokens, reply),
+    }
+
+
+def build_response_events(
+    reply: DemoReply, *, response_id: str, model: str, created: int, prompt_tokens: int
+) -> list[dict[str, Any]]:
+    """Build the Responses streaming events for ``reply``, in order, each with its ``type``
+    and ``sequence_number``: ``response.created``; per output item ``output_item.added``, its
+    deltas (reasoning summary text, output text, function call arguments) and
+    ``output_item.done``; then ``response.completed`` with the whole response."""
+    final = build_response(
+        reply, response_id=response_id, model=model, created=created, prompt_tokens=prompt_tokens
+    )
+    events: list[dict[str, Any]] = []
+
+    def emit(kind: str, **data: Any) -> None:
+        events.append({"type": kind, "sequence_number": len(events) + 1, **data})
+
+    emit("response.created", response={**final, "status": "in_progress", "output": []})
+    for output_index, item in enumerate(final["output"]):
+        item_id = item["id"]
+        if item["type"] == "reasoning":
+            emit(
+                "response.output_item.added",
+                output_index=output_index,
+                item={**item, "summary": []},
+            )
+            text = item["summary"][0]["text"]
+            part: dict[str, Any] = {"type": "summary_text", "text": ""}
+            location = {"item_id": item_id, "output_index": output_index, "summary_index": 0}
+            emit("response.reasoning_summary_part.added", **location, part=part)
+            for piece in split_text(text):
+                emit("response.reasoning_summary_text.delta", **location, delta=piece)
+            emit("response.reasoning_summary_text.done", **location, text=text)
+            emit("response.reasoning_summary_part.done", **location, part={**part, "text": text})
+        elif item["type"] == "message":
+            emit(
+                "response.output_item.added",
+                output_index=output_index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            text = item["content"][0]["text"]
+            location = {"item_id": item_id, "output_index": output_index, "content_index": 0}
+            part = {"type": "output_text", "text": "", "annotations": []}
+            emit("response.content_part.added", **location, part=part)
+            for piece in split_text(text):
+                emit("response.output_text.delta", **location, delta=piece, logprobs=[])
+            emit("response.output_text.done", **location, text=text, logprobs=[])
+            emit("response.content_part.done", **location, part={**part, "text": text})
+        else:
+            emit(
+                "response.output_item.added",
+                output_index=output_index,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
+            location = {"item_id": item_id, "output_index": output_index}
+            for piece in _split_arguments(item["arguments"]):
+                emit("response.function_call_arguments.delta", **location, delta=piece)
+            emit("response.function_call_arguments.done", **location, arguments=item["arguments"])
+        emit("response.output_item.done", output_index=output_index, item=item)
+    emit("response.completed", response=final)
+    return events
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+
+class FailureLedger:
+    """Counts the HTTP 500 answers given per exact request, for ``/fail <n>``."""
+
+    def __init__(self) -> None:
+        self._served: dict[str, int] = {}
+
+    def should_fail(self, route: str, payload: Any, fail_count: int) -> bool:
+        """Whether this request answers 500 now; counts the answer when it does."""
+        if fail_count <= 0:
+            return False
+        key = hashlib.sha256(
+            json.dumps([route, payload], sort_keys=True, default=str).encode()
+        ).hexdigest()
+        served = self._served.get(key, 0)
+        if served >= fail_count:
+            return False
+        self._served[key] = served + 1
+        return True
+
+
+async def _sse(
+    chunks: Iterable[dict[str, Any]], *, pause: float, named: bool, done: bool
+) -> AsyncIterator[str]:
+    for number, item in enumerate(chunks):
+        if pause and number:
+            await asyncio.sleep(pause)
+        prefix = f"event: {item['type']}\n" if named else ""
+        yield f"{prefix}data: {json.dumps(item)}\n\n"
         # Hand control back so each chunk leaves as its own write, as a real provider's would.
         await asyncio.sleep(0)
-    yield "data: [DONE]\n\n"
+    if done:
+        yield "data: [DONE]\n\n"
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     return JSONResponse(
-        {"error": {"message": message, "type": "invalid_request_error", "code": None}},
-        status_code=status,
+        {"error": {"message": message, "type": kind, "code": None}}, status_code=status
     )
 
 
-async def chat_completions(request: Request) -> Response:
-    """``POST /v1/chat/completions``: answer per the demo script, streaming or not.
-
-    Returns 400 with an OpenAI-shaped error body when the JSON body or ``messages`` is invalid.
-    """
+async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
     try:
         body = await request.json()
     except ValueError:
         return _error(400, "The request body is not valid JSON.")
     if not isinstance(body, dict):
         return _error(400, "The request body must be a JSON object.")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(item, dict) for item in messages):
-        return _error(400, "'messages' must be a list of message objects.")
-    model = str(body.get("model") or DEMO_MODEL_NAME)
-    reply = plan_reply(messages)
-    prompt_tokens = count_tokens(messages)
-    created = int(time.time())
-    completion_id = f"chatcmpl-demo-{time.monotonic_ns()}"
-    if body.get("stream"):
-        stream_options = body.get("stream_options") or {}
-        chunks = build_chunks(
-            reply,
-            completion_id=completion_id,
-            model=model,
-            created=created,
-            prompt_tokens=prompt_tokens,
-            include_usage=bool(stream_options.get("include_usage")),
-        )
-        return StreamingResponse(_sse(chunks), media_type="text/event-stream")
-    return JSONResponse(
-        build_completion(
-            reply,
-            completion_id=completion_id,
-            model=model,
-            created=created,
-            prompt_tokens=prompt_tokens,
-        )
-    )
+    return body
 
 
-async def list_models(request: Request) -> Response:
-    """``GET /v1/models``: the one demo model, OpenAI list shape."""
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [
-                {"id": DEMO_MODEL_NAME, "object": "model", "created": 0, "owned_by": "dexagents"}
-            ],
-        }
-    )
+def _scripted_failure() -> JSONResponse:
+    return _error(500, "The demo model was scripted to fail this request (/fail).", "server_error")
 
 
 def create_app() -> Starlette:
     """Return the demo model's ASGI application (routes under ``/v1``)."""
+    ledger = FailureLedger()
+
+    async def chat_completions(request: Request) -> Response:
+        """``POST /v1/chat/completions``: answer per the demo script, streaming or not.
+
+        Returns 400 with an OpenAI-shaped error body when the JSON body or ``messages`` is
+        invalid, and 500 when the script says ``/fail``.
+        """
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(item, dict) for item in messages):
+            return _error(400, "'messages' must be a list of message objects.")
+        reply = plan_reply(messages)
+        if ledger.should_fail("chat", messages, reply.fail_count):
+            return _scripted_failure()
+        model = str(body.get("model") or DEMO_MODEL_NAME)
+        prompt_tokens = count_tokens(messages)
+        created = int(time.time())
+        completion_id = f"chatcmpl-demo-{time.monotonic_ns()}"
+        if body.get("stream"):
+            stream_options = body.get("stream_options") or {}
+            chunks = build_chunks(
+                reply,
+                completion_id=completion_id,
+                model=model,
+                created=created,
+                prompt_tokens=prompt_tokens,
+                include_usage=bool(stream_options.get("include_usage")),
+            )
+            return StreamingResponse(
+                _sse(chunks, pause=reply.slow_seconds, named=False, done=True),
+                media_type="text/event-stream",
+            )
+        if reply.slow_seconds:
+            await asyncio.sleep(reply.slow_seconds)
+        return JSONResponse(
+            build_completion(
+                reply,
+                completion_id=completion_id,
+                model=model,
+                created=created,
+                prompt_tokens=prompt_tokens,
+            )
+        )
+
+    async def responses(request: Request) -> Response:
+        """``POST /v1/responses``: answer per the demo script, streaming or not.
+
+        Returns 400 when the body or ``input`` is invalid, and 500 when the script says
+        ``/fail``. ``store`` is ignored: nothing is stored.
+        """
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            messages = responses_messages(body)
+        except ValueError as error:
+            return _error(400, str(error))
+        reply = plan_reply(messages)
+        if ledger.should_fail("responses", messages, reply.fail_count):
+            return _scripted_failure()
+        arguments: dict[str, Any] = {
+            "response_id": f"resp_demo_{time.monotonic_ns()}",
+            "model": str(body.get("model") or DEMO_MODEL_NAME),
+            "created": int(time.time()),
+            "prompt_tokens": count_tokens(messages),
+        }
+        if body.get("stream"):
+            events = build_response_events(reply, **arguments)
+            return StreamingResponse(
+                _sse(events, pause=reply.slow_seconds, named=True, done=False),
+                media_type="text/event-stream",
+            )
+        if reply.slow_seconds:
+            await asyncio.sleep(reply.slow_seconds)
+        return JSONResponse(build_response(reply, **arguments))
+
+    async def list_models(request: Request) -> Response:
+        """``GET /v1/models``: the one demo model, OpenAI list shape."""
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": DEMO_MODEL_NAME,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "dexagents",
+                    }
+                ],
+            }
+        )
+
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
         ]
     )

@@ -8,34 +8,67 @@ through ``turn.agent_config`` and ``call.agent_config``)::
      "system_prompt": "...",
      "tools": [{"name": "search__web_search", "server": "search", "tool": "web_search",
                 "description": "...", "parameters": {...JSON schema...},
-                "effect": "read", "requires_approval": False}]}
+                "effect": "read", "requires_approval": False}],
+     # optional:
+     "context_window": 128000,      # tokens; default: LiteLLM's model information
+     "api": "chat" | "responses" | None,   # None = auto: Responses for ``openai/`` models
+                                           # with no custom api_base, Chat Completions otherwise
+     "stream": True,                # False makes one whole (non-streamed) call
+     "reasoning_effort": "low" | "medium" | "high" | None}
 
-Every ``framework_item`` is an OpenAI Chat Completions message dict. ``run_model_step`` rebuilds
-the model input from stored messages (plus, while a turn waits for tools, the turn's own items from
-the run state and each tool call's final record), makes exactly one streamed
-``litellm.acompletion`` call, and returns ``ToolCallsRequested`` or ``TurnCompleted``.
+Every ``framework_item`` is an OpenAI Chat Completions message dict (``role``, ``content``,
+``tool_calls``, ``tool_call_id``), plus what a provider needs replayed verbatim on later calls:
+``thinking_blocks`` (Anthropic thinking, signatures included), ``reasoning_items`` (OpenAI
+Responses reasoning items with ``encrypted_content``) and, per tool call,
+``provider_specific_fields`` (Gemini thought signatures). Tool call ``id`` values are the
+provider's own; the Dex tool call ID is derived from them (non-empty, no ``/``, unique within the
+turn) and the run state keeps the mapping.
+
+``run_model_step`` rebuilds the model input from the stored messages (plus, while a turn waits
+for tools, the turn's own items from the run state and each tool call's final record), makes
+exactly one LiteLLM call (``acompletion`` or ``aresponses``, ``store=False``, LiteLLM retries
+off so Dex owns retries) and returns ``ToolCallsRequested`` or ``TurnCompleted``.
 ``execute_deferred_tool_call`` runs one tool through the MCP client pool.
 
-The API key is read from the environment variable named by ``api_key_env`` at call time; it is
-never stored, logged, or put in an error message.
+Keys come from the worker's environment at call time (``agents_app.providers``); they are never
+stored, logged, or left in an error message.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import json
-import os
-import time
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents_app.model_replies import (
+    DeltaBuffer,
+    ModelReply,
+    ModelResponseError,
+    ToolCallAccumulator,
+    read_chat_response,
+    read_chat_stream,
+    read_responses_response,
+    read_responses_stream,
+    responses_input,
+    tool_call_delta,
+    usage_from,
+)
+from agents_app.providers import (
+    LOCAL_SERVER_KEY,
+    ModelApi,
+    ProviderNotConfiguredError,
+    choose_api,
+    context_window,
+    count_tokens,
+    load_litellm,
+    resolve_api_key,
+)
 from dex_agents import (
     AgentMessage,
     AgentTurnContext,
     AgentTurnOutcome,
-    AgentUsage,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
@@ -44,6 +77,7 @@ from dex_agents import (
     ToolEffect,
     ToolExecutionError,
     ToolExecutionResult,
+    ToolPolicy,
     TurnCompleted,
     describe_tool_call_outcome,
 )
@@ -53,43 +87,62 @@ from mcp_registry.client import (
     McpToolError,
 )
 
+__all__ = [
+    "DEMO_API_KEY",
+    "AgentConfigError",
+    "AgentModelConfig",
+    "AgentToolEntry",
+    "ContextMeasure",
+    "LiteLLMRunner",
+    "ModelCallError",
+    "ModelResponseError",
+    "PreparedToolCall",
+    "ServerResolver",
+    "ToolCallAccumulator",
+    "build_model_input",
+    "chat_message",
+    "decode_run_state",
+    "encode_run_state",
+    "exposed_tool_name",
+    "finalize_tool_calls",
+    "measure_context",
+    "parse_tool_arguments",
+    "tool_call_delta",
+    "usage_from",
+]
 
-@functools.cache
-def _litellm() -> Any:
-    """Import LiteLLM on first use: it takes seconds, and only the worker calls models.
-
-    LiteLLM reads two variables at import time: use its bundled model cost map instead of fetching
-    one, and do not load stray ``.env`` files (which could carry real API keys into tests).
-    """
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
-    module: Any = importlib.import_module("litellm")
-    module.suppress_debug_info = True
-    module.telemetry = False
-    return module
+_litellm = load_litellm
+"""Import LiteLLM lazily (see ``agents_app.providers.load_litellm``)."""
 
 ServerResolver = Callable[[str], Awaitable[McpServerSpec]]
 """``async (server_name) -> McpServerSpec``; supplied by the Django side (reads the registry)."""
 
-RUN_STATE_VERSION = 1
-DEMO_API_KEY = "dexagents-demo-key"
+RUN_STATE_VERSION = 2
+DEMO_API_KEY = LOCAL_SERVER_KEY
 """Sent when the agent names an ``api_base`` but no ``api_key_env`` (the local demo model)."""
 
 TOOL_NAME_SEPARATOR = "__"
 DEFAULT_MODEL_TIMEOUT = 600.0
-TEXT_DELTA_MIN_CHARS = 16
-TEXT_DELTA_MAX_DELAY = 0.1
+"""Seconds one model call may take (the RunModel Step allows 15 minutes)."""
 
+REJECTED_CALL_POLICY = ToolPolicy(ToolEffect.READ, requires_approval=False)
+"""The policy of a call refused before it runs (invalid arguments, unknown tool): nothing runs,
+so it needs no approval; its Step records the error for the model."""
 
-class ModelResponseError(RuntimeError):
-    """The model's response cannot continue the turn (empty, unknown tool, bad arguments).
-
-    Raised from ``run_model_step``, so it fails the ``RunModel`` attempt and the Step is retried.
-    """
+_CHAT_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+_DEX_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+_DEX_ID_MAX = 64
+_RAW_ARGUMENTS_SHOWN = 500
 
 
 class AgentConfigError(ValueError):
-    """The session's ``agent_config`` is missing or malformed; fails the Step."""
+    """The session's ``agent_config`` is missing or malformed, or its key is not set; fails
+    the Step. Messages name variables, never key values."""
+
+
+class ModelCallError(RuntimeError):
+    """A provider error whose text contained the API key; the key is replaced by
+    ``[redacted]`` and the original exception is not chained. Fails the attempt (retried)."""
 
 
 def exposed_tool_name(server: str, tool: str) -> str:
@@ -156,6 +209,17 @@ class AgentToolEntry:
             },
         }
 
+    def as_responses_tool(self) -> dict[str, Any]:
+        """The Responses API ``tools`` item for this tool (``strict`` off: MCP schemas are not
+        always strict-compatible)."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+            "strict": False,
+        }
+
 
 @dataclass(frozen=True)
 class AgentModelConfig:
@@ -166,25 +230,43 @@ class AgentModelConfig:
     api_key_env: str | None
     system_prompt: str
     tools: tuple[AgentToolEntry, ...]
+    api: ModelApi = "chat"
+    context_window: int | None = None
+    stream: bool = True
+    reasoning_effort: str | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> AgentModelConfig:
         """Parse an ``agent_config`` dict.
 
         Raises:
-            AgentConfigError: If ``config`` is ``None`` or has no ``model``.
+            AgentConfigError: If ``config`` is ``None``, has no ``model``, or has an invalid
+                ``api`` or ``context_window``.
         """
         if not config:
             raise AgentConfigError("the session has no agent_config")
         model = config.get("model")
         if not model:
             raise AgentConfigError("agent_config has no 'model'")
+        api_base = config.get("api_base") or None
+        try:
+            api = choose_api(str(model), api_base, config.get("api"))
+        except ValueError as error:
+            raise AgentConfigError(str(error)) from error
+        window = config.get("context_window")
+        if window is not None and (not isinstance(window, int) or window <= 0):
+            raise AgentConfigError("agent_config 'context_window' must be a positive integer")
+        effort = config.get("reasoning_effort")
         return cls(
             model=str(model),
-            api_base=config.get("api_base") or None,
+            api_base=api_base,
             api_key_env=config.get("api_key_env") or None,
             system_prompt=str(config.get("system_prompt") or ""),
             tools=tuple(AgentToolEntry.from_config(item) for item in config.get("tools") or ()),
+            api=api,
+            context_window=window,
+            stream=config.get("stream", True) is not False,
+            reasoning_effort=str(effort) if effort else None,
         )
 
     def tool(self, name: str) -> AgentToolEntry | None:
@@ -192,25 +274,45 @@ class AgentModelConfig:
         return next((entry for entry in self.tools if entry.name == name), None)
 
     def api_key(self) -> str | None:
-        """The API key, read from the environment now.
+        """The API key, read from the environment now (``agents_app.providers``).
 
-        ``None`` lets LiteLLM use the provider's usual variable; the demo key is used when an
-        ``api_base`` is set without ``api_key_env``.
+        ``None`` for a provider that needs no key; a placeholder for an ``api_base`` server
+        without ``api_key_env``.
 
         Raises:
-            AgentConfigError: If ``api_key_env`` names a variable that is not set (the message
-                names the variable, never a value).
+            AgentConfigError: If the key's variable is not set (the message names the
+                variable, never a value).
         """
-        if self.api_key_env:
-            key = os.environ.get(self.api_key_env)
-            if not key:
-                raise AgentConfigError(f"environment variable {self.api_key_env} is not set")
-            return key
-        return DEMO_API_KEY if self.api_base else None
+        try:
+            return resolve_api_key(self.model, self.api_key_env, self.api_base)
+        except ProviderNotConfiguredError as error:
+            raise AgentConfigError(str(error)) from None
+
+
+def chat_message(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The Chat Completions message LiteLLM receives for a stored or turn item.
+
+    Keeps ``role``, ``content``, ``tool_calls`` (``id``, ``type``, ``function``,
+    ``provider_specific_fields``), ``tool_call_id``, ``name`` and an assistant's
+    ``thinking_blocks``; drops Responses-only ``reasoning_items``.
+    """
+    message = {key: item[key] for key in _CHAT_MESSAGE_KEYS if key in item}
+    if message.get("tool_calls") is not None:
+        message["tool_calls"] = [
+            {
+                key: value
+                for key, value in call.items()
+                if key in ("id", "type", "function", "provider_specific_fields")
+            }
+            for call in message["tool_calls"]
+        ]
+    if item.get("role") == "assistant" and item.get("thinking_blocks"):
+        message["thinking_blocks"] = [dict(block) for block in item["thinking_blocks"]]
+    return message
 
 
 def stored_message_item(message: AgentMessage) -> dict[str, Any]:
-    """The Chat Completions message for a stored ``AgentMessage``.
+    """The message dict for a stored ``AgentMessage``.
 
     Uses its ``framework_item`` when that is a message dict; otherwise falls back to
     ``{"role": <role>, "content": <text>}`` (a system role becomes ``user`` text).
@@ -223,53 +325,78 @@ def stored_message_item(message: AgentMessage) -> dict[str, Any]:
 
 
 def tool_result_items(
-    assistant_item: Mapping[str, Any], turn: AgentTurnContext
+    assistant_item: Mapping[str, Any], dex_ids: Sequence[str], turn: AgentTurnContext
 ) -> list[dict[str, Any]]:
     """One ``role="tool"`` message per call of ``assistant_item``, from the turn's final records.
 
+    ``dex_ids[i]`` is the Dex tool call ID of the ``i``-th call; the message carries the
+    provider's ``id`` so the provider can pair them.
+
     Raises:
         KeyError: If the turn has no record for one of the calls.
-        ValueError: If a record is not final.
+        ValueError: If a record is not final, or the ID list does not match the calls.
     """
+    calls = list(assistant_item.get("tool_calls") or ())
+    if len(calls) != len(dex_ids):
+        raise ValueError("framework run state does not match its tool request")
     return [
         {
             "role": "tool",
             "tool_call_id": call["id"],
-            "content": describe_tool_call_outcome(turn.recorded_tool_call(call["id"])),
+            "content": describe_tool_call_outcome(turn.recorded_tool_call(dex_id)),
         }
-        for call in assistant_item.get("tool_calls") or ()
+        for call, dex_id in zip(calls, dex_ids, strict=True)
     ]
 
 
-def encode_run_state(turn_items: Sequence[Mapping[str, Any]]) -> str:
-    """Serialize the items this turn produced after its user message (non-empty JSON text)."""
-    return json.dumps({"version": RUN_STATE_VERSION, "turn_items": list(turn_items)})
+def encode_run_state(turn_items: Sequence[Mapping[str, Any]], tool_call_ids: Sequence[str]) -> str:
+    """Serialize the turn's items after its user message and the Dex IDs of the last item's
+    tool calls, in order (non-empty JSON text)."""
+    return json.dumps(
+        {
+            "version": RUN_STATE_VERSION,
+            "turn_items": list(turn_items),
+            "tool_call_ids": list(tool_call_ids),
+        }
+    )
 
 
-def decode_run_state(run_state: str) -> list[dict[str, Any]]:
-    """The turn items stored by :func:`encode_run_state`.
+def decode_run_state(run_state: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ``(turn_items, tool_call_ids)`` stored by :func:`encode_run_state`.
+
+    A version-1 state (no ID list) maps each call to its own ``id``.
 
     Raises:
-        ValueError: If the text is not a run state of this runner.
+        ValueError: If the text is not a run state of this runner, or does not end with a
+            tool request.
     """
     data = json.loads(run_state)
-    if not isinstance(data, dict) or data.get("version") != RUN_STATE_VERSION:
+    if not isinstance(data, dict) or data.get("version") not in (1, RUN_STATE_VERSION):
         raise ValueError("unrecognised framework run state")
     items = data.get("turn_items")
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
         raise ValueError("framework run state has no turn items")
-    return items
+    last = items[-1] if items else None
+    if last is None or last.get("role") != "assistant" or not last.get("tool_calls"):
+        raise ValueError("framework run state does not end with a tool request")
+    ids = data.get("tool_call_ids")
+    if ids is None:
+        ids = [call.get("id") for call in last["tool_calls"]]
+    if not isinstance(ids, list) or not all(isinstance(value, str) and value for value in ids):
+        raise ValueError("framework run state has unusable tool call IDs")
+    return items, ids
 
 
 def build_model_input(
     config: AgentModelConfig, turn: AgentTurnContext
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rebuild the model input for one call of ``turn``.
+    """Rebuild the model input for one call of ``turn`` from committed state.
 
     Returns ``(messages, turn_items)``: ``messages`` is the system prompt, every stored message,
-    then ``turn_items``; ``turn_items`` are the items this turn produced after its user message
-    (empty on the first call; restored from the run state plus one tool result per requested
-    call, rendered with ``describe_tool_call_outcome``, when resuming).
+    then ``turn_items``, each as stored (provider keys included; see :func:`chat_message` and
+    ``responses_input`` for the wire forms); ``turn_items`` are the items this turn produced
+    after its user message (empty on the first call; restored from the run state plus one tool
+    result per requested call, rendered with ``describe_tool_call_outcome``, when resuming).
 
     Raises:
         ValueError: If the run state is unusable or a tool call record is missing or not final.
@@ -280,188 +407,152 @@ def build_model_input(
     messages.extend(stored_message_item(message) for message in turn.messages)
     turn_items: list[dict[str, Any]] = []
     if turn.framework_run_state is not None:
-        turn_items = decode_run_state(turn.framework_run_state)
-        last = turn_items[-1] if turn_items else None
-        if last is None or last.get("role") != "assistant" or not last.get("tool_calls"):
-            raise ValueError("framework run state does not end with a tool request")
-        turn_items.extend(tool_result_items(last, turn))
+        turn_items, dex_ids = decode_run_state(turn.framework_run_state)
+        turn_items.extend(tool_result_items(turn_items[-1], dex_ids, turn))
     messages.extend(turn_items)
     return messages, turn_items
-
-
-@dataclass
-class ToolCallAccumulator:
-    """Merges streamed tool-call deltas into whole calls, in the order they first appear.
-
-    A delta is matched to a call by ``index``; without an index, by ``id``; with neither, it
-    continues the most recent call. Names are set once (a repeated identical name is ignored,
-    a different piece is appended); argument pieces are concatenated.
-    """
-
-    calls: list[dict[str, str]] = field(default_factory=list)
-    _by_index: dict[int, int] = field(default_factory=dict)
-    _by_id: dict[str, int] = field(default_factory=dict)
-
-    def add(self, delta: Mapping[str, Any]) -> None:
-        """Add one delta: ``{"index"?: int, "id"?: str, "name"?: str, "arguments"?: str}``."""
-        index = delta.get("index")
-        call_id = delta.get("id") or None
-        position: int | None = None
-        if index is not None:
-            position = self._by_index.get(int(index))
-        elif call_id is not None:
-            position = self._by_id.get(call_id)
-        elif self.calls:
-            position = len(self.calls) - 1
-        if position is None:
-            if call_id is not None and call_id in self._by_id:
-                position = self._by_id[call_id]
-            else:
-                position = len(self.calls)
-                self.calls.append({"id": "", "name": "", "arguments": ""})
-            if index is not None:
-                self._by_index[int(index)] = position
-        call = self.calls[position]
-        if call_id is not None and not call["id"]:
-            call["id"] = call_id
-            self._by_id[call_id] = position
-        name = delta.get("name") or ""
-        if name and name != call["name"]:
-            call["name"] += name
-        call["arguments"] += delta.get("arguments") or ""
-
-
-class TextDeltaBatcher:
-    """Groups streamed text into fewer ``text_delta`` events (seed "Limits": one call is one
-    Stream message, so batch very small chunks).
-
-    Buffered text is written once it reaches ``min_chars`` characters, contains a newline, or
-    is older than ``max_delay`` seconds when the next piece arrives; ``flush`` writes the rest.
-    """
-
-    def __init__(
-        self,
-        write: Callable[[str], None],
-        *,
-        min_chars: int = TEXT_DELTA_MIN_CHARS,
-        max_delay: float = TEXT_DELTA_MAX_DELAY,
-    ) -> None:
-        self._write = write
-        self._min_chars = min_chars
-        self._max_delay = max_delay
-        self._buffer: list[str] = []
-        self._size = 0
-        self._since = 0.0
-
-    def add(self, text: str) -> None:
-        """Buffer ``text`` and write the buffer when it is due."""
-        if not self._buffer:
-            self._since = time.monotonic()
-        self._buffer.append(text)
-        self._size += len(text)
-        if (
-            self._size >= self._min_chars
-            or "\n" in text
-            or time.monotonic() - self._since >= self._max_delay
-        ):
-            self.flush()
-
-    def flush(self) -> None:
-        """Write whatever is buffered (nothing when empty)."""
-        if self._buffer:
-            self._write("".join(self._buffer))
-            self._buffer.clear()
-            self._size = 0
-
-
-def tool_call_delta(raw: Any) -> dict[str, Any]:
-    """A plain delta dict from a LiteLLM/OpenAI streamed tool call (object or dict)."""
-    if isinstance(raw, Mapping):
-        function = raw.get("function") or {}
-        return {
-            "index": raw.get("index"),
-            "id": raw.get("id"),
-            "name": function.get("name"),
-            "arguments": function.get("arguments"),
-        }
-    function = getattr(raw, "function", None)
-    return {
-        "index": getattr(raw, "index", None),
-        "id": getattr(raw, "id", None),
-        "name": getattr(function, "name", None),
-        "arguments": getattr(function, "arguments", None),
-    }
 
 
 def parse_tool_arguments(tool_name: str, arguments: str) -> dict[str, Any]:
     """Check a call's arguments: JSON text of an object (empty text counts as ``{}``).
 
     Raises:
-        ModelResponseError: If the text is not JSON or not an object.
+        ModelResponseError: If the text is not JSON or not an object; the message quotes the
+            start of the text so the model can correct it.
     """
     if not arguments.strip():
         return {}
+    shown = arguments[:_RAW_ARGUMENTS_SHOWN]
     try:
         value = json.loads(arguments)
     except ValueError as error:
         raise ModelResponseError(
-            f"the model sent invalid JSON arguments for tool {tool_name!r}: {error}"
+            f"the arguments for tool {tool_name!r} are not valid JSON ({error}): {shown}"
         ) from error
     if not isinstance(value, dict):
         raise ModelResponseError(
-            f"the model sent arguments for tool {tool_name!r} that are not a JSON object"
+            f"the arguments for tool {tool_name!r} are not a JSON object: {shown}"
         )
     return value
 
 
-def usage_from(raw: Any) -> AgentUsage:
-    """This call's ``AgentUsage`` from a LiteLLM/OpenAI usage object or dict (``requests=1``)."""
-    if raw is None:
-        return AgentUsage(requests=1)
-    data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else raw.model_dump()
-    completion_details = data.get("completion_tokens_details") or {}
-    prompt_details = data.get("prompt_tokens_details") or {}
-    return AgentUsage(
-        input_tokens=int(data.get("prompt_tokens") or 0),
-        output_tokens=int(data.get("completion_tokens") or 0),
-        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
-        cached_input_tokens=int(prompt_details.get("cached_tokens") or 0),
-        requests=1,
-    )
+@dataclass(frozen=True)
+class PreparedToolCall:
+    """One tool call of a model reply, checked and ready to store and defer.
+
+    Attributes:
+        provider_id: The provider's call ID (generated when the provider sent none); replayed.
+        dex_id: The Dex tool call ID: non-empty, no ``/``, unique within the turn.
+        name: The exposed tool name.
+        arguments: The raw argument text, as the Dex record keeps it.
+        history_arguments: What the stored assistant item carries: the arguments, or ``"{}"``
+            when they are not a JSON object, so the history stays valid for every provider.
+        error: Why the call cannot run (invalid arguments, unknown tool), or ``None``.
+        provider_specific_fields: Provider data to replay with the call, or ``None``.
+    """
+
+    provider_id: str
+    dex_id: str
+    name: str
+    arguments: str
+    history_arguments: str
+    error: str | None = None
+    provider_specific_fields: dict[str, Any] | None = None
+
+    def history_item(self) -> dict[str, Any]:
+        """The ``tool_calls`` entry of the stored assistant item."""
+        item: dict[str, Any] = {
+            "id": self.provider_id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.history_arguments},
+        }
+        if self.provider_specific_fields:
+            item["provider_specific_fields"] = dict(self.provider_specific_fields)
+        return item
+
+
+def _dex_id(provider_id: str, used: set[str]) -> str:
+    base = _DEX_ID_UNSAFE.sub("_", provider_id)[:_DEX_ID_MAX] or "call"
+    candidate, suffix = base, 1
+    while candidate in used:
+        suffix += 1
+        candidate = f"{base}_{suffix}"
+    used.add(candidate)
+    return candidate
 
 
 def finalize_tool_calls(
-    merged: Sequence[Mapping[str, str]],
+    merged: Sequence[Mapping[str, Any]],
     config: AgentModelConfig,
     turn_items: Iterable[Mapping[str, Any]],
-) -> list[dict[str, str]]:
-    """Check merged calls and give each a usable ID, in model order.
+    used_dex_ids: Iterable[str] = (),
+) -> list[PreparedToolCall]:
+    """Check a reply's tool calls and give each usable IDs, in model order.
 
-    IDs must be non-empty, contain no ``/`` and be unique within the turn (seed "run_model_step"):
-    a missing ID becomes ``call_<n>``, ``/`` becomes ``_``, and a repeat gets a ``_<n>`` suffix.
+    Arguments are checked as JSON before anything is stored (issue 6): a call whose arguments
+    are not a JSON object, or that names a tool the agent does not offer, gets an ``error`` and
+    ``"{}"`` as its history arguments; it is still deferred, and its Step records the error as
+    a failed tool call the model sees. A missing provider ID becomes ``call_<n>``.
+
+    Args:
+        merged: ``{"id", "name", "arguments", "provider_specific_fields"?}`` per call.
+        config: The agent config (its tools).
+        turn_items: This turn's earlier items (their provider IDs stay unique).
+        used_dex_ids: Dex IDs this turn already used (its records).
 
     Raises:
-        ModelResponseError: If a call has no name, names a tool the agent does not offer, or has
-            arguments that are not a JSON object.
+        ModelResponseError: If a call has no name (nothing can replay it).
     """
-    used = {call.get("id") for item in turn_items for call in item.get("tool_calls") or ()}
-    calls: list[dict[str, str]] = []
-    for number, call in enumerate(merged, start=1):
-        name = call.get("name", "")
+    used_provider = {
+        str(call.get("id")) for item in turn_items for call in item.get("tool_calls") or ()
+    }
+    used_dex = set(used_dex_ids) | used_provider
+    prepared: list[PreparedToolCall] = []
+    for call in merged:
+        name = str(call.get("name") or "")
         if not name:
             raise ModelResponseError("the model requested a tool call without a name")
-        if config.tool(name) is None:
-            raise ModelResponseError(f"the model requested unknown tool {name!r}")
-        arguments = call.get("arguments", "")
-        parse_tool_arguments(name, arguments)
-        call_id = (call.get("id") or f"call_{len(used) + number}").replace("/", "_")
-        candidate, suffix = call_id, 1
-        while candidate in used:
-            suffix += 1
-            candidate = f"{call_id}_{suffix}"
-        used.add(candidate)
-        calls.append({"id": candidate, "name": name, "arguments": arguments or "{}"})
-    return calls
+        provider_id = str(call.get("id") or "")
+        if not provider_id or provider_id in used_provider:
+            number = len(used_provider) + 1
+            while f"call_{number}" in used_provider:
+                number += 1
+            provider_id = f"call_{number}"
+        used_provider.add(provider_id)
+        arguments = str(call.get("arguments") or "")
+        history_arguments = arguments if arguments.strip() else "{}"
+        error: str | None = None
+        try:
+            parse_tool_arguments(name, arguments)
+        except ModelResponseError as invalid:
+            error = str(invalid)
+            history_arguments = "{}"
+        if error is None and config.tool(name) is None:
+            error = f"Tool {name!r} is not enabled for this agent."
+        extra = call.get("provider_specific_fields")
+        prepared.append(
+            PreparedToolCall(
+                provider_id=provider_id,
+                dex_id=_dex_id(provider_id, used_dex),
+                name=name,
+                arguments=arguments if arguments.strip() else "{}",
+                history_arguments=history_arguments,
+                error=error,
+                provider_specific_fields=dict(extra) if isinstance(extra, Mapping) else None,
+            )
+        )
+    return prepared
+
+
+def _assistant_item(reply: ModelReply, calls: Sequence[PreparedToolCall]) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if calls:
+        item["tool_calls"] = [call.history_item() for call in calls]
+    if reply.thinking_blocks:
+        item["thinking_blocks"] = [dict(block) for block in reply.thinking_blocks]
+    if reply.reasoning_items:
+        item["reasoning_items"] = [dict(entry) for entry in reply.reasoning_items]
+    return item
 
 
 def _framework_message(item: Mapping[str, Any]) -> FrameworkMessage:
@@ -470,6 +561,52 @@ def _framework_message(item: Mapping[str, Any]) -> FrameworkMessage:
     return FrameworkMessage(
         role=role, framework_item=dict(item), text=content if isinstance(content, str) else ""
     )
+
+
+@dataclass(frozen=True)
+class ContextMeasure:
+    """How full the model's context is for one call.
+
+    Attributes:
+        context_window: The window in tokens (agent definition, else LiteLLM's model
+            information), or ``None`` when unknown.
+        input_tokens: LiteLLM's count of the rebuilt input.
+    """
+
+    context_window: int | None
+    input_tokens: int
+
+
+def measure_context(
+    config: AgentModelConfig, messages: Sequence[Mapping[str, Any]]
+) -> ContextMeasure:
+    """Count the tokens of ``messages`` (as :func:`build_model_input` returns them) against
+    the model's context window. Imports LiteLLM."""
+    return ContextMeasure(
+        context_window=context_window(config.model, config.context_window),
+        input_tokens=count_tokens(config.model, [chat_message(item) for item in messages]),
+    )
+
+
+def _wants_reasoning(model: str) -> bool:
+    """Whether a Responses call asks for reasoning summaries and encrypted reasoning: yes for
+    reasoning models and for models LiteLLM does not know (new OpenAI models reason); no for
+    known models without reasoning, which reject the parameter."""
+    try:
+        info = _litellm().get_model_info(model)
+    except Exception:  # unknown to LiteLLM's map
+        return True
+    return bool(info.get("supports_reasoning"))
+
+
+def _redact(error: Exception, secret: str | None) -> Exception | None:
+    """A :class:`ModelCallError` when ``secret`` shows in the error's text, else ``None``."""
+    if not secret or len(secret) < 4:
+        return None
+    text = f"{type(error).__name__}: {error}"
+    if secret not in text and secret not in repr(error):
+        return None
+    return ModelCallError(text.replace(secret, "[redacted]"))
 
 
 class LiteLLMRunner:
@@ -509,99 +646,144 @@ class LiteLLMRunner:
             role=MessageRole.USER, framework_item={"role": "user", "content": text}, text=text
         )
 
-    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
-        """Make one streamed model call for ``turn`` (seed "run_model_step(turn)").
+    def _chat_request(
+        self, config: AgentModelConfig, messages: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": config.model,
+            "messages": [chat_message(item) for item in messages],
+            "stream": config.stream,
+        }
+        if config.stream:
+            request["stream_options"] = {"include_usage": True}
+        if config.tools:
+            request["tools"] = [entry.as_openai_tool() for entry in config.tools]
+        if config.reasoning_effort:
+            request["reasoning_effort"] = config.reasoning_effort
+        return request
 
-        Text deltas go to ``turn.events`` as they arrive, tiny chunks grouped by
-        :class:`TextDeltaBatcher`. Returns ``ToolCallsRequested`` (run
-        state: the turn's items so far as JSON) or ``TurnCompleted`` (every item after the
-        user message), with this call's usage.
+    def _responses_request(
+        self, config: AgentModelConfig, messages: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        instructions, items = responses_input(messages)
+        request: dict[str, Any] = {
+            "model": config.model,
+            "input": items,
+            "stream": config.stream,
+            "store": False,
+        }
+        if instructions:
+            request["instructions"] = instructions
+        if config.tools:
+            request["tools"] = [entry.as_responses_tool() for entry in config.tools]
+        if _wants_reasoning(config.model):
+            reasoning: dict[str, Any] = {"summary": "auto"}
+            if config.reasoning_effort:
+                reasoning["effort"] = config.reasoning_effort
+            request["reasoning"] = reasoning
+            request["include"] = ["reasoning.encrypted_content"]
+        return request
+
+    async def _call_model(
+        self,
+        config: AgentModelConfig,
+        messages: Sequence[Mapping[str, Any]],
+        text: DeltaBuffer,
+        reasoning: DeltaBuffer,
+    ) -> ModelReply:
+        """Make the one LiteLLM call and read its reply (streamed deltas go to the buffers)."""
+        litellm = _litellm()
+        api_key = config.api_key()
+        if config.api == "responses":
+            request = self._responses_request(config, messages)
+        else:
+            request = self._chat_request(config, messages)
+        request.update(timeout=DEFAULT_MODEL_TIMEOUT, max_retries=0, num_retries=0)
+        if config.api_base:
+            request["api_base"] = config.api_base
+        if api_key is not None:
+            request["api_key"] = api_key
+        try:
+            if config.api == "responses":
+                response = await litellm.aresponses(**request)
+                if config.stream:
+                    return await read_responses_stream(response, text, reasoning)
+                reply = read_responses_response(response)
+                for item in reply.reasoning_items:
+                    for part in item.get("summary") or ():
+                        reasoning.add(str(part.get("text") or ""))
+            else:
+                response = await litellm.acompletion(**request, drop_params=True)
+                if config.stream:
+                    return await read_chat_stream(response, text, reasoning)
+                reply = read_chat_response(response)
+            text.add(reply.text)
+            return reply
+        except ModelResponseError:
+            raise
+        except Exception as error:
+            redacted = _redact(error, api_key)
+            if redacted is not None:
+                raise redacted from None
+            raise
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        """Make one model call for ``turn`` (seed "run_model_step(turn)").
+
+        Text and reasoning deltas go to ``turn.events`` through 1 s / 16 KiB buffers, flushed
+        before this returns or raises. Returns ``ToolCallsRequested`` (run state: the turn's
+        items so far and the Dex IDs of the requested calls) or ``TurnCompleted`` (every item
+        after the user message), with this call's usage.
 
         Raises:
             AgentConfigError: The agent config is missing or its key variable is unset.
-            ModelResponseError: Empty response, unknown tool, or invalid tool arguments.
+            ModelResponseError: Empty response, a tool call without a name, or a failed
+                Responses stream.
+            ModelCallError: A provider error whose text held the key (redacted).
             ValueError: Unusable run state or missing tool call records.
-            Exception: Any LiteLLM/provider error. All of these fail the attempt (retried).
+            Exception: Any other LiteLLM/provider error. All of these fail the attempt
+                (retried).
         """
         config = self._config(turn.agent_config)
         messages, turn_items = build_model_input(config, turn)
-        request: dict[str, Any] = {
-            "model": config.model,
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "timeout": DEFAULT_MODEL_TIMEOUT,
-        }
-        if config.tools:
-            request["tools"] = [entry.as_openai_tool() for entry in config.tools]
-        if config.api_base:
-            request["api_base"] = config.api_base
-        api_key = config.api_key()
-        if api_key is not None:
-            request["api_key"] = api_key
+        text_events = DeltaBuffer(turn.events.write_text_delta)
+        reasoning_events = DeltaBuffer(turn.events.write_reasoning_delta)
+        try:
+            reply = await self._call_model(config, messages, text_events, reasoning_events)
+        finally:
+            reasoning_events.flush()
+            text_events.flush()
 
-        text_parts: list[str] = []
-        text_events = TextDeltaBatcher(turn.events.write_text_delta)
-        accumulator = ToolCallAccumulator()
-        raw_usage: Any = None
-        response = await _litellm().acompletion(**request)
-        async for chunk in response:
-            usage = getattr(chunk, "usage", None)
-            if usage is not None:
-                raw_usage = usage
-            for choice in getattr(chunk, "choices", None) or ():
-                delta = getattr(choice, "delta", None)
-                if delta is None:
-                    continue
-                reasoning = getattr(delta, "reasoning_content", None)
-                if reasoning:
-                    turn.events.write_reasoning_delta(reasoning)
-                content = getattr(delta, "content", None)
-                if content:
-                    text_parts.append(content)
-                    text_events.add(content)
-                for raw_call in getattr(delta, "tool_calls", None) or ():
-                    accumulator.add(tool_call_delta(raw_call))
-        text_events.flush()
-
-        text = "".join(text_parts)
-        usage = usage_from(raw_usage)
-        if accumulator.calls:
-            calls = finalize_tool_calls(accumulator.calls, config, turn_items)
-            turn_items.append(
-                {
-                    "role": "assistant",
-                    "content": text or None,
-                    "tool_calls": [
-                        {
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": call["name"], "arguments": call["arguments"]},
-                        }
-                        for call in calls
-                    ],
-                }
-            )
+        if reply.tool_calls:
+            calls = finalize_tool_calls(reply.tool_calls, config, turn_items, turn.tool_calls)
+            turn_items.append(_assistant_item(reply, calls))
             deferred = []
             for call in calls:
-                entry = config.tool(call["name"])
-                effect = entry.effect if entry is not None else None
+                if call.error is not None:
+                    policy = REJECTED_CALL_POLICY
+                else:
+                    entry = config.tool(call.name)
+                    policy = turn.resolve_tool_policy(
+                        call.name, entry.effect if entry is not None else None
+                    )
                 deferred.append(
                     DeferredToolCall(
-                        tool_call_id=call["id"],
-                        tool_name=call["name"],
-                        arguments=call["arguments"],
-                        policy=turn.resolve_tool_policy(call["name"], effect),
+                        tool_call_id=call.dex_id,
+                        tool_name=call.name,
+                        arguments=call.arguments,
+                        policy=policy,
                     )
                 )
             return ToolCallsRequested(
-                framework_run_state=encode_run_state(turn_items), tool_calls=deferred, usage=usage
+                framework_run_state=encode_run_state(turn_items, [c.dex_id for c in calls]),
+                tool_calls=deferred,
+                usage=reply.usage,
             )
-        if not text.strip():
+        if not reply.text.strip():
             raise ModelResponseError("the model returned an empty response")
-        turn_items.append({"role": "assistant", "content": text})
+        turn_items.append(_assistant_item(reply, ()))
         return TurnCompleted(
-            new_messages=[_framework_message(item) for item in turn_items], usage=usage
+            new_messages=[_framework_message(item) for item in turn_items], usage=reply.usage
         )
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
@@ -610,8 +792,9 @@ class LiteLLMRunner:
         Returns the tool's text (its structured content as JSON when it has no text).
 
         Raises:
-            ToolExecutionError: Unknown tool, arguments that are not a JSON object, or an MCP
-                tool error (``isError`` or a server error response): recorded ``failed``.
+            ToolExecutionError: Unknown tool, arguments that are not a JSON object (both
+                checked before any server is contacted), or an MCP tool error (``isError`` or
+                a server error response): recorded ``failed`` for the model to see.
             McpTransportError: The server could not be reached or timed out (Step failure, so
                 read and idempotent-write calls are retried).
             AgentConfigError: The session has no agent config.
@@ -624,7 +807,9 @@ class LiteLLMRunner:
         try:
             arguments = parse_tool_arguments(record.tool_name, record.arguments)
         except ModelResponseError as error:
-            raise ToolExecutionError(str(error)) from error
+            raise ToolExecutionError(
+                f"{error}. Call the tool again with a JSON object as its arguments."
+            ) from error
         spec = await self._server_resolver(entry.server)
         try:
             output = await self._pool.call_tool(

@@ -267,3 +267,168 @@ def test_split_text_keeps_every_character() -> None:
     text = "You said:  spaced   words\nand lines "
     assert "".join(split_text(text)) == text
     assert len(split_text(text)) > 1
+
+
+# Directives and the Responses API -----------------------------------------------------------
+
+
+def test_directives_are_parsed_and_left_out_of_the_echo() -> None:
+    reply = plan_reply([{"role": "user", "content": "/think\n/fail 2\n/slow 0.25\nhello there"}])
+    assert reply.text == "You said: hello there"
+    assert reply.reasoning == "Thinking about: hello there"
+    assert (reply.fail_count, reply.slow_seconds) == (2, 0.25)
+    plain = plan_reply([{"role": "user", "content": "hello"}])
+    assert (plain.reasoning, plain.fail_count, plain.slow_seconds) == (None, 0, 0.0)
+
+
+def test_directives_also_apply_to_the_answer_after_tool_results() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "/think\n/tool a__b {}"},
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "function": {"name": "a__b"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]
+    reply = plan_reply(messages)
+    assert reply.text == "Here is what the tools returned:\n- ok"
+    assert reply.reasoning is not None
+
+
+async def test_fail_answers_500_n_times_then_the_same_request_succeeds(
+    demo_base_url: str,
+) -> None:
+    body = {"model": "x", "messages": [{"role": "user", "content": "/fail 2\nretry me"}]}
+    async with httpx.AsyncClient(base_url=demo_base_url) as client:
+        statuses = [
+            (await client.post("/v1/chat/completions", json=body)).status_code for _ in range(3)
+        ]
+        other = await client.post(
+            "/v1/chat/completions",
+            json={"model": "x", "messages": [{"role": "user", "content": "/fail 2\nanother"}]},
+        )
+        responses = [
+            (
+                await client.post(
+                    "/v1/responses", json={"model": "x", "input": "/fail 1\nresponses"}
+                )
+            ).status_code
+            for _ in range(2)
+        ]
+    assert statuses == [500, 500, 200]
+    assert other.status_code == 500
+    assert responses == [500, 200]
+
+
+async def test_slow_spaces_the_streamed_chunks(demo_base_url: str) -> None:
+    body = {
+        "model": "x",
+        "stream": True,
+        "messages": [{"role": "user", "content": "/slow 0.2\none two three four"}],
+    }
+    arrivals: list[float] = []
+    async with (
+        httpx.AsyncClient(base_url=demo_base_url) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                arrivals.append(time.monotonic())
+    # role, two text chunks, finish, [DONE]: four pauses of at least 0.2 s before [DONE].
+    assert len(arrivals) == 5
+    assert arrivals[-2] - arrivals[0] >= 3 * 0.2
+
+
+async def test_responses_without_streaming_with_reasoning_and_usage(demo_base_url: str) -> None:
+    response: Any = await litellm.aresponses(
+        model=MODEL,
+        api_base=f"{demo_base_url}/v1",
+        api_key="demo",
+        input=[{"type": "message", "role": "user", "content": "/think\nhello responses"}],
+        instructions="Be brief.",
+        store=False,
+    )
+    kinds = [item.type for item in response.output]
+    assert kinds == ["reasoning", "message"]
+    reasoning = response.output[0]
+    assert reasoning.summary[0].text == "Thinking about: hello responses"
+    assert reasoning.encrypted_content
+    assert response.output[1].content[0].text == "You said: hello responses"
+    assert response.usage.input_tokens == 5  # "Be brief." and the three words sent
+    assert response.usage.output_tokens == 4 + 4  # the answer and the summary
+    assert response.usage.output_tokens_details.reasoning_tokens == 4
+
+
+async def test_responses_stream_parallel_calls_then_quote_the_outputs(demo_base_url: str) -> None:
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "api_base": f"{demo_base_url}/v1",
+        "api_key": "demo",
+        "store": False,
+    }
+    stream: Any = await litellm.aresponses(
+        input=[{"type": "message", "role": "user", "content": TWO_CALL_SCRIPT}],
+        stream=True,
+        **request,
+    )
+    kinds: list[str] = []
+    done_items: list[Any] = []
+    completed: Any = None
+    async for event in stream:
+        kind = str(getattr(event.type, "value", event.type))
+        kinds.append(kind)
+        if kind == "response.output_item.done":
+            done_items.append(event.item)
+        if kind == "response.completed":
+            completed = event.response
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds.count("response.function_call_arguments.delta") > 2
+    assert [(item.call_id, item.name) for item in done_items] == [
+        ("call_1", "search__web_search"),
+        ("call_2", "search__web_search"),
+    ]
+    assert json.loads(done_items[1].arguments) == {"query": "dex engine", "limit": 2}
+    assert completed is not None and completed.usage is not None
+
+    follow_up: Any = await litellm.aresponses(
+        input=[
+            {"type": "message", "role": "user", "content": TWO_CALL_SCRIPT},
+            *[
+                {
+                    "type": "function_call",
+                    "call_id": item.call_id,
+                    "name": item.name,
+                    "arguments": item.arguments,
+                }
+                for item in done_items
+            ],
+            {"type": "function_call_output", "call_id": "call_1", "output": "first output"},
+            {"type": "function_call_output", "call_id": "call_2", "output": "second output"},
+        ],
+        **request,
+    )
+    text = follow_up.output[0].content[0].text
+    assert text == "Here is what the tools returned:\n- first output\n- second output"
+
+
+async def test_chat_think_streams_reasoning_content(demo_base_url: str) -> None:
+    response = await litellm.acompletion(
+        **_completion_kwargs(demo_base_url, [{"role": "user", "content": "/think\nhi"}]),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    reasoning: list[str] = []
+    usage = None
+    async for chunk in response:
+        usage = chunk.usage if getattr(chunk, "usage", None) is not None else usage
+        for choice in chunk.choices:
+            if getattr(choice.delta, "reasoning_content", None):
+                reasoning.append(choice.delta.reasoning_content)
+    assert "".join(reasoning) == "Thinking about: hi"
+    assert usage is not None and usage.completion_tokens_details.reasoning_tokens == 3
+
+
+async def test_responses_invalid_input_is_a_400(demo_base_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{demo_base_url}/v1/responses", json={"model": "x", "input": 3}
+        )
+    assert response.status_code == 400
+    assert "input" in response.json()["error"]["message"]

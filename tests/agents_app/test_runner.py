@@ -13,16 +13,21 @@ from typing import Any, cast
 
 import pytest
 
+from agents_app.model_replies import DeltaBuffer
+from agents_app.providers import LOCAL_SERVER_KEY
 from agents_app.runner import (
+    REJECTED_CALL_POLICY,
     AgentConfigError,
     AgentModelConfig,
     LiteLLMRunner,
     ModelResponseError,
-    TextDeltaBatcher,
     ToolCallAccumulator,
     build_model_input,
+    chat_message,
     decode_run_state,
+    encode_run_state,
     finalize_tool_calls,
+    measure_context,
     tool_call_delta,
 )
 from dex_agents import (
@@ -40,6 +45,7 @@ from dex_agents import (
     ToolPolicyResolver,
     TurnCompleted,
 )
+from dex_agents.testing import wait_until
 from mcp_registry.client import McpClientPool, McpServerSpec
 from tests.agents_app.test_demo_model import start_demo_model
 
@@ -199,32 +205,69 @@ def test_resumed_call_restores_the_turn_and_renders_each_final_record() -> None:
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "x", "arguments": "{}"}},
+            {"id": "prov/1", "type": "function", "function": {"name": "x", "arguments": "{}"}},
             {"id": "call_2", "type": "function", "function": {"name": "x", "arguments": "{}"}},
         ],
     }
-    run_state = json.dumps({"version": 1, "turn_items": [assistant_item]})
+    run_state = encode_run_state([assistant_item], ["prov_1", "call_2"])
     records = {
-        "call_1": record("call_1", ToolCallStatus.SUCCEEDED, output="three results"),
+        "prov_1": record("prov_1", ToolCallStatus.SUCCEEDED, output="three results"),
         "call_2": record("call_2", ToolCallStatus.REJECTED, rejection_message="not today"),
     }
     turn = make_turn(agent_config(), history(), run_state=run_state, records=records)
     messages, turn_items = build_model_input(AgentModelConfig.parse(agent_config()), turn)
     assert turn_items[0] == assistant_item
-    assert turn_items[1] == {"role": "tool", "tool_call_id": "call_1", "content": "three results"}
+    # The provider's own ID pairs the result with its call; the Dex ID found the record.
+    assert turn_items[1] == {"role": "tool", "tool_call_id": "prov/1", "content": "three results"}
     assert turn_items[2]["tool_call_id"] == "call_2"
     assert "not today" in turn_items[2]["content"]
     assert messages[-3:] == turn_items
     assert messages[3] == {"role": "user", "content": "search please"}
 
 
+def test_version_one_run_states_still_resume() -> None:
+    assistant_item = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "x"}}],
+    }
+    items, ids = decode_run_state(json.dumps({"version": 1, "turn_items": [assistant_item]}))
+    assert items == [assistant_item]
+    assert ids == ["call_1"]
+
+
 def test_run_state_that_does_not_end_with_a_tool_request_is_refused() -> None:
-    run_state = json.dumps({"version": 1, "turn_items": [{"role": "assistant", "content": "x"}]})
+    run_state = json.dumps({"version": 2, "turn_items": [{"role": "assistant", "content": "x"}]})
     turn = make_turn(agent_config(), history(), run_state=run_state)
     with pytest.raises(ValueError):
         build_model_input(AgentModelConfig.parse(agent_config()), turn)
     with pytest.raises(ValueError):
         decode_run_state('{"turn_items": []}')
+
+
+def test_chat_message_keeps_replay_keys_and_drops_responses_items() -> None:
+    item = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "x", "arguments": "{}"},
+                "provider_specific_fields": {"thought_signature": "sig"},
+            }
+        ],
+        "thinking_blocks": [{"type": "thinking", "thinking": "t", "signature": "s"}],
+        "reasoning_items": [{"id": "rs_1", "type": "reasoning", "summary": []}],
+    }
+    message = chat_message(item)
+    assert "reasoning_items" not in message
+    assert message["thinking_blocks"] == item["thinking_blocks"]
+    assert message["tool_calls"][0]["provider_specific_fields"] == {"thought_signature": "sig"}
+    assert chat_message({"role": "user", "content": "hi", "thinking_blocks": [{}]}) == {
+        "role": "user",
+        "content": "hi",
+    }
 
 
 def test_accumulator_merges_id_less_continuation_chunks_by_index() -> None:
@@ -244,52 +287,111 @@ def test_accumulator_merges_id_less_continuation_chunks_by_index() -> None:
     ]
 
 
+def test_accumulator_keeps_two_calls_that_share_an_index_apart() -> None:
+    accumulator = ToolCallAccumulator()
+    deltas: list[dict[str, Any]] = [
+        {"index": 0, "id": "call_a", "name": "t", "arguments": '{"a"'},
+        {"index": 0, "arguments": ": 1}"},
+        {"index": 0, "id": "call_b", "name": "u", "arguments": ""},
+        {"index": 0, "arguments": '{"b": 2}'},
+        {"index": 0, "id": "call_a", "arguments": ""},
+    ]
+    for delta in deltas:
+        accumulator.add(delta)
+    assert accumulator.calls == [
+        {"id": "call_a", "name": "t", "arguments": '{"a": 1}'},
+        {"id": "call_b", "name": "u", "arguments": '{"b": 2}'},
+    ]
+
+
 def test_accumulator_falls_back_to_id_then_to_the_latest_call() -> None:
     accumulator = ToolCallAccumulator()
-    deltas: list[dict[str, str]] = [
+    deltas: list[dict[str, Any]] = [
         {"id": "call_a", "name": "t", "arguments": "{"},
         {"id": "call_b", "name": "u", "arguments": "["},
         {"id": "call_a", "arguments": "}"},
         {"arguments": "]"},
-        {"name": "u"},
+        {"name": "u", "provider_specific_fields": {"thought_signature": "s"}},
     ]
     for delta in deltas:
         accumulator.add(delta)
     assert accumulator.calls == [
         {"id": "call_a", "name": "t", "arguments": "{}"},
-        {"id": "call_b", "name": "u", "arguments": "[]"},
+        {
+            "id": "call_b",
+            "name": "u",
+            "arguments": "[]",
+            "provider_specific_fields": {"thought_signature": "s"},
+        },
     ]
 
 
-def test_text_batcher_groups_tiny_chunks_and_flushes_the_rest() -> None:
+async def test_delta_buffer_flushes_at_the_size_limit_and_on_demand() -> None:
     written: list[str] = []
-    batcher = TextDeltaBatcher(written.append, min_chars=8, max_delay=3600)
-    for piece in ["a", "b", "cdefgh", "ij", "k\n", "tail"]:
-        batcher.add(piece)
-    assert written == ["abcdefgh", "ijk\n"]
-    batcher.flush()
-    batcher.flush()
-    assert written == ["abcdefgh", "ijk\n", "tail"]
+    buffer = DeltaBuffer(written.append, max_seconds=3600, max_bytes=8)
+    for piece in ["a", "b", "cdefgh", "ij", "é"]:
+        buffer.add(piece)
+    assert written == ["abcdefgh"]
+    buffer.add("k")  # "ijék" is 5 bytes
+    assert written == ["abcdefgh"]
+    buffer.flush()
+    buffer.flush()
+    assert written == ["abcdefgh", "ijék"]
+
+
+async def test_delta_buffer_flushes_when_its_oldest_piece_is_due() -> None:
+    written: list[str] = []
+    buffer = DeltaBuffer(written.append, max_seconds=0.05)
+    buffer.add("one ")
+    buffer.add("two")
+    assert written == []
+    await wait_until("the timed flush", lambda: written == ["one two"], timeout=5)
+    buffer.add("three")
+    buffer.flush()
+    assert written == ["one two", "three"]
+
+
+def test_default_delta_buffer_limits_are_one_second_and_16_kib() -> None:
+    buffer = DeltaBuffer(lambda text: None)
+    assert buffer._max_seconds == 1.0
+    assert buffer._max_bytes == 16 * 1024
 
 
 def test_tool_call_delta_reads_objects_and_dicts() -> None:
     raw = {"index": 2, "id": "c", "function": {"name": "n", "arguments": "{}"}}
-    assert tool_call_delta(raw) == {"index": 2, "id": "c", "name": "n", "arguments": "{}"}
+    assert tool_call_delta(raw) == {
+        "index": 2,
+        "id": "c",
+        "name": "n",
+        "arguments": "{}",
+        "provider_specific_fields": None,
+    }
 
 
-def test_finalize_rejects_invalid_json_arguments() -> None:
+def test_finalize_turns_invalid_json_into_a_tool_error() -> None:
     config = AgentModelConfig.parse(agent_config())
-    merged = [{"id": "call_1", "name": "search__web_search", "arguments": '{"query": '}]
-    with pytest.raises(ModelResponseError, match="invalid JSON"):
-        finalize_tool_calls(merged, config, [])
-    with pytest.raises(ModelResponseError, match="not a JSON object"):
-        finalize_tool_calls([{**merged[0], "arguments": "[1]"}], config, [])
+    merged = [
+        {"id": "call_1", "name": "search__web_search", "arguments": '{"query": '},
+        {"id": "call_2", "name": "search__web_search", "arguments": "[1]"},
+        {"id": "call_3", "name": "search__web_search", "arguments": '{"query": "ok"}'},
+    ]
+    calls = finalize_tool_calls(merged, config, [])
+    assert calls[0].error is not None and "not valid JSON" in calls[0].error
+    assert calls[1].error is not None and "not a JSON object" in calls[1].error
+    assert calls[2].error is None
+    # The record keeps what the model sent; the history only ever holds JSON objects.
+    assert [call.arguments for call in calls] == ['{"query": ', "[1]", '{"query": "ok"}']
+    assert [call.history_arguments for call in calls] == ["{}", "{}", '{"query": "ok"}']
 
 
-def test_finalize_rejects_unknown_tools() -> None:
+def test_finalize_turns_unknown_tools_into_a_tool_error() -> None:
     config = AgentModelConfig.parse(agent_config())
-    with pytest.raises(ModelResponseError, match="unknown tool"):
-        finalize_tool_calls([{"id": "c", "name": "other__tool", "arguments": "{}"}], config, [])
+    [call] = finalize_tool_calls(
+        [{"id": "c", "name": "other__tool", "arguments": "{}"}], config, []
+    )
+    assert call.error is not None and "not enabled" in call.error
+    with pytest.raises(ModelResponseError, match="without a name"):
+        finalize_tool_calls([{"id": "c", "name": "", "arguments": "{}"}], config, [])
 
 
 def test_finalize_makes_ids_usable_and_unique_within_the_turn() -> None:
@@ -299,19 +401,34 @@ def test_finalize_makes_ids_usable_and_unique_within_the_turn() -> None:
         {"id": "call_1", "name": "search__web_search", "arguments": ""},
         {"id": "a/b", "name": "search__web_search", "arguments": "{}"},
         {"id": "", "name": "search__web_search", "arguments": "{}"},
+        {"id": "x__thought__" + "s/+=" * 40, "name": "search__web_search", "arguments": "{}"},
     ]
-    calls = finalize_tool_calls(merged, config, earlier)
-    ids = [call["id"] for call in calls]
-    assert ids[0] == "call_1_2"
-    assert ids[1] == "a_b"
-    assert ids[2] and "/" not in ids[2]
-    assert len(set(ids) | {"call_1"}) == 4
-    assert calls[0]["arguments"] == "{}"
+    calls = finalize_tool_calls(merged, config, earlier, used_dex_ids=["call_1"])
+    provider_ids = [call.provider_id for call in calls]
+    dex_ids = [call.dex_id for call in calls]
+    # Provider IDs are replayed verbatim unless they repeat or are missing.
+    assert provider_ids[1] == "a/b"
+    assert provider_ids[3] == merged[3]["id"]
+    assert len(set(provider_ids) | {"call_1"}) == 5
+    assert all(dex_id and "/" not in dex_id and len(dex_id) <= 64 for dex_id in dex_ids)
+    assert len(set(dex_ids) | {"call_1"}) == 5
+    assert calls[0].arguments == "{}"
 
 
 def test_missing_agent_config_fails() -> None:
     with pytest.raises(AgentConfigError):
         AgentModelConfig.parse(None)
+    with pytest.raises(AgentConfigError, match="api"):
+        AgentModelConfig.parse(agent_config(api="completions"))
+    with pytest.raises(AgentConfigError, match="context_window"):
+        AgentModelConfig.parse(agent_config(context_window=-1))
+
+
+def test_api_is_responses_only_for_openai_models_without_an_api_base() -> None:
+    assert AgentModelConfig.parse(agent_config(None, model="openai/gpt-5-mini")).api == "responses"
+    assert AgentModelConfig.parse(agent_config("http://x/v1")).api == "chat"
+    assert AgentModelConfig.parse(agent_config(None, model="anthropic/claude")).api == "chat"
+    assert AgentModelConfig.parse(agent_config("http://x/v1", api="responses")).api == "responses"
 
 
 def test_api_key_comes_from_the_named_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,7 +438,23 @@ def test_api_key_comes_from_the_named_variable(monkeypatch: pytest.MonkeyPatch) 
         config.api_key()
     monkeypatch.setenv("PROBE_MODEL_KEY", "sk-test")
     assert config.api_key() == "sk-test"
-    assert AgentModelConfig.parse(agent_config("http://x/v1")).api_key()
+    assert AgentModelConfig.parse(agent_config("http://x/v1")).api_key() == LOCAL_SERVER_KEY
+
+
+def test_context_window_and_token_count_come_from_litellm() -> None:
+    messages = [{"role": "user", "content": "hello there world"}]
+    known = measure_context(
+        AgentModelConfig.parse(agent_config(None, model="openai/gpt-4o")), messages
+    )
+    assert known.context_window is not None and known.context_window >= 100_000
+    assert 0 < known.input_tokens < 20
+    configured = measure_context(
+        AgentModelConfig.parse(agent_config(context_window=4096)), messages
+    )
+    assert configured.context_window == 4096
+    unknown = measure_context(AgentModelConfig.parse(agent_config()), messages)
+    assert unknown.context_window is None
+    assert unknown.input_tokens == known.input_tokens
 
 
 # Against the real demo model ----------------------------------------------------------------
@@ -349,8 +482,8 @@ async def test_echo_turn_completes_and_streams_text(demo_api_base: str) -> None:
         {"role": "assistant", "content": "You said: hello there"}
     ]
     assert outcome.new_messages[0].role is MessageRole.ASSISTANT
-    assert len(events.text) > 1
-    assert "".join(events.text) == "You said: hello there"
+    # A fast stream fits in one buffered write (1 s / 16 KiB), flushed before the Step returns.
+    assert events.text == ["You said: hello there"]
     assert outcome.usage.requests == 1
     assert outcome.usage.output_tokens > 0
 
@@ -411,14 +544,78 @@ async def test_session_policy_wins_over_the_tool_effect(demo_api_base: str) -> N
     assert outcome.tool_calls[0].policy == strict
 
 
-async def test_invalid_json_arguments_fail_the_model_step(demo_api_base: str) -> None:
+async def test_invalid_json_arguments_become_a_tool_error_not_a_broken_history(
+    demo_api_base: str,
+) -> None:
     runner = LiteLLMRunner(_unused_resolver)
-    turn = make_turn(
-        agent_config(demo_api_base),
-        [user_message(1, '/tool search__web_search {"query": ', "turn-2")],
+    config = agent_config(demo_api_base)
+    script = '/tool search__web_search {"query": \n/tool search__web_search {"query": "ok"}'
+    outcome = await runner.run_model_step(make_turn(config, [user_message(1, script, "turn-2")]))
+    assert isinstance(outcome, ToolCallsRequested)
+    bad, good = outcome.tool_calls
+    assert bad.arguments == '{"query":'
+    assert bad.policy == REJECTED_CALL_POLICY
+    assert good.policy == ToolPolicy(ToolEffect.READ)
+    items, _ = decode_run_state(outcome.framework_run_state)
+    stored_arguments = [call["function"]["arguments"] for call in items[-1]["tool_calls"]]
+    assert stored_arguments == ["{}", '{"query": "ok"}']
+
+    record_ = AgentToolCall(
+        tool_call_id=bad.tool_call_id,
+        tool_name=bad.tool_name,
+        arguments=bad.arguments,
+        effect=ToolEffect.READ,
+        requires_approval=False,
+        status=ToolCallStatus.PENDING,
+        deferral_order=0,
+        turn_id="turn-2",
     )
-    with pytest.raises(ModelResponseError, match="invalid JSON"):
+    with pytest.raises(ToolExecutionError, match="not valid JSON"):
+        await runner.execute_deferred_tool_call(
+            DeferredToolExecution(
+                flow_id="session-1",
+                tool_call=record_,
+                idempotency_key="session-1/turn-2/call_1",
+                attempt=1,
+                events=cast(AgentEventWriter, RecordingEvents()),
+                heartbeat_callback=_no_heartbeat,
+                agent_config=config,
+            )
+        )
+
+
+async def test_responses_api_streams_reasoning_and_replays_its_items(demo_api_base: str) -> None:
+    runner = LiteLLMRunner(_unused_resolver)
+    config = agent_config(demo_api_base, api="responses")
+    script = '/think\nfind it\n/tool search__web_search {"query": "dex"}'
+    messages = [user_message(1, script, "turn-2")]
+    events = RecordingEvents()
+    requested = await runner.run_model_step(make_turn(config, messages, events=events))
+    assert isinstance(requested, ToolCallsRequested)
+    assert "".join(events.reasoning) == "Thinking about: find it"
+    assert requested.usage.reasoning_tokens == 4
+    items, _ = decode_run_state(requested.framework_run_state)
+    [reasoning] = items[-1]["reasoning_items"]
+    assert reasoning["type"] == "reasoning" and reasoning["encrypted_content"]
+
+    records = {"call_1": record("call_1", ToolCallStatus.SUCCEEDED, output="DEX result")}
+    completed = await runner.run_model_step(
+        make_turn(config, messages, run_state=requested.framework_run_state, records=records)
+    )
+    assert isinstance(completed, TurnCompleted)
+    first = completed.new_messages[0].framework_item
+    assert first["reasoning_items"] == [reasoning]
+    assert "DEX result" in completed.new_messages[-1].text
+
+
+async def test_scripted_failures_fail_the_attempt_then_succeed(demo_api_base: str) -> None:
+    runner = LiteLLMRunner(_unused_resolver)
+    turn = make_turn(agent_config(demo_api_base), [user_message(1, "/fail 1\nagain", "turn-2")])
+    with pytest.raises(Exception, match=r"500|scripted to fail"):
         await runner.run_model_step(turn)
+    outcome = await runner.run_model_step(turn)
+    assert isinstance(outcome, TurnCompleted)
+    assert outcome.new_messages[0].text == "You said: again"
 
 
 # Tool execution against the real search MCP server ------------------------------------------
@@ -483,3 +680,18 @@ async def test_unknown_tool_becomes_a_tool_execution_error(
 ) -> None:
     with pytest.raises(ToolExecutionError, match="not enabled"):
         await search_runner.execute_deferred_tool_call(execution("search__delete_all", "{}"))
+
+
+def test_responses_requests_are_stateless_and_ask_for_reasoning_only_where_supported() -> None:
+    runner = LiteLLMRunner(_unused_resolver)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    reasoning_model = AgentModelConfig.parse(agent_config(None, model="openai/gpt-5-mini"))
+    request = runner._responses_request(reasoning_model, messages)
+    assert request["store"] is False
+    assert request["instructions"] == "Be brief."
+    assert request["input"] == [{"type": "message", "role": "user", "content": "hi"}]
+    assert request["reasoning"] == {"summary": "auto"}
+    assert request["include"] == ["reasoning.encrypted_content"]
+    plain_model = AgentModelConfig.parse(agent_config(None, model="openai/gpt-4.1"))
+    plain = runner._responses_request(plain_model, messages)
+    assert "reasoning" not in plain and "include" not in plain

@@ -103,7 +103,7 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
 
     # The runner streamed the answer as text_delta events of the second RunModel Step.
     events = _read_agent_events(f"127.0.0.1:{ports.engine}", session_id, tmp_path / "cache")
-    assert [event.type for event in events][0] == "turn_started"
+    assert events[0].type == "turn_started"
     assert events[-1].type == "turn_completed"
     streamed: dict[str, str] = defaultdict(str)
     for event in events:

@@ -39,9 +39,9 @@ class Command(BaseCommand):
             WorkerOptions,
             open_blob_cache,
         )
-        from mcp_registry.client import McpClientPool
 
         from agents_app.flow import build_flow
+        from mcp_registry.client import McpClientPool
 
         knobs = settings.DEXAGENTS
         address = knobs["DEX_SERVER_ADDRESS"]
