@@ -54,18 +54,43 @@ class DexErrorsMixin:
         return super().handle_exception(exc)  # type: ignore[misc]
 
 
+def _provider_reason(reason: str, *, request: Any) -> str:
+    """The provider check's reason for staff; others learn only that an administrator must act.
+
+    The detailed reason names environment variables, which only operators need to know.
+    """
+    user = getattr(request, "user", None)
+    if user is not None and user.is_staff:
+        return reason
+    return "An administrator must configure its API key."
+
+
 class AgentListApi(ListAPIView):
     """``GET /api/v1/agents/``: enabled agents."""
 
     class AgentOutputSerializer(serializers.ModelSerializer):
         tools = serializers.SerializerMethodField()
+        configured = serializers.SerializerMethodField()
+        not_configured_reason = serializers.SerializerMethodField()
 
         class Meta:
             model = AgentDefinition
-            fields = ("slug", "name", "description", "model", "tools")
+            fields = (
+                "slug", "name", "description", "model", "tools", "configured",
+                "not_configured_reason",
+            )
 
         def get_tools(self, agent: AgentDefinition) -> list[str]:
             return [tool.exposed_name for tool in agent.exposed_tools()]
+
+        def get_configured(self, agent: AgentDefinition) -> bool:
+            return agent.provider_status().configured
+
+        def get_not_configured_reason(self, agent: AgentDefinition) -> str | None:
+            status = agent.provider_status()
+            if status.configured:
+                return None
+            return _provider_reason(status.reason, request=self.context.get("request"))
 
     serializer_class = AgentOutputSerializer
 
@@ -94,9 +119,17 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
 
         def validate_agent(self, value: str) -> AgentDefinition:
             try:
-                return agent_get_enabled(slug=value)
+                agent = agent_get_enabled(slug=value)
             except AgentDefinition.DoesNotExist:
                 raise serializers.ValidationError(f"Unknown or disabled agent {value!r}.") from None
+            status = agent.provider_status()
+            if not status.configured:
+                reason = _provider_reason(status.reason, request=self.context.get("request"))
+                raise serializers.ValidationError(
+                    f"The agent {value!r} cannot start: its model provider is not configured. "
+                    f"{reason}"
+                )
+            return agent
 
     serializer_class = SessionOutputSerializer
     filterset_fields = ("status", "agent__slug")

@@ -5,7 +5,7 @@ agent (ARCHITECTURE.md "Who owns which data"). Credentials are referenced by env
 variable name (``api_key_env``), never stored.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -16,6 +16,10 @@ from mcp_registry.models import McpTool
 ENV_NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "Enter an environment variable NAME, not a key."
 )
+
+
+if TYPE_CHECKING:
+    from agents_app.providers import ProviderStatus
 
 
 class AgentDefinition(models.Model):
@@ -55,6 +59,16 @@ class AgentDefinition(models.Model):
             .filter(enabled=True, available=True, server__enabled=True)
             .order_by("server__name", "name")
         )
+
+    def provider_status(self) -> "ProviderStatus":
+        """Whether this agent's model provider can be called (its key variable is set, etc.).
+
+        Read in the web process's environment, which is expected to match the worker's; see
+        ``agents_app.providers.provider_status`` for the rules. Never raises.
+        """
+        from agents_app.providers import provider_status
+
+        return provider_status(self.model, self.api_key_env or None, self.api_base or None)
 
     def agent_config(self) -> dict[str, Any]:
         """Snapshot this definition as the session's ``agent_config`` start input.

@@ -73,6 +73,11 @@ def other_client(other_user: Any, token_client: Callable[[Any], Any]) -> Any:
 
 
 @pytest.fixture
+def staff_client(staff: Any, token_client: Callable[[Any], Any]) -> Any:
+    return token_client(staff)
+
+
+@pytest.fixture
 def anonymous_client(db: None) -> Any:
     from rest_framework.test import APIClient
 

@@ -54,6 +54,7 @@ class AgentDefinitionFactory(factory.django.DjangoModelFactory[AgentDefinition])
     slug = factory.Sequence(lambda n: f"agent{n}")
     name = factory.LazyAttribute(lambda agent: agent.slug.title())
     model = "openai/dexagents-demo"
+    api_base = "http://127.0.0.1:8811/v1"
     system_prompt = "Be brief."
 
 

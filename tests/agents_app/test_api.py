@@ -180,3 +180,31 @@ def test_healthz_treats_a_stale_heartbeat_as_down(
     stale = time.time() - 60
     os.utime(heartbeat_file, (stale, stale))
     assert client.get("/healthz").json()["worker"] == "down"
+
+
+def _agents(api: APIClient) -> dict[str, Any]:
+    return {agent["slug"]: agent for agent in api.get("/api/v1/agents/").json()["results"]}
+
+
+def test_an_agent_whose_provider_key_is_missing_cannot_start(
+    owner_client: APIClient, staff_client: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DEXAGENTS_TEST_MISSING_KEY", raising=False)
+    AgentDefinitionFactory.create(slug="claude", model="anthropic/claude-sonnet-4-5",
+                                  api_base="", api_key_env="DEXAGENTS_TEST_MISSING_KEY")
+    listed = _agents(owner_client)
+    assert listed["claude"]["configured"] is False
+    assert "DEXAGENTS_TEST_MISSING_KEY" not in listed["claude"]["not_configured_reason"]
+    assert "DEXAGENTS_TEST_MISSING_KEY" in _agents(staff_client)["claude"]["not_configured_reason"]
+
+    answer = owner_client.post("/api/v1/sessions/", {"agent": "claude", "message": "hi"},
+                               format="json")
+    assert answer.status_code == 400
+    assert "not configured" in answer.json()["agent"][0]
+    assert not AgentSession.objects.exists()
+
+    monkeypatch.setenv("DEXAGENTS_TEST_MISSING_KEY", "sk-test-value")
+    listed = _agents(staff_client)
+    assert listed["claude"]["configured"] is True
+    assert listed["claude"]["not_configured_reason"] is None
+    assert "sk-test-value" not in str(listed)
