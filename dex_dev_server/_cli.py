@@ -1,0 +1,98 @@
+"""Command line: serve the engine, or inspect a database.
+
+``python -m dex_dev_server [--host H] [--port P] [--db PATH] [--log-level L]`` serves and
+prints ``dex_dev_server ready on <host>:<port>`` once it accepts calls.
+``python -m dex_dev_server list [--db PATH] [--table]`` and
+``python -m dex_dev_server inspect FLOW_ID [--db PATH] [--table]`` print JSON (or a table)
+read straight from the SQLite file; they work while the engine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+DEFAULT_DB = "var/dex_dev_server.sqlite3"
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dex_dev_server", description="Embedded Dex engine.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8801, help="0 picks a free port")
+    p.add_argument("--db", default=DEFAULT_DB, help="SQLite database path")
+    p.add_argument("--log-level", default="info",
+                   choices=["debug", "info", "warning", "error", "critical"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("list", "inspect"):
+        return _inspect_main(args)
+    ns = _serve_parser().parse_args(args)
+    logging.basicConfig(
+        level=getattr(logging, ns.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from ._server import serve
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(ns.db, ns.host, ns.port))
+    return 0
+
+
+def _ts(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, UTC).isoformat()
+
+
+def _inspect_main(args: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m dex_dev_server")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    lp = sub.add_parser("list", help="list flows (latest run of each)")
+    lp.add_argument("--db", default=DEFAULT_DB)
+    lp.add_argument("--table", action="store_true")
+    ip = sub.add_parser("inspect", help="show one flow's runs, steps, attributes and history")
+    ip.add_argument("flow_id")
+    ip.add_argument("--db", default=DEFAULT_DB)
+    ip.add_argument("--table", action="store_true")
+    ns = p.parse_args(args)
+    from ._inspect import inspect_flow, list_flows
+
+    if ns.cmd == "list":
+        rows = list_flows(ns.db)
+        if ns.table:
+            _print_table(rows, ["flow_id", "flow_type", "status", "run_id", "start_time"])
+        else:
+            print(json.dumps(rows, indent=2))
+        return 0
+    data = inspect_flow(ns.db, ns.flow_id)
+    if data is None:
+        print(json.dumps({"error": f"flow {ns.flow_id!r} not found"}))
+        return 1
+    if ns.table:
+        _print_table(data["runs"], ["run_id", "status", "start_time", "close_time", "error"])
+        print()
+        _print_table(data["steps"], ["step_execution_id", "phase", "attempt", "from"])
+        print()
+        _print_table(data["history"], ["event_id", "type", "step_execution_id", "final_attempt"])
+    else:
+        print(json.dumps(data, indent=2))
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    widths = {c: max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns}
+    print("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "") if r.get(c) is not None else "").ljust(widths[c])
+                        for c in columns))

@@ -1,0 +1,108 @@
+"""Process wiring: gRPC server lifecycle, ready line and signal-driven drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from ._service import Engine, add_services
+from ._store import Store
+
+_LOG = logging.getLogger("dex_dev_server")
+
+_MAX_MESSAGE = 64 * 1024 * 1024
+
+
+class EngineServer:
+    """A running engine bound to ``host:port`` (``port=0`` picks a free port).
+
+    Use :meth:`start` then :meth:`stop`, or :func:`serve` for the CLI lifecycle.
+    """
+
+    def __init__(self, db_path: str | Path, host: str = "127.0.0.1", port: int = 8801) -> None:
+        self.db_path = str(db_path)
+        self.host = host
+        self.requested_port = port
+        self.port = 0
+        self.store: Store | None = None
+        self.engine: Engine | None = None
+        self.server: grpc.aio.Server | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` actually served."""
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Open the database, resume all runs and start serving.
+
+        Raises:
+            RuntimeError: if the address cannot be bound.
+        """
+        self.store = Store(self.db_path)
+        self.engine = Engine(self.store)
+        self.engine.load()
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.so_reuseport", 0),
+                # Ping idle connections so a worker host that vanished without closing
+                # its TCP connection is detected and its in-flight task is failed.
+                ("grpc.keepalive_time_ms", 20_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+                ("grpc.http2.max_pings_without_data", 0),
+            ]
+        )
+        add_services(self.engine, self.server)
+        port = self.server.add_insecure_port(f"{self.host}:{self.requested_port}")
+        if port == 0:
+            raise RuntimeError(f"cannot bind {self.host}:{self.requested_port}")
+        self.port = port
+        await self.server.start()
+
+    async def stop(self, grace: float = 3.0) -> None:
+        """Ask workers to reconnect, finish in-flight calls (up to ``grace`` s), close the DB."""
+        if self.engine is not None:
+            self.engine.shutdown_streams()
+        if self.server is not None:
+            await self.server.stop(grace)
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+
+async def serve(
+    db_path: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8801,
+    on_ready: Callable[[EngineServer], None] | None = None,
+) -> None:
+    """Run the engine until SIGTERM or SIGINT, then drain and return."""
+    server = EngineServer(db_path, host, port)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    if on_ready is not None:
+        on_ready(server)
+    else:
+        print(f"dex_dev_server ready on {server.address}", flush=True)
+    _LOG.info("serving on %s with database %s", server.address, db_path)
+    try:
+        await stop.wait()
+    finally:
+        _LOG.info("draining")
+        await server.stop()
+        sys.stdout.flush()

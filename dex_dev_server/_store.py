@@ -1,0 +1,193 @@
+"""SQLite (WAL) persistence for runs, attributes, channel messages, history and Streams.
+
+Every engine commit is one ``BEGIN IMMEDIATE`` transaction written before the effect is
+acknowledged (spec section 3.6). The database is opened by exactly one engine process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    flow_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    flow_type TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    request_id TEXT NOT NULL,
+    start_ts REAL NOT NULL,
+    close_ts REAL,
+    header TEXT NOT NULL,
+    core TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_flow ON runs (flow_id, seq);
+CREATE TABLE IF NOT EXISTS attributes (
+    run_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+CREATE TABLE IF NOT EXISTS channel_messages (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    channel TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS history (
+    run_id TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    event BLOB NOT NULL,
+    PRIMARY KEY (run_id, event_id)
+);
+CREATE TABLE IF NOT EXISTS stream_messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    flow_type TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    flow_id TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    value BLOB NOT NULL,
+    charged INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS stream_scope ON stream_messages (flow_type, stream, id);
+CREATE INDEX IF NOT EXISTS stream_instance ON stream_messages (flow_type, stream, flow_id, id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass
+class RunWrite:
+    """One run's pending changes, written atomically by :meth:`Store.commit`."""
+
+    run_row: tuple[Any, ...] | None = None
+    attr_upserts: dict[str, bytes] = field(default_factory=dict)
+    attr_deletes: set[str] = field(default_factory=set)
+    channel_inserts: list[tuple[int, str, str, bytes]] = field(default_factory=list)
+    channel_deletes: list[int] = field(default_factory=list)
+    history: list[tuple[int, bytes]] = field(default_factory=list)
+    channels_moved_from: str = ""
+
+    def set_attribute(self, key: str, value: bytes | None) -> None:
+        """Record an upsert (``value``) or a delete (``None``) of one attribute."""
+        if value is None:
+            self.attr_upserts.pop(key, None)
+            self.attr_deletes.add(key)
+        else:
+            self.attr_deletes.discard(key)
+            self.attr_upserts[key] = value
+
+
+class Store:
+    """Thin synchronous wrapper over one SQLite connection in WAL mode."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the connection (checkpointing the WAL)."""
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Run a block inside ``BEGIN IMMEDIATE`` … ``COMMIT`` (rollback on error)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def commit(self, run_id: str, write: RunWrite) -> None:
+        """Write one run's changes in a single transaction."""
+        with self.transaction() as db:
+            self._apply(db, run_id, write)
+
+    def commit_many(self, writes: Iterable[tuple[str, RunWrite]]) -> None:
+        """Write several runs' changes in a single transaction."""
+        with self.transaction() as db:
+            for run_id, write in writes:
+                self._apply(db, run_id, write)
+
+    @staticmethod
+    def _apply(db: sqlite3.Connection, run_id: str, write: RunWrite) -> None:
+        if write.run_row is not None:
+            db.execute(
+                "INSERT OR REPLACE INTO runs (run_id, flow_id, seq, flow_type, status, "
+                "request_id, start_ts, close_ts, header, core) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                write.run_row,
+            )
+        if write.attr_upserts:
+            db.executemany(
+                "INSERT OR REPLACE INTO attributes (run_id, key, value) VALUES (?,?,?)",
+                [(run_id, k, v) for k, v in write.attr_upserts.items()],
+            )
+        if write.attr_deletes:
+            db.executemany(
+                "DELETE FROM attributes WHERE run_id=? AND key=?",
+                [(run_id, k) for k in write.attr_deletes],
+            )
+        if write.channels_moved_from:
+            db.execute(
+                "UPDATE channel_messages SET run_id=? WHERE run_id=?",
+                (run_id, write.channels_moved_from),
+            )
+        if write.channel_deletes:
+            db.executemany(
+                "DELETE FROM channel_messages WHERE run_id=? AND seq=?",
+                [(run_id, s) for s in write.channel_deletes],
+            )
+        if write.channel_inserts:
+            db.executemany(
+                "INSERT INTO channel_messages (run_id, seq, channel, message_id, value) "
+                "VALUES (?,?,?,?,?)",
+                [(run_id, *row) for row in write.channel_inserts],
+            )
+        if write.history:
+            db.executemany(
+                "INSERT INTO history (run_id, event_id, event) VALUES (?,?,?)",
+                [(run_id, eid, ev) for eid, ev in write.history],
+            )
+
+    # Reads -------------------------------------------------------------------------------
+
+    def load_runs(self) -> list[tuple[Any, ...]]:
+        """All run rows ordered by creation."""
+        return self.db.execute(
+            "SELECT run_id, flow_id, seq, flow_type, status, request_id, start_ts, close_ts, "
+            "header, core FROM runs ORDER BY seq"
+        ).fetchall()
+
+    def load_attributes(self) -> list[tuple[str, str, bytes]]:
+        """``(run_id, key, value)`` for every stored attribute."""
+        return self.db.execute("SELECT run_id, key, value FROM attributes").fetchall()
+
+    def load_channel_messages(self) -> list[tuple[str, int, str, str, bytes]]:
+        """``(run_id, seq, channel, message_id, value)`` in publication order."""
+        return self.db.execute(
+            "SELECT run_id, seq, channel, message_id, value FROM channel_messages "
+            "ORDER BY run_id, seq"
+        ).fetchall()
+
+    def history_page(self, run_id: str, start: int, limit: int) -> list[tuple[int, bytes]]:
+        """History events of a run with ``event_id >= start``, ascending."""
+        return self.db.execute(
+            "SELECT event_id, event FROM history WHERE run_id=? AND event_id>=? "
+            "ORDER BY event_id LIMIT ?",
+            (run_id, start, limit),
+        ).fetchall()

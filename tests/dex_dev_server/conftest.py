@@ -1,0 +1,142 @@
+"""Fixtures: a real engine subprocess, the real SDK AsyncClient and a pull AsyncWorker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from dex import (
+    AsyncClient,
+    AsyncWorker,
+    BlobCacheConfig,
+    ClientOptions,
+    PullWorkerOptions,
+    Registry,
+    WorkerOptions,
+    WorkerTarget,
+    open_blob_cache,
+)
+
+from .flows import ALL_FLOWS
+
+REPO = Path(__file__).resolve().parents[2]
+READY_PREFIX = "dex_dev_server ready on "
+
+
+class EngineProcess:
+    """The engine as a real ``python -m dex_dev_server`` child process."""
+
+    def __init__(self, db: Path, log: Path) -> None:
+        self.db = db
+        self.log = log
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> None:
+        log = self.log.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dex_dev_server", "--host", "127.0.0.1",
+             "--port", str(self.port), "--db", str(self.db), "--log-level", "info"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith(READY_PREFIX) or not line:
+                break
+        assert line.startswith(READY_PREFIX), f"engine did not start: {line!r}"
+        self.port = int(line.strip().rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(15)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[EngineProcess]:
+    proc = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@dataclass
+class DexEnv:
+    engine: EngineProcess
+    registry: Registry
+    client: AsyncClient
+    worker: AsyncWorker
+
+
+@pytest.fixture
+async def dex(engine: EngineProcess, tmp_path: Path) -> AsyncIterator[DexEnv]:
+    registry = Registry(ALL_FLOWS, allow_async_handlers=True)
+    cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
+    client = AsyncClient(
+        registry,
+        cache,
+        ClientOptions(server_address=engine.address, worker_target=WorkerTarget(pull=True)),
+    )
+    worker = AsyncWorker(
+        registry,
+        cache,
+        WorkerOptions(
+            server_address=engine.address,
+            pull=PullWorkerOptions(max_concurrent_tasks=32),
+        ),
+    )
+    # AsyncWorker.start() serves until stop(), so it runs as a task.
+    runner = asyncio.create_task(worker.start())
+    await worker.wait_pull_registered(timeout=20)
+    try:
+        yield DexEnv(engine, registry, client, worker)
+    finally:
+        await asyncio.wait_for(worker.stop(), 20)
+        await asyncio.wait_for(asyncio.gather(runner, return_exceptions=True), 20)
+        await client.close()
+        cache.close()
+
+
+async def eventually(predicate, within: float = 10.0, interval: float = 0.05):
+    """Poll an async or sync predicate until it returns a truthy value or time runs out."""
+    deadline = time.monotonic() + within
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not met within {within}s (last value {last!r})")
+
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

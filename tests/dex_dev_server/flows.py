@@ -1,0 +1,519 @@
+# mypy: disable-error-code="override"
+# (dex-python-sdk 1.23.0 types Step handlers as synchronous; async handlers are valid
+# with Registry(allow_async_handlers=True) but do not match those stubs.)
+"""Small Flows exercising the embedded engine through the real SDK (async handlers)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from dex import (
+    AsyncContext,
+    Attribute,
+    AttributeIndex,
+    AttributeMap,
+    Channel,
+    Context,
+    Flow,
+    IndexType,
+    PersistenceSchema,
+    RetryPolicy,
+    RPCResult,
+    Step,
+    StepDecision,
+    StepList,
+    StepMovement,
+    StepOptions,
+    Stream,
+    SubFlow,
+    Timer,
+    Wait,
+    WaitForFailurePolicy,
+    dead_end,
+    force_complete,
+    force_fail,
+    go_to,
+    go_to_many,
+    graceful_complete,
+    rpc,
+)
+
+# --- ChainFlow: three Steps in a row -------------------------------------------------------
+
+trail = Attribute("trail", str)
+
+
+class ChainStart(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        trail.set(context, "start")
+        return go_to(ChainMiddle, input + 1)
+
+
+class ChainMiddle(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        trail.set(context, trail.get(context) + ">middle")
+        return go_to(ChainEnd, input * 10)
+
+
+class ChainEnd(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        trail.set(context, trail.get(context) + ">end")
+        return graceful_complete(input)
+
+
+class ChainFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(ChainStart()).other_steps(ChainMiddle(), ChainEnd())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(trail)
+
+
+# --- SignalFlow: wait on a channel (publish by RPC or PublishToChannel) ---------------------
+
+signals = Channel("signals", str)
+
+
+class WaitSignal(Step[None]):
+    async def wait_for(self, context: AsyncContext, input: None) -> Wait:
+        return Wait.until(signals.for_n(2))
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:
+        return graceful_complete("+".join(signals.results(context)))
+
+
+class SignalFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(WaitSignal())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(signals)
+
+    @rpc
+    async def send(self, context: Context, value: str) -> None:
+        signals.publish(context, value)
+
+
+# --- TimerFlow: a one-second timer, or a message, whichever comes first -------------------
+
+wake = Channel("wake", str)
+
+
+class Sleepy(Step[int]):
+    async def wait_for(self, context: AsyncContext, input: int) -> Wait:
+        return Wait.any_of(
+            Timer.by_duration(timedelta(seconds=input), condition_id="nap"),
+            wake.for_one(condition_id="woken"),
+        )
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        if context.has_timer_fired(0):
+            return graceful_complete("timer")
+        return graceful_complete("woken:" + wake.results(context)[0])
+
+
+class TimerFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Sleepy())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(wake)
+
+
+# --- FanOutFlow: go_to_many branches joined through a channel ------------------------------
+
+done = Channel("done", int)
+branch_results = AttributeMap("branch", int)
+
+
+class FanOut(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        movements: list[StepMovement[int]] = [
+            StepMovement.of(Branch, i) for i in range(1, input + 1)
+        ]
+        movements.append(StepMovement.of(Join, input))
+        return go_to_many(*movements)
+
+
+class Branch(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        await asyncio.sleep(0.3)
+        branch_results.set(context, f"b{input}", input * input)
+        done.publish(context, input)
+        return dead_end()
+
+
+class Join(Step[int]):
+    async def wait_for(self, context: AsyncContext, input: int) -> Wait:
+        return Wait.until(done.for_n(input))
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        keys = sorted(branch_results.get_all_instance_keys(context))
+        total = sum(branch_results.get(context, k) for k in keys)
+        return graceful_complete(f"{sorted(done.results(context))}|{','.join(keys)}|{total}")
+
+
+class FanOutFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(FanOut()).other_steps(
+            Branch(),
+            _with_options(Join(), StepOptions(execute_load_attribute_maps=(branch_results,))),
+        )
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(done, branch_results)
+
+
+def _with_options(step: Step[int], options: StepOptions) -> Step[int]:
+    step.get_step_options = lambda: options  # type: ignore[method-assign]
+    return step
+
+
+# --- RetryFlow: flaky Step that succeeds on attempt 3; doomed Step with a failure route ----
+
+attempts_seen = Attribute("attempts_seen", str)
+
+
+class Flaky(Step[str]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                backoff_coefficient=1.0,
+                maximum_attempts=5,
+            )
+        )
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        if context.attempt < 3:
+            raise RuntimeError(f"flaky failure {context.attempt}")
+        attempts_seen.set(context, f"flaky ok at {context.attempt}")
+        return go_to(Doomed, input)
+
+
+class Doomed(Step[str]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(
+                initial_interval=timedelta(seconds=1), maximum_attempts=2
+            )
+        ).on_execute_failure_proceed_to(Recover)
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        raise LookupError(f"doomed {input} attempt {context.attempt}")
+
+
+class Recover(Step[str]):
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        error = context.recovery_error
+        detail = error.detail if error is not None else "none"
+        return graceful_complete(f"recovered {input} from {detail}")
+
+
+class RetryFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(Flaky()).other_steps(Doomed(), Recover())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(attempts_seen)
+
+
+class AlwaysFails(Step[None]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+        )
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:
+        raise RuntimeError("boom from AlwaysFails")
+
+
+class FailingFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(AlwaysFails())
+
+
+class Quitter(Step[str]):
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        return force_fail(f"gave up on {input}")
+
+
+class QuitFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(Quitter())
+
+
+# --- CounterFlow: no start Step; RPCs with locks, maps and step scheduling -----------------
+
+counter = Attribute("counter", int)
+notes = AttributeMap("notes", str)
+label = Attribute("label", str, index=AttributeIndex(IndexType.KEYWORD, "Label"))
+
+
+class Finish(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        return graceful_complete(counter.get(context) + input)
+
+
+class CounterFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.without_start_step(Finish())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(counter, notes, label)
+
+    @rpc
+    async def set_label(self, context: Context, text: str) -> None:
+        label.set(context, text)
+
+    @rpc(lock_attributes=(counter.lock(),))
+    async def increment(self, context: Context, pause_ms: int) -> RPCResult[int]:
+        value = counter.get(context)
+        await asyncio.sleep(pause_ms / 1000)
+        counter.set(context, value + 1)
+        return RPCResult(value + 1)
+
+    @rpc
+    async def read(self, context: Context) -> RPCResult[int]:
+        return RPCResult(counter.get(context))
+
+    @rpc
+    async def note(self, context: Context, text: str) -> None:
+        key, _, value = text.partition("=")
+        if value:
+            notes.set(context, key, value)
+        else:
+            notes.delete(context, key)
+
+    @rpc(load_attribute_maps=(notes,))
+    async def list_notes(self, context: Context) -> RPCResult[str]:
+        keys = sorted(notes.get_all_instance_keys(context))
+        return RPCResult(";".join(f"{k}={notes.get(context, k)}" for k in keys))
+
+    @rpc
+    async def explode(self, context: Context) -> None:
+        raise ValueError("rpc exploded")
+
+    @rpc
+    async def finish(self, context: Context, bonus: int) -> RPCResult[str]:
+        return RPCResult("scheduled", (StepMovement.of(Finish, bonus),))
+
+
+# --- StreamFlow: a Step writing to a Stream ------------------------------------------------
+
+tokens = Stream("tokens", str, 1 << 20)
+
+
+class Speaker(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        for i in range(input):
+            tokens.write(context, f"token-{i}")
+        return graceful_complete(input)
+
+
+class StreamFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Speaker())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(tokens)
+
+
+# --- DurableFlow: used across an engine SIGKILL ------------------------------------------
+
+inbox = Channel("inbox", str)
+progress = Attribute("progress", str)
+slow_log = Stream("slow_log", str, 1 << 20)
+
+
+class Prepare(Step[str]):
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        progress.set(context, "prepared")
+        return go_to(Slow, input)
+
+
+class Slow(Step[str]):
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        slow_log.write(context, f"slow started attempt {context.attempt}")
+        progress.set(context, f"slow attempt {context.attempt}")
+        if context.attempt == 1:
+            await asyncio.sleep(3)
+        return go_to(AwaitInbox, input)
+
+
+class AwaitInbox(Step[str]):
+    async def wait_for(self, context: AsyncContext, input: str) -> Wait:
+        progress.set(context, "waiting")
+        return Wait.all_of(
+            inbox.for_n(3), Timer.by_duration(timedelta(seconds=1), condition_id="grace")
+        )
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        return graceful_complete(f"{input}:" + ",".join(inbox.results(context)))
+
+
+class DurableFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(Prepare()).other_steps(Slow(), AwaitInbox())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(inbox, progress, slow_log)
+
+    @rpc
+    async def post(self, context: Context, text: str) -> None:
+        inbox.publish(context, text)
+
+
+# --- Timeouts, heartbeats, cancellation, wait_for failure, flow timeout ---------------------
+
+
+class Sleeper(Step[None]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_method_timeout=timedelta(seconds=1),
+            execute_retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+        )
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:
+        if context.attempt == 1:
+            await context.heartbeat("checkpoint-1")
+            await asyncio.sleep(30)
+        previous = context.get_last_heartbeat_value(str)
+        return graceful_complete(f"attempt {context.attempt} after {previous}")
+
+
+class TimeoutFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(Sleeper())
+
+
+never = Channel("never", str)
+
+
+class Racer(Step[str]):
+    async def wait_for(self, context: AsyncContext, input: str) -> Wait:
+        if input == "slow":
+            return Wait.until(never.for_one())
+        return Wait.skip_immediately()
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        return graceful_complete(input).with_canceling_steps(Racer)
+
+
+class RaceStart(Step[None]):
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:
+        return go_to_many(StepMovement.of(Racer, "slow"), StepMovement.of(Racer, "fast"))
+
+
+class RaceFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(RaceStart()).other_steps(Racer())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(never)
+
+
+class BrokenWait(Step[None]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_retry=RetryPolicy(maximum_attempts=1),
+            wait_for_failure=WaitForFailurePolicy.PROCEED,
+        )
+
+    async def wait_for(self, context: AsyncContext, input: None) -> Wait:
+        raise RuntimeError("wait_for broke")
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:
+        error = context.recovery_error
+        return graceful_complete(
+            f"proceeded={context.wait_for_method_failed()} ({error.detail if error else ''})"
+        )
+
+
+class ProceedFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(BrokenWait())
+
+
+class WaitForever(Step[None]):
+    async def wait_for(self, context: AsyncContext, input: None) -> Wait:
+        return Wait.until(never.for_one())
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:
+        return graceful_complete("never")
+
+
+class ExpiringFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(WaitForever())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(never)
+
+
+# --- Sub-flows and timeout handler ----------------------------------------------------------
+
+CHAIN = ChainFlow()
+
+
+class Delegate(Step[int]):
+    async def wait_for(self, context: AsyncContext, input: int) -> Wait:
+        return Wait.all_of(SubFlow.run(CHAIN, input), SubFlow.run(CHAIN, input + 1))
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        outputs = [SubFlow.get_condition_results(context, i).single_output(int) for i in (0, 1)]
+        return graceful_complete(f"{outputs} via {SubFlow.get_flow_id(context, 1)}")
+
+
+class ParentFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Delegate())
+
+
+class HandledFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(WaitForever())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(never)
+
+    async def handle_timeout(self, context: AsyncContext) -> StepDecision:  # type: ignore[override]
+        return force_complete("expired")
+
+
+SIGNAL = SignalFlow()
+TIMER = TimerFlow()
+FAN_OUT = FanOutFlow()
+RETRY = RetryFlow()
+FAILING = FailingFlow()
+QUIT = QuitFlow()
+COUNTER = CounterFlow()
+STREAM = StreamFlow()
+DURABLE = DurableFlow()
+TIMEOUT = TimeoutFlow()
+RACE = RaceFlow()
+PROCEED = ProceedFlow()
+EXPIRING = ExpiringFlow()
+PARENT = ParentFlow()
+HANDLED = HandledFlow()
+
+ALL_FLOWS: list[Flow[Any]] = [
+    CHAIN,
+    SIGNAL,
+    TIMER,
+    FAN_OUT,
+    RETRY,
+    FAILING,
+    QUIT,
+    COUNTER,
+    STREAM,
+    DURABLE,
+    TIMEOUT,
+    RACE,
+    PROCEED,
+    EXPIRING,
+    PARENT,
+    HANDLED,
+]

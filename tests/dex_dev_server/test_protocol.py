@@ -1,0 +1,364 @@
+# mypy: disable-error-code="arg-type"
+# (AsyncClient.invoke_rpc in dex-python-sdk 1.23.0 is typed for synchronous RPC handlers
+# only; the async RPCs of the test Flows are valid at run time.)
+"""Client calls beyond the happy path, and malformed requests at the gRPC level."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import grpc
+import pytest
+from dex import (
+    AttributeMatch,
+    FlowNotActiveOrNotFoundError,
+    FlowNotFoundError,
+    LongPollTimeoutError,
+    StepExecutionId,
+    TimerId,
+    WaitForAttributeOptions,
+    WaitForStepCompletionOptions,
+)
+from dex.dexpb import dex_pb2 as pb
+from dex.dexpb import dex_pb2_grpc
+from google.protobuf import empty_pb2
+from google.rpc import status_pb2
+
+from . import flows
+from .conftest import DexEnv, EngineProcess, eventually
+
+
+async def test_skip_timer_and_wait_for_step_completion(dex: DexEnv) -> None:
+    flow = flows.TIMER
+    await dex.client.start_flow(flow, "skip-1", 600)
+    sleepy = StepExecutionId("Sleepy", 1)
+
+    async def skipped() -> bool:
+        try:
+            await dex.client.skip_timer("skip-1", sleepy, TimerId.by_condition_id("nap"))
+            return True
+        except Exception:
+            return False
+
+    await eventually(skipped)
+    await dex.client.wait_for_step_completion(
+        "skip-1", sleepy, WaitForStepCompletionOptions(request_timeout=timedelta(seconds=10))
+    )
+    result = await dex.client.wait_for_flow("skip-1", timedelta(seconds=5))
+    assert result.single_output(str) == "timer"
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await dex.client.skip_timer("skip-1", sleepy, TimerId.by_condition_id("nap"))
+
+
+async def test_wait_for_attribute_match_wakes_on_write(dex: DexEnv) -> None:
+    flow = flows.COUNTER
+    await dex.client.start_flow(flow, "attr-1", None)
+
+    async def bump_later() -> None:
+        await asyncio.sleep(0.3)
+        await dex.client.invoke_rpc(flow.increment, "attr-1", 0)
+
+    bumper = asyncio.create_task(bump_later())
+    matched = await dex.client.wait_for_attribute_match(
+        "attr-1",
+        flows.counter,
+        AttributeMatch.equal_to(1),
+        WaitForAttributeOptions(request_timeout=timedelta(seconds=10)),
+    )
+    await bumper
+    assert matched == 1
+    await dex.client.stop_flow("attr-1")
+
+
+async def test_missing_flow_and_long_poll_errors(dex: DexEnv) -> None:
+    with pytest.raises(FlowNotFoundError):
+        await dex.client.describe_flow("does-not-exist")
+    with pytest.raises(FlowNotFoundError):
+        await dex.client.wait_for_flow("does-not-exist", timedelta(seconds=1))
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await dex.client.invoke_rpc(flows.COUNTER.read, "does-not-exist")
+    await dex.client.start_flow(flows.EXPIRING, "poll-1", None)
+    with pytest.raises(LongPollTimeoutError):
+        await dex.client.wait_for_flow("poll-1", timedelta(seconds=1))
+    await dex.client.stop_flow("poll-1")
+
+
+def _details(error: grpc.aio.AioRpcError) -> pb.ServiceErrorResponse:
+    raw = dict(error.trailing_metadata() or ()).get("grpc-status-details-bin")
+    assert raw is not None
+    status = status_pb2.Status.FromString(raw)
+    assert status.code == error.code().value[0] and status.message == error.details()
+    details = pb.ServiceErrorResponse()
+    status.details[0].Unpack(details)
+    return details
+
+
+async def test_malformed_requests_get_status_codes(engine: EngineProcess) -> None:
+    async with grpc.aio.insecure_channel(engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        bad_calls = [
+            stub.StartFlow(pb.StartFlowRequest(flow_id="a/b", flow_type="T", request_id="r")),
+            stub.StartFlow(pb.StartFlowRequest(flow_id="ok", flow_type="T")),
+            stub.StartFlow(
+                pb.StartFlowRequest(
+                    flow_id="ok", flow_type="T", request_id="r",
+                    flow_timeout_policy=pb.FLOW_TIMEOUT_POLICY_FAIL,
+                )
+            ),
+            stub.ReadStream(
+                pb.ReadStreamRequest(
+                    flow_id="f", flow_type="T", stream_name="s", resume_token="%%%"
+                )
+            ),
+            stub.ListStreamMessages(
+                pb.ListStreamMessagesRequest(flow_id="f", flow_type="T", stream_name="s")
+            ),
+            stub.WriteStream(pb.WriteStreamRequest(flow_id="f", flow_type="T", stream_name="s")),
+            stub.PublishToChannel(
+                pb.PublishToChannelRequest(flow_id="f", messages=[pb.ChannelMessage()])
+            ),
+            stub.InvokeRPC(pb.InvokeRPCRequest(flow_id="f")),
+            stub.WaitForStepCompletion(
+                pb.WaitForStepCompletionRequest(
+                    flow_id="f", step_type="S", step_execution_number="x"
+                )
+            ),
+            stub.LoadBlobs(
+                pb.LoadBlobsRequest(
+                    entries=[pb.LoadBlobRequestEntry(blob_value=pb.Value(int_value=1))]
+                )
+            ),
+        ]
+        for call in bad_calls:
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await call
+            assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert _details(raised.value).sub_status == pb.ERROR_SUB_STATUS_UNCATEGORIZED
+
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.StopFlow(pb.StopFlowRequest(flow_id="missing"))
+        assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+        assert _details(raised.value).sub_status == pb.ERROR_SUB_STATUS_FLOW_NOT_EXISTS
+
+        await stub.StartFlow(pb.StartFlowRequest(flow_id="idle-1", flow_type="T", request_id="r"))
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.StartFlow(
+                pb.StartFlowRequest(flow_id="idle-1", flow_type="T", request_id="r2")
+            )
+        assert raised.value.code() is grpc.StatusCode.ALREADY_EXISTS
+        assert _details(raised.value).sub_status == pb.ERROR_SUB_STATUS_FLOW_ALREADY_STARTED
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.DeleteChannelMessage(
+                pb.DeleteChannelMessageRequest(
+                    flow_id="idle-1", channel_name="c", message_id="nope", request_id="r"
+                )
+            )
+        assert _details(raised.value).sub_status == pb.ERROR_SUB_STATUS_CHANNEL_MESSAGE_NOT_FOUND
+
+        # A pull stream that registers for a queue it does not serve is refused.
+        tasks = dex_pb2_grpc.WorkerTaskServiceStub(channel)
+        call = tasks.PollWorkerTask()
+        await call.write(
+            pb.PollWorkerTaskRequest(
+                register=pb.PollWorkerTaskRegister(queue="X", app_worker_id="w", flow_types=["T"])
+            )
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call.read()
+        assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+        # The engine is unharmed.
+        health = await stub.HealthCheck(empty_pb2.Empty())
+        assert health.condition == "OK"
+        info = await stub.GetServerInfo(empty_pb2.Empty())
+        assert (info.minimum_supported_protocol_version, info.current_protocol_version) == (1, 3)
+
+
+async def test_search_flows_by_indexed_attribute(dex: DexEnv) -> None:
+    flow = flows.COUNTER
+    for flow_id, color in (("search-1", "blue"), ("search-2", "red"), ("search-3", "blue")):
+        await dex.client.start_flow(flow, flow_id, None)
+        await dex.client.invoke_rpc(flow.set_label, flow_id, color)
+    page = await dex.client.search_flows("Label = 'blue'", 10)
+    assert sorted(e.flow_id for e in page.flows) == ["search-1", "search-3"]
+    assert page.flows[0].indexed_attributes["Label"].data == "blue"
+    page = await dex.client.search_flows(
+        "FlowType = 'CounterFlow' AND (Label = 'red' OR FlowId = 'search-1')", 1
+    )
+    assert len(page.flows) == 1 and page.next_page_token
+    rest = await dex.client.search_flows(
+        "FlowType = 'CounterFlow' AND (Label = 'red' OR FlowId = 'search-1')",
+        10,
+        page.next_page_token,
+    )
+    assert sorted([page.flows[0].flow_id, rest.flows[0].flow_id]) == ["search-1", "search-2"]
+    await dex.client.stop_flow("search-2")
+    running = await dex.client.search_flows("ExecutionStatus = 'Running' AND Label = 'red'", 10)
+    assert list(running.flows) == []
+
+
+async def test_time_travel_to_beginning_reapplies_external_writes(dex: DexEnv) -> None:
+    from dex import TimeTravelOptions, TimeTravelType
+
+    flow = flows.COUNTER
+    first_run = await dex.client.start_flow(flow, "travel-1", None)
+    await dex.client.invoke_rpc(flow.increment, "travel-1", 0)
+    await dex.client.invoke_rpc(flow.increment, "travel-1", 0)
+    new_run = await dex.client.time_travel("travel-1", TimeTravelOptions(TimeTravelType.BEGINNING))
+    assert new_run != first_run
+    assert (await dex.client.describe_flow("travel-1")).run_id == new_run
+    assert await dex.client.invoke_rpc(flow.read, "travel-1") == 2
+
+    bare_run = await dex.client.time_travel(
+        "travel-1", TimeTravelOptions(TimeTravelType.BEGINNING, skip_writes_reapply=True)
+    )
+    assert bare_run not in (first_run, new_run)
+    assert await dex.client.invoke_rpc(flow.read, "travel-1") == 0
+    await dex.client.stop_flow("travel-1")
+
+
+async def test_continue_as_new_carries_waiting_steps_and_messages(dex: DexEnv) -> None:
+    flow = flows.DURABLE
+    first_run = await dex.client.start_flow(flow, "can-1", "c")
+
+    async def waiting() -> bool:
+        async with grpc.aio.insecure_channel(dex.engine.address) as channel:
+            stub = dex_pb2_grpc.FlowServiceStub(channel)
+            state = await stub.GetFlowState(pb.GetFlowStateRequest(flow_id="can-1"))
+        return any(s.step_type == "AwaitInbox" for s in state.active_step_executions)
+
+    await eventually(waiting)
+    await dex.client.invoke_rpc(flow.post, "can-1", "one")
+    await dex.client.trigger_continue_as_new("can-1")
+    second_run = (await dex.client.describe_flow("can-1")).run_id
+    assert second_run != first_run
+    await dex.client.invoke_rpc(flow.post, "can-1", "two")
+    await dex.client.invoke_rpc(flow.post, "can-1", "three")
+    result = await dex.client.wait_for_flow("can-1", timedelta(seconds=10))
+    assert result.single_output(str) == "c:one,two,three"
+    async with grpc.aio.insecure_channel(dex.engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        old = await stub.GetFlowSummary(pb.GetFlowSummaryRequest(flow_id="can-1", run_id=first_run))
+        assert old.flow_status == pb.FLOW_STATUS_CONTINUED_AS_NEW
+        history = await stub.GetHistoryEvents(
+            pb.GetHistoryEventsRequest(flow_id="can-1", run_id=second_run)
+        )
+        assert history.events[0].flow_started_or_continued.continued_start.previous_run_id == (
+            first_run
+        )
+
+
+async def test_raw_channel_attribute_history_and_stream_calls(engine: EngineProcess) -> None:
+    async with grpc.aio.insecure_channel(engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        await stub.StartFlow(pb.StartFlowRequest(flow_id="raw-1", flow_type="Raw", request_id="r"))
+        waiter = asyncio.ensure_future(
+            stub.WaitForHistoryEvent(
+                pb.WaitForHistoryEventRequest(flow_id="raw-1", next_internal_event_id=2)
+            )
+        )
+        await stub.PublishToChannel(
+            pb.PublishToChannelRequest(
+                flow_id="raw-1",
+                messages=[
+                    pb.ChannelMessage(channel_name="c", value=pb.Value(int_value=i))
+                    for i in range(3)
+                ],
+            )
+        )
+        woke = await asyncio.wait_for(waiter, 5)
+        assert woke.event_available and woke.flow_status == pb.FLOW_STATUS_RUNNING
+        pending = await stub.GetChannelMessages(
+            pb.GetChannelMessagesRequest(flow_id="raw-1", channel_name="c")
+        )
+        ids = [m.message_id for m in pending.messages]
+        assert [m.value.int_value for m in pending.messages] == [0, 1, 2]
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        await stub.DeleteChannelMessage(
+            pb.DeleteChannelMessageRequest(
+                flow_id="raw-1", channel_name="c", message_id=ids[1], request_id="d"
+            )
+        )
+        pending = await stub.GetChannelMessages(
+            pb.GetChannelMessagesRequest(flow_id="raw-1", channel_name="c")
+        )
+        assert [m.message_id for m in pending.messages] == [ids[0], ids[2]]
+
+        await stub.SetAttributes(
+            pb.SetAttributesRequest(
+                flow_id="raw-1",
+                request_id="s",
+                attributes=[
+                    pb.AttributeWrite(key="a", value=pb.Value(string_value="x")),
+                    pb.AttributeWrite(key="m/k", value=pb.Value(bool_value=True)),
+                ],
+            )
+        )
+        await stub.SetAttributes(
+            pb.SetAttributesRequest(
+                flow_id="raw-1",
+                request_id="s2",
+                attributes=[pb.AttributeWrite(key="a", value=pb.Value(null_value="NULL_VALUE"))],
+            )
+        )
+        attrs = await stub.GetAttributes(pb.GetAttributesRequest(flow_id="raw-1", all_keys=True))
+        assert [kv.key for kv in attrs.attributes] == ["m/k"]
+
+        await stub.UpdateFlowConfig(
+            pb.UpdateFlowConfigRequest(
+                flow_id="raw-1", flow_config=pb.FlowConfig(continue_as_new_threshold=7)
+            )
+        )
+        state = await stub.GetFlowState(pb.GetFlowStateRequest(flow_id="raw-1"))
+        assert state.flow_config.continue_as_new_threshold == 7
+
+        history = await stub.GetHistoryEvents(
+            pb.GetHistoryEventsRequest(flow_id="raw-1", estimate_page_size=2)
+        )
+        assert [e.event_id for e in history.events] == [1, 2] and history.next_page_token
+        more = await stub.GetHistoryEvents(
+            pb.GetHistoryEventsRequest(
+                flow_id="raw-1", next_page_token=history.next_page_token, estimate_page_size=10
+            )
+        )
+        kinds = [e.WhichOneof("payload") for e in more.events]
+        assert kinds == [
+            "channel_external_delete",
+            "rpc_execution_completed",
+            "rpc_execution_completed",
+        ]
+        assert more.events[1].rpc_execution_completed.is_set_attribute_api
+
+        # A small Stream keeps only its newest messages.
+        for i in range(10):
+            await stub.WriteStream(
+                pb.WriteStreamRequest(
+                    flow_id="raw-1", flow_type="Raw", stream_name="s", source="t",
+                    stream_capacity_bytes=400, value=pb.Value(string_value=f"m{i}" * 10),
+                )
+            )
+        listed = await stub.ListStreamMessages(
+            pb.ListStreamMessagesRequest(
+                flow_id="raw-1", flow_type="Raw", stream_name="s", page_size=100
+            )
+        )
+        values = [m.value.string_value for m in listed.messages]
+        assert values[0] == "m9" * 10 and 1 < len(values) < 10
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.WriteStream(
+                pb.WriteStreamRequest(
+                    flow_id="raw-1", flow_type="Raw", stream_name="s", source="t",
+                    stream_capacity_bytes=400, value=pb.Value(string_value="x" * 1000),
+                )
+            )
+        assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.ReadStream(
+                pb.ReadStreamRequest(
+                    flow_id="raw-1", flow_type="Raw", stream_name="s",
+                    resume_token=listed.messages[0].resume_token, wait_time_seconds=1,
+                )
+            )
+        assert raised.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert _details(raised.value).sub_status == pb.ERROR_SUB_STATUS_LONG_POLL_TIME_OUT
