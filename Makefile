@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test lint typecheck pytest bench clean
+.PHONY: install peers run test lint typecheck pytest bench clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,15 @@ $(STAMP): requirements.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Third-party MCP servers from npm that tests/mcp_registry runs as real subprocesses
+# (exact versions in tests/peers/package-lock.json).
+PEERS_STAMP := tests/peers/node_modules/.package-lock.json
+
+$(PEERS_STAMP): tests/peers/package.json tests/peers/package-lock.json
+	cd tests/peers && npm ci --no-audit --no-fund --loglevel=error
+
+peers: $(PEERS_STAMP)
 
 run: install
 	$(PY) manage.py dev
@@ -26,7 +35,7 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
-pytest: install
+pytest: install peers
 	$(VENV)/bin/pytest
 
 test: lint typecheck pytest

@@ -118,8 +118,6 @@ def user_token_get_or_create(*, username: str) -> tuple[str, bool]:
 
 DEMO_AGENT_SLUG = "demo"
 DEMO_MODEL = "openai/dexagents-demo"
-DEMO_SERVER_NAME = "search"
-DEMO_TOOL_NAME = "web_search"
 DEMO_USERNAME = "demo"
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD_ENV = "DEXAGENTS_ADMIN_PASSWORD"
@@ -143,6 +141,133 @@ DEMO_TOOL_ANNOTATIONS = {
 
 
 @dataclasses.dataclass(frozen=True)
+class DemoTool:
+    """A tool row a demo server lists, seeded until its first discovery replaces it."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoServer:
+    """A shipped demo MCP server: ``python -m <module>`` in the project root."""
+
+    name: str
+    module: str
+    tools: tuple[DemoTool, ...]
+    # Names of worker variables the child needs: the state of slack and docs lives in var/.
+    env_names: tuple[str, ...] = ()
+
+    @property
+    def args(self) -> list[str]:
+        return ["-m", self.module]
+
+
+def _object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def _hints(title: str, *, read_only: bool, idempotent: bool) -> dict[str, Any]:
+    hints: dict[str, Any] = {
+        "title": title,
+        "readOnlyHint": read_only,
+        "idempotentHint": idempotent,
+        "openWorldHint": False,
+    }
+    if not read_only:
+        hints["destructiveHint"] = False
+    return hints
+
+
+_TEXT = {"type": "string"}
+_LIMIT = {"type": "integer", "default": 5}
+
+# The tools mcp_registry/demo_servers/{search,slack,docs}.py list, in this order.
+DEMO_SERVERS = (
+    DemoServer(
+        name="search",
+        module="mcp_registry.demo_servers.search",
+        tools=(
+            DemoTool(
+                name="web_search",
+                title="Web search",
+                description=(
+                    "Search the web (demo data) and return up to three results that quote the "
+                    "query."
+                ),
+                input_schema=DEMO_TOOL_INPUT_SCHEMA,
+                annotations=DEMO_TOOL_ANNOTATIONS,
+            ),
+        ),
+    ),
+    DemoServer(
+        name="slack",
+        module="mcp_registry.demo_servers.slack",
+        env_names=("DEXAGENTS_VAR_DIR",),
+        tools=(
+            DemoTool(
+                name="search_messages",
+                title="Search messages",
+                description=(
+                    "Search the demo chat workspace for messages containing every word of "
+                    "the query."
+                ),
+                input_schema=_object_schema(
+                    {"query": _TEXT, "channel": _TEXT, "limit": _LIMIT}, ["query"]
+                ),
+                annotations=_hints("Search messages", read_only=True, idempotent=True),
+            ),
+            DemoTool(
+                name="post_message",
+                title="Post a message",
+                description=(
+                    "Post a message to a channel of the demo chat workspace (general, "
+                    "engineering, random). Each call posts a new message."
+                ),
+                input_schema=_object_schema(
+                    {"channel": _TEXT, "text": _TEXT}, ["channel", "text"]
+                ),
+                annotations=_hints("Post a message", read_only=False, idempotent=False),
+            ),
+        ),
+    ),
+    DemoServer(
+        name="docs",
+        module="mcp_registry.demo_servers.docs",
+        env_names=("DEXAGENTS_VAR_DIR",),
+        tools=(
+            DemoTool(
+                name="search_documents",
+                title="Search documents",
+                description=(
+                    "Search the demo document store for documents whose title or body "
+                    "contains every word of the query."
+                ),
+                input_schema=_object_schema({"query": _TEXT, "limit": _LIMIT}, ["query"]),
+                annotations=_hints("Search documents", read_only=True, idempotent=True),
+            ),
+            DemoTool(
+                name="create_document",
+                title="Create a document",
+                description=(
+                    "Create a document with a title and a body. Creating a title that already "
+                    "exists changes nothing and returns the existing document."
+                ),
+                input_schema=_object_schema({"title": _TEXT, "body": _TEXT}, ["title", "body"]),
+                annotations=_hints("Create a document", read_only=False, idempotent=True),
+            ),
+        ),
+    ),
+)
+DEMO_SERVER_NAME = DEMO_SERVERS[0].name
+DEMO_TOOL_NAME = DEMO_SERVERS[0].tools[0].name
+DEMO_SERVER_ARGS = DEMO_SERVERS[0].args
+
+
+@dataclasses.dataclass(frozen=True)
 class DemoSeedResult:
     """What ``demo_seed`` created; ``admin_password`` is set only for a generated password."""
 
@@ -150,7 +275,6 @@ class DemoSeedResult:
     admin_password: str | None
 
 
-DEMO_SERVER_ARGS = ["-m", "mcp_registry.demo_servers.search"]
 DEMO_LOOPBACK_PREFIX = "http://127.0.0.1:"
 
 
@@ -158,17 +282,20 @@ DEMO_LOOPBACK_PREFIX = "http://127.0.0.1:"
 def demo_seed() -> DemoSeedResult:
     """Create the demo data when missing, and point it at this checkout.
 
-    Rows that exist are left as they are, except for the two demo fields that are bound to the
-    machine: the ``search`` server's interpreter (while it still runs the demo module) and the
+    Rows that exist are left as they are, except for the fields that are bound to the
+    machine: a demo server's interpreter (while it still runs its demo module) and the
     ``demo`` agent's ``api_base`` (while it still points at a loopback demo model), so a new
     virtualenv or another ``DEMO_MODEL_PORT`` keeps the demo working.
 
-    Creates the ``search`` stdio MCP server (this interpreter running
-    ``-m mcp_registry.demo_servers.search`` in the project root, annotations trusted), its
-    ``web_search`` tool row while no discovery has run, the ``demo`` agent on the local demo
-    model (``DEXAGENTS["DEMO_MODEL_API_BASE"]``) with ``search__web_search``, the user
-    ``demo`` (token only), and the superuser ``admin`` whose password is
-    ``$DEXAGENTS_ADMIN_PASSWORD`` or generated.
+    Creates the stdio MCP servers of ``DEMO_SERVERS`` (this interpreter running
+    ``-m mcp_registry.demo_servers.<name>`` in the project root, annotations trusted; ``slack``
+    and ``docs`` get ``DEXAGENTS_VAR_DIR`` so their state files land in ``var/demo_mcp``), their
+    tool rows while no discovery has run, the ``demo`` agent on the local demo model
+    (``DEXAGENTS["DEMO_MODEL_API_BASE"]``) with ``search__web_search``,
+    ``slack__search_messages``, ``slack__post_message``, ``docs__search_documents`` and
+    ``docs__create_document``, the user ``demo`` (token only), and the superuser ``admin``
+    whose password is ``$DEXAGENTS_ADMIN_PASSWORD`` or generated. The tools of a demo server
+    created by this call are also linked to an existing ``demo`` agent.
 
     Returns:
         The names of created objects and, when one was generated, the admin password.
@@ -182,34 +309,41 @@ def demo_seed() -> DemoSeedResult:
     from mcp_registry.models import McpServer, McpTool
 
     created: list[str] = []
-    server, server_created = McpServer.objects.get_or_create(
-        name=DEMO_SERVER_NAME,
-        defaults={
-            "transport": McpServer.Transport.STDIO,
-            "command": sys.executable,
-            "args": list(DEMO_SERVER_ARGS),
-            "cwd": str(settings.BASE_DIR),
-            "trust_annotations": True,
-        },
-    )
-    if server_created:
-        created.append(f"MCP server {server.name}")
-    elif server.args == DEMO_SERVER_ARGS and server.command != sys.executable:
-        server.command = sys.executable
-        server.save(update_fields=["command"])
-    tool = McpTool.objects.filter(server=server, name=DEMO_TOOL_NAME).first()
-    if tool is None and server.last_discovered_at is None:
-        tool = McpTool.objects.create(
-            server=server,
-            name=DEMO_TOOL_NAME,
-            title="Web search",
-            description=(
-                "Search the web (demo data) and return up to three results that quote the query."
-            ),
-            input_schema=DEMO_TOOL_INPUT_SCHEMA,
-            annotations=DEMO_TOOL_ANNOTATIONS,
+    agent_tools: list[McpTool] = []
+    new_server_tools: list[McpTool] = []
+    for demo in DEMO_SERVERS:
+        server, server_created = McpServer.objects.get_or_create(
+            name=demo.name,
+            defaults={
+                "transport": McpServer.Transport.STDIO,
+                "command": sys.executable,
+                "args": demo.args,
+                "cwd": str(settings.BASE_DIR),
+                "env_names": list(demo.env_names),
+                "trust_annotations": True,
+            },
         )
-        created.append(f"MCP tool {tool.exposed_name}")
+        if server_created:
+            created.append(f"MCP server {server.name}")
+        elif server.args == demo.args and server.command != sys.executable:
+            server.command = sys.executable
+            server.save(update_fields=["command"])
+        for demo_tool in demo.tools:
+            tool = McpTool.objects.filter(server=server, name=demo_tool.name).first()
+            if tool is None and server.last_discovered_at is None:
+                tool = McpTool.objects.create(
+                    server=server,
+                    name=demo_tool.name,
+                    title=demo_tool.title,
+                    description=demo_tool.description,
+                    input_schema=demo_tool.input_schema,
+                    annotations=demo_tool.annotations,
+                )
+                created.append(f"MCP tool {tool.exposed_name}")
+            if tool is not None:
+                agent_tools.append(tool)
+                if server_created:
+                    new_server_tools.append(tool)
 
     agent, agent_created = AgentDefinition.objects.get_or_create(
         slug=DEMO_AGENT_SLUG,
@@ -224,9 +358,10 @@ def demo_seed() -> DemoSeedResult:
     )
     if agent_created:
         created.append(f"agent {agent.slug}")
-        if tool is not None:
-            agent.tools.add(tool)
+        agent.tools.add(*agent_tools)
     else:
+        if new_server_tools:
+            agent.tools.add(*new_server_tools)
         demo_api_base = settings.DEXAGENTS["DEMO_MODEL_API_BASE"]
         if agent.api_base.startswith(DEMO_LOOPBACK_PREFIX) and agent.api_base != demo_api_base:
             agent.api_base = demo_api_base

@@ -29,16 +29,43 @@ class SuperuserWriteMixin:
         return request.user.is_active and request.user.is_superuser
 
 
-class McpToolInline(SuperuserWriteMixin, admin.TabularInline):
+class ToolDecisionsMixin:
+    """Read-only columns that show what a tool does, whether it waits, and why."""
+
+    @admin.display(description="effective effect")
+    def effective_effect(self, obj: McpTool) -> str:
+        return obj.effective_effect
+
+    @admin.display(description="effect decided by")
+    def effect_reason(self, obj: McpTool) -> str:
+        return obj.effect_decision.reason
+
+    @admin.display(description="requires approval", boolean=True)
+    def effective_requires_approval(self, obj: McpTool) -> bool:
+        return obj.effective_requires_approval
+
+    @admin.display(description="approval decided by")
+    def approval_reason(self, obj: McpTool) -> str:
+        return obj.approval_decision.reason
+
+    @admin.display(description="quarantined because")
+    def quarantine(self, obj: McpTool) -> str:
+        return obj.quarantine_reason or "-"
+
+
+class McpToolInline(SuperuserWriteMixin, ToolDecisionsMixin, admin.TabularInline):
     model = McpTool
     extra = 0
     can_delete = False
     fields = (
         "exposed_name",
         "available",
+        "quarantine",
         "enabled",
         "effective_effect",
+        "effect_reason",
         "effective_requires_approval",
+        "approval_reason",
         "effect_override",
         "requires_approval_override",
         "timeout_override",
@@ -47,22 +74,17 @@ class McpToolInline(SuperuserWriteMixin, admin.TabularInline):
     readonly_fields = (
         "exposed_name",
         "available",
+        "quarantine",
         "effective_effect",
+        "effect_reason",
         "effective_requires_approval",
+        "approval_reason",
     )
     show_change_link = True
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         # Tools come from discovery, not from the form.
         return False
-
-    @admin.display(description="effective effect")
-    def effective_effect(self, obj: McpTool) -> str:
-        return obj.effective_effect
-
-    @admin.display(description="requires approval", boolean=True)
-    def effective_requires_approval(self, obj: McpTool) -> bool:
-        return obj.effective_requires_approval
 
 
 @admin.register(McpServer)
@@ -74,6 +96,7 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
         "trust_annotations",
         "last_discovered_at",
         "short_error",
+        "last_error_at",
     )
     list_filter = ("transport", "enabled", "trust_annotations")
     search_fields = ("name",)
@@ -120,42 +143,55 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
 
 
 @admin.register(McpTool)
-class McpToolAdmin(SuperuserWriteMixin, admin.ModelAdmin):
+class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
     list_display = (
         "exposed_name",
         "available",
         "enabled",
         "effective_effect",
+        "effect_reason",
         "effective_requires_approval",
+        "approval_reason",
+        "quarantine",
     )
     list_filter = ("server", "enabled", "available", "effect_override")
     list_select_related = ("server",)
-    search_fields = ("name", "server__name", "description")
+    search_fields = ("name", "exposed_name", "server__name", "description")
     readonly_fields = (
         "server",
         "name",
+        "exposed_name",
         "title",
         "description",
         "input_schema",
+        "parameters",
+        "quarantine",
         "annotations",
         "available",
         "effective_effect",
+        "effect_reason",
         "effective_requires_approval",
+        "approval_reason",
         "created_at",
         "updated_at",
     )
     fields = (
         "server",
         "name",
+        "exposed_name",
         "title",
         "description",
         "input_schema",
+        "parameters",
+        "quarantine",
         "annotations",
         "available",
         "enabled",
         "effective_effect",
+        "effect_reason",
         "effect_override",
         "effective_requires_approval",
+        "approval_reason",
         "requires_approval_override",
         "timeout_override",
         "retries_override",
@@ -165,15 +201,3 @@ class McpToolAdmin(SuperuserWriteMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-    @admin.display(description="exposed name", ordering="server__name")
-    def exposed_name(self, obj: McpTool) -> str:
-        return obj.exposed_name
-
-    @admin.display(description="effective effect")
-    def effective_effect(self, obj: McpTool) -> str:
-        return obj.effective_effect
-
-    @admin.display(description="requires approval", boolean=True)
-    def effective_requires_approval(self, obj: McpTool) -> bool:
-        return obj.effective_requires_approval

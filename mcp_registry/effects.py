@@ -17,6 +17,7 @@ An administrator's override always wins over this mapping.
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
@@ -34,28 +35,84 @@ class ToolEffect(models.TextChoices):
     UNCLASSIFIED = "unclassified", "Unclassified"
 
 
-def effect_from_annotations(*, annotations: Mapping[str, Any] | None, trusted: bool) -> ToolEffect:
-    """Map MCP tool annotations to an effect, following the table in this module's docstring.
+@dataclass(frozen=True)
+class Decision:
+    """A decided value and the rule that decided it, worded for the admin.
+
+    Attributes:
+        value: The effect (a ``ToolEffect`` value) or the approval flag.
+        reason: Which rule of this module (or which override) decided, e.g.
+            ``"trusted annotations: readOnlyHint is true"``.
+    """
+
+    value: Any
+    reason: str
+
+
+def effect_decide(
+    *, annotations: Mapping[str, Any] | None, trusted: bool, override: str | None = None
+) -> Decision:
+    """Decide a tool's effect and say why, following the table in this module's docstring.
 
     Args:
         annotations: The tool's ``annotations`` object as sent by the server (camelCase
             keys); ``None`` or ``{}`` when the tool has none.
         trusted: Whether the server is trusted to annotate honestly
             (``McpServer.trust_annotations``).
+        override: The administrator's ``effect_override`` (a ``ToolEffect`` value) or
+            ``None``/``""`` for none.
 
     Returns:
-        The effect. Hints count only when they are JSON ``true``/``false`` exactly.
+        ``Decision(value=ToolEffect, reason=str)``. Hints count only when they are JSON
+        ``true``/``false`` exactly.
     """
-    if not trusted or not annotations:
-        return ToolEffect.UNCLASSIFIED
-    if not any(hint in annotations for hint in BEHAVIOUR_HINTS):
-        return ToolEffect.UNCLASSIFIED
+    if override:
+        return Decision(ToolEffect(override), "administrator override")
+    if not trusted:
+        return Decision(ToolEffect.UNCLASSIFIED, "server annotations are not trusted")
+    if not annotations or not any(hint in annotations for hint in BEHAVIOUR_HINTS):
+        return Decision(ToolEffect.UNCLASSIFIED, "trusted server, but the tool has no hints")
     if annotations.get("readOnlyHint") is True:
-        return ToolEffect.READ
+        return Decision(ToolEffect.READ, "trusted annotations: readOnlyHint is true")
     destructive = annotations.get("destructiveHint", True)
     if annotations.get("idempotentHint") is True and destructive is False:
-        return ToolEffect.IDEMPOTENT_WRITE
-    return ToolEffect.NON_IDEMPOTENT_WRITE
+        return Decision(
+            ToolEffect.IDEMPOTENT_WRITE,
+            "trusted annotations: idempotentHint is true and destructiveHint is false",
+        )
+    if annotations.get("idempotentHint") is True:
+        why = "destructiveHint is missing (MCP default: true)"
+        if "destructiveHint" in annotations:
+            why = "destructiveHint is not false"
+        return Decision(
+            ToolEffect.NON_IDEMPOTENT_WRITE, f"trusted annotations: idempotent, but {why}"
+        )
+    return Decision(
+        ToolEffect.NON_IDEMPOTENT_WRITE,
+        "trusted annotations: neither readOnlyHint nor idempotentHint is true",
+    )
+
+
+def effect_from_annotations(*, annotations: Mapping[str, Any] | None, trusted: bool) -> ToolEffect:
+    """Map MCP tool annotations to an effect (:func:`effect_decide` without an override)."""
+    return ToolEffect(effect_decide(annotations=annotations, trusted=trusted).value)
+
+
+def approval_decide(*, effect: str, override: bool | None = None) -> Decision:
+    """Decide whether a call of a tool with ``effect`` waits for approval, and say why.
+
+    Args:
+        effect: The tool's effective effect (a ``ToolEffect`` value).
+        override: The administrator's ``requires_approval_override``; ``None`` for none.
+
+    Returns:
+        ``Decision(value=bool, reason=str)`` (ARCHITECTURE.md, "Approvals").
+    """
+    if override is not None:
+        return Decision(override, "administrator override")
+    if effect == ToolEffect.READ:
+        return Decision(False, "platform rule: read tools run without approval")
+    return Decision(True, f"platform rule: {effect} tools wait for approval")
 
 
 def approval_required_by_default(*, effect: str) -> bool:

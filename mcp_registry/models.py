@@ -12,13 +12,14 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
-from mcp_registry.effects import ToolEffect, approval_required_by_default, effect_from_annotations
+from mcp_registry.effects import Decision, ToolEffect, approval_decide, effect_decide
+from mcp_registry.function_specs import EXPOSED_NAME_SEPARATOR, exposed_name_build
 
 # Lower-case words joined by single "-" or "_", so "<server>__<tool>" stays unambiguous.
 SERVER_NAME_RE = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-EXPOSED_NAME_SEPARATOR = "__"
+__all__ = ["EXPOSED_NAME_SEPARATOR", "McpServer", "McpTool"]
 
 
 def validate_string_list(value: Any) -> None:
@@ -137,19 +138,41 @@ class McpServer(models.Model):
 class McpTool(models.Model):
     """One tool of an MCP server, as last discovered, plus the administrator's overrides.
 
-    ``available`` is false when the last discovery no longer listed the tool; the row is
-    kept so overrides and agent links survive a tool that comes back.
+    ``available`` is false when the last discovery no longer listed the tool, or listed it
+    with an input schema that cannot be offered to a model (``quarantine_reason`` then says
+    why); the row is kept so overrides and agent links survive a tool that comes back.
+    ``exposed_name`` is the function name models see (``mcp_registry.function_specs``);
+    ``parameters`` is ``input_schema`` converted for OpenAI-style function calling.
     """
 
     server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=200)
+    exposed_name = models.CharField(
+        max_length=64,
+        blank=True,
+        db_index=True,
+        editable=False,
+        help_text="The function name models see: <server>__<tool>, at most 64 characters.",
+    )
     title = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)
     input_schema = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
+    parameters = models.JSONField(
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text="The input schema as offered to models (OpenAI-style function parameters).",
+    )
+    quarantine_reason = models.TextField(
+        blank=True,
+        editable=False,
+        help_text="Why the input schema cannot be offered to models; empty when it can.",
+    )
     annotations = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
     enabled = models.BooleanField(default=True)
     available = models.BooleanField(
-        default=True, help_text="Listed by the server at the last discovery."
+        default=True,
+        help_text="Listed by the server at the last discovery, with a usable input schema.",
     )
     # NULL means "no override", which an empty string would not say as clearly.
     effect_override = models.CharField(
@@ -171,28 +194,57 @@ class McpTool(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.exposed_name
+        return self.exposed_name or f"{self.server.name}{EXPOSED_NAME_SEPARATOR}{self.name}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Fill ``exposed_name`` and ``parameters`` when empty, then save.
+
+        Discovery (``services.server_tools_replace``) assigns collision-free names across all
+        tools; this default covers rows created elsewhere (seeding, tests).
+        """
+        if not self.exposed_name:
+            self.exposed_name = exposed_name_build(
+                server_name=self.server.name, tool_name=self.name
+            )
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "exposed_name"}
+        if not self.parameters and self.input_schema and not self.quarantine_reason:
+            from mcp_registry.function_specs import ToolSchemaError, function_parameters_build
+
+            try:
+                self.parameters = function_parameters_build(self.input_schema)
+            except ToolSchemaError:
+                pass
+            else:
+                if kwargs.get("update_fields") is not None:
+                    kwargs["update_fields"] = {*kwargs["update_fields"], "parameters"}
+        super().save(*args, **kwargs)
 
     @property
-    def exposed_name(self) -> str:
-        """The name the model sees: ``<server>__<tool>``."""
-        return f"{self.server.name}{EXPOSED_NAME_SEPARATOR}{self.name}"
+    def effect_decision(self) -> Decision:
+        """The effective effect and the rule that decided it (``effects.effect_decide``)."""
+        return effect_decide(
+            annotations=self.annotations,
+            trusted=self.server.trust_annotations,
+            override=self.effect_override,
+        )
 
     @property
     def effective_effect(self) -> str:
         """The override if set, else the effect mapped from annotations (mcp_registry.effects)."""
-        if self.effect_override:
-            return self.effect_override
-        return effect_from_annotations(
-            annotations=self.annotations, trusted=self.server.trust_annotations
-        ).value
+        return str(self.effect_decision.value)
+
+    @property
+    def approval_decision(self) -> Decision:
+        """Whether a call waits for approval and the rule that decided it."""
+        return approval_decide(
+            effect=self.effective_effect, override=self.requires_approval_override
+        )
 
     @property
     def effective_requires_approval(self) -> bool:
         """The override if set, else true for every effect but ``read``."""
-        if self.requires_approval_override is not None:
-            return self.requires_approval_override
-        return approval_required_by_default(effect=self.effective_effect)
+        return bool(self.approval_decision.value)
 
     @property
     def effective_timeout(self) -> int:

@@ -44,7 +44,8 @@ def server_spec_get(*, name: str) -> "McpServerSpec":
 
 
 def tool_list_exposable(*, server_names: list[str] | None = None) -> QuerySet[McpTool]:
-    """Tools a model may be offered: enabled, available, on an enabled server.
+    """Tools a model may be offered: enabled, available (listed, not quarantined), on an
+    enabled server.
 
     Args:
         server_names: Restrict to these servers; ``None`` means all.
@@ -58,12 +59,9 @@ def tool_list_exposable(*, server_names: list[str] | None = None) -> QuerySet[Mc
 
 
 def tool_get_by_exposed_name(*, exposed_name: str) -> McpTool:
-    """Return the tool whose model-facing name is ``<server>__<tool>``.
+    """Return the tool whose model-facing name is ``exposed_name`` (``McpTool.exposed_name``).
 
     Raises:
-        McpTool.DoesNotExist: The name has no separator or matches no tool.
+        McpTool.DoesNotExist: No tool has that name.
     """
-    server_name, separator, tool_name = exposed_name.partition("__")
-    if not separator:
-        raise McpTool.DoesNotExist(f"{exposed_name!r} is not a <server>__<tool> name")
-    return McpTool.objects.select_related("server").get(server__name=server_name, name=tool_name)
+    return McpTool.objects.select_related("server").get(exposed_name=exposed_name)

@@ -2,19 +2,30 @@
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from mcp_registry.function_specs import (
+    ToolSchemaError,
+    exposed_names_assign,
+    function_parameters_build,
+)
 from mcp_registry.models import McpServer, McpTool
 from mcp_registry.selectors import server_spec_build
+
+if TYPE_CHECKING:
+    from mcp_registry.config import ServerDeclaration
 
 logger = logging.getLogger(__name__)
 
 # Keep stored errors short: they are shown in the admin list.
 LAST_ERROR_MAX_CHARS = 2000
+DISCOVERY_TASK_NAME = "mcp_registry: discover the tools of every enabled MCP server"
 
 
 class ToolDiscoveryError(Exception):
@@ -54,36 +65,77 @@ def server_discover_tools(*, server: McpServer) -> list[McpTool]:
 def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> list[McpTool]:
     """Upsert the discovered catalogue of ``server`` (see ``server_discover_tools``).
 
+    Each input schema is converted with ``function_specs.function_parameters_build``; a tool
+    whose schema cannot be made valid is stored with ``quarantine_reason`` set and
+    ``available=False``, so models are not offered it while the server's other tools stay
+    usable. Exposed names are then reassigned across every tool (``tools_expose``).
+
     Args:
         discovered: Objects with ``name``, ``title``, ``description``, ``input_schema`` and
             ``annotations`` attributes (``mcp_registry.client.DiscoveredTool``). A repeated
             name keeps the last entry.
+
+    Returns:
+        The server's available (listed and not quarantined) tools, ordered by name.
     """
     by_name = {tool.name: tool for tool in discovered}
     existing = {tool.name: tool for tool in McpTool.objects.filter(server=server)}
     for name, found in by_name.items():
+        input_schema = found.input_schema if found.input_schema is not None else {}
+        try:
+            parameters = function_parameters_build(input_schema)
+            quarantine_reason = ""
+        except ToolSchemaError as error:
+            parameters = {}
+            quarantine_reason = str(error)
+            logger.warning(
+                "MCP tool %s of server %s quarantined: %s", name, server.name, quarantine_reason
+            )
         values = {
             "title": (found.title or "")[:200],
             "description": found.description or "",
-            "input_schema": dict(found.input_schema or {}),
+            "input_schema": input_schema if isinstance(input_schema, dict) else {},
             "annotations": dict(found.annotations or {}),
-            "available": True,
+            "parameters": parameters,
+            "quarantine_reason": quarantine_reason,
+            "available": not quarantine_reason,
         }
         row = existing.get(name)
         if row is None:
             McpTool.objects.create(server=server, name=name, **values)
         else:
-            for field, value in values.items():
-                setattr(row, field, value)
+            for field_name, value in values.items():
+                setattr(row, field_name, value)
             row.save(update_fields=[*values, "updated_at"])
     McpTool.objects.filter(server=server, available=True).exclude(name__in=by_name).update(
         available=False, updated_at=timezone.now()
     )
+    tools_expose()
     server.last_discovered_at = timezone.now()
     server.last_error = ""
     server.last_error_at = None
     server.save(update_fields=["last_discovered_at", "last_error", "last_error_at", "updated_at"])
     return list(McpTool.objects.filter(server=server, available=True).order_by("name"))
+
+
+def tools_expose() -> int:
+    """Reassign every tool's ``exposed_name`` (``function_specs.exposed_names_assign``).
+
+    Names are assigned over all rows, available or not, so a tool that comes back keeps its
+    name and two servers never offer the same name.
+
+    Returns:
+        The number of rows whose name changed.
+    """
+    tools = list(McpTool.objects.select_related("server").order_by("pk"))
+    names = exposed_names_assign((tool.server.name, tool.name) for tool in tools)
+    changed = 0
+    for tool in tools:
+        name = names[(tool.server.name, tool.name)]
+        if tool.exposed_name != name:
+            McpTool.objects.filter(pk=tool.pk).update(exposed_name=name)
+            changed += 1
+    return changed
 
 
 def server_record_discovery_error(*, server: McpServer, message: str) -> None:
@@ -111,3 +163,139 @@ def servers_discovery_enqueue() -> list[str]:
     for server in servers:
         server_discovery_enqueue(server=server)
     return [server.name for server in servers]
+
+
+def server_discovery_enqueue_by_name(*, name: str) -> bool:
+    """Queue discovery of the enabled server called ``name`` (a ``tools/list_changed``
+    notification reached the worker).
+
+    Returns:
+        Whether a server with that name exists and is enabled.
+    """
+    server = McpServer.objects.filter(name=name, enabled=True).first()
+    if server is None:
+        return False
+    server_discovery_enqueue(server=server)
+    return True
+
+
+def discovery_schedule_set(*, every_minutes: int) -> None:
+    """Create or update the django-celery-beat PeriodicTask that runs
+    ``tasks.discover_all_servers`` every ``every_minutes`` minutes (migration 0003 creates it
+    with ``$DEXAGENTS_MCP_DISCOVERY_MINUTES``, default 60; it can also be edited in admin).
+
+    Raises:
+        ValueError: ``every_minutes`` is less than 1.
+    """
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    if every_minutes < 1:
+        raise ValueError("the discovery interval must be at least one minute")
+    interval, _ = IntervalSchedule.objects.get_or_create(
+        every=every_minutes, period=IntervalSchedule.MINUTES
+    )
+    PeriodicTask.objects.update_or_create(
+        name=DISCOVERY_TASK_NAME,
+        defaults={"task": "mcp_registry.discover_all_servers", "interval": interval},
+    )
+
+
+class ServersImportError(Exception):
+    """A declared server or tool override failed the models' validation; nothing was saved."""
+
+
+@dataclass
+class ServersImportResult:
+    """What ``servers_import`` did, by server name."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+def _tool_overrides_apply(*, server: McpServer, declaration: "ServerDeclaration") -> bool:
+    changed = False
+    for tool_name, overrides in declaration.tools.items():
+        values: dict[str, Any] = {
+            "enabled": overrides.enabled,
+            "effect_override": overrides.effect,
+            "requires_approval_override": overrides.requires_approval,
+            "timeout_override": overrides.timeout,
+            "retries_override": overrides.retries,
+        }
+        tool = McpTool.objects.filter(server=server, name=tool_name).first()
+        if tool is None:
+            # Not discovered yet: the row waits, unavailable, for discovery to fill it in.
+            tool = McpTool(server=server, name=tool_name, available=False, **values)
+        elif all(getattr(tool, key) == value for key, value in values.items()):
+            continue
+        else:
+            for key, value in values.items():
+                setattr(tool, key, value)
+        try:
+            tool.full_clean(exclude=["server"], validate_unique=False)
+        except ValidationError as error:
+            raise ServersImportError(
+                f"server {server.name!r}, tool {tool_name!r}: {_validation_text(error)}"
+            ) from error
+        tool.save()
+        changed = True
+    return changed
+
+
+def _validation_text(error: ValidationError) -> str:
+    if hasattr(error, "error_dict"):
+        return "; ".join(
+            f"{name}: {' '.join(str(message) for message in messages)}"
+            for name, messages in error.message_dict.items()
+        )
+    return " ".join(error.messages)
+
+
+@transaction.atomic
+def servers_import(
+    *, declarations: Iterable["ServerDeclaration"], discover: bool = True
+) -> ServersImportResult:
+    """Create or update the declared servers and tool overrides, all or nothing.
+
+    Each server gets exactly its declared fields (``config.ServerDeclaration``); servers that
+    are not declared are left alone. A declaration equal to the stored row writes nothing, so
+    importing the same file twice changes nothing. With ``discover``, discovery is queued for
+    every created or changed enabled server once the transaction commits.
+
+    Raises:
+        ServersImportError: A server or tool override failed the models' validation (for
+            example a server name with capitals, a URL that is not one, an environment
+            variable value where a name belongs). The transaction is rolled back.
+    """
+    result = ServersImportResult()
+    for declaration in declarations:
+        server = McpServer.objects.filter(name=declaration.name).first()
+        created = server is None
+        if server is None:
+            server = McpServer(name=declaration.name)
+        changed = created or any(
+            getattr(server, key) != value for key, value in declaration.fields.items()
+        )
+        if changed:
+            for key, value in declaration.fields.items():
+                setattr(server, key, value)
+            try:
+                server.full_clean()
+            except ValidationError as error:
+                raise ServersImportError(
+                    f"server {declaration.name!r}: {_validation_text(error)}"
+                ) from error
+            server.save()
+        tools_changed = _tool_overrides_apply(server=server, declaration=declaration)
+        if created:
+            result.created.append(server.name)
+        elif changed or tools_changed:
+            result.updated.append(server.name)
+        else:
+            result.unchanged.append(server.name)
+        if changed and discover and server.enabled:
+            server_discovery_enqueue(server=server)
+    if result.created or result.updated:
+        tools_expose()
+    return result

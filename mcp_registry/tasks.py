@@ -5,7 +5,12 @@ import logging
 from celery import shared_task
 
 from mcp_registry.models import McpServer
-from mcp_registry.services import ToolDiscoveryError, server_discover_tools
+from mcp_registry.services import (
+    ToolDiscoveryError,
+    server_discover_tools,
+    server_discovery_enqueue_by_name,
+    servers_discovery_enqueue,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,3 +31,29 @@ def discover_server_tools(server_id: int) -> int | None:
         return len(server_discover_tools(server=server))
     except ToolDiscoveryError:
         return None
+
+
+@shared_task(name="mcp_registry.discover_all_servers")
+def discover_all_servers() -> list[str]:
+    """Queue discovery of every enabled server; django-celery-beat runs this periodically
+    (PeriodicTask created by migration 0003, interval editable in admin).
+
+    Returns:
+        The names of the servers whose discovery was queued.
+    """
+    return servers_discovery_enqueue()
+
+
+async def tools_list_changed_enqueue(server_name: str) -> None:
+    """Queue discovery of ``server_name`` after it sent ``notifications/tools/list_changed``.
+
+    Pass it to the worker's pool: ``McpClientPool(on_tools_list_changed=...)``. Runs the
+    database work in a thread (the worker's event loop must not block on the ORM).
+    """
+    from asgiref.sync import sync_to_async
+
+    queued = await sync_to_async(server_discovery_enqueue_by_name, thread_sensitive=False)(
+        name=server_name
+    )
+    if queued:
+        logger.info("MCP server %s changed its tool list; discovery queued", server_name)

@@ -58,7 +58,7 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     first = run("seed_demo")
     assert "Admin login: admin / " in first
     after_first = counts()
-    assert after_first == (1, 1, 1, 2)
+    assert after_first == (3, 5, 1, 2)
 
     second = run("seed_demo")
     assert "nothing created" in second
@@ -77,8 +77,17 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config["api_base"] == f"http://127.0.0.1:{settings.DEXAGENTS['DEMO_MODEL_PORT']}/v1"
     assert config["api_key_env"] is None
     assert [(t["name"], t["effect"], t["requires_approval"]) for t in config["tools"]] == [
-        ("search__web_search", "read", False)
+        ("docs__create_document", "idempotent_write", True),
+        ("docs__search_documents", "read", False),
+        ("search__web_search", "read", False),
+        ("slack__post_message", "non_idempotent_write", True),
+        ("slack__search_messages", "read", False),
     ]
+    for name in ("slack", "docs"):
+        state_server = McpServer.objects.get(name=name)
+        assert state_server.args == ["-m", f"mcp_registry.demo_servers.{name}"]
+        assert state_server.env_names == ["DEXAGENTS_VAR_DIR"]
+        assert state_server.command == sys.executable
 
     users = get_user_model().objects
     assert not users.get(username="demo").has_usable_password()
@@ -107,7 +116,7 @@ def test_seed_demo_leaves_edited_rows_alone() -> None:
 def test_seed_demo_does_not_recreate_a_tool_discovery_dropped() -> None:
     run("seed_demo")
     McpTool.objects.all().delete()
-    McpServer.objects.filter(name="search").update(last_discovered_at="2026-01-01T00:00:00Z")
+    McpServer.objects.update(last_discovered_at="2026-01-01T00:00:00Z")
     run("seed_demo")
     assert McpTool.objects.count() == 0
 
@@ -127,3 +136,18 @@ def test_seed_demo_keeps_an_api_base_an_admin_pointed_elsewhere(settings: Any) -
     AgentDefinition.objects.filter(slug="demo").update(api_base="https://models.example/v1")
     run("seed_demo")
     assert AgentDefinition.objects.get(slug="demo").api_base == "https://models.example/v1"
+
+
+def test_seed_demo_adds_new_demo_servers_to_an_existing_demo_agent() -> None:
+    run("seed_demo")
+    agent = AgentDefinition.objects.get(slug="demo")
+    McpServer.objects.filter(name__in=["slack", "docs"]).delete()
+    agent.tools.remove(*agent.tools.filter(server__name="search"))
+    run("seed_demo")
+    # The recreated servers' tools are linked again; the link an admin removed stays removed.
+    assert sorted(tool.exposed_name for tool in agent.tools.all()) == [
+        "docs__create_document",
+        "docs__search_documents",
+        "slack__post_message",
+        "slack__search_messages",
+    ]

@@ -4,7 +4,13 @@ from typing import Any
 
 import pytest
 
-from mcp_registry.effects import ToolEffect, approval_required_by_default, effect_from_annotations
+from mcp_registry.effects import (
+    ToolEffect,
+    approval_decide,
+    approval_required_by_default,
+    effect_decide,
+    effect_from_annotations,
+)
 from tests.factories import McpServerFactory, McpToolFactory
 
 READ = ToolEffect.READ
@@ -104,3 +110,52 @@ def test_tool_effective_effect_and_approval(
     tool.refresh_from_db()
     assert tool.effective_effect == expected_effect
     assert tool.effective_requires_approval is expected_approval
+
+
+@pytest.mark.parametrize(
+    ("annotations", "trusted", "override", "effect", "reason"),
+    [
+        ({"readOnlyHint": True}, True, None, READ, "trusted annotations: readOnlyHint is true"),
+        ({"idempotentHint": True, "destructiveHint": False}, True, None, IDEMPOTENT,
+         "trusted annotations: idempotentHint is true and destructiveHint is false"),
+        ({"idempotentHint": True}, True, None, WRITE,
+         "trusted annotations: idempotent, but destructiveHint is missing (MCP default: true)"),
+        ({"idempotentHint": True, "destructiveHint": True}, True, None, WRITE,
+         "trusted annotations: idempotent, but destructiveHint is not false"),
+        ({"openWorldHint": True}, True, None, WRITE,
+         "trusted annotations: neither readOnlyHint nor idempotentHint is true"),
+        ({"title": "Search"}, True, None, UNCLASSIFIED,
+         "trusted server, but the tool has no hints"),
+        ({"readOnlyHint": True}, False, None, UNCLASSIFIED,
+         "server annotations are not trusted"),
+        ({"readOnlyHint": True}, True, "non_idempotent_write", WRITE, "administrator override"),
+        ({}, False, "read", READ, "administrator override"),
+    ],
+)
+def test_effect_decision_says_which_rule_decided(
+    annotations: dict[str, Any],
+    trusted: bool,
+    override: str | None,
+    effect: ToolEffect,
+    reason: str,
+) -> None:
+    decision = effect_decide(annotations=annotations, trusted=trusted, override=override)
+    assert (decision.value, decision.reason) == (effect, reason)
+
+
+@pytest.mark.parametrize(
+    ("effect", "override", "expected", "reason"),
+    [
+        (READ, None, False, "platform rule: read tools run without approval"),
+        (IDEMPOTENT, None, True, "platform rule: idempotent_write tools wait for approval"),
+        (WRITE, None, True, "platform rule: non_idempotent_write tools wait for approval"),
+        (UNCLASSIFIED, None, True, "platform rule: unclassified tools wait for approval"),
+        (WRITE, False, False, "administrator override"),
+        (READ, True, True, "administrator override"),
+    ],
+)
+def test_approval_decision_says_which_rule_decided(
+    effect: ToolEffect, override: bool | None, expected: bool, reason: str
+) -> None:
+    decision = approval_decide(effect=effect, override=override)
+    assert (decision.value, decision.reason) == (expected, reason)

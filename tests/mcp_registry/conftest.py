@@ -1,0 +1,143 @@
+"""Real MCP servers for the registry tests: the demo servers, ``mcp-server-time`` (PyPI) and
+``@modelcontextprotocol/server-everything`` (npm, installed by ``make peers``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_registry.client import McpClientPool, McpServerSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_SECONDS = 20.0
+EVERYTHING_JS = (
+    REPO_ROOT
+    / "tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+)
+
+
+def everything_command() -> tuple[str, str]:
+    """``(node, index.js)`` of server-everything; fails with the fix when it is missing."""
+    node = shutil.which("node")
+    if node is None or not EVERYTHING_JS.exists():
+        pytest.fail("server-everything is not installed: run `make peers` (needs Node 20+)")
+    return node, str(EVERYTHING_JS)
+
+
+def demo_spec(name: str, **overrides: object) -> McpServerSpec:
+    """The spec of the demo server ``name`` run by this interpreter, with its state dir."""
+    values: dict[str, object] = {
+        "name": name,
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": ("-m", f"mcp_registry.demo_servers.{name}"),
+        "cwd": str(REPO_ROOT),
+        "env_names": ("DEXAGENTS_VAR_DIR",),
+        "startup_timeout": 30.0,
+        "call_timeout": 30.0,
+    }
+    values.update(overrides)
+    return McpServerSpec(**values)  # type: ignore[arg-type]
+
+
+async def wait_until(description: str, probe: Callable[[], bool]) -> None:
+    """Poll ``probe`` every 50 ms until it is true; fail after DEADLINE_SECONDS."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {description}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def var_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ``DEXAGENTS_VAR_DIR`` for the demo servers' state files."""
+    directory = tmp_path / "var"
+    directory.mkdir()
+    monkeypatch.setenv("DEXAGENTS_VAR_DIR", str(directory))
+    return directory
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[McpClientPool]:
+    async with McpClientPool() as pool:
+        yield pool
+
+
+@pytest.fixture
+def time_spec() -> McpServerSpec:
+    """``mcp-server-time`` from PyPI, as a stdio child."""
+    return McpServerSpec(
+        name="time",
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "mcp_server_time", "--local-timezone", "UTC"),
+        startup_timeout=30.0,
+        call_timeout=30.0,
+    )
+
+
+@pytest.fixture
+def everything_spec() -> McpServerSpec:
+    """``@modelcontextprotocol/server-everything`` from npm, as a stdio child."""
+    node, script = everything_command()
+    return McpServerSpec(
+        name="everything",
+        transport="stdio",
+        command=node,
+        args=(script, "stdio"),
+        startup_timeout=30.0,
+        call_timeout=30.0,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def everything_http_spec() -> Iterator[McpServerSpec]:
+    """server-everything serving Streamable HTTP on a free local port."""
+    node, script = everything_command()
+    port = _free_port()
+    process = subprocess.Popen(
+        [node, script, "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while True:
+            assert process.poll() is None, "server-everything exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "server-everything never listened"
+                time.sleep(0.05)
+        yield McpServerSpec(
+            name="everything_http",
+            transport="streamable_http",
+            url=f"http://127.0.0.1:{port}/mcp",
+            startup_timeout=30.0,
+            call_timeout=30.0,
+        )
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=DEADLINE_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

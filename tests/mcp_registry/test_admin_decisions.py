@@ -1,0 +1,75 @@
+"""Admin shows, per tool, the effective effect, whether it needs approval, and why."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from tests.factories import McpServerFactory, McpToolFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def page(user: Any, url: str) -> str:
+    client = Client()
+    client.force_login(user)
+    response = client.get(url)
+    assert response.status_code == 200
+    return html.unescape(response.content.decode()).lower()
+
+
+def test_tool_list_and_page_say_why(superuser: Any) -> None:
+    server = McpServerFactory.create(name="docs", trust_annotations=True)
+    McpToolFactory.create(
+        server=server, name="search_documents", annotations={"readOnlyHint": True}
+    )
+    lifted = McpToolFactory.create(
+        server=server,
+        name="create_document",
+        annotations={"idempotentHint": True, "destructiveHint": False},
+        requires_approval_override=False,
+    )
+    listing = page(superuser, reverse("admin:mcp_registry_mcptool_changelist"))
+    assert "trusted annotations: readonlyhint is true" in listing
+    assert "platform rule: read tools run without approval" in listing
+    assert "trusted annotations: idempotenthint is true and destructivehint is false" in listing
+    assert "administrator override" in listing
+
+    detail = page(superuser, reverse("admin:mcp_registry_mcptool_change", args=[lifted.pk]))
+    assert "idempotent_write" in detail
+    assert "approval decided by" in detail
+
+    inline = page(superuser, reverse("admin:mcp_registry_mcpserver_change", args=[server.pk]))
+    assert "docs__create_document" in inline
+    assert "effect decided by" in inline
+
+
+def test_untrusted_server_tools_say_so(superuser: Any) -> None:
+    tool = McpToolFactory.create(
+        server=McpServerFactory.create(trust_annotations=False), annotations={"readOnlyHint": True}
+    )
+    detail = page(superuser, reverse("admin:mcp_registry_mcptool_change", args=[tool.pk]))
+    assert "server annotations are not trusted" in detail
+    assert "platform rule: unclassified tools wait for approval" in detail
+
+
+def test_staff_viewers_see_errors_and_reasons_but_cannot_add(staff: Any) -> None:
+    staff.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="mcp_registry", codename__startswith="view_"
+        )
+    )
+    McpServerFactory.create(
+        name="broken", last_error="McpTransportError: no answer", last_error_at=timezone.now()
+    )
+    listing = page(staff, reverse("admin:mcp_registry_mcpserver_changelist"))
+    assert "mcptransporterror: no answer" in listing
+    client = Client()
+    client.force_login(staff)
+    assert client.get(reverse("admin:mcp_registry_mcpserver_add")).status_code == 403

@@ -1,0 +1,121 @@
+"""The shipped demo servers ``slack`` and ``docs`` as stdio children: writes land in var/ files
+(so they can be counted), and a call forwards the server's progress and log messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_registry.builtin_tools import BuiltinToolError, builtin_tool_execute
+from mcp_registry.client import McpClientPool, McpServerSpec, McpToolError, list_tools
+from mcp_registry.effects import effect_from_annotations
+from tests.mcp_registry.conftest import demo_spec
+
+
+def _stored(var_dir: Path, name: str) -> Any:
+    return json.loads((var_dir / "demo_mcp" / name).read_text())
+
+
+@pytest.mark.parametrize(
+    ("server", "expected"),
+    [
+        ("slack", {"search_messages": "read", "post_message": "non_idempotent_write"}),
+        ("docs", {"search_documents": "read", "create_document": "idempotent_write"}),
+    ],
+)
+async def test_demo_tools_are_annotated_with_their_effects(
+    server: str, expected: dict[str, str], var_dir: Path
+) -> None:
+    tools = await list_tools(demo_spec(server))
+    assert {
+        tool.name: effect_from_annotations(annotations=tool.annotations, trusted=True).value
+        for tool in tools
+    } == expected
+
+
+async def test_post_message_writes_every_call_and_reports_progress_and_logs(
+    pool: McpClientPool, var_dir: Path
+) -> None:
+    spec = demo_spec("slack")
+    events: list[tuple[Any, ...]] = []
+
+    def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        events.append(("progress", progress, total, message))
+
+    async def on_log(level: str, data: Any) -> None:
+        events.append(("log", level, data))
+
+    arguments = {"channel": "#engineering", "text": "Release notes are out"}
+    first = await pool.call_tool(
+        spec, "post_message", arguments, idempotency_key="k1", timeout=None,
+        on_progress=on_progress, on_log=on_log,
+    )
+    await pool.call_tool(spec, "post_message", arguments, idempotency_key="k2", timeout=None)
+    assert [message["id"] for message in _stored(var_dir, "slack_messages.json")] == [
+        "p-1", "p-2"
+    ]
+    assert first.structured_content["channel"] == "engineering"
+    assert ("progress", 1, 2, "posting to #engineering") in events
+    assert ("progress", 2, 2, "posted") in events
+    assert ("log", "info", "posted p-1 to #engineering") in events
+
+    found = await pool.call_tool(
+        spec, "search_messages", {"query": "release notes"}, idempotency_key=None, timeout=None
+    )
+    assert len(found.structured_content["messages"]) == 2
+    with pytest.raises(McpToolError, match="Unknown channel"):
+        await pool.call_tool(
+            spec, "post_message", {"channel": "nope", "text": "x"},
+            idempotency_key=None, timeout=None,
+        )
+
+
+async def test_create_document_is_idempotent_by_title_and_readable_as_a_resource(
+    pool: McpClientPool, var_dir: Path
+) -> None:
+    spec = demo_spec("docs")
+    first = await pool.call_tool(
+        spec, "create_document", {"title": "Q3 plan", "body": "Ship the registry."},
+        idempotency_key="k", timeout=None,
+    )
+    again = await pool.call_tool(
+        spec, "create_document", {"title": "Q3 plan", "body": "Something else."},
+        idempotency_key="k", timeout=None,
+    )
+    assert (first.structured_content["created"], again.structured_content["created"]) == (
+        True, False
+    )
+    stored = _stored(var_dir, "docs_documents.json")
+    assert list(stored) == ["Q3 plan"]
+    assert stored["Q3 plan"]["body"] == "Ship the registry."
+
+    async def resolve(name: str) -> McpServerSpec:
+        return spec
+
+    common: dict[str, Any] = {"pool": pool, "server_names": ["docs"], "resolve_server": resolve}
+    text = await builtin_tool_execute(
+        name="mcp_read_resource",
+        arguments={"server": "docs", "uri": first.structured_content["uri"]},
+        **common,
+    )
+    assert text == "# Q3 plan\n\nShip the registry."
+    prompt = await builtin_tool_execute(
+        name="mcp_get_prompt",
+        arguments={"server": "docs", "name": "summarize_document",
+                   "arguments": {"title": "Q3 plan"}},
+        **common,
+    )
+    assert "Q3 plan" in prompt
+    with pytest.raises(BuiltinToolError, match="No document"):
+        await builtin_tool_execute(
+            name="mcp_read_resource",
+            arguments={"server": "docs", "uri": "docs://documents/missing"},
+            **common,
+        )
+    with pytest.raises(BuiltinToolError, match="may not use MCP server 'slack'"):
+        await builtin_tool_execute(
+            name="mcp_list_prompts", arguments={"server": "slack"}, **common
+        )
