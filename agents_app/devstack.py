@@ -7,7 +7,8 @@ Starts each part of the platform as its own supervised child process, in depende
 2. the local demo model (``python -m agents_app.demo_model``);
 3. the Dex worker (``python manage.py dexworker``);
 4. a Celery worker on the broker configured in settings (kombu's filesystem transport by default);
-5. the ASGI web server (uvicorn serving ``dexagents_site.asgi``).
+5. Celery beat, which queues the periodic tasks (MCP tool discovery);
+6. the ASGI web server (uvicorn serving ``dexagents_site.asgi``).
 
 A child counts as started once it prints its ready line. A child that exits while the stack runs
 is restarted with a capped backoff. SIGINT or SIGTERM stops every child (SIGTERM to its process

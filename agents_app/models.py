@@ -92,7 +92,7 @@ class AgentDefinition(models.Model):
                     "server": tool.server.name,
                     "tool": tool.name,
                     "description": tool.description,
-                    "parameters": tool.input_schema,
+                    "parameters": tool.parameters or tool.input_schema,
                     "effect": tool.effective_effect,
                     "requires_approval": tool.effective_requires_approval,
                 }

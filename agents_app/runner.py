@@ -66,6 +66,7 @@ from agents_app.providers import (
     resolve_api_key,
 )
 from dex_agents import (
+    AgentEventType,
     AgentMessage,
     AgentTurnContext,
     AgentTurnOutcome,
@@ -80,6 +81,12 @@ from dex_agents import (
     ToolPolicy,
     TurnCompleted,
     describe_tool_call_outcome,
+)
+from mcp_registry.builtin_tools import (
+    BUILTIN_TOOL_EFFECT,
+    BuiltinToolError,
+    builtin_tool_definitions,
+    builtin_tool_execute,
 )
 from mcp_registry.client import (
     McpClientPool,
@@ -163,6 +170,8 @@ class AgentToolEntry:
         effect: ``read``, ``idempotent_write``, ``non_idempotent_write`` or ``unclassified``;
             ``None`` when absent or unknown.
         requires_approval: The platform's per-tool approval setting, if any.
+        builtin: One of ``mcp_registry.builtin_tools`` (resources and prompts of the agent's
+            servers) rather than a server's own tool; ``server`` is then empty.
     """
 
     name: str
@@ -172,6 +181,24 @@ class AgentToolEntry:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     effect: ToolEffect | None = None
     requires_approval: bool | None = None
+    builtin: bool = False
+
+    @classmethod
+    def builtins_for(cls, servers: Sequence[str]) -> tuple[AgentToolEntry, ...]:
+        """The read-only built-in tools for an agent that may use ``servers`` (none if empty)."""
+        return tuple(
+            cls(
+                name=spec["function"]["name"],
+                server="",
+                tool=spec["function"]["name"],
+                description=spec["function"].get("description", ""),
+                parameters=spec["function"]["parameters"],
+                effect=ToolEffect(BUILTIN_TOOL_EFFECT),
+                requires_approval=False,
+                builtin=True,
+            )
+            for spec in builtin_tool_definitions(server_names=servers)
+        )
 
     @classmethod
     def from_config(cls, item: Mapping[str, Any]) -> AgentToolEntry:
@@ -257,12 +284,14 @@ class AgentModelConfig:
         if window is not None and (not isinstance(window, int) or window <= 0):
             raise AgentConfigError("agent_config 'context_window' must be a positive integer")
         effort = config.get("reasoning_effort")
+        tools = tuple(AgentToolEntry.from_config(item) for item in config.get("tools") or ())
+        servers = sorted({entry.server for entry in tools})
         return cls(
             model=str(model),
             api_base=api_base,
             api_key_env=config.get("api_key_env") or None,
             system_prompt=str(config.get("system_prompt") or ""),
-            tools=tuple(AgentToolEntry.from_config(item) for item in config.get("tools") or ()),
+            tools=tools + AgentToolEntry.builtins_for(servers),
             api=api,
             context_window=window,
             stream=config.get("stream", True) is not False,
@@ -789,7 +818,13 @@ class LiteLLMRunner:
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
         """Run one approved tool call on its MCP server, once, with the call's idempotency key.
 
-        Returns the tool's text (its structured content as JSON when it has no text).
+        MCP progress notifications and server log messages received during the call become
+        ``tool_progress`` and ``tool_log`` events. Built-in tools (resources and prompts) run
+        through the same pool.
+
+        Returns:
+            The model-visible result: the tool's text, its resource links and its structured
+            content (``McpToolOutput.for_model``).
 
         Raises:
             ToolExecutionError: Unknown tool, arguments that are not a JSON object (both
@@ -810,16 +845,40 @@ class LiteLLMRunner:
             raise ToolExecutionError(
                 f"{error}. Call the tool again with a JSON object as its arguments."
             ) from error
+        if entry.builtin:
+            try:
+                text = await builtin_tool_execute(
+                    name=entry.name,
+                    arguments=arguments,
+                    pool=self._pool,
+                    server_names=sorted({tool.server for tool in config.tools if tool.server}),
+                    resolve_server=self._server_resolver,
+                )
+            except BuiltinToolError as error:
+                raise ToolExecutionError(error.message) from error
+            return ToolExecutionResult(text)
+
+        def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            call.events.write_event(AgentEventType.TOOL_PROGRESS, {
+                "tool_call_id": record.tool_call_id, "tool_name": record.tool_name,
+                "progress": progress, "total": total, "message": message,
+            })
+
+        def on_log(level: str, data: Any) -> None:
+            call.events.write_event(AgentEventType.TOOL_LOG, {
+                "tool_call_id": record.tool_call_id, "tool_name": record.tool_name,
+                "level": str(level), "data": data,
+            })
+
         spec = await self._server_resolver(entry.server)
         try:
             output = await self._pool.call_tool(
-                spec, entry.tool, arguments, idempotency_key=call.idempotency_key, timeout=None
+                spec, entry.tool, arguments, idempotency_key=call.idempotency_key, timeout=None,
+                on_progress=on_progress, on_log=on_log,
             )
         except McpToolError as error:
             raise ToolExecutionError(error.message) from error
-        if not output.text and output.structured_content is not None:
-            return ToolExecutionResult(json.dumps(output.structured_content))
-        return ToolExecutionResult(output.text)
+        return ToolExecutionResult(output.for_model())
 
     async def aclose(self) -> None:
         """Close the MCP sessions this runner opened."""

@@ -32,6 +32,13 @@ class AgentEventType(StrEnum):
     - ``interrupt_resolved``: ``interrupt_id``, ``approved``, ``rejection_message``;
     - ``usage_recorded``: ``recorded`` (this model call) and ``session`` (running total), each a
       dict of the five ``AgentUsage`` counters.
+
+    Platform additions (not in the seed), written by a runner while a tool runs:
+
+    - ``tool_progress``: ``tool_call_id``, ``tool_name``, ``progress`` (float), ``total``
+      (float or ``None``), ``message`` (str or ``None``), from MCP ``notifications/progress``;
+    - ``tool_log``: ``tool_call_id``, ``tool_name``, ``level`` (MCP logging level), ``data``
+      (any JSON), from MCP ``notifications/message``.
     """
 
     TURN_STARTED = "turn_started"
@@ -45,6 +52,8 @@ class AgentEventType(StrEnum):
     INTERRUPT_RAISED = "interrupt_raised"
     INTERRUPT_RESOLVED = "interrupt_resolved"
     USAGE_RECORDED = "usage_recorded"
+    TOOL_PROGRESS = "tool_progress"
+    TOOL_LOG = "tool_log"
 
 
 @dataclass(frozen=True)

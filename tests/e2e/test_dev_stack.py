@@ -74,7 +74,7 @@ def test_dev_prints_ready_serves_health_and_stops_every_child(
     assert _discovered_servers(database)["search"][1] == ""
 
     children = _descendants(dev.popen.pid)
-    assert len(children) >= 5, children  # engine, model, worker, celery, web
+    assert len(children) >= 6, children  # engine, model, worker, celery, beat, web
 
     os.kill(dev.popen.pid, signal.SIGTERM)
     assert dev.popen.wait(timeout=60) == 0, dev.output()[-3000:]

@@ -19,8 +19,9 @@ from mcp_registry.services import servers_discovery_enqueue
 
 class Command(BaseCommand):
     help = (
-        "Migrate, create the demo data, then run the Dex engine, the demo model, the Dex "
-        "worker, a Celery worker and the ASGI web server as supervised processes."
+        "Migrate, create the demo data (and import DEXAGENTS_MCP_CONFIG when set), then run "
+        "the Dex engine, the demo model, the Dex worker, a Celery worker, Celery beat and the "
+        "ASGI web server as supervised processes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -35,6 +36,8 @@ class Command(BaseCommand):
         call_command("seed_demo", stdout=seeded)
         admin_login = [line for line in seeded.getvalue().splitlines()
                        if line.startswith("Admin login:")]
+        if os.environ.get("DEXAGENTS_MCP_CONFIG"):
+            call_command("mcp_import", stdout=self.stdout)
         # Discovery runs in the Celery worker; the broker holds the messages until it starts.
         discovering = servers_discovery_enqueue()
         token_out = StringIO()
@@ -100,6 +103,12 @@ class Command(BaseCommand):
                       "--pool=solo", "--loglevel=INFO", "--without-mingle",
                       "--without-gossip", "-n", f"dexagents-{os.getpid()}@%h"],
                 ready_marker=" ready.",
+            ),
+            ChildSpec(
+                name="beat",
+                argv=[python, "-m", "celery", "-A", "dexagents_site", "beat",
+                      "--loglevel=INFO", "--pidfile="],
+                ready_marker="beat: Starting...",
             ),
             ChildSpec(
                 name="web",

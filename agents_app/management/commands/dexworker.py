@@ -42,6 +42,7 @@ class Command(BaseCommand):
 
         from agents_app.flow import build_flow
         from mcp_registry.client import McpClientPool
+        from mcp_registry.tasks import tools_list_changed_enqueue
 
         knobs = settings.DEXAGENTS
         address = knobs["DEX_SERVER_ADDRESS"]
@@ -50,7 +51,8 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
 
-        pool = McpClientPool()
+        # A server that announces a changed tool list gets its catalogue rediscovered.
+        pool = McpClientPool(on_tools_list_changed=tools_list_changed_enqueue)
         registry = Registry([build_flow(pool=pool)], allow_async_handlers=True)
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"
         cache_dir.mkdir(parents=True, exist_ok=True)
