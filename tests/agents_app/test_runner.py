@@ -5,6 +5,7 @@ The end-to-end run through the real Flow and engine lives with the coordinator's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -92,12 +93,16 @@ class RecordingEvents:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.reasoning: list[str] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
 
     def write_text_delta(self, text: str) -> None:
         self.text.append(text)
 
     def write_reasoning_delta(self, text: str) -> None:
         self.reasoning.append(text)
+
+    def write_event(self, event_type: str, payload: dict[str, Any]) -> None:
+        self.events.append((str(event_type), payload))
 
 
 async def _no_heartbeat() -> None:
@@ -695,3 +700,82 @@ def test_responses_requests_are_stateless_and_ask_for_reasoning_only_where_suppo
     plain_model = AgentModelConfig.parse(agent_config(None, model="openai/gpt-4.1"))
     plain = runner._responses_request(plain_model, messages)
     assert "reasoning" not in plain and "include" not in plain
+
+
+# Demo slack and docs servers: progress and logs as events, resources and prompts as built-ins --
+
+
+def _demo_spec(name: str, var_dir: Path) -> McpServerSpec:
+    return McpServerSpec(
+        name=name,
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", f"mcp_registry.demo_servers.{name}"),
+        cwd=str(REPO_ROOT),
+        env_names=("DEXAGENTS_VAR_DIR",),
+    )
+
+
+@pytest.fixture
+async def demo_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[LiteLLMRunner]:
+    monkeypatch.setenv("DEXAGENTS_VAR_DIR", str(tmp_path))
+
+    async def resolver(name: str) -> McpServerSpec:
+        return _demo_spec(name, tmp_path)
+
+    runner = LiteLLMRunner(resolver, pool=McpClientPool())
+    try:
+        yield runner
+    finally:
+        await runner.aclose()
+
+
+def _demo_execution(tool_name: str, arguments: dict[str, Any]) -> DeferredToolExecution:
+    slack_tool = {
+        "name": "slack__post_message", "server": "slack", "tool": "post_message",
+        "description": "Post a message.", "effect": "non_idempotent_write",
+        "requires_approval": True,
+        "parameters": {"type": "object", "properties": {"channel": {"type": "string"},
+                                                        "text": {"type": "string"}}},
+    }
+    docs_tool = {**SEARCH_TOOL, "name": "docs__search_documents", "server": "docs",
+                 "tool": "search_documents"}
+    call = execution(tool_name, json.dumps(arguments))
+    return dataclasses.replace(call, agent_config=agent_config(tools=[slack_tool, docs_tool]))
+
+
+async def test_tool_progress_and_server_logs_become_agent_events(
+    demo_runner: LiteLLMRunner,
+) -> None:
+    call = _demo_execution("slack__post_message", {"channel": "general", "text": "hello"})
+    result = await demo_runner.execute_deferred_tool_call(call)
+    assert "Posted p-1 to #general" in result.output
+    events = cast(RecordingEvents, call.events).events
+    progress = [payload for kind, payload in events if kind == "tool_progress"]
+    assert [(item["progress"], item["total"]) for item in progress] == [(1, 2), (2, 2)]
+    assert all(item["tool_name"] == "slack__post_message" for item in progress)
+    logs = [payload for kind, payload in events if kind == "tool_log"]
+    assert logs and logs[0]["level"] == "info" and "posted p-1" in str(logs[0]["data"])
+
+
+def test_builtin_resource_and_prompt_tools_are_offered_for_the_agents_servers() -> None:
+    config = AgentModelConfig.parse(_demo_execution("x", {}).agent_config)
+    builtins = {entry.name: entry for entry in config.tools if entry.builtin}
+    assert set(builtins) == {"mcp_list_resources", "mcp_read_resource",
+                             "mcp_list_resource_templates", "mcp_list_prompts", "mcp_get_prompt"}
+    assert all(entry.effect == ToolEffect.READ and entry.requires_approval is False
+               for entry in builtins.values())
+    server_enum = builtins["mcp_list_prompts"].parameters["properties"]["server"]["enum"]
+    assert server_enum == ["docs", "slack"]
+    assert AgentModelConfig.parse(agent_config(tools=[])).tools == ()
+
+
+async def test_builtin_prompt_tools_run_through_the_pool(demo_runner: LiteLLMRunner) -> None:
+    listed = await demo_runner.execute_deferred_tool_call(
+        _demo_execution("mcp_list_prompts", {"server": "docs"}))
+    assert "summarize_document" in listed.output
+    with pytest.raises(ToolExecutionError):
+        await demo_runner.execute_deferred_tool_call(
+            _demo_execution("mcp_list_prompts", {"server": "search"}))
