@@ -44,8 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     from ._server import serve
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(ns.db, ns.host, ns.port))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(ns.db, ns.host, ns.port))
+    except RuntimeError as exc:
+        print(f"dex_dev_server: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

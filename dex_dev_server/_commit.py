@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from dex.dexpb import dex_pb2 as pb
 
-from ._model import Run, StepExec
+from ._model import Run, StepExec, history_writes
 from ._requests import method_context
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def commit_wait_for(
     for kv in resp.upsert_step_exe_locals:
         st.locals[kv.key] = kv.value
     output = pb.StepWaitForCompletedOutput(
-        upsert_attributes=resp.upsert_attributes,
+        upsert_attributes=history_writes(resp.upsert_attributes),
         publish_to_channel=published,
         record_events=resp.record_events,
         upsert_step_execution_locals=resp.upsert_step_exe_locals,
@@ -66,7 +66,7 @@ def commit_execute(
             ),
             output=pb.StepExecuteCompletedOutput(
                 step_decision=resp.step_decision,
-                upsert_attributes=resp.upsert_attributes,
+                upsert_attributes=history_writes(resp.upsert_attributes),
                 publish_to_channel=published,
                 record_events=resp.record_events,
                 upsert_step_execution_locals=resp.upsert_step_exe_locals,

@@ -161,9 +161,11 @@ class EngineState:
         self.excluded: dict[tuple[str, str], set[str]] = {}
         self.notifier = Notifier()
         self.index_types: dict[str, int] = {}
+        self.stream_totals: dict[tuple[str, str], int] = {}
+        # While replaying history for time travel, recorded message IDs are kept.
+        self.replaying = False
         self._handles: dict[Any, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.history_listeners: list[Callable[[Run], None]] = []
         from ._push import PushClient
 
         self.push = PushClient()
@@ -223,6 +225,16 @@ class EngineState:
         write.run_row = run.row()
         self.store.commit(run.run_id, write)
         self.notifier.notify(("flow", run.flow_id))
+        if (
+            run.is_open
+            and run.can_threshold > 0
+            and not self.replaying
+            and run.next_event_id - 2 >= run.can_threshold
+        ):
+            self.continue_as_new(run)
+
+    def continue_as_new(self, live: Run) -> None:
+        """Carry a run's state into a new run (see :class:`Engine`)."""
 
     def add_history(self, run: Run, **payload: Any) -> None:
         """Append a history event to the run (written at the next flush)."""
@@ -317,7 +329,12 @@ class EngineState:
         for write in writes:
             self.set_attribute(run, write.key, write.value)
             self.index_attribute(run, write)
-        return [self.publish(run, m.channel_name, m.value) for m in publishes]
+        return [
+            self.publish(
+                run, m.channel_name, m.value, m.message_id if self.replaying else ""
+            )
+            for m in publishes
+        ]
 
     def attributes_for(self, run: Run, selectors: Iterable[str]) -> list[pb.KV]:
         """Singletons plus the selected AttributeMap instances (spec section 3.1)."""
@@ -780,8 +797,6 @@ class EngineState:
         )
         _LOG.info("flow %s run %s closed with status %s", run.flow_id, run.run_id,
                   pb.FlowStatus.Name(status))
-        for listener in self.history_listeners:
-            listener(run)
         self.after_close(run)
 
     def add_output(self, run: Run, st: StepExec, output: pb.Value) -> None:
@@ -1155,7 +1170,7 @@ class EngineState:
                 self.rpc_queue.insert(0, call)
             elif not call.future.done():
                 call.future.set_exception(
-                    _WorkerLost(pb.DISPATCH_TASK_ERROR_REASON_WORKER_DISCONNECTED)
+                    WorkerLost(pb.DISPATCH_TASK_ERROR_REASON_WORKER_DISCONNECTED)
                 )
             self.pump()
             return
@@ -1243,7 +1258,7 @@ class EngineState:
                 ):
                     if not call.future.done():
                         call.future.set_exception(
-                            _WorkerLost(pb.DISPATCH_TASK_ERROR_REASON_UNKNOWN_NAME)
+                            WorkerLost(pb.DISPATCH_TASK_ERROR_REASON_UNKNOWN_NAME)
                         )
                     call.dispatched.set()
                     return
@@ -1299,7 +1314,7 @@ class EngineState:
                 served = inflight.stream.app_worker_id if inflight.stream is not None else ""
                 call.future.set_result((tf.rpc, served))
             elif out == "worker_error":
-                call.future.set_exception(_WorkerFailed(tf.worker_error))
+                call.future.set_exception(WorkerFailed(tf.worker_error))
             return
         run = self.runs.get(inflight.run_id)
         st = run.steps.get(inflight.exe_id) if run is not None else None
@@ -1346,17 +1361,18 @@ class EngineState:
             )
 
 
-class _WorkerFailed(Exception):
+class WorkerFailed(Exception):
+    """The worker answered an RPC task with a ``WorkerErrorResponse``."""
+
     def __init__(self, error: pb.WorkerErrorResponse) -> None:
         super().__init__(error.detail)
         self.error = error
 
 
-class _WorkerLost(Exception):
+class WorkerLost(Exception):
+    """No worker ran an RPC task to the end (``reason`` is a DispatchTaskErrorReason)."""
+
     def __init__(self, reason: int) -> None:
         super().__init__("worker unavailable")
         self.reason = reason
 
-
-WorkerFailed = _WorkerFailed
-WorkerLost = _WorkerLost

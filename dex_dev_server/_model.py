@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -90,6 +91,30 @@ def null_value() -> pb.Value:
 def has_kind(value: pb.Value) -> bool:
     """Whether a Value carries a concrete kind."""
     return value.WhichOneof("kind") is not None
+
+
+def history_writes(writes: Iterable[pb.AttributeWrite]) -> list[pb.AttributeWrite]:
+    """Attribute writes as recorded in history: hard-delete values are left out.
+
+    A write flagged ``is_hard_delete_on_null`` keeps its key but loses its value, so such
+    values (e.g. credentials) never enter history and are not restored by time travel
+    (spec section 3.1).
+    """
+    out = []
+    for write in writes:
+        if write.is_hard_delete_on_null:
+            stripped = pb.AttributeWrite()
+            stripped.CopyFrom(write)
+            stripped.ClearField("value")
+            out.append(stripped)
+        else:
+            out.append(write)
+    return out
+
+
+def replayable_writes(writes: Iterable[pb.AttributeWrite]) -> list[pb.AttributeWrite]:
+    """History writes that time travel may re-apply (hard-delete writes are skipped)."""
+    return [w for w in writes if not w.is_hard_delete_on_null]
 
 
 @dataclass
@@ -231,6 +256,7 @@ class Run:
     continued_to: str = ""
     retry_at: float = 0.0
     search: dict[str, pb.Value] = field(default_factory=dict)
+    can_threshold: int = 0
     parents: list[list[Any]] = field(default_factory=list)  # [run_id, exe_id, index]
 
     @property
@@ -258,6 +284,7 @@ class Run:
                 "retry_at": self.retry_at,
                 "parents": self.parents,
                 "search": {k: enc(v) for k, v in self.search.items()},
+                "can_threshold": self.can_threshold,
             }
         )
 
@@ -318,6 +345,7 @@ class Run:
             retry_at=header.get("retry_at", 0.0),
             parents=header.get("parents", []),
             search={k: dec_req(pb.Value, v) for k, v in header.get("search", {}).items()},
+            can_threshold=header.get("can_threshold", 0),
         )
         run.queue = [(dec_req(pb.StepMovement, mv), at) for mv, at in core["queue"]]
         run.steps = {d["id"]: StepExec.from_json(d) for d in core["steps"]}

@@ -76,6 +76,8 @@ class EngineServer:
             self.engine.shutdown_streams()
         if self.server is not None:
             await self.server.stop(grace)
+        if self.engine is not None:
+            await self.engine.push.close()
         if self.store is not None:
             self.store.close()
             self.store = None

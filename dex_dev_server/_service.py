@@ -10,6 +10,7 @@ import math
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -25,6 +26,7 @@ from ._engine import (
     RpcCall,
     WorkerFailed,
     WorkerLost,
+    duration,
     now,
     timestamp,
 )
@@ -43,7 +45,9 @@ from ._model import (
     Run,
     StepExec,
     has_kind,
+    history_writes,
     null_value,
+    replayable_writes,
 )
 from ._push import is_push
 from ._store import RunWrite, Store
@@ -398,13 +402,17 @@ class Engine(EngineState):
             run_attempt=run_attempt,
             parents=list(parents or []),
         )
+        if override.HasField("continue_as_new_threshold"):
+            # Only an explicitly configured threshold continues runs as new automatically.
+            run.can_threshold = override.continue_as_new_threshold
         self.runs[run_id] = run
         self.flows.setdefault(req.flow_id, []).append(run_id)
         initial = []
         for write in req.flow_start_options.attributes:
             self.set_attribute(run, write.key, write.value)
             self.index_attribute(run, write, by_key=True)
-            if has_kind(write.value) and write.value.WhichOneof("kind") != "null_value":
+            recorded = not write.is_hard_delete_on_null
+            if recorded and write.value.WhichOneof("kind") not in (None, "null_value"):
                 initial.append(pb.KV(key=write.key, value=write.value))
         self.add_history(
             run,
@@ -412,7 +420,7 @@ class Engine(EngineState):
                 flow_execution_id=pb.FlowExecutionID(flow_id=run.flow_id, run_id=run_id),
                 flow_type=run.flow_type,
                 flow_config=config,
-                flow_timeout=_duration(req.flow_timeout_seconds),
+                flow_timeout=duration(req.flow_timeout_seconds),
                 flow_timeout_policy=req.flow_timeout_policy,
                 timeout_handler_options=req.flow_start_options.timeout_handler_options,
                 initial_start=pb.FlowInitialStart(
@@ -714,7 +722,8 @@ class Engine(EngineState):
         self.add_history(
             run,
             rpc_execution_completed=pb.RpcExecutionCompletedEvent(
-                upsert_attributes=request.attributes, is_set_attribute_api=True
+                upsert_attributes=history_writes(request.attributes),
+                is_set_attribute_api=True,
             ),
         )
         self.advance(run)
@@ -830,6 +839,8 @@ class Engine(EngineState):
         for name in ("worker_target", "attribute_store_names"):
             if cfg.HasField(name):
                 getattr(run.config, name).CopyFrom(getattr(cfg, name))
+        if cfg.HasField("continue_as_new_threshold"):
+            run.can_threshold = cfg.continue_as_new_threshold
         self.flush(run)
         return empty_pb2.Empty()
 
@@ -868,6 +879,7 @@ class Engine(EngineState):
             parents=live.parents,
             search=dict(live.search),
             counters=dict(live.counters),
+            can_threshold=live.can_threshold,
         )
         closed.write = live.write
         self.add_history(
@@ -919,6 +931,7 @@ class Engine(EngineState):
         self.store.commit_many([(old_id, closed_write), (new_id, live_write)])
         closed.write = RunWrite()
         self.notifier.notify(("flow", live.flow_id))
+        self.loop.call_soon(self.pump)
         _LOG.info("flow %s continued as new: %s -> %s", live.flow_id, old_id, new_id)
 
     async def ResetFlow(self, request: pb.ResetFlowRequest, context: Any) -> pb.ResetFlowResponse:
@@ -937,25 +950,27 @@ class Engine(EngineState):
         if kind != pb.FLOW_RESET_TYPE_STEP_EXECUTION_ID and request.step_method:
             raise invalid("step_method is only valid with STEP_EXECUTION_ID")
         source = self._existing_run(request.flow_id, request.run_id)
-        if kind != pb.FLOW_RESET_TYPE_BEGINNING:
-            raise uncategorized(
-                grpc.StatusCode.UNIMPLEMENTED, "only BEGINNING time travel is supported"
-            )
-        run = self.reset_to_beginning(source, request.skip_writes_reapply, request.reason)
-        return pb.ResetFlowResponse(run_id=run.run_id, run_attempt=run.run_attempt)
-
-    def reset_to_beginning(self, source: Run, skip_writes: bool, reason: str) -> Run:
-        """Time travel to the start (spec section 4.8): a fresh run of the original request.
-
-        Unless ``skip_writes``, external writes recorded after the start (RPC commits with
-        their next Steps, SetAttributes, external publishes with their original message
-        IDs, external deletes) are re-applied in order; Steps re-execute.
-        """
         events = []
-        for _, data in self.store.history_page(source.run_id, 2, 1_000_000):
+        for _, data in self.store.history_page(source.run_id, 1, 10_000_000):
             event = pb.FlowHistoryEvent()
             event.ParseFromString(data)
             events.append(event)
+        cut = _reset_point(events, request)
+        run = self.time_travel(source, events, cut, request.skip_writes_reapply)
+        return pb.ResetFlowResponse(run_id=run.run_id, run_attempt=run.run_attempt)
+
+    def time_travel(
+        self, source: Run, events: list[pb.FlowHistoryEvent], cut: int, skip_writes: bool
+    ) -> Run:
+        """Fork a new run whose state is the source run's state just before ``events[cut]``.
+
+        The new run starts from the original request, then the recorded Step results,
+        RPC commits and external writes before the cut are replayed into it without
+        calling workers (same execution IDs and message IDs). Unless ``skip_writes``,
+        external writes after the cut (RPC commits with their next Steps, SetAttributes,
+        external publishes and deletes) are re-applied too; everything else re-executes
+        (spec section 4.8). Timers restart from the new run's clock.
+        """
         latest = self.latest_run(source.flow_id)
         if latest is not None and latest.is_open:
             self.close_run(latest, pb.FLOW_STATUS_TERMINATED)
@@ -972,16 +987,99 @@ class Engine(EngineState):
                 previous_run_id=source.run_id,
                 previous_run_attempt=source.run_attempt,
                 target_run_attempt=run.run_attempt,
-                target_event_id=1,
+                target_event_id=events[cut].event_id if cut < len(events) else 0,
             ),
         )
-        if not skip_writes:
-            for event in events:
-                self._reapply(run, event)
+        self.replaying = True
+        try:
+            for event in events[:cut]:
+                if not run.is_open:
+                    break
+                self._replay(run, event)
+                self.advance(run)
+            if not skip_writes:
+                for event in events[cut:]:
+                    if run.is_open:
+                        self._reapply(run, event)
+        finally:
+            self.replaying = False
         self.advance(run)
         self.flush(run)
         self.pump()
         return run
+
+    def _replay(self, run: Run, event: pb.FlowHistoryEvent) -> None:
+        """Apply one recorded event of the source run to the forked run."""
+        from ._commit import commit_execute, commit_wait_for
+
+        kind = event.WhichOneof("payload")
+        if kind == "step_wait_for_completed":
+            ev = event.step_wait_for_completed
+            st = run.steps.get(ev.context.step_execution_id)
+            if st is None or st.phase != "wait_for":
+                return
+            out = ev.output
+            resp = pb.InvokeWaitForMethodResponse(
+                upsert_attributes=replayable_writes(out.upsert_attributes),
+                upsert_step_exe_locals=out.upsert_step_execution_locals,
+                record_events=out.record_events,
+                publish_to_channel=out.publish_to_channel,
+                delete_from_channel=out.delete_from_channel,
+            )
+            if out.HasField("wait_for_condition"):
+                resp.waiting_condition.CopyFrom(out.wait_for_condition)
+            self._quiet(run, st)
+            commit_wait_for(self, run, st, resp)
+        elif kind == "step_execute_completed":
+            ev2 = event.step_execute_completed
+            st = run.steps.get(ev2.context.step_execution_id)
+            if st is None:
+                return
+            if st.phase == "waiting":
+                for result in ev2.input.condition_results.channel_results:
+                    if result.condition_status == pb.CONDITION_STATUS_COMPLETED:
+                        self.consume(run, result.channel_name, len(result.values))
+                for i in range(len(st.timers)):
+                    self.unschedule(("timer", run.run_id, st.exe_id, i))
+                st.cond_results = ev2.input.condition_results
+                st.phase = "execute"
+            if st.phase != "execute":
+                return
+            out2 = ev2.output
+            self._quiet(run, st)
+            commit_execute(
+                self,
+                run,
+                st,
+                pb.InvokeExecuteMethodResponse(
+                    step_decision=out2.step_decision,
+                    upsert_attributes=replayable_writes(out2.upsert_attributes),
+                    record_events=out2.record_events,
+                    upsert_step_exe_locals=out2.upsert_step_execution_locals,
+                    publish_to_channel=out2.publish_to_channel,
+                    delete_from_channel=out2.delete_from_channel,
+                ),
+            )
+        elif kind in ("step_wait_for_failed", "step_execute_failed"):
+            failed = getattr(event, kind)
+            st = run.steps.get(failed.context.step_execution_id)
+            method = "wait_for" if kind == "step_wait_for_failed" else "execute"
+            if st is None or st.phase != method:
+                return
+            failure = failed.output.failure
+            self._quiet(run, st)
+            detail = failure.details.original_worker_error_detail or failure.backend_error
+            self._method_exhausted(run, st, failure, detail)
+        else:
+            self._reapply(run, event)
+
+    def _quiet(self, run: Run, st: StepExec) -> None:
+        """Take a replayed execution out of dispatch before committing its recorded result."""
+        self.ready.pop((run.run_id, st.exe_id), None)
+        self.unschedule(("retry", run.run_id, st.exe_id))
+        if not st.locks_held and self.lock_keys(st):
+            st.locks_held = self.try_lock(run, self.lock_keys(st), st.exe_id)
+        st.mstate = "dispatched"
 
     def _reapply(self, run: Run, event: pb.FlowHistoryEvent) -> None:
         kind = event.WhichOneof("payload")
@@ -989,7 +1087,7 @@ class Engine(EngineState):
             rpc = event.rpc_execution_completed
             for deletion in rpc.delete_from_channel:
                 self.delete_message(run, deletion.channel_name, deletion.message_id)
-            for write in rpc.upsert_attributes:
+            for write in replayable_writes(rpc.upsert_attributes):
                 self.set_attribute(run, write.key, write.value)
                 self.index_attribute(run, write)
             for m in rpc.publish_to_channel:
@@ -1205,7 +1303,7 @@ class Engine(EngineState):
                 input=request.input,
                 output=output,
                 step_decision=decision,
-                upsert_attributes=resp.upsert_attributes,
+                upsert_attributes=history_writes(resp.upsert_attributes),
                 record_events=resp.record_events,
                 publish_to_channel=published,
                 delete_from_channel=resp.delete_from_channel,
@@ -1361,12 +1459,6 @@ def _matches(stored: pb.Value, op: int, operand: pb.Value) -> bool:
     return False
 
 
-def _duration(seconds: int) -> Any:
-    from ._engine import duration
-
-    return duration(seconds)
-
-
 def _wrap_unary(
     fn: Callable[[Any, Any], Awaitable[Any]],
 ) -> Callable[[Any, Any], Awaitable[Any]]:
@@ -1407,3 +1499,66 @@ def add_services(engine: Engine, server: grpc.aio.Server) -> None:
 
 
 __all__ = ["DEFAULT_METHOD_TIMEOUT", "Engine", "add_services", "flow_result"]
+
+
+_STEP_EVENTS = (
+    "step_wait_for_completed",
+    "step_wait_for_failed",
+    "step_execute_completed",
+    "step_execute_failed",
+)
+
+
+def _step_context(event: pb.FlowHistoryEvent) -> pb.StepMethodEventContext | None:
+    kind = event.WhichOneof("payload")
+    if kind in _STEP_EVENTS:
+        context: pb.StepMethodEventContext = getattr(event, kind).context
+        return context
+    return None
+
+
+def _reset_point(events: list[pb.FlowHistoryEvent], request: pb.ResetFlowRequest) -> int:
+    """Index of the first event that the forked run must not inherit (spec section 4.8)."""
+    kind = request.reset_type
+    if kind == pb.FLOW_RESET_TYPE_BEGINNING:
+        return 0
+    if kind == pb.FLOW_RESET_TYPE_HISTORY_EVENT_TIME:
+        try:
+            target = datetime.fromisoformat(request.history_event_time.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise invalid("history_event_time is not an ISO-8601 time") from exc
+        if target.tzinfo is None:
+            target = target.replace(tzinfo=UTC)
+        for i, event in enumerate(events):
+            if event.event_time.ToDatetime(tzinfo=UTC) >= target:
+                return max(i, 1)
+        return len(events)
+    if kind == pb.FLOW_RESET_TYPE_STEP_TYPE:
+        best: tuple[int, str] | None = None
+        for event in events:
+            ctx = _step_context(event)
+            if ctx is None or ctx.step_type != request.step_type:
+                continue
+            number = int(ctx.step_execution_id.rsplit("-", 1)[1])
+            if best is None or number > best[0]:
+                best = (number, ctx.step_execution_id)
+        if best is None:
+            raise invalid(f"step type {request.step_type!r} never ran in this run")
+        exe_id = best[1]
+        kinds: tuple[str, ...] = _STEP_EVENTS
+    else:
+        exe_id = request.step_execution_id
+        kinds = (
+            _STEP_EVENTS[:2]
+            if request.step_method == pb.FLOW_RESET_STEP_METHOD_WAIT_FOR
+            else _STEP_EVENTS[2:]
+        )
+    for i, event in enumerate(events):
+        ctx = _step_context(event)
+        if (
+            ctx is not None
+            and event.WhichOneof("payload") in kinds
+            and ctx.step_execution_id == exe_id
+        ):
+            return i
+    raise invalid(f"no recorded {exe_id!r} method to travel to")

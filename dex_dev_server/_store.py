@@ -6,12 +6,13 @@ acknowledged (spec section 3.6). The database is opened by exactly one engine pr
 
 from __future__ import annotations
 
+import fcntl
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -89,9 +90,23 @@ class Store:
     """Thin synchronous wrapper over one SQLite connection in WAL mode."""
 
     def __init__(self, path: str | Path) -> None:
+        """Open (creating if needed) the database at ``path``.
+
+        Raises:
+            RuntimeError: if another engine process already uses this database.
+        """
         self.path = str(path)
+        self._lock: IO[bytes] | None = None
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # One engine per database: a second engine would dispatch the same Steps.
+            lock = Path(self.path + ".lock").open("ab")  # noqa: SIM115 (held until close())
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                lock.close()
+                raise RuntimeError(f"database {self.path} is in use by another engine") from exc
+            self._lock = lock
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -99,8 +114,11 @@ class Store:
         self.db.executescript(_SCHEMA)
 
     def close(self) -> None:
-        """Close the connection (checkpointing the WAL)."""
+        """Close the connection (checkpointing the WAL) and release the database lock."""
         self.db.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -64,24 +64,29 @@ def append(
             grpc.StatusCode.RESOURCE_EXHAUSTED, "stream message exceeds the stream capacity"
         )
     db = engine.store.db
+    scope = (flow_type, stream)
+    totals = engine.stream_totals
     with engine.store.transaction():
-        (total,) = db.execute(
-            "SELECT COALESCE(SUM(charged), 0) FROM stream_messages WHERE flow_type=? AND stream=?",
-            (flow_type, stream),
-        ).fetchone()
+        total = totals.get(scope)
+        if total is None:
+            (total,) = db.execute(
+                "SELECT COALESCE(SUM(charged), 0) FROM stream_messages "
+                "WHERE flow_type=? AND stream=?",
+                scope,
+            ).fetchone()
         if total + charged > capacity:
             excess = total + charged - capacity
-            rows = db.execute(
+            drop = []
+            for row_id, size in db.execute(
                 "SELECT id, charged FROM stream_messages WHERE flow_type=? AND stream=? "
                 "ORDER BY id",
-                (flow_type, stream),
-            ).fetchall()
-            drop = []
-            for row_id, size in rows:
+                scope,
+            ):
                 if excess <= 0:
                     break
                 drop.append((row_id,))
                 excess -= size
+                total -= size
             db.executemany("DELETE FROM stream_messages WHERE id=?", drop)
         cur = db.execute(
             "INSERT INTO stream_messages (flow_type, stream, flow_id, created_ms, source, value, "
@@ -89,6 +94,7 @@ def append(
             (flow_type, stream, flow_id, int(now() * 1000), source, payload, charged),
         )
         seq = int(cur.lastrowid or 0)
+    totals[scope] = total + charged
     engine.notifier.notify(("stream", flow_type, stream, flow_id))
     return seq
 

@@ -15,6 +15,8 @@ from dex import (
     AttributeIndex,
     AttributeMap,
     Channel,
+    ChannelMap,
+    ConditionCombination,
     Context,
     Flow,
     IndexType,
@@ -453,6 +455,46 @@ class ExpiringFlow(Flow[None]):
         return PersistenceSchema.of(never)
 
 
+# --- ComboFlow: any-combination waits over a Channel and a ChannelMap --------------------
+
+approvals = Channel("approvals", str)
+mailbox = ChannelMap("mailbox", str)
+
+
+class Gate(Step[None]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_load_channel_maps=(mailbox,))
+
+    async def wait_for(self, context: AsyncContext, input: None) -> Wait:
+        return Wait.any_combination_of(
+            ConditionCombination.of(
+                approvals.for_one(condition_id="approval"),
+                mailbox.for_one("alice", condition_id="alice"),
+            ),
+            ConditionCombination.of(mailbox.at_least("bob", 2, condition_id="bob")),
+        )
+
+    async def execute(self, context: AsyncContext, input: None) -> StepDecision:
+        taken = (
+            list(approvals.results(context))
+            + list(mailbox.results(context, "alice"))
+            + list(mailbox.results(context, "bob"))
+        )
+        left = {
+            key: len(mailbox.pending_messages(context, key))
+            for key in sorted(mailbox.get_all_instance_keys(context))
+        }
+        return graceful_complete(f"{taken} left={left}")
+
+
+class ComboFlow(Flow[None]):
+    def get_steps(self) -> StepList[None]:
+        return StepList.start_step(Gate())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(approvals, mailbox)
+
+
 # --- Sub-flows and timeout handler ----------------------------------------------------------
 
 CHAIN = ChainFlow()
@@ -479,7 +521,7 @@ class HandledFlow(Flow[None]):
     def get_persistence_schema(self) -> PersistenceSchema:
         return PersistenceSchema.of(never)
 
-    async def handle_timeout(self, context: AsyncContext) -> StepDecision:  # type: ignore[override]
+    async def handle_timeout(self, context: AsyncContext) -> StepDecision:
         return force_complete("expired")
 
 
@@ -498,6 +540,7 @@ PROCEED = ProceedFlow()
 EXPIRING = ExpiringFlow()
 PARENT = ParentFlow()
 HANDLED = HandledFlow()
+COMBO = ComboFlow()
 
 ALL_FLOWS: list[Flow[Any]] = [
     CHAIN,
@@ -516,4 +559,5 @@ ALL_FLOWS: list[Flow[Any]] = [
     EXPIRING,
     PARENT,
     HANDLED,
+    COMBO,
 ]

@@ -363,3 +363,55 @@ async def test_timeout_handler_and_flow_retry(dex: DexEnv) -> None:
         summary = await stub.GetFlowSummary(pb.GetFlowSummaryRequest(flow_id="flow-retry-1"))
     assert summary.run_attempt == 2
     assert summary.first_run_id != summary.flow_execution_id.run_id
+
+
+async def _publish(dex: DexEnv, flow_id: str, *messages: tuple[str, str]) -> None:
+    channel, stub = _stub(dex)
+    async with channel:
+        await stub.PublishToChannel(
+            pb.PublishToChannelRequest(
+                flow_id=flow_id,
+                messages=[
+                    pb.ChannelMessage(channel_name=name, value=pb.Value(string_value=text))
+                    for name, text in messages
+                ],
+            )
+        )
+
+
+async def test_any_combination_consumes_only_the_chosen_group(dex: DexEnv) -> None:
+    await dex.client.start_flow(flows.COMBO, "combo-1", None)
+    # Half of group 1 and half of group 2: nothing is ready, nothing is consumed.
+    await _publish(dex, "combo-1", ("approvals", "yes"), ("mailbox/bob", "b1"))
+    channel, stub = _stub(dex)
+    async with channel:
+        async def waiting() -> bool:
+            state = await stub.GetFlowState(pb.GetFlowStateRequest(flow_id="combo-1"))
+            steps = state.active_step_executions
+            return bool(steps) and steps[0].phase == pb.ACTIVE_STEP_PHASE_WAITING
+
+        await eventually(waiting)
+    # Completing group 2 (bob at least 2) wins; the approval stays pending.
+    await _publish(dex, "combo-1", ("mailbox/bob", "b2"), ("mailbox/bob", "b3"))
+    result = await dex.client.wait_for_flow("combo-1", timedelta(seconds=10))
+    assert result.single_output(str) == "['b1', 'b2', 'b3'] left={}"
+    channel, stub = _stub(dex)
+    async with channel:
+        pending = await stub.GetChannelMessages(
+            pb.GetChannelMessagesRequest(flow_id="combo-1", channel_name="approvals")
+        )
+    assert [m.value.string_value for m in pending.messages] == ["yes"]
+
+
+async def test_channel_map_group_leaves_other_instances_pending(dex: DexEnv) -> None:
+    await dex.client.start_flow(flows.COMBO, "combo-2", None)
+    await _publish(
+        dex,
+        "combo-2",
+        ("mailbox/carol", "c1"),
+        ("mailbox/alice", "a1"),
+        ("mailbox/alice", "a2"),
+        ("approvals", "ok"),
+    )
+    result = await dex.client.wait_for_flow("combo-2", timedelta(seconds=10))
+    assert result.single_output(str) == "['ok', 'a1'] left={'alice': 1, 'carol': 1}"

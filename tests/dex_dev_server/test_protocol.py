@@ -362,3 +362,96 @@ async def test_raw_channel_attribute_history_and_stream_calls(engine: EngineProc
             )
         assert raised.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
         assert _details(raised.value).sub_status == pb.ERROR_SUB_STATUS_LONG_POLL_TIME_OUT
+
+
+async def test_time_travel_to_a_step_replays_the_prefix(dex: DexEnv) -> None:
+    from dex import TimeTravelOptions, TimeTravelStepMethod, TimeTravelType
+
+    await dex.client.start_flow(flows.RETRY, "travel-2", "t")
+    first = await dex.client.wait_for_flow("travel-2", timedelta(seconds=30))
+    expected = "recovered t from doomed t attempt 2"
+    assert first.single_output(str) == expected
+
+    # Travel to the Doomed Step: Flaky's recorded success (attempt 3) is replayed, not re-run.
+    new_run = await dex.client.time_travel(
+        "travel-2", TimeTravelOptions(TimeTravelType.STEP_TYPE, step_type="Doomed")
+    )
+    again = await dex.client.wait_for_flow("travel-2", timedelta(seconds=30))
+    assert again.single_output(str) == expected
+    async with grpc.aio.insecure_channel(dex.engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        history = await stub.GetHistoryEvents(
+            pb.GetHistoryEventsRequest(flow_id="travel-2", run_id=new_run)
+        )
+        attrs = await stub.GetAttributes(
+            pb.GetAttributesRequest(flow_id="travel-2", keys=["attempts_seen"])
+        )
+    kinds = [e.WhichOneof("payload") for e in history.events]
+    assert kinds[:2] == ["flow_started_or_continued", "time_travel_fork"]
+    flaky = [
+        e.step_execute_completed.context
+        for e in history.events
+        if e.WhichOneof("payload") == "step_execute_completed"
+        and e.step_execute_completed.context.step_type == "Flaky"
+    ]
+    assert [c.step_execution_id for c in flaky] == ["Flaky-1"]
+    assert attrs.attributes[0].value.string_value == "flaky ok at 3"
+
+    # Travel to Recover's execute by execution ID.
+    await dex.client.time_travel(
+        "travel-2",
+        TimeTravelOptions(
+            TimeTravelType.STEP_EXECUTION_ID,
+            step_execution_id="Recover-1",
+            step_method=TimeTravelStepMethod.EXECUTE,
+        ),
+    )
+    last = await dex.client.wait_for_flow("travel-2", timedelta(seconds=10))
+    assert last.single_output(str) == expected
+
+
+async def test_configured_threshold_continues_as_new_automatically(dex: DexEnv) -> None:
+    from dex import FlowConfig, StartFlowOptions
+
+    run_id = await dex.client.start_flow(
+        flows.CHAIN,
+        "auto-can-1",
+        4,
+        StartFlowOptions(config_override=FlowConfig(continue_as_new_threshold=1)),
+    )
+    result = await dex.client.wait_for_flow("auto-can-1", timedelta(seconds=10))
+    assert result.single_output(int) == 50
+    assert (await dex.client.describe_flow("auto-can-1")).run_id != run_id
+    async with grpc.aio.insecure_channel(dex.engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        attrs = await stub.GetAttributes(
+            pb.GetAttributesRequest(flow_id="auto-can-1", keys=["trail"])
+        )
+        first = await stub.GetFlowSummary(
+            pb.GetFlowSummaryRequest(flow_id="auto-can-1", run_id=run_id)
+        )
+    assert attrs.attributes[0].value.string_value == "start>middle>end"
+    assert first.flow_status == pb.FLOW_STATUS_CONTINUED_AS_NEW
+
+
+async def test_hard_delete_attribute_values_stay_out_of_history(engine: EngineProcess) -> None:
+    async with grpc.aio.insecure_channel(engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        await stub.StartFlow(pb.StartFlowRequest(flow_id="secret-1", flow_type="S", request_id="r"))
+        await stub.SetAttributes(
+            pb.SetAttributesRequest(
+                flow_id="secret-1",
+                request_id="s",
+                attributes=[
+                    pb.AttributeWrite(
+                        key="api_key",
+                        value=pb.Value(string_value="sk-secret"),
+                        is_hard_delete_on_null=True,
+                    )
+                ],
+            )
+        )
+        attrs = await stub.GetAttributes(pb.GetAttributesRequest(flow_id="secret-1", all_keys=True))
+        assert attrs.attributes[0].value.string_value == "sk-secret"
+        history = await stub.GetHistoryEvents(pb.GetHistoryEventsRequest(flow_id="secret-1"))
+    assert b"sk-secret" not in b"".join(e.SerializeToString() for e in history.events)
