@@ -35,6 +35,13 @@ from typing import Any, TypeVar
 import grpc
 from django.conf import settings
 
+from dex_agents import (
+    EXECUTE_COMPLETED_EVENT,
+    WAIT_FOR_COMPLETED_EVENT,
+    StepHistoryEntry,
+    read_flow_step_history,
+)
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -42,12 +49,8 @@ T = TypeVar("T")
 # gRPC codes that mean "the engine is not there", as opposed to "the request was wrong".
 _UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
-# History payload kinds reported as completed Steps (reference/dex-engine-spec.md 4.6): the
-# FlowHistoryEvent payload names, the same values as dex_agents.testing's constants.
-WAIT_FOR_COMPLETED_EVENT = "step_wait_for_completed"
-EXECUTE_COMPLETED_EVENT = "step_execute_completed"
+# History events reported as completed Steps (reference/dex-engine-spec.md 4.6).
 _HISTORY_PAYLOADS = frozenset({WAIT_FOR_COMPLETED_EVENT, EXECUTE_COMPLETED_EVENT})
-_HISTORY_PAGE_SIZE = 200
 _HISTORY_MAX_EVENTS = 10_000
 
 
@@ -57,20 +60,6 @@ class EngineUnavailableError(Exception):
 
 class SessionNotFoundError(Exception):
     """Dex has no Flow with the requested session ID."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StepHistoryEntry:
-    """One completed Step method in a session's Dex history, oldest first.
-
-    ``event_type`` is ``step_wait_for_completed`` or ``step_execute_completed``;
-    ``final_attempt`` is the one-based attempt that completed.
-    """
-
-    step_type: str
-    step_execution_id: str
-    event_type: str
-    final_attempt: int
 
 
 class _Connection:
@@ -281,46 +270,23 @@ def plain_data(value: Any) -> Any:
 async def session_history(*, session_id: str) -> list[StepHistoryEntry]:
     """List the session's completed Step methods, oldest first (current run).
 
-    Reads FlowService.GetHistoryEvents page by page (reference/dex-engine-spec.md 4.6)
-    and keeps ``step_wait_for_completed`` and ``step_execute_completed`` events.
-    """
-    from dex.dexpb import dex_pb2 as pb
+    Keeps the ``step_wait_for_completed`` and ``step_execute_completed`` events of
+    FlowService.GetHistoryEvents (reference/dex-engine-spec.md 4.6).
 
-    entries: list[StepHistoryEntry] = []
-    page_token = b""
-    read = 0
-    timeout = float(settings.DEXAGENTS["ENGINE_TIMEOUT"])
-    service = _connection().flow_service
+    Raises:
+        EngineUnavailableError: The engine could not be reached or did not answer in time.
+        SessionNotFoundError: Dex has no Flow with this ID.
+    """
     try:
-        while read < _HISTORY_MAX_EVENTS:
-            response = await service.GetHistoryEvents(
-                pb.GetHistoryEventsRequest(
-                    flow_id=session_id,
-                    estimate_page_size=_HISTORY_PAGE_SIZE,
-                    next_page_token=page_token,
-                ),
-                timeout=timeout,
-            )
-            for event in response.events:
-                read += 1
-                payload = event.WhichOneof("payload")
-                if payload not in _HISTORY_PAYLOADS:
-                    continue
-                context = getattr(event, payload).context
-                entries.append(
-                    StepHistoryEntry(
-                        step_type=context.step_type,
-                        step_execution_id=context.step_execution_id,
-                        event_type=payload,
-                        final_attempt=context.final_attempt,
-                    )
-                )
-            if not response.next_page_token or not response.events:
-                break
-            page_token = response.next_page_token
+        return await read_flow_step_history(
+            _connection().flow_service,
+            session_id,
+            page_timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]),
+            event_types=_HISTORY_PAYLOADS,
+            max_events=_HISTORY_MAX_EVENTS,
+        )
     except Exception as error:
         raise _translate(error, session_id) from error
-    return entries
 
 
 async def engine_health_check() -> bool:

@@ -35,6 +35,14 @@ from dex_agents._contract import (
 )
 from dex_agents._events import AgentEvent, AgentEventType, AgentEventWriter
 from dex_agents._flow import AgentSessionFlow, AgentSessionOptions
+from dex_agents._history import (
+    EXECUTE_COMPLETED_EVENT,
+    EXECUTE_FAILED_EVENT,
+    WAIT_FOR_COMPLETED_EVENT,
+    WAIT_FOR_FAILED_EVENT,
+    StepHistoryEntry,
+    read_flow_step_history,
+)
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
@@ -91,11 +99,15 @@ __all__ = [
     "AGENT_STATE",
     "AGENT_TOOL_CALLS",
     "AGENT_USAGE",
+    "EXECUTE_COMPLETED_EVENT",
+    "EXECUTE_FAILED_EVENT",
     "FRAMEWORK_RUN_STATE",
     "INTERRUPT_RESOLUTIONS",
     "PENDING_INTERRUPTS",
     "QUEUED_USER_MESSAGES",
     "TOOL_CALL_RESULTS",
+    "WAIT_FOR_COMPLETED_EVENT",
+    "WAIT_FOR_FAILED_EVENT",
     "AgentContractError",
     "AgentEvent",
     "AgentEventType",
@@ -134,6 +146,7 @@ __all__ = [
     "ResumeTurn",
     "RunModel",
     "StartAgentSession",
+    "StepHistoryEntry",
     "ToolCallCompleted",
     "ToolCallStatus",
     "ToolCallsRequested",
@@ -149,4 +162,5 @@ __all__ = [
     "interrupt_id_for",
     "is_approval_required",
     "message_sequence_key",
+    "read_flow_step_history",
 ]

@@ -22,7 +22,6 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -40,13 +39,41 @@ from dex import (
     WorkerTarget,
     open_blob_cache,
 )
-from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 from google.protobuf import empty_pb2
 
 from dex_agents._client import AgentSessionClient
 from dex_agents._flow import AgentSessionFlow
+from dex_agents._history import (
+    EXECUTE_COMPLETED_EVENT,
+    EXECUTE_FAILED_EVENT,
+    WAIT_FOR_COMPLETED_EVENT,
+    WAIT_FOR_FAILED_EVENT,
+    StepHistoryEntry,
+    read_flow_step_history,
+)
 from dex_agents._records import AgentSnapshot
+
+__all__ = [
+    "BLOB_CACHE_ENV",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "EXECUTE_COMPLETED_EVENT",
+    "EXECUTE_FAILED_EVENT",
+    "SERVER_ADDRESS_ENV",
+    "WAIT_FOR_COMPLETED_EVENT",
+    "WAIT_FOR_FAILED_EVENT",
+    "WORKER_READY_LINE",
+    "WORKER_TASK_SLOTS",
+    "AgentTestStack",
+    "FileGate",
+    "InvocationLog",
+    "StepHistoryEntry",
+    "WorkerProcess",
+    "read_step_history",
+    "run_agent_worker",
+    "wait_for_agent_snapshot",
+    "wait_until",
+]
 
 _T = TypeVar("_T")
 
@@ -59,17 +86,6 @@ WORKER_READY_LINE = "dex_agents worker ready"
 #: Task slots of a test Worker (ARCHITECTURE.md "Worker slots").
 WORKER_TASK_SLOTS = 32
 
-#: ``StepHistoryEntry.event_type`` values.
-EXECUTE_COMPLETED_EVENT = "step_execute_completed"
-EXECUTE_FAILED_EVENT = "step_execute_failed"
-WAIT_FOR_COMPLETED_EVENT = "step_wait_for_completed"
-WAIT_FOR_FAILED_EVENT = "step_wait_for_failed"
-_STEP_EVENTS = (
-    EXECUTE_COMPLETED_EVENT,
-    EXECUTE_FAILED_EVENT,
-    WAIT_FOR_COMPLETED_EVENT,
-    WAIT_FOR_FAILED_EVENT,
-)
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 _POLL_SECONDS = 0.05
@@ -134,57 +150,16 @@ async def wait_for_agent_snapshot(
 # --- step history -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StepHistoryEntry:
-    """One Step method event of a Flow's history.
-
-    Attributes:
-        event_type: One of ``EXECUTE_COMPLETED_EVENT``, ``EXECUTE_FAILED_EVENT``,
-            ``WAIT_FOR_COMPLETED_EVENT``, ``WAIT_FOR_FAILED_EVENT``.
-        step_type: The Step name.
-        step_execution_id: ``"<StepType>-<n>"``.
-        final_attempt: The attempt that produced the event.
-    """
-
-    event_type: str
-    step_type: str
-    step_execution_id: str
-    final_attempt: int
-
-
 async def read_step_history(server_address: str, flow_id: str) -> list[StepHistoryEntry]:
     """List a Flow's Step events, oldest first, through FlowService ``GetHistoryEvents``.
 
     Raises:
         grpc.aio.AioRpcError: If the engine rejects the request.
     """
-    entries: list[StepHistoryEntry] = []
     async with grpc.aio.insecure_channel(server_address) as channel:
-        service = dex_pb2_grpc.FlowServiceStub(channel)
-        token = b""
-        while True:
-            response: pb.GetHistoryEventsResponse = await service.GetHistoryEvents(
-                pb.GetHistoryEventsRequest(
-                    flow_id=flow_id, estimate_page_size=500, next_page_token=token
-                ),
-                timeout=DEFAULT_TIMEOUT_SECONDS,
-            )
-            for event in response.events:
-                kind = event.WhichOneof("payload")
-                if kind not in _STEP_EVENTS:
-                    continue
-                context = getattr(event, kind).context
-                entries.append(
-                    StepHistoryEntry(
-                        event_type=kind,
-                        step_type=context.step_type,
-                        step_execution_id=context.step_execution_id,
-                        final_attempt=context.final_attempt,
-                    )
-                )
-            if not response.next_page_token or not response.events:
-                return entries
-            token = response.next_page_token
+        return await read_flow_step_history(
+            dex_pb2_grpc.FlowServiceStub(channel), flow_id, page_timeout=DEFAULT_TIMEOUT_SECONDS
+        )
 
 
 # --- cross-process test helpers ---------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""Reading a session's Step history through FlowService ``GetHistoryEvents``.
+
+The SDK 1.23.0 clients have no history call, so this reads the protocol directly
+(Dex engine spec 4.6): one event per completed or failed Step method, oldest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dex.dexpb import dex_pb2 as pb
+from dex.dexpb import dex_pb2_grpc
+
+#: ``StepHistoryEntry.event_type`` values (the ``FlowHistoryEvent`` payload names).
+EXECUTE_COMPLETED_EVENT = "step_execute_completed"
+EXECUTE_FAILED_EVENT = "step_execute_failed"
+WAIT_FOR_COMPLETED_EVENT = "step_wait_for_completed"
+WAIT_FOR_FAILED_EVENT = "step_wait_for_failed"
+STEP_EVENTS = frozenset(
+    {EXECUTE_COMPLETED_EVENT, EXECUTE_FAILED_EVENT, WAIT_FOR_COMPLETED_EVENT, WAIT_FOR_FAILED_EVENT}
+)
+_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class StepHistoryEntry:
+    """One Step method event of a Flow's history.
+
+    Attributes:
+        event_type: One of ``EXECUTE_COMPLETED_EVENT``, ``EXECUTE_FAILED_EVENT``,
+            ``WAIT_FOR_COMPLETED_EVENT``, ``WAIT_FOR_FAILED_EVENT``.
+        step_type: The Step name.
+        step_execution_id: ``"<StepType>-<n>"``, shared by every attempt of one execution.
+        final_attempt: The one-based attempt that produced the event.
+    """
+
+    event_type: str
+    step_type: str
+    step_execution_id: str
+    final_attempt: int
+
+
+async def read_flow_step_history(
+    service: dex_pb2_grpc.FlowServiceStub,
+    flow_id: str,
+    *,
+    page_timeout: float,
+    event_types: frozenset[str] = STEP_EVENTS,
+    max_events: int = 100_000,
+) -> list[StepHistoryEntry]:
+    """List the Step events of ``flow_id``'s current run, oldest first.
+
+    Args:
+        service: A FlowService stub on an open ``grpc.aio`` channel.
+        flow_id: The Flow (session) ID.
+        page_timeout: Seconds allowed for each page request.
+        event_types: Which Step events to keep (all four by default).
+        max_events: Stop after reading this many history events (of any kind).
+
+    Raises:
+        grpc.aio.AioRpcError: If the engine rejects or does not answer a page request
+            (``NOT_FOUND`` sub-status for an unknown Flow).
+    """
+    entries: list[StepHistoryEntry] = []
+    token = b""
+    read = 0
+    while read < max_events:
+        response: pb.GetHistoryEventsResponse = await service.GetHistoryEvents(
+            pb.GetHistoryEventsRequest(
+                flow_id=flow_id, estimate_page_size=_PAGE_SIZE, next_page_token=token
+            ),
+            timeout=page_timeout,
+        )
+        for event in response.events:
+            read += 1
+            kind = event.WhichOneof("payload")
+            if kind not in event_types:
+                continue
+            context = getattr(event, kind).context
+            entries.append(
+                StepHistoryEntry(
+                    event_type=kind,
+                    step_type=context.step_type,
+                    step_execution_id=context.step_execution_id,
+                    final_attempt=context.final_attempt,
+                )
+            )
+        if not response.next_page_token or not response.events:
+            break
+        token = response.next_page_token
+    return entries
