@@ -152,33 +152,58 @@ def _record_load(tool_call_id: str) -> dict[str, Any]:
     }
 
 
+#: The ``condition_id`` of AwaitToolApproval's deadline Timer (stable, so ``skip_timer`` can
+#: name it).
+DEADLINE_TIMER_ID = "interrupt-deadline"
+#: Heartbeat timeout of RunModel and the tool Steps (seed "Flow shape": RunModel).
+STEP_HEARTBEAT_TIMEOUT = timedelta(minutes=2)
+#: Per-attempt timeout of RunModel (seed "run_model_step": "Each attempt has a 15 minute timeout").
+RUN_MODEL_ATTEMPT_TIMEOUT = timedelta(minutes=15)
+
+_TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=3,
+)
+_SINGLE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+
+def _approval_step_options(**loads: Any) -> StepOptions:
+    return _sync_options(execute_lock_attributes=(PENDING_INTERRUPTS.lock(),), **loads)
+
+
 def approval_options(tool_call_id: str) -> StepOptions:
     """``AwaitToolApproval``: its own record, and PendingInterrupts locked while it decides."""
+    return _approval_step_options(**_record_load(tool_call_id))
+
+
+def _tool_step_options(effect: ToolEffect, **loads: Any) -> StepOptions:
+    failure_options = _sync_options(**loads)
+    if effect.retries:
+        return _sync_options(
+            heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT, execute_retry=_TOOL_RETRY, **loads
+        ).on_execute_failure_proceed_to(RecordToolFailure, failure_options)
     return _sync_options(
-        execute_lock_attributes=(PENDING_INTERRUPTS.lock(),), **_record_load(tool_call_id)
-    )
+        heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT, execute_retry=_SINGLE_ATTEMPT, **loads
+    ).on_execute_failure_proceed_to(RecordToolOutcomeUnknown, failure_options)
 
 
 def tool_options(tool_call_id: str, effect: ToolEffect) -> StepOptions:
     """``CallTool`` (3 attempts, then RecordToolFailure) or ``CallSingleAttemptTool`` (1, then
-    RecordToolOutcomeUnknown); both heartbeat-supervised with a 2 minute timeout."""
-    failure_options = _sync_options(**_record_load(tool_call_id))
-    if effect.retries:
-        return _sync_options(
-            heartbeat_timeout=timedelta(minutes=2),
-            execute_retry=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                backoff_coefficient=2.0,
-                maximum_interval=timedelta(seconds=30),
-                maximum_attempts=3,
-            ),
-            **_record_load(tool_call_id),
-        ).on_execute_failure_proceed_to(RecordToolFailure, failure_options)
-    return _sync_options(
-        heartbeat_timeout=timedelta(minutes=2),
-        execute_retry=RetryPolicy(maximum_attempts=1),
-        **_record_load(tool_call_id),
-    ).on_execute_failure_proceed_to(RecordToolOutcomeUnknown, failure_options)
+    RecordToolOutcomeUnknown); both heartbeat-supervised with a 2 minute timeout, and both (with
+    their failure route) loading only the call's own ``AGENT_TOOL_CALLS`` instance."""
+    return _tool_step_options(effect, **_record_load(tool_call_id))
+
+
+def deadline_timer_seconds(deadline: datetime, now: datetime) -> int:
+    """Whole seconds from ``now`` until ``deadline``, rounded up; ``0`` once it has passed.
+
+    The deadline Timer of AwaitToolApproval waits this long (seed "Flow shape": "a Timer at the
+    deadline, rounded up to whole seconds"), so it never fires before the deadline on the
+    Worker clock; one that fires early anyway (``skip_timer``, clock skew) waits again.
+    """
+    return max(0, math.ceil((deadline - now).total_seconds()))
 
 
 def _tool_step(effect: ToolEffect) -> type[Step[str]]:
@@ -199,8 +224,8 @@ def _approval_movement(tool_call_id: str) -> StepMovement[str]:
 
 RECORD_TURN_FAILURE_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALLS,))
 RUN_MODEL_OPTIONS = _sync_options(
-    execute_method_timeout=timedelta(minutes=15),
-    heartbeat_timeout=timedelta(minutes=2),
+    execute_method_timeout=RUN_MODEL_ATTEMPT_TIMEOUT,
+    heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT,
     execute_retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
@@ -560,7 +585,8 @@ class AwaitToolApproval(_SessionStep, Step[str]):
     """
 
     def get_step_options(self) -> StepOptions:
-        return _sync_options()
+        """SYNC, PendingInterrupts locked in ``execute``; movements add the record load."""
+        return _approval_step_options()
 
     async def wait_for(self, context: AsyncContext, input: str) -> Wait:  # type: ignore[override]
         record = _open_record(context, input)
@@ -571,8 +597,8 @@ class AwaitToolApproval(_SessionStep, Step[str]):
         pending = _find_interrupt(PENDING_INTERRUPTS.get(context) or [], interrupt_id)
         if pending is None or pending.deadline is None:
             return Wait.until(answer)
-        remaining = (pending.deadline - _now()).total_seconds()
-        timer = Timer.by_duration(timedelta(seconds=max(0, math.ceil(remaining))))
+        seconds = deadline_timer_seconds(pending.deadline, _now())
+        timer = Timer.by_duration(timedelta(seconds=seconds), condition_id=DEADLINE_TIMER_ID)
         return Wait.any_of(answer, timer)
 
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
@@ -627,7 +653,9 @@ class CallTool(_SessionStep, Step[str]):
     """Runs one read or idempotent_write call: 3 attempts, failure route RecordToolFailure."""
 
     def get_step_options(self) -> StepOptions:
-        return _sync_options()
+        """SYNC, 2 minute heartbeat timeout, 3 attempts, failure route RecordToolFailure;
+        movements (``tool_options``) add the call's own record load."""
+        return _tool_step_options(ToolEffect.READ)
 
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         return await _run_tool(self._flow, context, input)
@@ -638,7 +666,9 @@ class CallSingleAttemptTool(_SessionStep, Step[str]):
     RecordToolOutcomeUnknown."""
 
     def get_step_options(self) -> StepOptions:
-        return _sync_options()
+        """SYNC, 2 minute heartbeat timeout, 1 attempt, failure route RecordToolOutcomeUnknown;
+        movements (``tool_options``) add the call's own record load."""
+        return _tool_step_options(ToolEffect.UNCLASSIFIED)
 
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         return await _run_tool(self._flow, context, input)

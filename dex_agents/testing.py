@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
@@ -57,6 +57,8 @@ from dex_agents._records import AgentSnapshot
 __all__ = [
     "BLOB_CACHE_ENV",
     "DEFAULT_TIMEOUT_SECONDS",
+    "DEXCLI_ENV",
+    "DEX_SERVER_ZD_BINARY_ENV",
     "EXECUTE_COMPLETED_EVENT",
     "EXECUTE_FAILED_EVENT",
     "SERVER_ADDRESS_ENV",
@@ -69,6 +71,7 @@ __all__ = [
     "InvocationLog",
     "StepHistoryEntry",
     "WorkerProcess",
+    "dex_server_zd_binary",
     "read_step_history",
     "run_agent_worker",
     "wait_for_agent_snapshot",
@@ -79,6 +82,11 @@ _T = TypeVar("_T")
 
 #: Environment variable the stack sets for Worker children: the engine's ``host:port``.
 SERVER_ADDRESS_ENV = "DEX_SERVER_ADDRESS"
+#: Environment variable naming the ``dexcli`` binary; when set the stack runs
+#: ``dexcli dev --engine zd`` instead of ``dex_dev_server`` (best effort, not in CI).
+DEXCLI_ENV = "DEXCLI"
+#: Environment variable overriding the ``dex-server-zd`` binary found next to ``dexcli``.
+DEX_SERVER_ZD_BINARY_ENV = "DEX_SERVER_ZD_BINARY"
 #: Environment variable naming the Worker's blob cache directory (optional).
 BLOB_CACHE_ENV = "DEX_AGENTS_BLOB_CACHE"
 #: The line a Worker child prints once every pull queue is registered.
@@ -450,8 +458,10 @@ class AgentTestStack:
         return worker
 
     async def _start_engine(self) -> None:
-        dexcli = os.environ.get("DEXCLI")
+        dexcli = os.environ.get(DEXCLI_ENV)
+        engine_env = _engine_env()
         if dexcli:
+            engine_env[DEX_SERVER_ZD_BINARY_ENV] = dex_server_zd_binary(dexcli, os.environ)
             port = _free_port()
             command = [dexcli, "dev", "--engine", "zd", "--port", str(port)]
             self.server_address = f"127.0.0.1:{port}"
@@ -467,7 +477,7 @@ class AgentTestStack:
                 "--db",
                 str(self.tmp_path / "dex.sqlite3"),
             ]
-        self._engine = _spawn(command, self.tmp_path, _engine_env(), self._engine_log)
+        self._engine = _spawn(command, self.tmp_path, engine_env, self._engine_log)
         engine = self._engine
 
         def exited() -> None:
@@ -496,6 +506,22 @@ class AgentTestStack:
         self.server_address = await wait_until("dex_dev_server ready", ready_address)
 
 
+def dex_server_zd_binary(dexcli: str, environ: Mapping[str, str]) -> str:
+    """The ``dex-server-zd`` binary for ``dexcli dev --engine zd`` (seed "Testing an adapter").
+
+    ``DEX_SERVER_ZD_BINARY`` when set, else ``dex-server-zd`` next to ``dexcli``.
+
+    Raises:
+        FileNotFoundError: If the chosen binary does not exist.
+    """
+    configured = environ.get(DEX_SERVER_ZD_BINARY_ENV)
+    binary = Path(configured) if configured else Path(dexcli).parent / "dex-server-zd"
+    if not binary.is_file():
+        source = DEX_SERVER_ZD_BINARY_ENV if configured else f"next to DEXCLI ({dexcli})"
+        raise FileNotFoundError(f"dex-server-zd not found at {binary} ({source})")
+    return str(binary)
+
+
 def _engine_env() -> dict[str, str]:
     """The environment for the engine child, able to import ``dex_dev_server`` from here."""
     env = dict(os.environ)
@@ -519,20 +545,24 @@ async def _health_check(server_address: str) -> bool:
 # --- the Worker child -------------------------------------------------------------------------
 
 
-def run_agent_worker(flows: Sequence[Flow[Any]]) -> None:
+def run_agent_worker(
+    flows: Sequence[Flow[Any]], *, max_concurrent_tasks: int = WORKER_TASK_SLOTS
+) -> None:
     """Serve ``flows`` from this process until SIGTERM (the Worker child's ``__main__``).
 
     Reads the engine address from ``DEX_SERVER_ADDRESS``, runs an ``AsyncWorker`` in pull mode
-    with ``PullWorkerOptions(max_concurrent_tasks=32)``, prints ``WORKER_READY_LINE`` once every
-    pull queue is registered, and stops cleanly on SIGTERM or SIGINT.
+    with ``PullWorkerOptions(max_concurrent_tasks=max_concurrent_tasks)`` (32 by default; the
+    SDK keeps one of them for RPCs), prints ``WORKER_READY_LINE`` once every pull queue is
+    registered, and stops cleanly on SIGTERM or SIGINT. A test that needs a Worker whose Step
+    slots are all busy while it still answers RPCs passes ``max_concurrent_tasks=2``.
 
     Raises:
         KeyError: If ``DEX_SERVER_ADDRESS`` is not set.
     """
-    asyncio.run(_serve(list(flows), os.environ[SERVER_ADDRESS_ENV]))
+    asyncio.run(_serve(list(flows), os.environ[SERVER_ADDRESS_ENV], max_concurrent_tasks))
 
 
-async def _serve(flows: list[Flow[Any]], server_address: str) -> None:
+async def _serve(flows: list[Flow[Any]], server_address: str, max_concurrent_tasks: int) -> None:
     registry = Registry(flows, allow_async_handlers=True)
     cache_dir = os.environ.get(BLOB_CACHE_ENV) or tempfile.mkdtemp(prefix="dex-agents-cache-")
     cache = open_blob_cache(BlobCacheConfig(cache_dir, _BLOB_CACHE_BYTES))
@@ -541,7 +571,7 @@ async def _serve(flows: list[Flow[Any]], server_address: str) -> None:
         cache,
         WorkerOptions(
             server_address=server_address,
-            pull=PullWorkerOptions(max_concurrent_tasks=WORKER_TASK_SLOTS),
+            pull=PullWorkerOptions(max_concurrent_tasks=max_concurrent_tasks),
         ),
     )
     stop = asyncio.Event()

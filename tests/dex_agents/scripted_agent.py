@@ -5,7 +5,8 @@ The user message is the script:
 - ``"tools: a, b"`` asks for tools ``a`` and ``b`` in one model response, then answers with
   every outcome the model sees;
 - ``"tools-then-fail: a"`` asks for ``a``, then every resumed model call raises;
-- ``"fail-model"`` makes every model call raise;
+- ``"fail-model"`` makes every model call write a text delta, then raise;
+- ``"many: n"`` answers with ``n`` assistant messages;
 - ``"bad-id"`` asks for a tool call whose ID contains ``/``;
 - ``"config"`` answers with the session's agent config as JSON;
 - ``"threaded"`` writes a text delta from another thread, and another one from a thread that
@@ -26,7 +27,10 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from dex import Context, RPCResult, rpc
+
 from dex_agents import (
+    PENDING_INTERRUPTS,
     AgentSessionFlow,
     AgentSessionOptions,
     AgentTurnContext,
@@ -36,6 +40,7 @@ from dex_agents import (
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    ResolveInterruptRequest,
     ToolCallsRequested,
     ToolEffect,
     ToolExecutionError,
@@ -49,7 +54,14 @@ from dex_agents.testing import FileGate, InvocationLog
 STATE_DIR_ENV = "SCRIPTED_STATE_DIR"
 FLOW_TYPE = "ScriptedAgent"
 DEADLINE_FLOW_TYPE = "ScriptedDeadlineAgent"
-INTERRUPT_DEADLINE = timedelta(seconds=2)
+LONG_DEADLINE_FLOW_TYPE = "ScriptedLongDeadlineAgent"
+GATED_RESOLVE_FLOW_TYPE = "ScriptedGatedResolveAgent"
+#: The FileGate ``resolve_interrupt`` of ``GATED_RESOLVE_FLOW_TYPE`` waits at, holding its lock.
+RESOLVE_GATE = "resolve_hold"
+INTERRUPT_DEADLINE = timedelta(seconds=3)
+LONG_INTERRUPT_DEADLINE = timedelta(minutes=10)
+#: Worker task slots (``run_agent_worker(max_concurrent_tasks=...)``); 2 leaves one Step slot.
+WORKER_SLOTS_ENV = "SCRIPTED_WORKER_SLOTS"
 MODEL_USAGE = AgentUsage(input_tokens=10, output_tokens=5, requests=1)
 
 #: Tools that wait at a FileGate named after themselves.
@@ -63,7 +75,11 @@ TOOL_POLICIES = {
     "charge": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False),
     "refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),
     "broken": ToolPolicy(ToolEffect.READ),
+    "crash_read": ToolPolicy(ToolEffect.READ),
+    "crash_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
 }
+#: Tools that raise an exception other than ToolExecutionError on every attempt.
+CRASHING_TOOLS = frozenset({"crash_read", "crash_write"})
 
 
 def state_dir() -> Path:
@@ -86,7 +102,17 @@ class ScriptedRunner:
         command, _, argument = script.partition(":")
         tool_names = [name.strip() for name in argument.split(",") if name.strip()]
         if command == "fail-model":
+            turn.events.write_text_delta(f"partial attempt {turn.attempt}")
             raise RuntimeError("scripted model failure")
+        if command == "many":
+            count = int(argument)
+            return TurnCompleted(
+                [
+                    FrameworkMessage(MessageRole.ASSISTANT, {"content": str(index)}, str(index))
+                    for index in range(1, count + 1)
+                ],
+                MODEL_USAGE,
+            )
         if command == "config":
             answer = json.dumps(turn.agent_config, sort_keys=True)
             return TurnCompleted(
@@ -151,6 +177,8 @@ class ScriptedRunner:
             gate = FileGate(state_dir(), name)
             gate.reach()
             await gate.wait_for_release()
+        if name in CRASHING_TOOLS:
+            raise RuntimeError(f"{name} crashed on attempt {call.attempt}")
         if name == "broken":
             raise ToolExecutionError("the broken tool always fails")
         return ToolExecutionResult(f"{name} ok")
@@ -166,9 +194,30 @@ def write_after_return(turn: AgentTurnContext) -> None:
     invocation_log().record("late", "written")
 
 
+class GatedResolveFlow(AgentSessionFlow):
+    """``resolve_interrupt`` waits at the ``RESOLVE_GATE`` while it holds PendingInterrupts, so
+    a test can fire the deadline Timer while the answer is being committed."""
+
+    @rpc(lock_attributes=(PENDING_INTERRUPTS.lock(),))
+    def resolve_interrupt(
+        self, context: Context, request: ResolveInterruptRequest
+    ) -> RPCResult[bool]:
+        gate = FileGate(state_dir(), RESOLVE_GATE)
+        gate.reach()
+        give_up_at = time.monotonic() + 60
+        while not gate.is_released() and time.monotonic() < give_up_at:
+            time.sleep(0.02)
+        return super().resolve_interrupt(context, request)
+
+
 def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
-    deadline = INTERRUPT_DEADLINE if flow_type == DEADLINE_FLOW_TYPE else None
-    return AgentSessionFlow(
+    deadline = {
+        DEADLINE_FLOW_TYPE: INTERRUPT_DEADLINE,
+        LONG_DEADLINE_FLOW_TYPE: LONG_INTERRUPT_DEADLINE,
+        GATED_RESOLVE_FLOW_TYPE: LONG_INTERRUPT_DEADLINE,
+    }.get(flow_type)
+    flow_class = GatedResolveFlow if flow_type == GATED_RESOLVE_FLOW_TYPE else AgentSessionFlow
+    return flow_class(
         ScriptedRunner(),
         flow_type=flow_type,
         options=AgentSessionOptions(tool_policies=TOOL_POLICIES, interrupt_deadline=deadline),
@@ -176,4 +225,9 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
 
 
 def build_flows() -> list[AgentSessionFlow]:
-    return [build_flow(FLOW_TYPE), build_flow(DEADLINE_FLOW_TYPE)]
+    return [
+        build_flow(FLOW_TYPE),
+        build_flow(DEADLINE_FLOW_TYPE),
+        build_flow(LONG_DEADLINE_FLOW_TYPE),
+        build_flow(GATED_RESOLVE_FLOW_TYPE),
+    ]

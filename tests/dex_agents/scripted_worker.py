@@ -1,7 +1,10 @@
 """The Worker child of the dex_agents integration tests."""
 
-from dex_agents.testing import run_agent_worker
-from tests.dex_agents.scripted_agent import build_flows
+import os
+
+from dex_agents.testing import WORKER_TASK_SLOTS, run_agent_worker
+from tests.dex_agents.scripted_agent import WORKER_SLOTS_ENV, build_flows
 
 if __name__ == "__main__":
-    run_agent_worker(build_flows())
+    slots = int(os.environ.get(WORKER_SLOTS_ENV) or WORKER_TASK_SLOTS)
+    run_agent_worker(build_flows(), max_concurrent_tasks=slots)

@@ -419,3 +419,65 @@ async def test_session_config_and_policies_come_before_the_flow_policies(tmp_pat
         assert await sessions.send_user_message("session-1", "config")
         snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
         assert json.loads(last_text(snapshot)) == {"model": "demo", "prompt": "be brief"}
+
+
+async def test_tool_retries_end_in_record_tool_failure_and_ids_repeat_in_a_later_turn(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: crash_read, crash_write")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=5)
+        read_outcome, _, write_outcome = last_text(snapshot).partition("; crash_write=")
+        write_outcome = "crash_write=" + write_outcome
+        assert read_outcome.startswith("crash_read=failed: Tool call failed: ")
+        assert "crash_read crashed on attempt 3" in read_outcome
+        assert write_outcome.startswith("crash_write=outcome_unknown: ")
+        assert "crash_write crashed on attempt 3" in write_outcome
+        log = invocation_log(tmp_path)
+        assert log.count("tool", "crash_read") == 3
+        assert log.count("tool", "crash_write") == 3
+        steps = await executed_steps(stack, "session-1")
+        assert [step for step, _ in steps].count("RecordToolFailure") == 2
+
+        assert await sessions.send_user_message("session-1", "tools: lookup")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=9)
+        assert last_text(snapshot) == "lookup=succeeded: lookup ok"
+        keys = [name for kind, name in log.entries() if kind == "key" and "lookup" in name]
+        assert keys == ["lookup session-1/turn-2/call-1 attempt=1"]
+
+
+async def test_snapshot_keeps_the_last_200_messages_and_pages_clamp_to_200(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        flow = flow_of(stack)
+        sessions = stack.sessions(flow)
+        await stack.start_worker()
+        await sessions.start_session("session-1", "many: 250")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=251)
+        assert [m.sequence for m in snapshot.messages] == list(range(52, 252))
+        page = await sessions.list_agent_messages("session-1", limit=1000)
+        assert [m.sequence for m in page.messages] == list(range(1, 201))
+        assert page.has_more
+
+        # RunModel attempts share one step_execution_id; each event carries its attempt.
+        assert await sessions.send_user_message("session-1", "fail-model")
+        await wait_for_agent_snapshot(
+            sessions,
+            "session-1",
+            lambda s: s if s.state and s.state.turn_id is None and s.last_turn_error else None,
+            description="turn 2 failed",
+            timeout=TURN_TIMEOUT,
+        )
+        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
+        turn_two = [m.value for m in reversed(events.messages) if m.value.turn_id == "turn-2"]
+        deltas = [e for e in turn_two if e.type is AgentEventType.TEXT_DELTA]
+        assert [(e.payload["text"], e.attempt) for e in deltas] == [
+            (f"partial attempt {n}", n) for n in (1, 2, 3)
+        ]
+        assert len({e.step_execution_id for e in deltas}) == 1
+        failed = [e for e in turn_two if e.type is AgentEventType.TURN_FAILED]
+        assert len(failed) == 1
+        assert "scripted model failure" in failed[0].payload["error"]

@@ -1,0 +1,194 @@
+"""Step options, validation and the deadline rounding of ``dex_agents._steps`` (seed "Flow shape").
+
+These are the parts of the Steps that a test against the engine cannot observe directly: the
+StepOptions each Step and movement sends, and the pure checks RunModel applies to an outcome.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+
+import pytest
+from dex import CodecRegistry, StepDurability, StepOptions
+
+from dex_agents import (
+    AGENT_TOOL_CALLS,
+    AgentContractError,
+    AgentSessionFlow,
+    AgentSessionOptions,
+    AgentStatus,
+    AgentToolCall,
+    DeferredToolCall,
+    FrameworkMessage,
+    MessageRole,
+    ToolCallsRequested,
+    ToolCallStatus,
+    ToolEffect,
+    ToolPolicy,
+)
+from dex_agents._contract import require_user_message
+from dex_agents._steps import (
+    RECORD_TURN_FAILURE_OPTIONS,
+    RESUME_TURN_OPTIONS,
+    RecordToolFailure,
+    RecordToolOutcomeUnknown,
+    RecordTurnFailure,
+    _validate_tool_calls,
+    approval_options,
+    deadline_timer_seconds,
+    tool_options,
+)
+from dex_agents.testing import DEX_SERVER_ZD_BINARY_ENV, dex_server_zd_binary
+from tests.dex_agents.scripted_agent import ScriptedRunner
+
+SYNC = StepDurability.SYNC
+
+
+def all_options(flow: AgentSessionFlow) -> dict[str, StepOptions]:
+    found: dict[str, StepOptions] = {}
+    for definition in flow.get_steps()._definitions:
+        option = definition.step.get_step_options()
+        assert option is not None, definition.step
+        found[type(definition.step).__name__] = option
+    found["movement AwaitToolApproval"] = approval_options("c1")
+    for effect in ToolEffect:
+        found[f"movement {effect}"] = tool_options("c1", effect)
+    found["movement ResumeTurn"] = RESUME_TURN_OPTIONS
+    return found
+
+
+def test_every_step_and_failure_route_sets_sync_durability_explicitly() -> None:
+    flow = AgentSessionFlow(ScriptedRunner())
+    options = all_options(flow)
+    assert len(options) == 10 + 1 + 4 + 1
+    for name, option in options.items():
+        for checked in (option, option._execute_failure_options):
+            if checked is None:
+                continue
+            assert checked.wait_for_durability is SYNC, name
+            assert checked.execute_durability is SYNC, name
+
+
+def test_run_model_options() -> None:
+    option = all_options(AgentSessionFlow(ScriptedRunner()))["RunModel"]
+    assert option.execute_method_timeout == timedelta(minutes=15)
+    assert option.heartbeat_timeout == timedelta(minutes=2)
+    assert option.execute_retry is not None
+    assert option.execute_retry.maximum_attempts == 3
+    assert option.execute_retry.total_duration == timedelta(minutes=30)
+    assert option._execute_failure_target is RecordTurnFailure
+    assert option._execute_failure_options is RECORD_TURN_FAILURE_OPTIONS
+
+
+@pytest.mark.parametrize(
+    ("effect", "attempts", "route"),
+    [
+        (ToolEffect.READ, 3, RecordToolFailure),
+        (ToolEffect.IDEMPOTENT_WRITE, 3, RecordToolFailure),
+        (ToolEffect.NON_IDEMPOTENT_WRITE, 1, RecordToolOutcomeUnknown),
+        (ToolEffect.UNCLASSIFIED, 1, RecordToolOutcomeUnknown),
+    ],
+)
+def test_tool_movements_retry_route_and_load_only_their_own_record(
+    effect: ToolEffect, attempts: int, route: type
+) -> None:
+    option = tool_options("c1", effect)
+    assert option.execute_retry is not None
+    assert option.execute_retry.maximum_attempts == attempts
+    assert option._execute_failure_target is route
+    own = (AGENT_TOOL_CALLS.load("c1"),)
+    failure = option._execute_failure_options
+    assert failure is not None
+    for checked in (option, failure):
+        assert checked.execute_load_attribute_map_instances == own
+        assert checked.execute_load_attribute_maps == ()
+    approval = approval_options("c1")
+    assert approval.wait_for_load_attribute_map_instances == own
+    assert approval.execute_load_attribute_map_instances == own
+
+
+def test_tool_steps_own_options_carry_the_same_policy() -> None:
+    options = all_options(AgentSessionFlow(ScriptedRunner()))
+    call_tool, single = options["CallTool"], options["CallSingleAttemptTool"]
+    assert call_tool.execute_retry is not None and call_tool.execute_retry.maximum_attempts == 3
+    assert call_tool._execute_failure_target is RecordToolFailure
+    assert single.execute_retry is not None and single.execute_retry.maximum_attempts == 1
+    assert single._execute_failure_target is RecordToolOutcomeUnknown
+
+
+def turn_record(tool_call_id: str) -> AgentToolCall:
+    return AgentToolCall(
+        tool_call_id, "t", "{}", ToolEffect.READ, False, ToolCallStatus.SUCCEEDED, 0, "turn-1"
+    )
+
+
+def request(*ids: str, state: str = "state") -> ToolCallsRequested:
+    policy = ToolPolicy(ToolEffect.READ)
+    return ToolCallsRequested(state, [DeferredToolCall(i, "t", "{}", policy) for i in ids])
+
+
+@pytest.mark.parametrize(
+    ("outcome", "recorded", "message"),
+    [
+        (request("a", state=""), {}, "framework_run_state"),
+        (request(""), {}, "non-empty"),
+        (request("a/b"), {}, "must not contain '/'"),
+        (request("a", "a"), {}, "repeats within the turn"),
+        (request("a"), {"a": turn_record("a")}, "repeats within the turn"),
+    ],
+)
+def test_run_state_and_tool_call_ids_are_validated(
+    outcome: ToolCallsRequested, recorded: dict[str, AgentToolCall], message: str
+) -> None:
+    with pytest.raises(AgentContractError, match=message):
+        _validate_tool_calls(outcome, recorded)
+
+
+def test_ids_of_an_earlier_turn_may_repeat() -> None:
+    _validate_tool_calls(request("a", "b"), {})
+
+
+@pytest.mark.parametrize("role", [MessageRole.ASSISTANT, MessageRole.TOOL, MessageRole.SYSTEM])
+def test_a_user_message_with_another_role_fails_the_step(role: MessageRole) -> None:
+    with pytest.raises(AgentContractError, match="role"):
+        require_user_message(FrameworkMessage(role, {}, "hi"))
+    assert require_user_message(FrameworkMessage(MessageRole.USER, {}, "hi")).text == "hi"
+
+
+def test_deadline_timer_is_rounded_up_to_whole_seconds() -> None:
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    assert deadline_timer_seconds(now + timedelta(seconds=2, milliseconds=1), now) == 3
+    assert deadline_timer_seconds(now + timedelta(seconds=2), now) == 2
+    assert deadline_timer_seconds(now + timedelta(milliseconds=1), now) == 1
+    assert deadline_timer_seconds(now - timedelta(seconds=5), now) == 0
+
+
+def test_status_role_effect_and_record_status_are_str_enums_with_plain_wire_values() -> None:
+    codecs = CodecRegistry()
+    for enum_type in (AgentStatus, MessageRole, ToolEffect, ToolCallStatus):
+        assert issubclass(enum_type, StrEnum)
+        for member in enum_type:
+            encoded = codecs.resolve(enum_type).encode(member)
+            assert str(encoded.data) == f'"{member.value}"'
+
+
+def test_agent_events_capacity_option() -> None:
+    default = AgentSessionFlow(ScriptedRunner())
+    assert default.agent_events.stream_capacity_bytes == 10 * 1024 * 1024
+    small = AgentSessionFlow(
+        ScriptedRunner(), options=AgentSessionOptions(agent_events_capacity_bytes=4096)
+    )
+    assert small.agent_events.stream_capacity_bytes == 4096
+
+
+def test_dexcli_engine_needs_dex_server_zd(tmp_path: Path) -> None:
+    dexcli = tmp_path / "dexcli"
+    with pytest.raises(FileNotFoundError, match="dex-server-zd"):
+        dex_server_zd_binary(str(dexcli), {})
+    (tmp_path / "dex-server-zd").write_text("")
+    assert dex_server_zd_binary(str(dexcli), {}) == str(tmp_path / "dex-server-zd")
+    other = tmp_path / "elsewhere-zd"
+    other.write_text("")
+    assert dex_server_zd_binary(str(dexcli), {DEX_SERVER_ZD_BINARY_ENV: str(other)}) == str(other)
