@@ -165,16 +165,20 @@ class Store:
                 "UPDATE channel_messages SET run_id=? WHERE run_id=?",
                 (run_id, write.channels_moved_from),
             )
-        if write.channel_deletes:
+        # A message published and consumed by the same commit (a wait that was already
+        # satisfied) must never be stored, or a restart would deliver it again.
+        consumed = set(write.channel_deletes)
+        if consumed:
             db.executemany(
                 "DELETE FROM channel_messages WHERE run_id=? AND seq=?",
-                [(run_id, s) for s in write.channel_deletes],
+                [(run_id, s) for s in consumed],
             )
-        if write.channel_inserts:
+        inserts = [row for row in write.channel_inserts if row[0] not in consumed]
+        if inserts:
             db.executemany(
                 "INSERT INTO channel_messages (run_id, seq, channel, message_id, value) "
                 "VALUES (?,?,?,?,?)",
-                [(run_id, *row) for row in write.channel_inserts],
+                [(run_id, *row) for row in inserts],
             )
         if write.history:
             db.executemany(

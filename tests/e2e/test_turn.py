@@ -112,6 +112,12 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
             streamed[event.step_execution_id] += event.payload["text"]
     assert final["text"] in streamed.values(), streamed
 
+    # A message that reaches the session while it waits is consumed at once; the engine must
+    # not deliver it again after a restart.
+    assert api.post(f"/api/v1/sessions/{session_id}/messages/",
+                    json={"text": "before the crash"}).status_code == 202
+    snapshot = _wait_for_reply(api, session_id, message_count=len(snapshot["messages"]) + 2)
+
     # The engine dies without warning and comes back on the same database.
     engine.signal_group(signal.SIGKILL)
     engine.popen.wait()
@@ -127,3 +133,5 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
     assert snapshot["messages"][before]["text"] == "thanks"
     assert snapshot["messages"][-1]["role"] == "assistant"
     assert "thanks" in snapshot["messages"][-1]["text"]
+    user_texts = [item["text"] for item in snapshot["messages"] if item["role"] == "user"]
+    assert user_texts == [message, "before the crash", "thanks"], user_texts
