@@ -204,8 +204,9 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
     """Read the session's AgentSnapshot as plain JSON-ready data.
 
     Returns:
-        ``{"status", "messages": [{"sequence", "role", "text"}], "pending_interrupts",
-        "tool_calls", "usage", "queued_message_count", "last_turn_error"}``; ``status`` is
+        ``{"status", "messages": [{"sequence", "role", "text", "tool_calls"?,
+        "tool_call_id"?}], "pending_interrupts", "awaiting_approval", "tool_calls", "usage",
+        "queued_message_count", "last_turn_error"}``; ``status`` is
         the AgentState status, or ``"starting"`` while the state is None (seed
         "Design decisions"). Framework items are left out.
     """
@@ -226,22 +227,49 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
     tool_calls = getattr(snapshot, "tool_calls", None) or []
     if isinstance(tool_calls, Mapping):
         tool_calls = list(tool_calls.values())
+    pending = plain_data(list(getattr(snapshot, "pending_interrupts", None) or []))
     return {
         "status": status or "starting",
         "messages": [
-            {
-                "sequence": message.sequence,
-                "role": plain_data(message.role),
-                "text": message.text,
-            }
-            for message in getattr(snapshot, "messages", None) or []
+            message_to_data(message) for message in getattr(snapshot, "messages", None) or []
         ],
-        "pending_interrupts": plain_data(list(getattr(snapshot, "pending_interrupts", None) or [])),
+        "pending_interrupts": pending,
+        "awaiting_approval": bool(pending),
         "tool_calls": plain_data(list(tool_calls)),
         "usage": plain_data(getattr(snapshot, "usage", None)),
         "queued_message_count": int(getattr(snapshot, "queued_message_count", 0) or 0),
         "last_turn_error": plain_data(last_turn_error),
     }
+
+
+def message_to_data(message: Any) -> dict[str, Any]:
+    """One stored message as ``{"sequence", "role", "text"}``, plus what links tool results to
+    their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an assistant message that
+    asked for tools and ``tool_call_id`` on a tool result, read from its Chat Completions item.
+    Provider-specific replay data (reasoning items, thinking blocks) is left out.
+    """
+    data: dict[str, Any] = {
+        "sequence": message.sequence,
+        "role": plain_data(message.role),
+        "text": message.text,
+    }
+    item = getattr(message, "framework_item", None)
+    if not isinstance(item, Mapping):
+        return data
+    calls = item.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        data["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "name": (call.get("function") or {}).get("name"),
+                "arguments": (call.get("function") or {}).get("arguments"),
+            }
+            for call in calls
+            if isinstance(call, Mapping)
+        ]
+    if item.get("tool_call_id"):
+        data["tool_call_id"] = item["tool_call_id"]
+    return data
 
 
 def plain_data(value: Any) -> Any:

@@ -68,7 +68,30 @@ def test_snapshot_to_data_shapes_the_api_answer() -> None:
     assert data["usage"]["output_tokens"] == 4
     assert data["queued_message_count"] == 2
     assert data["last_turn_error"] is None
+    assert data["awaiting_approval"] is True
     assert "framework detail" not in repr(data)
+
+
+def test_messages_link_tool_results_to_their_calls() -> None:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "search__web_search", "arguments": '{"query": "cats"}'}}
+    assistant = AgentMessage(
+        sequence=2, role=MessageRole.ASSISTANT, text="", turn_id="turn-1",
+        framework_item={"role": "assistant", "content": None, "tool_calls": [call],
+                        "thinking_blocks": [{"signature": "opaque"}]},
+    )
+    result = AgentMessage(
+        sequence=3, role=MessageRole.TOOL, text="3 results", turn_id="turn-1",
+        framework_item={"role": "tool", "tool_call_id": "call_1", "content": "3 results"},
+    )
+    assert dex_gateway.message_to_data(assistant) == {
+        "sequence": 2, "role": "assistant", "text": "",
+        "tool_calls": [{"id": "call_1", "name": "search__web_search",
+                        "arguments": '{"query": "cats"}'}],
+    }
+    assert dex_gateway.message_to_data(result) == {
+        "sequence": 3, "role": "tool", "text": "3 results", "tool_call_id": "call_1",
+    }
 
 
 def test_snapshot_before_start_reports_starting() -> None:
