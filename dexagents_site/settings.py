@@ -210,6 +210,7 @@ else:
     }
 
 REST_FRAMEWORK = {
+    "EXCEPTION_HANDLER": "dexagents_site.rest_errors.api_exception_handler",
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
