@@ -199,7 +199,7 @@ else:
     _celery_control_dir = VAR_DIR / "celery" / "control"
     for _celery_dir in (_celery_queue_dir, _celery_processed_dir, _celery_control_dir):
         _celery_dir.mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "filesystem://localhost//"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_queue_dir),
         "data_folder_out": str(_celery_queue_dir),
@@ -264,6 +264,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # LiteLLM logs every call at INFO (twice, through its own handler too); the worker
+    # reports model calls through Dex history and AgentEvents instead.
+    "loggers": {"LiteLLM": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
 
 if not DEBUG:
