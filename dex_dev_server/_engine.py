@@ -157,7 +157,10 @@ class EngineState:
         self.inflight: dict[str, Inflight] = {}
         self.ready: dict[tuple[str, str], None] = {}
         self.rpc_queue: list[RpcCall] = []
-        self.declined_until: dict[str, float] = {}
+        # Streams (by sid) that answered NO_CAPACITY, benched until the given time. Only
+        # that stream is benched: it is usually about to retire, while the same worker's
+        # other idle streams can take the task at once.
+        self.declined_until: dict[int, float] = {}
         self.excluded: dict[tuple[str, str], set[str]] = {}
         self.notifier = Notifier()
         self.index_types: dict[str, int] = {}
@@ -854,7 +857,7 @@ class EngineState:
                 continue
             if stream.app_worker_id in excluded:
                 continue
-            if not rpc and self.declined_until.get(stream.app_worker_id, 0) > t:
+            if not rpc and self.declined_until.get(stream.sid, 0) > t:
                 continue
             if stream.queue == stream.app_worker_id and stream.app_worker_id == run.sticky:
                 return stream
@@ -1152,6 +1155,7 @@ class EngineState:
         stream write), was running: its attempt fails with ``WORKER_DISCONNECTED``.
         """
         self.streams.pop(stream.sid, None)
+        self.declined_until.pop(stream.sid, None)
         stream.half_closed = True
         task_id = stream.task_id
         stream.task_id = ""
@@ -1222,8 +1226,7 @@ class EngineState:
         if final:
             stream.task_id = ""
             self.inflight.pop(tf.task_id, None)
-            if stream.app_worker_id in self.declined_until:
-                self.declined_until.pop(stream.app_worker_id, None)
+            self.declined_until.pop(stream.sid, None)
         if inflight is not None and inflight.valid:
             if final:
                 inflight.valid = False
@@ -1298,7 +1301,7 @@ class EngineState:
                 self.pump()
                 return
         else:
-            self.declined_until[stream.app_worker_id] = now() + NO_CAPACITY_BACKOFF
+            self.declined_until[stream.sid] = now() + NO_CAPACITY_BACKOFF
             self.loop.call_later(NO_CAPACITY_BACKOFF + 0.01, self.pump)
         self.ready[key] = None
         self.flush(run)

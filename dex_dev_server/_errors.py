@@ -10,6 +10,20 @@ from google.protobuf import any_pb2
 from google.rpc import status_pb2
 
 _DETAILS_KEY = "grpc-status-details-bin"
+# gRPC clients reject response metadata over 8 KiB (their default soft limit), and the
+# status message travels twice (percent-encoded, and inside the details trailer). Engine
+# messages quote request fields such as flow IDs, which may be arbitrarily long, so the
+# message and the stack trace are clipped to keep every error deliverable.
+MAX_MESSAGE_BYTES = 1024
+MAX_STACK_TRACE_BYTES = 1024
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, marking a cut with ``...``."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "..."
 
 
 @dataclass
@@ -29,6 +43,12 @@ class ServiceError(Exception):
     worker_status: int = 0
     worker_stack_trace: str = ""
     dispatch_reason: int = 0
+
+    def __post_init__(self) -> None:
+        self.message = clip(self.message, MAX_MESSAGE_BYTES)
+        self.worker_detail = clip(self.worker_detail, MAX_MESSAGE_BYTES)
+        self.worker_type = clip(self.worker_type, 256)
+        self.worker_stack_trace = clip(self.worker_stack_trace, MAX_STACK_TRACE_BYTES)
 
     def __str__(self) -> str:
         return f"{self.code.name}: {self.message}"

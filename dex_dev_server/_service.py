@@ -76,6 +76,9 @@ def _check_value(value: pb.Value, what: str) -> None:
         raise invalid(f"{what} must be finite")
 
 
+SKIP_TIMER_WAIT = 5.0
+
+
 def _remaining(context: grpc.aio.ServicerContext, cap: float) -> float:
     remaining = context.time_remaining()
     if remaining is None:
@@ -804,8 +807,21 @@ class Engine(EngineState):
     async def SkipTimer(self, request: pb.SkipTimerRequest, context: Any) -> empty_pb2.Empty:
         if not request.step_execution_id:
             raise invalid("step_execution_id is required")
-        run = self._open_run(request.flow_id, request.run_id)
-        st = run.steps.get(request.step_execution_id)
+        # A Step execution that is queued or still in wait_for has not created its timers
+        # yet; the skip waits (bounded) for them instead of failing, as the Dex server
+        # keeps an early skip until the timer exists. It is committed before the reply.
+        deadline = now() + _remaining(context, SKIP_TIMER_WAIT)
+        while True:
+            run = self._open_run(request.flow_id, request.run_id)
+            st = run.steps.get(request.step_execution_id)
+            step_type = request.step_execution_id.rpartition("-")[0]
+            early = (st is not None and st.phase == "wait_for") or (
+                st is None and any(mv.step_type == step_type for mv, _ in run.queue)
+            )
+            left = deadline - now()
+            if not early or left <= 0:
+                break
+            await self.notifier.wait(("flow", run.flow_id), left)
         index = -1
         if st is not None and st.phase == "waiting" and st.waiting is not None:
             if request.timer_condition_id:

@@ -525,6 +525,32 @@ class HandledFlow(Flow[None]):
         return force_complete("expired")
 
 
+# --- HopFlow: a long chain whose every hop appends to one Attribute (used across kills) ----
+
+hops = Attribute("hops", str)
+HOP_PAUSE = 0.04
+
+
+class Hop(Step[int]):
+    """Appends its input to ``hops``; the last hop (input 0) completes with the whole trail."""
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        await asyncio.sleep(HOP_PAUSE)
+        trail_so_far = (hops.get(context) or "") + f"{input};"
+        hops.set(context, trail_so_far)
+        if input == 0:
+            return graceful_complete(trail_so_far)
+        return go_to(Hop, input - 1)
+
+
+class HopFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(Hop())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(hops)
+
+
 SIGNAL = SignalFlow()
 TIMER = TimerFlow()
 FAN_OUT = FanOutFlow()
@@ -541,6 +567,7 @@ EXPIRING = ExpiringFlow()
 PARENT = ParentFlow()
 HANDLED = HandledFlow()
 COMBO = ComboFlow()
+HOP = HopFlow()
 
 ALL_FLOWS: list[Flow[Any]] = [
     CHAIN,
@@ -560,4 +587,5 @@ ALL_FLOWS: list[Flow[Any]] = [
     PARENT,
     HANDLED,
     COMBO,
+    HOP,
 ]

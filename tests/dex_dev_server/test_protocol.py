@@ -7,18 +7,28 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 
 import grpc
 import pytest
 from dex import (
+    AsyncClient,
+    AsyncWorker,
     AttributeMatch,
+    BlobCacheConfig,
+    ClientOptions,
     FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
     LongPollTimeoutError,
+    PullWorkerOptions,
+    Registry,
     StepExecutionId,
     TimerId,
     WaitForAttributeOptions,
     WaitForStepCompletionOptions,
+    WorkerOptions,
+    WorkerTarget,
+    open_blob_cache,
 )
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
@@ -455,3 +465,40 @@ async def test_hard_delete_attribute_values_stay_out_of_history(engine: EnginePr
         assert attrs.attributes[0].value.string_value == "sk-secret"
         history = await stub.GetHistoryEvents(pb.GetHistoryEventsRequest(flow_id="secret-1"))
     assert b"sk-secret" not in b"".join(e.SerializeToString() for e in history.events)
+
+
+async def test_skip_timer_sent_before_the_timer_exists_waits_for_it(
+    engine: EngineProcess, tmp_path: Path
+) -> None:
+    """A skip for a Step still waiting for a worker is held until its wait_for commits."""
+    registry = Registry(flows.ALL_FLOWS, allow_async_handlers=True)
+    cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "c"), 1 << 24))
+    client = AsyncClient(
+        registry,
+        cache,
+        ClientOptions(server_address=engine.address, worker_target=WorkerTarget(pull=True)),
+    )
+    worker = AsyncWorker(
+        registry, cache, WorkerOptions(server_address=engine.address, pull=PullWorkerOptions())
+    )
+    runner: asyncio.Task[None] | None = None
+    try:
+        # No worker yet: Sleepy-1 cannot have run wait_for, so its timer does not exist.
+        await client.start_flow(flows.TIMER, "early-skip", 3600)
+        skip = asyncio.create_task(
+            client.skip_timer("early-skip", StepExecutionId("Sleepy", 1),
+                              TimerId.by_condition_id("nap"))
+        )
+        await asyncio.sleep(0.3)
+        assert not skip.done()  # held, not rejected
+        runner = asyncio.create_task(worker.start())
+        await worker.wait_pull_registered(timeout=20)
+        await asyncio.wait_for(skip, 10)
+        result = await client.wait_for_flow("early-skip", timedelta(seconds=10))
+        assert result.single_output(str) == "timer"
+    finally:
+        await asyncio.wait_for(worker.stop(), 20)
+        if runner is not None:
+            await asyncio.gather(runner, return_exceptions=True)
+        await client.close()
+        cache.close()
