@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision
 
 
 @admin.register(AgentDefinition)
@@ -26,7 +26,12 @@ class AgentDefinitionAdmin(admin.ModelAdmin):
 
 @admin.register(AgentSession)
 class AgentSessionAdmin(admin.ModelAdmin):
-    """Read-only: sessions are started through the API, and Dex holds their content."""
+    """Read-only: sessions are started through the API, and Dex holds their content.
+
+    Deleting is disabled too: removing the index row would leave its Dex Flow running
+    unseen and orphan its approval audit trail. Stop a session with
+    ``POST /api/v1/sessions/<id>/stop/`` instead.
+    """
 
     list_display = ("id", "owner", "agent", "title", "status", "created_at")
     list_filter = ("status", "agent")
@@ -38,4 +43,34 @@ class AgentSessionAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ApprovalDecision)
+class ApprovalDecisionAdmin(admin.ModelAdmin):
+    """Read-only audit trail: decisions are made through the approvals API only."""
+
+    list_display = (
+        "decided_at", "session", "tool_name", "approved", "decided_by", "interrupt_id",
+    )
+    list_filter = ("approved", "tool_name")
+    list_select_related = ("session", "decided_by")
+    search_fields = ("session__id", "interrupt_id", "tool_call_id", "tool_name",
+                     "decided_by__username")
+    date_hierarchy = "decided_at"
+    readonly_fields = (
+        "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "approved",
+        "rejection_message", "decided_by", "decided_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

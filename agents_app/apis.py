@@ -15,11 +15,12 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound
 from rest_framework.generics import ListAPIView
+from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import dex_gateway
+from agents_app import dex_gateway, selectors, services
 from agents_app.models import AgentDefinition, AgentSession
 from agents_app.selectors import (
     agent_get_enabled,
@@ -30,7 +31,12 @@ from agents_app.selectors import (
     session_list_for_owner,
     session_snapshot_get,
 )
-from agents_app.services import session_create, session_message_send, session_status_record
+from agents_app.services import (
+    SESSION_STATUS_STOPPED,
+    session_create,
+    session_message_send,
+    session_status_record,
+)
 
 MESSAGE_MAX_CHARS = 100_000
 
@@ -157,6 +163,7 @@ SNAPSHOT_SCHEMA = inline_serializer(
         "status": serializers.CharField(),
         "messages": serializers.ListField(child=serializers.DictField()),
         "pending_interrupts": serializers.ListField(child=serializers.DictField()),
+        "awaiting_approval": serializers.BooleanField(),
         "tool_calls": serializers.ListField(child=serializers.DictField()),
         "usage": serializers.DictField(allow_null=True),
         "queued_message_count": serializers.IntegerField(),
@@ -194,12 +201,18 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
 
     @extend_schema(
         request=MessageInputSerializer,
-        responses={202: inline_serializer("MessageQueued", {"queued": serializers.BooleanField()})},
+        responses={
+            202: inline_serializer("MessageQueued", {"queued": serializers.BooleanField()}),
+            409: inline_serializer("SessionStopped", {"detail": serializers.CharField()}),
+        },
     )
     def post(self, request: Request, session_id: str) -> Response:
         session = self.session_get(request, session_id)
         serializer = self.MessageInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        if session.status == SESSION_STATUS_STOPPED:
+            return Response({"detail": "This session is stopped; start a new one."},
+                            status=status.HTTP_409_CONFLICT)
         if not session_message_send(session=session, text=serializer.validated_data["text"]):
             raise serializers.ValidationError({"text": ["The session refused this message."]})
         return Response({"queued": True}, status=status.HTTP_202_ACCEPTED)
@@ -248,3 +261,109 @@ def health_view(request: HttpRequest) -> JsonResponse:
     parts = health_get()
     healthy = all(state == "up" for state in parts.values())
     return JsonResponse(parts, status=200 if healthy else 503)
+
+
+class ApprovalListApi(DexErrorsMixin, APIView):
+    """``GET /api/v1/approvals/`` (staff only): tool calls waiting for approval.
+
+    Read from the Dex snapshots of the 200 most recent sessions that are not stopped
+    (``selectors.APPROVAL_SESSION_LIMIT``); not paginated.
+    """
+
+    permission_classes = (IsAdminUser,)
+
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                "PendingApproval",
+                {
+                    "session": serializers.CharField(),
+                    "agent": serializers.CharField(),
+                    "owner": serializers.CharField(),
+                    "interrupt_id": serializers.CharField(),
+                    "tool_call_id": serializers.CharField(),
+                    "tool_name": serializers.CharField(),
+                    "arguments": serializers.CharField(help_text="JSON text."),
+                    "deadline": serializers.DateTimeField(allow_null=True),
+                },
+                many=True,
+            )
+        }
+    )
+    def get(self, request: Request) -> Response:
+        return Response(selectors.approval_list_pending())
+
+
+class InterruptConflict(APIException):
+    """409: the interrupt no longer waits for a decision."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "This tool call no longer waits for a decision."
+    default_code = "interrupt_not_pending"
+
+
+class InterruptResolveApi(DexErrorsMixin, APIView):
+    """``POST /api/v1/sessions/<id>/interrupts/<interrupt_id>/`` (staff only, any session):
+    ``{"approved": bool, "rejection_message"?: str}`` answers a pending tool call.
+
+    200 ``{"resolved": true}`` once Dex accepted, with an ``ApprovalDecision`` audit row;
+    409 when it was already decided or is past its deadline; 404 for an unknown session or
+    interrupt. ``rejection_message`` is ignored on approval.
+    """
+
+    permission_classes = (IsAdminUser,)
+
+    class InterruptResolveInputSerializer(serializers.Serializer):
+        approved = serializers.BooleanField()
+        rejection_message = serializers.CharField(
+            required=False, allow_blank=True, max_length=MESSAGE_MAX_CHARS
+        )
+
+    @extend_schema(
+        request=InterruptResolveInputSerializer,
+        responses={
+            200: inline_serializer("InterruptResolved", {"resolved": serializers.BooleanField()})
+        },
+    )
+    def post(self, request: Request, session_id: str, interrupt_id: str) -> Response:
+        serializer = self.InterruptResolveInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            session = selectors.session_get_for_staff(session_id=session_id)
+        except AgentSession.DoesNotExist:
+            raise NotFound("No such session.") from None
+        try:
+            services.interrupt_resolve(
+                session=session,
+                interrupt_id=interrupt_id,
+                approved=serializer.validated_data["approved"],
+                rejection_message=serializer.validated_data.get("rejection_message", ""),
+                decided_by=request.user,
+            )
+        except services.InterruptNotFoundError:
+            raise NotFound("No such interrupt.") from None
+        except services.InterruptNotPendingError as error:
+            raise InterruptConflict(str(error)) from None
+        return Response({"resolved": True})
+
+
+class SessionStopApi(DexErrorsMixin, APIView):
+    """``POST /api/v1/sessions/<id>/stop/`` (owner or staff): stop the session's Dex Flow.
+
+    202 ``{"status": "stopped"}``; the index row becomes ``stopped`` and the snapshot stays
+    readable. Other users get 404, as for an unknown session.
+    """
+
+    @extend_schema(
+        request=None,
+        responses={202: inline_serializer("SessionStopped", {"status": serializers.CharField()})},
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        try:
+            session = selectors.session_get_for_owner_or_staff(
+                user=request.user, session_id=session_id
+            )
+        except AgentSession.DoesNotExist:
+            raise NotFound("No such session.") from None
+        services.session_stop(session=session)
+        return Response({"status": session.status}, status=status.HTTP_202_ACCEPTED)

@@ -200,6 +200,36 @@ async def session_send_message(*, session_id: str, text: str) -> bool:
         raise _translate(error, session_id) from error
 
 
+async def session_resolve_interrupt(
+    *, session_id: str, interrupt_id: str, approved: bool, rejection_message: str | None
+) -> bool:
+    """Answer a pending approval through the seed's ``resolve_interrupt`` RPC.
+
+    Returns:
+        True when Dex applied the answer; False when the interrupt is no longer pending or
+        is past its deadline.
+
+    Raises:
+        EngineUnavailableError: Dex did not answer, or a Step kept the PendingInterrupts lock
+            for the client's retry window (about 5 seconds).
+        SessionNotFoundError: Dex has no such session.
+    """
+    from dex import RpcLockConflictError
+
+    try:
+        return bool(
+            await _connection().sessions.resolve_interrupt(
+                session_id, interrupt_id, approved=approved, rejection_message=rejection_message
+            )
+        )
+    except RpcLockConflictError as error:
+        raise EngineUnavailableError(
+            "The session is busy with its pending approvals; try again shortly."
+        ) from error
+    except Exception as error:
+        raise _translate(error, session_id) from error
+
+
 async def session_snapshot(*, session_id: str) -> dict[str, Any]:
     """Read the session's AgentSnapshot as plain JSON-ready data.
 

@@ -124,3 +124,40 @@ class AgentSession(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class ApprovalDecision(models.Model):
+    """The audit row of one approval decision on a tool call of a session.
+
+    Written only after Dex accepted the decision (``resolve_interrupt`` returned True), so the
+    table lists decisions that took effect. ``arguments`` is the tool call's JSON text exactly
+    as the model produced it; ``rejection_message`` is blank for approvals (seed "RPCs": an
+    approval drops it). Rows outlive nothing they point at: sessions and deciders are
+    protected, so users with an audit trail are deactivated rather than deleted.
+    """
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.PROTECT, related_name="approval_decisions"
+    )
+    interrupt_id = models.CharField(max_length=255)
+    tool_call_id = models.CharField(max_length=255)
+    tool_name = models.CharField(max_length=255)
+    arguments = models.TextField(blank=True, help_text="JSON text, as the model produced it.")
+    approved = models.BooleanField()
+    rejection_message = models.TextField(blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
+    )
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-decided_at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("session", "interrupt_id"), name="approval_decision_unique_interrupt"
+            )
+        ]
+
+    def __str__(self) -> str:
+        verdict = "approved" if self.approved else "rejected"
+        return f"{self.session_id} {self.interrupt_id} {verdict}"

@@ -5,11 +5,12 @@ import logging
 import os
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import transaction
+from django.db import models, transaction
 
 from agents_app import dex_gateway
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision
 
 logger = logging.getLogger(__name__)
 
@@ -91,26 +92,147 @@ def session_message_send(*, session: AgentSession, text: str) -> bool:
 
 
 def session_status_record(*, session: AgentSession, status: str) -> None:
-    """Store the last status seen in Dex on the index row, when it changed."""
+    """Store the last status seen in Dex on the index row, when it changed.
+
+    ``stopped`` is final: a stopped session's retained snapshot still reports its last
+    AgentState status, which must not reopen the row.
+    """
+    if session.status == SESSION_STATUS_STOPPED:
+        return
     if session.status != status:
         session.status = status
         session.save(update_fields=["status", "updated_at"])
 
 
-def user_token_get_or_create(*, username: str) -> tuple[str, bool]:
+SESSION_STATUS_STOPPED = "stopped"
+
+
+def session_stop(*, session: AgentSession) -> None:
+    """Stop the session's Dex Flow and mark its index row ``stopped``.
+
+    Dex keeps serving the snapshot of the stopped session (seed "RPCs": retained closed
+    sessions). A Flow Dex no longer has counts as stopped.
+
+    Raises:
+        dex_gateway.EngineUnavailableError: Dex did not answer; the row is left as it was.
+    """
+    dex_gateway.run(dex_gateway.session_stop(session_id=session.id, reason="stopped by user"))
+    if session.status != SESSION_STATUS_STOPPED:
+        session.status = SESSION_STATUS_STOPPED
+        session.save(update_fields=["status", "updated_at"])
+
+
+# How long AgentSessionClient.resolve_interrupt retries a held PendingInterrupts lock
+# (seed "RPCs": 5 seconds).
+RESOLVE_LOCK_RETRY_SECONDS = 5.0
+
+
+class InterruptNotFoundError(Exception):
+    """The session never had an interrupt with this ID (as far as its snapshot shows)."""
+
+
+class InterruptNotPendingError(Exception):
+    """The interrupt was already decided, or its deadline passed, so Dex refused it."""
+
+
+def interrupt_resolve(
+    *,
+    session: AgentSession,
+    interrupt_id: str,
+    approved: bool,
+    rejection_message: str = "",
+    decided_by: AbstractBaseUser | AnonymousUser,
+) -> ApprovalDecision:
+    """Approve or reject the pending tool call ``interrupt_id`` of ``session`` and audit it.
+
+    The tool call's details are read from the session's snapshot first, then Dex's
+    ``resolve_interrupt`` RPC decides (seed "RPCs"); the ``ApprovalDecision`` row is written
+    only when Dex accepted. An approval drops ``rejection_message``, as Dex does.
+    Permissions are the caller's business (only staff approve).
+
+    Raises:
+        InterruptNotFoundError: The snapshot shows no such interrupt, pending or past.
+        InterruptNotPendingError: Already decided, past its deadline, or decided by a
+            concurrent request (Dex answered False).
+        dex_gateway.EngineUnavailableError: Dex did not answer or stayed busy.
+        dex_gateway.SessionNotFoundError: Dex has no such session.
+    """
+    if ApprovalDecision.objects.filter(session=session, interrupt_id=interrupt_id).exists():
+        raise InterruptNotPendingError("This tool call was already decided.")
+    snapshot = dex_gateway.run(dex_gateway.session_snapshot(session_id=session.id))
+    pending = next(
+        (
+            item
+            for item in snapshot["pending_interrupts"]
+            if item.get("interrupt_id") == interrupt_id
+        ),
+        None,
+    )
+    if pending is None:
+        # Interrupt IDs are "<turn_id>.<tool_call_id>" (seed "Persistence").
+        past = any(
+            f"{call.get('turn_id')}.{call.get('tool_call_id')}" == interrupt_id
+            for call in snapshot["tool_calls"]
+        )
+        if past:
+            raise InterruptNotPendingError("This tool call no longer waits for a decision.")
+        raise InterruptNotFoundError(interrupt_id)
+    message = "" if approved else rejection_message
+    # resolve_interrupt retries a held lock for a while; the deadline leaves room for that on
+    # top of the usual engine timeout.
+    accepted = dex_gateway.run(
+        dex_gateway.session_resolve_interrupt(
+            session_id=session.id,
+            interrupt_id=interrupt_id,
+            approved=approved,
+            rejection_message=message or None,
+        ),
+        timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) + RESOLVE_LOCK_RETRY_SECONDS,
+    )
+    if not accepted:
+        raise InterruptNotPendingError(
+            "This tool call no longer waits for a decision (decided, or past its deadline)."
+        )
+    decision, _ = ApprovalDecision.objects.get_or_create(
+        session=session,
+        interrupt_id=interrupt_id,
+        defaults={
+            "tool_call_id": str(pending.get("tool_call_id", "")),
+            "tool_name": str(pending.get("tool_name", "")),
+            "arguments": str(pending.get("arguments", "")),
+            "approved": approved,
+            "rejection_message": message,
+            "decided_by_id": decided_by.pk,
+        },
+    )
+    return decision
+
+
+def user_token_get_or_create(*, username: str, staff: bool = False) -> tuple[str, bool]:
     """Return ``(token key, user_created)`` for ``username``, creating both when missing.
 
-    A new user gets no usable password; it authenticates with the token only.
+    A new user gets no usable password; it authenticates with the token only. ``staff``
+    creates the user as staff, or marks an existing one (it never takes staff away).
+
+    Raises:
+        django.core.exceptions.ValidationError: ``username`` fails the user model's
+            username field (its validators and max length); nothing is created.
     """
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
     user_model = get_user_model()
+    username_field = user_model._meta.get_field(user_model.USERNAME_FIELD)
+    if isinstance(username_field, models.Field):
+        username_field.clean(username, None)
     lookup: dict[str, Any] = {user_model.USERNAME_FIELD: username}
     with transaction.atomic():
         user, created = user_model._default_manager.get_or_create(**lookup)
         if created:
             user.set_unusable_password()
+        if staff:
+            user.is_staff = True
+        if created or staff:
             user.save()
         token, _ = Token.objects.get_or_create(user=user)
     return token.key, created

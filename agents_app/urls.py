@@ -4,16 +4,20 @@ from django.urls import path
 
 from agents_app.apis import (
     AgentListApi,
+    ApprovalListApi,
+    InterruptResolveApi,
     SessionDetailApi,
     SessionHistoryApi,
     SessionListCreateApi,
     SessionMessageApi,
+    SessionStopApi,
 )
 
 app_name = "agents_api"
 
 urlpatterns = [
     path("agents/", AgentListApi.as_view(), name="agent-list"),
+    path("approvals/", ApprovalListApi.as_view(), name="approval-list"),
     path("sessions/", SessionListCreateApi.as_view(), name="session-list"),
     path("sessions/<str:session_id>/", SessionDetailApi.as_view(), name="session-detail"),
     path(
@@ -25,5 +29,11 @@ urlpatterns = [
         "sessions/<str:session_id>/history/",
         SessionHistoryApi.as_view(),
         name="session-history",
+    ),
+    path("sessions/<str:session_id>/stop/", SessionStopApi.as_view(), name="session-stop"),
+    path(
+        "sessions/<str:session_id>/interrupts/<str:interrupt_id>/",
+        InterruptResolveApi.as_view(),
+        name="session-interrupt",
     ),
 ]

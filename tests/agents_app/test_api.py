@@ -208,3 +208,15 @@ def test_an_agent_whose_provider_key_is_missing_cannot_start(
     assert listed["claude"]["configured"] is True
     assert listed["claude"]["not_configured_reason"] is None
     assert "sk-test-value" not in str(listed)
+
+
+def test_an_oversized_body_is_a_json_413_and_creates_nothing(
+    owner_client: APIClient, settings: Any
+) -> None:
+    AgentDefinitionFactory.create(slug="demo")
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    answer = owner_client.post("/api/v1/sessions/", {"agent": "demo", "message": "x" * 20_000},
+                               format="json")
+    assert answer.status_code == 413
+    assert "10000 bytes" in answer.json()["detail"]
+    assert not AgentSession.objects.exists()

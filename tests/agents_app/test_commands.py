@@ -151,3 +151,31 @@ def test_seed_demo_adds_new_demo_servers_to_an_existing_demo_agent() -> None:
         "slack__post_message",
         "slack__search_messages",
     ]
+
+
+def test_createtoken_staff_creates_a_staff_user() -> None:
+    key = run("createtoken", "reviewer", "--staff").strip()
+    user = get_user_model().objects.get(username="reviewer")
+    assert user.is_staff and not user.is_superuser
+    assert Token.objects.get(user=user).key == key
+
+
+def test_createtoken_staff_marks_an_existing_user_and_plain_runs_keep_it() -> None:
+    UserFactory.create(username="carol")
+    first = run("createtoken", "carol").strip()
+    assert not get_user_model().objects.get(username="carol").is_staff
+    assert run("createtoken", "carol", "--staff").strip() == first
+    assert run("createtoken", "carol").strip() == first
+    assert get_user_model().objects.get(username="carol").is_staff
+
+
+@pytest.mark.parametrize(
+    ("username", "fragment"),
+    [("a b", "valid username"), ("x" * 151, "at most 150"), ("x" * 201, "at most 150")],
+)
+def test_createtoken_refuses_names_the_user_model_refuses(username: str, fragment: str) -> None:
+    with pytest.raises(CommandError, match=fragment):
+        run("createtoken", username)
+    with pytest.raises(CommandError, match=fragment):
+        run("createtoken", username, "--staff")
+    assert not get_user_model().objects.filter(username=username).exists()

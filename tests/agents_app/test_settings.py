@@ -80,7 +80,7 @@ def test_zero_setup_defaults(tmp_path: Path) -> None:
     assert "journal_mode=WAL" in options["init_command"]
     assert options["transaction_mode"] == "IMMEDIATE"
     assert data["channel_backend"] == "channels.layers.InMemoryChannelLayer"
-    assert data["broker"] == "filesystem://"
+    assert data["broker"] == "filesystem://localhost//"
     broker_options = data["broker_options"]
     assert isinstance(broker_options, dict)
     assert Path(broker_options["data_folder_in"]).is_dir()
@@ -165,7 +165,7 @@ def test_celery_app_is_configured_from_settings() -> None:
     from dexagents_site import celery_app
 
     assert celery_app.main == "dexagents"
-    assert celery_app.conf.broker_url == "filesystem://"
+    assert celery_app.conf.broker_url == "filesystem://localhost//"
     celery_app.loader.import_default_modules()
     assert "mcp_registry.discover_server_tools" in celery_app.tasks
 

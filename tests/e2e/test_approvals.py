@@ -1,0 +1,160 @@
+"""Approving and rejecting a tool write end to end: real engine, worker, web, demo model and MCP.
+
+The demo agent's ``slack__post_message`` is a non-idempotent write, so it waits for approval
+(ARCHITECTURE.md "Approvals"); every post is appended to ``slack_messages.json`` in the demo
+state directory, which counts how often the tool really ran.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+REJECTION = "Not in general, please use random."
+
+
+def _pending_for(staff: httpx.Client, session_id: str, *, seen: set[str]) -> dict[str, Any]:
+    """Poll the staff approvals list until ``session_id`` has an interrupt not in ``seen``."""
+
+    def probe() -> dict[str, Any] | None:
+        answer = staff.get("/api/v1/approvals/")
+        assert answer.status_code == 200, answer.text
+        for item in answer.json():
+            if item["session"] == session_id and item["interrupt_id"] not in seen:
+                return dict(item)
+        return None
+
+    return wait_until("a pending approval", probe, timeout=30)
+
+
+def _wait_for_reply(api: httpx.Client, session_id: str, message_count: int) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
+        assert snapshot.get("last_turn_error") in (None, ""), snapshot
+        if (snapshot["status"] == "waiting_for_user_message"
+                and len(snapshot["messages"]) >= message_count):
+            return snapshot
+        return None
+
+    return wait_until("the session to answer", probe, timeout=30)
+
+
+def _posted(var_dir: Path) -> list[dict[str, Any]]:
+    path = var_dir / "demo_mcp" / "slack_messages.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _decisions(processes: Processes) -> list[dict[str, Any]]:
+    """The ApprovalDecision rows of the stack's own database, oldest first."""
+    code = (
+        "import json; from agents_app.models import ApprovalDecision as D; "
+        "print(json.dumps([dict(interrupt_id=d.interrupt_id, tool_call_id=d.tool_call_id, "
+        "tool_name=d.tool_name, arguments=d.arguments, approved=d.approved, "
+        "rejection_message=d.rejection_message, decided_by=d.decided_by.username, "
+        "decided_at=d.decided_at.isoformat()) for d in D.objects.order_by('decided_at')]))"
+    )
+    out = processes.run([PYTHON, "manage.py", "shell", "-c", code])
+    return list(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_staff_approve_and_reject_a_write(
+    processes: Processes, ports: Ports, stack_env: dict[str, str]
+) -> None:
+    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
+    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.run([PYTHON, "manage.py", "seed_demo"])
+    owner_token = processes.run(
+        [PYTHON, "manage.py", "createtoken", "e2e-owner"]).strip().splitlines()[-1]
+    staff_token = processes.run(
+        [PYTHON, "manage.py", "createtoken", "e2e-reviewer", "--staff"]).strip().splitlines()[-1]
+
+    processes.start("engine", [
+        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
+        "--db", f"{var_dir}/dex.sqlite3",
+    ]).wait_for_line("dex_dev_server ready on")
+    processes.start("model", [PYTHON, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
+    processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
+    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                            "--host", "127.0.0.1", "--port", str(ports.web)]
+                    ).wait_for_line("Application startup complete")
+
+    base = f"http://127.0.0.1:{ports.web}"
+    owner = httpx.Client(base_url=base, headers={"Authorization": f"Token {owner_token}"},
+                         timeout=30)
+    staff = httpx.Client(base_url=base, headers={"Authorization": f"Token {staff_token}"},
+                         timeout=30)
+    wait_until("healthz to report every part up",
+               lambda: owner.get("/healthz").status_code == 200, timeout=60)
+
+    arguments = json.dumps({"channel": "general", "text": "hi"})
+    created = owner.post("/api/v1/sessions/", json={
+        "agent": "demo", "message": f"/tool slack__post_message {arguments}"})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+
+    # The write waits for a decision; the tool has not run.
+    pending = _pending_for(staff, session_id, seen=set())
+    assert pending["agent"] == "demo"
+    assert pending["owner"] == "e2e-owner"
+    assert pending["tool_name"] == "slack__post_message"
+    assert json.loads(pending["arguments"]) == {"channel": "general", "text": "hi"}
+    interrupt_url = f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/"
+    assert _posted(var_dir) == []
+
+    # The owner may neither list nor decide approvals, not even on their own session.
+    assert owner.get("/api/v1/approvals/").status_code == 403
+    assert owner.post(interrupt_url, json={"approved": True}).status_code == 403
+
+    approved = staff.post(interrupt_url, json={"approved": True, "rejection_message": "ignored"})
+    assert approved.status_code == 200, approved.text
+    assert approved.json() == {"resolved": True}
+    snapshot = _wait_for_reply(owner, session_id, message_count=2)
+    assert snapshot["pending_interrupts"] == []
+    posts = _posted(var_dir)
+    assert [(post["channel"], post["text"]) for post in posts] == [("general", "hi")]
+
+    again = staff.post(interrupt_url, json={"approved": True})
+    assert again.status_code == 409, again.text
+    assert "detail" in again.json()
+
+    # A second write in the next turn is rejected; the model hears why and nothing is posted.
+    assert owner.post(f"/api/v1/sessions/{session_id}/messages/", json={
+        "text": f"/tool slack__post_message {arguments}"}).status_code == 202
+    second = _pending_for(staff, session_id, seen={pending["interrupt_id"]})
+    rejected = staff.post(
+        f"/api/v1/sessions/{session_id}/interrupts/{second['interrupt_id']}/",
+        json={"approved": False, "rejection_message": REJECTION})
+    assert rejected.status_code == 200, rejected.text
+    snapshot = _wait_for_reply(owner, session_id, message_count=4)
+    final = snapshot["messages"][-1]
+    assert final["role"] == "assistant"
+    assert REJECTION in final["text"]
+    assert len(_posted(var_dir)) == 1
+
+    decisions = _decisions(processes)
+    assert [(d["interrupt_id"], d["approved"], d["rejection_message"], d["decided_by"])
+            for d in decisions] == [
+        (pending["interrupt_id"], True, "", "e2e-reviewer"),
+        (second["interrupt_id"], False, REJECTION, "e2e-reviewer"),
+    ]
+    assert decisions[0]["tool_call_id"] == pending["tool_call_id"]
+    assert decisions[0]["tool_name"] == "slack__post_message"
+    assert decisions[0]["arguments"] == pending["arguments"]
+
+    # The owner stops the session; its snapshot still answers and it leaves the approvals scan.
+    stopped = owner.post(f"/api/v1/sessions/{session_id}/stop/")
+    assert stopped.status_code == 202, stopped.text
+    after = owner.get(f"/api/v1/sessions/{session_id}/")
+    assert after.status_code == 200, after.text
+    assert after.json()["messages"] == snapshot["messages"]
+    listed = owner.get("/api/v1/sessions/", params={"status": "stopped"}).json()["results"]
+    assert [item["id"] for item in listed] == [session_id]
