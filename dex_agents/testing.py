@@ -273,11 +273,24 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+_HANDED_OUT_PORTS: set[int] = set()
+
+
+def free_port() -> int:
+    """A free loopback TCP port that this process has not been handed before.
+
+    gRPC shares one subchannel per target among all channels of a process, and a subchannel to
+    a server that went away stays in backoff for a while: a new server that happened to get the
+    same port would see its first calls fail with "connection refused". Never reusing a port
+    within one test process avoids that.
+    """
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if port not in _HANDED_OUT_PORTS:
+            _HANDED_OUT_PORTS.add(port)
+            return port
 
 
 def _spawn(
@@ -462,7 +475,7 @@ class AgentTestStack:
         engine_env = _engine_env()
         if dexcli:
             engine_env[DEX_SERVER_ZD_BINARY_ENV] = dex_server_zd_binary(dexcli, os.environ)
-            port = _free_port()
+            port = free_port()
             command = [dexcli, "dev", "--engine", "zd", "--port", str(port)]
             self.server_address = f"127.0.0.1:{port}"
         else:

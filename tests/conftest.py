@@ -112,7 +112,8 @@ ENGINE_READY_DEADLINE_SECONDS = 30.0
 
 @pytest.fixture
 def engine(settings: Any, tmp_path: Path) -> Iterator[str]:
-    """Run the real embedded engine (``python -m dex_dev_server --port 0``) for one test.
+    """Run the real embedded engine (``python -m dex_dev_server``) for one test, on a port
+    this test process never used before (``dex_agents.testing.free_port``).
 
     Yields its ``host:port`` and points ``DEXAGENTS["DEX_SERVER_ADDRESS"]`` at it.
     """
@@ -122,8 +123,11 @@ def engine(settings: Any, tmp_path: Path) -> Iterator[str]:
     import threading
     import time
 
+    from dex_agents.testing import free_port
+
     process = subprocess.Popen(
-        [sys.executable, "-m", "dex_dev_server", "--port", "0", "--db", str(tmp_path / "dex.db")],
+        [sys.executable, "-m", "dex_dev_server", "--port", str(free_port()),
+         "--db", str(tmp_path / "dex.db")],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -25,6 +25,8 @@ from dex import (
     open_blob_cache,
 )
 
+from dex_agents.testing import free_port
+
 from .flows import ALL_FLOWS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +39,9 @@ class EngineProcess:
     def __init__(self, db: Path, log: Path) -> None:
         self.db = db
         self.log = log
-        self.port = 0
+        # A port never handed out before in this process (see dex_agents.testing.free_port);
+        # restarts of this engine keep it.
+        self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
 
     @property

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,14 +16,10 @@ from typing import TypeVar
 
 import pytest
 
+from dex_agents.testing import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(description: str, probe: Callable[[], T | None], *, timeout: float = 60.0,
