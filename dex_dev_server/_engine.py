@@ -412,6 +412,12 @@ class EngineState:
         """Queued plus executing user Steps (the timeout Step is excluded)."""
         return len(run.queue) + sum(1 for s in run.steps.values() if not s.system)
 
+    def settle(self, run: Run) -> None:
+        """After a change to ``run``: move it as far as it can go, commit, and dispatch."""
+        self.advance(run)
+        self.flush(run)
+        self.pump()
+
     def advance(self, run: Run) -> None:
         """Dequeue movements, take locks, evaluate waits and check graceful completion."""
         progressed = True
@@ -447,9 +453,7 @@ class EngineState:
 
     def _tick(self, run: Run) -> None:
         if run.is_open:
-            self.advance(run)
-            self.flush(run)
-            self.pump()
+            self.settle(run)
 
     def _create_step(self, run: Run, mv: pb.StepMovement) -> None:
         n = run.counters.get(mv.step_type, 0) + 1
@@ -578,9 +582,7 @@ class EngineState:
             return
         if st.timers[index][1] == TIMER_PENDING:
             st.timers[index][1] = float(TIMER_FIRED)
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
 
     def skip_timer(self, run: Run, st: StepExec, index: int) -> None:
         """Mark a pending timer SKIPPED (counts as fired)."""
@@ -1004,9 +1006,7 @@ class EngineState:
         self._cancel_inflight(st)
         message = f"{method} method timeout after {timeout}s"
         self.fail_attempt(run, st, self.failure(st, backend_error=message), message)
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
 
     def failure(
         self,
@@ -1296,9 +1296,7 @@ class EngineState:
                     ),
                     message,
                 )
-                self.advance(run)
-                self.flush(run)
-                self.pump()
+                self.settle(run)
                 return
         else:
             self.declined_until[stream.sid] = now() + NO_CAPACITY_BACKOFF

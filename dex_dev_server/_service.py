@@ -658,9 +658,7 @@ class Engine(EngineState):
         self.add_history(
             run, channel_external_publish=pb.ChannelExternalPublishEvent(messages=published)
         )
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
         return empty_pb2.Empty()
 
     async def GetChannelMessages(
@@ -692,9 +690,7 @@ class Engine(EngineState):
                 ]
             ),
         )
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
         return empty_pb2.Empty()
 
     # Attributes ------------------------------------------------------------------------------
@@ -729,9 +725,7 @@ class Engine(EngineState):
                 is_set_attribute_api=True,
             ),
         )
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
         return empty_pb2.Empty()
 
     async def WaitForAttribute(
@@ -838,9 +832,7 @@ class Engine(EngineState):
         ):
             raise invalid("requested timer condition does not exist or is not pending")
         self.skip_timer(run, st, index)
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
         return empty_pb2.Empty()
 
     async def UpdateFlowConfig(
@@ -1019,9 +1011,7 @@ class Engine(EngineState):
                         self._reapply(run, event)
         finally:
             self.replaying = False
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
         return run
 
     def _replay(self, run: Run, event: pb.FlowHistoryEvent) -> None:
@@ -1162,9 +1152,7 @@ class Engine(EngineState):
             if locking:
                 self.unlock(run, owner)
                 if run.is_open:
-                    self.advance(run)
-                    self.flush(run)
-                    self.pump()
+                    self.settle(run)
 
     async def _run_rpc(
         self, run: Run, request: pb.InvokeRPCRequest, context: Any, transactional: bool
@@ -1331,9 +1319,7 @@ class Engine(EngineState):
         stripped.ClearField("close_decision")
         if stripped.next_steps or stripped.cancel_step_types:
             apply_decision(self, run, stripped, f"__rpc/{request.rpc_name}", None, None)
-        self.advance(run)
-        self.flush(run)
-        self.pump()
+        self.settle(run)
         return pb.InvokeRPCResponse(output=output)
 
     # Streams ----------------------------------------------------------------------------------
