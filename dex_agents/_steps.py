@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -681,20 +681,14 @@ class RecordToolFailure(_SessionStep, Step[str]):
         return _sync_options()
 
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
-        record = _open_record(context, input)
-        if record is None:
-            return dead_end()
-        status = (
-            ToolCallStatus.FAILED
+        return _record_recovery(
+            self._flow,
+            context,
+            input,
+            lambda record: ToolCallStatus.FAILED
             if record.effect is ToolEffect.READ
-            else ToolCallStatus.OUTCOME_UNKNOWN
+            else ToolCallStatus.OUTCOME_UNKNOWN,
         )
-        events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
-        try:
-            final = replace(record, status=status, error=_recovery_detail(context))
-            return _finish_tool_call(context, events, final)
-        finally:
-            events.close()
 
 
 class RecordToolOutcomeUnknown(_SessionStep, Step[str]):
@@ -704,17 +698,29 @@ class RecordToolOutcomeUnknown(_SessionStep, Step[str]):
         return _sync_options()
 
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
-        record = _open_record(context, input)
-        if record is None:
-            return dead_end()
-        events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
-        try:
-            final = replace(
-                record, status=ToolCallStatus.OUTCOME_UNKNOWN, error=_recovery_detail(context)
-            )
-            return _finish_tool_call(context, events, final)
-        finally:
-            events.close()
+        return _record_recovery(
+            self._flow, context, input, lambda _record: ToolCallStatus.OUTCOME_UNKNOWN
+        )
+
+
+def _record_recovery(
+    flow: AgentSessionFlow,
+    context: AsyncContext,
+    tool_call_id: str,
+    status_for: Callable[[AgentToolCall], ToolCallStatus],
+) -> StepDecision:
+    """Make a tool call's open record final after its Step failed (seed "Effects and
+    policies"): ``status_for(record)`` with the recovery detail in ``error``, then publish.
+    A record that is already final ends the Step without publishing again."""
+    record = _open_record(context, tool_call_id)
+    if record is None:
+        return dead_end()
+    events = AgentEventWriter(flow.agent_events, context, record.turn_id)
+    try:
+        final = replace(record, status=status_for(record), error=_recovery_detail(context))
+        return _finish_tool_call(context, events, final)
+    finally:
+        events.close()
 
 
 class ResumeTurn(_SessionStep, Step[int]):

@@ -1183,22 +1183,9 @@ class Engine(EngineState):
                     asyncio.shield(call.future), max(0.0, left)
                 )
             except TimeoutError:
-                raise ServiceError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    pb.ERROR_SUB_STATUS_WORKER_API_ERROR,
-                    f"rpc {request.rpc_name!r} timeout after {int(budget)}s",
-                ) from None
+                raise _rpc_timeout_error(request, budget) from None
         except WorkerFailed as failed:
-            we = failed.error
-            raise ServiceError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                pb.ERROR_SUB_STATUS_WORKER_API_ERROR,
-                we.detail or "worker error",
-                worker_detail=we.detail,
-                worker_type=we.error_type,
-                worker_status=we.grpc_status or 2,
-                worker_stack_trace=we.stack_trace,
-            ) from None
+            raise _rpc_worker_error(failed) from None
         except WorkerLost as lost:
             unknown = lost.reason == pb.DISPATCH_TASK_ERROR_REASON_UNKNOWN_NAME
             raise ServiceError(
@@ -1222,22 +1209,9 @@ class Engine(EngineState):
         try:
             response = await run_rpc(self, run, build_rpc_request(self, run, request), budget)
         except WorkerFailed as failed:
-            we = failed.error
-            raise ServiceError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                pb.ERROR_SUB_STATUS_WORKER_API_ERROR,
-                we.detail or "worker error",
-                worker_detail=we.detail,
-                worker_type=we.error_type,
-                worker_status=we.grpc_status or 2,
-                worker_stack_trace=we.stack_trace,
-            ) from None
+            raise _rpc_worker_error(failed) from None
         except TimeoutError:
-            raise ServiceError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                pb.ERROR_SUB_STATUS_WORKER_API_ERROR,
-                f"rpc {request.rpc_name!r} timeout after {int(budget)}s",
-            ) from None
+            raise _rpc_timeout_error(request, budget) from None
         except WorkerLost as lost:
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -1564,3 +1538,26 @@ def _reset_point(events: list[pb.FlowHistoryEvent], request: pb.ResetFlowRequest
         ):
             return i
     raise invalid(f"no recorded {exe_id!r} method to travel to")
+
+
+def _rpc_worker_error(failed: WorkerFailed) -> ServiceError:
+    """The InvokeRPC error for a worker that answered with an error (spec section 5)."""
+    we = failed.error
+    return ServiceError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        pb.ERROR_SUB_STATUS_WORKER_API_ERROR,
+        we.detail or "worker error",
+        worker_detail=we.detail,
+        worker_type=we.error_type,
+        worker_status=we.grpc_status or 2,
+        worker_stack_trace=we.stack_trace,
+    )
+
+
+def _rpc_timeout_error(request: pb.InvokeRPCRequest, budget: float) -> ServiceError:
+    """The InvokeRPC error for an RPC that did not finish within ``budget`` seconds."""
+    return ServiceError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        pb.ERROR_SUB_STATUS_WORKER_API_ERROR,
+        f"rpc {request.rpc_name!r} timeout after {int(budget)}s",
+    )
