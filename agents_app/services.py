@@ -496,7 +496,8 @@ def demo_seed() -> DemoSeedResult:
     user_model = get_user_model()
     manager = user_model._default_manager
     demo_password: str | None = None
-    demo_user, demo_created = manager.get_or_create(**{user_model.USERNAME_FIELD: DEMO_USERNAME})
+    demo_lookup: dict[str, Any] = {user_model.USERNAME_FIELD: DEMO_USERNAME}
+    demo_user, demo_created = manager.get_or_create(**demo_lookup)
     if demo_created:
         created.append(f"user {DEMO_USERNAME}")
     # A fresh row's blank password counts as "usable" to Django, so creation is checked too.
