@@ -262,11 +262,12 @@ function showLive(socketState, detail = {}) {
     connecting: detail.reconnect ? "Reconnecting…" : "Connecting…",
     open: "Live",
     waiting: "Checking every 2 s",
+    offline: "Offline",
     refused: "Live updates refused; checking every 2 s",
     stopped: "",
   };
   node.textContent = texts[socketState] ?? socketState;
-  node.dataset.state = socketState === "waiting" ? "reconnecting" : socketState === "refused" ? "closed" : socketState;
+  node.dataset.state = { waiting: "reconnecting", offline: "closed", refused: "closed" }[socketState] ?? socketState;
 }
 
 function startSocket() {
@@ -298,6 +299,7 @@ byId("decisions-older").addEventListener("click", () => {
   loadDecisions();
 });
 window.addEventListener("focus", () => loadPending());
+window.addEventListener("offline", () => state.socket?.pause());
 window.addEventListener("online", () => {
   loadPending();
   state.socket?.reconnectNow();

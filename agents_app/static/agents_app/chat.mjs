@@ -95,10 +95,11 @@ function showConnection(socketState, detail = {}) {
   if (socketState === "waiting") {
     text = navigator.onLine === false ? "Offline; live updates resume when the network returns" : `Live updates interrupted; retrying in ${Math.ceil((detail.delay ?? 0) / 1000)} s`;
   }
+  if (socketState === "offline") text = "Offline; live updates resume when the network returns";
   if (socketState === "refused") {
     text = detail.code === 4401 ? "Live updates refused: log in again" : "Live updates are not available for this session";
   }
-  node.dataset.state = socketState === "waiting" ? "reconnecting" : socketState === "refused" ? "closed" : socketState;
+  node.dataset.state = { waiting: "reconnecting", offline: "closed", refused: "closed" }[socketState] ?? socketState;
   node.textContent = text;
 }
 
@@ -622,6 +623,8 @@ if ("IntersectionObserver" in window) {
 }
 window.addEventListener("focus", refreshNow);
 window.addEventListener("online", refreshNow);
+// An established socket may outlive a lost network without noticing; resume it afresh.
+window.addEventListener("offline", () => state.socket?.pause());
 document.addEventListener("visibilitychange", () => {
   if (document.visibilityState === "visible") refreshNow();
 });

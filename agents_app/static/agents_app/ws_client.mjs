@@ -74,7 +74,8 @@ class TokenMemory {
  *   onFrame(frame): any other frame.
  *   onOpen({reconnected}): the socket opened; `reconnected` is false only the first time.
  *   onStateChange(state, detail): "connecting" ({reconnect}) | "open" | "waiting" ({code,
- *       delay}: the backoff before the next attempt) | "refused" ({code}) | "stopped".
+ *       delay}: the backoff before the next attempt) | "offline" (paused until
+ *       reconnectNow) | "refused" ({code}) | "stopped".
  *   WebSocketImpl, setTimer, clearTimer, random: injectable for tests.
  */
 export class ResumableSocket {
@@ -124,7 +125,7 @@ export class ResumableSocket {
    * regained focus). Does nothing while a socket is open or being opened.
    */
   reconnectNow() {
-    if (this.state !== "waiting") return;
+    if (this.state !== "waiting" && this.state !== "offline") return;
     this.clearTimer(this.timer);
     this.timer = null;
     this.connect();
@@ -142,6 +143,18 @@ export class ResumableSocket {
     this.timer = null;
     this.detach();
     this.connect();
+  }
+
+  /**
+   * The device lost its network (the page's `offline` event): drop the socket, which can no
+   * longer be trusted to deliver, and wait for `reconnectNow` instead of retrying blindly.
+   */
+  pause() {
+    if (this.state === "stopped" || this.state === "refused" || this.state === "idle") return;
+    this.clearTimer(this.timer);
+    this.timer = null;
+    this.detach();
+    this.setState("offline");
   }
 
   /** Close for good (page unload). */

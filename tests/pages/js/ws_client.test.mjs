@@ -210,3 +210,20 @@ test("stop closes the socket and ignores its late callbacks", () => {
   assert.equal(timers.size, 0);
   assert.equal(seen.states.at(-1), "stopped");
 });
+
+test("pause drops the socket until reconnectNow, which resumes after the last token", () => {
+  const { client, made, timers, seen } = build();
+  client.start();
+  made[0].open();
+  made[0].send(eventFrame("t1"));
+  client.pause();
+  assert.equal(made[0].closedWith, 1000);
+  assert.equal(seen.states.at(-1), "offline");
+  assert.equal(timers.size, 0);
+  made[0].send(eventFrame("t2")); // a late frame of the dropped socket is ignored
+  assert.deepEqual(seen.events, ["t1"]);
+  client.reconnectNow();
+  assert.equal(made[1].url, "ws://host/ws/sessions/ses_1/events/?after=t1");
+  made[1].open();
+  assert.deepEqual(seen.opens, [false, true]);
+});
