@@ -212,6 +212,8 @@ def screenshot(page: Page, name: str) -> None:
     """Save a full-page PNG and check nothing is wider than the viewport."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     width = page.viewport_size["width"] if page.viewport_size else 0
+    # Sticky bars land mid-picture in a full-page capture of a scrolled page.
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
     overflow = page.evaluate("document.documentElement.scrollWidth")
     assert overflow <= width, f"{name} is {overflow} px wide in a {width} px viewport"

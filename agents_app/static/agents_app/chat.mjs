@@ -506,6 +506,15 @@ function scheduleSnapshot(delay = EVENT_REFRESH_DEBOUNCE_MS) {
 
 // ---------------------------------------------------------------- events
 
+/**
+ * Show a status the events imply until the next snapshot says for sure; a pending approval
+ * (known only from the snapshot) is not overridden by replayed events.
+ */
+function hintStatus(status) {
+  if (state.snapshot?.awaiting_approval || state.status === "stopped") return;
+  if (state.status !== status) showStatus(status, false);
+}
+
 function onEvent(frame) {
   const event = frame.event;
   if (!event || typeof event.type !== "string") return;
@@ -513,18 +522,18 @@ function onEvent(frame) {
   if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
   const group = live.apply(event);
   if (group) {
-    if (state.status !== "running_model") showStatus("running_model", false);
+    hintStatus("running_model");
     followingChange(() => renderLive(group.kind));
     return;
   }
   addActivity(event);
   switch (event.type) {
     case "turn_started":
-      showStatus("running_model", false);
+      if (event.turn_id !== state.currentTurn) hintStatus("running_model");
       scheduleSnapshot();
       break;
     case "tool_call_started":
-      showStatus("running_tools", false);
+      hintStatus("running_tools");
       break;
     case "turn_completed":
       state.ending.set(event.turn_id, { messageCount: event.data?.message_count ?? null, tries: 0 });
