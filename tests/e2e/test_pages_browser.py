@@ -208,10 +208,13 @@ def wait_for_turn_end(stack: PageStack, persona: str, session_id: str) -> list[d
     return wait_until("the turn to end", probe, timeout=90)
 
 
-def screenshot(page: Page, name: str) -> None:
-    """Save a full-page PNG and check nothing is wider than the viewport."""
+def screenshot(page: Page, name: str, *, screen_too: bool = False) -> None:
+    """Save a full-page PNG (and with ``screen_too`` what the screen shows as it is scrolled,
+    as ``<name>-screen``) and check that nothing is wider than the viewport."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     width = page.viewport_size["width"] if page.viewport_size else 0
+    if screen_too:
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-screen-{width}.png"))
     # Sticky bars land mid-picture in a full-page capture of a scrolled page.
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
@@ -399,11 +402,11 @@ def test_screenshots_of_every_page_at_both_widths(contexts: Contexts, stack: Pag
         screenshot(page, "sessions")
         page.goto(f"/sessions/{done_id}/")
         expect(assistant_texts(page).last).to_contain_text("screenshots")
-        screenshot(page, "chat")
+        screenshot(page, "chat", screen_too=True)
         page.goto(f"/sessions/{waiting_id}/")
         expect(region(page, "Waiting for approval")).to_be_visible()
         expect(page.locator("#chat-status")).to_have_text("Waiting for approval")
-        screenshot(page, "chat-waiting-owner")
+        screenshot(page, "chat-waiting-owner", screen_too=True)
 
     for viewport in (WIDE, NARROW):
         staff = contexts.logged_in("reviewer", viewport=viewport)
@@ -416,4 +419,4 @@ def test_screenshots_of_every_page_at_both_widths(contexts: Contexts, stack: Pag
         staff.goto(f"/sessions/{waiting_id}/")
         expect(region(staff, "Waiting for approval").get_by_role("button", name="Approve")
                ).to_be_visible()
-        screenshot(staff, "chat-waiting-staff")
+        screenshot(staff, "chat-waiting-staff", screen_too=True)
