@@ -642,6 +642,14 @@ setInterval(() => {
   const busy = RUNNING.has(state.status) || state.snapshot?.awaiting_approval || state.socket?.state !== "open";
   if (busy) loadSnapshot();
 }, FALLBACK_REFRESH_MS);
-setInterval(() => refreshCountdowns(byId("pending-approval-list")), 1000);
+setInterval(() => {
+  const list = byId("pending-approval-list");
+  refreshCountdowns(list);
+  // Dex refuses a decision after the deadline, so expired calls offer none.
+  for (const item of list.children) {
+    const expired = item.querySelector(".countdown")?.dataset.expired === "true";
+    for (const button of item.querySelectorAll(".decision-buttons button")) if (expired) button.disabled = true;
+  }
+}, 1000);
 
 loadSnapshot();
