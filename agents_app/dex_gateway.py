@@ -154,12 +154,17 @@ def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
     """Build per-session ``dex_agents.ToolPolicy`` values from an agent_config snapshot.
 
     Returns:
-        ``{exposed tool name: ToolPolicy(ToolEffect(effect), requires_approval)}``.
+        ``{exposed tool name: ToolPolicy(ToolEffect(effect), requires_approval,
+        approval_deadline_seconds)}``.
     """
     from dex_agents import ToolEffect, ToolPolicy
 
     return {
-        tool["name"]: ToolPolicy(ToolEffect(tool["effect"]), tool["requires_approval"])
+        tool["name"]: ToolPolicy(
+            ToolEffect(tool["effect"]),
+            tool["requires_approval"],
+            tool.get("approval_deadline_seconds"),
+        )
         for tool in agent_config.get("tools", [])
     }
 
@@ -234,11 +239,12 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
     """Read the session's AgentSnapshot as plain JSON-ready data.
 
     Returns:
-        ``{"status", "messages": [{"sequence", "role", "text", "tool_calls"?,
+        ``{"status", "messages": [{"sequence", "role", "text", "turn_id", "tool_calls"?,
         "tool_call_id"?}], "pending_interrupts", "awaiting_approval", "tool_calls", "usage",
-        "queued_message_count", "last_turn_error"}``; ``status`` is
-        the AgentState status, or ``"starting"`` while the state is None (seed
-        "Design decisions"). Framework items are left out.
+        "queued_message_count", "queued_messages": [{"message_id", "text"}],
+        "last_turn_error", "has_older_messages"}``; ``status`` is the AgentState status, or
+        ``"starting"`` while the state is None (seed "Design decisions"). Framework items are
+        left out.
     """
     try:
         snapshot = await _connection().sessions.get_agent_snapshot(session_id)
@@ -258,30 +264,47 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
     if isinstance(tool_calls, Mapping):
         tool_calls = list(tool_calls.values())
     pending = plain_data(list(getattr(snapshot, "pending_interrupts", None) or []))
+    messages = [message_to_data(message) for message in getattr(snapshot, "messages", None) or []]
     return {
         "status": status or "starting",
-        "messages": [
-            message_to_data(message) for message in getattr(snapshot, "messages", None) or []
-        ],
+        "messages": messages,
         "pending_interrupts": pending,
         "awaiting_approval": bool(pending),
         "tool_calls": plain_data(list(tool_calls)),
         "usage": plain_data(getattr(snapshot, "usage", None)),
         "queued_message_count": int(getattr(snapshot, "queued_message_count", 0) or 0),
+        "queued_messages": plain_data(list(getattr(snapshot, "queued_messages", None) or [])),
         "last_turn_error": plain_data(last_turn_error),
+        "has_older_messages": bool(messages) and messages[0]["sequence"] > 1,
     }
 
 
+async def session_messages(
+    *, session_id: str, after_sequence: int, limit: int
+) -> list[dict[str, Any]]:
+    """Stored messages with ``sequence > after_sequence``, oldest first, at most ``limit``
+    (1..200), through the seed's ``list_agent_messages`` RPC; shapes as ``message_to_data``."""
+    try:
+        page = await _connection().sessions.list_agent_messages(
+            session_id, after_sequence=after_sequence, limit=limit
+        )
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return [message_to_data(message) for message in page.messages]
+
+
 def message_to_data(message: Any) -> dict[str, Any]:
-    """One stored message as ``{"sequence", "role", "text"}``, plus what links tool results to
-    their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an assistant message that
-    asked for tools and ``tool_call_id`` on a tool result, read from its Chat Completions item.
+    """One stored message as ``{"sequence", "role", "text", "turn_id"}``, plus what links tool
+    results to their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an assistant
+    message that asked for tools and ``tool_call_id`` on a tool result, read from its Chat
+    Completions item.
     Provider-specific replay data (reasoning items, thinking blocks) is left out.
     """
     data: dict[str, Any] = {
         "sequence": message.sequence,
         "role": plain_data(message.role),
         "text": message.text,
+        "turn_id": message.turn_id,
     }
     item = getattr(message, "framework_item", None)
     if not isinstance(item, Mapping):
