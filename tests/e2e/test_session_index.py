@@ -5,6 +5,7 @@ write to) other users' sessions; messages page backwards; a session can narrow i
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ def test_messages_page_backwards_and_sessions_narrow_their_tools(
         assert owner.post(f"/api/v1/sessions/{session_id}/messages/",
                           json={"text": text}).status_code == 202
         expected = len(snapshot["messages"]) + 2
-        snapshot = wait_until("the turn", lambda n=expected: idle_with(n), timeout=30)
+        snapshot = wait_until("the turn", functools.partial(idle_with, expected), timeout=30)
 
     pages: list[list[dict[str, Any]]] = []
     before: int | None = None
