@@ -168,6 +168,11 @@ SNAPSHOT_SCHEMA = inline_serializer(
         "usage": serializers.DictField(allow_null=True),
         "queued_message_count": serializers.IntegerField(),
         "last_turn_error": serializers.CharField(allow_null=True),
+        "events_after": serializers.CharField(
+            allow_blank=True,
+            help_text="AgentEvents resume token read before this snapshot ('' when none): "
+            "connect /ws/sessions/<id>/events/?after=<it> to follow the session from here.",
+        ),
     },
 )
 
@@ -188,9 +193,14 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
     @extend_schema(responses={200: SNAPSHOT_SCHEMA})
     def get(self, request: Request, session_id: str) -> Response:
         session = self.session_get(request, session_id)
+        # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
+        events_after = selectors.session_events_after_get(session=session)
         snapshot = session_snapshot_get(session=session)
         session_status_record(session=session, status=snapshot["status"])
-        return Response({"id": session.id, "agent": session.agent.slug, **snapshot})
+        return Response(
+            {"id": session.id, "agent": session.agent.slug, **snapshot,
+             "events_after": events_after}
+        )
 
 
 class SessionMessageApi(SessionOwnedMixin, APIView):
