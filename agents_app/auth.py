@@ -7,7 +7,7 @@ Browsers use the Django session cookie instead. The key is looked up in exactly 
 - REST: ``BearerTokenAuthentication`` (``REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]``).
 - Websockets: ``TokenAuthMiddlewareStack`` sets ``scope["user"]`` from the header, or from the
   session cookie when there is no token header; ``BrowserOriginValidator`` applies Channels'
-  ``AllowedHostsOriginValidator`` to every connection that could come from a browser.
+  ``AllowedHostsOriginValidator`` to every handshake that comes from a browser.
 
 Keys are credentials: nothing here logs them.
 """
@@ -131,13 +131,14 @@ def TokenAuthMiddlewareStack(inner: ASGIApp) -> ASGIApp:
 
 
 class BrowserOriginValidator:
-    """Channels' ``AllowedHostsOriginValidator``, except for non-browser token clients.
+    """Channels' ``AllowedHostsOriginValidator`` for every handshake that carries ``Origin``.
 
-    Every browser sends ``Origin`` on a websocket handshake and can only authenticate with
-    ambient cookies, which is what cross-site websocket hijacking abuses; so a connection
-    with an ``Origin`` header, or without a token header, must come from an allowed host.
-    A connection with an ``Authorization`` token header and no ``Origin`` is an API client
-    (no browser can set that header on a websocket), and is let through to authenticate.
+    Browsers send ``Origin`` on every websocket handshake (Fetch standard) and authenticate
+    with ambient cookies, which is what cross-site websocket hijacking abuses; those
+    handshakes must come from an allowed host. A handshake without ``Origin`` is not a
+    browser's: an API client with its own credentials (a token header, or a cookie it holds
+    itself). Channels refuses those with HTTP 403 by default; here they go on to
+    authentication, so an API client gets the protocol's close codes (4401, ...).
     """
 
     def __init__(self, inner: ASGIApp) -> None:
@@ -145,6 +146,6 @@ class BrowserOriginValidator:
         self.checked = AllowedHostsOriginValidator(inner)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if _header(scope, b"origin") is None and scope_token_key(scope) is not None:
+        if _header(scope, b"origin") is None:
             return await self.inner(scope, receive, send)
         return await self.checked(scope, receive, send)

@@ -471,22 +471,34 @@ async def session_events_after_retained(*, session_id: str, after: str) -> bool:
     Raises:
         EngineUnavailableError: Dex did not answer.
     """
+    from dex import DexServiceError
+
     connection = _connection()
     page_token = ""
     page_size = _EVENTS_FIRST_PAGE
-    try:
-        while True:
+    shrunk = False
+    while True:
+        try:
             page = await connection.client.list_stream_messages(
                 session_id, connection.flow.agent_events, page_size, page_token
             )
-            if any(message.resume_token == after for message in page.messages):
-                return True
-            if not page.next_page_token:
-                return False
-            page_token = page.next_page_token
+        except DexServiceError as error:
+            # A page of large messages (up to 1 MiB each) can pass gRPC's 4 MiB limit;
+            # smaller pages of the same position always fit (one message does).
+            if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and page_size > 1:
+                page_size = max(1, page_size // 4)
+                shrunk = True
+                continue
+            raise _translate(error, session_id) from error
+        except Exception as error:
+            raise _translate(error, session_id) from error
+        if any(message.resume_token == after for message in page.messages):
+            return True
+        if not page.next_page_token:
+            return False
+        page_token = page.next_page_token
+        if not shrunk:
             page_size = _EVENTS_PAGE
-    except Exception as error:
-        raise _translate(error, session_id) from error
 
 
 async def engine_health_check() -> bool:

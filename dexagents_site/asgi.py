@@ -2,7 +2,7 @@
 
 Websocket routes come from ``agents_app.routing.websocket_urlpatterns``, behind
 ``agents_app.auth``: API-token or session-cookie auth, and Channels' allowed-hosts origin
-check for every connection a browser could make (channels sample project ``config/asgi.py``;
+check for every handshake from a browser (channels sample project ``config/asgi.py``;
 reference/django-notes.md G2).
 """
 
@@ -26,7 +26,7 @@ from agents_app.routing import websocket_urlpatterns  # noqa: E402
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # AllowedHostsOriginValidator, except for API clients with a token header.
+        # AllowedHostsOriginValidator for browsers (handshakes with an Origin header).
         "websocket": BrowserOriginValidator(
             TokenAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
