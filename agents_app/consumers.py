@@ -244,35 +244,19 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         """Long-poll the Stream from ``after`` and queue one frame per message, forever.
 
         Dex resumes a trimmed token at the next newer message without saying so, so the
-        reader checks retention itself: ``after`` before the first read, then, at most every
-        ``VERIFY_INTERVAL_SECONDS``, the oldest position it read from since the last check.
-        Trimming is oldest-first, so a position still retained proves every read since was
-        gap-free.
+        reader checks retention itself: ``after`` before the first read, then, right after
+        a read and at most every ``VERIFY_INTERVAL_SECONDS``, the oldest position it read
+        from since the last check. Trimming is oldest-first, so a position still retained
+        proves that every read since was gap-free; one that is gone puts
+        ``snapshot_required`` before the frame just read.
         """
         position = after
-        if after and not await self._engine(
-            functools.partial(
-                dex_gateway.session_events_after_retained, session_id=session_id, after=after
-            )
-        ):
+        if after and not await self._retained(session_id, after):
             queue.put(SNAPSHOT_REQUIRED_FRAME)
             position = ""
         unverified_from = ""
         verified_at = time.monotonic()
         while True:
-            if unverified_from and time.monotonic() - verified_at >= VERIFY_INTERVAL_SECONDS:
-                if not await self._engine(
-                    functools.partial(
-                        dex_gateway.session_events_after_retained,
-                        session_id=session_id,
-                        after=unverified_from,
-                    )
-                ):
-                    logger.warning("Session %s: events were trimmed before the relay read "
-                                   "them; the client must reload the snapshot.", session_id)
-                    queue.put(SNAPSHOT_REQUIRED_FRAME)
-                unverified_from = ""
-                verified_at = time.monotonic()
             read_from = position
             message = await self._engine(
                 functools.partial(
@@ -282,14 +266,27 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                     wait_seconds=LONG_POLL_SECONDS,
                 )
             )
-            if message is None:
-                # Idle: a good moment to settle a pending check without delaying a frame.
-                verified_at = 0.0
-                continue
-            if read_from and not unverified_from:
+            if message is not None and read_from and not unverified_from:
                 unverified_from = read_from
-            queue.put(event_frame(message))
-            position = message.token
+            # An idle long poll is a free moment to settle a pending check.
+            due = message is None or time.monotonic() - verified_at >= VERIFY_INTERVAL_SECONDS
+            if unverified_from and due:
+                if not await self._retained(session_id, unverified_from):
+                    logger.warning("Session %s: events were trimmed before the relay read "
+                                   "them; the client must reload the snapshot.", session_id)
+                    queue.put(SNAPSHOT_REQUIRED_FRAME)
+                unverified_from = ""
+                verified_at = time.monotonic()
+            if message is not None:
+                queue.put(event_frame(message))
+                position = message.token
+
+    async def _retained(self, session_id: str, token: str) -> bool:
+        return await self._engine(
+            functools.partial(
+                dex_gateway.session_events_after_retained, session_id=session_id, after=token
+            )
+        )
 
     async def _engine(self, call: Callable[[], Awaitable[T]]) -> T:
         """Await ``call()``, retrying with jittered exponential backoff while the engine is

@@ -164,10 +164,12 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
 
 
 @contextlib.asynccontextmanager
-async def dex_client(address: str) -> AsyncIterator[tuple[Any, Any]]:
+async def dex_client(address: str, capacity_bytes: int = 1 << 30
+                     ) -> AsyncIterator[tuple[Any, Any]]:
     """A Dex ``AsyncClient`` of the platform's Flow for this test process, and the Flow.
 
-    Its AgentEvents Stream writes with a 1 GiB budget, so the test's own writes never trim.
+    Its AgentEvents Stream writes with a ``capacity_bytes`` budget: by default 1 GiB, so the
+    test's own writes never trim; a small one trims the flow type's oldest events on write.
     """
     from dex import AsyncClient, BlobCacheConfig, ClientOptions, Registry, open_blob_cache
 
@@ -178,7 +180,7 @@ async def dex_client(address: str) -> AsyncIterator[tuple[Any, Any]]:
         raise LookupError(name)
 
     flow = AgentSessionFlow(LiteLLMRunner(no_servers), flow_type="AgentSession",
-                            options=AgentSessionOptions(agent_events_capacity_bytes=1 << 30))
+                            options=AgentSessionOptions(agent_events_capacity_bytes=capacity_bytes))
     with tempfile.TemporaryDirectory() as cache_dir:
         client = AsyncClient(Registry([flow], allow_async_handlers=True),
                              open_blob_cache(BlobCacheConfig(cache_dir, 8 * 1024 * 1024)),
