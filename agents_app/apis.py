@@ -261,6 +261,11 @@ SNAPSHOT_SCHEMA = inline_serializer(
         "has_older_messages": serializers.BooleanField(),
         "can_send": serializers.BooleanField(),
         "can_approve": serializers.BooleanField(),
+        "events_after": serializers.CharField(
+            allow_blank=True,
+            help_text="AgentEvents resume token read before this snapshot ('' when none): "
+            "connect /ws/sessions/<id>/events/?after=<it> to follow the session from here.",
+        ),
     },
 )
 
@@ -289,6 +294,8 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
     @extend_schema(responses={200: SNAPSHOT_SCHEMA})
     def get(self, request: Request, session_id: str) -> Response:
         session = self.session_get(request, session_id)
+        # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
+        events_after = selectors.session_events_after_get(session=session)
         read_at = timezone.now()
         snapshot = session_snapshot_get(session=session)
         session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
@@ -298,6 +305,7 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
                 "agent": session.agent.slug,
                 **selectors.session_detail_extras(session=session, user=request.user),
                 **snapshot,
+                "events_after": events_after,
             }
         )
 

@@ -7,6 +7,8 @@ Every session of every agent definition runs as one ``AgentSessionFlow`` of flow
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from agents_app.runner import LiteLLMRunner
 from dex_agents import AgentSessionFlow, AgentSessionObserver, AgentSessionOptions, ToolEffect
 from mcp_registry.client import McpClientPool, McpServerSpec
@@ -42,13 +44,16 @@ def build_flow(
 
     Returns:
         An ``AgentSessionFlow`` with flow type ``AgentSession``. Tools the platform did not
-        classify default to ``unclassified`` (single attempt, approval first).
+        classify default to ``unclassified`` (single attempt, approval first). Its AgentEvents
+        Stream budget is ``DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"]``.
     """
     runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
     return AgentSessionFlow(
         runner,
         flow_type=FLOW_TYPE,
         options=AgentSessionOptions(
-            default_tool_effect=ToolEffect.UNCLASSIFIED, observer=observer
+            default_tool_effect=ToolEffect.UNCLASSIFIED,
+            agent_events_capacity_bytes=settings.DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"],
+            observer=observer,
         ),
     )

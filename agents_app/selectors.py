@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
@@ -283,3 +284,30 @@ def health_get() -> dict[str, str]:
         "engine": "up" if engine_up else "down",
         "worker": "up" if worker_heartbeat_fresh() else "down",
     }
+
+
+def session_get_for_reader(
+    *, user: AbstractBaseUser | AnonymousUser, session_id: str
+) -> AgentSession:
+    """Return ``session_id`` for a reader: its owner, or any staff member.
+
+    Unlike ``session_get_for_owner_or_staff`` this tells the two refusals apart, for the
+    websocket relay's close codes (4404 / 4403).
+
+    Raises:
+        AgentSession.DoesNotExist: No index row has this ID.
+        PermissionDenied: The session exists but belongs to someone else and ``user`` is
+            not staff.
+    """
+    session = AgentSession.objects.get(pk=session_id)
+    if session.owner_id != user.pk and not getattr(user, "is_staff", False):
+        raise PermissionDenied("Only the owner or staff may read this session.")
+    return session
+
+
+def session_events_after_get(*, session: AgentSession) -> str:
+    """The snapshot's ``events_after``: the newest retained AgentEvents token, ``""`` if none.
+
+    Read it before the snapshot, so relaying from it misses nothing the snapshot lacks.
+    """
+    return dex_gateway.run(dex_gateway.session_events_tail_token(session_id=session.id))
