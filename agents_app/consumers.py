@@ -307,3 +307,79 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                 logger.info("Events relay reached the engine again after %.1f s.",
                             time.monotonic() - failing_since)
             return result
+
+
+#: Seconds between two reads of the approvals index version (the fallback for lost notices).
+APPROVALS_POLL_SECONDS = 1.0
+APPROVALS_CHANGED_FRAME = {"type": "approvals_changed"}
+
+
+class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
+    """``/ws/approvals/`` (staff only): says when the pending approvals changed.
+
+    Sends ``{"type": "approvals_changed"}`` once after connect and whenever the approvals index
+    changes; the dashboard then re-reads ``GET /api/v1/approvals/``. Changes are heard two
+    ways (ARCHITECTURE.md "Live events"): a notice on the channel layer group
+    ``session_index.APPROVALS_GROUP`` (instant, but lossy, and per process without Redis) and
+    a poll of ``session_index.approval_index_version`` every ``APPROVALS_POLL_SECONDS``, so a
+    lost notice delays the dashboard by at most that long. Refusals: 4401 (not authenticated),
+    4403 (not staff), nothing else sent. Clients send nothing.
+    """
+
+    poll_task: asyncio.Task[None] | None = None
+    version: str | None = None
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_NOT_AUTHENTICATED)
+            return
+        if not user.is_staff:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        from agents_app.session_index import APPROVALS_GROUP, approval_index_version
+
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(APPROVALS_GROUP, self.channel_name)
+        # Read before the first frame: a change after it moves the version the poll compares.
+        self.version = await database_sync_to_async(approval_index_version)()
+        await self.send_json(APPROVALS_CHANGED_FRAME)
+        self.poll_task = asyncio.create_task(self._poll(), name="approvals poll")
+
+    async def disconnect(self, code: int) -> None:
+        from agents_app.session_index import APPROVALS_GROUP
+
+        if self.channel_layer is not None:
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(APPROVALS_GROUP, self.channel_name)
+        if self.poll_task is not None:
+            self.poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.poll_task
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """The protocol has no client messages; ignore them."""
+
+    async def approvals_changed(self, event: dict[str, Any]) -> None:
+        """Channel layer notice (``session_index.APPROVALS_CHANGED``)."""
+        await self._check(force=True)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(APPROVALS_POLL_SECONDS)
+            try:
+                await self._check(force=False)
+            except Exception as error:
+                logger.info("Approvals poll failed: %s", error)
+
+    async def _check(self, *, force: bool) -> None:
+        """Tell the client when the index version moved (or a notice says it did)."""
+        from agents_app.session_index import approval_index_version
+
+        version = await database_sync_to_async(approval_index_version)()
+        if force or version != self.version:
+            self.version = version
+            await self.send_json(APPROVALS_CHANGED_FRAME)

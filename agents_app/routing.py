@@ -1,11 +1,12 @@
 """Websocket routes, mounted by ``dexagents_site.asgi`` under ``agents_app.auth``'s middleware.
 
-``/ws/sessions/<id>/events/`` relays a session's AgentEvents (``agents_app.consumers``).
+``/ws/sessions/<id>/events/`` relays a session's AgentEvents; ``/ws/approvals/`` tells staff
+dashboards when pending approvals change (``agents_app.consumers``).
 """
 
 from django.urls import URLPattern, URLResolver, path
 
-from agents_app.consumers import SessionEventsConsumer
+from agents_app.consumers import ApprovalsConsumer, SessionEventsConsumer
 
 websocket_urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -13,4 +14,5 @@ websocket_urlpatterns: list[URLPattern | URLResolver] = [
         SessionEventsConsumer.as_asgi(),
         name="ws-session-events",
     ),
+    path("ws/approvals/", ApprovalsConsumer.as_asgi(), name="ws-approvals"),
 ]

@@ -155,3 +155,43 @@ async def test_a_gap_the_relay_could_not_read_becomes_snapshot_required(
     assert [frame.get("event", {}).get("data", {}).get("marker") for frame in frames] == [
         1, 2, None, 6]
     assert frames[2] == {"type": "snapshot_required"}
+
+
+# --- /ws/approvals/ ------------------------------------------------------------------------------
+
+
+async def test_approvals_socket_is_for_staff_only(owner: Any, staff: Any) -> None:
+    owner_headers = await asyncio.to_thread(token_headers, owner)
+    assert await refusal_code("/ws/approvals/", []) == consumers.CLOSE_NOT_AUTHENTICATED
+    assert await refusal_code("/ws/approvals/", owner_headers) == consumers.CLOSE_FORBIDDEN
+
+
+async def test_approvals_socket_hears_notices_and_polls_for_lost_ones(
+    owner: Any, staff: Any
+) -> None:
+    from django.utils import timezone
+
+    from agents_app.models import ApprovalRequest
+    from agents_app.session_index import approvals_changed_anotify
+
+    session = await asyncio.to_thread(session_of, owner)
+    headers = await asyncio.to_thread(token_headers, staff)
+    communicator = WebsocketCommunicator(application(), "/ws/approvals/", headers=headers)
+    connected, _ = await communicator.connect()
+    assert connected
+    try:
+        changed = {"type": "approvals_changed"}
+        assert await communicator.receive_json_from(timeout=5) == changed
+        assert await communicator.receive_nothing(timeout=1.5)
+        # A notice on the channel layer (the web process's own writes) arrives at once.
+        await approvals_changed_anotify()
+        assert await communicator.receive_json_from(timeout=0.5) == changed
+        # A write whose notice was lost (another process, no Redis) is found by the poll.
+        await ApprovalRequest.objects.acreate(
+            session=session, interrupt_id="turn-1.call_1", tool_call_id="call_1",
+            tool_name="slack__post_message", arguments="{}", requested_at=timezone.now(),
+        )
+        assert await communicator.receive_json_from(timeout=5) == changed
+        assert await communicator.receive_nothing(timeout=1.5)
+    finally:
+        await communicator.disconnect()
