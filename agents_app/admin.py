@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
-from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision
+from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
 
 
 @admin.register(AgentDefinition)
@@ -64,6 +64,30 @@ class ApprovalDecisionAdmin(admin.ModelAdmin):
     readonly_fields = (
         "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "approved",
         "rejection_message", "decided_by", "decided_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(admin.ModelAdmin):
+    """Read-only: the approvals index that the worker keeps and reconciliation repairs."""
+
+    list_display = ("requested_at", "session", "tool_name", "state", "deadline", "closed_at")
+    list_filter = ("state", "tool_name")
+    list_select_related = ("session",)
+    search_fields = ("session__id", "interrupt_id", "tool_name")
+    date_hierarchy = "requested_at"
+    readonly_fields = (
+        "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "turn_id",
+        "requested_at", "deadline", "state", "outcome_message", "closed_at", "updated_at",
     )
 
     def has_add_permission(self, request: HttpRequest) -> bool:

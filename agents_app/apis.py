@@ -9,11 +9,17 @@ unreachable) and 404 (engine has no such session).
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, NotFound
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
@@ -26,9 +32,7 @@ from agents_app.selectors import (
     agent_get_enabled,
     agent_list_enabled,
     health_get,
-    session_get_for_owner,
     session_history_get,
-    session_list_for_owner,
     session_snapshot_get,
 )
 from agents_app.services import (
@@ -39,6 +43,8 @@ from agents_app.services import (
 )
 
 MESSAGE_MAX_CHARS = 100_000
+MESSAGE_PAGE_DEFAULT = 50
+MESSAGE_PAGE_MAX = 200
 
 
 class EngineUnavailable(APIException):
@@ -72,22 +78,46 @@ def _provider_reason(reason: str, *, request: Any) -> str:
 
 
 class AgentListApi(ListAPIView):
-    """``GET /api/v1/agents/``: enabled agents."""
+    """``GET /api/v1/agents/``: enabled agents, with the tools a session of each may use.
+
+    ``tools`` lists exposed tool names; ``tool_details`` describes each (server, effect, whether
+    it waits for approval) for the portal. Credentials never appear: only whether the agent's
+    provider is configured, and, for staff, what is missing.
+    """
 
     class AgentOutputSerializer(serializers.ModelSerializer):
         tools = serializers.SerializerMethodField()
+        tool_details = serializers.SerializerMethodField()
         configured = serializers.SerializerMethodField()
         not_configured_reason = serializers.SerializerMethodField()
 
         class Meta:
             model = AgentDefinition
             fields = (
-                "slug", "name", "description", "model", "tools", "configured",
+                "slug", "name", "description", "model", "tools", "tool_details", "configured",
                 "not_configured_reason",
             )
 
         def get_tools(self, agent: AgentDefinition) -> list[str]:
             return [tool.exposed_name for tool in agent.exposed_tools()]
+
+        @extend_schema_field(
+            inline_serializer(
+                "AgentTool",
+                {
+                    "name": serializers.CharField(),
+                    "server": serializers.CharField(),
+                    "tool": serializers.CharField(),
+                    "title": serializers.CharField(),
+                    "description": serializers.CharField(),
+                    "effect": serializers.CharField(),
+                    "requires_approval": serializers.BooleanField(),
+                },
+                many=True,
+            )
+        )
+        def get_tool_details(self, agent: AgentDefinition) -> list[dict[str, Any]]:
+            return selectors.agent_tools_describe(agent=agent)
 
         def get_configured(self, agent: AgentDefinition) -> bool:
             return agent.provider_status().configured
@@ -108,20 +138,54 @@ class SessionOutputSerializer(serializers.ModelSerializer):
     agent: serializers.SlugRelatedField[AgentDefinition] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
     )
+    owner = serializers.SerializerMethodField()
+    awaiting_approval = serializers.SerializerMethodField()
 
     class Meta:
         model = AgentSession
-        fields = ("id", "agent", "title", "status", "created_at", "updated_at")
+        fields = (
+            "id", "agent", "owner", "title", "status", "awaiting_approval", "created_at",
+            "updated_at",
+        )
+
+    def get_owner(self, session: AgentSession) -> str:
+        return str(session.owner.get_username())
+
+    def get_awaiting_approval(self, session: AgentSession) -> bool:
+        pending = getattr(session, "pending_approval_count", None)
+        if pending is None:
+            pending = session.approval_requests.filter(state="pending").count()
+        return bool(pending)
 
 
 class SessionListCreateApi(DexErrorsMixin, ListAPIView):
-    """``GET /api/v1/sessions/`` lists the caller's sessions (filter ``?status=``);
-    ``POST`` ``{"agent": slug, "message"?: str}`` starts one and answers 201 ``{"id", ...}``.
+    """``GET /api/v1/sessions/`` lists the caller's sessions, staff: everyone's, newest first.
+
+    Query: ``status`` (an index status, or ``awaiting_approval``), ``agent__slug``, ``search``
+    (title, agent slug or name), ``ordering`` (``created_at``, ``updated_at``, ``title``,
+    ``status``, each may start with ``-``), ``limit``/``offset``.
+
+    ``POST`` ``{"agent": slug, "message"?: str, "tools"?: [exposed tool names]}`` starts one and
+    answers 201 ``{"id", ...}``; ``tools`` narrows the agent's tools for this session.
     """
 
     class SessionCreateInputSerializer(serializers.Serializer):
         agent = serializers.CharField(max_length=64)
         message = serializers.CharField(required=False, max_length=MESSAGE_MAX_CHARS)
+        tools = serializers.ListField(
+            child=serializers.CharField(max_length=64), required=False, max_length=500
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            names = attrs.get("tools")
+            if names is not None:
+                offered = {tool.exposed_name for tool in attrs["agent"].exposed_tools()}
+                unknown = sorted(set(names) - offered)
+                if unknown:
+                    raise serializers.ValidationError(
+                        {"tools": [f"The agent has no tool named {name!r}." for name in unknown]}
+                    )
+            return attrs
 
         def validate_agent(self, value: str) -> AgentDefinition:
             try:
@@ -138,10 +202,31 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             return agent
 
     serializer_class = SessionOutputSerializer
-    filterset_fields = ("status", "agent__slug")
+    filter_backends = ()
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str, description="Index status or awaiting_approval."),
+            OpenApiParameter("agent__slug", str),
+            OpenApiParameter("search", str, description="Title, agent slug or agent name."),
+            OpenApiParameter(
+                "ordering", str, enum=[*selectors.SESSION_ORDERINGS],
+                description="Sort key; default -created_at.",
+            ),
+        ]
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> Any:
-        return session_list_for_owner(owner=self.request.user)
+        params = self.request.query_params
+        return selectors.session_list_visible(
+            user=self.request.user,
+            status=params.get("status", ""),
+            agent_slug=params.get("agent__slug", ""),
+            search=params.get("search", ""),
+            ordering=params.get("ordering", ""),
+        )
 
     @extend_schema(request=SessionCreateInputSerializer, responses={201: SessionOutputSerializer})
     def post(self, request: Request) -> Response:
@@ -151,6 +236,7 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             owner=request.user,
             agent=serializer.validated_data["agent"],
             message=serializer.validated_data.get("message", ""),
+            tool_names=serializer.validated_data.get("tools"),
         )
         return Response(SessionOutputSerializer(session).data, status=status.HTTP_201_CREATED)
 
@@ -160,6 +246,9 @@ SNAPSHOT_SCHEMA = inline_serializer(
     fields={
         "id": serializers.CharField(),
         "agent": serializers.CharField(),
+        "model": serializers.CharField(),
+        "title": serializers.CharField(),
+        "owner": serializers.CharField(),
         "status": serializers.CharField(),
         "messages": serializers.ListField(child=serializers.DictField()),
         "pending_interrupts": serializers.ListField(child=serializers.DictField()),
@@ -167,37 +256,103 @@ SNAPSHOT_SCHEMA = inline_serializer(
         "tool_calls": serializers.ListField(child=serializers.DictField()),
         "usage": serializers.DictField(allow_null=True),
         "queued_message_count": serializers.IntegerField(),
+        "queued_messages": serializers.ListField(child=serializers.DictField()),
         "last_turn_error": serializers.CharField(allow_null=True),
+        "has_older_messages": serializers.BooleanField(),
+        "can_send": serializers.BooleanField(),
+        "can_approve": serializers.BooleanField(),
+        "events_after": serializers.CharField(
+            allow_blank=True,
+            help_text="AgentEvents resume token read before this snapshot ('' when none): "
+            "connect /ws/sessions/<id>/events/?after=<it> to follow the session from here.",
+        ),
     },
 )
 
 
 class SessionOwnedMixin(DexErrorsMixin):
-    """Look up the caller's session from the URL; 404 for unknown or foreign IDs."""
+    """Look up the session from the URL: the owner's, or any for staff (who read every session
+    they may approve); 404 for unknown or foreign IDs, so foreign IDs are not revealed."""
 
     def session_get(self, request: Request, session_id: str) -> AgentSession:
         try:
-            return session_get_for_owner(owner=request.user, session_id=session_id)
+            return selectors.session_get_for_owner_or_staff(
+                user=request.user, session_id=session_id
+            )
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
 
 
 class SessionDetailApi(SessionOwnedMixin, APIView):
-    """``GET /api/v1/sessions/<id>/``: the session's live snapshot from Dex."""
+    """``GET /api/v1/sessions/<id>/`` (owner or staff): the session's live snapshot from Dex.
+
+    Besides the snapshot: ``model``, ``title``, ``owner``, ``has_older_messages`` (older
+    messages than the snapshot's 200 exist: page them with ``GET .../messages/?before=``),
+    ``can_send`` (the caller owns it and it is not stopped) and ``can_approve`` (staff).
+    """
 
     @extend_schema(responses={200: SNAPSHOT_SCHEMA})
     def get(self, request: Request, session_id: str) -> Response:
         session = self.session_get(request, session_id)
+        # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
+        events_after = selectors.session_events_after_get(session=session)
+        read_at = timezone.now()
         snapshot = session_snapshot_get(session=session)
-        session_status_record(session=session, status=snapshot["status"])
-        return Response({"id": session.id, "agent": session.agent.slug, **snapshot})
+        session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
+        return Response(
+            {
+                "id": session.id,
+                "agent": session.agent.slug,
+                **selectors.session_detail_extras(session=session, user=request.user),
+                **snapshot,
+                "events_after": events_after,
+            }
+        )
 
 
 class SessionMessageApi(SessionOwnedMixin, APIView):
-    """``POST /api/v1/sessions/<id>/messages/`` ``{"text"}``: queue a user message (202)."""
+    """``/api/v1/sessions/<id>/messages/``.
+
+    ``GET`` (owner or staff) ``?before=<sequence>&limit=<1..200, default 50>``: one page of
+    stored messages, oldest first, ``{"messages", "next_before"}``; ``before`` is exclusive and
+    absent means "the newest"; ``next_before`` is the ``before`` of the next older page, or
+    ``null`` at the first message.
+
+    ``POST`` (owner only) ``{"text"}``: queue a user message (202); staff reading someone
+    else's session get 403.
+    """
 
     class MessageInputSerializer(serializers.Serializer):
         text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
+
+    class MessagePageInputSerializer(serializers.Serializer):
+        before = serializers.IntegerField(required=False, min_value=1)
+        limit = serializers.IntegerField(
+            required=False, min_value=1, max_value=MESSAGE_PAGE_MAX, default=MESSAGE_PAGE_DEFAULT
+        )
+
+    @extend_schema(
+        parameters=[MessagePageInputSerializer],
+        responses={
+            200: inline_serializer(
+                "MessagePage",
+                {
+                    "messages": serializers.ListField(child=serializers.DictField()),
+                    "next_before": serializers.IntegerField(allow_null=True),
+                },
+            )
+        },
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        session = self.session_get(request, session_id)
+        query = self.MessagePageInputSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = selectors.session_messages_page(
+            session=session,
+            before=query.validated_data.get("before"),
+            limit=query.validated_data["limit"],
+        )
+        return Response(page)
 
     @extend_schema(
         request=MessageInputSerializer,
@@ -208,6 +363,8 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     )
     def post(self, request: Request, session_id: str) -> Response:
         session = self.session_get(request, session_id)
+        if session.owner_id != request.user.pk:
+            raise PermissionDenied("Only the session's owner may send it messages.")
         serializer = self.MessageInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
@@ -263,11 +420,12 @@ def health_view(request: HttpRequest) -> JsonResponse:
     return JsonResponse(parts, status=200 if healthy else 503)
 
 
-class ApprovalListApi(DexErrorsMixin, APIView):
-    """``GET /api/v1/approvals/`` (staff only): tool calls waiting for approval.
+class ApprovalListApi(APIView):
+    """``GET /api/v1/approvals/`` (staff only): every tool call waiting for approval, oldest
+    first, from the Django approvals index (``agents_app.session_index``); not paginated.
 
-    Read from the Dex snapshots of the 200 most recent sessions that are not stopped
-    (``selectors.APPROVAL_SESSION_LIMIT``); not paginated.
+    ``state`` is ``pending``, or ``expired`` once the deadline passed and before the worker
+    recorded it (the call can no longer be approved).
     """
 
     permission_classes = (IsAdminUser,)
@@ -278,13 +436,16 @@ class ApprovalListApi(DexErrorsMixin, APIView):
                 "PendingApproval",
                 {
                     "session": serializers.CharField(),
+                    "session_title": serializers.CharField(),
                     "agent": serializers.CharField(),
                     "owner": serializers.CharField(),
                     "interrupt_id": serializers.CharField(),
                     "tool_call_id": serializers.CharField(),
                     "tool_name": serializers.CharField(),
                     "arguments": serializers.CharField(help_text="JSON text."),
+                    "requested_at": serializers.DateTimeField(),
                     "deadline": serializers.DateTimeField(allow_null=True),
+                    "state": serializers.ChoiceField(choices=["pending", "expired"]),
                 },
                 many=True,
             )
@@ -292,6 +453,35 @@ class ApprovalListApi(DexErrorsMixin, APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(selectors.approval_list_pending())
+
+
+class ApprovalDecisionListApi(ListAPIView):
+    """``GET /api/v1/approvals/decisions/`` (staff only): the audit trail, newest first.
+
+    One row per approval that stopped waiting: approved or rejected (with who decided and
+    their message), expired, or withdrawn (its turn failed or the session stopped).
+    """
+
+    permission_classes = (IsAdminUser,)
+    filter_backends = ()
+
+    class DecisionOutputSerializer(serializers.Serializer):
+        session = serializers.CharField(source="session_id")
+        session_title = serializers.CharField(source="session.title")
+        agent = serializers.CharField(source="session.agent.slug")
+        owner = serializers.CharField(source="session.owner.username")
+        interrupt_id = serializers.CharField()
+        tool_name = serializers.CharField()
+        arguments = serializers.CharField()
+        decision = serializers.CharField(source="state")
+        decided_by = serializers.CharField(allow_null=True)
+        decided_at = serializers.DateTimeField(source="closed_at")
+        message = serializers.CharField(source="outcome_message")
+
+    serializer_class = DecisionOutputSerializer
+
+    def get_queryset(self) -> Any:
+        return selectors.approval_list_decided()
 
 
 class InterruptConflict(APIException):

@@ -154,12 +154,17 @@ def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
     """Build per-session ``dex_agents.ToolPolicy`` values from an agent_config snapshot.
 
     Returns:
-        ``{exposed tool name: ToolPolicy(ToolEffect(effect), requires_approval)}``.
+        ``{exposed tool name: ToolPolicy(ToolEffect(effect), requires_approval,
+        approval_deadline_seconds)}``.
     """
     from dex_agents import ToolEffect, ToolPolicy
 
     return {
-        tool["name"]: ToolPolicy(ToolEffect(tool["effect"]), tool["requires_approval"])
+        tool["name"]: ToolPolicy(
+            ToolEffect(tool["effect"]),
+            tool["requires_approval"],
+            tool.get("approval_deadline_seconds"),
+        )
         for tool in agent_config.get("tools", [])
     }
 
@@ -234,11 +239,12 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
     """Read the session's AgentSnapshot as plain JSON-ready data.
 
     Returns:
-        ``{"status", "messages": [{"sequence", "role", "text", "tool_calls"?,
+        ``{"status", "messages": [{"sequence", "role", "text", "turn_id", "tool_calls"?,
         "tool_call_id"?}], "pending_interrupts", "awaiting_approval", "tool_calls", "usage",
-        "queued_message_count", "last_turn_error"}``; ``status`` is
-        the AgentState status, or ``"starting"`` while the state is None (seed
-        "Design decisions"). Framework items are left out.
+        "queued_message_count", "queued_messages": [{"message_id", "text"}],
+        "last_turn_error", "has_older_messages"}``; ``status`` is the AgentState status, or
+        ``"starting"`` while the state is None (seed "Design decisions"). Framework items are
+        left out.
     """
     try:
         snapshot = await _connection().sessions.get_agent_snapshot(session_id)
@@ -258,30 +264,47 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
     if isinstance(tool_calls, Mapping):
         tool_calls = list(tool_calls.values())
     pending = plain_data(list(getattr(snapshot, "pending_interrupts", None) or []))
+    messages = [message_to_data(message) for message in getattr(snapshot, "messages", None) or []]
     return {
         "status": status or "starting",
-        "messages": [
-            message_to_data(message) for message in getattr(snapshot, "messages", None) or []
-        ],
+        "messages": messages,
         "pending_interrupts": pending,
         "awaiting_approval": bool(pending),
         "tool_calls": plain_data(list(tool_calls)),
         "usage": plain_data(getattr(snapshot, "usage", None)),
         "queued_message_count": int(getattr(snapshot, "queued_message_count", 0) or 0),
+        "queued_messages": plain_data(list(getattr(snapshot, "queued_messages", None) or [])),
         "last_turn_error": plain_data(last_turn_error),
+        "has_older_messages": bool(messages) and messages[0]["sequence"] > 1,
     }
 
 
+async def session_messages(
+    *, session_id: str, after_sequence: int, limit: int
+) -> list[dict[str, Any]]:
+    """Stored messages with ``sequence > after_sequence``, oldest first, at most ``limit``
+    (1..200), through the seed's ``list_agent_messages`` RPC; shapes as ``message_to_data``."""
+    try:
+        page = await _connection().sessions.list_agent_messages(
+            session_id, after_sequence=after_sequence, limit=limit
+        )
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return [message_to_data(message) for message in page.messages]
+
+
 def message_to_data(message: Any) -> dict[str, Any]:
-    """One stored message as ``{"sequence", "role", "text"}``, plus what links tool results to
-    their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an assistant message that
-    asked for tools and ``tool_call_id`` on a tool result, read from its Chat Completions item.
+    """One stored message as ``{"sequence", "role", "text", "turn_id"}``, plus what links tool
+    results to their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an assistant
+    message that asked for tools and ``tool_call_id`` on a tool result, read from its Chat
+    Completions item.
     Provider-specific replay data (reasoning items, thinking blocks) is left out.
     """
     data: dict[str, Any] = {
         "sequence": message.sequence,
         "role": plain_data(message.role),
         "text": message.text,
+        "turn_id": message.turn_id,
     }
     item = getattr(message, "framework_item", None)
     if not isinstance(item, Mapping):
@@ -345,6 +368,160 @@ async def session_history(*, session_id: str) -> list[StepHistoryEntry]:
         )
     except Exception as error:
         raise _translate(error, session_id) from error
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionEventMessage:
+    """One message of a session's AgentEvents Stream, shaped for the websocket relay.
+
+    Attributes:
+        token: The message's opaque Dex resume token (``read_stream`` continues after it).
+        event: ``{"type", "turn_id", "step_execution_id", "attempt", "data", "created_at"}``:
+            the ``dex_agents.AgentEvent`` fields, its payload as ``data``, and the Stream
+            message's creation time as ISO 8601 UTC (``...Z``).
+    """
+
+    token: str
+    event: dict[str, Any]
+
+
+class EventsTokenInvalidError(Exception):
+    """Dex refused a resume token: malformed, or minted for another Stream or session."""
+
+
+# Newest-first page sizes used to look for a token: the first page is small because a relay
+# that keeps up finds its own position among the newest few messages; later pages are large
+# to bound the number of calls (the embedded engine caps pages at 1000).
+_EVENTS_FIRST_PAGE = 20
+_EVENTS_PAGE = 1000
+
+
+def _event_message(message: Any) -> SessionEventMessage:
+    """Shape an SDK ``StreamMessage[AgentEvent]`` (see ``SessionEventMessage``)."""
+    value = message.value
+    created = message.created_time.astimezone(datetime.UTC)
+    return SessionEventMessage(
+        token=message.resume_token,
+        event={
+            "type": plain_data(value.type),
+            "turn_id": value.turn_id,
+            "step_execution_id": value.step_execution_id,
+            "attempt": value.attempt,
+            "data": plain_data(value.payload),
+            "created_at": created.isoformat().replace("+00:00", "Z"),
+        },
+    )
+
+
+def _is_invalid_argument(error: BaseException) -> bool:
+    from dex import DexServiceError
+
+    return isinstance(error, DexServiceError) and error.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def session_events_read(
+    *, session_id: str, after: str, wait_seconds: float
+) -> SessionEventMessage | None:
+    """Long-poll the next AgentEvents Stream message after ``after`` (Dex ``ReadStream``).
+
+    Args:
+        session_id: The session (Flow ID); Dex Streams need no running Flow.
+        after: A resume token, or ``""`` for the oldest retained message. Dex resumes a
+            token whose message was trimmed at the next newer message without saying so
+            (reference/dex-engine-spec.md 3.3); ``session_events_after_retained`` detects it.
+        wait_seconds: How long the engine may hold the call open waiting for a write.
+
+    Returns:
+        The message, or None when nothing was written within ``wait_seconds``.
+
+    Raises:
+        EventsTokenInvalidError: ``after`` is malformed or belongs to another Stream.
+        EngineUnavailableError: Dex did not answer (also when it stays silent for
+            ``wait_seconds`` plus ``DEXAGENTS["ENGINE_TIMEOUT"]``: a lost connection).
+    """
+    from dex import LongPollTimeoutError
+
+    connection = _connection()
+    limit = wait_seconds + float(settings.DEXAGENTS["ENGINE_TIMEOUT"])
+    try:
+        async with asyncio.timeout(limit):
+            message = await connection.client.read_stream(
+                session_id,
+                connection.flow.agent_events,
+                after,
+                datetime.timedelta(seconds=wait_seconds),
+            )
+    except LongPollTimeoutError:
+        return None
+    except Exception as error:
+        if _is_invalid_argument(error):
+            raise EventsTokenInvalidError(str(error)) from error
+        raise _translate(error, session_id) from error
+    return _event_message(message)
+
+
+async def session_events_tail_token(*, session_id: str) -> str:
+    """Return the newest retained AgentEvents token of the session, ``""`` when none is.
+
+    The session snapshot's ``events_after``: read before the snapshot, so a client that
+    relays from it after loading the snapshot misses no event (it may see some twice).
+
+    Raises:
+        EngineUnavailableError: Dex did not answer.
+    """
+    connection = _connection()
+    try:
+        page = await connection.client.list_stream_messages(
+            session_id, connection.flow.agent_events, 1
+        )
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return page.messages[0].resume_token if page.messages else ""
+
+
+async def session_events_after_retained(*, session_id: str, after: str) -> bool:
+    """Whether the Stream still holds the message whose token is ``after``.
+
+    Pages ``ListStreamMessages`` newest-first until the token appears, so the cost grows
+    with the number of messages newer than ``after``. Tokens are compared as opaque strings,
+    never decoded (a real Dex server mints them). Since Dex trims oldest-first, a retained
+    ``after`` means every newer message is retained too: reading on from it loses nothing.
+
+    Returns:
+        True when found; False when it was trimmed, or never was a token of this Stream
+        (``after`` itself is not sent to Dex, so a malformed one is simply not found).
+
+    Raises:
+        EngineUnavailableError: Dex did not answer.
+    """
+    from dex import DexServiceError
+
+    connection = _connection()
+    page_token = ""
+    page_size = _EVENTS_FIRST_PAGE
+    shrunk = False
+    while True:
+        try:
+            page = await connection.client.list_stream_messages(
+                session_id, connection.flow.agent_events, page_size, page_token
+            )
+        except DexServiceError as error:
+            # A page of large messages (up to 1 MiB each) can pass gRPC's 4 MiB limit;
+            # smaller pages of the same position always fit (one message does).
+            if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and page_size > 1:
+                page_size = max(1, page_size // 4)
+                shrunk = True
+                continue
+            raise _translate(error, session_id) from error
+        except Exception as error:
+            raise _translate(error, session_id) from error
+        if any(message.resume_token == after for message in page.messages):
+            return True
+        if not page.next_page_token:
+            return False
+        page_token = page.next_page_token
+        if not shrunk:
+            page_size = _EVENTS_PAGE
 
 
 async def engine_health_check() -> bool:

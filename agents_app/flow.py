@@ -7,8 +7,10 @@ Every session of every agent definition runs as one ``AgentSessionFlow`` of flow
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from agents_app.runner import LiteLLMRunner
-from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect
+from dex_agents import AgentSessionFlow, AgentSessionObserver, AgentSessionOptions, ToolEffect
 from mcp_registry.client import McpClientPool, McpServerSpec
 
 FLOW_TYPE = "AgentSession"
@@ -27,22 +29,31 @@ async def _resolve_server(name: str) -> McpServerSpec:
     return await sync_to_async(server_spec_get, thread_sensitive=False)(name=name)
 
 
-def build_flow(*, pool: McpClientPool | None = None) -> AgentSessionFlow:
+def build_flow(
+    *, pool: McpClientPool | None = None, observer: AgentSessionObserver | None = None
+) -> AgentSessionFlow:
     """Build the shared Flow.
 
     The web process builds it only to describe the Flow to its Dex client; the worker passes
-    the MCP client pool its tool Steps call through.
+    the MCP client pool its tool Steps call through and the observer that keeps the Django
+    index current (``agents_app.session_index.SessionIndexObserver``).
 
     Args:
         pool: The worker's MCP client pool; ``None`` creates an idle one (clients never use it).
+        observer: The Steps' session observer; ``None`` for clients.
 
     Returns:
         An ``AgentSessionFlow`` with flow type ``AgentSession``. Tools the platform did not
-        classify default to ``unclassified`` (single attempt, approval first).
+        classify default to ``unclassified`` (single attempt, approval first). Its AgentEvents
+        Stream budget is ``DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"]``.
     """
     runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
     return AgentSessionFlow(
         runner,
         flow_type=FLOW_TYPE,
-        options=AgentSessionOptions(default_tool_effect=ToolEffect.UNCLASSIFIED),
+        options=AgentSessionOptions(
+            default_tool_effect=ToolEffect.UNCLASSIFIED,
+            agent_events_capacity_bytes=settings.DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"],
+            observer=observer,
+        ),
     )

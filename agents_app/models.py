@@ -5,10 +5,11 @@ agent (ARCHITECTURE.md "Who owns which data"). Credentials are referenced by env
 variable name (``api_key_env``), never stored.
 """
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 from mcp_registry.models import McpTool
@@ -43,6 +44,15 @@ class AgentDefinition(models.Model):
     system_prompt = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
     tools = models.ManyToManyField(McpTool, blank=True, related_name="agents")
+    approval_deadline_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "Seconds an approval may wait before the tool call counts as rejected. Empty: "
+            "approvals wait until someone decides. A tool's own deadline overrides this."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -70,16 +80,35 @@ class AgentDefinition(models.Model):
 
         return provider_status(self.model, self.api_key_env or None, self.api_base or None)
 
-    def agent_config(self) -> dict[str, Any]:
+    def approval_deadline_for(self, tool: McpTool) -> int | None:
+        """Seconds an approval of ``tool`` may wait in this agent's sessions, or ``None``.
+
+        The tool's own override wins over the agent's deadline.
+        """
+        if tool.approval_deadline_override is not None:
+            return tool.approval_deadline_override
+        return self.approval_deadline_seconds
+
+    def agent_config(self, *, tool_names: Collection[str] | None = None) -> dict[str, Any]:
         """Snapshot this definition as the session's ``agent_config`` start input.
+
+        Args:
+            tool_names: Narrow the snapshot to these exposed tool names (a session may use
+                fewer tools than its agent); ``None`` keeps every exposed tool. Names the agent
+                does not expose are ignored here; callers validate them first.
 
         Returns:
             ``{"agent", "model", "api_base" (or None), "api_key_env" (or None),
             "system_prompt", "tools": [{"name" (<server>__<tool>), "server", "tool",
-            "description", "parameters" (JSON Schema), "effect", "requires_approval"}]}``.
+            "description", "parameters" (JSON Schema), "effect", "requires_approval",
+            "approval_deadline_seconds" (int or None)}]}``.
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
+        tools = self.exposed_tools()
+        if tool_names is not None:
+            wanted = set(tool_names)
+            tools = [tool for tool in tools if tool.exposed_name in wanted]
         return {
             "agent": self.slug,
             "model": self.model,
@@ -95,8 +124,9 @@ class AgentDefinition(models.Model):
                     "parameters": tool.parameters or tool.input_schema,
                     "effect": tool.effective_effect,
                     "requires_approval": tool.effective_requires_approval,
+                    "approval_deadline_seconds": self.approval_deadline_for(tool),
                 }
-                for tool in self.exposed_tools()
+                for tool in tools
             ],
         }
 
@@ -115,12 +145,18 @@ class AgentSession(models.Model):
     agent = models.ForeignKey(AgentDefinition, on_delete=models.PROTECT, related_name="sessions")
     title = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=64, default="starting")
+    # When the status above was observed (worker clock or snapshot read); a status observed
+    # earlier never overwrites it, so late or repeated notices cannot move it backwards.
+    status_observed_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ("-created_at",)
-        indexes = [models.Index(fields=("owner", "-created_at"), name="agent_session_owner_idx")]
+        indexes = [
+            models.Index(fields=("owner", "-created_at"), name="agent_session_owner_idx"),
+            models.Index(fields=("status",), name="agent_session_status_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.id
@@ -161,3 +197,54 @@ class ApprovalDecision(models.Model):
     def __str__(self) -> str:
         verdict = "approved" if self.approved else "rejected"
         return f"{self.session_id} {self.interrupt_id} {verdict}"
+
+
+class ApprovalRequest(models.Model):
+    """The index row of one interrupt: a tool call of a session that waits (or waited) for a
+    decision.
+
+    Dex owns the truth (``PENDING_INTERRUPTS``); this table lets the approvals dashboard list
+    every pending approval of every session with one query. The Dex worker writes a row when a
+    Step raises the interrupt (before Dex commits it) and closes it when a Step consumes the
+    answer, the deadline passes or the turn fails; the approvals API closes it when Dex accepts
+    a decision; ``services.session_index_reconcile`` repairs rows from Dex snapshots after
+    restarts. ``interrupt_id`` is ``"<turn_id>.<tool_call_id>"`` (seed "Persistence").
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+        WITHDRAWN = "withdrawn"
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.PROTECT, related_name="approval_requests"
+    )
+    interrupt_id = models.CharField(max_length=255)
+    tool_call_id = models.CharField(max_length=255)
+    tool_name = models.CharField(max_length=255)
+    arguments = models.TextField(blank=True, help_text="JSON text, as the model produced it.")
+    turn_id = models.CharField(max_length=64, blank=True)
+    requested_at = models.DateTimeField()
+    deadline = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    # Rejection message, or why it expired or was withdrawn.
+    outcome_message = models.TextField(blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("requested_at", "id")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("session", "interrupt_id"), name="approval_request_unique_interrupt"
+            )
+        ]
+        indexes = [
+            models.Index(fields=("state", "requested_at"), name="approval_request_state_idx"),
+            models.Index(fields=("-closed_at",), name="approval_request_closed_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.interrupt_id} {self.state}"

@@ -1,8 +1,18 @@
-"""Websocket routes, mounted by ``dexagents_site.asgi`` under the auth middleware.
+"""Websocket routes, mounted by ``dexagents_site.asgi`` under ``agents_app.auth``'s middleware.
 
-``/ws/sessions/<id>/events/`` (ARCHITECTURE.md "Interfaces") is added with its consumer.
+``/ws/sessions/<id>/events/`` relays a session's AgentEvents; ``/ws/approvals/`` tells staff
+dashboards when pending approvals change (``agents_app.consumers``).
 """
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-websocket_urlpatterns: list[URLPattern | URLResolver] = []
+from agents_app.consumers import ApprovalsConsumer, SessionEventsConsumer
+
+websocket_urlpatterns: list[URLPattern | URLResolver] = [
+    path(
+        "ws/sessions/<str:session_id>/events/",
+        SessionEventsConsumer.as_asgi(),
+        name="ws-session-events",
+    ),
+    path("ws/approvals/", ApprovalsConsumer.as_asgi(), name="ws-approvals"),
+]

@@ -4,7 +4,7 @@ Functions that ask Dex raise ``dex_gateway.EngineUnavailableError`` when the eng
 not answer and ``dex_gateway.SessionNotFoundError`` when it has no such session.
 """
 
-import asyncio
+import datetime
 import logging
 import time
 from pathlib import Path
@@ -12,10 +12,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
 
 from agents_app import dex_gateway
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
 
 logger = logging.getLogger(__name__)
 
@@ -83,72 +85,174 @@ def session_get_for_owner_or_staff(
     return session_get_for_owner(owner=user, session_id=session_id)
 
 
-# The pending-approval list reads the snapshots of at most this many sessions, the most
-# recently created ones that are not stopped; an older session still waiting for a decision
-# is missing from the list (its owner's snapshot still shows it). Snapshots are read at most
-# APPROVAL_SNAPSHOT_CONCURRENCY at a time.
-APPROVAL_SESSION_LIMIT = 200
-APPROVAL_SNAPSHOT_CONCURRENCY = 16
-CLOSED_SESSION_STATUSES = ("stopped",)
+SESSION_ORDERINGS = (
+    "created_at", "-created_at", "updated_at", "-updated_at", "title", "-title", "status",
+    "-status",
+)
+#: The status filter value that selects sessions with a pending approval.
+STATUS_AWAITING_APPROVAL = "awaiting_approval"
 
 
-async def _snapshots_read(session_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Read several snapshots concurrently; sessions Dex no longer has are left out."""
-    gate = asyncio.Semaphore(APPROVAL_SNAPSHOT_CONCURRENCY)
+def session_list_visible(
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    status: str = "",
+    agent_slug: str = "",
+    search: str = "",
+    ordering: str = "",
+) -> QuerySet[AgentSession]:
+    """Sessions ``user`` may read (their own; staff: everyone's), filtered and sorted.
 
-    async def read(session_id: str) -> tuple[str, dict[str, Any] | None]:
-        async with gate:
-            try:
-                return session_id, await dex_gateway.session_snapshot(session_id=session_id)
-            except dex_gateway.SessionNotFoundError:
-                logger.info("Session %s is indexed but unknown to Dex.", session_id)
-                return session_id, None
-
-    pairs = await asyncio.gather(*(read(session_id) for session_id in session_ids))
-    return {session_id: snapshot for session_id, snapshot in pairs if snapshot is not None}
-
-
-def approval_list_pending() -> list[dict[str, Any]]:
-    """Tool calls waiting for approval across sessions, read from their Dex snapshots.
-
-    Looks at the ``APPROVAL_SESSION_LIMIT`` (200) most recently created sessions whose index
-    status is not closed (``stopped``); Django keeps no copy of pending interrupts.
+    Args:
+        status: An index status (``waiting_for_user_message``, ``running_model``,
+            ``running_tools``, ``starting``, ``stopped``) or ``awaiting_approval``; blank: any.
+        agent_slug: Only this agent's sessions; blank: any.
+        search: Case-insensitive match on the title, the agent's slug or name.
+        ordering: One of ``SESSION_ORDERINGS``; anything else sorts newest first.
 
     Returns:
-        ``[{"session", "agent" (slug), "owner" (username), "interrupt_id", "tool_call_id",
-        "tool_name", "arguments" (JSON text), "deadline" (ISO 8601 UTC or None)}]``, sessions
-        newest first, each session's interrupts in snapshot order.
+        AgentSession rows with ``agent`` and ``owner`` loaded and ``pending_approval_count``
+        annotated.
+    """
+    sessions = AgentSession.objects.select_related("agent", "owner").annotate(
+        pending_approval_count=Count(
+            "approval_requests", filter=Q(approval_requests__state=ApprovalRequest.State.PENDING)
+        )
+    )
+    if not getattr(user, "is_staff", False):
+        sessions = sessions.filter(owner_id=user.pk)
+    if status == STATUS_AWAITING_APPROVAL:
+        sessions = sessions.filter(pending_approval_count__gt=0)
+    elif status:
+        sessions = sessions.filter(status=status)
+    if agent_slug:
+        sessions = sessions.filter(agent__slug=agent_slug)
+    if search.strip():
+        term = search.strip()
+        sessions = sessions.filter(
+            Q(title__icontains=term)
+            | Q(agent__slug__icontains=term)
+            | Q(agent__name__icontains=term)
+        )
+    order = ordering if ordering in SESSION_ORDERINGS else "-created_at"
+    return sessions.order_by(order, "-pk")
+
+
+def agent_tools_describe(*, agent: AgentDefinition) -> list[dict[str, Any]]:
+    """The tools a session of ``agent`` may use, for the portal.
+
+    Returns:
+        ``[{"name" (exposed), "server", "tool", "title", "description", "effect",
+        "requires_approval"}]`` by server, then tool name.
+    """
+    return [
+        {
+            "name": tool.exposed_name,
+            "server": tool.server.name,
+            "tool": tool.name,
+            "title": tool.title,
+            "description": tool.description,
+            "effect": tool.effective_effect,
+            "requires_approval": tool.effective_requires_approval,
+        }
+        for tool in agent.exposed_tools()
+    ]
+
+
+def session_detail_extras(
+    *, session: AgentSession, user: AbstractBaseUser | AnonymousUser
+) -> dict[str, Any]:
+    """What the session detail adds to the Dex snapshot from Django.
+
+    Returns:
+        ``{"model", "title", "owner" (username), "can_send" (``user`` owns it and it is not
+        stopped), "can_approve" (``user`` is staff)}``.
+    """
+    return {
+        "model": session.agent.model,
+        "title": session.title,
+        "owner": session.owner.get_username(),
+        "can_send": session.owner_id == user.pk and session.status != "stopped",
+        "can_approve": bool(getattr(user, "is_staff", False)),
+    }
+
+
+def session_messages_page(
+    *, session: AgentSession, before: int | None, limit: int
+) -> dict[str, Any]:
+    """One page of stored messages, oldest first, ending just before ``before``.
+
+    Message sequences run 1..n without gaps (seed "Persistence"), so the page is read with
+    ``list_agent_messages(after_sequence=before - 1 - limit)``; without ``before`` it is the
+    newest ``limit`` messages of the snapshot.
+
+    Returns:
+        ``{"messages": [message data, see dex_gateway.message_to_data], "next_before": the
+        smallest sequence of the page when older messages exist, else None}``.
 
     Raises:
-        dex_gateway.EngineUnavailableError: Dex did not answer.
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
-    sessions = list(
-        AgentSession.objects.exclude(status__in=CLOSED_SESSION_STATUSES)
-        .select_related("agent", "owner")
-        .order_by("-created_at")[:APPROVAL_SESSION_LIMIT]
+    if before is None:
+        messages = session_snapshot_get(session=session)["messages"][-limit:]
+    else:
+        after = max(0, before - 1 - limit)
+        page = dex_gateway.run(
+            dex_gateway.session_messages(session_id=session.id, after_sequence=after, limit=limit)
+        )
+        messages = [message for message in page if message["sequence"] < before]
+    first = messages[0]["sequence"] if messages else None
+    return {
+        "messages": messages,
+        "next_before": first if first is not None and first > 1 else None,
+    }
+
+
+def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[str, Any]]:
+    """Every indexed tool call waiting for approval, oldest first (one query).
+
+    Returns:
+        ``[{"session", "session_title", "agent" (slug), "owner" (username), "interrupt_id",
+        "tool_call_id", "tool_name", "arguments" (JSON text), "requested_at", "deadline" (or
+        None), "state"}]``; ``state`` is ``expired`` once the deadline passed (the worker has
+        not recorded it yet, and Dex refuses a decision), else ``pending``.
+    """
+    moment = now or timezone.now()
+    requests = ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).select_related(
+        "session__agent", "session__owner"
     )
-    if not sessions:
-        return []
-    snapshots = dex_gateway.run(_snapshots_read([session.id for session in sessions]))
-    pending: list[dict[str, Any]] = []
-    for session in sessions:
-        snapshot = snapshots.get(session.id)
-        if snapshot is None:
-            continue
-        for interrupt in snapshot["pending_interrupts"]:
-            pending.append(
-                {
-                    "session": session.id,
-                    "agent": session.agent.slug,
-                    "owner": session.owner.get_username(),
-                    "interrupt_id": interrupt["interrupt_id"],
-                    "tool_call_id": interrupt["tool_call_id"],
-                    "tool_name": interrupt["tool_name"],
-                    "arguments": interrupt["arguments"],
-                    "deadline": interrupt.get("deadline"),
-                }
-            )
-    return pending
+    return [
+        {
+            "session": request.session_id,
+            "session_title": request.session.title,
+            "agent": request.session.agent.slug,
+            "owner": request.session.owner.get_username(),
+            "interrupt_id": request.interrupt_id,
+            "tool_call_id": request.tool_call_id,
+            "tool_name": request.tool_name,
+            "arguments": request.arguments,
+            "requested_at": request.requested_at,
+            "deadline": request.deadline,
+            "state": "expired"
+            if request.deadline is not None and request.deadline <= moment
+            else "pending",
+        }
+        for request in requests.order_by("requested_at", "id")
+    ]
+
+
+def approval_list_decided() -> QuerySet[ApprovalRequest]:
+    """Approvals that stopped waiting, newest first, with ``decided_by`` (username, or None
+    when no person decided) annotated from the ``ApprovalDecision`` audit rows."""
+    decider = ApprovalDecision.objects.filter(
+        session_id=OuterRef("session_id"), interrupt_id=OuterRef("interrupt_id")
+    ).values("decided_by__username")[:1]
+    return (
+        ApprovalRequest.objects.exclude(state=ApprovalRequest.State.PENDING)
+        .select_related("session__agent", "session__owner")
+        .annotate(decided_by=Subquery(decider))
+        .order_by("-closed_at", "-id")
+    )
 
 
 def worker_heartbeat_fresh() -> bool:
@@ -180,3 +284,30 @@ def health_get() -> dict[str, str]:
         "engine": "up" if engine_up else "down",
         "worker": "up" if worker_heartbeat_fresh() else "down",
     }
+
+
+def session_get_for_reader(
+    *, user: AbstractBaseUser | AnonymousUser, session_id: str
+) -> AgentSession:
+    """Return ``session_id`` for a reader: its owner, or any staff member.
+
+    Unlike ``session_get_for_owner_or_staff`` this tells the two refusals apart, for the
+    websocket relay's close codes (4404 / 4403).
+
+    Raises:
+        AgentSession.DoesNotExist: No index row has this ID.
+        PermissionDenied: The session exists but belongs to someone else and ``user`` is
+            not staff.
+    """
+    session = AgentSession.objects.get(pk=session_id)
+    if session.owner_id != user.pk and not getattr(user, "is_staff", False):
+        raise PermissionDenied("Only the owner or staff may read this session.")
+    return session
+
+
+def session_events_after_get(*, session: AgentSession) -> str:
+    """The snapshot's ``events_after``: the newest retained AgentEvents token, ``""`` if none.
+
+    Read it before the snapshot, so relaying from it misses nothing the snapshot lacks.
+    """
+    return dex_gateway.run(dex_gateway.session_events_tail_token(session_id=session.id))

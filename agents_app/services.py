@@ -1,16 +1,21 @@
 """Writes of agents and sessions (HackSoft "services")."""
 
 import dataclasses
+import datetime
 import logging
 import os
+from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import models, transaction
 
-from agents_app import dex_gateway
-from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision
+from agents_app import dex_gateway, session_index
+from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
+from dex_agents import AgentSessionChange, AgentStatus
+
+_AGENT_STATUSES = frozenset(status.value for status in AgentStatus)
 
 logger = logging.getLogger(__name__)
 
@@ -28,43 +33,48 @@ def session_id_new() -> str:
 
 
 def session_create(
-    *, owner: AbstractBaseUser | AnonymousUser, agent: AgentDefinition, message: str = ""
+    *,
+    owner: AbstractBaseUser | AnonymousUser,
+    agent: AgentDefinition,
+    message: str = "",
+    tool_names: Collection[str] | None = None,
 ) -> AgentSession:
     """Start a Dex AgentSession for ``owner`` with ``agent`` and index it.
 
-    The Flow starts first with the agent's ``agent_config`` snapshot; the index row is
-    written only after Dex accepted the start. If the row cannot be written, the Flow is
-    stopped again, so no half-created session remains on either side.
+    The index row is written first (status ``starting``), so the worker's index updates for
+    the new session always find it; then the Flow starts with the agent's ``agent_config``
+    snapshot. If Dex does not accept the start, the row is deleted again and a Flow that Dex
+    may have accepted just before the deadline is stopped, so no half-created session
+    remains on either side.
 
     Args:
         message: Optional first user message; non-blank starts the first turn at once.
+        tool_names: Exposed tool names this session may use, a subset of the agent's (callers
+            validate it); ``None`` means every tool of the agent.
 
     Raises:
-        dex_gateway.EngineUnavailableError: Dex did not answer; nothing was created (a
-            Flow that Dex accepted just before the deadline is stopped best-effort).
+        dex_gateway.EngineUnavailableError: Dex did not answer; nothing was created.
     """
+    owner_pk = owner.pk
+    if owner_pk is None:
+        raise ValueError("Sessions belong to a saved user.")
     session_id = session_id_new()
-    config = agent.agent_config()
+    config = agent.agent_config(tool_names=tool_names)
+    title = (message.strip().splitlines() or [""])[0][:TITLE_MAX_CHARS] or agent.name
+    session = AgentSession.objects.create(
+        id=session_id, owner_id=owner_pk, agent=agent, title=title
+    )
     try:
         dex_gateway.run(
             dex_gateway.session_start(session_id=session_id, message=message, agent_config=config)
         )
-    except dex_gateway.EngineUnavailableError:
-        # The start may have reached Dex before the deadline; do not leave it orphaned.
-        _session_stop_quietly(session_id=session_id, reason="start was not confirmed")
+    except BaseException as error:
+        if isinstance(error, dex_gateway.EngineUnavailableError):
+            # The start may have reached Dex before the deadline; do not leave it orphaned.
+            _session_stop_quietly(session_id=session_id, reason="start was not confirmed")
+        AgentSession.objects.filter(pk=session_id).delete()
         raise
-    owner_pk = owner.pk
-    if owner_pk is None:
-        raise ValueError("Sessions belong to a saved user.")
-    title = (message.strip().splitlines() or [""])[0][:TITLE_MAX_CHARS] or agent.name
-    try:
-        with transaction.atomic():
-            return AgentSession.objects.create(
-                id=session_id, owner_id=owner_pk, agent=agent, title=title
-            )
-    except Exception:
-        _session_stop_quietly(session_id=session_id, reason="session index write failed")
-        raise
+    return session
 
 
 def _session_stop_quietly(*, session_id: str, reason: str) -> None:
@@ -91,17 +101,23 @@ def session_message_send(*, session: AgentSession, text: str) -> bool:
     return dex_gateway.run(dex_gateway.session_send_message(session_id=session.id, text=text))
 
 
-def session_status_record(*, session: AgentSession, status: str) -> None:
-    """Store the last status seen in Dex on the index row, when it changed.
+def session_status_record(
+    *, session: AgentSession, status: str, observed_at: datetime.datetime
+) -> None:
+    """Store a status read from Dex at ``observed_at`` on the index row.
 
     ``stopped`` is final: a stopped session's retained snapshot still reports its last
-    AgentState status, which must not reopen the row.
+    AgentState status, which must not reopen the row. A status observed before the stored
+    one (the worker reported a newer one meanwhile) is ignored, and so is ``starting`` (the
+    snapshot of a session whose first Step has not committed yet).
     """
-    if session.status == SESSION_STATUS_STOPPED:
+    if session.status in (SESSION_STATUS_STOPPED, status) or status not in _AGENT_STATUSES:
         return
-    if session.status != status:
-        session.status = status
-        session.save(update_fields=["status", "updated_at"])
+    change = AgentSessionChange(
+        flow_id=session.pk, observed_at=observed_at, status=AgentStatus(status), turn_id=None
+    )
+    session_index.session_changes_apply(changes=[change])
+    session.refresh_from_db(fields=["status", "status_observed_at"])
 
 
 SESSION_STATUS_STOPPED = "stopped"
@@ -117,9 +133,8 @@ def session_stop(*, session: AgentSession) -> None:
         dex_gateway.EngineUnavailableError: Dex did not answer; the row is left as it was.
     """
     dex_gateway.run(dex_gateway.session_stop(session_id=session.id, reason="stopped by user"))
-    if session.status != SESSION_STATUS_STOPPED:
-        session.status = SESSION_STATUS_STOPPED
-        session.save(update_fields=["status", "updated_at"])
+    if session_index.session_stopped_index(session=session):
+        session_index.approvals_changed_notify()
 
 
 # How long AgentSessionClient.resolve_interrupt retries a held PendingInterrupts lock
@@ -193,6 +208,15 @@ def interrupt_resolve(
         raise InterruptNotPendingError(
             "This tool call no longer waits for a decision (decided, or past its deadline)."
         )
+    if session_index.approval_request_close(
+        session_id=session.pk,
+        interrupt_id=interrupt_id,
+        state=(
+            ApprovalRequest.State.APPROVED if approved else ApprovalRequest.State.REJECTED
+        ),
+        message=message,
+    ):
+        session_index.approvals_changed_notify()
     decision, _ = ApprovalDecision.objects.get_or_create(
         session=session,
         interrupt_id=interrupt_id,

@@ -4,6 +4,7 @@ from django.urls import path
 
 from agents_app.apis import (
     AgentListApi,
+    ApprovalDecisionListApi,
     ApprovalListApi,
     InterruptResolveApi,
     SessionDetailApi,
@@ -18,6 +19,9 @@ app_name = "agents_api"
 urlpatterns = [
     path("agents/", AgentListApi.as_view(), name="agent-list"),
     path("approvals/", ApprovalListApi.as_view(), name="approval-list"),
+    path(
+        "approvals/decisions/", ApprovalDecisionListApi.as_view(), name="approval-decision-list"
+    ),
     path("sessions/", SessionListCreateApi.as_view(), name="session-list"),
     path("sessions/<str:session_id>/", SessionDetailApi.as_view(), name="session-detail"),
     path(

@@ -13,7 +13,9 @@ AgentState → ``AGENT_STATE``, AgentMessages → ``AGENT_MESSAGES``, FrameworkR
 ``TOOL_CALL_RESULTS``, AgentEvents → ``flow.agent_events`` (Stream ``AGENT_EVENTS``, one per Flow
 type). Platform additions to the seed: the ``AGENT_CONFIG`` Attribute (AgentConfig), the
 ``agent_config`` and ``tool_policies`` start inputs, ``AgentTurnContext.agent_config``,
-``DeferredToolExecution.agent_config`` and ``AgentSnapshot.last_turn_error``.
+``DeferredToolExecution.agent_config``, ``AgentSnapshot.last_turn_error`` and
+``AgentSnapshot.queued_messages``, ``ToolPolicy.approval_deadline_seconds``, and the session
+observer (``AgentSessionOptions.observer``, ``AgentSessionChange``).
 """
 
 from dex_agents._client import AgentSessionClient
@@ -43,6 +45,12 @@ from dex_agents._history import (
     StepHistoryEntry,
     read_flow_step_history,
 )
+from dex_agents._observer import (
+    AgentSessionChange,
+    AgentSessionObserver,
+    ClosedInterrupt,
+    InterruptOutcome,
+)
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
@@ -60,6 +68,7 @@ from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
     AgentMessagesPage,
+    AgentQueuedMessage,
     AgentSessionConfig,
     AgentSessionStartInput,
     AgentSnapshot,
@@ -117,9 +126,12 @@ __all__ = [
     "AgentInterruptResolution",
     "AgentMessage",
     "AgentMessagesPage",
+    "AgentQueuedMessage",
+    "AgentSessionChange",
     "AgentSessionClient",
     "AgentSessionConfig",
     "AgentSessionFlow",
+    "AgentSessionObserver",
     "AgentSessionOptions",
     "AgentSessionStartInput",
     "AgentSnapshot",
@@ -134,9 +146,11 @@ __all__ = [
     "AwaitUserMessage",
     "CallSingleAttemptTool",
     "CallTool",
+    "ClosedInterrupt",
     "DeferredToolCall",
     "DeferredToolExecution",
     "FrameworkMessage",
+    "InterruptOutcome",
     "ListAgentMessagesRequest",
     "MessageRole",
     "RecordToolFailure",

@@ -14,6 +14,7 @@ from dex import Context, Flow, PersistenceSchema, RPCResult, StepList, Stream, r
 
 from dex_agents._contract import AgentFrameworkRunner
 from dex_agents._events import AgentEvent
+from dex_agents._observer import AgentSessionObserver
 from dex_agents._persistence import (
     AGENT_MESSAGES,
     AGENT_STATE,
@@ -28,6 +29,7 @@ from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
     AgentMessagesPage,
+    AgentQueuedMessage,
     AgentSessionStartInput,
     AgentSnapshot,
     AgentUsage,
@@ -68,13 +70,17 @@ class AgentSessionOptions:
         default_tool_effect: Effect of a tool with neither policy nor metadata.
         agent_events_capacity_bytes: AgentEvents Stream budget in bytes (default 10 MiB).
         interrupt_deadline: How long an approval may wait before it counts as rejected; ``None``
-            waits forever. Measured on the Worker clock.
+            waits forever. Measured on the Worker clock. A policy's
+            ``approval_deadline_seconds`` overrides it per tool (platform addition).
+        observer: Platform addition: awaited with an ``AgentSessionChange`` by every Step that
+            changes the status or the pending interrupts (``dex_agents._observer``).
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
     default_tool_effect: ToolEffect = ToolEffect.UNCLASSIFIED
     agent_events_capacity_bytes: int = 10 * 1024 * 1024
     interrupt_deadline: timedelta | None = None
+    observer: AgentSessionObserver | None = None
 
 
 class AgentSessionFlow(Flow[AgentSessionStartInput]):
@@ -161,10 +167,14 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         )
         return RPCResult(True)
 
-    @rpc(load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS))
+    @rpc(
+        load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
+        load_channels=(QUEUED_USER_MESSAGES,),
+    )
     def get_agent_snapshot(self, context: Context) -> RPCResult[AgentSnapshot]:
         """State, last 200 messages, pending interrupts, the active turn's tool calls, usage and
-        queued message count; also served for retained closed sessions."""
+        queued message count, plus (platform addition) the queued messages themselves; also
+        served for retained closed sessions."""
         state = AGENT_STATE.get(context)
         keys = AGENT_MESSAGES.get_all_instance_keys(context)[-SNAPSHOT_MESSAGE_LIMIT:]
         tool_calls = sorted(
@@ -183,6 +193,10 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 usage=AGENT_USAGE.get(context) or AgentUsage(),
                 queued_message_count=QUEUED_USER_MESSAGES.size(context),
                 last_turn_error=state.last_turn_error if state is not None else None,
+                queued_messages=[
+                    AgentQueuedMessage(message_id=item.message_id, text=item.value.text)
+                    for item in QUEUED_USER_MESSAGES.pending_messages(context)
+                ],
             )
         )
 

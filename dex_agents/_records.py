@@ -109,10 +109,14 @@ class ToolPolicy:
     Attributes:
         effect: The tool's effect; selects ``CallTool`` or ``CallSingleAttemptTool``.
         requires_approval: ``None`` uses the effect's default approval.
+        approval_deadline_seconds: Platform addition: how long an approval of this tool may wait
+            before it counts as rejected, in seconds; ``None`` uses
+            ``AgentSessionOptions.interrupt_deadline``.
     """
 
     effect: ToolEffect
     requires_approval: bool | None = None
+    approval_deadline_seconds: float | None = None
 
     @property
     def is_approval_required(self) -> bool:
@@ -313,6 +317,19 @@ class AgentMessagesPage:
 
 
 @dataclass(frozen=True)
+class AgentQueuedMessage:
+    """Platform addition: one user message still waiting in ``QUEUED_USER_MESSAGES``.
+
+    Attributes:
+        message_id: The Channel message ID Dex assigned (UUIDv7); valid while it is pending.
+        text: The message text.
+    """
+
+    message_id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """Output of ``get_agent_snapshot`` (seed "RPCs").
 
@@ -324,6 +341,8 @@ class AgentSnapshot:
         usage: Session total.
         queued_message_count: User messages waiting for the next turn.
         last_turn_error: Platform addition: ``state.last_turn_error`` repeated for REST clients.
+        queued_messages: Platform addition: the queued messages themselves, oldest first, so a
+            UI can show what waits for the current turn.
     """
 
     state: AgentState | None
@@ -333,6 +352,7 @@ class AgentSnapshot:
     usage: AgentUsage
     queued_message_count: int
     last_turn_error: str | None = None
+    queued_messages: list[AgentQueuedMessage] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.state is not None:

@@ -45,6 +45,12 @@ from dex_agents._contract import (
     require_user_message,
 )
 from dex_agents._events import AgentEventType, AgentEventWriter
+from dex_agents._observer import (
+    AgentSessionChange,
+    ClosedInterrupt,
+    InterruptOutcome,
+    notify_observer,
+)
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
@@ -95,6 +101,39 @@ def interrupt_id_for(record: AgentToolCall) -> str:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+async def _observe(
+    flow: AgentSessionFlow,
+    context: AsyncContext,
+    *,
+    status: AgentStatus | None,
+    turn_id: str | None,
+    raised: Sequence[AgentInterrupt] = (),
+    closed: Sequence[ClosedInterrupt] = (),
+) -> None:
+    """Tell the Flow's observer (platform addition) what this Step is about to commit."""
+    await notify_observer(
+        flow.options.observer,
+        AgentSessionChange(
+            flow_id=context.flow_id,
+            observed_at=_now(),
+            status=status,
+            turn_id=turn_id,
+            raised=tuple(raised),
+            closed=tuple(closed),
+        ),
+    )
+
+
+def _approval_deadline(
+    flow: AgentSessionFlow, policy: ToolPolicy, now: datetime
+) -> datetime | None:
+    """The deadline of an approval: the policy's own (platform addition), else the Flow's."""
+    if policy.approval_deadline_seconds is not None:
+        return now + timedelta(seconds=policy.approval_deadline_seconds)
+    after = flow.options.interrupt_deadline
+    return now + after if after is not None else None
 
 
 def _find_interrupt(
@@ -241,7 +280,7 @@ RESUME_TURN_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALL
 # --- shared Step logic ------------------------------------------------------------------------
 
 
-def _start_turn(
+async def _start_turn(
     flow: AgentSessionFlow, context: AsyncContext, state: AgentState, text: str
 ) -> StepDecision:
     """Store the user message as the turn's first message and move to RunModel."""
@@ -267,6 +306,7 @@ def _start_turn(
     events = AgentEventWriter(flow.agent_events, context, turn_id)
     events.write_event(AgentEventType.TURN_STARTED, {"sequence": sequence})
     events.close()
+    await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
     return go_to(RunModel, None)
 
 
@@ -384,8 +424,9 @@ class StartAgentSession(_SessionStep, Step[AgentSessionStartInput]):
         )
         state = AgentState(status=AgentStatus.WAITING_FOR_USER_MESSAGE)
         if input.initial_message.strip():
-            return _start_turn(self._flow, context, state, input.initial_message)
+            return await _start_turn(self._flow, context, state, input.initial_message)
         AGENT_STATE.set(context, state)
+        await _observe(self._flow, context, status=state.status, turn_id=None)
         return go_to(AwaitUserMessage, None)
 
 
@@ -403,7 +444,7 @@ class AwaitUserMessage(_SessionStep, Step[None]):
         state = AGENT_STATE.get(context) or AgentState(AgentStatus.WAITING_FOR_USER_MESSAGE)
         if not messages or not messages[0].text.strip():
             return go_to(AwaitUserMessage, None)
-        return _start_turn(self._flow, context, state, messages[0].text)
+        return await _start_turn(self._flow, context, state, messages[0].text)
 
 
 class RunModel(_SessionStep, Step[None]):
@@ -451,9 +492,17 @@ class RunModel(_SessionStep, Step[None]):
             async with _background_heartbeat(context):
                 outcome = await flow.runner.run_model_step(turn)
             if isinstance(outcome, TurnCompleted):
-                return self._complete(context, events, state, recorded, outcome)
+                decision = self._complete(context, events, state, recorded, outcome)
+                await _observe(
+                    flow, context, status=AgentStatus.WAITING_FOR_USER_MESSAGE, turn_id=turn_id
+                )
+                return decision
             if isinstance(outcome, ToolCallsRequested):
-                return self._defer(context, events, state, recorded, outcome)
+                decision, raised = self._defer(context, events, state, recorded, outcome)
+                await _observe(
+                    flow, context, status=AgentStatus.RUNNING_TOOLS, turn_id=turn_id, raised=raised
+                )
+                return decision
             raise AgentContractError(
                 "run_model_step must return TurnCompleted or ToolCallsRequested"
             )
@@ -510,12 +559,13 @@ class RunModel(_SessionStep, Step[None]):
         state: AgentState,
         recorded: dict[str, AgentToolCall],
         outcome: ToolCallsRequested,
-    ) -> StepDecision:
+    ) -> tuple[StepDecision, list[AgentInterrupt]]:
+        """Store the calls and their interrupts; return the decision and the raised interrupts."""
         assert state.turn_id is not None
         _validate_tool_calls(outcome, recorded)
-        deadline_after = self._flow.options.interrupt_deadline
-        deadline = _now() + deadline_after if deadline_after is not None else None
+        now = _now()
         interrupts = list(PENDING_INTERRUPTS.get(context) or [])
+        raised: list[AgentInterrupt] = []
         movements: list[StepMovement[Any]] = []
         for order, call in enumerate(outcome.tool_calls, start=len(recorded)):
             effect = ToolEffect(call.policy.effect)
@@ -545,6 +595,7 @@ class RunModel(_SessionStep, Step[None]):
                 },
             )
             if requires_approval:
+                deadline = _approval_deadline(self._flow, call.policy, now)
                 interrupt = AgentInterrupt(
                     interrupt_id=interrupt_id_for(record),
                     tool_call_id=record.tool_call_id,
@@ -554,6 +605,7 @@ class RunModel(_SessionStep, Step[None]):
                     turn_id=state.turn_id,
                 )
                 interrupts.append(interrupt)
+                raised.append(interrupt)
                 events.write_event(
                     AgentEventType.INTERRUPT_RAISED,
                     {
@@ -573,7 +625,7 @@ class RunModel(_SessionStep, Step[None]):
         movements.append(
             StepMovement.of(ResumeTurn, len(outcome.tool_calls), options=RESUME_TURN_OPTIONS)
         )
-        return go_to_many(*movements)
+        return go_to_many(*movements), raised
 
 
 class AwaitToolApproval(_SessionStep, Step[str]):
@@ -621,6 +673,21 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                         "rejection_message": answer.rejection_message,
                     },
                 )
+                await _observe(
+                    self._flow,
+                    context,
+                    status=None,
+                    turn_id=record.turn_id,
+                    closed=[
+                        ClosedInterrupt(
+                            interrupt_id,
+                            InterruptOutcome.APPROVED
+                            if answer.approved
+                            else InterruptOutcome.REJECTED,
+                            None if answer.approved else answer.rejection_message,
+                        )
+                    ],
+                )
                 if answer.approved:
                     approved = replace(record, status=ToolCallStatus.APPROVED)
                     AGENT_TOOL_CALLS.set(context, record.tool_call_id, approved)
@@ -644,6 +711,13 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                 {"interrupt_id": interrupt_id, "approved": False, "rejection_message": message},
             )
             expired = replace(record, status=ToolCallStatus.REJECTED, rejection_message=message)
+            await _observe(
+                self._flow,
+                context,
+                status=None,
+                turn_id=record.turn_id,
+                closed=[ClosedInterrupt(interrupt_id, InterruptOutcome.EXPIRED, message)],
+            )
             return _finish_tool_call(context, events, expired)
         finally:
             events.close()
@@ -744,6 +818,9 @@ class ResumeTurn(_SessionStep, Step[int]):
             )
         if state is not None:
             AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
+            await _observe(
+                self._flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=state.turn_id
+            )
         return go_to(RunModel, None)
 
 
@@ -777,7 +854,8 @@ class RecordTurnFailure(_SessionStep, Step[None]):
             FRAMEWORK_RUN_STATE.delete(context)
         turn_interrupts = {interrupt_id_for(record) for record in records.values()}
         interrupts = PENDING_INTERRUPTS.get(context) or []
-        if any(item.interrupt_id in turn_interrupts for item in interrupts):
+        withdrawn = [item for item in interrupts if item.interrupt_id in turn_interrupts]
+        if withdrawn:
             PENDING_INTERRUPTS.set(
                 context, [item for item in interrupts if item.interrupt_id not in turn_interrupts]
             )
@@ -794,4 +872,18 @@ class RecordTurnFailure(_SessionStep, Step[None]):
         events = AgentEventWriter(self._flow.agent_events, context, state.turn_id)
         events.write_event(AgentEventType.TURN_FAILED, {"error": error})
         events.close()
+        await _observe(
+            self._flow,
+            context,
+            status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+            turn_id=state.turn_id,
+            closed=[
+                ClosedInterrupt(
+                    item.interrupt_id,
+                    InterruptOutcome.WITHDRAWN,
+                    f"The turn failed before a decision: {error}",
+                )
+                for item in withdrawn
+            ],
+        )
         return go_to(AwaitUserMessage, None)

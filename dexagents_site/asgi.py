@@ -1,8 +1,9 @@
 """ASGI entry point: Django for HTTP, Channels for websockets.
 
-Websocket routes come from ``agents_app.routing.websocket_urlpatterns``, behind the
-session-auth middleware and the allowed-hosts origin check (channels sample project
-``config/asgi.py``; reference/django-notes.md G2).
+Websocket routes come from ``agents_app.routing.websocket_urlpatterns``, behind
+``agents_app.auth``: API-token or session-cookie auth, and Channels' allowed-hosts origin
+check for every handshake from a browser (channels sample project ``config/asgi.py``;
+reference/django-notes.md G2).
 """
 
 import os
@@ -17,17 +18,17 @@ from django.core.asgi import get_asgi_application
 # Django must be set up before anything imports models (the routing below does).
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from agents_app.auth import BrowserOriginValidator, TokenAuthMiddlewareStack  # noqa: E402
 from agents_app.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        # AllowedHostsOriginValidator for browsers (handshakes with an Origin header).
+        "websocket": BrowserOriginValidator(
+            TokenAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }
 )

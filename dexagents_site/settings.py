@@ -13,6 +13,8 @@ Environment variables:
     CSRF_TRUSTED_ORIGINS (comma list), DATABASE_URL, REDIS_URL, DEX_SERVER_ADDRESS,
     DEX_PORT (default 8801), DEMO_MODEL_PORT (default 8811), DEXAGENTS_VAR_DIR,
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
+    DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES, DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES,
+    DEXAGENTS_EVENTS_SEND_QUEUE_BYTES,
     LOG_LEVEL (default INFO); with DEBUG=false also SESSION_COOKIE_SECURE,
     CSRF_COOKIE_SECURE (default true), SECURE_SSL_REDIRECT, SECURE_HSTS_SECONDS,
     SECURE_PROXY_SSL_HEADER (default off).
@@ -227,7 +229,8 @@ else:
 REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "dexagents_site.rest_errors.api_exception_handler",
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # `Authorization: Bearer <key>`, and DRF's `Token <key>` (ARCHITECTURE.md "Auth").
+        "agents_app.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -271,6 +274,19 @@ DEXAGENTS: dict[str, Any] = {
     "WORKER_HEARTBEAT_FILE": VAR_DIR / "run" / "dexworker.heartbeat",
     "WORKER_HEARTBEAT_MAX_AGE": 20,
     "VAR_DIR": VAR_DIR,
+    # AgentEvents Stream budget the worker writes with (dex_agents' default, 10 MiB); Dex
+    # trims a flow type's oldest events past it, across all its sessions.
+    "EVENTS_STREAM_CAPACITY_BYTES": env_int(
+        "DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES", 10 * 1024 * 1024, minimum=1024
+    ),
+    # Per-websocket send queue of /ws/sessions/<id>/events/: frames read from the Stream but
+    # not yet taken by the client. Past either bound the socket closes with 4408.
+    "EVENTS_SEND_QUEUE_FRAMES": env_int(
+        "DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES", 1000, minimum=1, maximum=1_000_000
+    ),
+    "EVENTS_SEND_QUEUE_BYTES": env_int(
+        "DEXAGENTS_EVENTS_SEND_QUEUE_BYTES", 1024 * 1024, minimum=1024
+    ),
 }
 
 LOGGING = {

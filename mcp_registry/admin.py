@@ -195,6 +195,7 @@ class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
         "requires_approval_override",
         "timeout_override",
         "retries_override",
+        "approval_deadline_override",
         "created_at",
         "updated_at",
     )

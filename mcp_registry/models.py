@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 from mcp_registry.effects import Decision, ToolEffect, approval_decide, effect_decide
@@ -183,6 +183,15 @@ class McpTool(models.Model):
     )
     timeout_override = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds.")
     retries_override = models.PositiveSmallIntegerField(null=True, blank=True)
+    approval_deadline_override = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "Seconds an approval of this tool may wait before it counts as rejected. "
+            "Empty: the agent's approval deadline."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -41,7 +41,7 @@ def test_anonymous_gets_401(
 ) -> None:
     response = getattr(anonymous_client, method)(path, {}, format="json")
     assert response.status_code == 401
-    assert response["WWW-Authenticate"].startswith("Token")
+    assert response["WWW-Authenticate"].startswith("Bearer")
 
 
 @pytest.mark.parametrize(("method", "path"), ENDPOINTS)

@@ -9,6 +9,7 @@ from agents_app import dex_gateway
 from dex_agents import (
     AgentInterrupt,
     AgentMessage,
+    AgentQueuedMessage,
     AgentSnapshot,
     AgentState,
     AgentStatus,
@@ -58,15 +59,20 @@ def test_snapshot_to_data_shapes_the_api_answer() -> None:
         usage=AgentUsage(input_tokens=3, output_tokens=4, requests=1),
         queued_message_count=2,
         last_turn_error=None,
+        queued_messages=[AgentQueuedMessage(message_id="0190-a", text="and dogs")],
     )
     data = dex_gateway.snapshot_to_data(snapshot)
     assert data["status"] == "running_tools"
-    assert data["messages"] == [{"sequence": 1, "role": "user", "text": "find cats"}]
+    assert data["messages"] == [
+        {"sequence": 1, "role": "user", "text": "find cats", "turn_id": "turn-1"}
+    ]
+    assert data["has_older_messages"] is False
     assert data["pending_interrupts"][0]["deadline"] == "2026-01-01T00:00:00+00:00"
     assert data["tool_calls"][0]["effect"] == "non_idempotent_write"
     assert data["tool_calls"][0]["status"] == str(ToolCallStatus.AWAITING_APPROVAL)
     assert data["usage"]["output_tokens"] == 4
     assert data["queued_message_count"] == 2
+    assert data["queued_messages"] == [{"message_id": "0190-a", "text": "and dogs"}]
     assert data["last_turn_error"] is None
     assert data["awaiting_approval"] is True
     assert "framework detail" not in repr(data)
@@ -85,12 +91,13 @@ def test_messages_link_tool_results_to_their_calls() -> None:
         framework_item={"role": "tool", "tool_call_id": "call_1", "content": "3 results"},
     )
     assert dex_gateway.message_to_data(assistant) == {
-        "sequence": 2, "role": "assistant", "text": "",
+        "sequence": 2, "role": "assistant", "text": "", "turn_id": "turn-1",
         "tool_calls": [{"id": "call_1", "name": "search__web_search",
                         "arguments": '{"query": "cats"}'}],
     }
     assert dex_gateway.message_to_data(result) == {
-        "sequence": 3, "role": "tool", "text": "3 results", "tool_call_id": "call_1",
+        "sequence": 3, "role": "tool", "text": "3 results", "turn_id": "turn-1",
+        "tool_call_id": "call_1",
     }
 
 
@@ -111,11 +118,14 @@ def test_tool_policies_follow_the_agent_config() -> None:
         "tools": [
             {"name": "search__web_search", "effect": "read", "requires_approval": False},
             {"name": "files__write", "effect": "idempotent_write", "requires_approval": False},
+            {"name": "slack__post", "effect": "non_idempotent_write", "requires_approval": True,
+             "approval_deadline_seconds": 90},
         ]
     }
     assert dex_gateway.tool_policies_build(agent_config=config) == {
         "search__web_search": ToolPolicy(ToolEffect.READ, False),
         "files__write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, False),
+        "slack__post": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, True, 90),
     }
 
 

@@ -40,7 +40,10 @@ def test_agent_config_snapshots_model_prompt_and_exposable_tools() -> None:
         api_base="",
         api_key_env="OPENAI_API_KEY",
         system_prompt="Be brief.",
+        approval_deadline_seconds=600,
     )
+    write.approval_deadline_override = 30
+    write.save()
     agent.tools.add(web_search, write, disabled, gone, on_disabled_server)
 
     assert agent.agent_config() == {
@@ -58,6 +61,7 @@ def test_agent_config_snapshots_model_prompt_and_exposable_tools() -> None:
                 "parameters": write.input_schema,
                 "effect": "idempotent_write",
                 "requires_approval": True,
+                "approval_deadline_seconds": 30,
             },
             {
                 "name": "search__web_search",
@@ -67,9 +71,12 @@ def test_agent_config_snapshots_model_prompt_and_exposable_tools() -> None:
                 "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
                 "effect": "read",
                 "requires_approval": False,
+                "approval_deadline_seconds": 600,
             },
         ],
     }
+    narrowed = agent.agent_config(tool_names=["search__web_search", "off__anything"])
+    assert [tool["name"] for tool in narrowed["tools"]] == ["search__web_search"]
 
 
 def test_agent_config_keeps_api_base_and_blank_key_env_as_none() -> None:

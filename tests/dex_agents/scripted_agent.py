@@ -31,6 +31,7 @@ from dex import Context, RPCResult, rpc
 
 from dex_agents import (
     PENDING_INTERRUPTS,
+    AgentSessionChange,
     AgentSessionFlow,
     AgentSessionOptions,
     AgentTurnContext,
@@ -74,6 +75,8 @@ TOOL_POLICIES = {
     "idem_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
     "charge": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False),
     "refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),
+    # Platform addition: its approvals expire after two seconds on a Flow with no deadline.
+    "quick_refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, approval_deadline_seconds=2),
     "broken": ToolPolicy(ToolEffect.READ),
     "crash_read": ToolPolicy(ToolEffect.READ),
     "crash_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
@@ -210,6 +213,30 @@ class GatedResolveFlow(AgentSessionFlow):
         return super().resolve_interrupt(context, request)
 
 
+def changes_path(directory: Path | None = None) -> Path:
+    """Where the Worker's observer appends one JSON line per ``AgentSessionChange``."""
+    return (directory or state_dir()) / "changes.jsonl"
+
+
+async def record_change(change: AgentSessionChange) -> None:
+    """The scripted Flows' observer (platform addition): log every change the Steps report."""
+    line = json.dumps(
+        {
+            "flow_id": change.flow_id,
+            "observed_at": change.observed_at.isoformat(),
+            "status": None if change.status is None else str(change.status),
+            "turn_id": change.turn_id,
+            "raised": [
+                [item.interrupt_id, item.deadline.isoformat() if item.deadline else None]
+                for item in change.raised
+            ],
+            "closed": [[item.interrupt_id, str(item.outcome)] for item in change.closed],
+        }
+    )
+    with changes_path().open("a") as log:
+        log.write(line + "\n")
+
+
 def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
     deadline = {
         DEADLINE_FLOW_TYPE: INTERRUPT_DEADLINE,
@@ -220,7 +247,9 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
     return flow_class(
         ScriptedRunner(),
         flow_type=flow_type,
-        options=AgentSessionOptions(tool_policies=TOOL_POLICIES, interrupt_deadline=deadline),
+        options=AgentSessionOptions(
+            tool_policies=TOOL_POLICIES, interrupt_deadline=deadline, observer=record_change
+        ),
     )
 
 

@@ -41,6 +41,7 @@ class Command(BaseCommand):
         )
 
         from agents_app.flow import build_flow
+        from agents_app.session_index import SessionIndexObserver
         from mcp_registry.client import McpClientPool
         from mcp_registry.tasks import tools_list_changed_enqueue
 
@@ -53,7 +54,8 @@ class Command(BaseCommand):
 
         # A server that announces a changed tool list gets its catalogue rediscovered.
         pool = McpClientPool(on_tools_list_changed=tools_list_changed_enqueue)
-        registry = Registry([build_flow(pool=pool)], allow_async_handlers=True)
+        observer = SessionIndexObserver()
+        registry = Registry([build_flow(pool=pool, observer=observer)], allow_async_handlers=True)
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"
         cache_dir.mkdir(parents=True, exist_ok=True)
         cache = open_blob_cache(BlobCacheConfig(str(cache_dir), 64 * 1024 * 1024))
@@ -74,17 +76,39 @@ class Command(BaseCommand):
                 self.stdout.write(f"dexworker ready: serving AgentSession from {address}")
                 self.stdout.flush()
                 beating = asyncio.create_task(_beat(heartbeat_file))
+                # Index writes a previous worker lost (killed between a Step and its write)
+                # are repaired from Dex; the tasks it left are being redelivered meanwhile.
+                reconciling = asyncio.create_task(_reconcile_index())
                 await asyncio.wait({serving, asyncio.create_task(stop.wait())},
                                    return_when=asyncio.FIRST_COMPLETED)
-                beating.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await beating
+                for task in (beating, reconciling):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
                 await worker.stop()
                 await serving
         finally:
             await asyncio.to_thread(heartbeat_file.unlink, missing_ok=True)
+            await observer.aclose()
             await pool.aclose()
         self.stdout.write("dexworker stopped")
+
+
+async def _reconcile_index() -> None:
+    """Reconcile the Django session and approvals index with Dex once, after start."""
+    import logging
+
+    from asgiref.sync import sync_to_async
+
+    from agents_app.session_index import session_index_reconcile
+
+    log = logging.getLogger("agents_app.dexworker")
+    try:
+        result = await sync_to_async(session_index_reconcile, thread_sensitive=False)()
+    except Exception as error:
+        log.warning("Index reconciliation at start failed (%s); Celery beat retries it", error)
+    else:
+        log.info("Index reconciled at start: %s", result)
 
 
 async def _beat(path: Path) -> None:

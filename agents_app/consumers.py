@@ -1,0 +1,385 @@
+"""Websocket consumers (Channels), routed in ``agents_app.routing``.
+
+``SessionEventsConsumer`` serves ``/ws/sessions/<id>/events/[?after=<token>]``: it relays the
+session's AgentEvents Dex Stream (ARCHITECTURE.md "Live events"; issue 9, section 1).
+
+Protocol:
+
+- Auth (``agents_app.auth``): ``Authorization: Bearer <key>`` or ``Token <key>``, else the
+  Django session cookie. The owner or staff may read. Refusals accept the socket and close it
+  at once with 4401 (not authenticated), 4403 (someone else's session) or 4404 (no such
+  ``AgentSession`` index row); nothing else is sent.
+- Text frames, JSON, in Stream order, each Stream message at most once per connection:
+  ``{"type": "event", "token", "event": {"type", "turn_id", "step_execution_id", "attempt",
+  "data", "created_at"}}`` (``dex_gateway.SessionEventMessage``), and
+  ``{"type": "snapshot_required"}``: events were lost to the client, so it must reload the
+  snapshot (``GET /api/v1/sessions/<id>/``). It comes first when ``after`` is no longer
+  retained (or was never a token of this Stream), and the relay then starts at the oldest
+  retained message. It also comes mid-stream in the rare case that Dex trimmed messages
+  before the relay read them (a client that resumed far behind on a busy engine); the relay
+  then goes on after the last message it sent.
+- ``after`` resumes right after that message; without it the relay starts at the oldest
+  retained message. The client resumes with the token of the last frame it processed.
+- Slow clients: frames wait in a per-socket queue bounded by
+  ``DEXAGENTS["EVENTS_SEND_QUEUE_FRAMES"]`` frames (1000) and
+  ``DEXAGENTS["EVENTS_SEND_QUEUE_BYTES"]`` bytes of JSON (1 MiB), behind the ASGI server's
+  own write buffer; past either bound the socket closes with 4408 and the client resumes.
+- Engine unavailable: the socket stays open and silent while the relay retries with
+  exponential backoff (0.25 s doubling to 5 s, jittered); it then resumes after the last
+  message it sent, so a restart of Dex loses and repeats nothing.
+- Anything unexpected (an undecodable message, a refused token of the relay's own) closes
+  with 1011; the client reconnects with its last token.
+- Clients send nothing; whatever they send is ignored.
+
+Each socket has one relay task, created in ``connect`` and cancelled in ``disconnect``; it
+runs a Stream reader and a socket writer joined by the bounded queue. Closing the socket ends
+it within the time it takes to cancel one gRPC long poll; the agent turn is not affected.
+The consumer does no agent work, and the ORM only through ``database_sync_to_async``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+
+# The Flow import pulls in LiteLLM and the MCP SDK (seconds). Importing it with the ASGI
+# application keeps that off the event loop of the first websocket (dex_gateway builds the
+# Flow for its client on first use).
+import agents_app.flow  # noqa: F401
+from agents_app import dex_gateway, selectors
+from agents_app.models import AgentSession
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CLOSE_NOT_AUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_UNKNOWN_SESSION = 4404
+CLOSE_SLOW_CLIENT = 4408
+CLOSE_INTERNAL_ERROR = 1011
+
+#: Seconds one ReadStream long poll may wait for a write (Dex caps it at 60).
+LONG_POLL_SECONDS = 25.0
+#: Backoff while the engine is unreachable: first delay, cap (seconds).
+RETRY_FIRST_SECONDS = 0.25
+RETRY_MAX_SECONDS = 5.0
+#: How often the reader checks that the position it read from was still retained (seconds).
+VERIFY_INTERVAL_SECONDS = 1.0
+#: Seconds to hand the 4408 close frame to a client that is not reading.
+SLOW_CLOSE_TIMEOUT_SECONDS = 5.0
+
+SNAPSHOT_REQUIRED_FRAME = json.dumps({"type": "snapshot_required"})
+
+# Relay tasks of this process that have not finished (``live_relay_count``).
+_live_relays: set[asyncio.Task[None]] = set()
+
+
+def live_relay_count() -> int:
+    """How many websocket relay tasks of this process are still running (tests, benches)."""
+    return len(_live_relays)
+
+
+class SendQueueFullError(Exception):
+    """The client fell further behind than the send queue allows."""
+
+
+class _ConnectionGoneError(Exception):
+    """The ASGI server refused a send: the client is gone."""
+
+
+class SendQueue:
+    """Frames waiting for the socket, bounded by count and by bytes.
+
+    Frames are ASCII JSON text (``json.dumps`` escapes the rest), so ``len`` is their size.
+    One frame larger than ``max_bytes`` is still accepted into an empty queue.
+    """
+
+    def __init__(self, *, max_frames: int, max_bytes: int) -> None:
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self._frames: collections.deque[str] = collections.deque()
+        self._bytes = 0
+        self._ready = asyncio.Event()
+
+    def put(self, frame: str) -> None:
+        """Queue ``frame``; raise ``SendQueueFullError`` when it would pass a bound."""
+        if self._frames and (
+            len(self._frames) >= self.max_frames or self._bytes + len(frame) > self.max_bytes
+        ):
+            raise SendQueueFullError(
+                f"{len(self._frames)} frames ({self._bytes} bytes) wait for the client"
+            )
+        self._frames.append(frame)
+        self._bytes += len(frame)
+        self._ready.set()
+
+    async def get(self) -> str:
+        """Wait for and remove the oldest frame."""
+        while not self._frames:
+            self._ready.clear()
+            await self._ready.wait()
+        frame = self._frames.popleft()
+        self._bytes -= len(frame)
+        return frame
+
+    def clear(self) -> None:
+        """Drop every queued frame."""
+        self._frames.clear()
+        self._bytes = 0
+
+
+def event_frame(message: dex_gateway.SessionEventMessage) -> str:
+    """The ``{"type": "event", "token", "event"}`` text frame of one Stream message."""
+    return json.dumps(
+        {"type": "event", "token": message.token, "event": message.event},
+        separators=(",", ":"),
+    )
+
+
+class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
+    """Relays one session's AgentEvents to one websocket (protocol: module docstring)."""
+
+    relay_task: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        # Close codes above 4000 need an accepted socket; before accept a refusal is HTTP 403.
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_NOT_AUTHENTICATED)
+            return
+        session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
+        try:
+            await database_sync_to_async(selectors.session_get_for_reader)(
+                user=user, session_id=session_id
+            )
+        except AgentSession.DoesNotExist:
+            await self.close(code=CLOSE_UNKNOWN_SESSION)
+            return
+        except PermissionDenied:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        after = query.get("after", [""])[0]
+        task = asyncio.create_task(self.relay(session_id, after), name=f"events {session_id}")
+        _live_relays.add(task)
+        task.add_done_callback(_live_relays.discard)
+        self.relay_task = task
+
+    async def disconnect(self, code: int) -> None:
+        task = self.relay_task
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """The protocol has no client messages; ignore them rather than fail on bad JSON."""
+
+    async def relay(self, session_id: str, after: str) -> None:
+        """Run the Stream reader and the socket writer until one of them ends."""
+        queue = SendQueue(
+            max_frames=int(settings.DEXAGENTS["EVENTS_SEND_QUEUE_FRAMES"]),
+            max_bytes=int(settings.DEXAGENTS["EVENTS_SEND_QUEUE_BYTES"]),
+        )
+        counts = {"sent": 0}
+        outcome = "cancelled by disconnect"
+        logger.info("Events relay for session %s started (resume: %s).", session_id, bool(after))
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._read(session_id, after, queue))
+                group.create_task(self._write(queue, counts))
+        except* SendQueueFullError as overflow:
+            outcome = f"slow client, closed with {CLOSE_SLOW_CLIENT}"
+            logger.info("Closing a slow events client of session %s: %s", session_id,
+                        overflow.exceptions[0])
+            queue.clear()
+            await self._close_quietly(CLOSE_SLOW_CLIENT)
+        except* _ConnectionGoneError:
+            outcome = "connection gone"
+        except* Exception as failure:
+            outcome = f"error, closed with {CLOSE_INTERNAL_ERROR}"
+            logger.error("Events relay for session %s failed.", session_id,
+                         exc_info=failure.exceptions[0])
+            await self._close_quietly(CLOSE_INTERNAL_ERROR)
+        finally:
+            logger.info("Events relay for session %s ended (%s) after %d frames.",
+                        session_id, outcome, counts["sent"])
+
+    async def _close_quietly(self, code: int) -> None:
+        """Send a close frame; a client that neither reads nor leaves gets a bounded wait."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(SLOW_CLOSE_TIMEOUT_SECONDS):
+                await self.close(code=code)
+
+    async def _write(self, queue: SendQueue, counts: dict[str, int]) -> None:
+        """Hand queued frames to the ASGI server, which waits while its buffer is full."""
+        while True:
+            frame = await queue.get()
+            try:
+                await self.send(text_data=frame)
+            except Exception as error:
+                raise _ConnectionGoneError(str(error)) from error
+            counts["sent"] += 1
+
+    async def _read(self, session_id: str, after: str, queue: SendQueue) -> None:
+        """Long-poll the Stream from ``after`` and queue one frame per message, forever.
+
+        Dex resumes a trimmed token at the next newer message without saying so, so the
+        reader checks retention itself: ``after`` before the first read, then, right after
+        a read and at most every ``VERIFY_INTERVAL_SECONDS``, the oldest position it read
+        from since the last check. Trimming is oldest-first, so a position still retained
+        proves that every read since was gap-free; one that is gone puts
+        ``snapshot_required`` before the frame just read.
+        """
+        position = after
+        if after and not await self._retained(session_id, after):
+            queue.put(SNAPSHOT_REQUIRED_FRAME)
+            position = ""
+        unverified_from = ""
+        verified_at = time.monotonic()
+        while True:
+            read_from = position
+            message = await self._engine(
+                functools.partial(
+                    dex_gateway.session_events_read,
+                    session_id=session_id,
+                    after=read_from,
+                    wait_seconds=LONG_POLL_SECONDS,
+                )
+            )
+            if message is not None and read_from and not unverified_from:
+                unverified_from = read_from
+            # An idle long poll is a free moment to settle a pending check.
+            due = message is None or time.monotonic() - verified_at >= VERIFY_INTERVAL_SECONDS
+            if unverified_from and due:
+                if not await self._retained(session_id, unverified_from):
+                    logger.warning("Session %s: events were trimmed before the relay read "
+                                   "them; the client must reload the snapshot.", session_id)
+                    queue.put(SNAPSHOT_REQUIRED_FRAME)
+                unverified_from = ""
+                verified_at = time.monotonic()
+            if message is not None:
+                queue.put(event_frame(message))
+                position = message.token
+
+    async def _retained(self, session_id: str, token: str) -> bool:
+        return await self._engine(
+            functools.partial(
+                dex_gateway.session_events_after_retained, session_id=session_id, after=token
+            )
+        )
+
+    async def _engine(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Await ``call()``, retrying with jittered exponential backoff while the engine is
+        unreachable, so a Dex restart does not close the socket."""
+        delay = RETRY_FIRST_SECONDS
+        failing_since = 0.0
+        while True:
+            try:
+                result = await call()
+            except dex_gateway.EngineUnavailableError as error:
+                if not failing_since:
+                    failing_since = time.monotonic()
+                    logger.warning("Events relay waits for the engine: %s", error)
+                await asyncio.sleep(random.uniform(delay / 2, delay))
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                continue
+            if failing_since:
+                logger.info("Events relay reached the engine again after %.1f s.",
+                            time.monotonic() - failing_since)
+            return result
+
+
+#: Seconds between two reads of the approvals index version (the fallback for lost notices).
+APPROVALS_POLL_SECONDS = 1.0
+APPROVALS_CHANGED_FRAME = {"type": "approvals_changed"}
+
+
+class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
+    """``/ws/approvals/`` (staff only): says when the pending approvals changed.
+
+    Sends ``{"type": "approvals_changed"}`` once after connect and whenever the approvals index
+    changes; the dashboard then re-reads ``GET /api/v1/approvals/``. Changes are heard two
+    ways (ARCHITECTURE.md "Live events"): a notice on the channel layer group
+    ``session_index.APPROVALS_GROUP`` (instant, but lossy, and per process without Redis) and
+    a poll of ``session_index.approval_index_version`` every ``APPROVALS_POLL_SECONDS``, so a
+    lost notice delays the dashboard by at most that long. Refusals: 4401 (not authenticated),
+    4403 (not staff), nothing else sent. Clients send nothing.
+    """
+
+    poll_task: asyncio.Task[None] | None = None
+    version: str | None = None
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_NOT_AUTHENTICATED)
+            return
+        if not user.is_staff:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        from agents_app.session_index import APPROVALS_GROUP, approval_index_version
+
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(APPROVALS_GROUP, self.channel_name)
+        # Read before the first frame: a change after it moves the version the poll compares.
+        self.version = await database_sync_to_async(approval_index_version)()
+        await self.send_json(APPROVALS_CHANGED_FRAME)
+        self.poll_task = asyncio.create_task(self._poll(), name="approvals poll")
+
+    async def disconnect(self, code: int) -> None:
+        from agents_app.session_index import APPROVALS_GROUP
+
+        if self.channel_layer is not None:
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(APPROVALS_GROUP, self.channel_name)
+        if self.poll_task is not None:
+            self.poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.poll_task
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """The protocol has no client messages; ignore them."""
+
+    async def approvals_changed(self, event: dict[str, Any]) -> None:
+        """Channel layer notice (``session_index.APPROVALS_CHANGED``)."""
+        await self._check(force=True)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(APPROVALS_POLL_SECONDS)
+            try:
+                await self._check(force=False)
+            except Exception as error:
+                logger.info("Approvals poll failed: %s", error)
+
+    async def _check(self, *, force: bool) -> None:
+        """Tell the client when the index version moved (or a notice says it did)."""
+        from agents_app.session_index import approval_index_version
+
+        version = await database_sync_to_async(approval_index_version)()
+        if force or version != self.version:
+            self.version = version
+            await self.send_json(APPROVALS_CHANGED_FRAME)

@@ -1,0 +1,93 @@
+"""Session observers: mirror a session's status and approvals outside Dex (platform addition).
+
+The seed keeps everything in Dex; a platform that lists sessions by status or shows every pending
+approval in a dashboard needs an index it can query. ``AgentSessionOptions.observer`` receives one
+``AgentSessionChange`` from each Step that changes the session's status or its pending interrupts,
+awaited just before the Step returns its decision, so the index hears of an interrupt before Dex
+commits it (an index row may briefly exist for an interrupt whose Step then failed; an index
+reconciles such rows from ``get_agent_snapshot``). Observers must be quick, must not raise for
+expected failures, and see every change at least once per Step attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from dex_agents._records import AgentInterrupt, AgentStatus
+
+_LOG = logging.getLogger("dex_agents")
+
+
+class InterruptOutcome(StrEnum):
+    """How an interrupt stopped being pending.
+
+    ``approved`` and ``rejected`` answer a ``resolve_interrupt``; ``expired`` means its deadline
+    passed first; ``withdrawn`` means its turn failed before a decision.
+    """
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+
+
+@dataclass(frozen=True)
+class ClosedInterrupt:
+    """An interrupt that left ``PENDING_INTERRUPTS`` (or whose answer a Step consumed).
+
+    Attributes:
+        interrupt_id: ``"<turn_id>.<tool_call_id>"``.
+        outcome: See ``InterruptOutcome``.
+        message: The rejection message, or the expiry / withdrawal explanation; ``None`` on
+            approval.
+    """
+
+    interrupt_id: str
+    outcome: InterruptOutcome
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentSessionChange:
+    """What one Step attempt is about to commit, as an index outside Dex needs it.
+
+    Attributes:
+        flow_id: The session ID.
+        observed_at: UTC time on the Worker clock when the Step decided; an index applies a status
+            only when it is newer than the one it holds, so late deliveries never go backwards.
+        status: The new ``AgentState.status``, or ``None`` when the Step left it unchanged.
+        turn_id: The turn the change belongs to, or ``None`` outside a turn.
+        raised: Interrupts this Step adds to ``PENDING_INTERRUPTS``.
+        closed: Interrupts this Step answered, expired or withdrew.
+    """
+
+    flow_id: str
+    observed_at: datetime
+    status: AgentStatus | None
+    turn_id: str | None
+    raised: tuple[AgentInterrupt, ...] = field(default_factory=tuple)
+    closed: tuple[ClosedInterrupt, ...] = field(default_factory=tuple)
+
+
+#: ``AgentSessionOptions.observer``: awaited with each change on the Worker's event loop.
+AgentSessionObserver = Callable[[AgentSessionChange], Awaitable[None]]
+
+
+async def notify_observer(
+    observer: AgentSessionObserver | None, change: AgentSessionChange
+) -> None:
+    """Hand ``change`` to ``observer``; an observer error is logged, never fails the Step.
+
+    The session's truth is in Dex, so a lost notice only leaves the observer's index behind until
+    it reconciles; failing a Step for it would repeat a model or tool call instead.
+    """
+    if observer is None:
+        return
+    try:
+        await observer(change)
+    except Exception:
+        _LOG.exception("session observer failed for %s", change.flow_id)

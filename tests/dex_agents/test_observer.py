@@ -1,0 +1,104 @@
+"""Platform additions of AgentSessionFlow, against the real engine and real Worker children:
+the session observer, per-policy approval deadlines and the queued messages in the snapshot."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dex_agents.testing import FileGate, wait_for_agent_snapshot, wait_until
+from tests.dex_agents.scripted_agent import changes_path
+from tests.dex_agents.test_agent_session import (
+    flow_of,
+    last_text,
+    scripted_stack,
+    wait_for_idle,
+    wait_for_interrupt,
+)
+
+
+def changes(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
+    path = changes_path(tmp_path)
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [line for line in lines if line["flow_id"] == session_id]
+
+
+async def test_the_observer_hears_every_status_and_approval_change(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        assert await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=True
+        )
+        await wait_for_idle(sessions, "session-1", message_count=4)
+
+        seen = await wait_until(
+            "the last change to be logged",
+            lambda: (lambda log: log if log and log[-1]["status"] == "waiting_for_user_message"
+                     else None)(changes(tmp_path, "session-1")),
+        )
+    assert [(change["status"], change["raised"], change["closed"]) for change in seen] == [
+        ("running_model", [], []),
+        ("running_tools", [[interrupt.interrupt_id, None]], []),
+        (None, [], [[interrupt.interrupt_id, "approved"]]),
+        ("running_model", [], []),
+        ("waiting_for_user_message", [], []),
+    ]
+    assert all(change["turn_id"] == "turn-1" for change in seen)
+    times = [datetime.fromisoformat(change["observed_at"]) for change in seen]
+    assert times == sorted(times)
+
+
+async def test_a_policy_deadline_expires_an_approval_on_a_flow_without_one(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: quick_refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        assert interrupt.deadline is not None
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+
+        assert last_text(snapshot).startswith(
+            "quick_refund=rejected: Tool call was rejected and did not run: "
+            "No approval before the deadline"
+        )
+        closed = [change["closed"] for change in changes(tmp_path, "session-1")
+                  if change["closed"]]
+        assert closed == [[[interrupt.interrupt_id, "expired"]]]
+        raised_deadline = next(
+            change["raised"][0][1] for change in changes(tmp_path, "session-1")
+            if change["raised"]
+        )
+        requested = datetime.fromisoformat(raised_deadline)
+        assert requested == interrupt.deadline
+
+
+async def test_the_snapshot_lists_queued_messages_in_order(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: gated_read")
+        gate = FileGate(tmp_path, "gated_read")
+        await wait_until("the tool to run", gate.is_reached)
+        assert await sessions.send_user_message("session-1", "first")
+        assert await sessions.send_user_message("session-1", "second")
+
+        snapshot = await wait_for_agent_snapshot(
+            sessions,
+            "session-1",
+            lambda snap: snap if snap.queued_message_count == 2 else None,
+            description="two queued messages",
+        )
+        assert [item.text for item in snapshot.queued_messages] == ["first", "second"]
+        assert all(item.message_id for item in snapshot.queued_messages)
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=8)
+        assert snapshot.queued_messages == []

@@ -1,0 +1,191 @@
+"""The platform as real processes for the websocket relay's tests and ``bench/relay.py``.
+
+``start_stack`` migrates a fresh database, seeds the demo agent, creates the personas (owner,
+other, staff: API tokens and logged-in session cookies), then starts the embedded engine, the
+demo model, ``manage.py dexworker`` and uvicorn serving ``dexagents_site.asgi``, and waits for
+each one's ready line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from dex_agents.testing import free_port
+from tests.e2e.conftest import PYTHON, Proc, Processes
+
+PERSONAS_CODE = """
+import json
+from django.contrib.auth import get_user_model
+from django.test import Client
+from rest_framework.authtoken.models import Token
+User = get_user_model()
+out = {}
+for name, staff in (("owner", False), ("other", False), ("staff", True)):
+    user, _ = User.objects.get_or_create(username=name, defaults={"is_staff": staff})
+    client = Client()
+    client.force_login(user)
+    out[name] = {"token": Token.objects.get_or_create(user=user)[0].key,
+                 "cookie": client.cookies["sessionid"].value}
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Persona:
+    """A user of the stack: an API token key and a logged-in ``sessionid`` cookie."""
+
+    name: str
+    token: str
+    cookie: str
+
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@dataclass
+class Stack:
+    """A running platform; ``processes.stop_all()`` ends it."""
+
+    processes: Processes
+    env: dict[str, str]
+    web_port: int
+    engine_port: int
+    model_port: int
+    personas: dict[str, Persona] = field(default_factory=dict)
+    web: Proc = field(init=False)
+    engine: Proc = field(init=False)
+
+    @property
+    def engine_address(self) -> str:
+        return f"127.0.0.1:{self.engine_port}"
+
+    def base_url(self, port: int | None = None) -> str:
+        return f"http://127.0.0.1:{port or self.web_port}"
+
+    def events_url(self, session_id: str, after: str | None = None,
+                   port: int | None = None) -> str:
+        url = f"ws://127.0.0.1:{port or self.web_port}/ws/sessions/{session_id}/events/"
+        return url if after is None else f"{url}?after={after}"
+
+    def api(self, persona: str = "owner") -> httpx.Client:
+        return httpx.Client(base_url=self.base_url(),
+                            headers=self.personas[persona].bearer(), timeout=30)
+
+    def start_engine(self) -> Proc:
+        self.engine = self.processes.start("engine", [
+            PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1",
+            "--port", str(self.engine_port), "--db", f"{self.env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
+        ])
+        return self.engine
+
+    def start_web(self, port: int, env: Mapping[str, str] | None = None,
+                  name: str = "web") -> Proc:
+        """Start one more uvicorn on ``port`` (same database and engine), not waiting.
+
+        ``env`` adds variables for this process only (e.g. smaller send queues).
+        """
+        argv = [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                "--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+        shared = self.processes.env
+        self.processes.env = {**shared, **(env or {})}
+        try:
+            return self.processes.start(name, argv)
+        finally:
+            self.processes.env = shared
+
+
+def stack_environment(var_dir: Path, *, web_port: int, engine_port: int, model_port: int,
+                      extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of an isolated platform: its own var dir, SQLite database and ports."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL"}}
+    env.update({
+        "DEXAGENTS_VAR_DIR": str(var_dir),
+        "DATABASE_URL": f"sqlite:///{var_dir / 'db.sqlite3'}",
+        "PORT": str(web_port),
+        "DEX_PORT": str(engine_port),
+        "DEMO_MODEL_PORT": str(model_port),
+        "PYTHONUNBUFFERED": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MODE": "PRODUCTION",
+        # The tests read the web process's INFO lines (relay started / ended).
+        "LOG_LEVEL": "INFO",
+    })
+    env.update(extra or {})
+    return env
+
+
+def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
+                worker_slots: int = 32) -> Stack:
+    """Start a whole platform under ``root`` and return it once every part is ready.
+
+    The caller stops it with ``stack.processes.stop_all()`` (also on failure).
+    """
+    var_dir = root / "var"
+    var_dir.mkdir(parents=True, exist_ok=True)
+    stack = Stack(processes=Processes({}), env={}, web_port=free_port(),
+                  engine_port=free_port(), model_port=free_port())
+    stack.env = stack_environment(var_dir, web_port=stack.web_port,
+                                  engine_port=stack.engine_port, model_port=stack.model_port,
+                                  extra=extra_env)
+    stack.processes = Processes(stack.env)
+    processes = stack.processes
+    try:
+        processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+        processes.run([PYTHON, "manage.py", "seed_demo"])
+        out = processes.run([PYTHON, "manage.py", "shell", "-c", PERSONAS_CODE])
+        stack.personas = {
+            name: Persona(name, data["token"], data["cookie"])
+            for name, data in json.loads(out.strip().splitlines()[-1]).items()
+        }
+        engine = stack.start_engine()
+        model = processes.start("model", [PYTHON, "-m", "agents_app.demo_model",
+                                          "--host", "127.0.0.1", "--port", str(stack.model_port)])
+        worker = processes.start("worker", [PYTHON, "manage.py", "dexworker",
+                                            "--max-concurrent-tasks", str(worker_slots)])
+        stack.web = stack.start_web(stack.web_port)
+        engine.wait_for_line("dex_dev_server ready on")
+        model.wait_for_line("demo model ready on")
+        worker.wait_for_line("dexworker ready")
+        stack.web.wait_for_line("Application startup complete")
+    except BaseException:
+        processes.stop_all()
+        raise
+    return stack
+
+
+@contextlib.asynccontextmanager
+async def dex_client(address: str, capacity_bytes: int = 1 << 30
+                     ) -> AsyncIterator[tuple[Any, Any]]:
+    """A Dex ``AsyncClient`` of the platform's Flow for this test process, and the Flow.
+
+    Its AgentEvents Stream writes with a ``capacity_bytes`` budget: by default 1 GiB, so the
+    test's own writes never trim; a small one trims the flow type's oldest events on write.
+    """
+    from dex import AsyncClient, BlobCacheConfig, ClientOptions, Registry, open_blob_cache
+
+    from agents_app.runner import LiteLLMRunner
+    from dex_agents import AgentSessionFlow, AgentSessionOptions
+
+    async def no_servers(name: str) -> Any:
+        raise LookupError(name)
+
+    flow = AgentSessionFlow(LiteLLMRunner(no_servers), flow_type="AgentSession",
+                            options=AgentSessionOptions(agent_events_capacity_bytes=capacity_bytes))
+    with tempfile.TemporaryDirectory() as cache_dir:
+        client = AsyncClient(Registry([flow], allow_async_handlers=True),
+                             open_blob_cache(BlobCacheConfig(cache_dir, 8 * 1024 * 1024)),
+                             ClientOptions(server_address=address))
+        try:
+            yield client, flow
+        finally:
+            await client.close()

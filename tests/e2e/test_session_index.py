@@ -1,0 +1,186 @@
+"""The Django session and approvals index against the real platform: engine, dexworker, web and
+demo model as processes. The worker keeps statuses and approvals current without anyone reading
+a session's detail; reconciliation repairs an index that lost writes; staff read (but do not
+write to) other users' sessions; messages page backwards; a session can narrow its tools."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+POST = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "hi"})
+
+
+def _shell(processes: Processes, code: str) -> Any:
+    """Run ``code`` in the stack's Django shell; it prints one JSON line, returned decoded."""
+    out = processes.run([PYTHON, "manage.py", "shell", "-c", code])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _listed(client: httpx.Client, session_id: str, **params: str) -> dict[str, Any] | None:
+    answer = client.get("/api/v1/sessions/", params={"limit": "200", **params})
+    assert answer.status_code == 200, answer.text
+    return next((row for row in answer.json()["results"] if row["id"] == session_id), None)
+
+
+def _start(processes: Processes, ports: Ports, var_dir: Path) -> tuple[httpx.Client, httpx.Client]:
+    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.run([PYTHON, "manage.py", "seed_demo"])
+    owner_token = processes.run(
+        [PYTHON, "manage.py", "createtoken", "index-owner"]).strip().splitlines()[-1]
+    staff_token = processes.run(
+        [PYTHON, "manage.py", "createtoken", "index-staff", "--staff"]).strip().splitlines()[-1]
+    processes.start("engine", [
+        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
+        "--db", f"{var_dir}/dex.sqlite3",
+    ]).wait_for_line("dex_dev_server ready on")
+    processes.start("model", [PYTHON, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
+    processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
+    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                            "--host", "127.0.0.1", "--port", str(ports.web)]
+                    ).wait_for_line("Application startup complete")
+    base = f"http://127.0.0.1:{ports.web}"
+    owner = httpx.Client(base_url=base, headers={"Authorization": f"Token {owner_token}"},
+                         timeout=30)
+    staff = httpx.Client(base_url=base, headers={"Authorization": f"Token {staff_token}"},
+                         timeout=30)
+    wait_until("healthz to report every part up",
+               lambda: owner.get("/healthz").status_code == 200, timeout=60)
+    return owner, staff
+
+
+def test_the_index_follows_the_worker_and_reconciles_from_dex(
+    processes: Processes, ports: Ports, stack_env: dict[str, str]
+) -> None:
+    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
+    owner, staff = _start(processes, ports, var_dir)
+
+    # A slow turn is listed as running and then as waiting, read from the list alone.
+    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": "/slow 0.4\nhi"})
+    assert created.status_code == 201, created.text
+    slow_id = created.json()["id"]
+    wait_until("the list to show the turn running",
+               lambda: _listed(owner, slow_id, status="running_model"), timeout=30)
+    wait_until("the list to show the turn finished",
+               lambda: _listed(owner, slow_id, status="waiting_for_user_message"), timeout=60)
+
+    # A write: the approval is indexed by the worker, and the list says the session waits.
+    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": POST})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+    pending = wait_until(
+        "the approval in the index",
+        lambda: [item for item in staff.get("/api/v1/approvals/").json()
+                 if item["session"] == session_id],
+        timeout=30,
+    )
+    assert [item["state"] for item in pending] == ["pending"]
+    assert _listed(owner, session_id, status="awaiting_approval")
+
+    # Staff read the owner's session, but only the owner writes to it.
+    for path in ("", "history/", "messages/"):
+        answer = staff.get(f"/api/v1/sessions/{session_id}/{path}")
+        assert answer.status_code == 200, (path, answer.text)
+    detail = staff.get(f"/api/v1/sessions/{session_id}/").json()
+    assert (detail["can_send"], detail["can_approve"], detail["owner"]) == (
+        False, True, "index-owner")
+    assert owner.get(f"/api/v1/sessions/{session_id}/").json()["can_send"] is True
+    refused = staff.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "hello"})
+    assert refused.status_code == 403, refused.text
+
+    # The index loses both writes (as if a worker died before them) and gains a phantom.
+    interrupt_id = pending[0]["interrupt_id"]
+    _shell(processes, (
+        "import json, datetime; from django.utils import timezone; "
+        "from agents_app.models import AgentSession as S, ApprovalRequest as R; "
+        f"R.objects.filter(session_id={session_id!r}).delete(); "
+        f"S.objects.filter(pk={session_id!r}).update(status='running_model'); "
+        f"R.objects.create(session_id={session_id!r}, interrupt_id='turn-9.call_9', "
+        "tool_call_id='call_9', tool_name='slack__post_message', arguments='{}', "
+        "requested_at=timezone.now() - datetime.timedelta(minutes=5)); print(json.dumps(1))"
+    ))
+    result = _shell(processes, (
+        "import json; from agents_app.tasks import reconcile_session_index as r; "
+        "print(json.dumps(r()))"
+    ))
+    assert result["opened"] == 1 and result["closed"] == 1, result
+    listed = [item for item in staff.get("/api/v1/approvals/").json()
+              if item["session"] == session_id]
+    assert [item["interrupt_id"] for item in listed] == [interrupt_id]
+    assert _listed(owner, session_id, status="running_tools")
+    phantom = [row for row in staff.get("/api/v1/approvals/decisions/").json()["results"]
+               if row["interrupt_id"] == "turn-9.call_9"]
+    assert [row["decision"] for row in phantom] == ["withdrawn"]
+
+    # Deciding closes the row at once; the audit trail names the decider.
+    decided = staff.post(f"/api/v1/sessions/{session_id}/interrupts/{interrupt_id}/",
+                         json={"approved": True})
+    assert decided.status_code == 200, decided.text
+    assert not [item for item in staff.get("/api/v1/approvals/").json()
+                if item["session"] == session_id]
+    wait_until("the turn to finish",
+               lambda: _listed(owner, session_id, status="waiting_for_user_message"), timeout=30)
+    trail = [row for row in staff.get("/api/v1/approvals/decisions/").json()["results"]
+             if row["interrupt_id"] == interrupt_id]
+    assert [(row["decision"], row["decided_by"]) for row in trail] == [
+        ("approved", "index-staff")]
+
+
+def test_messages_page_backwards_and_sessions_narrow_their_tools(
+    processes: Processes, ports: Ports, stack_env: dict[str, str]
+) -> None:
+    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
+    owner, _staff = _start(processes, ports, var_dir)
+
+    narrowed = owner.post("/api/v1/sessions/", json={
+        "agent": "demo", "message": POST, "tools": ["search__web_search"]})
+    assert narrowed.status_code == 201, narrowed.text
+    session_id = narrowed.json()["id"]
+    bad = owner.post("/api/v1/sessions/", json={"agent": "demo", "tools": ["nope__nothing"]})
+    assert bad.status_code == 400 and "tools" in bad.json(), bad.text
+
+    def idle_with(count: int) -> dict[str, Any] | None:
+        snapshot: dict[str, Any] = owner.get(f"/api/v1/sessions/{session_id}/").json()
+        if snapshot["status"] == "waiting_for_user_message" and len(
+                snapshot["messages"]) >= count:
+            return snapshot
+        return None
+
+    # Without slack in the session, the call is an unknown tool the model hears about: no
+    # approval waits and nothing is posted.
+    snapshot = wait_until("the first turn", lambda: idle_with(4), timeout=30)
+    assert snapshot["pending_interrupts"] == []
+    assert not (var_dir / "demo_mcp" / "slack_messages.json").exists()
+    for text in ("two", "three"):
+        assert owner.post(f"/api/v1/sessions/{session_id}/messages/",
+                          json={"text": text}).status_code == 202
+        expected = len(snapshot["messages"]) + 2
+        snapshot = wait_until("the turn", functools.partial(idle_with, expected), timeout=30)
+
+    pages: list[list[dict[str, Any]]] = []
+    before: int | None = None
+    while True:
+        params = {"limit": "3", **({"before": str(before)} if before else {})}
+        answer = owner.get(f"/api/v1/sessions/{session_id}/messages/", params=params)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        assert 1 <= len(page["messages"]) <= 3
+        pages.append(page["messages"])
+        before = page["next_before"]
+        if before is None:
+            break
+    stitched = [message for page in reversed(pages) for message in page]
+    assert stitched == snapshot["messages"]
+    assert [message["sequence"] for message in stitched] == list(range(1, len(stitched) + 1))
+    bad_page = owner.get(f"/api/v1/sessions/{session_id}/messages/", params={"limit": "0"})
+    assert bad_page.status_code == 400 and "limit" in bad_page.json()
