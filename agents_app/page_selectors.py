@@ -13,10 +13,15 @@ from urllib.parse import urlencode
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.paginator import Page, Paginator
-from django.db.models import Q, QuerySet
 
 from agents_app.models import AgentDefinition, AgentSession
-from agents_app.selectors import agent_list_enabled, session_get_for_owner_or_staff
+from agents_app.selectors import (
+    STATUS_AWAITING_APPROVAL,
+    agent_list_enabled,
+    agent_tools_describe,
+    session_get_for_owner_or_staff,
+    session_list_visible,
+)
 
 # Shown to non-staff instead of the provider check's reason, which names environment
 # variables that only operators need (the same rule as GET /api/v1/agents/).
@@ -31,14 +36,16 @@ SESSION_STATUS_LABELS: dict[str, str] = {
     "stopped": "Stopped",
 }
 
-SESSION_ORDERINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "-updated_at": ("Recently active", ("-updated_at", "-created_at")),
-    "-created_at": ("Newest first", ("-created_at",)),
-    "created_at": ("Oldest first", ("created_at",)),
-    "title": ("Title A to Z", ("title", "-created_at")),
-    "agent": ("Agent", ("agent__slug", "-created_at")),
+# Labels for the orderings ``selectors.session_list_visible`` accepts that the page offers.
+SESSION_ORDERING_LABELS: dict[str, str] = {
+    "-updated_at": "Recently active",
+    "-created_at": "Newest first",
+    "created_at": "Oldest first",
+    "title": "Title A to Z",
+    "status": "Status",
 }
 SESSION_DEFAULT_ORDERING = "-updated_at"
+AWAITING_APPROVAL_LABEL = "Waiting for approval"
 SESSION_PAGE_SIZE = 20
 
 
@@ -105,15 +112,15 @@ def portal_agents_get(*, user: AbstractBaseUser | AnonymousUser) -> list[PortalA
         if not status.configured:
             reason = status.reason if _is_staff(user) else NOT_CONFIGURED_FOR_USERS
         servers: dict[str, list[PortalTool]] = {}
-        for tool in agent.exposed_tools():
-            servers.setdefault(tool.server.name, []).append(
+        for tool in agent_tools_describe(agent=agent):
+            servers.setdefault(tool["server"], []).append(
                 PortalTool(
-                    name=tool.exposed_name,
-                    tool=tool.name,
-                    title=tool.title or tool.name,
-                    description=tool.description,
-                    effect=tool.effective_effect,
-                    requires_approval=tool.effective_requires_approval,
+                    name=tool["name"],
+                    tool=tool["tool"],
+                    title=tool["title"] or tool["tool"],
+                    description=tool["description"],
+                    effect=tool["effect"],
+                    requires_approval=tool["requires_approval"],
                 )
             )
         agents.append(
@@ -132,7 +139,7 @@ def portal_agents_get(*, user: AbstractBaseUser | AnonymousUser) -> list[PortalA
 
 @dataclasses.dataclass(frozen=True)
 class SessionRow:
-    """One line of the sessions page."""
+    """One line of the sessions page; ``awaiting_approval`` when a tool call waits."""
 
     id: str
     title: str
@@ -141,6 +148,7 @@ class SessionRow:
     owner: str
     status: str
     status_label: str
+    awaiting_approval: bool
     created_at: Any
     updated_at: Any
 
@@ -165,14 +173,6 @@ class SessionListPage:
     next_query: str | None
 
 
-def _sessions_visible(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[AgentSession]:
-    """The sessions ``user`` may read: staff every session, everyone else their own."""
-    sessions = AgentSession.objects.select_related("agent", "owner")
-    if _is_staff(user):
-        return sessions
-    return sessions.filter(owner_id=user.pk)
-
-
 def session_list_page_get(
     *,
     user: AbstractBaseUser | AnonymousUser,
@@ -183,37 +183,26 @@ def session_list_page_get(
     page: str | int = 1,
     page_size: int = SESSION_PAGE_SIZE,
 ) -> SessionListPage:
-    """Filter, sort and page the sessions ``user`` may read, from the Django index.
+    """Filter, sort and page the sessions ``user`` may read (``selectors.session_list_visible``,
+    from the Django index).
 
     Args:
-        search: Case-insensitive substring of the title, the agent's slug or name (staff:
-            also the owner's username).
-        status: One of ``SESSION_STATUS_LABELS``; anything else means every status.
+        search: Case-insensitive substring of the title, the agent's slug or name.
+        status: An index status of ``SESSION_STATUS_LABELS`` or ``awaiting_approval``;
+            anything else means every status.
         agent: An agent slug; blank for every agent.
-        ordering: A key of ``SESSION_ORDERINGS``; anything else means the default
+        ordering: A key of ``SESSION_ORDERING_LABELS``; anything else means the default
             (recently active first).
         page: 1-based; out-of-range or malformed values give the nearest valid page.
     """
     search = search.strip()[:200]
-    status = status if status in SESSION_STATUS_LABELS else ""
-    ordering = ordering if ordering in SESSION_ORDERINGS else SESSION_DEFAULT_ORDERING
+    statuses = [*SESSION_STATUS_LABELS.items(), (STATUS_AWAITING_APPROVAL, AWAITING_APPROVAL_LABEL)]
+    status = status if status in dict(statuses) else ""
+    ordering = ordering if ordering in SESSION_ORDERING_LABELS else SESSION_DEFAULT_ORDERING
     agent = agent.strip()[:64]
-    staff = _is_staff(user)
-    sessions = _sessions_visible(user=user)
-    if search:
-        matches = (
-            Q(title__icontains=search)
-            | Q(agent__slug__icontains=search)
-            | Q(agent__name__icontains=search)
-        )
-        if staff:
-            matches |= Q(owner__username__icontains=search)
-        sessions = sessions.filter(matches)
-    if status:
-        sessions = sessions.filter(status=status)
-    if agent:
-        sessions = sessions.filter(agent__slug=agent)
-    sessions = sessions.order_by(*SESSION_ORDERINGS[ordering][1])
+    sessions = session_list_visible(
+        user=user, status=status, agent_slug=agent, search=search, ordering=ordering
+    )
     paginator = Paginator(sessions, page_size)
     current = paginator.get_page(page)
     query = {"search": search, "status": status, "agent": agent, "ordering": ordering}
@@ -224,9 +213,7 @@ def session_list_page_get(
             del kept["ordering"]
         return urlencode({**kept, "page": number})
 
-    agent_choices = list(
-        AgentDefinition.objects.order_by("slug").values_list("slug", "name")
-    )
+    agent_choices = AgentDefinition.objects.order_by("slug").values_list("slug", "name")
     return SessionListPage(
         rows=[
             SessionRow(
@@ -237,6 +224,7 @@ def session_list_page_get(
                 owner=session.owner.get_username(),
                 status=session.status,
                 status_label=SESSION_STATUS_LABELS.get(session.status, session.status),
+                awaiting_approval=bool(getattr(session, "pending_approval_count", 0)),
                 created_at=session.created_at,
                 updated_at=session.updated_at,
             )
@@ -245,10 +233,10 @@ def session_list_page_get(
         page=current,
         total=paginator.count,
         query=query,
-        show_owner=staff,
-        statuses=list(SESSION_STATUS_LABELS.items()),
+        show_owner=_is_staff(user),
+        statuses=statuses,
         agents=[(slug, name) for slug, name in agent_choices],
-        orderings=[(key, label) for key, (label, _) in SESSION_ORDERINGS.items()],
+        orderings=list(SESSION_ORDERING_LABELS.items()),
         previous_query=page_query(current.previous_page_number())
         if current.has_previous()
         else None,

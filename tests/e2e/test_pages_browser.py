@@ -200,9 +200,9 @@ def wait_for_turn_end(stack: PageStack, persona: str, session_id: str) -> list[d
     def probe() -> list[dict[str, Any]] | None:
         with stack.api(persona) as api:
             snapshot = api.get(f"/api/v1/sessions/{session_id}/").json()
-        if snapshot["status"] == "waiting_for_user_message" and snapshot["messages"]:
-            if snapshot["messages"][-1]["role"] == "assistant":
-                return list(snapshot["messages"])
+        messages = snapshot["messages"]
+        if snapshot["status"] == "waiting_for_user_message" and messages[-1:]:
+            return list(messages) if messages[-1]["role"] == "assistant" else None
         return None
 
     return wait_until("the turn to end", probe, timeout=90)

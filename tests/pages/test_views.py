@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import AgentDefinition, AgentSession, ApprovalRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -195,6 +196,14 @@ def test_sessions_list_filters_sorts_and_pages(
     everyone = browser(staff).get("/sessions/", {"search": "yours"}).content.decode()
     assert "Not yours" in everyone
     assert '<th scope="col">Owner</th>' in everyone
+
+    ApprovalRequest.objects.create(
+        session_id="ses_03", interrupt_id="turn-1.call_1", tool_call_id="call_1",
+        tool_name="slack__post_message", requested_at=timezone.now(),
+    )
+    waiting = owner_client.get("/sessions/", {"status": "awaiting_approval"}).content.decode()
+    assert "1 session" in waiting and "Chat 03" in waiting
+    assert "status-awaiting_approval" in waiting
 
     junk = owner_client.get("/sessions/", {"page": "abc", "status": "nope", "ordering": "x"})
     assert junk.status_code == 200

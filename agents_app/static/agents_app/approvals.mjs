@@ -188,7 +188,9 @@ async function loadPending() {
 
 // ---------------------------------------------------------------- decisions
 
-const DECISION_LABELS = { approved: "Approved", rejected: "Rejected", expired: "Expired" };
+const DECISION_LABELS = { approved: "Approved", rejected: "Rejected", expired: "Expired", withdrawn: "Withdrawn" };
+// Who closes an approval that no person decided.
+const NO_DECIDER = { expired: "deadline", withdrawn: "turn ended" };
 
 async function loadDecisions() {
   const status = byId("decisions-status");
@@ -205,9 +207,9 @@ async function loadDecisions() {
           el("td", { "data-label": "Decided" }, timeElement(row.decided_at)),
           el("td", { "data-label": "Decision" }, el("span", { class: `decision-${row.decision}` }, DECISION_LABELS[row.decision] ?? row.decision)),
           el("td", { "data-label": "Tool" }, el("code", {}, row.tool_name ?? "")),
-          el("td", { "data-label": "By" }, row.decided_by ?? "deadline"),
+          el("td", { "data-label": "By" }, row.decided_by ?? NO_DECIDER[row.decision] ?? "—"),
           el("td", { "data-label": "Message" }, row.message || "—"),
-          el("td", { "data-label": "Session" }, el("a", { href: `/sessions/${encodeURIComponent(row.session)}/` }, row.session)),
+          el("td", { "data-label": "Session" }, el("a", { href: `/sessions/${encodeURIComponent(row.session)}/` }, row.session_title || row.session), row.owner ? ` (${row.owner})` : ""),
         ),
       ),
     );
