@@ -285,6 +285,13 @@ def test_staff_approve_on_the_dashboard_and_the_owner_sees_the_result_live(
     expect(card).to_contain_text("owner")
     card.get_by_role("button", name="Approve").click()
     expect(card).to_have_count(0)
+    reviewer.get_by_role("tab", name="Decisions").click()
+    decision = reviewer.locator("#decisions-body tr").filter(
+        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
+    )
+    expect(decision).to_contain_text("Approved")
+    expect(decision).to_contain_text("reviewer")
+    expect(decision).to_contain_text("slack__post_message")
 
     # The owner's open page (never reloaded) shows the decision and the answer.
     expect(region(owner, "Activity")).to_contain_text("Approved")
