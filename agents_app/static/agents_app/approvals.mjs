@@ -213,6 +213,7 @@ async function loadDecisions() {
         ),
       ),
     );
+    byId("decisions-table").hidden = rows.length === 0;
     status.textContent = rows.length
       ? `Decisions ${state.decisionsOffset + 1}–${state.decisionsOffset + rows.length}${total !== null ? ` of ${total}` : ""}, newest first.`
       : "No decisions yet.";
