@@ -324,6 +324,29 @@ def test_network_drop_mid_stream_loses_and_repeats_nothing(
     assert body.count(final) == 1, body
 
 
+def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
+    page = contexts.logged_in("owner")
+    tools = page.get_by_role("group", name="Tools of Demo agent")
+    expect(tools.get_by_role("checkbox")).to_have_count(5)
+    post = tools.locator("li").filter(has_text="slack__post_message")
+    expect(post.locator(".badge-approval")).to_have_text("approval")
+    expect(tools.locator("li").filter(has_text="search__web_search").locator(".badge-approval")
+           ).to_have_count(0)
+    tools.get_by_role("checkbox", name=re.compile("Post a message")).uncheck()
+    page.get_by_role("textbox", name="Message").fill("only four tools")
+    with page.expect_request(lambda request: request.url.endswith("/api/v1/sessions/")
+                             and request.method == "POST") as started:
+        page.get_by_role("button", name="Start session").click()
+    body = started.value.post_data_json
+    assert body["agent"] == "demo"
+    assert sorted(body["tools"]) == [
+        "docs__create_document", "docs__search_documents", "search__web_search",
+        "slack__search_messages",
+    ]
+    page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
+    expect(assistant_texts(page)).to_have_text(["You said: only four tools"])
+
+
 def test_keyboard_only_login_start_and_send(contexts: Contexts) -> None:
     page = contexts.new().new_page()
     page.goto("/accounts/login/")
