@@ -300,6 +300,27 @@ def test_staff_approve_on_the_dashboard_and_the_owner_sees_the_result_live(
     assert owner.evaluate("performance.getEntriesByType('navigation').length") == 1
 
 
+def test_staff_reject_inline_on_the_chat_page_with_a_message(contexts: Contexts) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(
+        owner, '/tool docs__create_document {"title": "Plan", "body": "Ship on Friday"}'
+    )
+    expect(region(owner, "Waiting for approval")).to_contain_text("docs__create_document")
+
+    reviewer = contexts.logged_in("reviewer")
+    reviewer.goto(f"/sessions/{session_id}/")
+    waiting = region(reviewer, "Waiting for approval")
+    expect(reviewer.get_by_role("textbox", name="Message", exact=True)).to_have_count(0)
+    waiting.get_by_role("textbox", name="Rejection message").fill("not before the review")
+    waiting.get_by_role("button", name="Reject").click()
+    expect(waiting).to_be_hidden()
+
+    expect(region(owner, "Activity")).to_contain_text("Rejected not before the review")
+    expect(region(owner, "Activity")).to_contain_text("docs__create_document: rejected")
+    expect(region(owner, "Waiting for approval")).to_be_hidden()
+    expect(owner.locator("#chat-status")).to_have_text("Waiting for a message")
+
+
 def test_network_drop_mid_stream_loses_and_repeats_nothing(
     contexts: Contexts, stack: PageStack
 ) -> None:
