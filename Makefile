@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-relay clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ test: lint typecheck pytest
 
 bench: install
 	$(PY) -m bench.engine
+	$(PY) -m bench.relay
+
+# Websocket relay: latency from a Stream write to the frame, and 200 sockets on one web process.
+bench-relay: install
+	$(PY) -m bench.relay
 
 clean:
 	rm -rf var .mypy_cache .ruff_cache .pytest_cache

@@ -266,6 +266,12 @@ SNAPSHOT_SCHEMA = inline_serializer(
             help_text="AgentEvents resume token read before this snapshot ('' when none): "
             "connect /ws/sessions/<id>/events/?after=<it> to follow the session from here.",
         ),
+        "live_events_after": serializers.CharField(
+            allow_blank=True,
+            help_text="Where a live view starts: before the running turn's turn_started, so "
+            "the text it already streamed shows; events_after when no turn runs.",
+        ),
+        "turn_id": serializers.CharField(allow_null=True),
     },
 )
 
@@ -288,7 +294,9 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
 
     Besides the snapshot: ``model``, ``title``, ``owner``, ``has_older_messages`` (older
     messages than the snapshot's 200 exist: page them with ``GET .../messages/?before=``),
-    ``can_send`` (the caller owns it and it is not stopped) and ``can_approve`` (staff).
+    ``can_send`` (the caller owns it and it is not stopped), ``can_approve`` (staff),
+    ``events_after`` (the newest AgentEvents token, read before the snapshot) and
+    ``live_events_after`` (before the running turn's first event, else ``events_after``).
     """
 
     @extend_schema(responses={200: SNAPSHOT_SCHEMA})
@@ -306,6 +314,9 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
                 **selectors.session_detail_extras(session=session, user=request.user),
                 **snapshot,
                 "events_after": events_after,
+                "live_events_after": selectors.session_live_events_after(
+                    session=session, snapshot=snapshot, events_after=events_after
+                ),
             }
         )
 

@@ -23,7 +23,9 @@ Protocol:
 - Slow clients: frames wait in a per-socket queue bounded by
   ``DEXAGENTS["EVENTS_SEND_QUEUE_FRAMES"]`` frames (1000) and
   ``DEXAGENTS["EVENTS_SEND_QUEUE_BYTES"]`` bytes of JSON (1 MiB), behind the ASGI server's
-  own write buffer; past either bound the socket closes with 4408 and the client resumes.
+  own write buffer (uvicorn stops taking frames past 64 KiB unsent); past either bound the
+  queue is dropped and the socket closes with 4408, a close frame the client reads after
+  the frames already buffered for it. It then resumes with its last token.
 - Engine unavailable: the socket stays open and silent while the relay retries with
   exponential backoff (0.25 s doubling to 5 s, jittered); it then resumes after the last
   message it sent, so a restart of Dex loses and repeats nothing.
@@ -80,8 +82,6 @@ RETRY_FIRST_SECONDS = 0.25
 RETRY_MAX_SECONDS = 5.0
 #: How often the reader checks that the position it read from was still retained (seconds).
 VERIFY_INTERVAL_SECONDS = 1.0
-#: Seconds to hand the 4408 close frame to a client that is not reading.
-SLOW_CLOSE_TIMEOUT_SECONDS = 5.0
 
 SNAPSHOT_REQUIRED_FRAME = json.dumps({"type": "snapshot_required"})
 
@@ -225,10 +225,15 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                         session_id, outcome, counts["sent"])
 
     async def _close_quietly(self, code: int) -> None:
-        """Send a close frame; a client that neither reads nor leaves gets a bounded wait."""
+        """Send a close frame, however the connection fares.
+
+        The frame waits behind the frames already in the ASGI server's buffer, so a paused
+        client reads it when it reads again. The wait is bounded by the server: uvicorn
+        drops a peer that leaves its keepalive ping unanswered (20 s + 20 s by default),
+        which also ends this wait. Only the queue was freed before it.
+        """
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(SLOW_CLOSE_TIMEOUT_SECONDS):
-                await self.close(code=code)
+            await self.close(code=code)
 
     async def _write(self, queue: SendQueue, counts: dict[str, int]) -> None:
         """Hand queued frames to the ASGI server, which waits while its buffer is full."""

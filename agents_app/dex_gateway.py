@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -239,7 +239,8 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
     """Read the session's AgentSnapshot as plain JSON-ready data.
 
     Returns:
-        ``{"status", "messages": [{"sequence", "role", "text", "turn_id", "tool_calls"?,
+        ``{"status", "turn_id" (the running turn or None), "messages": [{"sequence", "role",
+        "text", "turn_id", "tool_calls"?,
         "tool_call_id"?}], "pending_interrupts", "awaiting_approval", "tool_calls", "usage",
         "queued_message_count", "queued_messages": [{"message_id", "text"}],
         "last_turn_error", "has_older_messages"}``; ``status`` is the AgentState status, or
@@ -267,6 +268,7 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
     messages = [message_to_data(message) for message in getattr(snapshot, "messages", None) or []]
     return {
         "status": status or "starting",
+        "turn_id": getattr(state, "turn_id", None) if state is not None else None,
         "messages": messages,
         "pending_interrupts": pending,
         "awaiting_approval": bool(pending),
@@ -479,17 +481,9 @@ async def session_events_tail_token(*, session_id: str) -> str:
     return page.messages[0].resume_token if page.messages else ""
 
 
-async def session_events_after_retained(*, session_id: str, after: str) -> bool:
-    """Whether the Stream still holds the message whose token is ``after``.
-
-    Pages ``ListStreamMessages`` newest-first until the token appears, so the cost grows
-    with the number of messages newer than ``after``. Tokens are compared as opaque strings,
-    never decoded (a real Dex server mints them). Since Dex trims oldest-first, a retained
-    ``after`` means every newer message is retained too: reading on from it loses nothing.
-
-    Returns:
-        True when found; False when it was trimmed, or never was a token of this Stream
-        (``after`` itself is not sent to Dex, so a malformed one is simply not found).
+async def _events_newest_first(session_id: str) -> AsyncIterator[Any]:
+    """Yield the session's retained AgentEvents Stream messages, newest first (SDK
+    ``StreamMessage`` values), paging ``ListStreamMessages`` as the caller reads on.
 
     Raises:
         EngineUnavailableError: Dex did not answer.
@@ -515,13 +509,58 @@ async def session_events_after_retained(*, session_id: str, after: str) -> bool:
             raise _translate(error, session_id) from error
         except Exception as error:
             raise _translate(error, session_id) from error
-        if any(message.resume_token == after for message in page.messages):
-            return True
+        for message in page.messages:
+            yield message
         if not page.next_page_token:
-            return False
+            return
         page_token = page.next_page_token
         if not shrunk:
             page_size = _EVENTS_PAGE
+
+
+async def session_events_after_retained(*, session_id: str, after: str) -> bool:
+    """Whether the Stream still holds the message whose token is ``after``.
+
+    Pages ``ListStreamMessages`` newest-first until the token appears, so the cost grows
+    with the number of messages newer than ``after``. Tokens are compared as opaque strings,
+    never decoded (a real Dex server mints them). Since Dex trims oldest-first, a retained
+    ``after`` means every newer message is retained too: reading on from it loses nothing.
+
+    Returns:
+        True when found; False when it was trimmed, or never was a token of this Stream
+        (``after`` itself is not sent to Dex, so a malformed one is simply not found).
+
+    Raises:
+        EngineUnavailableError: Dex did not answer.
+    """
+    async for message in _events_newest_first(session_id):
+        if message.resume_token == after:
+            return True
+    return False
+
+
+async def session_events_turn_start_token(*, session_id: str, turn_id: str) -> str | None:
+    """Where a live view of the running turn ``turn_id`` starts: the token of the message just
+    before the turn's ``turn_started`` event.
+
+    A page that opens while a turn runs relays from here, so the text the turn already
+    streamed (which no stored message holds yet) shows too.
+
+    Returns:
+        The token; ``""`` when ``turn_started`` is the oldest retained message (relay from the
+        start); ``None`` when it is not retained (trimmed, or not written yet).
+
+    Raises:
+        EngineUnavailableError: Dex did not answer.
+    """
+    found = False
+    async for message in _events_newest_first(session_id):
+        if found:
+            return str(message.resume_token)
+        value = message.value
+        if value.turn_id == turn_id and plain_data(value.type) == "turn_started":
+            found = True
+    return "" if found else None
 
 
 async def engine_health_check() -> bool:

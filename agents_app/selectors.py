@@ -311,3 +311,19 @@ def session_events_after_get(*, session: AgentSession) -> str:
     Read it before the snapshot, so relaying from it misses nothing the snapshot lacks.
     """
     return dex_gateway.run(dex_gateway.session_events_tail_token(session_id=session.id))
+
+
+def session_live_events_after(
+    *, session: AgentSession, snapshot: dict[str, Any], events_after: str
+) -> str:
+    """Where a live view of ``session`` should start relaying: before the running turn's
+    ``turn_started`` when a turn runs (its streamed text is in no stored message yet), else
+    ``events_after``. Falls back to ``events_after`` when that event is no longer retained.
+    """
+    turn_id = snapshot.get("turn_id")
+    if not turn_id:
+        return events_after
+    token = dex_gateway.run(
+        dex_gateway.session_events_turn_start_token(session_id=session.id, turn_id=turn_id)
+    )
+    return events_after if token is None else token

@@ -258,6 +258,26 @@ async def test_events_after_then_connect_misses_nothing(stack: Stack) -> None:
     assert tokens_of(live) == fresh[fresh.index(events_after) + 1:]
 
 
+async def test_live_events_after_replays_the_running_turn_from_its_start(stack: Stack) -> None:
+    session_id = session_start(stack, "first")
+    answered(stack, session_id, 1)
+    message_send(stack, session_id, slow_message(0.15))
+    snapshot = snapshot_when(
+        stack, session_id,
+        lambda s: s["turn_id"] == "turn-2" and s["events_after"] != s["live_events_after"],
+        "the second turn to stream",
+    )
+    live = await read_all(stack, session_id, is_turn_end, after=snapshot["live_events_after"])
+    assert live[0]["event"]["type"] == "turn_started"
+    assert {frame["event"]["turn_id"] for frame in live} == {"turn-2"}
+    streamed = "".join(frame["event"]["data"]["text"] for frame in live
+                       if frame["event"]["type"] == "text_delta")
+    final = answered(stack, session_id, 2)
+    assert streamed == final["messages"][-1]["text"]
+    assert final["turn_id"] is None
+    assert final["live_events_after"] == final["events_after"]
+
+
 async def test_closing_mid_stream_ends_the_relay_within_a_second_and_the_turn_runs_on(
     stack: Stack,
 ) -> None:

@@ -1,0 +1,270 @@
+"""Benchmark of the websocket events relay (``/ws/sessions/<id>/events/``) on one web process.
+
+Starts the platform as real processes (``tests/e2e/relay_stack.py``: embedded engine, demo
+model, ``manage.py dexworker``, one uvicorn serving ``dexagents_site.asgi``) on a temporary
+database, then measures:
+
+1. Relay latency: the bench appends ``--writes`` AgentEvents to one session's Stream with the
+   Dex SDK's ``AsyncClient.write_stream``, one at a time, and times each from the call to the
+   arrival of its websocket frame (p50 / p99; goal from issue 9: p99 <= 50 ms). The peer, in
+   the same run: a direct Dex ``read_stream`` long poll in the bench process on the same Stream,
+   timed the same way. The ratio shows what the web hop (Channels, uvicorn, websocket) adds.
+2. ``--sockets`` websockets on the one web process, each on its own session, each receiving a
+   streamed demo-model turn (``/slow``) from ``turn_started`` to ``turn_completed``: errors
+   (must be 0), frames, the web process's resident memory (before the sockets, peak, after),
+   and the frames' latency under that load (Stream ``created_at`` to arrival; the engine and
+   the bench share a clock, and ``created_at`` has millisecond resolution).
+
+Run: ``.venv/bin/python -m bench.relay`` (``--quick`` for a smaller, faster pass), or
+``make bench-relay``. Prints figures; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process ``pid`` in MiB (``VmRSS`` of ``/proc/<pid>/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+async def latency(stack: Any, writes: int) -> tuple[list[float], list[float]]:
+    """Write ``writes`` events one by one; time the relay's frame and a direct read of each."""
+    from websockets.asyncio.client import connect
+
+    from dex_agents import AgentEvent, AgentEventType
+    from tests.e2e.relay_stack import dex_client
+
+    with stack.api() as api:
+        session_id = api.post("/api/v1/sessions/", json={"agent": "demo"}).json()["id"]
+    relay_ms: list[float] = []
+    direct_ms: list[float] = []
+    async with dex_client(stack.engine_address) as (client, flow), \
+            dex_client(stack.engine_address) as (reader, reader_flow), \
+            connect(stack.events_url(session_id),
+                    additional_headers=stack.personas["owner"].bearer()) as ws:
+        arrivals: asyncio.Queue[float] = asyncio.Queue()
+
+        async def direct() -> None:
+            token = ""
+            while True:
+                message = await reader.read_stream(session_id, reader_flow.agent_events, token,
+                                                   datetime.timedelta(seconds=30))
+                arrivals.put_nowait(time.perf_counter())
+                token = message.resume_token
+
+        direct_task = asyncio.create_task(direct())
+        try:
+            for index in range(writes + 20):
+                event = AgentEvent(AgentEventType.TEXT_DELTA, "turn-bench", "bench", 1,
+                                   {"text": f"delta {index} " + "x" * 40})
+                started = time.perf_counter()
+                await client.write_stream(session_id, flow.agent_events, "bench", event)
+                frame = json.loads(await ws.recv())
+                framed = time.perf_counter()
+                read = await arrivals.get()
+                assert frame["event"]["data"]["text"] == event.payload["text"], frame
+                if index >= 20:  # the first writes warm connections and caches up
+                    relay_ms.append((framed - started) * 1000)
+                    direct_ms.append((read - started) * 1000)
+        finally:
+            direct_task.cancel()
+    return relay_ms, direct_ms
+
+
+@dataclass
+class SocketRun:
+    """What one of the many sockets saw."""
+
+    frames: int = 0
+    completed: bool = False
+    error: str = ""
+    lag_ms: list[float] = field(default_factory=list)
+
+
+async def many_sockets(stack: Any, sockets: int, words: int, pause: float) -> dict[str, Any]:
+    """``sockets`` websockets, one streamed turn each, on the stack's one web process."""
+    import httpx
+    from websockets.asyncio.client import connect
+
+    headers = stack.personas["owner"].bearer()
+    limit = asyncio.Semaphore(16)
+    async with httpx.AsyncClient(base_url=stack.base_url(), headers=headers,
+                                 timeout=60) as api:
+        async def create() -> str:
+            async with limit:
+                answer = await api.post("/api/v1/sessions/", json={"agent": "demo"})
+                answer.raise_for_status()
+                return str(answer.json()["id"])
+
+        session_ids = await asyncio.gather(*(create() for _ in range(sockets)))
+        web_pid = stack.web.popen.pid
+        rss = {"before": rss_mib(web_pid), "peak": 0.0}
+        runs = [SocketRun() for _ in session_ids]
+        connected = asyncio.Event()
+        ready = 0
+
+        async def watch(session_id: str, run: SocketRun) -> None:
+            nonlocal ready
+            try:
+                async with connect(stack.events_url(session_id), additional_headers=headers,
+                                   open_timeout=60, max_queue=None) as ws:
+                    ready += 1
+                    if ready == sockets:
+                        connected.set()
+                    async with asyncio.timeout(300):
+                        while True:
+                            frame = json.loads(await ws.recv())
+                            arrived = datetime.datetime.now(datetime.UTC)
+                            run.frames += 1
+                            if frame["type"] != "event":
+                                run.error = f"unexpected frame {frame}"
+                                return
+                            created = datetime.datetime.fromisoformat(
+                                frame["event"]["created_at"].replace("Z", "+00:00"))
+                            run.lag_ms.append((arrived - created).total_seconds() * 1000)
+                            if frame["event"]["type"] == "turn_failed":
+                                run.error = f"turn failed: {frame['event']['data']}"
+                                return
+                            if frame["event"]["type"] == "turn_completed":
+                                run.completed = True
+                                return
+            except Exception as error:
+                run.error = f"{type(error).__name__}: {error}"
+                ready += 1
+                if ready == sockets:
+                    connected.set()
+
+        async def sample() -> None:
+            while True:
+                rss["peak"] = max(rss["peak"], rss_mib(web_pid))
+                await asyncio.sleep(0.1)
+
+        sampler = asyncio.create_task(sample())
+        watchers = [asyncio.create_task(watch(session_id, run))
+                    for session_id, run in zip(session_ids, runs, strict=True)]
+        await asyncio.wait_for(connected.wait(), 120)
+        rss["connected"] = rss_mib(web_pid)
+        message = f"/slow {pause}\n" + " ".join(f"word{index}" for index in range(words))
+        started = time.perf_counter()
+
+        busy = {"answers": 0}
+
+        async def send(session_id: str) -> None:
+            # The message RPC runs on a worker slot; while every slot streams a turn the API
+            # may answer 503 after DEXAGENTS_ENGINE_TIMEOUT. Ask again, as a client would.
+            async with limit:
+                for _ in range(30):
+                    answer = await api.post(f"/api/v1/sessions/{session_id}/messages/",
+                                            json={"text": message})
+                    if answer.status_code != 503:
+                        answer.raise_for_status()
+                        return
+                    busy["answers"] += 1
+                    await asyncio.sleep(1)
+                answer.raise_for_status()
+
+        await asyncio.gather(*(send(session_id) for session_id in session_ids))
+        await asyncio.gather(*watchers)
+        elapsed = time.perf_counter() - started
+        sampler.cancel()
+        rss["after"] = rss_mib(web_pid)
+    errors = [run.error for run in runs if run.error or not run.completed]
+    lags = [lag for run in runs for lag in run.lag_ms]
+    return {"runs": runs, "errors": errors, "rss": rss, "elapsed": elapsed, "lags": lags,
+            "busy": busy["answers"]}
+
+
+async def measure(stack: Any, args: argparse.Namespace) -> None:
+    relay_ms, direct_ms = await latency(stack, args.writes)
+    relay_p50, relay_p99 = percentile(relay_ms, 0.5), percentile(relay_ms, 0.99)
+    direct_p50, direct_p99 = percentile(direct_ms, 0.5), percentile(direct_ms, 0.99)
+    print(f"relay latency, write_stream -> websocket frame, {len(relay_ms)} writes: "
+          f"p50 {relay_p50:.2f} ms, p99 {relay_p99:.2f} ms, mean "
+          f"{statistics.fmean(relay_ms):.2f} ms (goal p99 <= 50 ms)")
+    print(f"peer, write_stream -> direct Dex read_stream long poll: p50 {direct_p50:.2f} ms, "
+          f"p99 {direct_p99:.2f} ms; relay / peer: p50 x{relay_p50 / direct_p50:.2f}, "
+          f"p99 x{relay_p99 / direct_p99:.2f}")
+    sys.stdout.flush()
+
+    result = await many_sockets(stack, args.sockets, args.words, args.pause)
+    runs, rss = result["runs"], result["rss"]
+    frames = sum(run.frames for run in runs)
+    completed = sum(run.completed for run in runs)
+    print(f"{args.sockets} sockets on one web process: {completed} streamed turns completed "
+          f"in {result['elapsed']:.1f} s, {frames} frames, errors {len(result['errors'])}")
+    if result["busy"]:
+        print(f"  (the messages API answered 503 {result['busy']} times while the worker's "
+              f"slots were busy; those sends were repeated)")
+    for error in result["errors"][:5]:
+        print(f"  error: {error}")
+    per_socket = (rss["connected"] - rss["before"]) / max(1, args.sockets) * 1024
+    print(f"web process RSS: {rss['before']:.0f} MiB before the sockets, "
+          f"{rss['connected']:.0f} MiB with {args.sockets} idle sockets "
+          f"(~{per_socket:.0f} KiB each), peak {rss['peak']:.0f} MiB while streaming, "
+          f"{rss['after']:.0f} MiB after")
+    lags = result["lags"]
+    if lags:
+        print(f"frame latency under that load, Stream created_at -> arrival (ms clock): "
+              f"p50 {percentile(lags, 0.5):.1f} ms, p99 {percentile(lags, 0.99):.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--writes", type=int, default=500)
+    parser.add_argument("--sockets", type=int, default=200)
+    parser.add_argument("--words", type=int, default=60, help="words per streamed reply")
+    parser.add_argument("--pause", type=float, default=0.05,
+                        help="demo model pause between 3-word chunks (s)")
+    parser.add_argument("--worker-slots", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="100 writes, 50 sockets")
+    args = parser.parse_args()
+    if args.quick:
+        args.writes, args.sockets = 100, 50
+
+    with tempfile.TemporaryDirectory(prefix="bench-relay-") as root:
+        # This process uses the platform's code (the Flow, the SDK client) but none of its
+        # state: keep its Django var dir out of the repository.
+        os.environ.setdefault("DEXAGENTS_VAR_DIR", str(Path(root) / "bench-var"))
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dexagents_site.settings")
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+        sys.path.insert(0, str(REPO))
+        import django
+
+        django.setup()
+        from tests.e2e.relay_stack import start_stack
+
+        print("starting engine, demo model, worker and web ...", flush=True)
+        stack = start_stack(Path(root) / "stack", worker_slots=args.worker_slots)
+        try:
+            asyncio.run(measure(stack, args))
+        finally:
+            stack.processes.stop_all()
+
+
+if __name__ == "__main__":
+    main()
