@@ -406,6 +406,7 @@ function renderQueue(snapshot) {
 
 function currentTurnOf(snapshot) {
   if (!RUNNING.has(snapshot.status)) return null;
+  if (snapshot.turn_id) return snapshot.turn_id;
   const messages = snapshot.messages ?? [];
   for (let index = messages.length - 1; index >= 0; index -= 1) {
     if (messages[index].role === "user") return messages[index].turn_id ?? null;
@@ -555,9 +556,10 @@ function onEvent(frame) {
 }
 
 function startSocket(snapshot) {
-  // While a turn runs, start from the oldest retained event so its text so far shows up;
-  // replayed events of finished turns are dropped by onEvent.
-  const after = RUNNING.has(snapshot.status) ? "" : snapshot.events_after ?? "";
+  // While a turn runs, start before its first event so its text so far shows up (the
+  // server's live_events_after); without it, from the oldest retained event. Replayed events
+  // of finished turns are dropped by onEvent.
+  const after = snapshot.live_events_after ?? (RUNNING.has(snapshot.status) ? "" : snapshot.events_after ?? "");
   state.socket = new ResumableSocket({
     url: websocketUrl(`/ws/sessions/${encodeURIComponent(config.session)}/events/`),
     after,
