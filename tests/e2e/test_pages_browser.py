@@ -247,6 +247,23 @@ def test_login_portal_and_a_slow_reply_streams_before_it_is_stored(
     assert stored_messages(stack, "demo", session_id)[-1]["text"] == final
 
 
+def test_a_page_opened_mid_turn_shows_what_the_turn_streamed_so_far(contexts: Contexts) -> None:
+    context = contexts.new()
+    first = context.new_page()
+    log_in(first, "owner", PASSWORD)
+    session_id = start_session(first, f"/slow 0.6\n{SLOW_WORDS}")
+    expect(region(first, "Response")).to_contain_text("You said: the quick brown")
+
+    second = context.new_page()
+    second.goto(f"/sessions/{session_id}/")
+    # The beginning of the answer was streamed before this page existed.
+    expect(region(second, "Response")).to_contain_text("You said: the quick brown fox")
+    final = f"You said: {SLOW_WORDS}"
+    expect(assistant_texts(second)).to_have_text([final])
+    expect(region(second, "Response")).to_be_hidden()
+    assert second.locator("body").inner_text().count(final) == 1
+
+
 def test_a_tool_turn_shows_its_activity(contexts: Contexts) -> None:
     page = contexts.logged_in("owner")
     start_session(page, '/slow 0.5\n/tool search__web_search {"query": "durable agents"}')
