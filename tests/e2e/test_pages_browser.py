@@ -247,6 +247,17 @@ def test_login_portal_and_a_slow_reply_streams_before_it_is_stored(
     assert stored_messages(stack, "demo", session_id)[-1]["text"] == final
 
 
+def test_reasoning_streams_under_thinking_and_is_not_stored_as_the_answer(
+    contexts: Contexts,
+) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, f"/think\n/slow 0.4\n{SLOW_WORDS}")
+    thinking = region(page, "Thinking")
+    expect(thinking).to_contain_text("Thinking about:")
+    expect(assistant_texts(page)).to_have_text([f"You said: {SLOW_WORDS}"])
+    expect(thinking).to_be_hidden()
+
+
 def test_a_page_opened_mid_turn_shows_what_the_turn_streamed_so_far(contexts: Contexts) -> None:
     context = contexts.new()
     first = context.new_page()
@@ -475,6 +486,10 @@ def test_screenshots_of_every_page_at_both_widths(contexts: Contexts, stack: Pag
         expect(region(page, "Waiting for approval")).to_be_visible()
         expect(page.locator("#chat-status")).to_have_text("Waiting for approval")
         screenshot(page, "chat-waiting-owner", screen_too=True)
+        start_session(page, f"/think\n/slow 0.5\n{SLOW_WORDS}")
+        expect(region(page, "Response")).to_contain_text("You said: the quick")
+        expect(region(page, "Thinking")).to_contain_text("Thinking about:")
+        screenshot(page, "chat-live", screen_too=True)
 
     for viewport in (WIDE, NARROW):
         staff = contexts.logged_in("reviewer", viewport=viewport)
