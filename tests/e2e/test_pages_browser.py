@@ -258,6 +258,24 @@ def test_reasoning_streams_under_thinking_and_is_not_stored_as_the_answer(
     expect(thinking).to_be_hidden()
 
 
+def test_messages_sent_during_a_turn_wait_in_the_queue(contexts: Contexts) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, f"/slow 0.5\n{SLOW_WORDS}")
+    expect(region(page, "Response")).to_contain_text("You said:")
+    composer = page.get_by_role("textbox", name="Message")
+    composer.fill("waiting in line")
+    page.get_by_role("button", name="Send").click()
+    queue = region(page, "Message queue")
+    expect(queue.locator("li")).to_have_text([re.compile("Queued.*waiting in line")])
+    expect(queue).to_contain_text("1 message waiting")
+    # The queued message starts the next turn once this one ends.
+    expect(assistant_texts(page)).to_have_text(
+        [f"You said: {SLOW_WORDS}", "You said: waiting in line"]
+    )
+    expect(queue.locator("li")).to_have_count(0)
+    expect(queue).to_contain_text("No messages waiting.")
+
+
 def test_a_page_opened_mid_turn_shows_what_the_turn_streamed_so_far(contexts: Contexts) -> None:
     context = contexts.new()
     first = context.new_page()
