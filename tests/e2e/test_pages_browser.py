@@ -276,6 +276,45 @@ def test_messages_sent_during_a_turn_wait_in_the_queue(contexts: Contexts) -> No
     expect(queue).to_contain_text("No messages waiting.")
 
 
+def test_older_messages_load_through_the_paged_messages_endpoint(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/sessions/", json={"agent": "demo", "message": "one"})
+        session_id = created.json()["id"]
+        wait_for_turn_end(stack, "owner", session_id)
+        for text in ("two", "three"):
+            assert api.post(f"/api/v1/sessions/{session_id}/messages/",
+                            json={"text": text}).status_code == 202
+            wait_until(f"the answer to {text!r}",
+                       lambda text=text: wait_for_turn_end(stack, "owner", session_id)[-1]["text"]
+                       == f"You said: {text}")
+
+    page = contexts.logged_in("owner")
+    older_pages: list[str] = []
+
+    def newest_two_only(route: Any) -> None:
+        # A session longer than one snapshot, in miniature: the snapshot holds only the two
+        # newest messages, so the page must fetch the others from the messages endpoint.
+        answer = route.fetch()
+        snapshot = answer.json()
+        snapshot["messages"] = snapshot["messages"][-2:]
+        snapshot["has_older_messages"] = True
+        route.fulfill(response=answer, json=snapshot)
+
+    page.route(re.compile(rf"/api/v1/sessions/{session_id}/$"), newest_two_only)
+    page.on("request", lambda request: older_pages.append(request.url)
+            if "/messages/?before=" in request.url else None)
+    page.goto(f"/sessions/{session_id}/")
+    messages = region(page, "Conversation").locator(".message")
+    expect(messages).to_have_count(6)
+    expect(messages.locator(".message-text")).to_have_text([
+        "one", "You said: one", "two", "You said: two", "three", "You said: three",
+    ])
+    assert [url.split("?", 1)[1] for url in older_pages] == ["before=5&limit=50"]
+    expect(page.get_by_role("button", name="Load older messages")).to_be_hidden()
+
+
 def test_a_page_opened_mid_turn_shows_what_the_turn_streamed_so_far(contexts: Contexts) -> None:
     context = contexts.new()
     first = context.new_page()

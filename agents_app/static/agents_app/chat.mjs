@@ -190,12 +190,20 @@ function mergeSnapshotMessages(messages) {
   }
 }
 
+/** Load older messages while the top of the conversation is on screen. */
+function loadOlderIfVisible() {
+  if (!state.hasOlder || state.olderUnavailable || state.loadingOlder) return;
+  const box = byId("older-sentinel").getBoundingClientRect();
+  if (box.bottom >= 0 && box.top <= window.innerHeight) loadOlder();
+}
+
 async function loadOlder() {
   if (state.loadingOlder || !state.hasOlder || state.olderUnavailable || state.oldest === null) return;
   state.loadingOlder = true;
   const button = byId("load-older");
   button.disabled = true;
   button.textContent = "Loading older messages…";
+  let loaded = false;
   try {
     const page = await api(`${sessionPath}messages/?before=${state.oldest}&limit=${OLDER_PAGE_SIZE}`);
     const messages = page?.messages ?? [];
@@ -207,6 +215,7 @@ async function loadOlder() {
     renderMessages();
     // Keep the message that was on screen where it was.
     window.scrollTo({ top: top + document.documentElement.scrollHeight - heightBefore, behavior: "instant" });
+    loaded = true;
   } catch (error) {
     if (error.status === 404 || error.status === 405) state.olderUnavailable = true;
   } finally {
@@ -215,6 +224,9 @@ async function loadOlder() {
     button.textContent = "Load older messages";
     byId("load-older").hidden = !state.hasOlder || state.olderUnavailable;
   }
+  // A short conversation may still show its top: keep going until it does not (after a
+  // failure, the next snapshot or scroll tries again).
+  if (loaded) loadOlderIfVisible();
 }
 
 // ---------------------------------------------------------------- live text
@@ -467,6 +479,7 @@ function applySnapshot(snapshot, loadNumber) {
   if (composer) composer.hidden = !canSend;
   byId("composer-closed").hidden = canSend;
   if (first) startSocket(snapshot);
+  loadOlderIfVisible();
 }
 
 let loading = null;
