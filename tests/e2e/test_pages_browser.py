@@ -286,9 +286,12 @@ def test_older_messages_load_through_the_paged_messages_endpoint(
         for text in ("two", "three"):
             assert api.post(f"/api/v1/sessions/{session_id}/messages/",
                             json={"text": text}).status_code == 202
-            wait_until(f"the answer to {text!r}",
-                       lambda text=text: wait_for_turn_end(stack, "owner", session_id)[-1]["text"]
-                       == f"You said: {text}")
+
+            def answered(text: str = text) -> bool:
+                last = wait_for_turn_end(stack, "owner", session_id)[-1]
+                return bool(last["text"] == f"You said: {text}")
+
+            wait_until(f"the answer to {text!r}", answered)
 
     page = contexts.logged_in("owner")
     older_pages: list[str] = []
@@ -444,6 +447,7 @@ def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
                              and request.method == "POST") as started:
         page.get_by_role("button", name="Start session").click()
     body = started.value.post_data_json
+    assert isinstance(body, dict)
     assert body["agent"] == "demo"
     assert sorted(body["tools"]) == [
         "docs__create_document", "docs__search_documents", "search__web_search",
