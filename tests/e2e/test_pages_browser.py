@@ -461,6 +461,7 @@ def test_keyboard_only_login_start_and_send(contexts: Contexts) -> None:
     page = contexts.new().new_page()
     page.goto("/accounts/login/")
     # The username field has focus; the form is filled and sent with the keyboard alone.
+    expect(page.get_by_label("Username")).to_be_focused()
     page.keyboard.type("owner")
     page.keyboard.press("Tab")
     page.keyboard.type(PASSWORD)
