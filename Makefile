@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers run test lint typecheck pytest bench bench-relay clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-relay clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,21 @@ $(PEERS_STAMP): tests/peers/package.json tests/peers/package-lock.json
 
 peers: $(PEERS_STAMP)
 
+# The page tests drive Debian's Chromium through Playwright, which cannot download browsers
+# here: install the package when it is missing and apt-get can be used, else say what to do.
+chromium:
+	@[ -n "$$DEXAGENTS_CHROMIUM" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing Debian's chromium package for the page tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  elif command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	    echo "Installing Debian's chromium package for the page tests"; \
+	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "Chromium is missing: install it (Debian: apt-get install chromium) or set DEXAGENTS_CHROMIUM to its path."; \
+	    exit 1; \
+	  fi; }
+
 run: install
 	$(PY) manage.py dev
 
@@ -35,7 +50,7 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
-pytest: install peers
+pytest: install peers chromium
 	$(VENV)/bin/pytest
 
 test: lint typecheck pytest

@@ -267,6 +267,7 @@ DEMO_MODEL = "openai/dexagents-demo"
 DEMO_USERNAME = "demo"
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD_ENV = "DEXAGENTS_ADMIN_PASSWORD"
+DEMO_PASSWORD_ENV = "DEXAGENTS_DEMO_PASSWORD"
 
 # What the demo search server lists (mcp_registry/demo_servers/search.py), used until the
 # first discovery replaces it.
@@ -415,10 +416,11 @@ DEMO_SERVER_ARGS = DEMO_SERVERS[0].args
 
 @dataclasses.dataclass(frozen=True)
 class DemoSeedResult:
-    """What ``demo_seed`` created; ``admin_password`` is set only for a generated password."""
+    """What ``demo_seed`` created; each password is set only when it was generated."""
 
     created: list[str]
     admin_password: str | None
+    demo_password: str | None = None
 
 
 DEMO_LOOPBACK_PREFIX = "http://127.0.0.1:"
@@ -439,9 +441,11 @@ def demo_seed() -> DemoSeedResult:
     tool rows while no discovery has run, the ``demo`` agent on the local demo model
     (``DEXAGENTS["DEMO_MODEL_API_BASE"]``) with ``search__web_search``,
     ``slack__search_messages``, ``slack__post_message``, ``docs__search_documents`` and
-    ``docs__create_document``, the user ``demo`` (token only), and the superuser ``admin``
-    whose password is ``$DEXAGENTS_ADMIN_PASSWORD`` or generated. The tools of a demo server
-    created by this call are also linked to an existing ``demo`` agent.
+    ``docs__create_document``, the user ``demo`` whose password (for the browser pages) is
+    ``$DEXAGENTS_DEMO_PASSWORD`` or generated, and the superuser ``admin`` whose password is
+    ``$DEXAGENTS_ADMIN_PASSWORD`` or generated. A ``demo`` user without a usable password (made
+    by an older version, which gave it a token only) gets one the same way. The tools of a demo
+    server created by this call are also linked to an existing ``demo`` agent.
 
     Returns:
         The names of created objects and, when one was generated, the admin password.
@@ -515,11 +519,18 @@ def demo_seed() -> DemoSeedResult:
 
     user_model = get_user_model()
     manager = user_model._default_manager
-    if not manager.filter(**{user_model.USERNAME_FIELD: DEMO_USERNAME}).exists():
-        demo_user = manager.create(**{user_model.USERNAME_FIELD: DEMO_USERNAME})
-        demo_user.set_unusable_password()
-        demo_user.save()
+    demo_password: str | None = None
+    demo_lookup: dict[str, Any] = {user_model.USERNAME_FIELD: DEMO_USERNAME}
+    demo_user, demo_created = manager.get_or_create(**demo_lookup)
+    if demo_created:
         created.append(f"user {DEMO_USERNAME}")
+    # A fresh row's blank password counts as "usable" to Django, so creation is checked too.
+    if demo_created or not demo_user.has_usable_password():
+        password = os.environ.get(DEMO_PASSWORD_ENV, "")
+        if not password:
+            password = demo_password = secrets.token_urlsafe(12)
+        demo_user.set_password(password)
+        demo_user.save(update_fields=["password"])
 
     generated_password: str | None = None
     if not manager.filter(**{user_model.USERNAME_FIELD: ADMIN_USERNAME}).exists():
@@ -530,4 +541,6 @@ def demo_seed() -> DemoSeedResult:
             **{user_model.USERNAME_FIELD: ADMIN_USERNAME, "email": "", "password": password}
         )
         created.append(f"superuser {ADMIN_USERNAME}")
-    return DemoSeedResult(created=created, admin_password=generated_password)
+    return DemoSeedResult(
+        created=created, admin_password=generated_password, demo_password=demo_password
+    )

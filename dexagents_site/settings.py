@@ -20,6 +20,7 @@ Environment variables:
     SECURE_PROXY_SSL_HEADER (default off).
 """
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from the ASGI app itself, so `make run` needs no proxy (issue 9).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -167,8 +170,20 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+# WhiteNoise warns about a missing STATIC_ROOT on every start.
+STATIC_ROOT.mkdir(exist_ok=True)
+# WhiteNoise serves straight from the app and vendor folders, so no collectstatic step is
+# needed before `make run` (or a deployment that skips it).
+WHITENOISE_USE_FINDERS = True
+# WhiteNoise 6.12 answers with a sync file iterator, which Django under ASGI consumes with a
+# warning that changes nothing (reference/django-notes.md G7).
+warnings.filterwarnings(
+    "ignore", message="StreamingHttpResponse must consume synchronous iterators"
+)
 
-LOGIN_URL = "admin:login"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "pages:portal"
+LOGOUT_REDIRECT_URL = "login"
 
 # Redis is optional: it carries the channel layer and the Celery broker when set.
 REDIS_URL = env.str("REDIS_URL", default="")

@@ -55,14 +55,19 @@ def counts() -> tuple[int, ...]:
 
 def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DEXAGENTS_ADMIN_PASSWORD", raising=False)
+    monkeypatch.delenv("DEXAGENTS_DEMO_PASSWORD", raising=False)
     first = run("seed_demo")
     assert "Admin login: admin / " in first
+    demo_line = next(line for line in first.splitlines() if line.startswith("Demo login:"))
+    demo_password = demo_line.split(" / ", 1)[1].split(" ", 1)[0]
+    assert get_user_model().objects.get(username="demo").check_password(demo_password)
     after_first = counts()
     assert after_first == (3, 5, 1, 2)
 
     second = run("seed_demo")
     assert "nothing created" in second
     assert "Admin login" not in second
+    assert "Demo login" not in second
     assert counts() == after_first
 
     server = McpServer.objects.get(name="search")
@@ -90,7 +95,7 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
         assert state_server.command == sys.executable
 
     users = get_user_model().objects
-    assert not users.get(username="demo").has_usable_password()
+    assert users.get(username="demo").has_usable_password()
     assert users.get(username="admin").is_superuser
 
 
@@ -102,6 +107,29 @@ def test_seed_demo_uses_the_admin_password_from_the_environment(
     assert "a-long-local-password" not in output
     assert "Admin login" not in output
     assert get_user_model().objects.get(username="admin").check_password("a-long-local-password")
+
+
+def test_seed_demo_uses_the_demo_password_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DEXAGENTS_DEMO_PASSWORD", "another-long-password")
+    output = run("seed_demo")
+    assert "another-long-password" not in output
+    assert "Demo login" not in output
+    assert get_user_model().objects.get(username="demo").check_password("another-long-password")
+
+
+def test_seed_demo_gives_a_token_only_demo_user_a_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DEXAGENTS_DEMO_PASSWORD", raising=False)
+    demo = get_user_model().objects.create(username="demo")
+    demo.set_unusable_password()
+    demo.save()
+    output = run("seed_demo")
+    assert "Demo login: demo / " in output
+    demo.refresh_from_db()
+    assert demo.has_usable_password()
 
 
 def test_seed_demo_leaves_edited_rows_alone() -> None:

@@ -36,6 +36,8 @@ class Command(BaseCommand):
         call_command("seed_demo", stdout=seeded)
         admin_login = [line for line in seeded.getvalue().splitlines()
                        if line.startswith("Admin login:")]
+        demo_login = [line for line in seeded.getvalue().splitlines()
+                      if line.startswith("Demo login:")]
         if os.environ.get("DEXAGENTS_MCP_CONFIG"):
             call_command("mcp_import", stdout=self.stdout)
         # Discovery runs in the Celery worker; the broker holds the messages until it starts.
@@ -47,6 +49,8 @@ class Command(BaseCommand):
         def announce() -> None:
             url = f"http://{host}:{port}"
             self.stdout.write(f"dexagents is ready at {url}")
+            for line in demo_login:
+                self.stdout.write(f"{line} Log in at {url}/accounts/login/")
             self.stdout.write(f"API token for the demo user: {token}")
             if discovering:
                 self.stdout.write("Discovering the tools of: " + ", ".join(discovering))

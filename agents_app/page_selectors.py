@@ -1,0 +1,302 @@
+"""Reads for the browser pages (HackSoft "selectors"): everything a page template shows.
+
+Templates get plain dataclasses from here and run no queries of their own. Conversation
+details (messages, live events, approvals) are not read here: the pages' ES modules load them
+from the REST API and the websockets, which read Dex.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.paginator import Page, Paginator
+
+from agents_app.models import AgentDefinition, AgentSession
+from agents_app.selectors import (
+    STATUS_AWAITING_APPROVAL,
+    agent_list_enabled,
+    agent_tools_describe,
+    session_get_for_owner_or_staff,
+    session_list_visible,
+)
+
+# Shown to non-staff instead of the provider check's reason, which names environment
+# variables that only operators need (the same rule as GET /api/v1/agents/).
+NOT_CONFIGURED_FOR_USERS = "An administrator must configure its API key."
+
+# Session index statuses (ARCHITECTURE.md "The Django index") with words for people.
+SESSION_STATUS_LABELS: dict[str, str] = {
+    "starting": "Starting",
+    "waiting_for_user_message": "Waiting for a message",
+    "running_model": "Model running",
+    "running_tools": "Running tools",
+    "stopped": "Stopped",
+}
+
+# Labels for the orderings ``selectors.session_list_visible`` accepts that the page offers.
+SESSION_ORDERING_LABELS: dict[str, str] = {
+    "-updated_at": "Recently active",
+    "-created_at": "Newest first",
+    "created_at": "Oldest first",
+    "title": "Title A to Z",
+    "status": "Status",
+}
+SESSION_DEFAULT_ORDERING = "-updated_at"
+AWAITING_APPROVAL_LABEL = "Waiting for approval"
+SESSION_PAGE_SIZE = 20
+
+
+def _is_staff(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return bool(getattr(user, "is_staff", False))
+
+
+@dataclasses.dataclass(frozen=True)
+class PortalTool:
+    """One tool an agent may be offered, as the portal lists it.
+
+    ``name`` is the exposed ``<server>__<tool>`` name that ``POST /api/v1/sessions/`` takes in
+    ``tools``; ``effect`` is an ``mcp_registry.effects.ToolEffect`` value.
+    """
+
+    name: str
+    tool: str
+    title: str
+    description: str
+    effect: str
+    requires_approval: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class PortalServer:
+    """An MCP server with the agent's tools on it."""
+
+    name: str
+    tools: list[PortalTool]
+
+
+@dataclasses.dataclass(frozen=True)
+class PortalAgent:
+    """One enabled agent on the portal.
+
+    ``not_configured_reason`` is ``None`` for a configured agent; for others it is the
+    provider check's sentence for staff and a generic one for everyone else. No credential
+    value is ever part of it (``agents_app.providers``).
+    """
+
+    slug: str
+    name: str
+    description: str
+    model: str
+    configured: bool
+    not_configured_reason: str | None
+    servers: list[PortalServer]
+
+    @property
+    def tool_count(self) -> int:
+        return sum(len(server.tools) for server in self.servers)
+
+
+def portal_agents_get(*, user: AbstractBaseUser | AnonymousUser) -> list[PortalAgent]:
+    """The enabled agents with their MCP servers and tools, by slug.
+
+    Tools are the agent's exposed ones (enabled, available, on enabled servers), grouped by
+    server name in name order.
+    """
+    agents: list[PortalAgent] = []
+    for agent in agent_list_enabled():
+        status = agent.provider_status()
+        reason: str | None = None
+        if not status.configured:
+            reason = status.reason if _is_staff(user) else NOT_CONFIGURED_FOR_USERS
+        servers: dict[str, list[PortalTool]] = {}
+        for tool in agent_tools_describe(agent=agent):
+            servers.setdefault(tool["server"], []).append(
+                PortalTool(
+                    name=tool["name"],
+                    tool=tool["tool"],
+                    title=tool["title"] or tool["tool"],
+                    description=tool["description"],
+                    effect=tool["effect"],
+                    requires_approval=tool["requires_approval"],
+                )
+            )
+        agents.append(
+            PortalAgent(
+                slug=agent.slug,
+                name=agent.name,
+                description=agent.description,
+                model=agent.model,
+                configured=status.configured,
+                not_configured_reason=reason,
+                servers=[PortalServer(name=name, tools=tools) for name, tools in servers.items()],
+            )
+        )
+    return agents
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionRow:
+    """One line of the sessions page; ``awaiting_approval`` when a tool call waits."""
+
+    id: str
+    title: str
+    agent_slug: str
+    agent_name: str
+    owner: str
+    status: str
+    status_label: str
+    awaiting_approval: bool
+    created_at: Any
+    updated_at: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionListPage:
+    """One page of the sessions list with the filters that produced it.
+
+    ``query`` holds the normalized filters (``search``, ``status``, ``agent``, ``ordering``);
+    ``previous_query`` / ``next_query`` are ready-made query strings (``None`` at the ends).
+    """
+
+    rows: list[SessionRow]
+    page: Page[AgentSession]
+    total: int
+    query: dict[str, str]
+    show_owner: bool
+    statuses: list[tuple[str, str]]
+    agents: list[tuple[str, str]]
+    orderings: list[tuple[str, str]]
+    previous_query: str | None
+    next_query: str | None
+
+
+def session_list_page_get(
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    search: str = "",
+    status: str = "",
+    agent: str = "",
+    ordering: str = "",
+    page: str | int = 1,
+    page_size: int = SESSION_PAGE_SIZE,
+) -> SessionListPage:
+    """Filter, sort and page the sessions ``user`` may read (``selectors.session_list_visible``,
+    from the Django index).
+
+    Args:
+        search: Case-insensitive substring of the title, the agent's slug or name.
+        status: An index status of ``SESSION_STATUS_LABELS`` or ``awaiting_approval``;
+            anything else means every status.
+        agent: An agent slug; blank for every agent.
+        ordering: A key of ``SESSION_ORDERING_LABELS``; anything else means the default
+            (recently active first).
+        page: 1-based; out-of-range or malformed values give the nearest valid page.
+    """
+    search = search.strip()[:200]
+    statuses = [*SESSION_STATUS_LABELS.items(), (STATUS_AWAITING_APPROVAL, AWAITING_APPROVAL_LABEL)]
+    status = status if status in dict(statuses) else ""
+    ordering = ordering if ordering in SESSION_ORDERING_LABELS else SESSION_DEFAULT_ORDERING
+    agent = agent.strip()[:64]
+    sessions = session_list_visible(
+        user=user, status=status, agent_slug=agent, search=search, ordering=ordering
+    )
+    paginator = Paginator(sessions, page_size)
+    current = paginator.get_page(page)
+    query = {"search": search, "status": status, "agent": agent, "ordering": ordering}
+
+    def page_query(number: int) -> str:
+        kept = {key: value for key, value in query.items() if value}
+        if kept.get("ordering") == SESSION_DEFAULT_ORDERING:
+            del kept["ordering"]
+        return urlencode({**kept, "page": number})
+
+    agent_choices = AgentDefinition.objects.order_by("slug").values_list("slug", "name")
+    return SessionListPage(
+        rows=[
+            SessionRow(
+                id=session.id,
+                title=session.title or session.agent.name,
+                agent_slug=session.agent.slug,
+                agent_name=session.agent.name,
+                owner=session.owner.get_username(),
+                status=session.status,
+                status_label=SESSION_STATUS_LABELS.get(session.status, session.status),
+                awaiting_approval=bool(getattr(session, "pending_approval_count", 0)),
+                created_at=session.created_at,
+                updated_at=session.updated_at,
+            )
+            for session in current.object_list
+        ],
+        page=current,
+        total=paginator.count,
+        query=query,
+        show_owner=_is_staff(user),
+        statuses=statuses,
+        agents=[(slug, name) for slug, name in agent_choices],
+        orderings=list(SESSION_ORDERING_LABELS.items()),
+        previous_query=page_query(current.previous_page_number())
+        if current.has_previous()
+        else None,
+        next_query=page_query(current.next_page_number()) if current.has_next() else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatPage:
+    """What the chat page's template and module need before the snapshot arrives.
+
+    ``status`` is the index status (the module replaces it with the snapshot's); ``model``
+    is the agent definition's current model (the snapshot has the session's own).
+    ``can_send``: the caller owns the session and it is not stopped; ``can_approve``: staff.
+    """
+
+    id: str
+    title: str
+    agent_slug: str
+    agent_name: str
+    model: str
+    owner: str
+    is_owner: bool
+    status: str
+    status_label: str
+    can_send: bool
+    can_approve: bool
+
+    def client_config(self) -> dict[str, Any]:
+        """The JSON the page module reads (through ``json_script``); no secrets."""
+        return {
+            "session": self.id,
+            "status": self.status,
+            "isOwner": self.is_owner,
+            "owner": self.owner,
+            "canSend": self.can_send,
+            "canApprove": self.can_approve,
+            "statusLabels": SESSION_STATUS_LABELS,
+        }
+
+
+def chat_page_get(*, user: AbstractBaseUser | AnonymousUser, session_id: str) -> ChatPage:
+    """The chat page of ``session_id`` for its owner or staff.
+
+    Raises:
+        AgentSession.DoesNotExist: No such session, or ``user`` neither owns it nor is staff
+            (the page answers 404 either way).
+    """
+    session = session_get_for_owner_or_staff(user=user, session_id=session_id)
+    is_owner = session.owner_id == user.pk
+    return ChatPage(
+        id=session.id,
+        title=session.title or session.agent.name,
+        agent_slug=session.agent.slug,
+        agent_name=session.agent.name,
+        model=session.agent.model,
+        owner=session.owner.get_username(),
+        is_owner=is_owner,
+        status=session.status,
+        status_label=SESSION_STATUS_LABELS.get(session.status, session.status),
+        can_send=is_owner and session.status != "stopped",
+        can_approve=_is_staff(user),
+    )

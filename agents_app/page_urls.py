@@ -1,0 +1,14 @@
+"""Routes of the browser pages (mounted at the site root)."""
+
+from django.urls import path
+
+from agents_app import views
+
+app_name = "pages"
+
+urlpatterns = [
+    path("", views.portal_view, name="portal"),
+    path("sessions/", views.session_list_view, name="session-list"),
+    path("sessions/<str:session_id>/", views.session_detail_view, name="session-detail"),
+    path("approvals/", views.approvals_view, name="approvals"),
+]

@@ -1,0 +1,670 @@
+// The chat page (/sessions/<id>/): the durable conversation from the session snapshot, and
+// the live Thinking / Response / Activity panels from the session's events websocket.
+//
+// Truth comes from the snapshot (GET /api/v1/sessions/<id>/); live events only fill the gap
+// while a turn runs. The page reloads the snapshot after a turn ends (then the stored
+// messages replace the live text), after approvals and tool results, when the socket
+// reconnects, when the page regains focus or the network returns, and every 8 s while a turn
+// runs. The socket resumes after the last token it delivered (ws_client.mjs), so across
+// reconnects nothing is lost or shown twice.
+
+import { api } from "./api.mjs";
+import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
+import { LiveText } from "./live_text.mjs";
+import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
+
+const config = pageConfig("chat-config");
+const sessionPath = `/api/v1/sessions/${encodeURIComponent(config.session)}/`;
+const RUNNING = new Set(["starting", "running_model", "running_tools"]);
+const FALLBACK_REFRESH_MS = 8000;
+const EVENT_REFRESH_DEBOUNCE_MS = 250;
+const TURN_END_RETRY_MS = 300;
+const TURN_END_MAX_TRIES = 30;
+const ACTIVITY_LIMIT = 100;
+const OLDER_PAGE_SIZE = 50;
+const FOLLOW_DISTANCE_PX = 160;
+
+const live = new LiveText();
+const state = {
+  snapshot: null,
+  status: config.status,
+  messages: new Map(), // sequence -> message
+  nodes: new Map(), // sequence -> <li>
+  toolNames: new Map(), // tool_call_id -> tool name, from assistant messages
+  oldest: null,
+  hasOlder: false,
+  loadingOlder: false,
+  olderUnavailable: false,
+  completedTurns: new Set(),
+  currentTurn: null,
+  ending: new Map(), // turn_id -> {messageCount, tries}
+  pendingSends: [], // [{id, text, node, confirmedBefore}]
+  loads: 0, // snapshot loads started
+  socket: null,
+};
+
+// ---------------------------------------------------------------- scrolling
+
+function nearBottom() {
+  const page = document.documentElement;
+  return window.innerHeight + window.scrollY >= page.scrollHeight - FOLLOW_DISTANCE_PX;
+}
+
+function scrollToBottom() {
+  window.scrollTo({ top: document.documentElement.scrollHeight, behavior: "instant" });
+}
+
+/** Run `change`, then keep following the newest content if the reader was at the bottom. */
+function followingChange(change, { force = false } = {}) {
+  const follow = force || nearBottom();
+  change();
+  if (follow) scrollToBottom();
+}
+
+// ---------------------------------------------------------------- header and alerts
+
+function statusLabel(status, awaitingApproval) {
+  if (awaitingApproval && status !== "stopped") return "Waiting for approval";
+  return config.statusLabels[status] ?? status;
+}
+
+function showStatus(status, awaitingApproval = state.snapshot?.awaiting_approval ?? false) {
+  state.status = status;
+  const node = byId("chat-status");
+  node.textContent = statusLabel(status, awaitingApproval);
+  node.className = `status status-${awaitingApproval && status !== "stopped" ? "awaiting_approval" : status}`;
+  node.dataset.status = status;
+}
+
+function showAlert(text) {
+  const alert = byId("chat-alert");
+  alert.textContent = text;
+  alert.hidden = !text;
+}
+
+const CONNECTION_TEXT = {
+  connecting: "Connecting…",
+  open: "Live",
+  stopped: "",
+};
+
+function showConnection(socketState, detail = {}) {
+  const node = byId("connection");
+  let text = CONNECTION_TEXT[socketState] ?? socketState;
+  if (socketState === "connecting" && detail.reconnect) text = "Reconnecting…";
+  if (socketState === "waiting") {
+    text = navigator.onLine === false ? "Offline; live updates resume when the network returns" : `Live updates interrupted; retrying in ${Math.ceil((detail.delay ?? 0) / 1000)} s`;
+  }
+  if (socketState === "offline") text = "Offline; live updates resume when the network returns";
+  if (socketState === "refused") {
+    text = detail.code === 4401 ? "Live updates refused: log in again" : "Live updates are not available for this session";
+  }
+  node.dataset.state = { waiting: "reconnecting", offline: "closed", refused: "closed" }[socketState] ?? socketState;
+  node.textContent = text;
+}
+
+// ---------------------------------------------------------------- conversation
+
+const ROLE_LABELS = { user: config.isOwner ? "You" : config.owner, assistant: "Assistant", system: "System" };
+
+function messageNode(message) {
+  const role = message.role;
+  let label = ROLE_LABELS[role] ?? role;
+  if (role === "tool") {
+    const name = state.toolNames.get(message.tool_call_id);
+    label = name ? `Tool · ${name}` : "Tool";
+  }
+  const node = el(
+    "li",
+    { class: `message message-${role}`, dataset: { sequence: String(message.sequence), role } },
+    el("div", { class: "message-meta" }, el("span", { class: "message-role" }, label), el("span", {}, `#${message.sequence}`)),
+  );
+  if (message.text) node.append(el("p", { class: "message-text" }, message.text));
+  if (Array.isArray(message.tool_calls) && message.tool_calls.length) {
+    node.append(
+      el(
+        "ul",
+        { class: "tool-requests", "aria-label": "Tool calls" },
+        message.tool_calls.map((call) =>
+          el("li", {}, "Calls ", el("code", {}, call.name ?? "?"), el("pre", {}, prettyJson(call.arguments ?? ""))),
+        ),
+      ),
+    );
+  }
+  return node;
+}
+
+function rememberMessages(messages) {
+  for (const message of messages) {
+    if (!Number.isInteger(message?.sequence)) continue;
+    state.messages.set(message.sequence, message);
+    for (const call of message.tool_calls ?? []) {
+      if (call?.id) state.toolNames.set(call.id, call.name);
+    }
+  }
+}
+
+function renderMessages() {
+  const list = byId("messages");
+  const sequences = [...state.messages.keys()].sort((a, b) => a - b);
+  for (const [sequence, node] of state.nodes) {
+    if (!state.messages.has(sequence)) {
+      node.remove();
+      state.nodes.delete(sequence);
+    }
+  }
+  let next = null;
+  // Walk newest to oldest so each new node goes in front of its successor.
+  for (let index = sequences.length - 1; index >= 0; index -= 1) {
+    const sequence = sequences[index];
+    let node = state.nodes.get(sequence);
+    if (!node) {
+      node = messageNode(state.messages.get(sequence));
+      state.nodes.set(sequence, node);
+      list.insertBefore(node, next);
+    }
+    next = node;
+  }
+  const empty = byId("conversation-empty");
+  empty.hidden = sequences.length > 0;
+  if (!sequences.length) {
+    empty.textContent = config.canSend ? "No messages yet. Write the first one below." : "No messages yet.";
+  }
+  byId("load-older").hidden = !state.hasOlder || state.olderUnavailable;
+}
+
+function mergeSnapshotMessages(messages) {
+  if (!messages.length) return;
+  const newestKnown = state.messages.size ? Math.max(...state.messages.keys()) : 0;
+  const first = messages[0].sequence;
+  if (state.messages.size && first > newestKnown + 1) {
+    // More messages arrived than a snapshot holds: the pages in between are not loaded, so
+    // start again from this window instead of showing a silent gap.
+    state.messages.clear();
+    state.oldest = null;
+  }
+  rememberMessages(messages);
+  if (state.oldest === null || first <= state.oldest) {
+    state.oldest = first;
+    state.hasOlder = state.snapshot?.has_older_messages ?? first > 1;
+  }
+}
+
+/** Load older messages while the top of the conversation is on screen. */
+function loadOlderIfVisible() {
+  if (!state.hasOlder || state.olderUnavailable || state.loadingOlder) return;
+  const box = byId("older-sentinel").getBoundingClientRect();
+  if (box.bottom >= 0 && box.top <= window.innerHeight) loadOlder();
+}
+
+async function loadOlder() {
+  if (state.loadingOlder || !state.hasOlder || state.olderUnavailable || state.oldest === null) return;
+  state.loadingOlder = true;
+  const button = byId("load-older");
+  button.disabled = true;
+  button.textContent = "Loading older messages…";
+  let loaded = false;
+  try {
+    const page = await api(`${sessionPath}messages/?before=${state.oldest}&limit=${OLDER_PAGE_SIZE}`);
+    const messages = page?.messages ?? [];
+    const heightBefore = document.documentElement.scrollHeight;
+    const top = window.scrollY;
+    rememberMessages(messages);
+    if (messages.length) state.oldest = Math.min(state.oldest, messages[0].sequence);
+    state.hasOlder = page?.next_before !== null && page?.next_before !== undefined && messages.length > 0;
+    renderMessages();
+    // Keep the message that was on screen where it was.
+    window.scrollTo({ top: top + document.documentElement.scrollHeight - heightBefore, behavior: "instant" });
+    loaded = true;
+  } catch (error) {
+    if (error.status === 404 || error.status === 405) state.olderUnavailable = true;
+  } finally {
+    state.loadingOlder = false;
+    button.disabled = false;
+    button.textContent = "Load older messages";
+    byId("load-older").hidden = !state.hasOlder || state.olderUnavailable;
+  }
+  // A short conversation may still show its top: keep going until it does not (after a
+  // failure, the next snapshot or scroll tries again).
+  if (loaded) loadOlderIfVisible();
+}
+
+// ---------------------------------------------------------------- live text
+
+function renderLive(kind) {
+  const panel = byId(kind);
+  const container = byId(`${kind}-groups`);
+  const groups = live.list(kind);
+  const keep = new Set(groups.map((group) => group.key));
+  for (const node of [...container.children]) {
+    if (!keep.has(node.dataset.key)) node.remove();
+  }
+  for (const group of groups) {
+    let node = [...container.children].find((child) => child.dataset.key === group.key);
+    if (!node) {
+      node = el("p", { class: "live-text", dataset: { key: group.key, turn: group.turnId ?? "" } });
+      container.append(node);
+    }
+    if (node.textContent !== group.text) node.textContent = group.text;
+    node.dataset.attempt = String(group.attempt);
+  }
+  panel.hidden = groups.every((group) => !group.text);
+}
+
+function renderAllLive() {
+  renderLive("response");
+  renderLive("thinking");
+}
+
+// ---------------------------------------------------------------- activity
+
+function usageText(usage) {
+  if (!usage) return "";
+  const parts = [`${usage.input_tokens ?? 0} in`, `${usage.output_tokens ?? 0} out`];
+  if (usage.reasoning_tokens) parts.push(`${usage.reasoning_tokens} reasoning`);
+  return `${parts.join(" / ")} tokens`;
+}
+
+/** {kind, detail, tone} for an AgentEvent, or null for events not shown as activity. */
+function describe(event) {
+  const data = event.data ?? {};
+  const tool = data.tool_name ?? "";
+  switch (event.type) {
+    case "turn_started":
+      return { kind: "Turn started", detail: event.turn_id ?? "" };
+    case "turn_completed":
+      return { kind: "Turn completed", detail: event.turn_id ?? "", tone: "ok" };
+    case "turn_failed":
+      return { kind: "Turn failed", detail: data.error ?? "", tone: "error" };
+    case "tool_call_deferred":
+      return {
+        kind: "Tool requested",
+        detail: `${tool} (${data.effect ?? "unknown effect"}${data.requires_approval ? ", needs approval" : ""})`,
+      };
+    case "tool_call_started":
+      return { kind: "Tool started", detail: tool };
+    case "tool_call_finished": {
+      const tone = data.status === "succeeded" ? "ok" : data.status === "rejected" ? "warn" : "error";
+      return { kind: "Tool finished", detail: `${tool}: ${data.status ?? "done"}`, tone };
+    }
+    case "interrupt_raised":
+      return { kind: "Approval requested", detail: tool + (data.deadline ? ` (deadline ${clockTime(new Date(data.deadline))})` : ""), tone: "warn" };
+    case "interrupt_resolved":
+      return data.approved
+        ? { kind: "Approved", detail: data.interrupt_id ?? "", tone: "ok" }
+        : { kind: "Rejected", detail: data.rejection_message || data.interrupt_id || "", tone: "warn" };
+    case "usage_recorded":
+      return { kind: "Usage", detail: `${usageText(data.recorded)} (session: ${usageText(data.session)})` };
+    case "tool_progress": {
+      const amount = data.total ? `${data.progress}/${data.total}` : `${data.progress ?? ""}`;
+      return { kind: "Tool progress", detail: `${tool} ${amount}${data.message ? ` ${data.message}` : ""}` };
+    }
+    case "tool_log":
+      return { kind: `Tool log (${data.level ?? "info"})`, detail: `${tool}: ${typeof data.data === "string" ? data.data : JSON.stringify(data.data)}` };
+    default:
+      return null;
+  }
+}
+
+function addActivity(event) {
+  const row = describe(event);
+  if (!row) return;
+  const list = byId("activity-list");
+  const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 24;
+  const when = event.created_at ? new Date(event.created_at) : new Date();
+  list.append(
+    el(
+      "li",
+      { class: "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
+      el("time", { datetime: when.toISOString() }, clockTime(when)),
+      el("span", {}, el("span", { class: "kind" }, row.kind), row.detail ? " " : "", row.detail ? el("span", { class: "detail" }, row.detail) : ""),
+    ),
+  );
+  while (list.children.length > ACTIVITY_LIMIT) list.firstElementChild.remove();
+  byId("activity-empty").hidden = true;
+  if (atEnd) list.scrollTop = list.scrollHeight;
+}
+
+// ---------------------------------------------------------------- approvals
+
+async function decide(interrupt, approved, item) {
+  const result = item.querySelector(".decision-result");
+  const buttons = item.querySelectorAll("button");
+  const message = item.querySelector("textarea")?.value ?? "";
+  for (const button of buttons) button.disabled = true;
+  result.textContent = approved ? "Approving…" : "Rejecting…";
+  try {
+    await api(`${sessionPath}interrupts/${encodeURIComponent(interrupt.interrupt_id)}/`, {
+      method: "POST",
+      body: approved ? { approved: true } : { approved: false, rejection_message: message },
+    });
+    result.textContent = approved ? "Approved." : "Rejected.";
+  } catch (error) {
+    result.textContent = error.status === 409 ? "This call no longer waits for a decision." : error.message;
+    for (const button of buttons) button.disabled = false;
+  }
+  loadSnapshot();
+}
+
+function approvalNode(interrupt) {
+  const item = el(
+    "li",
+    { class: "inline-approval", dataset: { interrupt: interrupt.interrupt_id } },
+    el(
+      "p",
+      {},
+      el("strong", {}, interrupt.tool_name),
+      interrupt.deadline ? [" · decision due ", el("span", { class: "countdown", "data-deadline": interrupt.deadline })] : "",
+    ),
+    el("pre", { class: "arguments", "aria-label": `Arguments of ${interrupt.tool_name}` }, prettyJson(interrupt.arguments)),
+  );
+  if (config.canApprove) {
+    const fieldId = `reject-${interrupt.interrupt_id.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+    const approve = el("button", { type: "button", class: "button-ok" }, "Approve");
+    const reject = el("button", { type: "button", class: "button-danger" }, "Reject");
+    approve.addEventListener("click", () => decide(interrupt, true, item));
+    reject.addEventListener("click", () => decide(interrupt, false, item));
+    item.append(
+      el(
+        "div",
+        { class: "decision-form" },
+        el("label", { for: fieldId, class: "small" }, "Rejection message"),
+        el("textarea", { id: fieldId, rows: 2, maxlength: 100000, placeholder: "Optional: tell the model why" }),
+        el("div", { class: "decision-buttons" }, approve, reject),
+        el("p", { class: "decision-result small", role: "status" }),
+      ),
+    );
+  } else {
+    item.append(el("p", { class: "small" }, "The turn waits until a staff member approves or rejects this call."));
+  }
+  return item;
+}
+
+function renderApprovals(interrupts) {
+  const list = byId("pending-approval-list");
+  const wanted = new Map(interrupts.map((interrupt) => [interrupt.interrupt_id, interrupt]));
+  for (const node of [...list.children]) {
+    if (!wanted.has(node.dataset.interrupt)) node.remove();
+  }
+  const present = new Set([...list.children].map((node) => node.dataset.interrupt));
+  for (const interrupt of interrupts) {
+    if (!present.has(interrupt.interrupt_id)) list.append(approvalNode(interrupt));
+  }
+  byId("pending-approvals").hidden = interrupts.length === 0;
+  refreshCountdowns(list);
+}
+
+// ---------------------------------------------------------------- queue
+
+function renderQueue(snapshot) {
+  const list = byId("queue-list");
+  const queued = Array.isArray(snapshot?.queued_messages) ? snapshot.queued_messages : null;
+  const count = queued ? queued.length : snapshot?.queued_message_count ?? 0;
+  for (const node of [...list.querySelectorAll("[data-queued]")]) node.remove();
+  for (const message of queued ?? []) {
+    list.append(
+      el("li", { dataset: { queued: message.message_id ?? "" } }, el("span", { class: "badge" }, "Queued"), el("span", { class: "queue-text" }, message.text ?? "")),
+    );
+  }
+  // Messages this page sent stay visible until a snapshot read after the send shows them.
+  for (const pending of state.pendingSends) list.append(pending.node);
+  const total = count + state.pendingSends.length;
+  byId("queue").dataset.count = String(total);
+  byId("queue-summary").textContent =
+    total === 0 ? "No messages waiting." : `${total} message${total === 1 ? "" : "s"} waiting for the current turn.`;
+}
+
+// ---------------------------------------------------------------- snapshot
+
+function currentTurnOf(snapshot) {
+  if (!RUNNING.has(snapshot.status)) return null;
+  if (snapshot.turn_id) return snapshot.turn_id;
+  const messages = snapshot.messages ?? [];
+  for (let index = messages.length - 1; index >= 0; index -= 1) {
+    if (messages[index].role === "user") return messages[index].turn_id ?? null;
+  }
+  return null;
+}
+
+function settleEndingTurns(snapshot) {
+  const newest = state.messages.size ? Math.max(...state.messages.keys()) : 0;
+  let retry = false;
+  for (const [turnId, ending] of state.ending) {
+    const stored =
+      ending.messageCount !== null && ending.messageCount !== undefined
+        ? newest >= ending.messageCount
+        : !RUNNING.has(snapshot.status) || state.currentTurn !== turnId;
+    if (stored || ending.tries >= TURN_END_MAX_TRIES) {
+      live.dropTurn(turnId);
+      state.completedTurns.add(turnId);
+      state.ending.delete(turnId);
+    } else {
+      ending.tries += 1;
+      retry = true;
+    }
+  }
+  // The engine may announce the end of a turn a moment before its messages are readable.
+  if (retry) setTimeout(loadSnapshot, TURN_END_RETRY_MS);
+}
+
+function applySnapshot(snapshot, loadNumber) {
+  const first = state.snapshot === null;
+  state.snapshot = snapshot;
+  state.currentTurn = currentTurnOf(snapshot);
+  for (const message of snapshot.messages ?? []) {
+    if (message.turn_id && message.turn_id !== state.currentTurn) state.completedTurns.add(message.turn_id);
+  }
+  state.pendingSends = state.pendingSends.filter((pending) => {
+    const shown = pending.confirmedBefore !== null && loadNumber > pending.confirmedBefore;
+    if (shown) pending.node.remove();
+    return !shown;
+  });
+  followingChange(
+    () => {
+      mergeSnapshotMessages(snapshot.messages ?? []);
+      live.dropWhere((group) => state.completedTurns.has(group.turnId));
+      settleEndingTurns(snapshot);
+      renderMessages();
+      renderAllLive();
+      renderApprovals(snapshot.pending_interrupts ?? []);
+      renderQueue(snapshot);
+    },
+    { force: first },
+  );
+  showStatus(snapshot.status, snapshot.awaiting_approval);
+  if (snapshot.model) byId("chat-model").textContent = snapshot.model;
+  showAlert(snapshot.last_turn_error ? `The last turn failed: ${snapshot.last_turn_error}` : "");
+  const canSend = snapshot.can_send ?? (config.canSend && snapshot.status !== "stopped");
+  const composer = document.getElementById("composer");
+  if (composer) composer.hidden = !canSend;
+  byId("composer-closed").hidden = canSend;
+  if (first) startSocket(snapshot);
+  loadOlderIfVisible();
+}
+
+let loading = null;
+let loadAgain = false;
+let debounce = null;
+
+/** Read the snapshot now (one read at a time; a request during a read runs once after it). */
+async function loadSnapshot() {
+  if (loading) {
+    loadAgain = true;
+    return loading;
+  }
+  const loadNumber = ++state.loads;
+  loading = (async () => {
+    try {
+      applySnapshot(await api(sessionPath), loadNumber);
+    } catch (error) {
+      if (error.status === 404) showAlert("This session no longer exists.");
+      else if (error.status === 403 || error.status === 401) showAlert("You are no longer allowed to read this session; log in again.");
+      else if (error.status !== 0) showAlert(error.message);
+    }
+  })();
+  await loading;
+  loading = null;
+  if (loadAgain) {
+    loadAgain = false;
+    await loadSnapshot();
+  }
+}
+
+function scheduleSnapshot(delay = EVENT_REFRESH_DEBOUNCE_MS) {
+  if (debounce) return;
+  debounce = setTimeout(() => {
+    debounce = null;
+    loadSnapshot();
+  }, delay);
+}
+
+// ---------------------------------------------------------------- events
+
+/**
+ * Show a status the events imply until the next snapshot says for sure; a pending approval
+ * (known only from the snapshot) is not overridden by replayed events.
+ */
+function hintStatus(status) {
+  if (state.snapshot?.awaiting_approval || state.status === "stopped") return;
+  if (state.status !== status) showStatus(status, false);
+}
+
+function onEvent(frame) {
+  const event = frame.event;
+  if (!event || typeof event.type !== "string") return;
+  // Replays of turns whose messages are already stored add nothing.
+  if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
+  const group = live.apply(event);
+  if (group) {
+    hintStatus("running_model");
+    followingChange(() => renderLive(group.kind));
+    return;
+  }
+  addActivity(event);
+  switch (event.type) {
+    case "turn_started":
+      if (event.turn_id !== state.currentTurn) hintStatus("running_model");
+      scheduleSnapshot();
+      break;
+    case "tool_call_started":
+      hintStatus("running_tools");
+      break;
+    case "turn_completed":
+      state.ending.set(event.turn_id, { messageCount: event.data?.message_count ?? null, tries: 0 });
+      loadSnapshot();
+      break;
+    case "turn_failed":
+      state.ending.set(event.turn_id, { messageCount: null, tries: 0 });
+      loadSnapshot();
+      break;
+    case "tool_call_deferred":
+    case "tool_call_finished":
+    case "interrupt_raised":
+    case "interrupt_resolved":
+      scheduleSnapshot();
+      break;
+    default:
+      break;
+  }
+}
+
+function startSocket(snapshot) {
+  // While a turn runs, start before its first event so its text so far shows up (the
+  // server's live_events_after); without it, from the oldest retained event. Replayed events
+  // of finished turns are dropped by onEvent.
+  const after = snapshot.live_events_after ?? (RUNNING.has(snapshot.status) ? "" : snapshot.events_after ?? "");
+  state.socket = new ResumableSocket({
+    url: websocketUrl(`/ws/sessions/${encodeURIComponent(config.session)}/events/`),
+    after,
+    onEvent,
+    onSnapshotRequired: () => loadSnapshot(),
+    onOpen: ({ reconnected }) => {
+      if (reconnected) loadSnapshot();
+    },
+    onStateChange: showConnection,
+  });
+  state.socket.start();
+}
+
+// ---------------------------------------------------------------- composer
+
+let sendCounter = 0;
+
+async function send(event) {
+  event.preventDefault();
+  const text = byId("composer-text");
+  const value = text.value;
+  if (!value.trim()) {
+    text.focus();
+    return;
+  }
+  const pending = {
+    id: ++sendCounter,
+    text: value,
+    confirmedBefore: null,
+    node: el("li", { dataset: { sending: "" } }, el("span", { class: "badge" }, "Sending…"), el("span", { class: "queue-text" }, value)),
+  };
+  state.pendingSends.push(pending);
+  text.value = "";
+  followingChange(() => renderQueue(state.snapshot), { force: true });
+  try {
+    await api(`${sessionPath}messages/`, { method: "POST", body: { text: value } });
+    pending.node.querySelector(".badge").textContent = "Queued";
+    pending.confirmedBefore = state.loads;
+    showAlert("");
+  } catch (error) {
+    state.pendingSends = state.pendingSends.filter((item) => item !== pending);
+    pending.node.remove();
+    renderQueue(state.snapshot);
+    if (!text.value) text.value = value;
+    showAlert(`Not sent: ${error.message}`);
+  }
+  loadSnapshot();
+}
+
+// ---------------------------------------------------------------- start
+
+function refreshNow() {
+  loadSnapshot();
+  state.socket?.reconnectNow();
+}
+
+const composer = document.getElementById("composer");
+if (composer) {
+  composer.addEventListener("submit", send);
+  byId("composer-text").addEventListener("keydown", (event) => {
+    if (isSendShortcut(event)) {
+      event.preventDefault();
+      composer.requestSubmit();
+    }
+  });
+}
+byId("load-older").addEventListener("click", loadOlder);
+if ("IntersectionObserver" in window) {
+  new IntersectionObserver((entries) => {
+    if (entries.some((entry) => entry.isIntersecting) && state.snapshot) loadOlder();
+  }).observe(byId("older-sentinel"));
+}
+window.addEventListener("focus", refreshNow);
+window.addEventListener("online", refreshNow);
+// An established socket may outlive a lost network without noticing; resume it afresh.
+window.addEventListener("offline", () => state.socket?.pause());
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "visible") refreshNow();
+});
+setInterval(() => {
+  if (document.visibilityState !== "visible") return;
+  const busy = RUNNING.has(state.status) || state.snapshot?.awaiting_approval || state.socket?.state !== "open";
+  if (busy) loadSnapshot();
+}, FALLBACK_REFRESH_MS);
+setInterval(() => {
+  const list = byId("pending-approval-list");
+  refreshCountdowns(list);
+  // Dex refuses a decision after the deadline, so expired calls offer none.
+  for (const item of list.children) {
+    const expired = item.querySelector(".countdown")?.dataset.expired === "true";
+    for (const button of item.querySelectorAll(".decision-buttons button")) if (expired) button.disabled = true;
+  }
+}, 1000);
+
+loadSnapshot();

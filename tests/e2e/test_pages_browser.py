@@ -1,0 +1,566 @@
+"""The pages in real Chromium against the real stack (``manage.py dev``: engine, worker, web,
+Celery and the demo model as processes on private ports and a private var dir).
+
+Personas: ``demo`` (the seeded user, logging in with the password ``make run`` prints),
+``owner``, ``intruder`` (another user) and ``reviewer`` (staff). Waits are Playwright's
+``expect`` (which polls until its deadline) or ``wait_until``; nothing sleeps and hopes.
+Screenshots of every page at 1280 and 390 px go to ``var/screenshots/`` (or
+``$DEXAGENTS_SCREENSHOT_DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
+
+from dex_agents.testing import free_port
+from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
+from tests.e2e.conftest import PYTHON, ROOT, Processes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+PASSWORD = "browser-test-password-1"
+WIDE = {"width": 1280, "height": 900}
+NARROW = {"width": 390, "height": 844}
+SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "screenshots"))
+
+USERS_CODE = """
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+User = get_user_model()
+tokens = {}
+for name, staff in (("owner", False), ("intruder", False), ("reviewer", True)):
+    user, _ = User.objects.get_or_create(username=name)
+    user.is_staff = staff
+    user.set_password(PASSWORD)
+    user.save()
+    tokens[name] = Token.objects.get_or_create(user=user)[0].key
+tokens["demo"] = Token.objects.get_or_create(user=User.objects.get(username="demo"))[0].key
+import json
+print(json.dumps(tokens))
+""".replace("PASSWORD", repr(PASSWORD))
+
+expect.set_options(timeout=30_000)
+
+
+@dataclass
+class PageStack:
+    """The running platform: its URL, the demo password and API tokens per persona."""
+
+    base_url: str
+    demo_password: str
+    tokens: dict[str, str]
+
+    def api(self, persona: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Token {self.tokens[persona]}"},
+            timeout=30,
+        )
+
+    def ws_url(self, session_id: str) -> str:
+        return self.base_url.replace("http://", "ws://") + f"/ws/sessions/{session_id}/events/"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
+    """``manage.py dev`` (what ``make run`` runs) on private ports, plus the personas."""
+    root = tmp_path_factory.mktemp("pages")
+    var = root / "var"
+    var.mkdir()
+    web, engine, model = free_port(), free_port(), free_port()
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL",
+                          "DEXAGENTS_DEMO_PASSWORD", "DEXAGENTS_ADMIN_PASSWORD"}}
+    env.update({
+        "DEXAGENTS_VAR_DIR": str(var),
+        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
+        "PORT": str(web),
+        "DEX_PORT": str(engine),
+        "DEMO_MODEL_PORT": str(model),
+        "PYTHONUNBUFFERED": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MODE": "PRODUCTION",
+    })
+    processes = Processes(env)
+    try:
+        dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(web)])
+        dev.wait_for_line("dexagents is ready at", timeout=180)
+        demo_line = dev.wait_for_line("Demo login: demo / ")
+        demo_password = demo_line.split("Demo login: demo / ", 1)[1].split(" ", 1)[0]
+        done = subprocess.run(
+            [PYTHON, "manage.py", "shell", "-c", USERS_CODE],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        tokens = json.loads(done.stdout.strip().splitlines()[-1])
+        yield PageStack(f"http://127.0.0.1:{web}", demo_password, tokens)
+    finally:
+        processes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    executable = chromium_path()
+    if executable is None:
+        pytest.fail(MISSING_CHROMIUM)
+    launched = playwright.chromium.launch(executable_path=executable, headless=True,
+                                          args=CHROMIUM_ARGS)
+    yield launched
+    launched.close()
+
+
+class Contexts:
+    """Browser contexts (separate cookie jars, like separate people) closed after a test."""
+
+    def __init__(self, browser: Browser, stack: PageStack) -> None:
+        self.browser = browser
+        self.stack = stack
+        self.opened: list[BrowserContext] = []
+        self.errors: list[str] = []
+
+    def new(self, viewport: dict[str, int] | None = None) -> BrowserContext:
+        context = self.browser.new_context(base_url=self.stack.base_url,
+                                           viewport=viewport or WIDE)  # type: ignore[arg-type]
+        context.on("weberror", lambda error: self.errors.append(str(error.error)))
+        self.opened.append(context)
+        return context
+
+    def logged_in(self, username: str, password: str = PASSWORD,
+                  viewport: dict[str, int] | None = None) -> Page:
+        page = self.new(viewport).new_page()
+        log_in(page, username, password)
+        return page
+
+    def close(self) -> None:
+        for context in self.opened:
+            context.close()
+
+
+@pytest.fixture
+def contexts(browser: Browser, stack: PageStack) -> Iterator[Contexts]:
+    opened = Contexts(browser, stack)
+    yield opened
+    opened.close()
+    assert not opened.errors, opened.errors  # no uncaught exception in any page module
+
+
+def log_in(page: Page, username: str, password: str) -> None:
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Start a session")).to_be_visible()
+
+
+def start_session(page: Page, message: str) -> str:
+    """Start a demo-agent session from the portal; return its ID once the chat page shows."""
+    page.goto("/")
+    page.get_by_role("textbox", name="Message").fill(message)
+    page.get_by_role("button", name="Start session").click()
+    page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
+    return page.url.rstrip("/").rsplit("/", 1)[1]
+
+
+def region(page: Page, name: str) -> Any:
+    return page.get_by_role("region", name=name, exact=True)
+
+
+def assistant_texts(page: Page) -> Any:
+    return region(page, "Conversation").locator(".message-assistant .message-text")
+
+
+def stored_messages(stack: PageStack, persona: str, session_id: str) -> list[dict[str, Any]]:
+    with stack.api(persona) as api:
+        snapshot = api.get(f"/api/v1/sessions/{session_id}/")
+        assert snapshot.status_code == 200, snapshot.text
+        messages: list[dict[str, Any]] = snapshot.json()["messages"]
+        return messages
+
+
+def wait_for_turn_end(stack: PageStack, persona: str, session_id: str) -> list[dict[str, Any]]:
+    """Poll the API until the session waits for a message again; return its messages."""
+
+    def probe() -> list[dict[str, Any]] | None:
+        with stack.api(persona) as api:
+            snapshot = api.get(f"/api/v1/sessions/{session_id}/").json()
+        messages = snapshot["messages"]
+        if snapshot["status"] == "waiting_for_user_message" and messages[-1:]:
+            return list(messages) if messages[-1]["role"] == "assistant" else None
+        return None
+
+    return wait_until("the turn to end", probe, timeout=90)
+
+
+def screenshot(page: Page, name: str, *, screen_too: bool = False) -> None:
+    """Save a full-page PNG (and with ``screen_too`` what the screen shows as it is scrolled,
+    as ``<name>-screen``) and check that nothing is wider than the viewport."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    if screen_too:
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-screen-{width}.png"))
+    # Sticky bars land mid-picture in a full-page capture of a scrolled page.
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+    overflow = page.evaluate("document.documentElement.scrollWidth")
+    assert overflow <= width, f"{name} is {overflow} px wide in a {width} px viewport"
+
+
+SLOW_WORDS = ("the quick brown fox jumps over the lazy dog while the agent streams "
+              "its answer one small chunk after another")
+
+
+def test_login_portal_and_a_slow_reply_streams_before_it_is_stored(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    page = contexts.logged_in("demo", stack.demo_password)  # the password `make run` printed
+    agent = page.get_by_role("combobox", name="Agent")
+    expect(agent).to_have_value("demo")
+    session_id = start_session(page, f"/slow 0.4\n{SLOW_WORDS}")
+
+    response = region(page, "Response")
+    expect(response).to_contain_text("You said:")
+    # The text is live: the turn has not stored its answer yet.
+    assert assistant_texts(page).count() == 0
+    expect(page.locator("#chat-status")).to_have_text("Model running")
+
+    final = f"You said: {SLOW_WORDS}"
+    expect(assistant_texts(page)).to_have_text([final])
+    expect(response).to_be_hidden()
+    expect(page.locator("#chat-status")).to_have_text("Waiting for a message")
+    assert stored_messages(stack, "demo", session_id)[-1]["text"] == final
+
+
+def test_reasoning_streams_under_thinking_and_is_not_stored_as_the_answer(
+    contexts: Contexts,
+) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, f"/think\n/slow 0.4\n{SLOW_WORDS}")
+    thinking = region(page, "Thinking")
+    expect(thinking).to_contain_text("Thinking about:")
+    expect(assistant_texts(page)).to_have_text([f"You said: {SLOW_WORDS}"])
+    expect(thinking).to_be_hidden()
+
+
+def test_messages_sent_during_a_turn_wait_in_the_queue(contexts: Contexts) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, f"/slow 0.5\n{SLOW_WORDS}")
+    expect(region(page, "Response")).to_contain_text("You said:")
+    composer = page.get_by_role("textbox", name="Message")
+    composer.fill("waiting in line")
+    page.get_by_role("button", name="Send").click()
+    queue = region(page, "Message queue")
+    expect(queue.locator("li")).to_have_text([re.compile("Queued.*waiting in line")])
+    expect(queue).to_contain_text("1 message waiting")
+    # The queued message starts the next turn once this one ends.
+    expect(assistant_texts(page)).to_have_text(
+        [f"You said: {SLOW_WORDS}", "You said: waiting in line"]
+    )
+    expect(queue.locator("li")).to_have_count(0)
+    expect(queue).to_contain_text("No messages waiting.")
+
+
+def test_older_messages_load_through_the_paged_messages_endpoint(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/sessions/", json={"agent": "demo", "message": "one"})
+        session_id = created.json()["id"]
+        wait_for_turn_end(stack, "owner", session_id)
+        for text in ("two", "three"):
+            assert api.post(f"/api/v1/sessions/{session_id}/messages/",
+                            json={"text": text}).status_code == 202
+
+            def answered(text: str = text) -> bool:
+                last = wait_for_turn_end(stack, "owner", session_id)[-1]
+                return bool(last["text"] == f"You said: {text}")
+
+            wait_until(f"the answer to {text!r}", answered)
+
+    page = contexts.logged_in("owner")
+    older_pages: list[str] = []
+
+    def newest_two_only(route: Any) -> None:
+        # A session longer than one snapshot, in miniature: the snapshot holds only the two
+        # newest messages, so the page must fetch the others from the messages endpoint.
+        answer = route.fetch()
+        snapshot = answer.json()
+        snapshot["messages"] = snapshot["messages"][-2:]
+        snapshot["has_older_messages"] = True
+        route.fulfill(response=answer, json=snapshot)
+
+    page.route(re.compile(rf"/api/v1/sessions/{session_id}/$"), newest_two_only)
+    page.on("request", lambda request: older_pages.append(request.url)
+            if "/messages/?before=" in request.url else None)
+    page.goto(f"/sessions/{session_id}/")
+    messages = region(page, "Conversation").locator(".message")
+    expect(messages).to_have_count(6)
+    expect(messages.locator(".message-text")).to_have_text([
+        "one", "You said: one", "two", "You said: two", "three", "You said: three",
+    ])
+    assert [url.split("?", 1)[1] for url in older_pages] == ["before=5&limit=50"]
+    expect(page.get_by_role("button", name="Load older messages")).to_be_hidden()
+
+
+def test_a_page_opened_mid_turn_shows_what_the_turn_streamed_so_far(contexts: Contexts) -> None:
+    context = contexts.new()
+    first = context.new_page()
+    log_in(first, "owner", PASSWORD)
+    session_id = start_session(first, f"/slow 0.6\n{SLOW_WORDS}")
+    expect(region(first, "Response")).to_contain_text("You said: the quick brown")
+
+    second = context.new_page()
+    second.goto(f"/sessions/{session_id}/")
+    # The beginning of the answer was streamed before this page existed.
+    expect(region(second, "Response")).to_contain_text("You said: the quick brown fox")
+    final = f"You said: {SLOW_WORDS}"
+    expect(assistant_texts(second)).to_have_text([final])
+    expect(region(second, "Response")).to_be_hidden()
+    assert second.locator("body").inner_text().count(final) == 1
+
+
+def test_a_tool_turn_shows_its_activity(contexts: Contexts) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, '/slow 0.5\n/tool search__web_search {"query": "durable agents"}')
+    activity = region(page, "Activity")
+    expect(activity).to_contain_text("Turn started")
+    expect(activity).to_contain_text("Tool requested search__web_search (read)")
+    expect(activity).to_contain_text("Tool started search__web_search")
+    expect(activity).to_contain_text("Tool finished search__web_search: succeeded")
+    expect(activity).to_contain_text("Usage")
+    expect(activity).to_contain_text("Turn completed")
+    conversation = region(page, "Conversation")
+    expect(conversation.locator(".message-tool")).to_contain_text("Tool · search__web_search")
+    expect(assistant_texts(page).last).to_contain_text("durable agents")
+
+
+def test_staff_approve_on_the_dashboard_and_the_owner_sees_the_result_live(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(
+        owner, '/tool slack__post_message {"channel": "general", "text": "hello from a browser"}'
+    )
+    waiting = region(owner, "Waiting for approval")
+    expect(waiting).to_contain_text("slack__post_message")
+    expect(waiting).to_contain_text("waits until a staff member approves")
+    expect(waiting.get_by_role("button", name="Approve")).to_have_count(0)
+    expect(owner.locator("#chat-status")).to_have_text("Waiting for approval")
+
+    reviewer = contexts.logged_in("reviewer")
+    reviewer.goto("/approvals/")
+    card = reviewer.locator(".approval-card").filter(
+        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
+    )
+    expect(card).to_contain_text("slack__post_message")
+    expect(card.locator(".arguments")).to_contain_text('"channel": "general"')
+    expect(card).to_contain_text("owner")
+    card.get_by_role("button", name="Approve").click()
+    expect(card).to_have_count(0)
+    reviewer.get_by_role("tab", name="Decisions").click()
+    decision = reviewer.locator("#decisions-body tr").filter(
+        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
+    )
+    expect(decision).to_contain_text("Approved")
+    expect(decision).to_contain_text("reviewer")
+    expect(decision).to_contain_text("slack__post_message")
+
+    # The owner's open page (never reloaded) shows the decision and the answer.
+    expect(region(owner, "Activity")).to_contain_text("Approved")
+    expect(waiting).to_be_hidden()
+    expect(assistant_texts(owner).last).to_contain_text("hello from a browser")
+    assert owner.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
+def test_staff_reject_inline_on_the_chat_page_with_a_message(contexts: Contexts) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(
+        owner, '/tool docs__create_document {"title": "Plan", "body": "Ship on Friday"}'
+    )
+    expect(region(owner, "Waiting for approval")).to_contain_text("docs__create_document")
+
+    reviewer = contexts.logged_in("reviewer")
+    reviewer.goto(f"/sessions/{session_id}/")
+    waiting = region(reviewer, "Waiting for approval")
+    expect(reviewer.get_by_role("textbox", name="Message", exact=True)).to_have_count(0)
+    waiting.get_by_role("textbox", name="Rejection message").fill("not before the review")
+    waiting.get_by_role("button", name="Reject").click()
+    expect(waiting).to_be_hidden()
+
+    expect(region(owner, "Activity")).to_contain_text("Rejected not before the review")
+    expect(region(owner, "Activity")).to_contain_text("docs__create_document: rejected")
+    expect(region(owner, "Waiting for approval")).to_be_hidden()
+    expect(owner.locator("#chat-status")).to_have_text("Waiting for a message")
+
+
+def test_network_drop_mid_stream_loses_and_repeats_nothing(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    context = contexts.new()
+    page = context.new_page()
+    log_in(page, "owner", PASSWORD)
+    session_id = start_session(page, f"/slow 0.5\n{SLOW_WORDS}")
+    response = region(page, "Response")
+    expect(response).to_contain_text("You said:")
+
+    context.set_offline(True)
+    expect(page.locator("#connection")).not_to_have_text("Live")
+    messages = wait_for_turn_end(stack, "owner", session_id)  # the turn ends while offline
+    final = messages[-1]["text"]
+    assert final == f"You said: {SLOW_WORDS}"
+    context.set_offline(False)
+
+    expect(assistant_texts(page)).to_have_text([final])
+    expect(response).to_be_hidden()
+    expect(page.locator("#connection")).to_have_text("Live")
+    body = page.locator("body").inner_text()
+    assert body.count(final) == 1, body
+
+
+def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
+    page = contexts.logged_in("owner")
+    tools = page.get_by_role("group", name="Tools of Demo agent")
+    expect(tools.get_by_role("checkbox")).to_have_count(5)
+    post = tools.locator("li").filter(has_text="slack__post_message")
+    expect(post.locator(".badge-approval")).to_have_text("approval")
+    expect(tools.locator("li").filter(has_text="search__web_search").locator(".badge-approval")
+           ).to_have_count(0)
+    tools.get_by_role("checkbox", name=re.compile("Post a message")).uncheck()
+    page.get_by_role("textbox", name="Message").fill("only four tools")
+    with page.expect_request(lambda request: request.url.endswith("/api/v1/sessions/")
+                             and request.method == "POST") as started:
+        page.get_by_role("button", name="Start session").click()
+    body = started.value.post_data_json
+    assert isinstance(body, dict)
+    assert body["agent"] == "demo"
+    assert sorted(body["tools"]) == [
+        "docs__create_document", "docs__search_documents", "search__web_search",
+        "slack__search_messages",
+    ]
+    page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
+    expect(assistant_texts(page)).to_have_text(["You said: only four tools"])
+
+
+def test_keyboard_only_login_start_and_send(contexts: Contexts) -> None:
+    page = contexts.new().new_page()
+    page.goto("/accounts/login/")
+    # The username field has focus; the form is filled and sent with the keyboard alone.
+    page.keyboard.type("owner")
+    page.keyboard.press("Tab")
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Start a session")).to_be_visible()
+
+    message = page.get_by_role("textbox", name="Message")
+    message.focus()
+    page.keyboard.type("first line")
+    page.keyboard.press("Enter")  # a newline, not a start
+    page.keyboard.type("second line")
+    expect(message).to_have_value("first line\nsecond line")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
+    expect(assistant_texts(page)).to_have_text(["You said: first line\nsecond line"])
+
+    composer = page.get_by_role("textbox", name="Message")
+    composer.focus()
+    page.keyboard.type("alt sends")
+    page.keyboard.press("Enter")
+    page.keyboard.type("too")
+    page.keyboard.press("Alt+Enter")
+    expect(composer).to_have_value("")
+    expect(assistant_texts(page).last).to_have_text("You said: alt sends\ntoo")
+
+    page.keyboard.type("meta or control")
+    page.keyboard.press("Control+Enter")
+    expect(assistant_texts(page).last).to_have_text("You said: meta or control")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Send")).to_be_focused()
+
+
+def test_another_user_gets_no_page_and_no_socket(contexts: Contexts, stack: PageStack) -> None:
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/sessions/", json={"agent": "demo", "message": "private"})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+
+    intruder = contexts.logged_in("intruder")
+    answer = intruder.goto(f"/sessions/{session_id}/")
+    assert answer is not None and answer.status == 404
+    refused = intruder.evaluate(
+        """(url) => new Promise((resolve) => {
+            const socket = new WebSocket(url);
+            let frames = 0;
+            socket.onmessage = () => { frames += 1; };
+            socket.onclose = (event) => resolve({code: event.code, frames});
+        })""",
+        stack.ws_url(session_id),
+    )
+    assert refused == {"code": 4403, "frames": 0}
+    approvals = intruder.goto("/approvals/")
+    assert approvals is not None and approvals.status == 403
+
+    anonymous = contexts.new().new_page()
+    anonymous.goto(f"/sessions/{session_id}/")
+    expect(anonymous.get_by_role("button", name="Log in")).to_be_visible()
+    assert "/accounts/login/?next=" in anonymous.url
+
+
+def test_screenshots_of_every_page_at_both_widths(contexts: Contexts, stack: PageStack) -> None:
+    owner = contexts.logged_in("owner")
+    done_id = start_session(owner, '/tool search__web_search {"query": "screenshots"}')
+    expect(assistant_texts(owner).last).to_contain_text("screenshots")
+    waiting_id = start_session(
+        owner, '/tool docs__create_document {"title": "Screenshot", "body": "Pending approval"}'
+    )
+    expect(region(owner, "Waiting for approval")).to_be_visible()
+
+    for viewport in (WIDE, NARROW):
+        anonymous = contexts.new(viewport).new_page()
+        anonymous.goto("/accounts/login/")
+        screenshot(anonymous, "login")
+
+        page = contexts.logged_in("owner", viewport=viewport)
+        screenshot(page, "portal")
+        page.goto("/sessions/")
+        expect(page.get_by_role("link", name=re.compile("screenshots"))).to_be_visible()
+        screenshot(page, "sessions")
+        page.goto(f"/sessions/{done_id}/")
+        expect(assistant_texts(page).last).to_contain_text("screenshots")
+        screenshot(page, "chat", screen_too=True)
+        page.goto(f"/sessions/{waiting_id}/")
+        expect(region(page, "Waiting for approval")).to_be_visible()
+        expect(page.locator("#chat-status")).to_have_text("Waiting for approval")
+        screenshot(page, "chat-waiting-owner", screen_too=True)
+        start_session(page, f"/think\n/slow 0.5\n{SLOW_WORDS}")
+        expect(region(page, "Response")).to_contain_text("You said: the quick")
+        expect(region(page, "Thinking")).to_contain_text("Thinking about:")
+        screenshot(page, "chat-live", screen_too=True)
+
+    for viewport in (WIDE, NARROW):
+        staff = contexts.logged_in("reviewer", viewport=viewport)
+        staff.goto("/approvals/")
+        expect(staff.locator(".approval-card").first).to_be_visible()
+        screenshot(staff, "approvals")
+        staff.get_by_role("tab", name="Decisions").click()
+        expect(staff.locator("#decisions-status")).not_to_be_empty()
+        screenshot(staff, "decisions")
+        staff.goto(f"/sessions/{waiting_id}/")
+        expect(region(staff, "Waiting for approval").get_by_role("button", name="Approve")
+               ).to_be_visible()
+        screenshot(staff, "chat-waiting-staff", screen_too=True)

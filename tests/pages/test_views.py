@@ -1,0 +1,236 @@
+"""The pages as Django renders them: who may see what, and what each page carries.
+
+Personas (tests/conftest.py): owner, other_user, staff, anonymous. The browser behaviour is
+tested in tests/e2e/test_pages_browser.py against the real stack.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from agents_app.models import AgentDefinition, AgentSession, ApprovalRequest
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ("/", "/sessions/", "/approvals/")
+
+
+@pytest.fixture
+def agent() -> AgentDefinition:
+    from agents_app.services import demo_seed
+
+    demo_seed()
+    return AgentDefinition.objects.get(slug="demo")
+
+
+@pytest.fixture
+def session(owner: Any, agent: AgentDefinition) -> AgentSession:
+    return AgentSession.objects.create(id="ses_owned", owner=owner, agent=agent, title="Owned chat")
+
+
+def browser(user: Any | None) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def test_login_page_uses_django_names_and_logs_in(owner: Any) -> None:
+    owner.set_password("a-long-test-password")
+    owner.save()
+    client = Client(enforce_csrf_checks=True)
+    page = client.get("/accounts/login/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert re.search(r"<label for=\"id_username\">Username</label>", html)
+    assert re.search(r"<label for=\"id_password\">Password</label>", html)
+    assert ">Log in</button>" in html
+    token = client.cookies["csrftoken"].value
+    answer = client.post(
+        "/accounts/login/",
+        {"username": "owner", "password": "a-long-test-password", "csrfmiddlewaretoken": token},
+    )
+    assert answer.status_code == 302
+    assert answer["Location"] == "/"
+    assert client.get("/").status_code == 200
+
+
+def test_login_without_csrf_token_is_refused(owner: Any) -> None:
+    owner.set_password("a-long-test-password")
+    owner.save()
+    client = Client(enforce_csrf_checks=True)
+    answer = client.post(
+        "/accounts/login/", {"username": "owner", "password": "a-long-test-password"}
+    )
+    assert answer.status_code == 403
+
+
+def test_logout_is_a_post(owner: Any) -> None:
+    client = browser(owner)
+    assert client.get("/accounts/logout/").status_code == 405
+    answer = client.post("/accounts/logout/")
+    assert answer.status_code == 302
+    assert client.get("/").status_code == 302
+
+
+@pytest.mark.parametrize("path", [*PAGES, "/sessions/ses_owned/"])
+def test_anonymous_is_sent_to_login(path: str, session: AgentSession) -> None:
+    answer = browser(None).get(path)
+    assert answer.status_code == 302
+    assert answer["Location"].startswith("/accounts/login/?next=")
+
+
+def test_chat_page_for_owner_and_staff_only(
+    session: AgentSession, owner: Any, other_user: Any, staff: Any
+) -> None:
+    assert browser(owner).get("/sessions/ses_owned/").status_code == 200
+    assert browser(staff).get("/sessions/ses_owned/").status_code == 200
+    assert browser(other_user).get("/sessions/ses_owned/").status_code == 404
+    assert browser(owner).get("/sessions/ses_unknown/").status_code == 404
+
+
+def test_chat_page_regions_and_composer(session: AgentSession, owner: Any, staff: Any) -> None:
+    html = browser(owner).get("/sessions/ses_owned/").content.decode()
+    for name in ("Conversation", "Thinking", "Response", "Activity", "Message queue"):
+        heading = rf'<h2 id="[a-z-]+-heading"[^>]*>(<span[^>]*></span>)?{name}</h2>'
+        assert re.search(heading, html), name
+    assert '<label for="composer-text" class="visually-hidden">Message</label>' in html
+    assert ">Send</button>" in html
+    assert '"canSend": true' in html
+    assert '"canApprove": false' in html
+    staff_html = browser(staff).get("/sessions/ses_owned/").content.decode()
+    assert 'id="composer"' not in staff_html  # staff read, only the owner writes
+    assert '"canApprove": true' in staff_html
+    assert "only its owner writes to it" in staff_html
+
+
+def test_approvals_dashboard_is_staff_only(owner: Any, staff: Any) -> None:
+    assert browser(owner).get("/approvals/").status_code == 403
+    page = browser(staff).get("/approvals/")
+    assert page.status_code == 200
+    assert 'role="tab"' in page.content.decode()
+
+
+def test_nav_shows_approvals_to_staff_only(owner: Any, staff: Any, agent: AgentDefinition) -> None:
+    assert 'href="/approvals/"' not in browser(owner).get("/").content.decode()
+    assert 'href="/approvals/"' in browser(staff).get("/").content.decode()
+
+
+def test_portal_lists_agents_tools_and_approval_badges(owner: Any, agent: AgentDefinition) -> None:
+    html = browser(owner).get("/").content.decode()
+    assert '<label for="agent">Agent</label>' in html
+    assert '<label for="message">Message</label>' in html
+    assert ">Start session</button>" in html
+    assert 'value="slack__post_message" checked' in html
+    post = html.split('value="slack__post_message"', 1)[1].split("</li>", 1)[0]
+    assert "badge-approval" in post
+    search = html.split('value="search__web_search"', 1)[1].split("</li>", 1)[0]
+    assert "badge-approval" not in search
+
+
+def test_portal_disables_unconfigured_agents_with_the_reason_for_staff(
+    owner: Any, staff: Any, agent: AgentDefinition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DEXAGENTS_TEST_SECRET_KEY", raising=False)
+    AgentDefinition.objects.create(
+        slug="paid", name="Paid agent", model="anthropic/claude-x",
+        api_key_env="DEXAGENTS_TEST_SECRET_KEY",
+    )
+    staff_html = browser(staff).get("/").content.decode()
+    user_html = browser(owner).get("/").content.decode()
+    option = r'<option value="paid" disabled>Paid agent — not configured</option>'
+    assert re.search(option, user_html)
+    assert "DEXAGENTS_TEST_SECRET_KEY" in staff_html
+    assert "DEXAGENTS_TEST_SECRET_KEY" not in user_html
+    assert "An administrator must configure its API key." in user_html
+
+
+def test_portal_never_shows_credential_values(
+    owner: Any, staff: Any, agent: AgentDefinition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DEXAGENTS_TEST_SECRET_KEY", "sk-very-secret-value")
+    AgentDefinition.objects.create(
+        slug="paid", name="Paid agent", model="anthropic/claude-x",
+        api_key_env="DEXAGENTS_TEST_SECRET_KEY",
+    )
+    for user in (owner, staff):
+        assert "sk-very-secret-value" not in browser(user).get("/").content.decode()
+
+
+def test_sessions_list_filters_sorts_and_pages(
+    owner: Any, other_user: Any, staff: Any, agent: AgentDefinition
+) -> None:
+    for number in range(25):
+        AgentSession.objects.create(
+            id=f"ses_{number:02}", owner=owner, agent=agent, title=f"Chat {number:02}",
+            status="stopped" if number % 5 == 0 else "waiting_for_user_message",
+        )
+    AgentSession.objects.create(id="ses_other", owner=other_user, agent=agent, title="Not yours")
+    owner_client = browser(owner)
+
+    first = owner_client.get("/sessions/", {"ordering": "title"}).content.decode()
+    assert "25 sessions, page 1 of 2" in first
+    assert "Not yours" not in first
+    assert first.index("Chat 00") < first.index("Chat 19")
+    assert "Chat 20" not in first
+    assert "page=2" in first
+
+    second = owner_client.get("/sessions/", {"ordering": "title", "page": "2"}).content.decode()
+    assert "Chat 24" in second and "Chat 00" not in second
+
+    stopped = owner_client.get("/sessions/", {"status": "stopped"}).content.decode()
+    assert "5 sessions" in stopped
+    assert "Chat 05" in stopped and "Chat 06" not in stopped
+
+    found = owner_client.get("/sessions/", {"search": "chat 1"}).content.decode()
+    assert "10 sessions" in found
+
+    by_agent = owner_client.get("/sessions/", {"search": "demo"}).content.decode()
+    assert "25 sessions" in by_agent
+
+    everyone = browser(staff).get("/sessions/", {"search": "yours"}).content.decode()
+    assert "Not yours" in everyone
+    assert '<th scope="col">Owner</th>' in everyone
+
+    ApprovalRequest.objects.create(
+        session_id="ses_03", interrupt_id="turn-1.call_1", tool_call_id="call_1",
+        tool_name="slack__post_message", requested_at=timezone.now(),
+    )
+    waiting = owner_client.get("/sessions/", {"status": "awaiting_approval"}).content.decode()
+    assert "1 session" in waiting and "Chat 03" in waiting
+    assert "status-awaiting_approval" in waiting
+
+    junk = owner_client.get("/sessions/", {"page": "abc", "status": "nope", "ordering": "x"})
+    assert junk.status_code == 200
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_have_no_inline_scripts_or_handlers(
+    path: str, staff: Any, agent: AgentDefinition
+) -> None:
+    html = browser(staff).get(path).content.decode()
+    for tag in re.findall(r"<script\b[^>]*>", html):
+        assert 'type="module"' in tag or 'type="application/json"' in tag, tag
+        if 'type="module"' in tag:
+            assert "src=" in tag, tag
+    assert not re.search(r"\son[a-z]+\s*=", html), "inline event handler"
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type"),
+    [
+        ("/static/agents_app/site.css", "text/css"),
+        ("/static/agents_app/chat.mjs", "text/javascript"),
+        ("/static/agents_app/ws_client.mjs", "text/javascript"),
+    ],
+)
+def test_static_files_are_served_by_the_app(path: str, content_type: str) -> None:
+    answer = Client().get(path)
+    assert answer.status_code == 200
+    # ES modules only run when served with a JavaScript type.
+    assert answer["Content-Type"].startswith(content_type)
