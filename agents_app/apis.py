@@ -297,6 +297,8 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
     ``can_send`` (the caller owns it and it is not stopped), ``can_approve`` (staff),
     ``events_after`` (the newest AgentEvents token, read before the snapshot) and
     ``live_events_after`` (before the running turn's first event, else ``events_after``).
+    A stopped session reports ``status`` ``stopped``, no running turn and no pending approval
+    (its Flow no longer runs, so nothing can be decided).
     """
 
     @extend_schema(responses={200: SNAPSHOT_SCHEMA})
@@ -307,6 +309,8 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
         read_at = timezone.now()
         snapshot = session_snapshot_get(session=session)
         session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
+        if session.status == SESSION_STATUS_STOPPED:
+            snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
         return Response(
             {
                 "id": session.id,

@@ -313,6 +313,19 @@ def session_events_after_get(*, session: AgentSession) -> str:
     return dex_gateway.run(dex_gateway.session_events_tail_token(session_id=session.id))
 
 
+def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A stopped session's snapshot as readers should see it: ``status`` ``stopped``, no running
+    turn, no pending approval. Dex keeps the last AgentState of a stopped Flow, which would
+    otherwise still say ``running_tools`` with an approval nobody can decide any more."""
+    return {
+        **snapshot,
+        "status": "stopped",
+        "turn_id": None,
+        "pending_interrupts": [],
+        "awaiting_approval": False,
+    }
+
+
 def session_live_events_after(
     *, session: AgentSession, snapshot: dict[str, Any], events_after: str
 ) -> str:

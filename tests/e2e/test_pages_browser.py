@@ -409,6 +409,33 @@ def test_staff_reject_inline_on_the_chat_page_with_a_message(contexts: Contexts)
     expect(owner.locator("#chat-status")).to_have_text("Waiting for a message")
 
 
+def test_stopping_a_session_waiting_for_approval_is_final(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(
+        owner, '/tool slack__post_message {"channel": "random", "text": "never posted"}'
+    )
+    expect(region(owner, "Waiting for approval")).to_contain_text("slack__post_message")
+
+    owner.once("dialog", lambda dialog: dialog.accept())
+    owner.get_by_role("button", name="Stop session").click()
+    expect(owner.locator("#chat-status")).to_have_text("Stopped")
+    expect(region(owner, "Waiting for approval")).to_be_hidden()
+    expect(owner.get_by_role("textbox", name="Message", exact=True)).to_be_hidden()
+    expect(owner.get_by_role("button", name="Stop session")).to_be_hidden()
+
+    with stack.api("reviewer") as api:
+        snapshot = api.get(f"/api/v1/sessions/{session_id}/").json()
+        assert (snapshot["status"], snapshot["pending_interrupts"]) == ("stopped", [])
+        pending = [item for item in api.get("/api/v1/approvals/").json()
+                   if item["session"] == session_id]
+        assert pending == []
+    with stack.api("owner") as api:
+        refused = api.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "again"})
+        assert refused.status_code == 409, refused.text
+
+
 def test_network_drop_mid_stream_loses_and_repeats_nothing(
     contexts: Contexts, stack: PageStack
 ) -> None:

@@ -474,6 +474,7 @@ function applySnapshot(snapshot, loadNumber) {
   showStatus(snapshot.status, snapshot.awaiting_approval);
   if (snapshot.model) byId("chat-model").textContent = snapshot.model;
   showAlert(snapshot.last_turn_error ? `The last turn failed: ${snapshot.last_turn_error}` : "");
+  byId("chat-stop").hidden = snapshot.status === "stopped" || !(config.isOwner || config.canApprove);
   const canSend = snapshot.can_send ?? (config.canSend && snapshot.status !== "stopped");
   const composer = document.getElementById("composer");
   if (composer) composer.hidden = !canSend;
@@ -622,6 +623,22 @@ async function send(event) {
   loadSnapshot();
 }
 
+/** Stop the session (owner or staff) after the user confirms; the Flow stops for good. */
+async function stopSession() {
+  if (!window.confirm("Stop this session? A running turn ends and no message can be sent to it again.")) return;
+  const button = byId("chat-stop");
+  button.disabled = true;
+  try {
+    await api(`${sessionPath}stop/`, { method: "POST" });
+    showAlert("");
+  } catch (error) {
+    showAlert(`Not stopped: ${error.message}`);
+  } finally {
+    button.disabled = false;
+  }
+  loadSnapshot();
+}
+
 // ---------------------------------------------------------------- start
 
 function refreshNow() {
@@ -640,6 +657,7 @@ if (composer) {
   });
 }
 byId("load-older").addEventListener("click", loadOlder);
+byId("chat-stop").addEventListener("click", stopSession);
 if ("IntersectionObserver" in window) {
   new IntersectionObserver((entries) => {
     if (entries.some((entry) => entry.isIntersecting) && state.snapshot) loadOlder();
