@@ -9,6 +9,20 @@ from django.http import HttpRequest
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
 
 
+class ReadOnlyAdminMixin:
+    """Lists and shows rows but never adds, changes or deletes them: what these admins show is
+    written by the platform (the API, the worker) and audited."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(AgentDefinition)
 class AgentDefinitionAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "model", "enabled", "tool_count", "updated_at")
@@ -25,7 +39,7 @@ class AgentDefinitionAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentSession)
-class AgentSessionAdmin(admin.ModelAdmin):
+class AgentSessionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: sessions are started through the API, and Dex holds their content.
 
     Deleting is disabled too: removing the index row would leave its Dex Flow running
@@ -39,18 +53,9 @@ class AgentSessionAdmin(admin.ModelAdmin):
     search_fields = ("id", "title", "owner__username")
     readonly_fields = ("id", "owner", "agent", "title", "status", "created_at", "updated_at")
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(ApprovalDecision)
-class ApprovalDecisionAdmin(admin.ModelAdmin):
+class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only audit trail: decisions are made through the approvals API only."""
 
     list_display = (
@@ -66,18 +71,9 @@ class ApprovalDecisionAdmin(admin.ModelAdmin):
         "rejection_message", "decided_by", "decided_at",
     )
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
+class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: the approvals index that the worker keeps and reconciliation repairs."""
 
     list_display = ("requested_at", "session", "tool_name", "state", "deadline", "closed_at")
@@ -89,12 +85,3 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "turn_id",
         "requested_at", "deadline", "state", "outcome_message", "closed_at", "updated_at",
     )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -151,17 +151,26 @@ def event_frame(message: dex_gateway.SessionEventMessage) -> str:
     )
 
 
+async def accept_authenticated(consumer: AsyncJsonWebsocketConsumer) -> Any | None:
+    """Accept the socket and return its authenticated user, or close it with 4401 and return
+    None. Close codes above 4000 need an accepted socket; before accept a refusal would be a
+    plain HTTP 403 that clients cannot tell apart."""
+    await consumer.accept()
+    user = consumer.scope.get("user")
+    if user is None or not user.is_authenticated:
+        await consumer.close(code=CLOSE_NOT_AUTHENTICATED)
+        return None
+    return user
+
+
 class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     """Relays one session's AgentEvents to one websocket (protocol: module docstring)."""
 
     relay_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        # Close codes above 4000 need an accepted socket; before accept a refusal is HTTP 403.
-        await self.accept()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_NOT_AUTHENTICATED)
+        user = await accept_authenticated(self)
+        if user is None:
             return
         session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
         try:
@@ -335,10 +344,8 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
     version: str | None = None
 
     async def connect(self) -> None:
-        await self.accept()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_NOT_AUTHENTICATED)
+        user = await accept_authenticated(self)
+        if user is None:
             return
         if not user.is_staff:
             await self.close(code=CLOSE_FORBIDDEN)

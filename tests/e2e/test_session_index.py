@@ -7,22 +7,34 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+from tests.e2e.conftest import PYTHON, wait_until
+from tests.e2e.relay_stack import Stack, start_stack
 
 pytestmark = pytest.mark.e2e
 
 POST = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "hi"})
+NEVER_POSTED = "/tool slack__post_message " + json.dumps({"channel": "random", "text": "never"})
 
 
-def _shell(processes: Processes, code: str) -> Any:
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    platform = start_stack(tmp_path_factory.mktemp("index"))
+    try:
+        yield platform
+    finally:
+        platform.processes.stop_all()
+
+
+def _shell(stack: Stack, code: str) -> Any:
     """Run ``code`` in the stack's Django shell; it prints one JSON line, returned decoded."""
-    out = processes.run([PYTHON, "manage.py", "shell", "-c", code])
+    out = stack.processes.run([PYTHON, "manage.py", "shell", "-c", code])
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -32,38 +44,8 @@ def _listed(client: httpx.Client, session_id: str, **params: str) -> dict[str, A
     return next((row for row in answer.json()["results"] if row["id"] == session_id), None)
 
 
-def _start(processes: Processes, ports: Ports, var_dir: Path) -> tuple[httpx.Client, httpx.Client]:
-    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
-    processes.run([PYTHON, "manage.py", "seed_demo"])
-    owner_token = processes.run(
-        [PYTHON, "manage.py", "createtoken", "index-owner"]).strip().splitlines()[-1]
-    staff_token = processes.run(
-        [PYTHON, "manage.py", "createtoken", "index-staff", "--staff"]).strip().splitlines()[-1]
-    processes.start("engine", [
-        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
-        "--db", f"{var_dir}/dex.sqlite3",
-    ]).wait_for_line("dex_dev_server ready on")
-    processes.start("model", [PYTHON, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
-                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
-    processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
-    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
-                            "--host", "127.0.0.1", "--port", str(ports.web)]
-                    ).wait_for_line("Application startup complete")
-    base = f"http://127.0.0.1:{ports.web}"
-    owner = httpx.Client(base_url=base, headers={"Authorization": f"Token {owner_token}"},
-                         timeout=30)
-    staff = httpx.Client(base_url=base, headers={"Authorization": f"Token {staff_token}"},
-                         timeout=30)
-    wait_until("healthz to report every part up",
-               lambda: owner.get("/healthz").status_code == 200, timeout=60)
-    return owner, staff
-
-
-def test_the_index_follows_the_worker_and_reconciles_from_dex(
-    processes: Processes, ports: Ports, stack_env: dict[str, str]
-) -> None:
-    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
-    owner, staff = _start(processes, ports, var_dir)
+def test_the_index_follows_the_worker_and_reconciles_from_dex(stack: Stack) -> None:
+    owner, staff = stack.api("owner"), stack.api("staff")
 
     # A slow turn is listed as running and then as waiting, read from the list alone.
     created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": "/slow 0.4\nhi"})
@@ -93,14 +75,14 @@ def test_the_index_follows_the_worker_and_reconciles_from_dex(
         assert answer.status_code == 200, (path, answer.text)
     detail = staff.get(f"/api/v1/sessions/{session_id}/").json()
     assert (detail["can_send"], detail["can_approve"], detail["owner"]) == (
-        False, True, "index-owner")
+        False, True, "owner")
     assert owner.get(f"/api/v1/sessions/{session_id}/").json()["can_send"] is True
     refused = staff.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "hello"})
     assert refused.status_code == 403, refused.text
 
     # The index loses both writes (as if a worker died before them) and gains a phantom.
     interrupt_id = pending[0]["interrupt_id"]
-    _shell(processes, (
+    _shell(stack, (
         "import json, datetime; from django.utils import timezone; "
         "from agents_app.models import AgentSession as S, ApprovalRequest as R; "
         f"R.objects.filter(session_id={session_id!r}).delete(); "
@@ -109,7 +91,7 @@ def test_the_index_follows_the_worker_and_reconciles_from_dex(
         "tool_call_id='call_9', tool_name='slack__post_message', arguments='{}', "
         "requested_at=timezone.now() - datetime.timedelta(minutes=5)); print(json.dumps(1))"
     ))
-    result = _shell(processes, (
+    result = _shell(stack, (
         "import json; from agents_app.tasks import reconcile_session_index as r; "
         "print(json.dumps(r()))"
     ))
@@ -133,17 +115,15 @@ def test_the_index_follows_the_worker_and_reconciles_from_dex(
     trail = [row for row in staff.get("/api/v1/approvals/decisions/").json()["results"]
              if row["interrupt_id"] == interrupt_id]
     assert [(row["decision"], row["decided_by"]) for row in trail] == [
-        ("approved", "index-staff")]
+        ("approved", "staff")]
 
 
-def test_messages_page_backwards_and_sessions_narrow_their_tools(
-    processes: Processes, ports: Ports, stack_env: dict[str, str]
-) -> None:
-    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
-    owner, _staff = _start(processes, ports, var_dir)
+def test_messages_page_backwards_and_sessions_narrow_their_tools(stack: Stack) -> None:
+    var_dir = Path(stack.env["DEXAGENTS_VAR_DIR"])
+    owner = stack.api("owner")
 
     narrowed = owner.post("/api/v1/sessions/", json={
-        "agent": "demo", "message": POST, "tools": ["search__web_search"]})
+        "agent": "demo", "message": NEVER_POSTED, "tools": ["search__web_search"]})
     assert narrowed.status_code == 201, narrowed.text
     session_id = narrowed.json()["id"]
     bad = owner.post("/api/v1/sessions/", json={"agent": "demo", "tools": ["nope__nothing"]})
@@ -160,7 +140,8 @@ def test_messages_page_backwards_and_sessions_narrow_their_tools(
     # approval waits and nothing is posted.
     snapshot = wait_until("the first turn", lambda: idle_with(4), timeout=30)
     assert snapshot["pending_interrupts"] == []
-    assert not (var_dir / "demo_mcp" / "slack_messages.json").exists()
+    posts = var_dir / "demo_mcp" / "slack_messages.json"
+    assert not posts.exists() or "never" not in posts.read_text()
     for text in ("two", "three"):
         assert owner.post(f"/api/v1/sessions/{session_id}/messages/",
                           json={"text": text}).status_code == 202

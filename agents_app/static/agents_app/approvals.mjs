@@ -7,6 +7,7 @@
 // approval shows up within 2 s either way.
 
 import { api } from "./api.mjs";
+import { decisionForm } from "./decision_form.mjs";
 import { byId, el, prettyJson, refreshCountdowns, timeElement } from "./dom.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
@@ -34,34 +35,10 @@ function setAlert(text) {
 
 // ---------------------------------------------------------------- pending
 
-async function decide(item, approved, card) {
-  const result = card.querySelector(".decision-result");
-  const buttons = card.querySelectorAll(".decision-buttons button");
-  const message = card.querySelector("textarea").value;
-  for (const button of buttons) button.disabled = true;
-  result.textContent = approved ? "Approving…" : "Rejecting…";
-  try {
-    await api(
-      `/api/v1/sessions/${encodeURIComponent(item.session)}/interrupts/${encodeURIComponent(item.interrupt_id)}/`,
-      { method: "POST", body: approved ? { approved: true } : { approved: false, rejection_message: message } },
-    );
-    result.textContent = approved ? "Approved." : "Rejected.";
-    byId("pending-status").textContent = `${approved ? "Approved" : "Rejected"} ${item.tool_name} for ${item.owner}.`;
-  } catch (error) {
-    result.textContent = error.status === 409 ? "This call no longer waits for a decision." : error.message;
-    for (const button of buttons) button.disabled = false;
-  }
-  await loadPending();
-  if (state.decisionsLoaded) loadDecisions();
-}
-
 function cardNode(item) {
   const key = cardKey(item);
   const slug = key.replace(/[^A-Za-z0-9_-]/g, "_");
   const headingId = `approval-${slug}`;
-  const fieldId = `reject-${slug}`;
-  const approve = el("button", { type: "button", class: "button-ok" }, "Approve");
-  const reject = el("button", { type: "button", class: "button-danger" }, "Reject");
   const card = el(
     "li",
     { class: "approval-card", dataset: { key, state: item.state ?? "pending" }, "aria-labelledby": headingId },
@@ -89,17 +66,18 @@ function cardNode(item) {
       el("p", { class: "small muted" }, "Arguments"),
       el("pre", { class: "arguments" }, prettyJson(item.arguments ?? "")),
     ),
-    el(
-      "div",
-      { class: "decision-form" },
-      el("label", { for: fieldId, class: "small" }, "Rejection message"),
-      el("textarea", { id: fieldId, rows: 2, maxlength: 100000, placeholder: "Optional: tell the model why" }),
-      el("div", { class: "decision-buttons" }, approve, reject),
-      el("p", { class: "decision-result small", role: "status" }),
-    ),
+    decisionForm({
+      sessionId: item.session,
+      interruptId: item.interrupt_id,
+      onDecided: async (approved, accepted) => {
+        if (accepted) {
+          byId("pending-status").textContent = `${approved ? "Approved" : "Rejected"} ${item.tool_name} for ${item.owner}.`;
+        }
+        await loadPending();
+        if (state.decisionsLoaded) loadDecisions();
+      },
+    }),
   );
-  approve.addEventListener("click", () => decide(item, true, card));
-  reject.addEventListener("click", () => decide(item, false, card));
   updateDeadline(card, item);
   return card;
 }

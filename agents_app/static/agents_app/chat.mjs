@@ -9,6 +9,7 @@
 // reconnects nothing is lost or shown twice.
 
 import { api } from "./api.mjs";
+import { decisionForm } from "./decision_form.mjs";
 import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
@@ -327,25 +328,6 @@ function addActivity(event) {
 
 // ---------------------------------------------------------------- approvals
 
-async function decide(interrupt, approved, item) {
-  const result = item.querySelector(".decision-result");
-  const buttons = item.querySelectorAll("button");
-  const message = item.querySelector("textarea")?.value ?? "";
-  for (const button of buttons) button.disabled = true;
-  result.textContent = approved ? "Approving…" : "Rejecting…";
-  try {
-    await api(`${sessionPath}interrupts/${encodeURIComponent(interrupt.interrupt_id)}/`, {
-      method: "POST",
-      body: approved ? { approved: true } : { approved: false, rejection_message: message },
-    });
-    result.textContent = approved ? "Approved." : "Rejected.";
-  } catch (error) {
-    result.textContent = error.status === 409 ? "This call no longer waits for a decision." : error.message;
-    for (const button of buttons) button.disabled = false;
-  }
-  loadSnapshot();
-}
-
 function approvalNode(interrupt) {
   const item = el(
     "li",
@@ -359,20 +341,8 @@ function approvalNode(interrupt) {
     el("pre", { class: "arguments", "aria-label": `Arguments of ${interrupt.tool_name}` }, prettyJson(interrupt.arguments)),
   );
   if (config.canApprove) {
-    const fieldId = `reject-${interrupt.interrupt_id.replace(/[^A-Za-z0-9_-]/g, "_")}`;
-    const approve = el("button", { type: "button", class: "button-ok" }, "Approve");
-    const reject = el("button", { type: "button", class: "button-danger" }, "Reject");
-    approve.addEventListener("click", () => decide(interrupt, true, item));
-    reject.addEventListener("click", () => decide(interrupt, false, item));
     item.append(
-      el(
-        "div",
-        { class: "decision-form" },
-        el("label", { for: fieldId, class: "small" }, "Rejection message"),
-        el("textarea", { id: fieldId, rows: 2, maxlength: 100000, placeholder: "Optional: tell the model why" }),
-        el("div", { class: "decision-buttons" }, approve, reject),
-        el("p", { class: "decision-result small", role: "status" }),
-      ),
+      decisionForm({ sessionId: config.session, interruptId: interrupt.interrupt_id, onDecided: loadSnapshot }),
     );
   } else {
     item.append(el("p", { class: "small" }, "The turn waits until a staff member approves or rejects this call."));
