@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 from dex.dexpb import dex_pb2 as pb
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from ._errors import uncategorized
 from ._model import (
     START_FROM,
     TIMEOUT_HANDLER_ID,
@@ -867,6 +869,13 @@ class EngineState:
                 fallback = stream
         return fallback
 
+    def _settle_later(self, run: Run) -> None:
+        """``settle`` for a change made during ``pump`` (which must not re-enter itself):
+        advance and commit now, dispatch on the next loop turn."""
+        self.advance(run)
+        self.flush(run)
+        self.loop.call_soon(self.pump)
+
     def _new_task_id(self) -> str:
         return uuid.uuid4().hex
 
@@ -880,10 +889,21 @@ class EngineState:
             deadline=timestamp(deadline),
             rpc=build_rpc_request(self, call.run, call.request),
         )
+        frame = pb.PollWorkerTaskResponse(task=task)
+        too_large = task_too_large(frame)
+        if too_large:
+            call.dispatched.set()
+            call.future.set_exception(
+                uncategorized(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"rpc {call.request.rpc_name!r} of flow {call.run.flow_id!r}: {too_large}",
+                )
+            )
+            return
         stream.task_id = task_id
         self.inflight[task_id] = Inflight(task_id, stream, call.run.run_id, rpc=call)
         call.dispatched.set()
-        stream.out.put_nowait(pb.PollWorkerTaskResponse(task=task))
+        stream.out.put_nowait(frame)
 
     def _send_step(self, stream: WorkerStream, run: Run, st: StepExec) -> None:
         from ._requests import build_step_task
@@ -894,6 +914,16 @@ class EngineState:
         timeout = self._method_timeout(st)
         deadline = now() + timeout
         task = build_step_task(self, run, st, task_id, deadline)
+        frame = pb.PollWorkerTaskResponse(task=task)
+        too_large = task_too_large(frame)
+        if too_large:
+            # Sending it would kill the worker's task stream (and every task on it) again on
+            # each retry; failing the attempt here keeps the failure to this Step.
+            self.fail_attempt(
+                run, st, self.failure(st, worker=_too_large_error(too_large)), too_large
+            )
+            self._settle_later(run)
+            return
         st.mstate = "dispatched"
         st.task_id = task_id
         if st.phase == "wait_for":
@@ -906,7 +936,7 @@ class EngineState:
             timeout, lambda: self._on_deadline(task_id, timeout)
         )
         self.inflight[task_id] = inflight
-        stream.out.put_nowait(pb.PollWorkerTaskResponse(task=task))
+        stream.out.put_nowait(frame)
         self.flush(run)
 
     def _push_step(self, run: Run, st: StepExec) -> None:
@@ -918,6 +948,13 @@ class EngineState:
             st.first_attempt_ts = now()
         timeout = self._method_timeout(st)
         task = build_step_task(self, run, st, task_id, now() + timeout)
+        too_large = task_too_large(pb.PollWorkerTaskResponse(task=task))
+        if too_large:
+            self.fail_attempt(
+                run, st, self.failure(st, worker=_too_large_error(too_large)), too_large
+            )
+            self._settle_later(run)
+            return
         st.mstate = "dispatched"
         st.task_id = task_id
         inflight = Inflight(task_id, None, run.run_id, exe_id=st.exe_id)
@@ -1360,6 +1397,30 @@ class EngineState:
                     reconnect=pb.PollWorkerTaskReconnect(reason="engine shutting down")
                 )
             )
+
+
+#: Largest task frame sent to a worker: gRPC's default receive limit (4 MiB), which the SDK's
+#: worker keeps, less room for framing. A real Dex server offloads large values to blobs (spec
+#: section 3.5); this engine sends values inline, so a Step or RPC that loads more state than
+#: this fails on its own instead of breaking the worker's task stream (and every task on it).
+MAX_TASK_FRAME_BYTES = 4 * 1024 * 1024 - 16 * 1024
+
+
+def task_too_large(frame: pb.PollWorkerTaskResponse) -> str:
+    """Why ``frame`` cannot go to a worker, or ``""`` when it fits."""
+    size = frame.ByteSize()
+    if size <= MAX_TASK_FRAME_BYTES:
+        return ""
+    return (
+        f"task too large for a worker message: its loaded state is {size} bytes, more than "
+        f"{MAX_TASK_FRAME_BYTES} (gRPC's 4 MiB limit; the embedded engine does not offload "
+        "large values to blobs)"
+    )
+
+
+def _too_large_error(detail: str) -> pb.WorkerErrorResponse:
+    code: int = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    return pb.WorkerErrorResponse(detail=detail, error_type="TaskTooLarge", grpc_status=code)
 
 
 class WorkerFailed(Exception):

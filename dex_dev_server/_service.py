@@ -28,6 +28,7 @@ from ._engine import (
     WorkerLost,
     duration,
     now,
+    task_too_large,
     timestamp,
 )
 from ._errors import (
@@ -1206,8 +1207,16 @@ class Engine(EngineState):
         from ._push import run_rpc
         from ._requests import build_rpc_request
 
+        rpc_request = build_rpc_request(self, run, request)
+        frame = pb.PollWorkerTaskResponse(task=pb.PollWorkerTask(rpc=rpc_request))
+        too_large = task_too_large(frame)
+        if too_large:
+            raise uncategorized(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"rpc {request.rpc_name!r} of flow {run.flow_id!r}: {too_large}",
+            )
         try:
-            response = await run_rpc(self, run, build_rpc_request(self, run, request), budget)
+            response = await run_rpc(self, run, rpc_request, budget)
         except WorkerFailed as failed:
             raise _rpc_worker_error(failed) from None
         except TimeoutError:

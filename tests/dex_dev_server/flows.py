@@ -551,6 +551,36 @@ class HopFlow(Flow[int]):
         return PersistenceSchema.of(hops)
 
 
+# --- HeavyFlow: a Step whose loaded state is larger than a worker accepts in one message ----
+
+cargo = AttributeMap("cargo", str)
+
+
+class LoadCargo(Step[str]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2),
+            execute_load_attribute_maps=(cargo,),
+        ).on_execute_failure_proceed_to(CargoTooLarge)
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        return graceful_complete(f"loaded {len(cargo.get_all_instance_keys(context))} crates")
+
+
+class CargoTooLarge(Step[str]):
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        error = context.recovery_error
+        return graceful_complete(f"{error.error_type}: {error.detail}" if error else "none")
+
+
+class HeavyFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(LoadCargo()).other_steps(CargoTooLarge())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(cargo)
+
+
 SIGNAL = SignalFlow()
 TIMER = TimerFlow()
 FAN_OUT = FanOutFlow()
@@ -568,6 +598,7 @@ PARENT = ParentFlow()
 HANDLED = HandledFlow()
 COMBO = ComboFlow()
 HOP = HopFlow()
+HEAVY = HeavyFlow()
 
 ALL_FLOWS: list[Flow[Any]] = [
     CHAIN,
@@ -588,4 +619,5 @@ ALL_FLOWS: list[Flow[Any]] = [
     HANDLED,
     COMBO,
     HOP,
+    HEAVY,
 ]

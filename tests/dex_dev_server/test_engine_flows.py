@@ -415,3 +415,44 @@ async def test_channel_map_group_leaves_other_instances_pending(dex: DexEnv) -> 
     )
     result = await dex.client.wait_for_flow("combo-2", timedelta(seconds=10))
     assert result.single_output(str) == "['ok', 'a1'] left={'alice': 1, 'carol': 1}"
+
+
+# --- tasks larger than a worker accepts ---------------------------------------------------------
+
+CRATE = "x" * (1024 * 1024 - 256)  # five of them pass gRPC's 4 MiB message limit
+
+
+async def test_a_step_whose_state_is_too_large_fails_alone(dex: DexEnv) -> None:
+    """The engine sends values inline; a Step loading more than 4 MiB cannot reach a worker.
+    It fails on its own (and takes its failure route), instead of breaking the worker's task
+    stream on every retry, which would stall every other task of that worker."""
+    options = StartFlowOptions()
+    for index in range(5):
+        options = options.with_attribute(flows.cargo, f"crate-{index}", CRATE)
+    await dex.client.start_flow(flows.HEAVY, "heavy-1", "go", options)
+    await dex.client.start_flow(flows.CHAIN, "light-1", 1)
+
+    light = await dex.client.wait_for_flow("light-1", timedelta(seconds=20))
+    assert light.single_output(int) == 20
+    heavy = await dex.client.wait_for_flow("heavy-1", timedelta(seconds=30))
+    assert heavy.status == FlowStatus.COMPLETED
+    outcome = heavy.single_output(str)
+    assert outcome.startswith("TaskTooLarge: task too large for a worker message"), outcome
+
+
+async def test_an_rpc_whose_state_is_too_large_is_refused_alone(dex: DexEnv) -> None:
+    from dex import DexServiceError
+
+    flow = flows.COUNTER
+    await dex.client.start_flow(flow, "heavy-rpc", None)
+    for index in range(5):
+        await dex.client.invoke_rpc(flow.note, "heavy-rpc", f"crate-{index}={CRATE}")
+    with pytest.raises(DexServiceError) as refused:
+        await dex.client.invoke_rpc(flow.list_notes, "heavy-rpc")
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "task too large for a worker message" in refused.value.detail
+    # The worker's streams are intact: the next RPCs of this and another flow answer at once.
+    assert await dex.client.invoke_rpc(flow.read, "heavy-rpc") == 0
+    await dex.client.start_flow(flows.CHAIN, "light-2", 2)
+    light = await dex.client.wait_for_flow("light-2", timedelta(seconds=20))
+    assert light.single_output(int) == 30
