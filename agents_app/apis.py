@@ -55,11 +55,24 @@ class EngineUnavailable(APIException):
     default_code = "engine_unavailable"
 
 
+class SessionTooLarge(APIException):
+    """503: the engine cannot load this session's state in one piece."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = (
+        "This session's stored conversation is too large for the engine to load at once "
+        "(more than 4 MiB); start a new session."
+    )
+    default_code = "session_too_large"
+
+
 class DexErrorsMixin:
     """Translate ``dex_gateway`` errors raised by a view into API errors."""
 
     def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, dex_gateway.EngineUnavailableError):
+        if isinstance(exc, dex_gateway.SessionTooLargeError):
+            exc = SessionTooLarge()
+        elif isinstance(exc, dex_gateway.EngineUnavailableError):
             exc = EngineUnavailable(str(exc))
         elif isinstance(exc, dex_gateway.SessionNotFoundError):
             exc = NotFound("The engine has no record of this session.")

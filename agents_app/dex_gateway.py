@@ -17,6 +17,7 @@ Errors raised by every function here:
     EngineUnavailableError: The engine did not answer (refused, unreachable, or slower
         than ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds).
     SessionNotFoundError: Dex has no such session (Flow).
+    SessionTooLargeError: The session's state is too large to load in one worker message.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ class EngineUnavailableError(Exception):
 
 class SessionNotFoundError(Exception):
     """Dex has no Flow with the requested session ID."""
+
+
+class SessionTooLargeError(Exception):
+    """The engine cannot hand the session's stored state to a worker in one message.
+
+    The embedded engine sends values inline and refuses tasks past gRPC's 4 MiB message limit
+    (a real Dex server offloads large values to blobs); RPCs that load every message of such
+    a session (the snapshot, message pages) answer with this instead.
+    """
 
 
 class _Connection:
@@ -138,12 +148,14 @@ def _is_unreachable(error: BaseException) -> bool:
 
 def _translate(error: Exception, session_id: str | None) -> Exception:
     """Map a Dex SDK error to this module's errors; other errors pass through."""
-    from dex import FlowNotActiveOrNotFoundError, FlowNotFoundError
+    from dex import DexServiceError, FlowNotActiveOrNotFoundError, FlowNotFoundError
 
     if isinstance(error, (FlowNotFoundError, FlowNotActiveOrNotFoundError)):
         return SessionNotFoundError(session_id or "")
     if isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.NOT_FOUND:
         return SessionNotFoundError(session_id or "")
+    if isinstance(error, DexServiceError) and error.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return SessionTooLargeError(error.detail)
     if _is_unreachable(error):
         address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
         return EngineUnavailableError(f"The Dex engine at {address} is not reachable.")
