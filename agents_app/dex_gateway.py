@@ -198,7 +198,11 @@ async def session_start(*, session_id: str, message: str, agent_config: Mapping[
 
 
 async def session_stop(*, session_id: str, reason: str) -> None:
-    """Stop the session's Flow; a Flow that is already gone is not an error."""
+    """Stop the session's Flow; a Flow that is already gone is not an error.
+
+    Announces ``session_stopped {"reason"}`` on the session's AgentEvents Stream (best
+    effort), so open pages show the stop at once.
+    """
     from dex import StopFlowOptions
 
     try:
@@ -207,14 +211,49 @@ async def session_stop(*, session_id: str, reason: str) -> None:
         translated = _translate(error, session_id)
         if not isinstance(translated, SessionNotFoundError):
             raise translated from error
+    await session_event_announce(
+        session_id=session_id, event_type="session_stopped", payload={"reason": reason}
+    )
 
 
 async def session_send_message(*, session_id: str, text: str) -> bool:
-    """Queue a user message; return False when the session refuses it (blank text)."""
+    """Queue a user message; return False when the session refuses it (blank text).
+
+    An accepted message is announced on the session's AgentEvents Stream as
+    ``message_queued`` (best effort), so every open page shows the queue at once.
+    """
     try:
-        return bool(await _connection().sessions.send_user_message(session_id, text))
+        accepted = bool(await _connection().sessions.send_user_message(session_id, text))
     except Exception as error:
         raise _translate(error, session_id) from error
+    if accepted:
+        await session_event_announce(session_id=session_id, event_type="message_queued")
+    return accepted
+
+
+#: The Stream ``source`` of events the web side writes (Steps write ``#<step execution>``).
+WEB_EVENT_SOURCE = "dexagents-web"
+
+
+async def session_event_announce(
+    *, session_id: str, event_type: str, payload: Mapping[str, Any] | None = None
+) -> None:
+    """Write a platform event that no Step writes (``message_queued``, ``session_stopped``;
+    see ``dex_agents.AgentEventType``) to the session's AgentEvents Stream.
+
+    Best effort, like every Stream write: a failure is logged and swallowed, because the
+    change it announces already happened and pages also refresh on their own.
+    """
+    from dex_agents import AgentEvent, AgentEventType
+
+    connection = _connection()
+    event = AgentEvent(AgentEventType(event_type), None, "", 0, dict(payload or {}))
+    try:
+        await connection.client.write_stream(
+            session_id, connection.flow.agent_events, WEB_EVENT_SOURCE, event
+        )
+    except Exception as error:
+        logger.info("Could not announce %s for %s: %s", event_type, session_id, error)
 
 
 async def session_resolve_interrupt(

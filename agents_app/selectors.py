@@ -315,7 +315,7 @@ def session_events_after_get(*, session: AgentSession) -> str:
 
 def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
     """A stopped session's snapshot as readers should see it: ``status`` ``stopped``, no running
-    turn, no pending approval. Dex keeps the last AgentState of a stopped Flow, which would
+    turn, no pending approval, no queued message. Dex keeps the last AgentState of a stopped Flow, which would
     otherwise still say ``running_tools`` with an approval nobody can decide any more."""
     return {
         **snapshot,
@@ -323,6 +323,9 @@ def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
         "turn_id": None,
         "pending_interrupts": [],
         "awaiting_approval": False,
+        # Queued messages of a stopped session will never run.
+        "queued_messages": [],
+        "queued_message_count": 0,
     }
 
 

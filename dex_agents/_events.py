@@ -39,6 +39,13 @@ class AgentEventType(StrEnum):
       (float or ``None``), ``message`` (str or ``None``), from MCP ``notifications/progress``;
     - ``tool_log``: ``tool_call_id``, ``tool_name``, ``level`` (MCP logging level), ``data``
       (any JSON), from MCP ``notifications/message``.
+
+    Platform additions written by an application through its Dex client, not by a Step (their
+    ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
+    viewer hears of changes no Step reports:
+
+    - ``message_queued``: no payload keys; a user message joined ``QUEUED_USER_MESSAGES``;
+    - ``session_stopped``: ``reason`` (str); the session's Flow was stopped.
     """
 
     TURN_STARTED = "turn_started"
@@ -54,6 +61,8 @@ class AgentEventType(StrEnum):
     USAGE_RECORDED = "usage_recorded"
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"
+    MESSAGE_QUEUED = "message_queued"
+    SESSION_STOPPED = "session_stopped"
 
 
 @dataclass(frozen=True)

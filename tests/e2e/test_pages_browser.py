@@ -276,6 +276,28 @@ def test_messages_sent_during_a_turn_wait_in_the_queue(contexts: Contexts) -> No
     expect(queue).to_contain_text("No messages waiting.")
 
 
+def test_a_message_queued_elsewhere_shows_in_every_open_page_at_once(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    page = contexts.logged_in("owner")
+    session_id = start_session(page, f"/slow 1\n{SLOW_WORDS}")  # about seven seconds
+    expect(region(page, "Response")).to_contain_text("You said:")
+    composer = page.get_by_role("textbox", name="Message")
+    composer.fill("   ")
+    page.get_by_role("button", name="Send").click()
+    expect(page.get_by_role("alert").filter(has_text="Write a message first.")).to_be_visible()
+
+    with stack.api("owner") as api:
+        sent = api.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "from the api"})
+        assert sent.status_code == 202, sent.text
+    # The web side announces it on the session's events; the page does not wait for the turn
+    # to end (or for its periodic refresh) to show it.
+    expect(region(page, "Activity")).to_contain_text("Message queued")
+    queue = region(page, "Message queue")
+    expect(queue).to_contain_text("from the api", timeout=3_000)
+    expect(region(page, "Response")).to_be_visible()
+
+
 def test_older_messages_load_through_the_paged_messages_endpoint(
     contexts: Contexts, stack: PageStack
 ) -> None:
@@ -418,9 +440,16 @@ def test_stopping_a_session_waiting_for_approval_is_final(
     )
     expect(region(owner, "Waiting for approval")).to_contain_text("slack__post_message")
 
+    composer = owner.get_by_role("textbox", name="Message", exact=True)
+    composer.fill("queued before the stop")
+    owner.get_by_role("button", name="Send").click()
+    expect(region(owner, "Message queue")).to_contain_text("queued before the stop")
+
     owner.once("dialog", lambda dialog: dialog.accept())
     owner.get_by_role("button", name="Stop session").click()
     expect(owner.locator("#chat-status")).to_have_text("Stopped")
+    expect(region(owner, "Activity")).to_contain_text("Session stopped")
+    expect(region(owner, "Message queue")).to_contain_text("No messages waiting.")
     expect(region(owner, "Waiting for approval")).to_be_hidden()
     expect(owner.get_by_role("textbox", name="Message", exact=True)).to_be_hidden()
     expect(owner.get_by_role("button", name="Stop session")).to_be_hidden()

@@ -40,6 +40,7 @@ const state = {
   currentTurn: null,
   ending: new Map(), // turn_id -> {messageCount, tries}
   pendingSends: [], // [{id, text, node, confirmedBefore}]
+  attempts: new Map(), // step_execution_id -> highest attempt seen
   loads: 0, // snapshot loads started
   socket: null,
 };
@@ -102,6 +103,17 @@ function showConnection(socketState, detail = {}) {
   }
   node.dataset.state = { waiting: "reconnecting", offline: "closed", refused: "closed" }[socketState] ?? socketState;
   node.textContent = text;
+  const trouble = ["waiting", "offline", "refused"].includes(socketState);
+  const dock = byId("dock-connection");
+  dock.textContent = trouble ? text : "";
+  dock.hidden = !trouble;
+}
+
+function showComposerError(text) {
+  const node = document.getElementById("composer-error");
+  if (!node) return;
+  node.textContent = text;
+  node.hidden = !text;
 }
 
 // ---------------------------------------------------------------- conversation
@@ -302,6 +314,12 @@ function describe(event) {
     }
     case "tool_log":
       return { kind: `Tool log (${data.level ?? "info"})`, detail: `${tool}: ${typeof data.data === "string" ? data.data : JSON.stringify(data.data)}` };
+    case "message_queued":
+      return { kind: "Message queued", detail: "" };
+    case "session_stopped":
+      return { kind: "Session stopped", detail: data.reason ?? "", tone: "warn" };
+    case "attempt_retried":
+      return { kind: "Retrying", detail: `${data.what} (attempt ${data.attempt}); the earlier attempt's text is dropped`, tone: "warn" };
     default:
       return null;
   }
@@ -505,6 +523,7 @@ function onEvent(frame) {
   if (!event || typeof event.type !== "string") return;
   // Replays of turns whose messages are already stored add nothing.
   if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
+  noteRetry(event);
   const group = live.apply(event);
   if (group) {
     hintStatus("running_model");
@@ -532,10 +551,29 @@ function onEvent(frame) {
     case "tool_call_finished":
     case "interrupt_raised":
     case "interrupt_resolved":
+    case "message_queued":
       scheduleSnapshot();
+      break;
+    case "session_stopped":
+      loadSnapshot();
       break;
     default:
       break;
+  }
+}
+
+/**
+ * A Step attempt above the highest seen for its Step execution means the earlier attempt
+ * failed (a worker died, a model call errored) and runs again: say so in Activity.
+ */
+function noteRetry(event) {
+  const id = event.step_execution_id;
+  if (!id || !Number.isInteger(event.attempt)) return;
+  const seen = state.attempts.get(id);
+  state.attempts.set(id, Math.max(seen ?? 0, event.attempt));
+  if (seen !== undefined && event.attempt > seen) {
+    const what = id.startsWith("RunModel") ? "model call" : id.replace(/-\d+$/, "");
+    addActivity({ type: "attempt_retried", created_at: event.created_at, data: { what, attempt: event.attempt } });
   }
 }
 
@@ -566,9 +604,11 @@ async function send(event) {
   const text = byId("composer-text");
   const value = text.value;
   if (!value.trim()) {
+    showComposerError("Write a message first.");
     text.focus();
     return;
   }
+  showComposerError("");
   const pending = {
     id: ++sendCounter,
     text: value,
@@ -588,7 +628,7 @@ async function send(event) {
     pending.node.remove();
     renderQueue(state.snapshot);
     if (!text.value) text.value = value;
-    showAlert(`Not sent: ${error.message}`);
+    showComposerError(`Not sent: ${error.message} Your text is still in the box.`);
   }
   loadSnapshot();
 }
