@@ -315,8 +315,9 @@ def session_events_after_get(*, session: AgentSession) -> str:
 
 def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
     """A stopped session's snapshot as readers should see it: ``status`` ``stopped``, no running
-    turn, no pending approval, no queued message. Dex keeps the last AgentState of a stopped Flow, which would
-    otherwise still say ``running_tools`` with an approval nobody can decide any more."""
+    turn, no pending approval, no queued message. Dex keeps the last AgentState of a stopped
+    Flow, which would otherwise still say ``running_tools`` with an approval nobody can decide
+    any more."""
     return {
         **snapshot,
         "status": "stopped",
