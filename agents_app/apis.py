@@ -386,7 +386,7 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
         request=MessageInputSerializer,
         responses={
             202: inline_serializer("MessageQueued", {"queued": serializers.BooleanField()}),
-            409: inline_serializer("SessionStopped", {"detail": serializers.CharField()}),
+            409: inline_serializer("SessionIsStopped", {"detail": serializers.CharField()}),
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -540,7 +540,8 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     @extend_schema(
         request=InterruptResolveInputSerializer,
         responses={
-            200: inline_serializer("InterruptResolved", {"resolved": serializers.BooleanField()})
+            200: inline_serializer("InterruptResolved", {"resolved": serializers.BooleanField()}),
+            409: inline_serializer("InterruptNotPending", {"detail": serializers.CharField()}),
         },
     )
     def post(self, request: Request, session_id: str, interrupt_id: str) -> Response:

@@ -395,3 +395,12 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
         if force or version != self.version:
             self.version = version
             await self.send_json(APPROVALS_CHANGED_FRAME)
+
+
+class UnknownPathConsumer(AsyncJsonWebsocketConsumer):
+    """Every websocket path no route serves: accept, then close with 4404 (no such resource),
+    instead of failing the handshake with a server error."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=CLOSE_UNKNOWN_SESSION)

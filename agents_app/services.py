@@ -150,6 +150,16 @@ class InterruptNotPendingError(Exception):
     """The interrupt was already decided, or its deadline passed, so Dex refused it."""
 
 
+_NOT_PENDING_BECAUSE = {
+    ApprovalRequest.State.APPROVED: "This tool call was already approved.",
+    ApprovalRequest.State.REJECTED: "This tool call was already rejected.",
+    ApprovalRequest.State.EXPIRED: "This tool call expired: its approval deadline passed.",
+    ApprovalRequest.State.WITHDRAWN: (
+        "This tool call no longer waits for a decision: its turn ended or the session stopped."
+    ),
+}
+
+
 def interrupt_resolve(
     *,
     session: AgentSession,
@@ -174,6 +184,11 @@ def interrupt_resolve(
     """
     if ApprovalDecision.objects.filter(session=session, interrupt_id=interrupt_id).exists():
         raise InterruptNotPendingError("This tool call was already decided.")
+    indexed = ApprovalRequest.objects.filter(session=session, interrupt_id=interrupt_id).first()
+    if indexed is not None and indexed.state != ApprovalRequest.State.PENDING:
+        raise InterruptNotPendingError(
+            _NOT_PENDING_BECAUSE[ApprovalRequest.State(indexed.state)]
+        )
     snapshot = dex_gateway.run(dex_gateway.session_snapshot(session_id=session.id))
     pending = next(
         (
@@ -185,7 +200,7 @@ def interrupt_resolve(
     )
     if pending is None:
         # Interrupt IDs are "<turn_id>.<tool_call_id>" (seed "Persistence").
-        past = any(
+        past = indexed is not None or any(
             f"{call.get('turn_id')}.{call.get('tool_call_id')}" == interrupt_id
             for call in snapshot["tool_calls"]
         )

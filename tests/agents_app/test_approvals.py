@@ -227,3 +227,15 @@ def test_a_message_to_a_stopped_session_is_a_409(
                                format="json")
     assert answer.status_code == 409
     assert "stopped" in answer.json()["detail"]
+
+
+def test_an_expired_interrupt_answers_409_and_says_so_without_asking_dex(
+    staff_client: APIClient, owned_session: AgentSession, engine_down: str
+) -> None:
+    ApprovalRequest.objects.create(
+        session=owned_session, interrupt_id=INTERRUPT_ID, tool_call_id="call_1",
+        tool_name="slack__post_message", requested_at=timezone.now(), state="expired",
+    )
+    response = staff_client.post(INTERRUPT_URL, APPROVE, format="json")
+    assert response.status_code == 409
+    assert response.json() == {"detail": "This tool call expired: its approval deadline passed."}

@@ -195,3 +195,9 @@ async def test_approvals_socket_hears_notices_and_polls_for_lost_ones(
         assert await communicator.receive_nothing(timeout=1.5)
     finally:
         await communicator.disconnect()
+
+
+async def test_an_unknown_websocket_path_closes_with_4404(owner: Any) -> None:
+    headers = await asyncio.to_thread(token_headers, owner)
+    assert await refusal_code("/ws/nothing/", headers) == consumers.CLOSE_UNKNOWN_SESSION
+    assert await refusal_code("/ws/sessions/x/other/", []) == consumers.CLOSE_UNKNOWN_SESSION

@@ -110,7 +110,12 @@ def test_chat_page_regions_and_composer(session: AgentSession, owner: Any, staff
 
 
 def test_approvals_dashboard_is_staff_only(owner: Any, staff: Any) -> None:
-    assert browser(owner).get("/approvals/").status_code == 403
+    refused = browser(owner).get("/approvals/")
+    assert refused.status_code == 403
+    # A page of the site, with its navigation and the reason, not a bare "403 Forbidden".
+    html = refused.content.decode()
+    assert "Only staff decide approvals." in html
+    assert 'aria-label="Main"' in html
     page = browser(staff).get("/approvals/")
     assert page.status_code == 200
     assert 'role="tab"' in page.content.decode()
@@ -234,3 +239,12 @@ def test_static_files_are_served_by_the_app(path: str, content_type: str) -> Non
     assert answer.status_code == 200
     # ES modules only run when served with a JavaScript type.
     assert answer["Content-Type"].startswith(content_type)
+
+
+def test_not_found_pages_are_pages_of_the_site(owner: Any, settings: Any) -> None:
+    settings.DEBUG = False  # with DEBUG on Django shows its own technical page instead
+    page = browser(owner).get("/sessions/ses_nobody/")
+    assert page.status_code == 404
+    html = page.content.decode()
+    assert "<h1>Not found</h1>" in html
+    assert 'aria-label="Main"' in html

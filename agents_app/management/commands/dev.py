@@ -58,7 +58,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"{line} Django admin: {url}/admin/")
             self.stdout.write(
                 f"Try: curl -s -X POST {url}/api/v1/sessions/ "
-                f'-H "Authorization: Token {token}" -H "Content-Type: application/json" '
+                f'-H "Authorization: Bearer {token}" -H "Content-Type: application/json" '
                 '-d \'{"agent": "demo", "message": "hello"}\''
             )
             self.stdout.flush()
