@@ -297,7 +297,13 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     # LiteLLM logs every call at INFO (twice, through its own handler too); the worker
     # reports model calls through Dex history and AgentEvents instead.
-    "loggers": {"LiteLLM": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {
+        "LiteLLM": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        # Django's default configuration gives "django" a console handler of its own (under
+        # DEBUG) and lets it propagate to the root one too, so each line was printed twice.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }
 
 if not DEBUG:
