@@ -156,6 +156,9 @@ def _translate(error: Exception, session_id: str | None) -> Exception:
         return SessionNotFoundError(session_id or "")
     if isinstance(error, DexServiceError) and error.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return SessionTooLargeError(error.detail)
+    if isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # A history page of large values passes the client's 4 MiB receive limit.
+        return SessionTooLargeError(str(error.details()))
     if _is_unreachable(error):
         address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
         return EngineUnavailableError(f"The Dex engine at {address} is not reachable.")

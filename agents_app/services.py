@@ -160,6 +160,34 @@ _NOT_PENDING_BECAUSE = {
 }
 
 
+def _pending_from_snapshot(*, session: AgentSession, interrupt_id: str) -> dict[str, Any]:
+    """The pending interrupt ``interrupt_id`` as the session's snapshot lists it (for an
+    interrupt the index does not hold yet).
+
+    Raises:
+        InterruptNotFoundError, InterruptNotPendingError: See ``interrupt_resolve``.
+    """
+    snapshot = dex_gateway.run(dex_gateway.session_snapshot(session_id=session.id))
+    pending = next(
+        (
+            item
+            for item in snapshot["pending_interrupts"]
+            if item.get("interrupt_id") == interrupt_id
+        ),
+        None,
+    )
+    if pending is not None:
+        return dict(pending)
+    # Interrupt IDs are "<turn_id>.<tool_call_id>" (seed "Persistence").
+    past = any(
+        f"{call.get('turn_id')}.{call.get('tool_call_id')}" == interrupt_id
+        for call in snapshot["tool_calls"]
+    )
+    if past:
+        raise InterruptNotPendingError("This tool call no longer waits for a decision.")
+    raise InterruptNotFoundError(interrupt_id)
+
+
 def interrupt_resolve(
     *,
     session: AgentSession,
@@ -170,13 +198,14 @@ def interrupt_resolve(
 ) -> ApprovalDecision:
     """Approve or reject the pending tool call ``interrupt_id`` of ``session`` and audit it.
 
-    The tool call's details are read from the session's snapshot first, then Dex's
-    ``resolve_interrupt`` RPC decides (seed "RPCs"); the ``ApprovalDecision`` row is written
-    only when Dex accepted. An approval drops ``rejection_message``, as Dex does.
-    Permissions are the caller's business (only staff approve).
+    The tool call's details come from the approvals index (or, for an interrupt it does not
+    hold yet, the session's snapshot), then Dex's ``resolve_interrupt`` RPC decides (seed
+    "RPCs"); the ``ApprovalDecision`` row is written only when Dex accepted. An approval drops
+    ``rejection_message``, as Dex does. Permissions are the caller's business (only staff
+    approve).
 
     Raises:
-        InterruptNotFoundError: The snapshot shows no such interrupt, pending or past.
+        InterruptNotFoundError: Neither the index nor the snapshot knows the interrupt.
         InterruptNotPendingError: Already decided, past its deadline, or decided by a
             concurrent request (Dex answered False).
         dex_gateway.EngineUnavailableError: Dex did not answer or stayed busy.
@@ -189,24 +218,16 @@ def interrupt_resolve(
         raise InterruptNotPendingError(
             _NOT_PENDING_BECAUSE[ApprovalRequest.State(indexed.state)]
         )
-    snapshot = dex_gateway.run(dex_gateway.session_snapshot(session_id=session.id))
-    pending = next(
-        (
-            item
-            for item in snapshot["pending_interrupts"]
-            if item.get("interrupt_id") == interrupt_id
-        ),
-        None,
-    )
-    if pending is None:
-        # Interrupt IDs are "<turn_id>.<tool_call_id>" (seed "Persistence").
-        past = indexed is not None or any(
-            f"{call.get('turn_id')}.{call.get('tool_call_id')}" == interrupt_id
-            for call in snapshot["tool_calls"]
-        )
-        if past:
-            raise InterruptNotPendingError("This tool call no longer waits for a decision.")
-        raise InterruptNotFoundError(interrupt_id)
+    if indexed is not None:
+        # The index has the call's details: no snapshot read, which also keeps a session too
+        # large for a snapshot decidable (resolve_interrupt loads only PendingInterrupts).
+        pending: dict[str, Any] = {
+            "tool_call_id": indexed.tool_call_id,
+            "tool_name": indexed.tool_name,
+            "arguments": indexed.arguments,
+        }
+    else:
+        pending = _pending_from_snapshot(session=session, interrupt_id=interrupt_id)
     message = "" if approved else rejection_message
     # resolve_interrupt retries a held lock for a while; the deadline leaves room for that on
     # top of the usual engine timeout.

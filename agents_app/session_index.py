@@ -278,6 +278,7 @@ class ReconcileResult:
         opened: Approval rows created or reopened.
         closed: Approval rows closed.
         missing: Sessions Dex does not know (marked stopped).
+        unreadable: Sessions whose snapshot is too large to load (left as indexed).
     """
 
     checked: int = 0
@@ -285,14 +286,21 @@ class ReconcileResult:
     opened: int = 0
     closed: int = 0
     missing: int = 0
+    unreadable: int = 0
 
     @property
     def approvals_changed(self) -> bool:
         return bool(self.opened or self.closed or self.missing)
 
 
+#: ``_snapshots_read``'s value for a session whose snapshot cannot be read right now.
+UNREADABLE: dict[str, Any] = {}
+
+
 async def _snapshots_read(session_ids: list[str]) -> dict[str, dict[str, Any] | None]:
-    """Read snapshots concurrently; ``None`` for a session Dex does not know."""
+    """Read snapshots concurrently; ``None`` for a session Dex does not know, ``UNREADABLE``
+    for one it cannot load (too large for a worker message), so one session never stops the
+    others from being reconciled."""
     gate = asyncio.Semaphore(RECONCILE_CONCURRENCY)
 
     async def read(session_id: str) -> tuple[str, dict[str, Any] | None]:
@@ -301,6 +309,9 @@ async def _snapshots_read(session_ids: list[str]) -> dict[str, dict[str, Any] | 
                 return session_id, await dex_gateway.session_snapshot(session_id=session_id)
             except dex_gateway.SessionNotFoundError:
                 return session_id, None
+            except dex_gateway.SessionTooLargeError:
+                logger.info("Session %s is too large to reconcile; left as indexed.", session_id)
+                return session_id, UNREADABLE
 
     pairs = await asyncio.gather(*(read(session_id) for session_id in session_ids))
     return dict(pairs)
@@ -343,6 +354,9 @@ def session_index_reconcile(*, session_ids: Iterable[str] | None = None) -> Reco
     for session_id, snapshot in snapshots.items():
         session = sessions.get(session_id)
         if session is None or session.status == SESSION_STATUS_STOPPED:
+            continue
+        if snapshot is UNREADABLE:
+            result.unreadable += 1
             continue
         result.checked += 1
         try:

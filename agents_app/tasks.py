@@ -32,4 +32,5 @@ def reconcile_session_index() -> dict[str, int] | None:
         "opened": result.opened,
         "closed": result.closed,
         "missing": result.missing,
+        "unreadable": result.unreadable,
     }

@@ -7,7 +7,6 @@ answers 404 like an unknown one; the approvals dashboard answers 403 to non-staf
 """
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -72,7 +71,11 @@ def session_detail_view(request: HttpRequest, session_id: str) -> HttpResponse:
 def approvals_view(request: HttpRequest) -> HttpResponse:
     """``/approvals/`` (staff only): pending approvals of every session and the decisions."""
     if not request.user.is_staff:
-        raise PermissionDenied("Only staff decide approvals.")
+        # Rendered here rather than raised: Django logs a raised PermissionDenied with its
+        # whole traceback, and a user following a link is no server problem.
+        return render(
+            request, "403.html", {"exception": "Only staff decide approvals."}, status=403
+        )
     return render(
         request,
         "agents_app/approvals.html",

@@ -137,3 +137,17 @@ def test_run_turns_a_missed_deadline_into_engine_unavailable() -> None:
 
     with pytest.raises(dex_gateway.EngineUnavailableError, match="did not answer"):
         dex_gateway.run(slow(), timeout=0.1)
+
+
+def test_a_message_past_the_grpc_limit_means_the_session_is_too_large() -> None:
+    import grpc
+
+    class TooLarge(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        def details(self) -> str:
+            return "Received message larger than max (15285025 vs. 4194304)"
+
+    translated = dex_gateway._translate(TooLarge(), "ses_x")
+    assert isinstance(translated, dex_gateway.SessionTooLargeError)

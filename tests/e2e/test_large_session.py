@@ -1,19 +1,24 @@
 """A session whose stored state outgrows what the embedded engine can hand a worker in one
-message (4 MiB) fails on its own, with a clear answer, while every other session goes on."""
+message (4 MiB) fails on its own, with a clear answer, while every other session goes on: its
+approval can still be decided, and index reconciliation still serves the other sessions."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import PYTHON, wait_until
 from tests.e2e.relay_stack import Stack, start_stack
 
 pytestmark = pytest.mark.e2e
 
 LONG = "y" * 99_000  # under the API's 100,000-character limit per message
+TOO_LARGE = {"detail": "This session's stored conversation is too large for the engine to load "
+                       "at once (more than 4 MiB); start a new session."}
+POST = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "big one"})
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +30,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         platform.processes.stop_all()
 
 
+def _shell(stack: Stack, code: str) -> Any:
+    out = stack.processes.run([PYTHON, "manage.py", "shell", "-c", code])
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def test_an_oversized_session_fails_alone_and_says_why(stack: Stack) -> None:
-    owner = stack.api("owner")
-    big = owner.post("/api/v1/sessions/", json={"agent": "demo"}).json()["id"]
-    for _ in range(45):  # about 4.5 MB of queued and then stored text
+    owner, staff = stack.api("owner"), stack.api("staff")
+    big = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": POST}).json()["id"]
+    pending = wait_until(
+        "the write to wait for approval",
+        lambda: [item for item in staff.get("/api/v1/approvals/").json()
+                 if item["session"] == big],
+        timeout=30,
+    )
+    for _ in range(45):  # about 4.5 MB of queued text behind the waiting turn
         answer = owner.post(f"/api/v1/sessions/{big}/messages/", json={"text": LONG})
         assert answer.status_code == 202, answer.text
 
-    def too_large() -> dict[str, Any] | None:
-        answer = owner.get(f"/api/v1/sessions/{big}/")
-        return answer.json() if answer.status_code == 503 else None
-
-    refused = wait_until("the snapshot to be refused", too_large, timeout=60)
-    assert refused == {"detail": "This session's stored conversation is too large for the "
-                       "engine to load at once (more than 4 MiB); start a new session."}
+    refused = owner.get(f"/api/v1/sessions/{big}/")
+    assert (refused.status_code, refused.json()) == (503, TOO_LARGE)
 
     # Every other session is served as usual, the first turn included.
     small = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": "still here?"})
@@ -52,5 +63,22 @@ def test_an_oversized_session_fails_alone_and_says_why(stack: Stack) -> None:
 
     snapshot = wait_until("another session to answer", answered, timeout=60)
     assert snapshot["messages"][-1]["text"] == "You said: still here?"
-    health = owner.get("/healthz")
-    assert health.status_code == 200, health.text
+    assert owner.get("/healthz").status_code == 200
+
+    # Reconciliation skips what it cannot read and still repairs the others.
+    _shell(stack, "import json; from agents_app.models import AgentSession as S; "
+                  f"S.objects.filter(pk={small_id!r}).update(status='running_model'); "
+                  "print(json.dumps(1))")
+    result = _shell(stack, "import json; from agents_app.tasks import reconcile_session_index "
+                           "as r; print(json.dumps(r()))")
+    assert result["unreadable"] == 1 and result["statuses"] >= 1, result
+    listed = owner.get("/api/v1/sessions/", params={"status": "waiting_for_user_message"})
+    assert small_id in [row["id"] for row in listed.json()["results"]]
+
+    # Its approval can still be decided (the index has the call; no snapshot is needed).
+    interrupt_id = pending[0]["interrupt_id"]
+    decided = staff.post(f"/api/v1/sessions/{big}/interrupts/{interrupt_id}/",
+                         json={"approved": False, "rejection_message": "too big anyway"})
+    assert decided.status_code == 200, decided.text
+    stopped = owner.post(f"/api/v1/sessions/{big}/stop/")
+    assert stopped.status_code == 202, stopped.text

@@ -463,6 +463,8 @@ function applySnapshot(snapshot, loadNumber) {
   if (snapshot.model) byId("chat-model").textContent = snapshot.model;
   showAlert(snapshot.last_turn_error ? `The last turn failed: ${snapshot.last_turn_error}` : "");
   byId("chat-stop").hidden = snapshot.status === "stopped" || !(config.isOwner || config.canApprove);
+  // Nothing more can happen in a stopped session: end the live view.
+  if (snapshot.status === "stopped") state.socket?.stop();
   const canSend = snapshot.can_send ?? (config.canSend && snapshot.status !== "stopped");
   const composer = document.getElementById("composer");
   if (composer) composer.hidden = !canSend;
