@@ -23,7 +23,7 @@ import grpc
 from dex.dexpb import dex_pb2 as pb
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from ._errors import uncategorized
+from ._errors import ServiceError, uncategorized
 from ._model import (
     START_FROM,
     TIMEOUT_HANDLER_ID,
@@ -869,12 +869,24 @@ class EngineState:
                 fallback = stream
         return fallback
 
-    def _settle_later(self, run: Run) -> None:
-        """``settle`` for a change made during ``pump`` (which must not re-enter itself):
-        advance and commit now, dispatch on the next loop turn."""
+    def _failed_too_large(self, run: Run, st: StepExec, task: pb.PollWorkerTask) -> bool:
+        """Fail the attempt of a Step whose task is larger than a worker accepts, and say so.
+
+        Sending it would break the worker's task stream (and every task on it) again on each
+        retry; failing the attempt here keeps the failure to this Step. Called from ``pump``,
+        which must not re-enter itself: the run advances and commits now and the next
+        dispatch happens on the next loop turn.
+        """
+        detail = task_too_large(pb.PollWorkerTaskResponse(task=task))
+        if not detail:
+            return False
+        code: int = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+        error = pb.WorkerErrorResponse(detail=detail, error_type="TaskTooLarge", grpc_status=code)
+        self.fail_attempt(run, st, self.failure(st, worker=error), detail)
         self.advance(run)
         self.flush(run)
         self.loop.call_soon(self.pump)
+        return True
 
     def _new_task_id(self) -> str:
         return uuid.uuid4().hex
@@ -889,21 +901,15 @@ class EngineState:
             deadline=timestamp(deadline),
             rpc=build_rpc_request(self, call.run, call.request),
         )
-        frame = pb.PollWorkerTaskResponse(task=task)
-        too_large = task_too_large(frame)
-        if too_large:
+        refused = rpc_too_large(call.run, call.request.rpc_name, task.rpc)
+        if refused is not None:
             call.dispatched.set()
-            call.future.set_exception(
-                uncategorized(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"rpc {call.request.rpc_name!r} of flow {call.run.flow_id!r}: {too_large}",
-                )
-            )
+            call.future.set_exception(refused)
             return
         stream.task_id = task_id
         self.inflight[task_id] = Inflight(task_id, stream, call.run.run_id, rpc=call)
         call.dispatched.set()
-        stream.out.put_nowait(frame)
+        stream.out.put_nowait(pb.PollWorkerTaskResponse(task=task))
 
     def _send_step(self, stream: WorkerStream, run: Run, st: StepExec) -> None:
         from ._requests import build_step_task
@@ -914,15 +920,7 @@ class EngineState:
         timeout = self._method_timeout(st)
         deadline = now() + timeout
         task = build_step_task(self, run, st, task_id, deadline)
-        frame = pb.PollWorkerTaskResponse(task=task)
-        too_large = task_too_large(frame)
-        if too_large:
-            # Sending it would kill the worker's task stream (and every task on it) again on
-            # each retry; failing the attempt here keeps the failure to this Step.
-            self.fail_attempt(
-                run, st, self.failure(st, worker=_too_large_error(too_large)), too_large
-            )
-            self._settle_later(run)
+        if self._failed_too_large(run, st, task):
             return
         st.mstate = "dispatched"
         st.task_id = task_id
@@ -936,7 +934,7 @@ class EngineState:
             timeout, lambda: self._on_deadline(task_id, timeout)
         )
         self.inflight[task_id] = inflight
-        stream.out.put_nowait(frame)
+        stream.out.put_nowait(pb.PollWorkerTaskResponse(task=task))
         self.flush(run)
 
     def _push_step(self, run: Run, st: StepExec) -> None:
@@ -948,12 +946,7 @@ class EngineState:
             st.first_attempt_ts = now()
         timeout = self._method_timeout(st)
         task = build_step_task(self, run, st, task_id, now() + timeout)
-        too_large = task_too_large(pb.PollWorkerTaskResponse(task=task))
-        if too_large:
-            self.fail_attempt(
-                run, st, self.failure(st, worker=_too_large_error(too_large)), too_large
-            )
-            self._settle_later(run)
+        if self._failed_too_large(run, st, task):
             return
         st.mstate = "dispatched"
         st.task_id = task_id
@@ -1418,9 +1411,17 @@ def task_too_large(frame: pb.PollWorkerTaskResponse) -> str:
     )
 
 
-def _too_large_error(detail: str) -> pb.WorkerErrorResponse:
-    code: int = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-    return pb.WorkerErrorResponse(detail=detail, error_type="TaskTooLarge", grpc_status=code)
+def rpc_too_large(
+    run: Run, rpc_name: str, request: pb.InvokeWorkerRPCRequest
+) -> ServiceError | None:
+    """The ``RESOURCE_EXHAUSTED`` error for an RPC task too large for a worker, or ``None``
+    when it fits (``task_too_large``)."""
+    detail = task_too_large(pb.PollWorkerTaskResponse(task=pb.PollWorkerTask(rpc=request)))
+    if not detail:
+        return None
+    return uncategorized(
+        grpc.StatusCode.RESOURCE_EXHAUSTED, f"rpc {rpc_name!r} of flow {run.flow_id!r}: {detail}"
+    )
 
 
 class WorkerFailed(Exception):

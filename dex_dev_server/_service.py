@@ -28,7 +28,7 @@ from ._engine import (
     WorkerLost,
     duration,
     now,
-    task_too_large,
+    rpc_too_large,
     timestamp,
 )
 from ._errors import (
@@ -1208,13 +1208,9 @@ class Engine(EngineState):
         from ._requests import build_rpc_request
 
         rpc_request = build_rpc_request(self, run, request)
-        frame = pb.PollWorkerTaskResponse(task=pb.PollWorkerTask(rpc=rpc_request))
-        too_large = task_too_large(frame)
-        if too_large:
-            raise uncategorized(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"rpc {request.rpc_name!r} of flow {run.flow_id!r}: {too_large}",
-            )
+        refused = rpc_too_large(run, request.rpc_name, rpc_request)
+        if refused is not None:
+            raise refused
         try:
             response = await run_rpc(self, run, rpc_request, budget)
         except WorkerFailed as failed:
