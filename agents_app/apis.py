@@ -79,17 +79,6 @@ class DexErrorsMixin:
         return super().handle_exception(exc)  # type: ignore[misc]
 
 
-def _provider_reason(reason: str, *, request: Any) -> str:
-    """The provider check's reason for staff; others learn only that an administrator must act.
-
-    The detailed reason names environment variables, which only operators need to know.
-    """
-    user = getattr(request, "user", None)
-    if user is not None and user.is_staff:
-        return reason
-    return "An administrator must configure its API key."
-
-
 class AgentListApi(ListAPIView):
     """``GET /api/v1/agents/``: enabled agents, with the tools a session of each may use.
 
@@ -136,10 +125,10 @@ class AgentListApi(ListAPIView):
             return agent.provider_status().configured
 
         def get_not_configured_reason(self, agent: AgentDefinition) -> str | None:
-            status = agent.provider_status()
-            if status.configured:
-                return None
-            return _provider_reason(status.reason, request=self.context.get("request"))
+            request = self.context.get("request")
+            return selectors.agent_not_configured_reason(
+                agent=agent, user=getattr(request, "user", None)
+            )
 
     serializer_class = AgentOutputSerializer
 
@@ -205,9 +194,11 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
                 agent = agent_get_enabled(slug=value)
             except AgentDefinition.DoesNotExist:
                 raise serializers.ValidationError(f"Unknown or disabled agent {value!r}.") from None
-            status = agent.provider_status()
-            if not status.configured:
-                reason = _provider_reason(status.reason, request=self.context.get("request"))
+            request = self.context.get("request")
+            reason = selectors.agent_not_configured_reason(
+                agent=agent, user=getattr(request, "user", None)
+            )
+            if reason is not None:
                 raise serializers.ValidationError(
                     f"The agent {value!r} cannot start: its model provider is not configured. "
                     f"{reason}"

@@ -64,6 +64,7 @@ from django.core.exceptions import PermissionDenied
 import agents_app.flow  # noqa: F401
 from agents_app import dex_gateway, selectors
 from agents_app.models import AgentSession
+from agents_app.session_index import APPROVALS_GROUP, approval_index_version
 
 logger = logging.getLogger(__name__)
 
@@ -350,8 +351,6 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
         if not user.is_staff:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        from agents_app.session_index import APPROVALS_GROUP, approval_index_version
-
         if self.channel_layer is not None:
             await self.channel_layer.group_add(APPROVALS_GROUP, self.channel_name)
         # Read before the first frame: a change after it moves the version the poll compares.
@@ -360,8 +359,6 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
         self.poll_task = asyncio.create_task(self._poll(), name="approvals poll")
 
     async def disconnect(self, code: int) -> None:
-        from agents_app.session_index import APPROVALS_GROUP
-
         if self.channel_layer is not None:
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(APPROVALS_GROUP, self.channel_name)
@@ -389,8 +386,6 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _check(self, *, force: bool) -> None:
         """Tell the client when the index version moved (or a notice says it did)."""
-        from agents_app.session_index import approval_index_version
-
         version = await database_sync_to_async(approval_index_version)()
         if force or version != self.version:
             self.version = version

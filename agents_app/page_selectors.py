@@ -18,14 +18,12 @@ from agents_app.models import AgentDefinition, AgentSession
 from agents_app.selectors import (
     STATUS_AWAITING_APPROVAL,
     agent_list_enabled,
+    agent_not_configured_reason,
     agent_tools_describe,
+    session_detail_extras,
     session_get_for_owner_or_staff,
     session_list_visible,
 )
-
-# Shown to non-staff instead of the provider check's reason, which names environment
-# variables that only operators need (the same rule as GET /api/v1/agents/).
-NOT_CONFIGURED_FOR_USERS = "An administrator must configure its API key."
 
 # Session index statuses (ARCHITECTURE.md "The Django index") with words for people.
 SESSION_STATUS_LABELS: dict[str, str] = {
@@ -107,10 +105,7 @@ def portal_agents_get(*, user: AbstractBaseUser | AnonymousUser) -> list[PortalA
     """
     agents: list[PortalAgent] = []
     for agent in agent_list_enabled():
-        status = agent.provider_status()
-        reason: str | None = None
-        if not status.configured:
-            reason = status.reason if _is_staff(user) else NOT_CONFIGURED_FOR_USERS
+        reason = agent_not_configured_reason(agent=agent, user=user)
         servers: dict[str, list[PortalTool]] = {}
         for tool in agent_tools_describe(agent=agent):
             servers.setdefault(tool["server"], []).append(
@@ -129,7 +124,7 @@ def portal_agents_get(*, user: AbstractBaseUser | AnonymousUser) -> list[PortalA
                 name=agent.name,
                 description=agent.description,
                 model=agent.model,
-                configured=status.configured,
+                configured=reason is None,
                 not_configured_reason=reason,
                 servers=[PortalServer(name=name, tools=tools) for name, tools in servers.items()],
             )
@@ -287,6 +282,7 @@ def chat_page_get(*, user: AbstractBaseUser | AnonymousUser, session_id: str) ->
     """
     session = session_get_for_owner_or_staff(user=user, session_id=session_id)
     is_owner = session.owner_id == user.pk
+    rights = session_detail_extras(session=session, user=user)
     return ChatPage(
         id=session.id,
         title=session.title or session.agent.name,
@@ -297,6 +293,6 @@ def chat_page_get(*, user: AbstractBaseUser | AnonymousUser, session_id: str) ->
         is_owner=is_owner,
         status=session.status,
         status_label=SESSION_STATUS_LABELS.get(session.status, session.status),
-        can_send=is_owner and session.status != "stopped",
-        can_approve=_is_staff(user),
+        can_send=rights["can_send"],
+        can_approve=rights["can_approve"],
     )

@@ -36,21 +36,20 @@ def agent_get_enabled(*, slug: str) -> AgentDefinition:
     return AgentDefinition.objects.get(slug=slug, enabled=True)
 
 
-def session_list_for_owner(*, owner: AbstractBaseUser | AnonymousUser) -> QuerySet[AgentSession]:
-    """The sessions ``owner`` started, newest first."""
-    return AgentSession.objects.filter(owner_id=owner.pk).select_related("agent")
+#: What the agents list and the portal tell non-staff about an unconfigured provider: the
+#: provider check's own reason names environment variables, which only operators need.
+NOT_CONFIGURED_FOR_USERS = "An administrator must configure its API key."
 
 
-def session_get_for_owner(
-    *, owner: AbstractBaseUser | AnonymousUser, session_id: str
-) -> AgentSession:
-    """Return ``owner``'s session ``session_id``.
-
-    Raises:
-        AgentSession.DoesNotExist: No such session, or it belongs to someone else (callers
-            answer 404 either way, so foreign IDs are not revealed).
-    """
-    return session_list_for_owner(owner=owner).get(pk=session_id)
+def agent_not_configured_reason(
+    *, agent: AgentDefinition, user: AbstractBaseUser | AnonymousUser | None
+) -> str | None:
+    """Why ``agent`` cannot start, as ``user`` may read it: ``None`` when its provider is
+    configured, the provider check's reason for staff, ``NOT_CONFIGURED_FOR_USERS`` otherwise."""
+    status = agent.provider_status()
+    if status.configured:
+        return None
+    return status.reason if getattr(user, "is_staff", False) else NOT_CONFIGURED_FOR_USERS
 
 
 def session_snapshot_get(*, session: AgentSession) -> dict[str, Any]:
@@ -75,14 +74,16 @@ def session_get_for_staff(*, session_id: str) -> AgentSession:
 def session_get_for_owner_or_staff(
     *, user: AbstractBaseUser | AnonymousUser, session_id: str
 ) -> AgentSession:
-    """Return ``session_id`` when ``user`` owns it or is staff.
+    """Return ``session_id`` when ``user`` owns it or is staff (``session_get_for_reader``).
 
     Raises:
-        AgentSession.DoesNotExist: No such session, or a non-staff caller does not own it.
+        AgentSession.DoesNotExist: No such session, or a non-staff caller does not own it
+            (callers answer 404 either way, so foreign IDs are not revealed).
     """
-    if getattr(user, "is_staff", False):
-        return session_get_for_staff(session_id=session_id)
-    return session_get_for_owner(owner=user, session_id=session_id)
+    try:
+        return session_get_for_reader(user=user, session_id=session_id)
+    except PermissionDenied:
+        raise AgentSession.DoesNotExist(session_id) from None
 
 
 SESSION_ORDERINGS = (
@@ -299,7 +300,7 @@ def session_get_for_reader(
         PermissionDenied: The session exists but belongs to someone else and ``user`` is
             not staff.
     """
-    session = AgentSession.objects.get(pk=session_id)
+    session = session_get_for_staff(session_id=session_id)
     if session.owner_id != user.pk and not getattr(user, "is_staff", False):
         raise PermissionDenied("Only the owner or staff may read this session.")
     return session

@@ -13,7 +13,7 @@ from django.db import models, transaction
 
 from agents_app import dex_gateway, session_index
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
-from dex_agents import AgentSessionChange, AgentStatus
+from dex_agents import AgentStatus
 
 _AGENT_STATUSES = frozenset(status.value for status in AgentStatus)
 
@@ -113,10 +113,9 @@ def session_status_record(
     """
     if session.status in (SESSION_STATUS_STOPPED, status) or status not in _AGENT_STATUSES:
         return
-    change = AgentSessionChange(
-        flow_id=session.pk, observed_at=observed_at, status=AgentStatus(status), turn_id=None
+    session_index.session_status_apply(
+        session_id=session.pk, status=status, observed_at=observed_at
     )
-    session_index.session_changes_apply(changes=[change])
     session.refresh_from_db(fields=["status", "status_observed_at"])
 
 

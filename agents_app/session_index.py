@@ -68,11 +68,20 @@ _CLOSED_STATE = {
 # --- writes ------------------------------------------------------------------------------------
 
 
-def _status_apply(*, session_id: str, status: str, observed_at: datetime.datetime) -> None:
-    """Set the index status unless the session is stopped or a later status is stored."""
-    AgentSession.objects.filter(pk=session_id).exclude(status=SESSION_STATUS_STOPPED).filter(
-        Q(status_observed_at__isnull=True) | Q(status_observed_at__lt=observed_at)
-    ).update(status=status, status_observed_at=observed_at, updated_at=timezone.now())
+def session_status_apply(*, session_id: str, status: str, observed_at: datetime.datetime) -> bool:
+    """Set the index status observed at ``observed_at`` unless the session is stopped (final)
+    or a status observed later is stored.
+
+    Returns:
+        True when the row was written.
+    """
+    written = (
+        AgentSession.objects.filter(pk=session_id)
+        .exclude(status=SESSION_STATUS_STOPPED)
+        .filter(Q(status_observed_at__isnull=True) | Q(status_observed_at__lt=observed_at))
+        .update(status=status, status_observed_at=observed_at, updated_at=timezone.now())
+    )
+    return bool(written)
 
 
 def _request_open(
@@ -165,7 +174,7 @@ def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
             if change.flow_id not in known:
                 continue
             if change.status is not None:
-                _status_apply(
+                session_status_apply(
                     session_id=change.flow_id,
                     status=str(change.status),
                     observed_at=change.observed_at,
@@ -388,10 +397,10 @@ def _reconcile_one(
         result.missing += 1
         return
     with transaction.atomic():
-        before = AgentSession.objects.filter(pk=session.pk).values_list("status", flat=True).first()
-        _status_apply(session_id=session.pk, status=snapshot["status"], observed_at=read_at)
-        after = AgentSession.objects.filter(pk=session.pk).values_list("status", flat=True).first()
-        if before != after:
+        written = session_status_apply(
+            session_id=session.pk, status=snapshot["status"], observed_at=read_at
+        )
+        if written and session.status != snapshot["status"]:
             result.statuses += 1
         pending_ids = set()
         for interrupt in snapshot["pending_interrupts"]:
