@@ -4,8 +4,10 @@ Functions that ask Dex raise ``dex_gateway.EngineUnavailableError`` when the eng
 not answer and ``dex_gateway.SessionNotFoundError`` when it has no such session.
 """
 
+import collections
 import datetime
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -341,7 +343,24 @@ def session_live_events_after(
     turn_id = snapshot.get("turn_id")
     if not turn_id:
         return events_after
-    token = dex_gateway.run(
-        dex_gateway.session_events_turn_start_token(session_id=session.id, turn_id=turn_id)
-    )
-    return events_after if token is None else token
+    key = (session.id, turn_id)
+    token = _turn_start_tokens.get(key)
+    if token is None:
+        # A backward scan of the turn's events: done once per turn and process, not on every
+        # snapshot read while the turn runs (tokens never change once written).
+        token = dex_gateway.run(
+            dex_gateway.session_events_turn_start_token(session_id=session.id, turn_id=turn_id)
+        )
+        if token is None:
+            return events_after
+        with _turn_start_tokens_lock:
+            _turn_start_tokens[key] = token
+            while len(_turn_start_tokens) > _TURN_START_TOKENS_KEPT:
+                _turn_start_tokens.popitem(last=False)
+    return token
+
+
+# ``session_live_events_after``'s answers, by (session ID, turn ID), oldest first.
+_turn_start_tokens: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
+_TURN_START_TOKENS_KEPT = 1024
+_turn_start_tokens_lock = threading.Lock()

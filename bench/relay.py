@@ -256,14 +256,11 @@ def main() -> None:
         import django
 
         django.setup()
-        from tests.e2e.relay_stack import start_stack
+        from tests.e2e.relay_stack import running_stack
 
         print("starting engine, demo model, worker and web ...", flush=True)
-        stack = start_stack(Path(root) / "stack", worker_slots=args.worker_slots)
-        try:
+        with running_stack(Path(root) / "stack", worker_slots=args.worker_slots) as stack:
             asyncio.run(measure(stack, args))
-        finally:
-            stack.processes.stop_all()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The platform as real processes for the websocket relay's tests and ``bench/relay.py``.
 
-``start_stack`` migrates a fresh database, seeds the demo agent, creates the personas (owner,
-other, staff: API tokens and logged-in session cookies), then starts the embedded engine, the
-demo model, ``manage.py dexworker`` and uvicorn serving ``dexagents_site.asgi``, and waits for
-each one's ready line.
+``start_stack`` (or ``running_stack``, which also stops it) migrates a fresh database, seeds the
+demo agent, creates the personas (owner, other, staff: API tokens and logged-in session
+cookies), then starts the embedded engine, the demo model, ``manage.py dexworker`` and uvicorn
+serving ``dexagents_site.asgi``, and waits for each one's ready line.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,12 @@ class Stack:
     def api(self, persona: str = "owner") -> httpx.Client:
         return httpx.Client(base_url=self.base_url(),
                             headers=self.personas[persona].bearer(), timeout=30)
+
+    def django_shell(self, code: str) -> Any:
+        """Run ``code`` in ``manage.py shell`` against this stack's database; it prints one
+        JSON line last, which is returned decoded."""
+        out = self.processes.run([PYTHON, "manage.py", "shell", "-c", code])
+        return json.loads(out.strip().splitlines()[-1])
 
     def start_engine(self) -> Proc:
         self.engine = self.processes.start("engine", [
@@ -161,6 +167,17 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
         processes.stop_all()
         raise
     return stack
+
+
+@contextlib.contextmanager
+def running_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
+                  worker_slots: int = 32) -> Iterator[Stack]:
+    """``start_stack``, stopped again when the block ends (also on failure)."""
+    stack = start_stack(root, extra_env=extra_env, worker_slots=worker_slots)
+    try:
+        yield stack
+    finally:
+        stack.processes.stop_all()
 
 
 @contextlib.asynccontextmanager

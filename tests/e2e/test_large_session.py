@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import PYTHON, wait_until
-from tests.e2e.relay_stack import Stack, start_stack
+from tests.e2e.conftest import wait_until
+from tests.e2e.relay_stack import Stack, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -23,16 +23,8 @@ POST = "/tool slack__post_message " + json.dumps({"channel": "general", "text": 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    platform = start_stack(tmp_path_factory.mktemp("large"))
-    try:
+    with running_stack(tmp_path_factory.mktemp("large")) as platform:
         yield platform
-    finally:
-        platform.processes.stop_all()
-
-
-def _shell(stack: Stack, code: str) -> Any:
-    out = stack.processes.run([PYTHON, "manage.py", "shell", "-c", code])
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_an_oversized_session_fails_alone_and_says_why(stack: Stack) -> None:
@@ -66,10 +58,10 @@ def test_an_oversized_session_fails_alone_and_says_why(stack: Stack) -> None:
     assert owner.get("/healthz").status_code == 200
 
     # Reconciliation skips what it cannot read and still repairs the others.
-    _shell(stack, "import json; from agents_app.models import AgentSession as S; "
+    stack.django_shell("import json; from agents_app.models import AgentSession as S; "
                   f"S.objects.filter(pk={small_id!r}).update(status='running_model'); "
                   "print(json.dumps(1))")
-    result = _shell(stack, "import json; from agents_app.tasks import reconcile_session_index "
+    result = stack.django_shell("import json; from agents_app.tasks import reconcile_session_index "
                            "as r; print(json.dumps(r()))")
     assert result["unreadable"] == 1 and result["statuses"] >= 1, result
     listed = owner.get("/api/v1/sessions/", params={"status": "waiting_for_user_message"})

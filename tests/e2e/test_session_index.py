@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import PYTHON, wait_until
-from tests.e2e.relay_stack import Stack, start_stack
+from tests.e2e.conftest import wait_until
+from tests.e2e.relay_stack import Stack, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -25,17 +25,8 @@ NEVER_POSTED = "/tool slack__post_message " + json.dumps({"channel": "random", "
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    platform = start_stack(tmp_path_factory.mktemp("index"))
-    try:
+    with running_stack(tmp_path_factory.mktemp("index")) as platform:
         yield platform
-    finally:
-        platform.processes.stop_all()
-
-
-def _shell(stack: Stack, code: str) -> Any:
-    """Run ``code`` in the stack's Django shell; it prints one JSON line, returned decoded."""
-    out = stack.processes.run([PYTHON, "manage.py", "shell", "-c", code])
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def _listed(client: httpx.Client, session_id: str, **params: str) -> dict[str, Any] | None:
@@ -82,7 +73,7 @@ def test_the_index_follows_the_worker_and_reconciles_from_dex(stack: Stack) -> N
 
     # The index loses both writes (as if a worker died before them) and gains a phantom.
     interrupt_id = pending[0]["interrupt_id"]
-    _shell(stack, (
+    stack.django_shell(
         "import json, datetime; from django.utils import timezone; "
         "from agents_app.models import AgentSession as S, ApprovalRequest as R; "
         f"R.objects.filter(session_id={session_id!r}).delete(); "
@@ -90,11 +81,11 @@ def test_the_index_follows_the_worker_and_reconciles_from_dex(stack: Stack) -> N
         f"R.objects.create(session_id={session_id!r}, interrupt_id='turn-9.call_9', "
         "tool_call_id='call_9', tool_name='slack__post_message', arguments='{}', "
         "requested_at=timezone.now() - datetime.timedelta(minutes=5)); print(json.dumps(1))"
-    ))
-    result = _shell(stack, (
+    )
+    result = stack.django_shell(
         "import json; from agents_app.tasks import reconcile_session_index as r; "
         "print(json.dumps(r()))"
-    ))
+    )
     assert result["opened"] == 1 and result["closed"] == 1, result
     listed = [item for item in staff.get("/api/v1/approvals/").json()
               if item["session"] == session_id]

@@ -465,7 +465,7 @@ function applySnapshot(snapshot, loadNumber) {
   byId("chat-stop").hidden = snapshot.status === "stopped" || !(config.isOwner || config.canApprove);
   // Nothing more can happen in a stopped session: end the live view.
   if (snapshot.status === "stopped") state.socket?.stop();
-  const canSend = snapshot.can_send ?? (config.canSend && snapshot.status !== "stopped");
+  const canSend = snapshot.can_send;
   const composer = document.getElementById("composer");
   if (composer) composer.hidden = !canSend;
   byId("composer-closed").hidden = canSend;
