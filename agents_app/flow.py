@@ -45,7 +45,9 @@ def build_flow(
     Returns:
         An ``AgentSessionFlow`` with flow type ``AgentSession``. Tools the platform did not
         classify default to ``unclassified`` (single attempt, approval first). Its AgentEvents
-        Stream budget is ``DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"]``.
+        Stream budget is ``DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"]``. Steering is on: a
+        queued message can be steered into the running turn (``LiteLLMRunner`` appends
+        ``AgentTurnContext.steered_messages`` to the model input).
     """
     runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
     return AgentSessionFlow(
@@ -55,5 +57,6 @@ def build_flow(
             default_tool_effect=ToolEffect.UNCLASSIFIED,
             agent_events_capacity_bytes=settings.DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"],
             observer=observer,
+            steering=True,
         ),
     )

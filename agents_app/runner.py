@@ -425,7 +425,9 @@ def build_model_input(
     then ``turn_items``, each as stored (provider keys included; see :func:`chat_message` and
     ``responses_input`` for the wire forms); ``turn_items`` are the items this turn produced
     after its user message (empty on the first call; restored from the run state plus one tool
-    result per requested call, rendered with ``describe_tool_call_outcome``, when resuming).
+    result per requested call, rendered with ``describe_tool_call_outcome``, when resuming),
+    followed by the turn's steered user messages (``turn.steered_messages``, Steer), so they
+    stay in the run state and the turn's stored messages.
 
     Raises:
         ValueError: If the run state is unusable or a tool call record is missing or not final.
@@ -438,6 +440,12 @@ def build_model_input(
     if turn.framework_run_state is not None:
         turn_items, dex_ids = decode_run_state(turn.framework_run_state)
         turn_items.extend(tool_result_items(turn_items[-1], dex_ids, turn))
+    turn_items.extend(
+        dict(item.framework_item)
+        if isinstance(item.framework_item, Mapping)
+        else {"role": "user", "content": item.text}
+        for item in turn.steered_messages
+    )
     messages.extend(turn_items)
     return messages, turn_items
 

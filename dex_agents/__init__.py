@@ -16,10 +16,31 @@ type). Platform additions to the seed: the ``AGENT_CONFIG`` Attribute (AgentConf
 ``DeferredToolExecution.agent_config``, ``AgentSnapshot.last_turn_error`` and
 ``AgentSnapshot.queued_messages``, ``ToolPolicy.approval_deadline_seconds``, and the session
 observer (``AgentSessionOptions.observer``, ``AgentSessionChange``).
+
+Steer (platform addition, ``AgentSessionOptions.steering``; lifts the seed's limit "a running
+turn cannot be steered"): the ``STEERED_USER_MESSAGES`` Channel and ``STEERED_FOR_TURN``
+Attribute, the queue RPCs (``get_message_queue``, ``delete_queued_message``,
+``replace_queued_message``, ``steer_queued_message``), ``AgentUserMessage.plan_mode`` /
+``client_id`` / ``created_at``, ``AgentTurnContext.steered_messages``, the ``cancelled`` tool call
+status and the ``steer_applied`` event.
+
+Built-in tools (platform additions, ``AgentSessionOptions.durable_waits`` / ``user_input``):
+``durable_wait`` runs as a DurableWait Step on a Dex Timer (``PENDING_TIMER``);
+``request_user_input`` runs as an AwaitUserInput Step answered through ``answer_user_input``
+(``PENDING_USER_INPUT``, ``USER_INPUT_ANSWERS``, ``USER_INPUT_ANSWER``); ResumeTurn ends either
+early for a steered message (``BUILTIN_WAKEUPS``).
 """
 
+from dex_agents._builtin_tools import (
+    DURABLE_WAIT_TOOL,
+    REQUEST_USER_INPUT_TOOL,
+    BuiltinToolArgumentError,
+    durable_wait_definition,
+    request_user_input_definition,
+)
 from dex_agents._client import AgentSessionClient
 from dex_agents._contract import (
+    CANCELLED_BY_STEER_OUTPUT,
     AgentContractError,
     AgentFrameworkRunner,
     AgentTurnContext,
@@ -60,13 +81,20 @@ from dex_agents._persistence import (
     FRAMEWORK_RUN_STATE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
+    PENDING_TIMER,
+    PENDING_USER_INPUT,
     QUEUED_USER_MESSAGES,
+    STEERED_FOR_TURN,
+    STEERED_USER_MESSAGES,
     TOOL_CALL_RESULTS,
+    USER_INPUT_ANSWER,
+    USER_INPUT_ANSWERS,
 )
 from dex_agents._records import (
     AgentInterrupt,
     AgentInterruptResolution,
     AgentMessage,
+    AgentMessageQueue,
     AgentMessagesPage,
     AgentQueuedMessage,
     AgentSessionConfig,
@@ -79,20 +107,27 @@ from dex_agents._records import (
     AgentUserMessage,
     ListAgentMessagesRequest,
     MessageRole,
+    PendingTimer,
+    PendingUserInput,
+    QueuedMessageRequest,
+    ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolCallCompleted,
     ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    UserInputAnswer,
     idempotency_key,
     is_approval_required,
     message_sequence_key,
 )
 from dex_agents._steps import (
     AwaitToolApproval,
+    AwaitUserInput,
     AwaitUserMessage,
     CallSingleAttemptTool,
     CallTool,
+    DurableWait,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
     RecordTurnFailure,
@@ -108,13 +143,22 @@ __all__ = [
     "AGENT_STATE",
     "AGENT_TOOL_CALLS",
     "AGENT_USAGE",
+    "CANCELLED_BY_STEER_OUTPUT",
+    "DURABLE_WAIT_TOOL",
     "EXECUTE_COMPLETED_EVENT",
     "EXECUTE_FAILED_EVENT",
     "FRAMEWORK_RUN_STATE",
     "INTERRUPT_RESOLUTIONS",
     "PENDING_INTERRUPTS",
+    "PENDING_TIMER",
+    "PENDING_USER_INPUT",
     "QUEUED_USER_MESSAGES",
+    "REQUEST_USER_INPUT_TOOL",
+    "STEERED_FOR_TURN",
+    "STEERED_USER_MESSAGES",
     "TOOL_CALL_RESULTS",
+    "USER_INPUT_ANSWER",
+    "USER_INPUT_ANSWERS",
     "WAIT_FOR_COMPLETED_EVENT",
     "WAIT_FOR_FAILED_EVENT",
     "AgentContractError",
@@ -125,6 +169,7 @@ __all__ = [
     "AgentInterrupt",
     "AgentInterruptResolution",
     "AgentMessage",
+    "AgentMessageQueue",
     "AgentMessagesPage",
     "AgentQueuedMessage",
     "AgentSessionChange",
@@ -143,19 +188,26 @@ __all__ = [
     "AgentUsage",
     "AgentUserMessage",
     "AwaitToolApproval",
+    "AwaitUserInput",
     "AwaitUserMessage",
+    "BuiltinToolArgumentError",
     "CallSingleAttemptTool",
     "CallTool",
     "ClosedInterrupt",
     "DeferredToolCall",
     "DeferredToolExecution",
+    "DurableWait",
     "FrameworkMessage",
     "InterruptOutcome",
     "ListAgentMessagesRequest",
     "MessageRole",
+    "PendingTimer",
+    "PendingUserInput",
+    "QueuedMessageRequest",
     "RecordToolFailure",
     "RecordToolOutcomeUnknown",
     "RecordTurnFailure",
+    "ReplaceQueuedMessageRequest",
     "ResolveInterruptRequest",
     "ResumeTurn",
     "RunModel",
@@ -170,11 +222,14 @@ __all__ = [
     "ToolPolicy",
     "ToolPolicyResolver",
     "TurnCompleted",
+    "UserInputAnswer",
     "build_turn_failure_note",
     "describe_tool_call_outcome",
+    "durable_wait_definition",
     "idempotency_key",
     "interrupt_id_for",
     "is_approval_required",
     "message_sequence_key",
     "read_flow_step_history",
+    "request_user_input_definition",
 ]

@@ -10,13 +10,17 @@ from dex import AsyncClient, RpcLockConflictError
 
 from dex_agents._flow import AgentSessionFlow
 from dex_agents._records import (
+    AgentMessageQueue,
     AgentMessagesPage,
     AgentSessionStartInput,
     AgentSnapshot,
     AgentUserMessage,
     ListAgentMessagesRequest,
+    QueuedMessageRequest,
+    ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolPolicy,
+    UserInputAnswer,
 )
 
 #: How long ``resolve_interrupt`` retries ``RpcLockConflictError`` (seed "RPCs").
@@ -62,10 +66,91 @@ class AgentSessionClient:
             ),
         )
 
-    async def send_user_message(self, session_id: str, text: str) -> bool:
-        """Queue a user message; ``False`` for blank text."""
+    async def send_user_message(
+        self, session_id: str, text: str, *, plan_mode: bool = False, client_id: str = ""
+    ) -> bool:
+        """Queue a user message; ``False`` for blank text.
+
+        ``plan_mode`` and ``client_id`` are platform additions (``AgentUserMessage``).
+        """
         result: bool = await self.client.invoke_rpc(
-            self.flow.send_user_message, session_id, AgentUserMessage(text=text)
+            self.flow.send_user_message,
+            session_id,
+            AgentUserMessage(text=text, plan_mode=plan_mode, client_id=client_id),
+        )
+        return result
+
+    async def answer_user_input(self, session_id: str, tool_call_id: str, answer: str) -> bool:
+        """Platform addition: answer the open question of ``request_user_input`` call
+        ``tool_call_id``; ``False`` when it is not open or ``answer`` is blank.
+
+        Retries ``RpcLockConflictError`` (AwaitUserInput deciding) for 5 seconds.
+        """
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + LOCK_CONFLICT_RETRY_SECONDS
+        while True:
+            try:
+                result: bool = await self.client.invoke_rpc(
+                    self.flow.answer_user_input, session_id, UserInputAnswer(tool_call_id, answer)
+                )
+                return result
+            except RpcLockConflictError:
+                if loop.time() >= give_up_at:
+                    raise
+                await asyncio.sleep(_LOCK_CONFLICT_PAUSE_SECONDS)
+
+    async def get_message_queue(self, session_id: str) -> AgentMessageQueue:
+        """Platform addition: the queued and steered messages, read in one RPC."""
+        queue: AgentMessageQueue = await self.client.invoke_rpc(
+            self.flow.get_message_queue, session_id
+        )
+        return queue
+
+    async def delete_queued_message(self, session_id: str, message_id: str) -> bool:
+        """Platform addition: delete a pending queued message by Channel message ID or
+        ``client_id``; ``False`` when it is not pending.
+
+        Raises:
+            ChannelMessageNotFoundError: A Step consumed it while the RPC ran (nothing changed).
+        """
+        result: bool = await self.client.invoke_rpc(
+            self.flow.delete_queued_message, session_id, QueuedMessageRequest(message_id)
+        )
+        return result
+
+    async def replace_queued_message(
+        self,
+        session_id: str,
+        message_id: str,
+        text: str,
+        *,
+        plan_mode: bool = False,
+        client_id: str = "",
+    ) -> bool:
+        """Platform addition (Edit): remove a pending message and queue ``text`` at the tail, in
+        one commit; ``False`` when it is not pending or ``text`` is blank.
+
+        Raises:
+            ChannelMessageNotFoundError: A Step consumed it while the RPC ran (nothing changed).
+        """
+        request = ReplaceQueuedMessageRequest(
+            message_id,
+            AgentUserMessage(text=text, plan_mode=plan_mode, client_id=client_id),
+        )
+        result: bool = await self.client.invoke_rpc(
+            self.flow.replace_queued_message, session_id, request
+        )
+        return result
+
+    async def steer_queued_message(self, session_id: str, message_id: str) -> bool:
+        """Platform addition (Steer): move a pending queued message to the steered queue;
+        ``False`` when it is not pending or the session does not steer.
+
+        Raises:
+            ChannelMessageNotFoundError: A Step consumed it while the RPC ran (nothing changed).
+        """
+        result: bool = await self.client.invoke_rpc(
+            self.flow.steer_queued_message, session_id, QueuedMessageRequest(message_id)
         )
         return result
 

@@ -23,6 +23,12 @@ from dex_agents._records import (
 
 Heartbeat = Callable[[], Awaitable[None]]
 
+#: The model-visible result of a tool call a steered user message superseded before it started
+#: (platform addition; the AI Agent's tool-result vocabulary).
+CANCELLED_BY_STEER_OUTPUT = (
+    '{"status": "cancelled", "reason": "superseded_by_steered_user_message"}'
+)
+
 
 class AgentContractError(ValueError):
     """A runner broke the contract (bad role, run state or tool call ID); fails the Step."""
@@ -142,6 +148,12 @@ class AgentTurnContext:
         tool_calls: This turn's records by tool call ID; all final when ``RunModel`` runs.
         events: Writer bound to this turn, Step execution and attempt.
         agent_config: Platform addition: the session's agent definition snapshot, or ``None``.
+        steered_messages: Platform addition (Steer, ``AgentSessionOptions.steering``): user
+            messages built with ``build_user_message`` that this model call must see after the
+            tool results of the restored run state (or after the turn's user message on its
+            first call), in order. A runner that supports steering appends them to its input
+            and keeps them in its run state and ``TurnCompleted.new_messages``; the session
+            gives each one to exactly one successful model call.
     """
 
     flow_id: str
@@ -154,6 +166,7 @@ class AgentTurnContext:
     policies: ToolPolicyResolver
     heartbeat_callback: Heartbeat
     agent_config: dict[str, Any] | None = None
+    steered_messages: Sequence[FrameworkMessage] = ()
 
     @property
     def is_resuming(self) -> bool:
@@ -226,7 +239,8 @@ def describe_tool_call_outcome(record: AgentToolCall) -> str:
     """The model-visible text for a final tool call record.
 
     ``succeeded`` renders the output; ``failed``, ``rejected`` and ``outcome_unknown`` render a
-    sentence with the error or rejection message.
+    sentence with the error or rejection message; ``cancelled`` (Steer) renders its structured
+    result, ``{"status": "cancelled", "reason": "superseded_by_steered_user_message"}``.
 
     Raises:
         ValueError: If the record is not final.
@@ -238,6 +252,8 @@ def describe_tool_call_outcome(record: AgentToolCall) -> str:
     if record.status is ToolCallStatus.REJECTED:
         reason = record.rejection_message or "no reason given"
         return f"Tool call was rejected and did not run: {reason}"
+    if record.status is ToolCallStatus.CANCELLED:
+        return record.output or CANCELLED_BY_STEER_OUTPUT
     if record.status is ToolCallStatus.OUTCOME_UNKNOWN:
         detail = record.error or "the call was interrupted"
         return f"Tool call outcome is unknown ({detail}); it may or may not have taken effect."

@@ -40,6 +40,19 @@ class AgentEventType(StrEnum):
     - ``tool_log``: ``tool_call_id``, ``tool_name``, ``level`` (MCP logging level), ``data``
       (any JSON), from MCP ``notifications/message``.
 
+    Platform addition written by a Step when a session has ``AgentSessionOptions.steering``:
+
+    - ``steer_applied``: ``message_count`` (int, steered messages the turn took),
+      ``withdrawn_interrupt_ids`` (list of str, approvals the steer withdrew).
+
+    Platform additions written by Steps of a session with built-in tools
+    (``AgentSessionOptions.durable_waits`` / ``user_input``):
+
+    - ``durable_wait_started``: ``tool_call_id``, ``fires_at`` (ISO-8601 UTC),
+      ``duration_seconds`` (int), ``reason`` (str);
+    - ``user_input_requested``: ``tool_call_id``, ``prompt`` (str), ``choices`` (list of str);
+    - ``user_input_answered``: ``tool_call_id``.
+
     Platform additions written by an application through its Dex client, not by a Step (their
     ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
     viewer hears of changes no Step reports:
@@ -58,6 +71,10 @@ class AgentEventType(StrEnum):
     TOOL_CALL_DEFERRED = "tool_call_deferred"
     INTERRUPT_RAISED = "interrupt_raised"
     INTERRUPT_RESOLVED = "interrupt_resolved"
+    STEER_APPLIED = "steer_applied"
+    DURABLE_WAIT_STARTED = "durable_wait_started"
+    USER_INPUT_REQUESTED = "user_input_requested"
+    USER_INPUT_ANSWERED = "user_input_answered"
     USAGE_RECORDED = "usage_recorded"
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"

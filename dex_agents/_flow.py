@@ -6,11 +6,20 @@ The Flow ID is the session ID. The session never completes by itself; stop it wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
-from dex import Context, Flow, PersistenceSchema, RPCResult, StepList, Stream, rpc
+from dex import (
+    ChannelMessage,
+    Context,
+    Flow,
+    PersistenceSchema,
+    RPCResult,
+    StepList,
+    Stream,
+    rpc,
+)
 
 from dex_agents._contract import AgentFrameworkRunner
 from dex_agents._events import AgentEvent
@@ -22,12 +31,18 @@ from dex_agents._persistence import (
     AGENT_USAGE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
+    PENDING_TIMER,
+    PENDING_USER_INPUT,
     QUEUED_USER_MESSAGES,
     SHARED_DEFINITIONS,
+    STEERED_FOR_TURN,
+    STEERED_USER_MESSAGES,
+    USER_INPUT_ANSWERS,
 )
 from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
+    AgentMessageQueue,
     AgentMessagesPage,
     AgentQueuedMessage,
     AgentSessionStartInput,
@@ -35,15 +50,20 @@ from dex_agents._records import (
     AgentUsage,
     AgentUserMessage,
     ListAgentMessagesRequest,
+    QueuedMessageRequest,
+    ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolEffect,
     ToolPolicy,
+    UserInputAnswer,
 )
 from dex_agents._steps import (
     AwaitToolApproval,
+    AwaitUserInput,
     AwaitUserMessage,
     CallSingleAttemptTool,
     CallTool,
+    DurableWait,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
     RecordTurnFailure,
@@ -74,6 +94,20 @@ class AgentSessionOptions:
             ``approval_deadline_seconds`` overrides it per tool (platform addition).
         observer: Platform addition: awaited with an ``AgentSessionChange`` by every Step that
             changes the status or the pending interrupts (``dex_agents._observer``).
+        steering: Platform addition that lifts the seed's limit "a running turn cannot be
+            steered": ``steer_queued_message`` moves a queued message to
+            ``STEERED_USER_MESSAGES`` and the running turn applies it at its next safe boundary
+            (before a model call, before a tool call starts, while tool results or an approval
+            are awaited). Calls that have not started end ``cancelled``, pending approvals are
+            withdrawn, running calls finish, and the next model call sees the steered message
+            after every call's result (``AgentTurnContext.steered_messages``; the runner must
+            support it). Without it ``steer_queued_message`` returns ``False``.
+        durable_waits: Platform addition: the session runs ``durable_wait`` calls itself
+            (``dex_agents.DURABLE_WAIT_TOOL``; a DurableWait Step on a Dex Timer) instead of
+            handing them to the runner. The runner offers the tool to its model.
+        user_input: Platform addition: the session runs ``request_user_input`` calls itself
+            (an AwaitUserInput Step answered through ``answer_user_input``); the response's
+            other calls are cancelled.
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
@@ -81,6 +115,9 @@ class AgentSessionOptions:
     agent_events_capacity_bytes: int = 10 * 1024 * 1024
     interrupt_deadline: timedelta | None = None
     observer: AgentSessionObserver | None = None
+    steering: bool = False
+    durable_waits: bool = False
+    user_input: bool = False
 
 
 class AgentSessionFlow(Flow[AgentSessionStartInput]):
@@ -124,6 +161,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             RecordToolOutcomeUnknown(self),
             ResumeTurn(self),
             RecordTurnFailure(self),
+            DurableWait(self),
+            AwaitUserInput(self),
         )
 
     def get_persistence_schema(self) -> PersistenceSchema:
@@ -131,10 +170,93 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
 
     @rpc(is_transactional=True)
     def send_user_message(self, context: Context, message: AgentUserMessage) -> RPCResult[bool]:
-        """Queue a user message for the next turn; ``False`` for blank text."""
+        """Queue a user message for the next turn; ``False`` for blank text.
+
+        Platform addition: ``created_at`` is set to the Worker clock when the sender left it
+        empty.
+        """
         if not message.text.strip():
             return RPCResult(False)
-        QUEUED_USER_MESSAGES.publish(context, message)
+        QUEUED_USER_MESSAGES.publish(context, _stamped(message))
+        return RPCResult(True)
+
+    @rpc(lock_attributes=(PENDING_USER_INPUT.lock(),))
+    def answer_user_input(self, context: Context, answer: UserInputAnswer) -> RPCResult[bool]:
+        """Platform addition: answer the open ``request_user_input`` question.
+
+        Locks PendingUserInput; ``False`` when no question with that call ID is open or the
+        answer is blank. Otherwise removes the question and publishes the answer in one commit.
+        """
+        pending = PENDING_USER_INPUT.get(context)
+        if pending is None or pending.tool_call_id != answer.tool_call_id:
+            return RPCResult(False)
+        if not answer.answer.strip():
+            return RPCResult(False)
+        PENDING_USER_INPUT.delete(context)
+        USER_INPUT_ANSWERS.publish(context, f"{pending.turn_id}.{pending.tool_call_id}", answer)
+        return RPCResult(True)
+
+    @rpc(load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES))
+    def get_message_queue(self, context: Context) -> RPCResult[AgentMessageQueue]:
+        """Platform addition: both queues, oldest first, from one invocation (read-only)."""
+        return RPCResult(
+            AgentMessageQueue(
+                queued=_queued(QUEUED_USER_MESSAGES.pending_messages(context)),
+                steered=_steered(context),
+            )
+        )
+
+    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES,))
+    def delete_queued_message(
+        self, context: Context, request: QueuedMessageRequest
+    ) -> RPCResult[bool]:
+        """Platform addition: delete a message still pending in QueuedUserMessages.
+
+        ``False`` when it is not pending. Transactional: if a Step consumes it before this
+        commits, Dex rejects the RPC (``ChannelMessageNotFoundError``) and nothing changes.
+        """
+        pending = _find_queued(context, request.message_id)
+        if pending is None:
+            return RPCResult(False)
+        QUEUED_USER_MESSAGES.delete(context, pending.message_id)
+        return RPCResult(True)
+
+    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES,))
+    def replace_queued_message(
+        self, context: Context, request: ReplaceQueuedMessageRequest
+    ) -> RPCResult[bool]:
+        """Platform addition (Edit): remove a pending message and append ``request.message`` at
+        the tail, in one commit.
+
+        ``False`` when the old message is not pending or the new text is blank; a message
+        consumed before the commit fails the RPC (``ChannelMessageNotFoundError``) and nothing
+        changes.
+        """
+        pending = _find_queued(context, request.message_id)
+        if pending is None or not request.message.text.strip():
+            return RPCResult(False)
+        QUEUED_USER_MESSAGES.delete(context, pending.message_id)
+        QUEUED_USER_MESSAGES.publish(context, _stamped(request.message))
+        return RPCResult(True)
+
+    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES,))
+    def steer_queued_message(
+        self, context: Context, request: QueuedMessageRequest
+    ) -> RPCResult[bool]:
+        """Platform addition (Steer): move a pending message to SteeredUserMessages.
+
+        Loads QueuedUserMessages, finds the value, deletes it and publishes it to
+        SteeredUserMessages in one commit; ``False`` when it is not pending or the session does
+        not steer (``AgentSessionOptions.steering``). A message consumed before the commit
+        fails the RPC (``ChannelMessageNotFoundError``) and neither effect commits.
+        """
+        if not self.options.steering:
+            return RPCResult(False)
+        pending = _find_queued(context, request.message_id)
+        if pending is None:
+            return RPCResult(False)
+        QUEUED_USER_MESSAGES.delete(context, pending.message_id)
+        STEERED_USER_MESSAGES.publish(context, pending.value)
         return RPCResult(True)
 
     @rpc(lock_attributes=(PENDING_INTERRUPTS.lock(),))
@@ -169,7 +291,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
 
     @rpc(
         load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
-        load_channels=(QUEUED_USER_MESSAGES,),
+        load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES),
     )
     def get_agent_snapshot(self, context: Context) -> RPCResult[AgentSnapshot]:
         """State, last 200 messages, pending interrupts, the active turn's tool calls, usage and
@@ -193,10 +315,10 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 usage=AGENT_USAGE.get(context) or AgentUsage(),
                 queued_message_count=QUEUED_USER_MESSAGES.size(context),
                 last_turn_error=state.last_turn_error if state is not None else None,
-                queued_messages=[
-                    AgentQueuedMessage(message_id=item.message_id, text=item.value.text)
-                    for item in QUEUED_USER_MESSAGES.pending_messages(context)
-                ],
+                queued_messages=_queued(QUEUED_USER_MESSAGES.pending_messages(context)),
+                steered_messages=_steered(context),
+                pending_timer=PENDING_TIMER.get(context),
+                pending_input=PENDING_USER_INPUT.get(context),
             )
         )
 
@@ -213,3 +335,41 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         ]
         messages: list[AgentMessage] = [AGENT_MESSAGES.get(context, key) for key in keys[:limit]]
         return RPCResult(AgentMessagesPage(messages=messages, has_more=len(keys) > limit))
+
+
+def _stamped(message: AgentUserMessage) -> AgentUserMessage:
+    return message if message.created_at is not None else replace(message, created_at=_now())
+
+
+def _queued_entry(message_id: str, value: AgentUserMessage) -> AgentQueuedMessage:
+    return AgentQueuedMessage(
+        message_id=message_id,
+        text=value.text,
+        plan_mode=value.plan_mode,
+        created_at=value.created_at,
+        client_id=value.client_id,
+    )
+
+
+def _queued(pending: Sequence[ChannelMessage[AgentUserMessage]]) -> list[AgentQueuedMessage]:
+    return [_queued_entry(item.message_id, item.value) for item in pending]
+
+
+def _steered(context: Context) -> list[AgentQueuedMessage]:
+    """Steered messages a Step took but no model call saw yet, then those still pending."""
+    taken = [_queued_entry(item.client_id, item) for item in STEERED_FOR_TURN.get(context) or []]
+    return taken + _queued(STEERED_USER_MESSAGES.pending_messages(context))
+
+
+def _find_queued(context: Context, message_id: str) -> ChannelMessage[AgentUserMessage] | None:
+    """The pending queued message whose Channel message ID or ``client_id`` is ``message_id``."""
+    if not message_id:
+        return None
+    return next(
+        (
+            item
+            for item in QUEUED_USER_MESSAGES.pending_messages(context)
+            if message_id in (item.message_id, item.value.client_id)
+        ),
+        None,
+    )

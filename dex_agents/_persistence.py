@@ -19,7 +19,10 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    PendingTimer,
+    PendingUserInput,
     ToolCallCompleted,
+    UserInputAnswer,
 )
 
 #: ``AgentState`` Attribute.
@@ -40,6 +43,27 @@ AGENT_USAGE: Attribute[AgentUsage] = Attribute("AGENT_USAGE", AgentUsage)
 AGENT_CONFIG: Attribute[AgentSessionConfig] = Attribute("AGENT_CONFIG", AgentSessionConfig)
 #: ``QueuedUserMessages`` Channel.
 QUEUED_USER_MESSAGES: Channel[AgentUserMessage] = Channel("QUEUED_USER_MESSAGES", AgentUserMessage)
+#: ``SteeredUserMessages`` Channel (platform addition, Steer): messages the running turn applies
+#: at its next safe boundary.
+STEERED_USER_MESSAGES: Channel[AgentUserMessage] = Channel(
+    "STEERED_USER_MESSAGES", AgentUserMessage
+)
+#: Steered messages a Step took from ``STEERED_USER_MESSAGES`` that the next model call of the
+#: turn has not been given yet (platform addition, Steer).
+STEERED_FOR_TURN: Attribute[list[AgentUserMessage]] = Attribute(
+    "STEERED_FOR_TURN", cast(type[list[AgentUserMessage]], list[AgentUserMessage])
+)
+#: The turn's running ``durable_wait`` (platform addition).
+PENDING_TIMER: Attribute[PendingTimer] = Attribute("PENDING_TIMER", PendingTimer)
+#: The turn's open ``request_user_input`` question (platform addition).
+PENDING_USER_INPUT: Attribute[PendingUserInput] = Attribute("PENDING_USER_INPUT", PendingUserInput)
+#: The answer to the turn's question, kept until the next model call sees it (platform addition).
+USER_INPUT_ANSWER: Attribute[AgentUserMessage] = Attribute("USER_INPUT_ANSWER", AgentUserMessage)
+#: Answers of ``answer_user_input``, keyed by tool call ID (platform addition).
+USER_INPUT_ANSWERS: ChannelMap[UserInputAnswer] = ChannelMap("USER_INPUT_ANSWERS", UserInputAnswer)
+#: Wake-ups ResumeTurn sends a ``durable_wait`` or ``request_user_input`` Step when a steered
+#: message supersedes it, keyed by tool call ID (platform addition, internal).
+BUILTIN_WAKEUPS: ChannelMap[str] = ChannelMap("BUILTIN_WAKEUPS", str)
 #: ``InterruptResolutions`` ChannelMap keyed by interrupt ID.
 INTERRUPT_RESOLUTIONS: ChannelMap[AgentInterruptResolution] = ChannelMap(
     "INTERRUPT_RESOLUTIONS", AgentInterruptResolution
@@ -59,4 +83,11 @@ SHARED_DEFINITIONS = (
     QUEUED_USER_MESSAGES,
     INTERRUPT_RESOLUTIONS,
     TOOL_CALL_RESULTS,
+    STEERED_USER_MESSAGES,
+    STEERED_FOR_TURN,
+    PENDING_TIMER,
+    PENDING_USER_INPUT,
+    USER_INPUT_ANSWER,
+    USER_INPUT_ANSWERS,
+    BUILTIN_WAKEUPS,
 )

@@ -67,7 +67,9 @@ class ToolCallStatus(StrEnum):
     """Lifecycle of one ``AgentToolCall`` record.
 
     ``pending`` (runs without approval), ``awaiting_approval`` and ``approved`` are open;
-    ``succeeded``, ``failed``, ``rejected`` and ``outcome_unknown`` are final.
+    ``succeeded``, ``failed``, ``rejected``, ``outcome_unknown`` and ``cancelled`` are final.
+    ``cancelled`` (platform addition, Steer) marks a call that never started because a steered
+    user message superseded it; its ``output`` is the structured result the model sees.
     """
 
     PENDING = "pending"
@@ -77,6 +79,7 @@ class ToolCallStatus(StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     OUTCOME_UNKNOWN = "outcome_unknown"
+    CANCELLED = "cancelled"
 
     @property
     def is_final(self) -> bool:
@@ -90,6 +93,7 @@ _FINAL_STATUSES = frozenset(
         ToolCallStatus.FAILED,
         ToolCallStatus.REJECTED,
         ToolCallStatus.OUTCOME_UNKNOWN,
+        ToolCallStatus.CANCELLED,
     }
 )
 
@@ -266,18 +270,39 @@ class AgentInterrupt:
 
 @dataclass(frozen=True)
 class AgentUserMessage:
-    """Input of ``send_user_message`` and value of ``QUEUED_USER_MESSAGES``."""
+    """Input of ``send_user_message``; value of ``QUEUED_USER_MESSAGES`` and (platform addition)
+    ``STEERED_USER_MESSAGES``.
+
+    Attributes:
+        text: The message text.
+        plan_mode: Platform addition: ask the agent for a plan instead of executing.
+        client_id: Platform addition: an ID the sender chose (empty when it chose none); the
+            queue RPCs find a message by its Channel message ID or by this ID.
+        created_at: Platform addition: when ``send_user_message`` accepted it (UTC, Worker
+            clock); ``None`` for messages queued before this field existed.
+    """
 
     text: str
+    plan_mode: bool = False
+    client_id: str = ""
+    created_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "created_at", _coerce_datetime(self.created_at))
 
 
 @dataclass(frozen=True)
 class AgentInterruptResolution:
-    """Value of ``INTERRUPT_RESOLUTIONS``; ``rejection_message`` is ``None`` on approval."""
+    """Value of ``INTERRUPT_RESOLUTIONS``; ``rejection_message`` is ``None`` on approval.
+
+    ``superseded`` (platform addition, Steer): the session withdrew the interrupt because a
+    steered user message superseded its tool call; the call ends ``cancelled``.
+    """
 
     interrupt_id: str
     approved: bool
     rejection_message: str | None = None
+    superseded: bool = False
 
 
 @dataclass(frozen=True)
@@ -318,15 +343,127 @@ class AgentMessagesPage:
 
 @dataclass(frozen=True)
 class AgentQueuedMessage:
-    """Platform addition: one user message still waiting in ``QUEUED_USER_MESSAGES``.
+    """Platform addition: one user message still waiting in ``QUEUED_USER_MESSAGES`` or
+    ``STEERED_USER_MESSAGES`` (or steered and taken by the turn, not yet given to the model).
 
     Attributes:
-        message_id: The Channel message ID Dex assigned (UUIDv7); valid while it is pending.
+        message_id: The Channel message ID Dex assigned (UUIDv7) while it is pending; for a
+            steered message the turn already took, its ``client_id``.
         text: The message text.
+        plan_mode: As sent.
+        created_at: When it was accepted, or ``None``.
+        client_id: The sender's own ID, or empty.
     """
 
     message_id: str
     text: str
+    plan_mode: bool = False
+    created_at: datetime | None = None
+    client_id: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "created_at", _coerce_datetime(self.created_at))
+
+
+@dataclass(frozen=True)
+class AgentMessageQueue:
+    """Output of ``get_message_queue`` (platform addition): both queues, oldest first, read in
+    one RPC invocation.
+
+    Attributes:
+        queued: Messages waiting for a later turn; editable, deletable and steerable.
+        steered: Messages that will be applied at the running turn's next safe boundary.
+    """
+
+    queued: list[AgentQueuedMessage] = field(default_factory=list)
+    steered: list[AgentQueuedMessage] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "queued", [_coerce(item, AgentQueuedMessage) for item in self.queued]
+        )
+        object.__setattr__(
+            self, "steered", [_coerce(item, AgentQueuedMessage) for item in self.steered]
+        )
+
+
+@dataclass(frozen=True)
+class PendingTimer:
+    """``PENDING_TIMER`` (platform addition, ``durable_wait``): the turn's running durable wait.
+
+    Attributes:
+        tool_call_id: The ``durable_wait`` call.
+        fires_at: When the wait ends (UTC; Worker clock when the call was deferred).
+        duration_seconds: The requested duration in whole seconds.
+        reason: Why the agent waits, as it said.
+        turn_id: The turn it belongs to.
+    """
+
+    tool_call_id: str
+    fires_at: datetime
+    duration_seconds: int
+    reason: str
+    turn_id: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fires_at", _coerce_datetime(self.fires_at))
+
+
+@dataclass(frozen=True)
+class PendingUserInput:
+    """``PENDING_USER_INPUT`` (platform addition, ``request_user_input``): the open question.
+
+    Attributes:
+        tool_call_id: The ``request_user_input`` call; ``answer_user_input`` names it.
+        prompt: The question.
+        choices: Suggested answers (2 to 8 distinct strings), or empty for free text.
+        turn_id: The turn it belongs to.
+    """
+
+    tool_call_id: str
+    prompt: str
+    choices: list[str]
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class UserInputAnswer:
+    """Input of ``answer_user_input`` and value of ``USER_INPUT_ANSWERS`` (platform addition).
+
+    Attributes:
+        tool_call_id: The pending question's call ID.
+        answer: The user's answer (non-blank).
+    """
+
+    tool_call_id: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class QueuedMessageRequest:
+    """Input of ``delete_queued_message`` and ``steer_queued_message`` (platform addition).
+
+    Attributes:
+        message_id: A Channel message ID or a sender's ``client_id``.
+    """
+
+    message_id: str
+
+
+@dataclass(frozen=True)
+class ReplaceQueuedMessageRequest:
+    """Input of ``replace_queued_message`` (platform addition).
+
+    Attributes:
+        message_id: The queued message to remove (Channel message ID or ``client_id``).
+        message: The message appended at the tail in its place.
+    """
+
+    message_id: str
+    message: AgentUserMessage
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", _coerce(self.message, AgentUserMessage))
 
 
 @dataclass(frozen=True)
@@ -343,6 +480,9 @@ class AgentSnapshot:
         last_turn_error: Platform addition: ``state.last_turn_error`` repeated for REST clients.
         queued_messages: Platform addition: the queued messages themselves, oldest first, so a
             UI can show what waits for the current turn.
+        steered_messages: Platform addition: steered messages not yet given to the model.
+        pending_timer: Platform addition: the running ``durable_wait``, or ``None``.
+        pending_input: Platform addition: the open ``request_user_input`` question, or ``None``.
     """
 
     state: AgentState | None
@@ -353,8 +493,15 @@ class AgentSnapshot:
     queued_message_count: int
     last_turn_error: str | None = None
     queued_messages: list[AgentQueuedMessage] = field(default_factory=list)
+    steered_messages: list[AgentQueuedMessage] = field(default_factory=list)
+    pending_timer: PendingTimer | None = None
+    pending_input: PendingUserInput | None = None
 
     def __post_init__(self) -> None:
+        if self.pending_timer is not None:
+            object.__setattr__(self, "pending_timer", _coerce(self.pending_timer, PendingTimer))
+        if self.pending_input is not None:
+            object.__setattr__(self, "pending_input", _coerce(self.pending_input, PendingUserInput))
         if self.state is not None:
             object.__setattr__(self, "state", _coerce(self.state, AgentState))
 

@@ -30,7 +30,19 @@ from dex import (
     go_to_many,
 )
 
+from dex_agents._builtin_tools import (
+    CANCELLED_BY_USER_INPUT_OUTPUT,
+    DURABLE_WAIT_TOOL,
+    REQUEST_USER_INPUT_TOOL,
+    WAIT_INTERRUPTED_OUTPUT,
+    BuiltinToolArgumentError,
+    parse_durable_wait,
+    parse_user_input,
+    wait_completed_output,
+    waiting_for_user_output,
+)
 from dex_agents._contract import (
+    CANCELLED_BY_STEER_OUTPUT,
     AgentContractError,
     AgentTurnContext,
     DeferredToolExecution,
@@ -57,14 +69,22 @@ from dex_agents._persistence import (
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    BUILTIN_WAKEUPS,
     FRAMEWORK_RUN_STATE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
+    PENDING_TIMER,
+    PENDING_USER_INPUT,
     QUEUED_USER_MESSAGES,
+    STEERED_FOR_TURN,
+    STEERED_USER_MESSAGES,
     TOOL_CALL_RESULTS,
+    USER_INPUT_ANSWER,
+    USER_INPUT_ANSWERS,
 )
 from dex_agents._records import (
     AgentInterrupt,
+    AgentInterruptResolution,
     AgentMessage,
     AgentSessionConfig,
     AgentSessionStartInput,
@@ -72,7 +92,10 @@ from dex_agents._records import (
     AgentStatus,
     AgentToolCall,
     AgentUsage,
+    AgentUserMessage,
     MessageRole,
+    PendingTimer,
+    PendingUserInput,
     ToolCallCompleted,
     ToolCallStatus,
     ToolEffect,
@@ -180,6 +203,24 @@ def _config(context: AsyncContext) -> AgentSessionConfig:
     return AGENT_CONFIG.get(context) or AgentSessionConfig()
 
 
+#: How many steered messages one Step takes at most (all of them, in practice).
+STEER_DRAIN_LIMIT = 1000
+#: The rejection message of an approval a steered user message withdrew.
+SUPERSEDED_BY_STEER_MESSAGE = "Withdrawn: a steered user message superseded this tool call."
+
+
+def _steer_pending(flow: AgentSessionFlow, context: AsyncContext) -> bool:
+    """True when the session steers and a steered message waits to reach the model (platform
+    addition): one still in ``STEERED_USER_MESSAGES``, or one a Step already took."""
+    if not flow.options.steering:
+        return False
+    return STEERED_USER_MESSAGES.size(context) > 0 or bool(STEERED_FOR_TURN.get(context))
+
+
+def _steered_condition() -> Any:
+    return STEERED_USER_MESSAGES.for_range(at_least=1, at_most=STEER_DRAIN_LIMIT)
+
+
 # --- movement options -------------------------------------------------------------------------
 
 
@@ -275,6 +316,53 @@ RUN_MODEL_OPTIONS = _sync_options(
     execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
 )
 RESUME_TURN_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALLS,))
+#: ResumeTurn of a steering session: it may withdraw approvals, so it locks PendingInterrupts.
+STEERING_RESUME_TURN_OPTIONS = _sync_options(
+    execute_load_attribute_maps=(AGENT_TOOL_CALLS,),
+    execute_lock_attributes=(PENDING_INTERRUPTS.lock(),),
+)
+
+
+def _resume_movement(flow: AgentSessionFlow, count: int) -> StepMovement[int]:
+    options = STEERING_RESUME_TURN_OPTIONS if flow.options.steering else RESUME_TURN_OPTIONS
+    return StepMovement.of(ResumeTurn, count, options=options)
+
+
+# --- built-in tools (platform addition) --------------------------------------------------------
+
+#: ``condition_id`` of DurableWait's Timer.
+DURABLE_WAIT_TIMER_ID = "durable-wait"
+
+
+def _first_question(outcome: ToolCallsRequested) -> tuple[str, str, list[str]] | None:
+    """``(tool_call_id, prompt, choices)`` of the response's first valid ``request_user_input``
+    call, or ``None``."""
+    for call in outcome.tool_calls:
+        if call.tool_name != REQUEST_USER_INPUT_TOOL:
+            continue
+        try:
+            prompt, choices = parse_user_input(call.arguments)
+        except BuiltinToolArgumentError:
+            continue
+        return call.tool_call_id, prompt, choices
+    return None
+
+
+def _builtin_error(parse: Callable[[str], object], arguments: str) -> str:
+    try:
+        parse(arguments)
+    except BuiltinToolArgumentError as error:
+        return str(error)
+    return "invalid arguments"
+
+
+def _builtin_options(tool_call_id: str, *locked: Any) -> StepOptions:
+    return _sync_options(execute_lock_attributes=locked, **_record_load(tool_call_id))
+
+
+def _builtin_movement(step: type[Step[str]], tool_call_id: str) -> StepMovement[str]:
+    locked = (PENDING_USER_INPUT.lock(),) if step is AwaitUserInput else ()
+    return StepMovement.of(step, tool_call_id, options=_builtin_options(tool_call_id, *locked))
 
 
 # --- shared Step logic ------------------------------------------------------------------------
@@ -310,13 +398,18 @@ async def _start_turn(
     return go_to(RunModel, None)
 
 
+def _publish_final(context: AsyncContext, events: AgentEventWriter, record: AgentToolCall) -> None:
+    """Store a final record and publish its one ToolCallResults message."""
+    AGENT_TOOL_CALLS.set(context, record.tool_call_id, record)
+    TOOL_CALL_RESULTS.publish(context, ToolCallCompleted(record.tool_call_id, record.status))
+    events.write_tool_call_finished(record.tool_call_id, record.tool_name, record.status)
+
+
 def _finish_tool_call(
     context: AsyncContext, events: AgentEventWriter, record: AgentToolCall
 ) -> StepDecision:
     """Store a final record, publish its one ToolCallResults message, and end the path."""
-    AGENT_TOOL_CALLS.set(context, record.tool_call_id, record)
-    TOOL_CALL_RESULTS.publish(context, ToolCallCompleted(record.tool_call_id, record.status))
-    events.write_tool_call_finished(record.tool_call_id, record.tool_name, record.status)
+    _publish_final(context, events, record)
     return dead_end()
 
 
@@ -336,6 +429,13 @@ async def _run_tool(
         return dead_end()
     events = AgentEventWriter(flow.agent_events, context, record.turn_id)
     try:
+        if context.attempt == 1 and _steer_pending(flow, context):
+            # A safe boundary (platform addition, Steer): the call has not started, so it ends
+            # with a structured cancelled result instead of running.
+            cancelled = replace(
+                record, status=ToolCallStatus.CANCELLED, output=CANCELLED_BY_STEER_OUTPUT
+            )
+            return _finish_tool_call(context, events, cancelled)
         events.write_tool_call_started(record.tool_call_id, record.tool_name)
         await context.heartbeat()
         call = DeferredToolExecution(
@@ -437,11 +537,21 @@ class AwaitUserMessage(_SessionStep, Step[None]):
         return _sync_options()
 
     async def wait_for(self, context: AsyncContext, input: None) -> Wait:  # type: ignore[override]
+        if self._flow.options.steering:
+            # Steered messages first: one that arrives between turns is simply the next turn.
+            return Wait.any_of(_steered_condition(), QUEUED_USER_MESSAGES.for_one())
         return Wait.until(QUEUED_USER_MESSAGES.for_one())
 
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
-        messages = QUEUED_USER_MESSAGES.results(context)
         state = AGENT_STATE.get(context) or AgentState(AgentStatus.WAITING_FOR_USER_MESSAGE)
+        if self._flow.options.steering:
+            steered = [m for m in STEERED_USER_MESSAGES.results(context) if m.text.strip()]
+            if steered:
+                # The first starts the turn; the rest reach its first model call after it.
+                if len(steered) > 1:
+                    STEERED_FOR_TURN.set(context, steered[1:])
+                return await _start_turn(self._flow, context, state, steered[0].text)
+        messages = QUEUED_USER_MESSAGES.results(context)
         if not messages or not messages[0].text.strip():
             return go_to(AwaitUserMessage, None)
         return await _start_turn(self._flow, context, state, messages[0].text)
@@ -465,6 +575,14 @@ class RunModel(_SessionStep, Step[None]):
         if state is None or state.turn_id is None:
             return go_to(AwaitUserMessage, None)
         turn_id = state.turn_id
+        if flow.options.steering and STEERED_USER_MESSAGES.size(context) > 0:
+            # A safe boundary before the model call: ResumeTurn takes the steered messages
+            # (durably) and comes straight back here.
+            return go_to_many(_resume_movement(flow, 0))
+        answer = USER_INPUT_ANSWER.get(context) if flow.options.user_input else None
+        steered: list[AgentUserMessage] = [answer] if answer is not None else []
+        if flow.options.steering:
+            steered.extend(STEERED_FOR_TURN.get(context) or [])
         messages = [
             AGENT_MESSAGES.get(context, key)
             for key in AGENT_MESSAGES.get_all_instance_keys(context)
@@ -488,9 +606,18 @@ class RunModel(_SessionStep, Step[None]):
                 ),
                 heartbeat_callback=context.heartbeat,
                 agent_config=config.agent_config,
+                steered_messages=tuple(
+                    require_user_message(flow.runner.build_user_message(item.text))
+                    for item in steered
+                ),
             )
             async with _background_heartbeat(context):
                 outcome = await flow.runner.run_model_step(turn)
+            if steered and isinstance(outcome, TurnCompleted | ToolCallsRequested):
+                if answer is not None:
+                    USER_INPUT_ANSWER.delete(context)
+                if STEERED_FOR_TURN.get(context):
+                    STEERED_FOR_TURN.delete(context)
             if isinstance(outcome, TurnCompleted):
                 decision = self._complete(context, events, state, recorded, outcome)
                 await _observe(
@@ -567,7 +694,80 @@ class RunModel(_SessionStep, Step[None]):
         interrupts = list(PENDING_INTERRUPTS.get(context) or [])
         raised: list[AgentInterrupt] = []
         movements: list[StepMovement[Any]] = []
+        options = self._flow.options
+        question = _first_question(outcome) if options.user_input else None
+        timer_taken = False
         for order, call in enumerate(outcome.tool_calls, start=len(recorded)):
+            builtin = AgentToolCall(
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                arguments=call.arguments,
+                effect=ToolEffect.READ,
+                requires_approval=False,
+                status=ToolCallStatus.PENDING,
+                deferral_order=order,
+                turn_id=state.turn_id,
+            )
+            if question is not None and call.tool_call_id != question[0]:
+                # The response asked the user something: none of its other calls run.
+                _publish_final(
+                    context,
+                    events,
+                    replace(
+                        builtin,
+                        status=ToolCallStatus.CANCELLED,
+                        output=CANCELLED_BY_USER_INPUT_OUTPUT,
+                    ),
+                )
+                continue
+            if question is not None:
+                _, prompt, choices = question
+                AGENT_TOOL_CALLS.set(context, call.tool_call_id, builtin)
+                PENDING_USER_INPUT.set(
+                    context, PendingUserInput(call.tool_call_id, prompt, choices, state.turn_id)
+                )
+                events.write_event(
+                    AgentEventType.USER_INPUT_REQUESTED,
+                    {"tool_call_id": call.tool_call_id, "prompt": prompt, "choices": choices},
+                )
+                movements.append(_builtin_movement(AwaitUserInput, call.tool_call_id))
+                continue
+            if options.user_input and call.tool_name == REQUEST_USER_INPUT_TOOL:
+                error = _builtin_error(parse_user_input, call.arguments)
+                _publish_final(
+                    context, events, replace(builtin, status=ToolCallStatus.FAILED, error=error)
+                )
+                continue
+            if options.durable_waits and call.tool_name == DURABLE_WAIT_TOOL:
+                try:
+                    seconds, reason = parse_durable_wait(call.arguments)
+                    if timer_taken:
+                        raise BuiltinToolArgumentError("only one durable_wait per model response")
+                except BuiltinToolArgumentError as error:
+                    _publish_final(
+                        context,
+                        events,
+                        replace(builtin, status=ToolCallStatus.FAILED, error=str(error)),
+                    )
+                    continue
+                timer_taken = True
+                fires_at = now + timedelta(seconds=seconds)
+                AGENT_TOOL_CALLS.set(context, call.tool_call_id, builtin)
+                PENDING_TIMER.set(
+                    context,
+                    PendingTimer(call.tool_call_id, fires_at, seconds, reason, state.turn_id),
+                )
+                events.write_event(
+                    AgentEventType.DURABLE_WAIT_STARTED,
+                    {
+                        "tool_call_id": call.tool_call_id,
+                        "fires_at": fires_at.isoformat(),
+                        "duration_seconds": seconds,
+                        "reason": reason,
+                    },
+                )
+                movements.append(_builtin_movement(DurableWait, call.tool_call_id))
+                continue
             effect = ToolEffect(call.policy.effect)
             requires_approval = call.policy.is_approval_required
             record = AgentToolCall(
@@ -622,9 +822,7 @@ class RunModel(_SessionStep, Step[None]):
         FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
         _add_usage(context, events, outcome.usage)
         AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
-        movements.append(
-            StepMovement.of(ResumeTurn, len(outcome.tool_calls), options=RESUME_TURN_OPTIONS)
-        )
+        movements.append(_resume_movement(self._flow, len(outcome.tool_calls)))
         return go_to_many(*movements), raised
 
 
@@ -663,6 +861,21 @@ class AwaitToolApproval(_SessionStep, Step[str]):
         events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
         try:
             answers = INTERRUPT_RESOLUTIONS.results(context, interrupt_id)
+            if answers and answers[0].superseded:
+                # ResumeTurn withdrew the interrupt for a steered message (and told the
+                # observer); the call never runs.
+                events.write_event(
+                    AgentEventType.INTERRUPT_RESOLVED,
+                    {
+                        "interrupt_id": interrupt_id,
+                        "approved": False,
+                        "rejection_message": answers[0].rejection_message,
+                    },
+                )
+                cancelled = replace(
+                    record, status=ToolCallStatus.CANCELLED, output=CANCELLED_BY_STEER_OUTPUT
+                )
+                return _finish_tool_call(context, events, cancelled)
             if answers:
                 answer = answers[0]
                 events.write_event(
@@ -759,9 +972,11 @@ class RecordToolFailure(_SessionStep, Step[str]):
             self._flow,
             context,
             input,
-            lambda record: ToolCallStatus.FAILED
-            if record.effect is ToolEffect.READ
-            else ToolCallStatus.OUTCOME_UNKNOWN,
+            lambda record: (
+                ToolCallStatus.FAILED
+                if record.effect is ToolEffect.READ
+                else ToolCallStatus.OUTCOME_UNKNOWN
+            ),
         )
 
 
@@ -799,29 +1014,95 @@ def _record_recovery(
 
 class ResumeTurn(_SessionStep, Step[int]):
     """Waits for ``TOOL_CALL_RESULTS.for_n(count)``, then RunModel; waits again while a record of
-    the turn is still open."""
+    the turn is still open.
+
+    With ``AgentSessionOptions.steering`` (platform addition) it also wakes on a steered message:
+    it takes every steered message into ``STEERED_FOR_TURN``, withdraws the turn's pending
+    approvals (their AwaitToolApproval Steps end the calls ``cancelled``), and waits for the
+    results still due; tool Steps that have not started cancel themselves, running ones finish.
+    """
 
     def get_step_options(self) -> StepOptions:
         return RESUME_TURN_OPTIONS
 
     async def wait_for(self, context: AsyncContext, input: int) -> Wait:  # type: ignore[override]
+        if self._flow.options.steering:
+            return Wait.any_of(_steered_condition(), TOOL_CALL_RESULTS.for_n(input))
         return Wait.until(TOOL_CALL_RESULTS.for_n(input))
 
     async def execute(self, context: AsyncContext, input: int) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context)
+        if self._flow.options.steering:
+            steered = list(STEERED_USER_MESSAGES.results(context))
+            if steered:
+                await self._take_steered(context, state, steered)
+            remaining = input - len(TOOL_CALL_RESULTS.results(context))
+            if remaining > 0:
+                return go_to_many(_resume_movement(self._flow, remaining))
         open_records = [
             record for record in _load_all(context).values() if not record.status.is_final
         ]
         if open_records:
-            return go_to_many(
-                StepMovement.of(ResumeTurn, len(open_records), options=RESUME_TURN_OPTIONS)
-            )
+            return go_to_many(_resume_movement(self._flow, len(open_records)))
         if state is not None:
             AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
             await _observe(
                 self._flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=state.turn_id
             )
         return go_to(RunModel, None)
+
+    async def _take_steered(
+        self,
+        context: AsyncContext,
+        state: AgentState | None,
+        steered: list[AgentUserMessage],
+    ) -> None:
+        """Keep ``steered`` for the next model call and withdraw the turn's pending approvals."""
+        STEERED_FOR_TURN.set(context, list(STEERED_FOR_TURN.get(context) or []) + steered)
+        turn_id = state.turn_id if state is not None else None
+        for record in _load_all(context).values():
+            if not record.status.is_final and record.tool_name in _WAITING_BUILTINS:
+                # Ends a durable wait or an open question early (its Step records the outcome).
+                BUILTIN_WAKEUPS.publish(context, interrupt_id_for(record), "steer")
+        interrupts = PENDING_INTERRUPTS.get(context) or []
+        withdrawn = [item for item in interrupts if item.turn_id == turn_id]
+        if withdrawn:
+            PENDING_INTERRUPTS.set(
+                context, [item for item in interrupts if item.turn_id != turn_id]
+            )
+            for item in withdrawn:
+                INTERRUPT_RESOLUTIONS.publish(
+                    context,
+                    item.interrupt_id,
+                    AgentInterruptResolution(
+                        interrupt_id=item.interrupt_id,
+                        approved=False,
+                        rejection_message=SUPERSEDED_BY_STEER_MESSAGE,
+                        superseded=True,
+                    ),
+                )
+        events = AgentEventWriter(self._flow.agent_events, context, turn_id)
+        events.write_event(
+            AgentEventType.STEER_APPLIED,
+            {
+                "message_count": len(steered),
+                "withdrawn_interrupt_ids": [item.interrupt_id for item in withdrawn],
+            },
+        )
+        events.close()
+        if withdrawn:
+            await _observe(
+                self._flow,
+                context,
+                status=None,
+                turn_id=turn_id,
+                closed=[
+                    ClosedInterrupt(
+                        item.interrupt_id, InterruptOutcome.WITHDRAWN, SUPERSEDED_BY_STEER_MESSAGE
+                    )
+                    for item in withdrawn
+                ],
+            )
 
 
 class RecordTurnFailure(_SessionStep, Step[None]):
@@ -852,6 +1133,20 @@ class RecordTurnFailure(_SessionStep, Step[None]):
             AGENT_TOOL_CALLS.delete(context, tool_call_id)
         if FRAMEWORK_RUN_STATE.get(context) is not None:
             FRAMEWORK_RUN_STATE.delete(context)
+        taken = list(STEERED_FOR_TURN.get(context) or [])
+        answer = USER_INPUT_ANSWER.get(context)
+        if answer is not None:
+            taken.insert(0, answer)
+            USER_INPUT_ANSWER.delete(context)
+        for pending in (PENDING_TIMER, PENDING_USER_INPUT):
+            if pending.get(context) is not None:
+                pending.delete(context)
+        if taken:
+            # Steered messages no model call saw: steered again, so they start the next turn.
+            for item in taken:
+                STEERED_USER_MESSAGES.publish(context, item)
+            if STEERED_FOR_TURN.get(context):
+                STEERED_FOR_TURN.delete(context)
         turn_interrupts = {interrupt_id_for(record) for record in records.values()}
         interrupts = PENDING_INTERRUPTS.get(context) or []
         withdrawn = [item for item in interrupts if item.interrupt_id in turn_interrupts]
@@ -887,3 +1182,112 @@ class RecordTurnFailure(_SessionStep, Step[None]):
             ],
         )
         return go_to(AwaitUserMessage, None)
+
+
+_WAITING_BUILTINS = frozenset({DURABLE_WAIT_TOOL, REQUEST_USER_INPUT_TOOL})
+
+
+class DurableWait(_SessionStep, Step[str]):
+    """Runs a ``durable_wait`` call (platform addition): waits on a Dex Timer until
+    ``PENDING_TIMER.fires_at``, or until ResumeTurn wakes it for a steered message.
+
+    The Timer is the engine's, so it survives Worker and engine restarts; an operator can end
+    the wait at once with ``skip_timer`` (condition ``DURABLE_WAIT_TIMER_ID``). Fired:
+    ``succeeded`` with
+    ``{"status": "completed", ...}``; steered: ``succeeded`` with ``{"status": "interrupted",
+    ...}``. Either way it clears ``PENDING_TIMER`` and publishes the call's result.
+    """
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options()
+
+    async def wait_for(self, context: AsyncContext, input: str) -> Wait:  # type: ignore[override]
+        record = _open_record(context, input)
+        timer = PENDING_TIMER.get(context)
+        if (
+            record is None
+            or timer is None
+            or timer.tool_call_id != input
+            or _steer_pending(self._flow, context)
+        ):
+            return Wait.skip_immediately()
+        seconds = deadline_timer_seconds(timer.fires_at, _now())
+        return Wait.any_of(
+            BUILTIN_WAKEUPS.for_one(interrupt_id_for(record)),
+            Timer.by_duration(timedelta(seconds=seconds), condition_id=DURABLE_WAIT_TIMER_ID),
+        )
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        record = _open_record(context, input)
+        if record is None:
+            return dead_end()
+        timer = PENDING_TIMER.get(context)
+        ours = timer is not None and timer.tool_call_id == input
+        woken = bool(BUILTIN_WAKEUPS.results(context, interrupt_id_for(record)))
+        if woken or _steer_pending(self._flow, context):
+            output = WAIT_INTERRUPTED_OUTPUT
+        else:
+            seconds, reason = (
+                (timer.duration_seconds, timer.reason) if timer is not None and ours else (0, "")
+            )
+            output = wait_completed_output(seconds, reason)
+        if ours:
+            PENDING_TIMER.delete(context)
+        events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
+        try:
+            final = replace(record, status=ToolCallStatus.SUCCEEDED, output=output)
+            return _finish_tool_call(context, events, final)
+        finally:
+            events.close()
+
+
+class AwaitUserInput(_SessionStep, Step[str]):
+    """Runs a ``request_user_input`` call (platform addition): waits for ``answer_user_input``
+    (``USER_INPUT_ANSWERS``), or for ResumeTurn's wake-up when a steered message supersedes the
+    question.
+
+    Answered: ``succeeded`` with ``{"status": "waiting_for_user", "prompt", "choices"}`` and the
+    answer kept in ``USER_INPUT_ANSWER``, which the next model call sees as a user message right
+    after the tool results. Superseded: ``cancelled``. PendingUserInput is locked while it
+    decides, as ``answer_user_input`` locks it.
+    """
+
+    def get_step_options(self) -> StepOptions:
+        return _sync_options(execute_lock_attributes=(PENDING_USER_INPUT.lock(),))
+
+    async def wait_for(self, context: AsyncContext, input: str) -> Wait:  # type: ignore[override]
+        record = _open_record(context, input)
+        if record is None or _steer_pending(self._flow, context):
+            return Wait.skip_immediately()
+        key = interrupt_id_for(record)
+        return Wait.any_of(USER_INPUT_ANSWERS.for_one(key), BUILTIN_WAKEUPS.for_one(key))
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        record = _open_record(context, input)
+        if record is None:
+            return dead_end()
+        key = interrupt_id_for(record)
+        answers = USER_INPUT_ANSWERS.results(context, key)
+        pending = PENDING_USER_INPUT.get(context)
+        if pending is not None and pending.tool_call_id == input:
+            PENDING_USER_INPUT.delete(context)
+        events = AgentEventWriter(self._flow.agent_events, context, record.turn_id)
+        try:
+            if answers:
+                prompt, choices = parse_user_input(record.arguments)
+                USER_INPUT_ANSWER.set(context, AgentUserMessage(text=answers[0].answer))
+                events.write_event(
+                    AgentEventType.USER_INPUT_ANSWERED, {"tool_call_id": record.tool_call_id}
+                )
+                final = replace(
+                    record,
+                    status=ToolCallStatus.SUCCEEDED,
+                    output=waiting_for_user_output(prompt, choices),
+                )
+            else:
+                final = replace(
+                    record, status=ToolCallStatus.CANCELLED, output=CANCELLED_BY_STEER_OUTPUT
+                )
+            return _finish_tool_call(context, events, final)
+        finally:
+            events.close()

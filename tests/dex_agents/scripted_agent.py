@@ -11,7 +11,13 @@ The user message is the script:
 - ``"config"`` answers with the session's agent config as JSON;
 - ``"threaded"`` writes a text delta from another thread, and another one from a thread that
   waits for the ``late_write`` gate, long after the call returned;
+- ``"wait: n"`` calls the built-in ``durable_wait`` for ``n`` seconds;
+- ``"ask: prompt | choice | choice"`` calls ``request_user_input`` (choices optional) and, in the
+  same response, ``lookup``;
 - anything else is echoed back.
+
+Steered messages (``turn.steered_messages``) are appended after the tool results and named in
+the answer as ``steered=[...]``.
 
 Tools record each real run in the ``InvocationLog`` of ``SCRIPTED_STATE_DIR`` and some wait at a
 ``FileGate`` named after the tool, so a test can kill the Worker mid-call.
@@ -30,7 +36,9 @@ from pathlib import Path
 from dex import Context, RPCResult, rpc
 
 from dex_agents import (
+    DURABLE_WAIT_TOOL,
     PENDING_INTERRUPTS,
+    REQUEST_USER_INPUT_TOOL,
     AgentSessionChange,
     AgentSessionFlow,
     AgentSessionOptions,
@@ -57,6 +65,8 @@ FLOW_TYPE = "ScriptedAgent"
 DEADLINE_FLOW_TYPE = "ScriptedDeadlineAgent"
 LONG_DEADLINE_FLOW_TYPE = "ScriptedLongDeadlineAgent"
 GATED_RESOLVE_FLOW_TYPE = "ScriptedGatedResolveAgent"
+#: A Flow with the platform additions ``steering``, ``durable_waits`` and ``user_input``.
+STEERING_FLOW_TYPE = "ScriptedSteeringAgent"
 #: The FileGate ``resolve_interrupt`` of ``GATED_RESOLVE_FLOW_TYPE`` waits at, holding its lock.
 RESOLVE_GATE = "resolve_hold"
 INTERRUPT_DEADLINE = timedelta(seconds=3)
@@ -131,6 +141,30 @@ class ScriptedRunner:
         if command == "bad-id":
             call = DeferredToolCall("call/1", "lookup", "{}", turn.resolve_tool_policy("lookup"))
             return ToolCallsRequested(json.dumps({"calls": []}), [call], MODEL_USAGE)
+        if command == "wait" and turn.framework_run_state is None:
+            arguments = json.dumps({"duration_seconds": int(argument), "reason": "scripted wait"})
+            calls = [
+                DeferredToolCall(
+                    "call-1", DURABLE_WAIT_TOOL, arguments, turn.resolve_tool_policy("durable_wait")
+                )
+            ]
+            return ToolCallsRequested(json.dumps({"calls": ["call-1"]}), calls, MODEL_USAGE)
+        if command == "ask" and turn.framework_run_state is None:
+            prompt, *choices = [part.strip() for part in argument.split("|")]
+            question: dict[str, object] = {"prompt": prompt}
+            if choices:
+                question["choices"] = choices
+            calls = [
+                DeferredToolCall(
+                    "call-1",
+                    REQUEST_USER_INPUT_TOOL,
+                    json.dumps(question),
+                    turn.resolve_tool_policy(REQUEST_USER_INPUT_TOOL),
+                ),
+                DeferredToolCall("call-2", "lookup", "{}", turn.resolve_tool_policy("lookup")),
+            ]
+            state = {"calls": ["call-1", "call-2"]}
+            return ToolCallsRequested(json.dumps(state), calls, MODEL_USAGE)
         if command in ("tools", "tools-then-fail") and turn.framework_run_state is None:
             calls = [
                 DeferredToolCall(
@@ -146,6 +180,8 @@ class ScriptedRunner:
             return ToolCallsRequested(json.dumps(state), calls, MODEL_USAGE)
         if command == "tools-then-fail":
             raise RuntimeError("scripted model failure after tools")
+        steered = list(turn.steered_messages)
+        steered_note = f" steered={[item.text for item in steered]}" if steered else ""
         if turn.framework_run_state is not None:
             call_ids = json.loads(turn.framework_run_state)["calls"]
             records = [turn.recorded_tool_call(call_id) for call_id in call_ids]
@@ -161,14 +197,16 @@ class ScriptedRunner:
                 f"{record.tool_name}={record.status}: {describe_tool_call_outcome(record)}"
                 for record in records
             )
+            answer += steered_note
             request = FrameworkMessage(MessageRole.ASSISTANT, {"tool_calls": call_ids}, "")
             final = FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)
             turn.events.write_text_delta(answer)
-            return TurnCompleted([request, *results, final], MODEL_USAGE)
-        answer = f"echo: {script}"
+            return TurnCompleted([request, *results, *steered, final], MODEL_USAGE)
+        answer = f"echo: {script}{steered_note}"
         turn.events.write_text_delta(answer)
         return TurnCompleted(
-            [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
+            [*steered, FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)],
+            MODEL_USAGE,
         )
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
@@ -248,7 +286,12 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
         ScriptedRunner(),
         flow_type=flow_type,
         options=AgentSessionOptions(
-            tool_policies=TOOL_POLICIES, interrupt_deadline=deadline, observer=record_change
+            tool_policies=TOOL_POLICIES,
+            interrupt_deadline=deadline,
+            observer=record_change,
+            steering=flow_type == STEERING_FLOW_TYPE,
+            durable_waits=flow_type == STEERING_FLOW_TYPE,
+            user_input=flow_type == STEERING_FLOW_TYPE,
         ),
     )
 
@@ -259,4 +302,5 @@ def build_flows() -> list[AgentSessionFlow]:
         build_flow(DEADLINE_FLOW_TYPE),
         build_flow(LONG_DEADLINE_FLOW_TYPE),
         build_flow(GATED_RESOLVE_FLOW_TYPE),
+        build_flow(STEERING_FLOW_TYPE),
     ]

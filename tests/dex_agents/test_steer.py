@@ -1,0 +1,208 @@
+"""The message queue and Steer (platform additions) against the real engine and Worker children."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dex_agents import (
+    CANCELLED_BY_STEER_OUTPUT,
+    AgentSessionClient,
+    AgentSnapshot,
+    MessageRole,
+    ToolCallStatus,
+)
+from dex_agents.testing import FileGate, wait_for_agent_snapshot
+from tests.dex_agents.scripted_agent import (
+    FLOW_TYPE,
+    STEERING_FLOW_TYPE,
+    changes_path,
+    invocation_log,
+)
+from tests.dex_agents.test_agent_session import (
+    flow_of,
+    last_text,
+    scripted_stack,
+    wait_for_idle,
+    wait_for_interrupt,
+)
+
+
+def user_texts(snapshot: AgentSnapshot) -> list[str]:
+    return [message.text for message in snapshot.messages if message.role is MessageRole.USER]
+
+
+async def queued_texts(sessions: AgentSessionClient, session_id: str) -> list[str]:
+    queue = await sessions.get_message_queue(session_id)
+    return [item.text for item in queue.queued]
+
+
+async def test_queue_lists_edits_and_deletes_pending_messages(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+
+        assert await sessions.send_user_message("session-1", "one", plan_mode=True, client_id="c1")
+        assert await sessions.send_user_message("session-1", "two")
+        queue = await sessions.get_message_queue("session-1")
+        assert [(item.text, item.plan_mode) for item in queue.queued] == [
+            ("one", True),
+            ("two", False),
+        ]
+        assert queue.steered == []
+        assert queue.queued[0].client_id == "c1"
+        assert all(item.message_id and item.created_at is not None for item in queue.queued)
+        two_id = queue.queued[1].message_id
+        assert two_id != "c1"
+
+        # By the sender's own ID, then again: the second time it is no longer pending.
+        assert await sessions.delete_queued_message("session-1", "c1")
+        assert not await sessions.delete_queued_message("session-1", "c1")
+        assert await queued_texts(sessions, "session-1") == ["two"]
+
+        # Edit: the old message leaves, the new one joins at the tail under a new ID.
+        assert await sessions.send_user_message("session-1", "tail")
+        assert await sessions.replace_queued_message("session-1", two_id, "three", client_id="c3")
+        queue = await sessions.get_message_queue("session-1")
+        assert [item.text for item in queue.queued] == ["tail", "three"]
+        assert two_id not in {item.message_id for item in queue.queued}
+        assert not await sessions.replace_queued_message("session-1", two_id, "again")
+        assert not await sessions.replace_queued_message("session-1", "c3", "   ")
+        assert not await sessions.steer_queued_message("session-1", "no-such-message")
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        assert [item.text for item in snapshot.queued_messages] == ["tail", "three"]
+
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=8)
+        assert user_texts(snapshot)[-2:] == ["tail", "three"]
+        assert last_text(snapshot) == "echo: three"
+
+
+async def test_steer_cancels_unstarted_calls_withdraws_approvals_and_reaches_the_model(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read, refund")
+        await gate.wait_until_reached()
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+
+        assert await sessions.send_user_message("session-1", "change course", client_id="s1")
+        assert await sessions.steer_queued_message("session-1", "s1")
+        assert not await sessions.steer_queued_message("session-1", "s1")
+
+        def superseded(snapshot: AgentSnapshot) -> AgentSnapshot | None:
+            statuses = {call.tool_name: call.status for call in snapshot.tool_calls}
+            if not snapshot.pending_interrupts and statuses.get("refund") == "cancelled":
+                return snapshot
+            return None
+
+        snapshot = await wait_for_agent_snapshot(
+            sessions, "session-1", superseded, description="the approval withdrawn"
+        )
+        # The running read is not cancelled: it finishes and keeps its record.
+        statuses = {call.tool_name: call.status for call in snapshot.tool_calls}
+        assert statuses["gated_read"] is ToolCallStatus.PENDING
+        assert [item.text for item in snapshot.steered_messages] == ["change course"]
+        assert snapshot.queued_messages == []
+        assert not await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=True
+        )
+
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+        assert last_text(snapshot) == (
+            "gated_read=succeeded: gated_read ok; "
+            f"refund=cancelled: {CANCELLED_BY_STEER_OUTPUT} steered=['change course']"
+        )
+        assert user_texts(snapshot) == ["tools: gated_read, refund", "change course"]
+        assert snapshot.steered_messages == []
+        assert invocation_log(tmp_path).count("tool", "refund") == 0
+        assert invocation_log(tmp_path).count("model", "turn-1") == 2
+        closed = [
+            item
+            for line in changes_path(tmp_path).read_text().splitlines()
+            for item in json.loads(line)["closed"]
+        ]
+        assert closed == [[interrupt.interrupt_id, "withdrawn"]]
+
+
+async def test_a_queued_message_never_interrupts_an_approval_wait(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        assert await sessions.send_user_message("session-1", "later")
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        assert snapshot.queued_message_count == 1
+        assert [item.interrupt_id for item in snapshot.pending_interrupts] == [
+            interrupt.interrupt_id
+        ]
+
+        assert await sessions.resolve_interrupt("session-1", interrupt.interrupt_id, approved=True)
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+        assert [message.text for message in snapshot.messages[-3:-1]] == [
+            "refund=succeeded: refund ok",
+            "later",
+        ]
+        assert last_text(snapshot) == "echo: later"
+
+
+async def test_a_steer_survives_a_worker_kill_before_the_next_boundary(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        worker = await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+        assert await sessions.send_user_message("session-1", "steer me", client_id="k1")
+        assert await sessions.steer_queued_message("session-1", "k1")
+        worker.kill()
+        gate.release()
+        await stack.start_worker()
+
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=5)
+        # The read had started, so its retry runs it again rather than cancelling it.
+        assert last_text(snapshot) == "gated_read=succeeded: gated_read ok steered=['steer me']"
+        assert user_texts(snapshot).count("steer me") == 1
+        assert invocation_log(tmp_path).count("tool", "gated_read") == 2
+        assert (await sessions.get_message_queue("session-1")).steered == []
+
+
+async def test_two_steers_reach_the_resumed_model_call_in_order(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+        # Two steers while the tool runs: both reach the resumed model call, in order.
+        for client_id in ("a", "b"):
+            assert await sessions.send_user_message(
+                "session-1", f"steer {client_id}", client_id=client_id
+            )
+            assert await sessions.steer_queued_message("session-1", client_id)
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+        assert last_text(snapshot).endswith("steered=['steer a', 'steer b']")
+
+
+async def test_a_flow_without_steering_refuses_to_steer(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+        assert await sessions.send_user_message("session-1", "wait your turn", client_id="w")
+        assert not await sessions.steer_queued_message("session-1", "w")
+        assert await queued_texts(sessions, "session-1") == ["wait your turn"]
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+        assert last_text(snapshot) == "echo: wait your turn"
