@@ -96,7 +96,13 @@ class AgentListApi(ListAPIView):
         class Meta:
             model = AgentDefinition
             fields = (
-                "slug", "name", "description", "model", "tools", "tool_details", "configured",
+                "slug",
+                "name",
+                "description",
+                "model",
+                "tools",
+                "tool_details",
+                "configured",
                 "not_configured_reason",
             )
 
@@ -146,7 +152,13 @@ class SessionOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = AgentSession
         fields = (
-            "id", "agent", "owner", "title", "status", "awaiting_approval", "created_at",
+            "id",
+            "agent",
+            "owner",
+            "title",
+            "status",
+            "awaiting_approval",
+            "created_at",
             "updated_at",
         )
 
@@ -214,7 +226,9 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             OpenApiParameter("agent__slug", str),
             OpenApiParameter("search", str, description="Title, agent slug or agent name."),
             OpenApiParameter(
-                "ordering", str, enum=[*selectors.SESSION_ORDERINGS],
+                "ordering",
+                str,
+                enum=[*selectors.SESSION_ORDERINGS],
                 description="Sort key; default -created_at.",
             ),
         ]
@@ -245,6 +259,36 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
         return Response(SessionOutputSerializer(session).data, status=status.HTTP_201_CREATED)
 
 
+class QueuedMessageOutputSerializer(serializers.Serializer):
+    """One queued or steered message, as the queue endpoint and the snapshot list it."""
+
+    id = serializers.CharField(
+        help_text="The Dex Channel message ID (UUIDv7); the queue endpoints take it."
+    )
+    text = serializers.CharField()
+    plan_mode = serializers.BooleanField()
+    created_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the session accepted it (null for old messages)."
+    )
+
+
+ERROR_SCHEMA = inline_serializer("ErrorDetail", {"detail": serializers.CharField()})
+SESSION_STOPPED_SCHEMA = inline_serializer("SessionIsStopped", {"detail": serializers.CharField()})
+TEXT_INVALID_SCHEMA = inline_serializer(
+    "MessageTextInvalid",
+    {"text": serializers.ListField(child=serializers.CharField())},
+)
+SESSION_STOPPED_DETAIL = "This session is stopped; start a new one."
+
+
+class SessionStopped(APIException):
+    """409: the session is stopped, so nothing can be sent to it or change its queue."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = SESSION_STOPPED_DETAIL
+    default_code = "session_stopped"
+
+
 SNAPSHOT_SCHEMA = inline_serializer(
     name="SessionSnapshot",
     fields={
@@ -260,7 +304,11 @@ SNAPSHOT_SCHEMA = inline_serializer(
         "tool_calls": serializers.ListField(child=serializers.DictField()),
         "usage": serializers.DictField(allow_null=True),
         "queued_message_count": serializers.IntegerField(),
-        "queued_messages": serializers.ListField(child=serializers.DictField()),
+        "queued_messages": QueuedMessageOutputSerializer(many=True),
+        "steered_messages": QueuedMessageOutputSerializer(
+            many=True,
+            help_text="Messages steered into the running turn that its model has not seen yet.",
+        ),
         "last_turn_error": serializers.CharField(allow_null=True),
         "has_older_messages": serializers.BooleanField(),
         "can_send": serializers.BooleanField(),
@@ -291,6 +339,14 @@ class SessionOwnedMixin(DexErrorsMixin):
             )
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
+
+    def session_get_for_owner(self, request: Request, session_id: str) -> AgentSession:
+        """``session_get``, then 403 for staff reading someone else's session: only its owner
+        writes to it."""
+        session = self.session_get(request, session_id)
+        if session.owner_id != request.user.pk:
+            raise PermissionDenied("Only the session's owner may send it messages.")
+        return session
 
 
 class SessionDetailApi(SessionOwnedMixin, APIView):
@@ -337,12 +393,20 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     absent means "the newest"; ``next_before`` is the ``before`` of the next older page, or
     ``null`` at the first message.
 
-    ``POST`` (owner only) ``{"text"}``: queue a user message (202); staff reading someone
-    else's session get 403.
+    ``POST`` (owner only) ``{"text", "plan_mode"?: false}``: queue a user message; 202
+    ``{"queued": true, "id"}`` where ``id`` is the queued message's Dex Channel message ID (the
+    ``/queue/<id>/`` endpoints take it). A message an idle session took at once answers with
+    another ID that the queue endpoints answer 404 for. Staff reading someone else's session
+    get 403; a stopped session 409.
     """
 
     class MessageInputSerializer(serializers.Serializer):
         text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
+        plan_mode = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="Ask the agent for a plan before it acts (stored with the message).",
+        )
 
     class MessagePageInputSerializer(serializers.Serializer):
         before = serializers.IntegerField(required=False, min_value=1)
@@ -376,22 +440,187 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     @extend_schema(
         request=MessageInputSerializer,
         responses={
-            202: inline_serializer("MessageQueued", {"queued": serializers.BooleanField()}),
-            409: inline_serializer("SessionIsStopped", {"detail": serializers.CharField()}),
+            202: inline_serializer(
+                "MessageQueued",
+                {
+                    "queued": serializers.BooleanField(),
+                    "id": serializers.CharField(
+                        help_text="The queued message's Dex Channel message ID."
+                    ),
+                },
+            ),
+            400: TEXT_INVALID_SCHEMA,
+            403: ERROR_SCHEMA,
+            404: ERROR_SCHEMA,
+            409: SESSION_STOPPED_SCHEMA,
+            503: ERROR_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
-        session = self.session_get(request, session_id)
-        if session.owner_id != request.user.pk:
-            raise PermissionDenied("Only the session's owner may send it messages.")
+        session = self.session_get_for_owner(request, session_id)
         serializer = self.MessageInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
-            return Response({"detail": "This session is stopped; start a new one."},
-                            status=status.HTTP_409_CONFLICT)
-        if not session_message_send(session=session, text=serializer.validated_data["text"]):
+            raise SessionStopped()
+        message_id = session_message_send(
+            session=session,
+            text=serializer.validated_data["text"],
+            plan_mode=serializer.validated_data["plan_mode"],
+        )
+        if message_id is None:
             raise serializers.ValidationError({"text": ["The session refused this message."]})
-        return Response({"queued": True}, status=status.HTTP_202_ACCEPTED)
+        return Response({"queued": True, "id": message_id}, status=status.HTTP_202_ACCEPTED)
+
+
+#: Longer than any Channel message ID (36) or client_id (32): not worth asking Dex about.
+QUEUED_MESSAGE_ID_MAX_CHARS = 64
+QUEUED_MESSAGE_GONE = (
+    "No such queued message: the agent already took it, it was deleted, or it never was queued."
+)
+
+
+class QueuedMessageGone(NotFound):
+    """404: the message is not (or no longer) waiting in the queue."""
+
+    default_detail = QUEUED_MESSAGE_GONE
+    default_code = "queued_message_not_found"
+
+
+class SessionQueueApi(SessionOwnedMixin, APIView):
+    """``GET /api/v1/sessions/<id>/queue/`` (owner or staff): the messages waiting for the
+    session, oldest first, read from Dex in one RPC.
+
+    ``queued`` wait for a later turn and may be edited, deleted or steered by the owner;
+    ``steered`` were steered into the running turn, which gives them to its model at its next
+    safe boundary. A stopped session's queue is empty.
+    """
+
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                "MessageQueue",
+                {
+                    "queued": QueuedMessageOutputSerializer(many=True),
+                    "steered": QueuedMessageOutputSerializer(many=True),
+                },
+            ),
+            404: ERROR_SCHEMA,
+            503: ERROR_SCHEMA,
+        },
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        session = self.session_get(request, session_id)
+        return Response(selectors.message_queue_get(session=session))
+
+
+class QueuedMessageMixin(SessionOwnedMixin):
+    """Checks shared by the queue writes: the owner's session (staff 403, others 404), not
+    stopped (409), and a plausible message ID (404 otherwise, without asking Dex)."""
+
+    def session_get_for_queue_write(
+        self, request: Request, session_id: str, message_id: str
+    ) -> AgentSession:
+        session = self.session_get_for_owner(request, session_id)
+        if len(message_id) > QUEUED_MESSAGE_ID_MAX_CHARS:
+            raise QueuedMessageGone()
+        return session
+
+    @staticmethod
+    def refuse_stopped(session: AgentSession) -> None:
+        if session.status == SESSION_STATUS_STOPPED:
+            raise SessionStopped()
+
+
+class QueuedMessageApi(QueuedMessageMixin, APIView):
+    """``/api/v1/sessions/<id>/queue/<message_id>/`` (owner only).
+
+    ``DELETE``: remove a queued message; 204, or 404 once a turn took it.
+
+    ``PUT`` ``{"text", "plan_mode"?: false}`` (edit): remove the message and queue ``text`` at
+    the tail, in one transaction; 201 ``{"id"}`` with the new message's Channel message ID.
+    404 when the message was already taken (then nothing changed); 400 for blank text.
+
+    Both: 403 for staff on someone else's session, 404 for other users, 409 when the session
+    is stopped, 503 when the engine does not answer.
+    """
+
+    class QueuedMessageInputSerializer(serializers.Serializer):
+        text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
+        plan_mode = serializers.BooleanField(required=False, default=False)
+
+    @extend_schema(
+        request=None,
+        responses={
+            204: None,
+            403: ERROR_SCHEMA,
+            404: ERROR_SCHEMA,
+            409: SESSION_STOPPED_SCHEMA,
+            503: ERROR_SCHEMA,
+        },
+    )
+    def delete(self, request: Request, session_id: str, message_id: str) -> Response:
+        session = self.session_get_for_queue_write(request, session_id, message_id)
+        self.refuse_stopped(session)
+        if not services.queued_message_delete(session=session, message_id=message_id):
+            raise QueuedMessageGone()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        request=QueuedMessageInputSerializer,
+        responses={
+            201: inline_serializer(
+                "QueuedMessageReplaced",
+                {"id": serializers.CharField(help_text="The new message's Channel message ID.")},
+            ),
+            400: TEXT_INVALID_SCHEMA,
+            403: ERROR_SCHEMA,
+            404: ERROR_SCHEMA,
+            409: SESSION_STOPPED_SCHEMA,
+            503: ERROR_SCHEMA,
+        },
+    )
+    def put(self, request: Request, session_id: str, message_id: str) -> Response:
+        session = self.session_get_for_queue_write(request, session_id, message_id)
+        serializer = self.QueuedMessageInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        self.refuse_stopped(session)
+        new_id = services.queued_message_replace(
+            session=session,
+            message_id=message_id,
+            text=serializer.validated_data["text"],
+            plan_mode=serializer.validated_data["plan_mode"],
+        )
+        if new_id is None:
+            raise QueuedMessageGone()
+        return Response({"id": new_id}, status=status.HTTP_201_CREATED)
+
+
+class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
+    """``POST /api/v1/sessions/<id>/queue/<message_id>/steer/`` (owner only): steer a queued
+    message into the running turn.
+
+    202 ``{"steered": true}``: the message moved to the steered queue; the turn applies it at
+    its next safe boundary (tool calls that have not started end ``cancelled``, pending
+    approvals are withdrawn, and the model's next call sees the message), announced by a
+    ``steer_applied`` event. 404 once a turn took it; 403, 409 and 503 as for ``DELETE``.
+    """
+
+    @extend_schema(
+        request=None,
+        responses={
+            202: inline_serializer("QueuedMessageSteered", {"steered": serializers.BooleanField()}),
+            403: ERROR_SCHEMA,
+            404: ERROR_SCHEMA,
+            409: SESSION_STOPPED_SCHEMA,
+            503: ERROR_SCHEMA,
+        },
+    )
+    def post(self, request: Request, session_id: str, message_id: str) -> Response:
+        session = self.session_get_for_queue_write(request, session_id, message_id)
+        self.refuse_stopped(session)
+        if not services.queued_message_steer(session=session, message_id=message_id):
+            raise QueuedMessageGone()
+        return Response({"steered": True}, status=status.HTTP_202_ACCEPTED)
 
 
 class SessionHistoryApi(SessionOwnedMixin, APIView):

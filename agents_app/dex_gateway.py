@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -219,19 +219,150 @@ async def session_stop(*, session_id: str, reason: str) -> None:
     )
 
 
-async def session_send_message(*, session_id: str, text: str) -> bool:
+async def session_send_message(
+    *, session_id: str, text: str, plan_mode: bool = False, client_id: str = ""
+) -> bool:
     """Queue a user message; return False when the session refuses it (blank text).
+
+    ``client_id`` is the sender's own ID for the message (``AgentUserMessage.client_id``): the
+    queue RPCs find the message by it as well as by its Channel message ID.
 
     An accepted message is announced on the session's AgentEvents Stream as
     ``message_queued`` (best effort), so every open page shows the queue at once.
     """
     try:
-        accepted = bool(await _connection().sessions.send_user_message(session_id, text))
+        accepted = bool(
+            await _connection().sessions.send_user_message(
+                session_id, text, plan_mode=plan_mode, client_id=client_id
+            )
+        )
     except Exception as error:
         raise _translate(error, session_id) from error
     if accepted:
         await session_event_announce(session_id=session_id, event_type="message_queued")
     return accepted
+
+
+async def session_message_queue(*, session_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Read the session's queued and steered messages in one ``get_message_queue`` RPC.
+
+    Returns:
+        ``{"queued": [entry], "steered": [entry]}``, each oldest first; an entry is
+        ``queued_message_to_data`` plus ``"client_id"`` (the sender's own ID, for the web
+        side's lookups; the API leaves it out).
+    """
+    try:
+        queue = await _connection().sessions.get_message_queue(session_id)
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return {
+        "queued": [
+            {**queued_message_to_data(item), "client_id": item.client_id} for item in queue.queued
+        ],
+        "steered": [
+            {**queued_message_to_data(item), "client_id": item.client_id} for item in queue.steered
+        ],
+    }
+
+
+def queued_message_to_data(message: Any) -> dict[str, Any]:
+    """One ``AgentQueuedMessage`` as ``{"id" (its Channel message ID), "text", "plan_mode",
+    "created_at" (ISO 8601 or None)}``."""
+    return {
+        "id": message.message_id,
+        "text": message.text,
+        "plan_mode": bool(getattr(message, "plan_mode", False)),
+        "created_at": plain_data(getattr(message, "created_at", None)),
+    }
+
+
+#: Written to the AgentEvents Stream after a queued message was deleted, edited or steered,
+#: with ``{"change": "deleted" | "edited" | "steered"}``; pages re-read their queue on it.
+QUEUE_CHANGED = "queue_changed"
+
+
+def _queue_changed_type() -> str:
+    """The event type ``QUEUE_CHANGED`` is written as.
+
+    Every reader decodes the Stream into ``dex_agents.AgentEventType``, so a type it lacks would
+    break them; until that enum has ``queue_changed`` the notice travels as ``message_queued``,
+    on which pages re-read their queue too.
+    """
+    from dex_agents import AgentEventType
+
+    known = {member.value for member in AgentEventType}
+    return QUEUE_CHANGED if QUEUE_CHANGED in known else "message_queued"
+
+
+async def _queue_rpc(
+    session_id: str, change: str, call: Callable[[Any], Coroutine[Any, Any, bool]]
+) -> bool:
+    """Run one transactional queue RPC, ``call(AgentSessionClient)``, and announce
+    ``QUEUE_CHANGED`` when it applied.
+
+    A Step that consumes the message while the RPC runs makes Dex reject the commit
+    (``ChannelMessageNotFoundError``); nothing changed then, so it counts as not pending.
+    """
+    from dex import ChannelMessageNotFoundError
+
+    try:
+        applied = bool(await call(_connection().sessions))
+    except ChannelMessageNotFoundError:
+        return False
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    if applied:
+        await session_event_announce(
+            session_id=session_id, event_type=_queue_changed_type(), payload={"change": change}
+        )
+    return applied
+
+
+async def session_delete_queued_message(*, session_id: str, message_id: str) -> bool:
+    """Delete a queued message (``delete_queued_message`` RPC) by its Channel message ID or
+    ``client_id``.
+
+    Returns:
+        False when it is no longer pending (a turn took it, or it never was queued).
+    """
+    return await _queue_rpc(
+        session_id,
+        "deleted",
+        lambda sessions: sessions.delete_queued_message(session_id, message_id),
+    )
+
+
+async def session_replace_queued_message(
+    *, session_id: str, message_id: str, text: str, plan_mode: bool, client_id: str
+) -> bool:
+    """Edit a queued message: remove it and queue ``text`` at the tail, in one transactional
+    ``replace_queued_message`` RPC.
+
+    Returns:
+        False when the old message is no longer pending (then nothing changed) or ``text`` is
+        blank.
+    """
+    return await _queue_rpc(
+        session_id,
+        "edited",
+        lambda sessions: sessions.replace_queued_message(
+            session_id, message_id, text, plan_mode=plan_mode, client_id=client_id
+        ),
+    )
+
+
+async def session_steer_queued_message(*, session_id: str, message_id: str) -> bool:
+    """Steer a queued message into the running turn (``steer_queued_message`` RPC): it moves
+    to the steered queue and the turn applies it at its next safe boundary.
+
+    Returns:
+        False when it is no longer pending.
+    """
+    return await _queue_rpc(
+        session_id,
+        "steered",
+        lambda sessions: sessions.steer_queued_message(session_id, message_id),
+    )
 
 
 #: The Stream ``source`` of events the web side writes (Steps write ``#<step execution>``).
@@ -241,8 +372,8 @@ WEB_EVENT_SOURCE = "dexagents-web"
 async def session_event_announce(
     *, session_id: str, event_type: str, payload: Mapping[str, Any] | None = None
 ) -> None:
-    """Write a platform event that no Step writes (``message_queued``, ``session_stopped``;
-    see ``dex_agents.AgentEventType``) to the session's AgentEvents Stream.
+    """Write a platform event that no Step writes (``message_queued``, ``session_stopped``,
+    ``queue_changed``; see ``dex_agents.AgentEventType``) to the session's AgentEvents Stream.
 
     Best effort, like every Stream write: a failure is logged and swallowed, because the
     change it announces already happened and pages also refresh on their own.
@@ -294,12 +425,12 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
 
     Returns:
         ``{"status", "turn_id" (the running turn or None), "messages": [{"sequence", "role",
-        "text", "turn_id", "tool_calls"?,
-        "tool_call_id"?}], "pending_interrupts", "awaiting_approval", "tool_calls", "usage",
-        "queued_message_count", "queued_messages": [{"message_id", "text"}],
-        "last_turn_error", "has_older_messages"}``; ``status`` is the AgentState status, or
-        ``"starting"`` while the state is None (seed "Design decisions"). Framework items are
-        left out.
+        "text", "turn_id", "tool_calls"?, "tool_call_id"?}], "pending_interrupts",
+        "awaiting_approval", "tool_calls", "usage", "queued_message_count", "queued_messages",
+        "steered_messages", "last_turn_error", "has_older_messages"}``; queued and steered
+        entries are ``queued_message_to_data``, oldest first. ``status`` is the AgentState
+        status, or ``"starting"`` while the state is None (seed "Design decisions"). Framework
+        items are left out.
     """
     try:
         snapshot = await _connection().sessions.get_agent_snapshot(session_id)
@@ -329,7 +460,14 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
         "tool_calls": plain_data(list(tool_calls)),
         "usage": plain_data(getattr(snapshot, "usage", None)),
         "queued_message_count": int(getattr(snapshot, "queued_message_count", 0) or 0),
-        "queued_messages": plain_data(list(getattr(snapshot, "queued_messages", None) or [])),
+        "queued_messages": [
+            queued_message_to_data(item)
+            for item in getattr(snapshot, "queued_messages", None) or []
+        ],
+        "steered_messages": [
+            queued_message_to_data(item)
+            for item in getattr(snapshot, "steered_messages", None) or []
+        ],
         "last_turn_error": plain_data(last_turn_error),
         "has_older_messages": bool(messages) and messages[0]["sequence"] > 1,
     }

@@ -59,6 +59,26 @@ def session_snapshot_get(*, session: AgentSession) -> dict[str, Any]:
     return dex_gateway.run(dex_gateway.session_snapshot(session_id=session.id))
 
 
+def message_queue_get(*, session: AgentSession) -> dict[str, list[dict[str, Any]]]:
+    """The session's queued and steered messages, oldest first, from one Dex RPC.
+
+    Returns:
+        ``{"queued": [...], "steered": [...]}``, entries ``{"id", "text", "plan_mode",
+        "created_at"}`` (``dex_gateway.queued_message_to_data``). A stopped session's queue is
+        empty without asking Dex, as its snapshot is (``snapshot_as_stopped``): those messages
+        will never run.
+    """
+    if session.status == "stopped":
+        return {"queued": [], "steered": []}
+    queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
+    return {
+        name: [
+            {key: value for key, value in entry.items() if key != "client_id"} for entry in entries
+        ]
+        for name, entries in queue.items()
+    }
+
+
 def session_history_get(*, session: AgentSession) -> list[dex_gateway.StepHistoryEntry]:
     """List the session's completed Steps from Dex history, oldest first."""
     return dex_gateway.run(dex_gateway.session_history(session_id=session.id))
@@ -89,7 +109,13 @@ def session_get_for_owner_or_staff(
 
 
 SESSION_ORDERINGS = (
-    "created_at", "-created_at", "updated_at", "-updated_at", "title", "-title", "status",
+    "created_at",
+    "-created_at",
+    "updated_at",
+    "-updated_at",
+    "title",
+    "-title",
+    "status",
     "-status",
 )
 #: The status filter value that selects sessions with a pending approval.
@@ -327,9 +353,10 @@ def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
         "turn_id": None,
         "pending_interrupts": [],
         "awaiting_approval": False,
-        # Queued messages of a stopped session will never run.
+        # Queued and steered messages of a stopped session will never run.
         "queued_messages": [],
         "queued_message_count": 0,
+        "steered_messages": [],
     }
 
 

@@ -4,6 +4,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import uuid
 from collections.abc import Collection
 from typing import Any
 
@@ -27,8 +28,6 @@ STOP_TIMEOUT_SECONDS = 2.0
 
 def session_id_new() -> str:
     """A fresh session ID, which is also the Dex Flow ID: ``ses_<uuid4 hex>``."""
-    import uuid
-
     return f"{SESSION_ID_PREFIX}{uuid.uuid4().hex}"
 
 
@@ -88,17 +87,105 @@ def _session_stop_quietly(*, session_id: str, reason: str) -> None:
         logger.warning("Could not stop orphaned session %s: %s", session_id, error)
 
 
-def session_message_send(*, session: AgentSession, text: str) -> bool:
-    """Queue a user message on ``session``.
+def session_message_send(
+    *, session: AgentSession, text: str, plan_mode: bool = False
+) -> str | None:
+    """Queue a user message on ``session`` and return the ID the queue knows it by.
+
+    The web side gives the message a fresh ``client_id`` (uuid4 hex), sends it, then reads the
+    queue once to find the Channel message ID Dex assigned (issue 10, "Queue").
 
     Returns:
-        False when the session refused the message (blank text, seed "RPCs").
+        The queued message's Dex Channel message ID; its ``client_id`` when it is no longer
+        pending (an idle session's turn took it at once) or the queue could not be read (the
+        queue endpoints accept either ID); None when the session refused the message (blank
+        text, seed "RPCs").
 
     Raises:
-        dex_gateway.EngineUnavailableError: Dex did not answer.
+        dex_gateway.EngineUnavailableError: Dex did not answer the send.
         dex_gateway.SessionNotFoundError: Dex no longer has the session.
     """
-    return dex_gateway.run(dex_gateway.session_send_message(session_id=session.id, text=text))
+    client_id = uuid.uuid4().hex
+    sent = dex_gateway.run(
+        dex_gateway.session_send_message(
+            session_id=session.id, text=text, plan_mode=plan_mode, client_id=client_id
+        )
+    )
+    if not sent:
+        return None
+    return _queued_message_id(session=session, client_id=client_id)
+
+
+def _queued_message_id(*, session: AgentSession, client_id: str) -> str:
+    """The Channel message ID of the pending queued message sent as ``client_id``, else
+    ``client_id`` itself (see ``session_message_send``)."""
+    try:
+        queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
+    except (dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError) as error:
+        # The message is accepted either way; its client_id still finds it.
+        logger.info("Could not read the queue of %s after a send: %s", session.id, error)
+        return client_id
+    return next(
+        (str(entry["id"]) for entry in queue["queued"] if entry["client_id"] == client_id),
+        client_id,
+    )
+
+
+def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
+    """Delete the queued message ``message_id`` (Channel message ID or ``client_id``).
+
+    Returns:
+        False when it is no longer pending (a turn took it, it was deleted, or never queued).
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    return dex_gateway.run(
+        dex_gateway.session_delete_queued_message(session_id=session.id, message_id=message_id)
+    )
+
+
+def queued_message_replace(
+    *, session: AgentSession, message_id: str, text: str, plan_mode: bool = False
+) -> str | None:
+    """Edit a queued message: remove ``message_id`` and queue ``text`` at the tail, in one
+    transactional RPC; the new message gets a fresh ``client_id``.
+
+    Returns:
+        The new message's ID (as ``session_message_send`` returns it); None when
+        ``message_id`` is no longer pending (nothing changed) or ``text`` is blank.
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    client_id = uuid.uuid4().hex
+    replaced = dex_gateway.run(
+        dex_gateway.session_replace_queued_message(
+            session_id=session.id,
+            message_id=message_id,
+            text=text,
+            plan_mode=plan_mode,
+            client_id=client_id,
+        )
+    )
+    if not replaced:
+        return None
+    return _queued_message_id(session=session, client_id=client_id)
+
+
+def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
+    """Steer the queued message ``message_id`` into the running turn, which applies it at its
+    next safe boundary (``dex_agents`` Steer).
+
+    Returns:
+        False when it is no longer pending.
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    return dex_gateway.run(
+        dex_gateway.session_steer_queued_message(session_id=session.id, message_id=message_id)
+    )
 
 
 def session_status_record(
@@ -214,9 +301,7 @@ def interrupt_resolve(
         raise InterruptNotPendingError("This tool call was already decided.")
     indexed = ApprovalRequest.objects.filter(session=session, interrupt_id=interrupt_id).first()
     if indexed is not None and indexed.state != ApprovalRequest.State.PENDING:
-        raise InterruptNotPendingError(
-            _NOT_PENDING_BECAUSE[ApprovalRequest.State(indexed.state)]
-        )
+        raise InterruptNotPendingError(_NOT_PENDING_BECAUSE[ApprovalRequest.State(indexed.state)])
     if indexed is not None:
         # The index has the call's details: no snapshot read, which also keeps a session too
         # large for a snapshot decidable (resolve_interrupt loads only PendingInterrupts).
@@ -246,9 +331,7 @@ def interrupt_resolve(
     if session_index.approval_request_close(
         session_id=session.pk,
         interrupt_id=interrupt_id,
-        state=(
-            ApprovalRequest.State.APPROVED if approved else ApprovalRequest.State.REJECTED
-        ),
+        state=(ApprovalRequest.State.APPROVED if approved else ApprovalRequest.State.REJECTED),
         message=message,
     ):
         session_index.approvals_changed_notify()
@@ -409,9 +492,7 @@ DEMO_SERVERS = (
                     "Post a message to a channel of the demo chat workspace (general, "
                     "engineering, random). Each call posts a new message."
                 ),
-                input_schema=_object_schema(
-                    {"channel": _TEXT, "text": _TEXT}, ["channel", "text"]
-                ),
+                input_schema=_object_schema({"channel": _TEXT, "text": _TEXT}, ["channel", "text"]),
                 annotations=_hints("Post a message", read_only=False, idempotent=False),
             ),
         ),

@@ -7,10 +7,13 @@ from agents_app.apis import (
     ApprovalDecisionListApi,
     ApprovalListApi,
     InterruptResolveApi,
+    QueuedMessageApi,
+    QueuedMessageSteerApi,
     SessionDetailApi,
     SessionHistoryApi,
     SessionListCreateApi,
     SessionMessageApi,
+    SessionQueueApi,
     SessionStopApi,
 )
 
@@ -19,15 +22,24 @@ app_name = "agents_api"
 urlpatterns = [
     path("agents/", AgentListApi.as_view(), name="agent-list"),
     path("approvals/", ApprovalListApi.as_view(), name="approval-list"),
-    path(
-        "approvals/decisions/", ApprovalDecisionListApi.as_view(), name="approval-decision-list"
-    ),
+    path("approvals/decisions/", ApprovalDecisionListApi.as_view(), name="approval-decision-list"),
     path("sessions/", SessionListCreateApi.as_view(), name="session-list"),
     path("sessions/<str:session_id>/", SessionDetailApi.as_view(), name="session-detail"),
     path(
         "sessions/<str:session_id>/messages/",
         SessionMessageApi.as_view(),
         name="session-messages",
+    ),
+    path("sessions/<str:session_id>/queue/", SessionQueueApi.as_view(), name="session-queue"),
+    path(
+        "sessions/<str:session_id>/queue/<str:message_id>/",
+        QueuedMessageApi.as_view(),
+        name="session-queued-message",
+    ),
+    path(
+        "sessions/<str:session_id>/queue/<str:message_id>/steer/",
+        QueuedMessageSteerApi.as_view(),
+        name="session-queued-message-steer",
     ),
     path(
         "sessions/<str:session_id>/history/",

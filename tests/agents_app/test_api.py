@@ -16,6 +16,13 @@ from tests.factories import AgentDefinitionFactory, AgentSessionFactory, McpTool
 pytestmark = pytest.mark.django_db
 
 SESSION_ID = "ses_00000000000000000000000000000001"
+MESSAGE_ID = "01920000-0000-7000-8000-000000000001"
+QUEUE = f"/api/v1/sessions/{SESSION_ID}/queue/"
+QUEUE_WRITES = [
+    ("delete", f"{QUEUE}{MESSAGE_ID}/", {}),
+    ("put", f"{QUEUE}{MESSAGE_ID}/", {"text": "edited"}),
+    ("post", f"{QUEUE}{MESSAGE_ID}/steer/", {}),
+]
 
 ENDPOINTS = [
     ("get", "/api/v1/agents/"),
@@ -24,6 +31,8 @@ ENDPOINTS = [
     ("get", f"/api/v1/sessions/{SESSION_ID}/"),
     ("post", f"/api/v1/sessions/{SESSION_ID}/messages/"),
     ("get", f"/api/v1/sessions/{SESSION_ID}/history/"),
+    ("get", QUEUE),
+    *[(method, path) for method, path, _ in QUEUE_WRITES],
     ("get", "/api/schema/"),
 ]
 
@@ -126,7 +135,15 @@ def test_blank_message_is_400_before_dex_is_asked(
 
 @pytest.mark.parametrize(
     ("method", "suffix", "body"),
-    [("get", "", {}), ("post", "messages/", {"text": "hi"}), ("get", "history/", {})],
+    [
+        ("get", "", {}),
+        ("post", "messages/", {"text": "hi"}),
+        ("get", "history/", {}),
+        ("get", "queue/", {}),
+        ("delete", f"queue/{MESSAGE_ID}/", {}),
+        ("put", f"queue/{MESSAGE_ID}/", {"text": "edited"}),
+        ("post", f"queue/{MESSAGE_ID}/steer/", {}),
+    ],
 )
 def test_another_users_session_is_404(
     other_client: APIClient, owned_session: AgentSession, method: str, suffix: str, body: Any
@@ -135,6 +152,78 @@ def test_another_users_session_is_404(
         f"/api/v1/sessions/{owned_session.id}/{suffix}", body, format="json"
     )
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize(("method", "path", "body"), QUEUE_WRITES)
+def test_staff_may_not_change_another_users_queue(
+    staff_client: APIClient,
+    owned_session: AgentSession,
+    engine_down: str,
+    method: str,
+    path: str,
+    body: Any,
+) -> None:
+    response = getattr(staff_client, method)(path, body, format="json")
+    assert response.status_code == 403
+    assert "owner" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("get", QUEUE, {}),
+        ("post", f"/api/v1/sessions/{SESSION_ID}/messages/", {"text": "hi"}),
+        *QUEUE_WRITES,
+    ],
+)
+def test_queue_calls_answer_503_when_the_engine_is_down(
+    owner_client: APIClient,
+    owned_session: AgentSession,
+    engine_down: str,
+    method: str,
+    path: str,
+    body: Any,
+) -> None:
+    response = getattr(owner_client, method)(path, body, format="json")
+    assert response.status_code == 503
+    assert engine_down in response.json()["detail"]
+
+
+@pytest.mark.parametrize("body", [{"text": "  "}, {"plan_mode": True}, {"text": ""}])
+def test_an_edit_without_text_is_400_before_dex_is_asked(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str, body: Any
+) -> None:
+    response = owner_client.put(f"{QUEUE}{MESSAGE_ID}/", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["text"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [("post", f"/api/v1/sessions/{SESSION_ID}/messages/", {"text": "hi"}), *QUEUE_WRITES],
+)
+def test_a_stopped_session_refuses_queue_writes_with_409_and_lists_no_queue(
+    owner_client: APIClient,
+    owned_session: AgentSession,
+    engine_down: str,
+    method: str,
+    path: str,
+    body: Any,
+) -> None:
+    AgentSession.objects.filter(pk=owned_session.pk).update(status="stopped")
+    response = getattr(owner_client, method)(path, body, format="json")
+    assert response.status_code == 409
+    assert response.json() == {"detail": "This session is stopped; start a new one."}
+    # Its queued messages will never run: the queue is empty without asking the engine.
+    assert owner_client.get(QUEUE).json() == {"queued": [], "steered": []}
+
+
+def test_an_implausible_message_id_is_404_before_dex_is_asked(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str
+) -> None:
+    response = owner_client.delete(f"{QUEUE}{'0' * 65}/")
+    assert response.status_code == 404
+    assert "queued message" in response.json()["detail"]
 
 
 def test_unknown_session_is_404(owner_client: APIClient) -> None:
@@ -151,8 +240,21 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
         "/api/v1/sessions/{session_id}/",
         "/api/v1/sessions/{session_id}/messages/",
         "/api/v1/sessions/{session_id}/history/",
+        "/api/v1/sessions/{session_id}/queue/",
+        "/api/v1/sessions/{session_id}/queue/{message_id}/",
+        "/api/v1/sessions/{session_id}/queue/{message_id}/steer/",
     ):
         assert path in paths
+    queued = paths["/api/v1/sessions/{session_id}/queue/{message_id}/"]
+    assert set(queued["put"]["responses"]) == {"201", "400", "403", "404", "409", "503"}
+    assert set(queued["delete"]["responses"]) == {"204", "403", "404", "409", "503"}
+    steer = paths["/api/v1/sessions/{session_id}/queue/{message_id}/steer/"]["post"]
+    assert set(steer["responses"]) == {"202", "403", "404", "409", "503"}
+    schemas = response.json()["components"]["schemas"]
+    assert set(schemas["MessageQueued"]["properties"]) == {"queued", "id"}
+    assert set(schemas["MessageQueue"]["properties"]) == {"queued", "steered"}
+    entry = schemas["QueuedMessageOutput"]["properties"]
+    assert set(entry) == {"id", "text", "plan_mode", "created_at"}
 
 
 def test_healthz_names_what_is_down(client: Any, engine_down: str, heartbeat_file: Path) -> None:
@@ -190,15 +292,20 @@ def test_an_agent_whose_provider_key_is_missing_cannot_start(
     owner_client: APIClient, staff_client: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("DEXAGENTS_TEST_MISSING_KEY", raising=False)
-    AgentDefinitionFactory.create(slug="claude", model="anthropic/claude-sonnet-4-5",
-                                  api_base="", api_key_env="DEXAGENTS_TEST_MISSING_KEY")
+    AgentDefinitionFactory.create(
+        slug="claude",
+        model="anthropic/claude-sonnet-4-5",
+        api_base="",
+        api_key_env="DEXAGENTS_TEST_MISSING_KEY",
+    )
     listed = _agents(owner_client)
     assert listed["claude"]["configured"] is False
     assert "DEXAGENTS_TEST_MISSING_KEY" not in listed["claude"]["not_configured_reason"]
     assert "DEXAGENTS_TEST_MISSING_KEY" in _agents(staff_client)["claude"]["not_configured_reason"]
 
-    answer = owner_client.post("/api/v1/sessions/", {"agent": "claude", "message": "hi"},
-                               format="json")
+    answer = owner_client.post(
+        "/api/v1/sessions/", {"agent": "claude", "message": "hi"}, format="json"
+    )
     assert answer.status_code == 400
     assert "not configured" in answer.json()["agent"][0]
     assert not AgentSession.objects.exists()
@@ -215,8 +322,9 @@ def test_an_oversized_body_is_a_json_413_and_creates_nothing(
 ) -> None:
     AgentDefinitionFactory.create(slug="demo")
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
-    answer = owner_client.post("/api/v1/sessions/", {"agent": "demo", "message": "x" * 20_000},
-                               format="json")
+    answer = owner_client.post(
+        "/api/v1/sessions/", {"agent": "demo", "message": "x" * 20_000}, format="json"
+    )
     assert answer.status_code == 413
     assert "10000 bytes" in answer.json()["detail"]
     assert not AgentSession.objects.exists()

@@ -59,7 +59,16 @@ def test_snapshot_to_data_shapes_the_api_answer() -> None:
         usage=AgentUsage(input_tokens=3, output_tokens=4, requests=1),
         queued_message_count=2,
         last_turn_error=None,
-        queued_messages=[AgentQueuedMessage(message_id="0190-a", text="and dogs")],
+        queued_messages=[
+            AgentQueuedMessage(
+                message_id="0190-a",
+                text="and dogs",
+                plan_mode=True,
+                created_at=datetime(2026, 1, 1, 12, tzinfo=UTC),
+                client_id="c1",
+            )
+        ],
+        steered_messages=[AgentQueuedMessage(message_id="0190-b", text="birds instead")],
     )
     data = dex_gateway.snapshot_to_data(snapshot)
     assert data["status"] == "running_tools"
@@ -72,31 +81,61 @@ def test_snapshot_to_data_shapes_the_api_answer() -> None:
     assert data["tool_calls"][0]["status"] == str(ToolCallStatus.AWAITING_APPROVAL)
     assert data["usage"]["output_tokens"] == 4
     assert data["queued_message_count"] == 2
-    assert data["queued_messages"] == [{"message_id": "0190-a", "text": "and dogs"}]
+    assert data["queued_messages"] == [
+        {
+            "id": "0190-a",
+            "text": "and dogs",
+            "plan_mode": True,
+            "created_at": "2026-01-01T12:00:00+00:00",
+        }
+    ]
+    assert data["steered_messages"] == [
+        {"id": "0190-b", "text": "birds instead", "plan_mode": False, "created_at": None}
+    ]
     assert data["last_turn_error"] is None
     assert data["awaiting_approval"] is True
     assert "framework detail" not in repr(data)
 
 
 def test_messages_link_tool_results_to_their_calls() -> None:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "search__web_search", "arguments": '{"query": "cats"}'}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "search__web_search", "arguments": '{"query": "cats"}'},
+    }
     assistant = AgentMessage(
-        sequence=2, role=MessageRole.ASSISTANT, text="", turn_id="turn-1",
-        framework_item={"role": "assistant", "content": None, "tool_calls": [call],
-                        "thinking_blocks": [{"signature": "opaque"}]},
+        sequence=2,
+        role=MessageRole.ASSISTANT,
+        text="",
+        turn_id="turn-1",
+        framework_item={
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call],
+            "thinking_blocks": [{"signature": "opaque"}],
+        },
     )
     result = AgentMessage(
-        sequence=3, role=MessageRole.TOOL, text="3 results", turn_id="turn-1",
+        sequence=3,
+        role=MessageRole.TOOL,
+        text="3 results",
+        turn_id="turn-1",
         framework_item={"role": "tool", "tool_call_id": "call_1", "content": "3 results"},
     )
     assert dex_gateway.message_to_data(assistant) == {
-        "sequence": 2, "role": "assistant", "text": "", "turn_id": "turn-1",
-        "tool_calls": [{"id": "call_1", "name": "search__web_search",
-                        "arguments": '{"query": "cats"}'}],
+        "sequence": 2,
+        "role": "assistant",
+        "text": "",
+        "turn_id": "turn-1",
+        "tool_calls": [
+            {"id": "call_1", "name": "search__web_search", "arguments": '{"query": "cats"}'}
+        ],
     }
     assert dex_gateway.message_to_data(result) == {
-        "sequence": 3, "role": "tool", "text": "3 results", "turn_id": "turn-1",
+        "sequence": 3,
+        "role": "tool",
+        "text": "3 results",
+        "turn_id": "turn-1",
         "tool_call_id": "call_1",
     }
 
@@ -118,8 +157,12 @@ def test_tool_policies_follow_the_agent_config() -> None:
         "tools": [
             {"name": "search__web_search", "effect": "read", "requires_approval": False},
             {"name": "files__write", "effect": "idempotent_write", "requires_approval": False},
-            {"name": "slack__post", "effect": "non_idempotent_write", "requires_approval": True,
-             "approval_deadline_seconds": 90},
+            {
+                "name": "slack__post",
+                "effect": "non_idempotent_write",
+                "requires_approval": True,
+                "approval_deadline_seconds": 90,
+            },
         ]
     }
     assert dex_gateway.tool_policies_build(agent_config=config) == {

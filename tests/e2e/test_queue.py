@@ -1,0 +1,313 @@
+"""The message queue and Steer through the REST API, against the real platform: engine,
+dexworker, web and demo model as processes (``tests/e2e/relay_stack.py``).
+
+A session is kept busy by a write that waits for approval (``slack__post_message``): while it
+waits, messages sent to the session stay queued, so list, delete, edit and steer act on
+messages no turn can take from under the test. Personas: owner, another user, staff,
+anonymous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.e2e.conftest import wait_until
+from tests.e2e.relay_stack import Stack, running_stack
+
+pytestmark = pytest.mark.e2e
+
+GATED = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "held"})
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("queue")) as platform:
+        yield platform
+
+
+def busy_session(stack: Stack) -> tuple[str, dict[str, Any]]:
+    """Start a session whose turn waits for approval of a write; return its ID and the
+    pending approval (from the staff approvals list)."""
+    with stack.api("owner") as owner, stack.api("staff") as staff:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": GATED})
+        assert created.status_code == 201, created.text
+        session_id = str(created.json()["id"])
+        pending = wait_until(
+            "the approval to be pending",
+            lambda: [
+                item
+                for item in staff.get("/api/v1/approvals/").json()
+                if item["session"] == session_id
+            ],
+            timeout=30,
+        )
+    return session_id, dict(pending[0])
+
+
+def send(api: httpx.Client, session_id: str, text: str, **extra: Any) -> str:
+    answer = api.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": text, **extra})
+    assert answer.status_code == 202, answer.text
+    body = answer.json()
+    assert body["queued"] is True
+    return str(body["id"])
+
+
+def queue_of(api: httpx.Client, session_id: str) -> dict[str, list[dict[str, Any]]]:
+    answer = api.get(f"/api/v1/sessions/{session_id}/queue/")
+    assert answer.status_code == 200, answer.text
+    queue: dict[str, list[dict[str, Any]]] = answer.json()
+    return queue
+
+
+def texts(entries: list[dict[str, Any]]) -> list[str]:
+    return [entry["text"] for entry in entries]
+
+
+def snapshot_when(
+    api: httpx.Client, session_id: str, ready: Callable[[dict[str, Any]], bool], description: str
+) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
+        assert not snapshot.get("last_turn_error"), snapshot
+        return snapshot if ready(snapshot) else None
+
+    return wait_until(description, probe, timeout=60)
+
+
+async def events_until(
+    stack: Stack, session_id: str, stop: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The session's events from the oldest retained, through the websocket relay, until
+    ``stop`` accepts the events read so far."""
+    events: list[dict[str, Any]] = []
+    async with connect(
+        stack.events_url(session_id, ""), additional_headers=stack.personas["owner"].bearer()
+    ) as ws:
+        async with asyncio.timeout(60):
+            while True:
+                frame = json.loads(await ws.recv())
+                if frame["type"] != "event":
+                    continue
+                events.append(frame["event"])
+                if stop(events):
+                    return events
+
+
+def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
+    session_id, _ = busy_session(stack)
+    base = f"/api/v1/sessions/{session_id}/queue/"
+    with stack.api("owner") as owner:
+        first = send(owner, session_id, "first", plan_mode=True)
+        second = send(owner, session_id, "second")
+        third = send(owner, session_id, "third")
+        # The answer's ID is the Dex Channel message ID (a UUIDv7), as the queue lists it.
+        assert all(UUID.match(item) for item in (first, second, third)), (first, second, third)
+        queue = queue_of(owner, session_id)
+        assert queue["steered"] == []
+        assert [(entry["id"], entry["text"], entry["plan_mode"]) for entry in queue["queued"]] == [
+            (first, "first", True),
+            (second, "second", False),
+            (third, "third", False),
+        ]
+        assert all(
+            set(entry) == {"id", "text", "plan_mode", "created_at"} for entry in queue["queued"]
+        )
+        assert all(entry["created_at"] for entry in queue["queued"])
+        # The snapshot lists the same entries.
+        snapshot = owner.get(f"/api/v1/sessions/{session_id}/").json()
+        assert snapshot["queued_messages"] == queue["queued"]
+        assert snapshot["steered_messages"] == []
+
+        deleted = owner.delete(f"{base}{second}/")
+        assert deleted.status_code == 204, deleted.text
+        assert deleted.content == b""
+        again = owner.delete(f"{base}{second}/")
+        assert again.status_code == 404, again.text
+        assert "detail" in again.json()
+        assert texts(queue_of(owner, session_id)["queued"]) == ["first", "third"]
+
+        # Edit: the old message leaves and the new one joins at the tail.
+        edited = owner.put(f"{base}{first}/", json={"text": "first, edited"})
+        assert edited.status_code == 201, edited.text
+        new_id = edited.json()["id"]
+        assert UUID.match(new_id) and new_id != first
+        queue = queue_of(owner, session_id)
+        assert [(entry["id"], entry["text"], entry["plan_mode"]) for entry in queue["queued"]] == [
+            (third, "third", False),
+            (new_id, "first, edited", False),
+        ]
+        stale = owner.put(f"{base}{first}/", json={"text": "lost edit"})
+        assert stale.status_code == 404, stale.text
+        assert owner.delete(f"{base}{first}/").status_code == 404
+        assert texts(queue_of(owner, session_id)["queued"]) == ["third", "first, edited"]
+
+        # Blank or missing text is refused with a field message, and nothing changes.
+        for body in ({"text": "   "}, {"plan_mode": True}):
+            refused = owner.put(f"{base}{third}/", json=body)
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["text"], refused.text
+        assert owner.post(f"{base}not-a-message/steer/").status_code == 404
+        assert owner.delete(f"{base}{'x' * 100}/").status_code == 404
+        assert texts(queue_of(owner, session_id)["queued"]) == ["third", "first, edited"]
+
+        # Queue operations also accept nothing once the session stopped.
+        stopped = owner.post(f"/api/v1/sessions/{session_id}/stop/")
+        assert stopped.status_code == 202, stopped.text
+        assert queue_of(owner, session_id) == {"queued": [], "steered": []}
+        for answer in (
+            owner.delete(f"{base}{third}/"),
+            owner.put(f"{base}{third}/", json={"text": "late"}),
+            owner.post(f"{base}{third}/steer/"),
+        ):
+            assert answer.status_code == 409, answer.text
+            assert "stopped" in answer.json()["detail"]
+
+
+def test_queue_permissions_owner_other_user_staff_anonymous(stack: Stack) -> None:
+    session_id, _ = busy_session(stack)
+    base = f"/api/v1/sessions/{session_id}/queue/"
+    with (
+        stack.api("owner") as owner,
+        stack.api("other") as other,
+        stack.api("staff") as staff,
+        httpx.Client(base_url=stack.base_url()) as anonymous,
+    ):
+        message_id = send(owner, session_id, "mine")
+        calls: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("GET", base, None),
+            ("DELETE", f"{base}{message_id}/", None),
+            ("PUT", f"{base}{message_id}/", {"text": "theirs"}),
+            ("POST", f"{base}{message_id}/steer/", None),
+        ]
+        for method, path, body in calls:
+            assert anonymous.request(method, path, json=body).status_code == 401, (method, path)
+            # Another user cannot tell the session exists.
+            answer = other.request(method, path, json=body)
+            assert answer.status_code == 404, (method, path, answer.text)
+        # Staff read the queue but do not change it.
+        assert texts(queue_of(staff, session_id)["queued"]) == ["mine"]
+        for method, path, body in calls[1:]:
+            answer = staff.request(method, path, json=body)
+            assert answer.status_code == 403, (method, path, answer.text)
+        assert (
+            staff.post(
+                f"/api/v1/sessions/{session_id}/messages/", json={"text": "staff"}
+            ).status_code
+            == 403
+        )
+        assert [
+            (entry["id"], entry["text"]) for entry in queue_of(owner, session_id)["queued"]
+        ] == [(message_id, "mine")]
+        assert owner.post(f"/api/v1/sessions/{session_id}/stop/").status_code == 202
+
+
+def test_steer_reaches_the_model_and_withdraws_the_pending_approval(stack: Stack) -> None:
+    session_id, pending = busy_session(stack)
+    base = f"/api/v1/sessions/{session_id}/queue/"
+    with stack.api("owner") as owner, stack.api("staff") as staff:
+        later = send(owner, session_id, "after the steer")
+        steer = send(owner, session_id, "change of plan")
+        answer = owner.post(f"{base}{steer}/steer/")
+        assert answer.status_code == 202, answer.text
+        assert answer.json() == {"steered": True}
+
+        # The steered message reaches the model in the running turn: the gated call ends
+        # cancelled without running, its approval is withdrawn, and the turn answers it.
+        def steered_and_done(events: list[dict[str, Any]]) -> bool:
+            return any(event["type"] == "turn_completed" for event in events) and any(
+                event["data"].get("change") == "steered" for event in events
+            )
+
+        events = asyncio.run(events_until(stack, session_id, steered_and_done))
+        types = [event["type"] for event in events]
+        assert "steer_applied" in types, types
+        applied = next(event for event in events if event["type"] == "steer_applied")
+        assert applied["data"] == {
+            "message_count": 1,
+            "withdrawn_interrupt_ids": [pending["interrupt_id"]],
+        }
+        finished = [event["data"] for event in events if event["type"] == "tool_call_finished"]
+        assert [(item["tool_name"], item["status"]) for item in finished] == [
+            ("slack__post_message", "cancelled")
+        ]
+        # The web side announced the steer too (steered_and_done waited for it).
+        announced = next(event for event in events if event["data"].get("change") == "steered")
+        assert announced["type"] in ("queue_changed", "message_queued"), announced
+
+        snapshot = snapshot_when(
+            owner,
+            session_id,
+            lambda snapshot: (
+                snapshot["status"] == "waiting_for_user_message"
+                and snapshot["messages"][-1]["text"] == "You said: after the steer"
+            ),
+            "the steered turn and the queued one to end",
+        )
+        turn = [(message["role"], message["text"]) for message in snapshot["messages"]]
+        assert turn[0] == ("user", GATED)
+        assert turn[1][0] == "assistant"
+        assert turn[2][0] == "tool" and "cancelled" in turn[2][1]
+        assert turn[3:] == [
+            ("user", "change of plan"),
+            ("assistant", "You said: change of plan"),
+            ("user", "after the steer"),
+            ("assistant", "You said: after the steer"),
+        ]
+        assert snapshot["queued_messages"] == snapshot["steered_messages"] == []
+
+        # Both messages were consumed: the queue knows neither any more.
+        assert owner.post(f"{base}{steer}/steer/").status_code == 404
+        assert owner.post(f"{base}{later}/steer/").status_code == 404
+        assert owner.delete(f"{base}{later}/").status_code == 404
+
+        decided = staff.post(
+            f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/",
+            json={"approved": True},
+        )
+        assert decided.status_code == 409, decided.text
+        rows = stack.django_shell(
+            "import json; from agents_app.models import ApprovalRequest as R; "
+            f"print(json.dumps(list(R.objects.filter(session_id={session_id!r})"
+            ".values_list('interrupt_id', 'state'))))"
+        )
+        assert rows == [[pending["interrupt_id"], "withdrawn"]]
+    posted = Path(stack.env["DEXAGENTS_VAR_DIR"]) / "demo_mcp" / "slack_messages.json"
+    assert not posted.exists() or "held" not in posted.read_text()
+
+
+def test_a_message_an_idle_session_takes_at_once_is_not_in_the_queue(stack: Stack) -> None:
+    with stack.api("owner") as owner:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo"})
+        assert created.status_code == 201, created.text
+        session_id = created.json()["id"]
+        snapshot_when(
+            owner,
+            session_id,
+            lambda snapshot: snapshot["status"] == "waiting_for_user_message",
+            "the session to wait for a message",
+        )
+        message_id = send(owner, session_id, "hello")
+        snapshot_when(
+            owner,
+            session_id,
+            lambda snapshot: (
+                snapshot["messages"][-1:] != []
+                and snapshot["messages"][-1]["text"] == "You said: hello"
+            ),
+            "the answer",
+        )
+        assert queue_of(owner, session_id) == {"queued": [], "steered": []}
+        base = f"/api/v1/sessions/{session_id}/queue/{message_id}/"
+        assert owner.delete(base).status_code == 404
+        assert owner.put(base, json={"text": "too late"}).status_code == 404
+        assert owner.post(f"{base}steer/").status_code == 404
