@@ -20,6 +20,10 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
     order (parallel tool calls). The arguments are passed on verbatim (``{}`` when omitted),
     so a test can also script invalid JSON. Call IDs are ``call_<n>``, numbered after the tool
     calls already in the conversation, so they never repeat within one conversation.
+  - ``/wait <seconds> <reason>``: a call of the built-in ``durable_wait`` tool (the session
+    waits on a durable Timer; a steered message ends it early).
+  - ``/ask <prompt> | <choice> | <choice>``: a call of the built-in ``request_user_input``
+    tool; without ``|`` the question takes a free-text answer.
   - ``/fail <n>``: the first ``n`` times the server receives this exact request (same route,
     same input), it answers HTTP 500; a retry of the same request then succeeds. This is the
     only state the server keeps.
@@ -71,6 +75,8 @@ DEMO_MODEL_NAME = "dexagents-demo"
 READY_LINE_PREFIX = "demo model ready on "
 
 _TOOL_LINE = re.compile(r"^\s*/tool\s+(?P<name>\S+)(?:\s+(?P<arguments>.*\S))?\s*$")
+_WAIT_LINE = re.compile(r"^\s*/wait\s+(?P<seconds>-?\d+)(?:\s+(?P<reason>.*\S))?\s*$")
+_ASK_LINE = re.compile(r"^\s*/ask\s+(?P<question>.*\S)\s*$")
 _FAIL_LINE = re.compile(r"^\s*/fail\s+(?P<count>\d+)\s*$")
 _SLOW_LINE = re.compile(r"^\s*/slow\s+(?P<seconds>\d+(?:\.\d+)?)\s*$")
 _THINK_LINE = re.compile(r"^\s*/think\s*$")
@@ -155,15 +161,28 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
     fail_count = 0
     slow_seconds = 0.0
     think = False
+    def add_call(name: str, arguments: str) -> None:
+        tool_calls.append(
+            DemoToolCall(
+                id=f"call_{earlier_calls + len(tool_calls) + 1}", name=name, arguments=arguments
+            )
+        )
+
     for line in user_text.splitlines():
         if match := _TOOL_LINE.match(line):
-            tool_calls.append(
-                DemoToolCall(
-                    id=f"call_{earlier_calls + len(tool_calls) + 1}",
-                    name=match.group("name"),
-                    arguments=match.group("arguments") or "{}",
-                )
-            )
+            add_call(match.group("name"), match.group("arguments") or "{}")
+        elif match := _WAIT_LINE.match(line):
+            wait = {
+                "duration_seconds": int(match.group("seconds")),
+                "reason": match.group("reason") or "Requested wait",
+            }
+            add_call("durable_wait", json.dumps(wait))
+        elif match := _ASK_LINE.match(line):
+            prompt, *choices = [part.strip() for part in match.group("question").split("|")]
+            question: dict[str, Any] = {"prompt": prompt}
+            if choices:
+                question["choices"] = choices
+            add_call("request_user_input", json.dumps(question))
         elif match := _FAIL_LINE.match(line):
             fail_count = int(match.group("count"))
         elif match := _SLOW_LINE.match(line):

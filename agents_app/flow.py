@@ -47,7 +47,8 @@ def build_flow(
         classify default to ``unclassified`` (single attempt, approval first). Its AgentEvents
         Stream budget is ``DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"]``. Steering is on: a
         queued message can be steered into the running turn (``LiteLLMRunner`` appends
-        ``AgentTurnContext.steered_messages`` to the model input).
+        ``AgentTurnContext.steered_messages`` to the model input); so are the built-in
+        ``durable_wait`` and ``request_user_input`` tools, which every agent is offered.
     """
     runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
     return AgentSessionFlow(
@@ -58,5 +59,7 @@ def build_flow(
             agent_events_capacity_bytes=settings.DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"],
             observer=observer,
             steering=True,
+            durable_waits=True,
+            user_input=True,
         ),
     )

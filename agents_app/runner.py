@@ -81,6 +81,8 @@ from dex_agents import (
     ToolPolicy,
     TurnCompleted,
     describe_tool_call_outcome,
+    durable_wait_definition,
+    request_user_input_definition,
 )
 from mcp_registry.builtin_tools import (
     BUILTIN_TOOL_EFFECT,
@@ -201,6 +203,24 @@ class AgentToolEntry:
         )
 
     @classmethod
+    def session_builtins(cls) -> tuple[AgentToolEntry, ...]:
+        """The tools the session runs itself (``durable_wait``, ``request_user_input``; the
+        platform Flow enables both), offered to every agent."""
+        return tuple(
+            cls(
+                name=spec["name"],
+                server="",
+                tool=spec["name"],
+                description=spec["description"],
+                parameters=spec["parameters"],
+                effect=ToolEffect.READ,
+                requires_approval=False,
+                builtin=True,
+            )
+            for spec in (durable_wait_definition(), request_user_input_definition())
+        )
+
+    @classmethod
     def from_config(cls, item: Mapping[str, Any]) -> AgentToolEntry:
         """Parse one ``agent_config["tools"]`` item.
 
@@ -291,7 +311,9 @@ class AgentModelConfig:
             api_base=api_base,
             api_key_env=config.get("api_key_env") or None,
             system_prompt=str(config.get("system_prompt") or ""),
-            tools=tools + AgentToolEntry.builtins_for(servers),
+            tools=tools
+            + AgentToolEntry.builtins_for(servers)
+            + AgentToolEntry.session_builtins(),
             api=api,
             context_window=window,
             stream=config.get("stream", True) is not False,

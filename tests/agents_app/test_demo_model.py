@@ -263,6 +263,23 @@ def test_call_ids_continue_after_earlier_calls_and_arguments_pass_verbatim() -> 
     ]
 
 
+def test_wait_and_ask_call_the_session_built_in_tools() -> None:
+    reply = plan_reply(
+        [{"role": "user", "content": "/wait 30 cooling off\n/ask Which? | red | blue\n/ask Name?"}]
+    )
+    assert [(call.name, json.loads(call.arguments)) for call in reply.tool_calls] == [
+        ("durable_wait", {"duration_seconds": 30, "reason": "cooling off"}),
+        ("request_user_input", {"prompt": "Which?", "choices": ["red", "blue"]}),
+        ("request_user_input", {"prompt": "Name?"}),
+    ]
+    # A negative duration is passed on, so the session's own validation can be tried.
+    bad = plan_reply([{"role": "user", "content": "/wait -5"}])
+    assert json.loads(bad.tool_calls[0].arguments) == {
+        "duration_seconds": -5,
+        "reason": "Requested wait",
+    }
+
+
 def test_split_text_keeps_every_character() -> None:
     text = "You said:  spaced   words\nand lines "
     assert "".join(split_text(text)) == text

@@ -763,13 +763,17 @@ async def test_tool_progress_and_server_logs_become_agent_events(
 def test_builtin_resource_and_prompt_tools_are_offered_for_the_agents_servers() -> None:
     config = AgentModelConfig.parse(_demo_execution("x", {}).agent_config)
     builtins = {entry.name: entry for entry in config.tools if entry.builtin}
+    session_builtins = {"durable_wait", "request_user_input"}
     assert set(builtins) == {"mcp_list_resources", "mcp_read_resource",
-                             "mcp_list_resource_templates", "mcp_list_prompts", "mcp_get_prompt"}
+                             "mcp_list_resource_templates", "mcp_list_prompts", "mcp_get_prompt",
+                             *session_builtins}
     assert all(entry.effect == ToolEffect.READ and entry.requires_approval is False
                for entry in builtins.values())
     server_enum = builtins["mcp_list_prompts"].parameters["properties"]["server"]["enum"]
     assert server_enum == ["docs", "slack"]
-    assert AgentModelConfig.parse(agent_config(tools=[])).tools == ()
+    # An agent without servers is still offered the tools the session runs itself.
+    without_servers = AgentModelConfig.parse(agent_config(tools=[])).tools
+    assert {entry.name for entry in without_servers} == session_builtins
 
 
 async def test_builtin_prompt_tools_run_through_the_pool(demo_runner: LiteLLMRunner) -> None:
