@@ -29,6 +29,16 @@ Built-in tools (platform additions, ``AgentSessionOptions.durable_waits`` / ``us
 ``request_user_input`` runs as an AwaitUserInput Step answered through ``answer_user_input``
 (``PENDING_USER_INPUT``, ``USER_INPUT_ANSWERS``, ``USER_INPUT_ANSWER``); ResumeTurn ends either
 early for a steered message (``BUILTIN_WAKEUPS``).
+
+Context compaction and retention (platform addition, ``AgentSessionOptions.compaction``; lifts
+the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages map"): the
+``CONTEXT_SUMMARY`` Attribute (``ContextSummary``), the ``CompactContext`` Step
+(``CompactionPlan``), the ``CompactingRunner`` protocol (``SummarizeRequest``,
+``ContextWindowExceededError``), ``AgentTurnContext.summary``, ``AgentSnapshot.summary``, the
+``context_compacted`` event, and the reads ``get_message_range``, ``read_agent_messages`` and
+``get_agent_snapshot_page`` (``AgentMessageRange``, ``ReadAgentMessagesRequest``,
+``AgentMessagesSlice``; ``AgentSessionClient.list_agent_messages_before`` returns
+``AgentMessagesBeforePage``).
 """
 
 from dex_agents._builtin_tools import (
@@ -39,6 +49,14 @@ from dex_agents._builtin_tools import (
     request_user_input_definition,
 )
 from dex_agents._client import AgentSessionClient
+from dex_agents._compaction import (
+    CompactContext,
+    CompactingRunner,
+    CompactionOptions,
+    ContextWindowExceededError,
+    SummarizeRequest,
+    render_summary,
+)
 from dex_agents._contract import (
     CANCELLED_BY_STEER_OUTPUT,
     AgentContractError,
@@ -78,6 +96,7 @@ from dex_agents._persistence import (
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    CONTEXT_SUMMARY,
     FRAMEWORK_RUN_STATE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
@@ -95,7 +114,10 @@ from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
     AgentMessageQueue,
+    AgentMessageRange,
+    AgentMessagesBeforePage,
     AgentMessagesPage,
+    AgentMessagesSlice,
     AgentQueuedMessage,
     AgentSessionConfig,
     AgentSessionStartInput,
@@ -105,11 +127,14 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    CompactionPlan,
+    ContextSummary,
     ListAgentMessagesRequest,
     MessageRole,
     PendingTimer,
     PendingUserInput,
     QueuedMessageRequest,
+    ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolCallCompleted,
@@ -144,6 +169,7 @@ __all__ = [
     "AGENT_TOOL_CALLS",
     "AGENT_USAGE",
     "CANCELLED_BY_STEER_OUTPUT",
+    "CONTEXT_SUMMARY",
     "DURABLE_WAIT_TOOL",
     "EXECUTE_COMPLETED_EVENT",
     "EXECUTE_FAILED_EVENT",
@@ -170,7 +196,10 @@ __all__ = [
     "AgentInterruptResolution",
     "AgentMessage",
     "AgentMessageQueue",
+    "AgentMessageRange",
+    "AgentMessagesBeforePage",
     "AgentMessagesPage",
+    "AgentMessagesSlice",
     "AgentQueuedMessage",
     "AgentSessionChange",
     "AgentSessionClient",
@@ -194,6 +223,12 @@ __all__ = [
     "CallSingleAttemptTool",
     "CallTool",
     "ClosedInterrupt",
+    "CompactContext",
+    "CompactingRunner",
+    "CompactionOptions",
+    "CompactionPlan",
+    "ContextSummary",
+    "ContextWindowExceededError",
     "DeferredToolCall",
     "DeferredToolExecution",
     "DurableWait",
@@ -204,6 +239,7 @@ __all__ = [
     "PendingTimer",
     "PendingUserInput",
     "QueuedMessageRequest",
+    "ReadAgentMessagesRequest",
     "RecordToolFailure",
     "RecordToolOutcomeUnknown",
     "RecordTurnFailure",
@@ -213,6 +249,7 @@ __all__ = [
     "RunModel",
     "StartAgentSession",
     "StepHistoryEntry",
+    "SummarizeRequest",
     "ToolCallCompleted",
     "ToolCallStatus",
     "ToolCallsRequested",
@@ -231,5 +268,6 @@ __all__ = [
     "is_approval_required",
     "message_sequence_key",
     "read_flow_step_history",
+    "render_summary",
     "request_user_input_definition",
 ]

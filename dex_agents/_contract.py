@@ -15,6 +15,7 @@ from dex_agents._records import (
     AgentMessage,
     AgentToolCall,
     AgentUsage,
+    ContextSummary,
     MessageRole,
     ToolCallStatus,
     ToolEffect,
@@ -143,6 +144,9 @@ class AgentTurnContext:
         turn_id: ``"turn-<n>"``.
         attempt: One-based ``RunModel`` attempt.
         messages: Every stored message in sequence order; the last user message is this turn's.
+            With ``AgentSessionOptions.compaction`` (platform addition) only the messages after
+            ``summary.through_sequence``: the session never summarizes a message of the running
+            turn, so this turn's user message is still among them.
         framework_run_state: ``None`` on the turn's first model call, else the last
             ``ToolCallsRequested.framework_run_state`` of this turn.
         tool_calls: This turn's records by tool call ID; all final when ``RunModel`` runs.
@@ -154,6 +158,10 @@ class AgentTurnContext:
             first call), in order. A runner that supports steering appends them to its input
             and keeps them in its run state and ``TurnCompleted.new_messages``; the session
             gives each one to exactly one successful model call.
+        summary: Platform addition (``AgentSessionOptions.compaction``): the cumulative summary
+            of the messages before ``messages`` once a compaction ran, else ``None``. A runner
+            puts its ``text`` into the model input (for example as a system message) before
+            ``messages``.
     """
 
     flow_id: str
@@ -167,6 +175,7 @@ class AgentTurnContext:
     heartbeat_callback: Heartbeat
     agent_config: dict[str, Any] | None = None
     steered_messages: Sequence[FrameworkMessage] = ()
+    summary: ContextSummary | None = None
 
     @property
     def is_resuming(self) -> bool:

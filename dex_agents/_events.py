@@ -53,6 +53,14 @@ class AgentEventType(StrEnum):
     - ``user_input_requested``: ``tool_call_id``, ``prompt`` (str), ``choices`` (list of str);
     - ``user_input_answered``: ``tool_call_id``.
 
+    Platform addition written by the CompactContext Step of a session with
+    ``AgentSessionOptions.compaction``, once per committed chunk:
+
+    - ``context_compacted``: ``through_sequence`` (int, messages up to here are summarized),
+      ``generation`` (int), ``first_retained_sequence`` (int, the oldest stored message),
+      ``deleted_count`` (int, messages retention deleted in this commit), ``reason``
+      (``context``, ``retention`` or ``overflow``).
+
     Platform additions written by an application through its Dex client, not by a Step (their
     ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
     viewer hears of changes no Step reports:
@@ -78,6 +86,7 @@ class AgentEventType(StrEnum):
     USAGE_RECORDED = "usage_recorded"
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"
+    CONTEXT_COMPACTED = "context_compacted"
     MESSAGE_QUEUED = "message_queued"
     SESSION_STOPPED = "session_stopped"
 

@@ -21,6 +21,15 @@ from dex import (
     rpc,
 )
 
+from dex_agents._compaction import (
+    CompactContext,
+    CompactingRunner,
+    CompactionOptions,
+    message_range,
+    read_messages,
+    snapshot_messages,
+    snapshot_summary,
+)
 from dex_agents._contract import AgentFrameworkRunner
 from dex_agents._events import AgentEvent
 from dex_agents._observer import AgentSessionObserver
@@ -29,6 +38,7 @@ from dex_agents._persistence import (
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    COMPACTION_DEFINITIONS,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
     PENDING_TIMER,
@@ -43,7 +53,9 @@ from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
     AgentMessageQueue,
+    AgentMessageRange,
     AgentMessagesPage,
+    AgentMessagesSlice,
     AgentQueuedMessage,
     AgentSessionStartInput,
     AgentSnapshot,
@@ -51,6 +63,7 @@ from dex_agents._records import (
     AgentUserMessage,
     ListAgentMessagesRequest,
     QueuedMessageRequest,
+    ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolEffect,
@@ -108,6 +121,13 @@ class AgentSessionOptions:
         user_input: Platform addition: the session runs ``request_user_input`` calls itself
             (an AwaitUserInput Step answered through ``answer_user_input``); the response's
             other calls are cancelled.
+        compaction: Platform addition that lifts the seed's limit "RunModel and
+            get_agent_snapshot load the whole AgentMessages map": RunModel loads only the
+            summary and the unsummarized messages, compacts older messages into
+            ``CONTEXT_SUMMARY`` (a CompactContext Step) before a call that would pass the
+            trigger fraction of the context window, and the map keeps the newest
+            ``retention_limit`` messages (``dex_agents._compaction``). The runner must be a
+            ``CompactingRunner``. ``None`` keeps the seed's behaviour.
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
@@ -118,6 +138,7 @@ class AgentSessionOptions:
     steering: bool = False
     durable_waits: bool = False
     user_input: bool = False
+    compaction: CompactionOptions | None = None
 
 
 class AgentSessionFlow(Flow[AgentSessionStartInput]):
@@ -142,6 +163,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     ) -> None:
         self.runner = runner
         self.options = options or AgentSessionOptions()
+        if self.options.compaction is not None and not isinstance(runner, CompactingRunner):
+            raise TypeError("AgentSessionOptions.compaction needs a CompactingRunner")
         self._flow_type = flow_type
         self.agent_events: Stream[AgentEvent] = Stream(
             AGENT_EVENTS_STREAM_NAME, AgentEvent, self.options.agent_events_capacity_bytes
@@ -163,10 +186,13 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             RecordTurnFailure(self),
             DurableWait(self),
             AwaitUserInput(self),
+            CompactContext(self),
         )
 
     def get_persistence_schema(self) -> PersistenceSchema:
-        return PersistenceSchema.of(*SHARED_DEFINITIONS, self.agent_events)
+        return PersistenceSchema.of(
+            *SHARED_DEFINITIONS, *COMPACTION_DEFINITIONS, self.agent_events
+        )
 
     @rpc(is_transactional=True)
     def send_user_message(self, context: Context, message: AgentUserMessage) -> RPCResult[bool]:
@@ -298,7 +324,6 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         queued message count, plus (platform addition) the queued messages themselves; also
         served for retained closed sessions."""
         state = AGENT_STATE.get(context)
-        keys = AGENT_MESSAGES.get_all_instance_keys(context)[-SNAPSHOT_MESSAGE_LIMIT:]
         tool_calls = sorted(
             (
                 AGENT_TOOL_CALLS.get(context, key)
@@ -309,7 +334,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         return RPCResult(
             AgentSnapshot(
                 state=state,
-                messages=[AGENT_MESSAGES.get(context, key) for key in keys],
+                messages=snapshot_messages(context, SNAPSHOT_MESSAGE_LIMIT),
                 pending_interrupts=list(PENDING_INTERRUPTS.get(context) or []),
                 tool_calls=tool_calls,
                 usage=AGENT_USAGE.get(context) or AgentUsage(),
@@ -319,6 +344,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 steered_messages=_steered(context),
                 pending_timer=PENDING_TIMER.get(context),
                 pending_input=PENDING_USER_INPUT.get(context),
+                summary=snapshot_summary(context),
             )
         )
 
@@ -335,6 +361,36 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         ]
         messages: list[AgentMessage] = [AGENT_MESSAGES.get(context, key) for key in keys[:limit]]
         return RPCResult(AgentMessagesPage(messages=messages, has_more=len(keys) > limit))
+
+    # --- context compaction and retention (platform addition) ---------------------------------
+
+    @rpc
+    def get_message_range(self, context: Context) -> RPCResult[AgentMessageRange]:
+        """Platform addition: the retained and summarized message sequences (loads no
+        message)."""
+        return RPCResult(message_range(context))
+
+    @rpc
+    def read_agent_messages(
+        self, context: Context, request: ReadAgentMessagesRequest
+    ) -> RPCResult[AgentMessagesSlice]:
+        """Platform addition: retained messages ``first..last`` (at most 200), oldest first.
+
+        Loads only the instances the caller adds per call
+        (``dex.RPCInvokeOptions.load_attribute_map_instances``); ``complete`` is False when a
+        retained message in the range was not among them.
+        """
+        return RPCResult(read_messages(context, request))
+
+    @rpc(
+        load_attribute_maps=(AGENT_TOOL_CALLS,),
+        load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES),
+    )
+    def get_agent_snapshot_page(self, context: Context) -> RPCResult[AgentSnapshot]:
+        """Platform addition: ``get_agent_snapshot`` loading only the last page's messages,
+        which the caller adds per call (``AgentSessionClient.get_agent_snapshot`` does when
+        the Flow compacts); messages it did not load are left out."""
+        return self.get_agent_snapshot(context)
 
 
 def _stamped(message: AgentUserMessage) -> AgentUserMessage:

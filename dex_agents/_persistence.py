@@ -19,6 +19,7 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    ContextSummary,
     PendingTimer,
     PendingUserInput,
     ToolCallCompleted,
@@ -91,3 +92,10 @@ SHARED_DEFINITIONS = (
     USER_INPUT_ANSWERS,
     BUILTIN_WAKEUPS,
 )
+
+#: ``ContextSummary`` Attribute (platform addition, ``AgentSessionOptions.compaction``): the
+#: cumulative summary of the older messages and the retained message range.
+CONTEXT_SUMMARY: Attribute[ContextSummary] = Attribute("CONTEXT_SUMMARY", ContextSummary)
+
+#: The definitions of context compaction; part of every agent Flow's schema.
+COMPACTION_DEFINITIONS = (CONTEXT_SUMMARY,)

@@ -20,6 +20,9 @@ from dex_agents import (
     AgentSessionOptions,
     AgentStatus,
     AgentToolCall,
+    CompactionOptions,
+    CompactionPlan,
+    ContextSummary,
     DeferredToolCall,
     FrameworkMessage,
     MessageRole,
@@ -28,6 +31,7 @@ from dex_agents import (
     ToolEffect,
     ToolPolicy,
 )
+from dex_agents._compaction import compact_movement, run_model_movement
 from dex_agents._contract import require_user_message
 from dex_agents._steps import (
     RECORD_TURN_FAILURE_OPTIONS,
@@ -56,13 +60,25 @@ def all_options(flow: AgentSessionFlow) -> dict[str, StepOptions]:
     for effect in ToolEffect:
         found[f"movement {effect}"] = tool_options("c1", effect)
     found["movement ResumeTurn"] = RESUME_TURN_OPTIONS
+    if flow.options.compaction is not None:
+        plan = CompactionPlan(chunk_ends=[2], reason="context")
+        for movement in (
+            run_model_movement(flow, 3, ContextSummary()),
+            compact_movement(plan, ContextSummary()),
+        ):
+            assert movement.options is not None
+            found[f"movement {movement.step.__name__}"] = movement.options
     return found
 
 
-def test_every_step_and_failure_route_sets_sync_durability_explicitly() -> None:
-    flow = AgentSessionFlow(ScriptedRunner())
+@pytest.mark.parametrize("compaction", [None, CompactionOptions()])
+def test_every_step_and_failure_route_sets_sync_durability_explicitly(
+    compaction: CompactionOptions | None,
+) -> None:
+    flow = AgentSessionFlow(ScriptedRunner(), options=AgentSessionOptions(compaction=compaction))
     options = all_options(flow)
-    assert len(options) == 10 + 1 + 4 + 1
+    steps = len(flow.get_steps()._definitions)
+    assert len(options) == steps + 1 + 4 + 1 + (2 if compaction else 0)
     for name, option in options.items():
         for checked in (option, option._execute_failure_options):
             if checked is None:
