@@ -742,10 +742,34 @@ class CompactContext(Step[CompactionPlan]):
             attempt=context.attempt,
             heartbeat_callback=context.heartbeat,
         )
-        async with background_heartbeat(context):
-            text = await _compacting_runner(flow).summarize(request)
-        if not isinstance(text, str) or not text.strip():
-            raise AgentContractError("summarize must return non-blank text")
+        events = AgentEventWriter(flow.agent_events, context, state.turn_id)
+        try:
+            events.write_event(
+                AgentEventType.CONTEXT_COMPACTION_STARTED,
+                {"through_sequence": end, "reason": plan.reason},
+            )
+            async with background_heartbeat(context):
+                text = await _compacting_runner(flow).summarize(request)
+            if not isinstance(text, str) or not text.strip():
+                raise AgentContractError("summarize must return non-blank text")
+            return self._commit(context, events, state, summary, plan, end, text, settings)
+        finally:
+            events.close()
+
+    def _commit(
+        self,
+        context: AsyncContext,
+        events: AgentEventWriter,
+        state: AgentState,
+        summary: ContextSummary,
+        plan: CompactionPlan,
+        end: int,
+        text: str,
+        settings: CompactionOptions,
+    ) -> StepDecision:
+        """Stage the chunk's summary, retention's deletions and the event; the next move."""
+        flow = self._flow
+        ends = plan.chunk_ends
         # Retention: the newest retention_limit messages stay; only summarized ones go.
         covered = replace(summary, through_sequence=end)
         kept_from = retained_from(state.message_count, settings.retention_limit, covered)
@@ -763,7 +787,6 @@ class CompactContext(Step[CompactionPlan]):
             ),
         )
         CONTEXT_SUMMARY.set(context, committed)
-        events = AgentEventWriter(flow.agent_events, context, state.turn_id)
         events.write_event(
             AgentEventType.CONTEXT_COMPACTED,
             {
@@ -774,7 +797,6 @@ class CompactContext(Step[CompactionPlan]):
                 "reason": plan.reason,
             },
         )
-        events.close()
         if not last_chunk:
             return go_to_many(compact_movement(replace(plan, chunk_ends=ends[1:]), committed))
         return go_to_many(run_model_movement(flow, state.message_count, committed))

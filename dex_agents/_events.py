@@ -53,13 +53,15 @@ class AgentEventType(StrEnum):
     - ``user_input_requested``: ``tool_call_id``, ``prompt`` (str), ``choices`` (list of str);
     - ``user_input_answered``: ``tool_call_id``.
 
-    Platform addition written by the CompactContext Step of a session with
-    ``AgentSessionOptions.compaction``, once per committed chunk:
+    Platform additions written by the CompactContext Step of a session with
+    ``AgentSessionOptions.compaction``:
 
+    - ``context_compaction_started``: ``through_sequence`` (int, the chunk's last message),
+      ``reason``; before the summarizer runs (each attempt);
     - ``context_compacted``: ``through_sequence`` (int, messages up to here are summarized),
       ``generation`` (int), ``first_retained_sequence`` (int, the oldest stored message),
       ``deleted_count`` (int, messages retention deleted in this commit), ``reason``
-      (``context``, ``retention`` or ``overflow``).
+      (``context``, ``retention`` or ``overflow``); once per committed chunk.
 
     Platform additions written by an application through its Dex client, not by a Step (their
     ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
@@ -86,6 +88,7 @@ class AgentEventType(StrEnum):
     USAGE_RECORDED = "usage_recorded"
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"
+    CONTEXT_COMPACTION_STARTED = "context_compaction_started"
     CONTEXT_COMPACTED = "context_compacted"
     MESSAGE_QUEUED = "message_queued"
     SESSION_STOPPED = "session_stopped"
