@@ -41,7 +41,8 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
 * A request whose system message starts with ``SUMMARY_REQUEST_PREFIX`` (the LiteLLM runner's
   summarizer, context compaction) is answered with a deterministic summary: the previous
   summary's lines, then one line per ``[<role> #<sequence>]`` block of the transcript with the
-  start of its text, cut to ``max_tokens`` words. ``/slow`` lines in the transcript apply.
+  start of its first line that is not a directive, cut to ``max_tokens`` words. ``/slow``
+  lines in the transcript apply.
 
   Without ``/tool`` lines the answer is ``You said: <the other lines>``. Directives apply to
   every request whose latest user message carries them, including the answer after tool results.
@@ -178,17 +179,18 @@ def summary_reply(messages: Sequence[Mapping[str, Any]], max_tokens: int | None)
     previous = previous.removeprefix("Previous summary:\n").strip()
     lines = [] if previous in ("", "(none)") else previous.splitlines()
     slow_seconds = 0.0
-    header: re.Match[str] | None = None
+    blocks: list[tuple[str, list[str]]] = []
     for line in transcript.splitlines():
         if match := _SLOW_LINE.match(line):
             slow_seconds = min(float(match.group("seconds")), _MAX_SLOW_SECONDS)
         if match := _TRANSCRIPT_HEADER.match(line):
-            header = match
-            continue
-        if header is not None and line.strip():
-            start = line.strip()[:_SUMMARY_LINE_CHARS]
-            lines.append(f"{header.group('role')} #{header.group('sequence')}: {start}")
-            header = None
+            blocks.append((f"{match.group('role')} #{match.group('sequence')}", []))
+        elif blocks and line.strip():
+            blocks[-1][1].append(line.strip())
+    for name, texts in blocks:
+        # The first line that is not a directive, else the first line.
+        said = next((text for text in texts if not text.startswith("/")), texts[0] if texts else "")
+        lines.append(f"{name}: {said[:_SUMMARY_LINE_CHARS]}")
     summary = "\n".join(lines) or "Nothing to summarize."
     if max_tokens is not None and max_tokens > 0:
         summary = " ".join(summary.split(" ")[:max_tokens])

@@ -914,10 +914,12 @@ class LiteLLMRunner:
         return self._config(agent_config).window()
 
     def count_input_tokens(self, turn: AgentTurnContext) -> int:
-        """LiteLLM's token count of the input ``run_model_step(turn)`` would send."""
+        """LiteLLM's token count of the input ``run_model_step(turn)`` would send, the tools
+        offered with it included."""
         config = self._config(turn.agent_config)
         messages, _ = build_model_input(config, turn)
-        return count_tokens(config.model, [chat_message(item) for item in messages])
+        tools = [entry.as_openai_tool() for entry in config.tools]
+        return count_tokens(config.model, [chat_message(item) for item in messages], tools)
 
     def count_message_tokens(
         self, message: AgentMessage, agent_config: dict[str, Any] | None

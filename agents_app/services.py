@@ -529,6 +529,9 @@ DEMO_SERVERS = (
     ),
 )
 DEMO_SERVER_NAME = DEMO_SERVERS[0].name
+#: The demo servers whose tools the ``demo-small`` agent gets: web search, and the documents
+#: (whose resources can be long, to show tool results cut for the model).
+SMALL_SERVERS = frozenset({"search", "docs"})
 DEMO_TOOL_NAME = DEMO_SERVERS[0].tools[0].name
 DEMO_SERVER_ARGS = DEMO_SERVERS[0].args
 
@@ -569,7 +572,7 @@ def demo_seed() -> DemoSeedResult:
     (``DEXAGENTS["DEMO_MODEL_API_BASE"]``) with ``search__web_search``,
     ``slack__search_messages``, ``slack__post_message``, ``docs__search_documents`` and
     ``docs__create_document``, the ``demo-small`` agent (the same model with a 4,000-token
-    context window and ``search__web_search``, to show context compaction), the user ``demo``
+    context window and the search and docs tools, to show context compaction), the user ``demo``
     whose password (for the browser pages) is
     ``$DEXAGENTS_DEMO_PASSWORD`` or generated, and the superuser ``admin`` whose password is
     ``$DEXAGENTS_ADMIN_PASSWORD`` or generated. A ``demo`` user without a usable password (made
@@ -659,7 +662,7 @@ def demo_seed() -> DemoSeedResult:
     )
     if small_created:
         created.append(f"agent {small.slug}")
-        small.tools.add(*[tool for tool in agent_tools if tool.server.name == DEMO_SERVER_NAME])
+        small.tools.add(*[tool for tool in agent_tools if tool.server.name in SMALL_SERVERS])
     else:
         _follow_demo_model(small)
 

@@ -91,7 +91,11 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     small = AgentDefinition.objects.get(slug="demo-small").agent_config()
     assert (small["model"], small["api_base"]) == (config["model"], config["api_base"])
     assert small["context_window"] == 4000
-    assert [tool["name"] for tool in small["tools"]] == ["search__web_search"]
+    assert [tool["name"] for tool in small["tools"]] == [
+        "docs__create_document",
+        "docs__search_documents",
+        "search__web_search",
+    ]
     for name in ("slack", "docs"):
         state_server = McpServer.objects.get(name=name)
         assert state_server.args == ["-m", f"mcp_registry.demo_servers.{name}"]
