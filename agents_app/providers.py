@@ -242,6 +242,12 @@ def context_window(model: str, configured: int | None = None) -> int | None:
     """
     if configured:
         return int(configured)
+    return _model_window(model)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_window(model: str) -> int | None:
+    """LiteLLM's window of ``model`` (its bundled model map does not change while we run)."""
     try:
         info = load_litellm().get_model_info(model)
     except Exception:  # LiteLLM raises several types for unmapped models

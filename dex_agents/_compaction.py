@@ -9,19 +9,20 @@ History is never compacted". With ``compaction`` set:
   creates the movement (``next_model_call``). A RunModel reached without them (a plain
   ``go_to(RunModel, None)``) moves to itself once with the right loads.
 - Before the model call, RunModel asks the runner (``CompactingRunner``) to count the input it
-  would send. At ``trigger_fraction`` of the context window, or with more retained messages
-  than ``retention_limit``, it moves to ``CompactContext`` instead of calling the model. The
-  cutoff keeps the newest messages within ``keep_fraction`` of the window, never reaches the
-  running turn, and never leaves a tool request without its results: a cutoff is only placed
-  where the next message is not a ``tool`` message (runners store a call's results right after
-  the request that asked for them).
+  would send. At ``trigger_fraction`` of the context window, or with more unsummarized
+  messages than ``retention_limit``, it moves to ``CompactContext`` instead of calling the
+  model. The cutoff keeps the newest messages within ``keep_fraction`` of the window, never
+  reaches the running turn, and never leaves a tool request without its results: a cutoff is
+  only placed where the next message is not a ``tool`` message (runners store a call's results
+  right after the request that asked for them).
 - ``CompactContext`` summarizes one chunk per Step execution: the runner's ``summarize`` gets
   the previous summary and a run of messages whose tokens fit the summarizer's input budget, so
   compaction can never overflow itself. Each Step commits the new cumulative summary
-  (``CONTEXT_SUMMARY``) and deletes summarized messages beyond the newest ``retention_limit``;
-  a Worker killed mid-Step reruns the same chunk, and nothing is deleted before the summary
-  that covers it commits. Its own retry policy ends in RecordTurnFailure, which changes no
-  message.
+  (``CONTEXT_SUMMARY``); a Worker killed mid-Step reruns the same chunk. Its own retry policy
+  ends in RecordTurnFailure, which changes no message.
+- Retention: CompactContext, RunModel before its model call and RunModel storing a turn's
+  messages delete the summarized messages beyond the newest ``retention_limit`` in the same
+  commit; nothing is deleted before the summary that covers it commits.
 - A ``ContextWindowExceededError`` from ``run_model_step`` compacts once (everything before the
   running turn that lies outside the keep budget) and retries that model call once; a second
   error of the same call fails the attempt as usual.
@@ -124,7 +125,12 @@ class CompactionOptions:
     default_context_window: int = 32_000
 
     def __post_init__(self) -> None:
-        for name in ("trigger_fraction", "keep_fraction", "summary_fraction"):
+        for name in (
+            "trigger_fraction",
+            "keep_fraction",
+            "summary_fraction",
+            "summarizer_input_fraction",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"compaction {name} must be a number")
