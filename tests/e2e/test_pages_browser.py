@@ -621,3 +621,115 @@ def test_screenshots_of_every_page_at_both_widths(contexts: Contexts, stack: Pag
         expect(region(staff, "Waiting for approval").get_by_role("button", name="Approve")
                ).to_be_visible()
         screenshot(staff, "chat-waiting-staff", screen_too=True)
+
+
+def test_the_queue_panel_deletes_edits_and_steers(contexts: Contexts, stack: PageStack) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(
+        owner, '/tool slack__post_message {"channel": "general", "text": "held by a steer"}'
+    )
+    expect(region(owner, "Waiting for approval")).to_contain_text("slack__post_message")
+    composer = owner.get_by_role("textbox", name="Message", exact=True)
+    for text in ("first", "second", "third", "fourth"):
+        composer.fill(text)
+        owner.get_by_role("button", name="Send").click()
+    queue = region(owner, "Message queue")
+    queued = queue.locator('li[data-kind="queued"]')
+    expect(queued.locator(".queue-text")).to_have_text(["first", "second", "third", "fourth"])
+    expect(queue).to_contain_text("4 messages waiting")
+
+    # Staff read the queue but get no buttons to change it.
+    reviewer = contexts.logged_in("reviewer")
+    reviewer.goto(f"/sessions/{session_id}/")
+    expect(region(reviewer, "Message queue").locator(".queue-text")).to_have_text(
+        ["first", "second", "third", "fourth"]
+    )
+    expect(region(reviewer, "Message queue").get_by_role("button")).to_have_count(0)
+
+    # Delete: every queue button is disabled while the request is in flight.
+    held: list[Any] = []
+
+    def hold_deletes(route: Any) -> None:
+        if route.request.method == "DELETE":
+            held.append(route)
+        else:
+            route.continue_()
+
+    owner.route(re.compile(r"/api/v1/sessions/[^/]+/queue/[^/]+/$"), hold_deletes)
+    queued.filter(has_text="second").get_by_role("button", name="Delete queued message").click()
+    buttons = queue.get_by_role("button")
+    expect(buttons).to_have_count(12)
+    for button in buttons.all():
+        expect(button).to_be_disabled()
+    assert len(held) == 1
+    held[0].continue_()
+    owner.unroute(re.compile(r"/api/v1/sessions/[^/]+/queue/[^/]+/$"))
+    expect(queued.locator(".queue-text")).to_have_text(["first", "third", "fourth"])
+    expect(queue.get_by_role("button", name="Steer queued message").first).to_be_enabled()
+    # Focus moved to the Delete button of the message that took the deleted one's place.
+    expect(queued.filter(has_text="third").get_by_role("button", name="Delete queued message")
+           ).to_be_focused()
+
+    # Edit: the message leaves the queue and its text is back in the composer.
+    queued.filter(has_text="third").get_by_role("button", name="Edit queued message").click()
+    expect(queued.locator(".queue-text")).to_have_text(["first", "fourth"])
+    expect(composer).to_have_value("third")
+    expect(composer).to_be_focused()
+    composer.fill("third, edited")
+    owner.get_by_role("button", name="Send").click()
+    expect(queued.locator(".queue-text")).to_have_text(["first", "fourth", "third, edited"])
+    with stack.api("owner") as api:
+        listed = api.get(f"/api/v1/sessions/{session_id}/queue/").json()
+    assert [item["text"] for item in listed["queued"]] == ["first", "fourth", "third, edited"]
+
+    # Steer: the turn drops the call waiting for approval and answers the steered message.
+    queued.filter(has_text="first").get_by_role("button", name="Steer queued message").click()
+    activity = region(owner, "Activity")
+    expect(activity).to_contain_text("Steered 1 steered message applied; 1 approval withdrawn")
+    expect(activity).to_contain_text("slack__post_message: cancelled")
+    expect(activity).to_contain_text("Approval withdrawn")
+    expect(region(owner, "Waiting for approval")).to_be_hidden()
+    expect(assistant_texts(owner)).to_have_text(
+        ["You said: first", "You said: fourth", "You said: third, edited"]
+    )
+    expect(queue).to_contain_text("No messages waiting.")
+    user_texts = region(owner, "Conversation").locator(".message-user .message-text")
+    expect(user_texts.last).to_have_text("third, edited")
+    # The reviewer's open page followed along.
+    expect(region(reviewer, "Message queue")).to_contain_text("No messages waiting.")
+
+
+def test_screenshots_of_the_queue_with_a_steered_and_a_queued_message(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    page = contexts.logged_in("owner")
+    # A model call that streams for about 14 s: a steered message waits for it to end.
+    session_id = start_session(page, f"/slow 2\n{SLOW_WORDS}")
+    expect(region(page, "Response")).to_contain_text("You said:")
+    composer = page.get_by_role("textbox", name="Message", exact=True)
+    composer.fill("Actually, answer in French.")
+    page.get_by_role("button", name="Send").click()
+    with stack.api("owner") as api:
+        sent = api.post(
+            f"/api/v1/sessions/{session_id}/messages/",
+            json={"text": "Then plan the release checklist.", "plan_mode": True},
+        )
+        assert sent.status_code == 202, sent.text
+    queue = region(page, "Message queue")
+    queued = queue.locator('li[data-kind="queued"]')
+    expect(queued).to_have_count(2)
+    expect(queued.filter(has_text="release checklist").locator(".badge-plan")).to_have_text(
+        "Plan mode"
+    )
+    queued.filter(has_text="French").get_by_role("button", name="Steer queued message").click()
+    steered = queue.locator('li[data-kind="steered"]')
+    expect(steered).to_contain_text("Steering")
+    expect(steered).to_contain_text("Actually, answer in French.")
+    expect(steered.get_by_role("button")).to_have_count(0)
+    expect(queue).to_contain_text("1 message steering the current turn, 1 waiting.")
+    for viewport in (WIDE, NARROW):
+        page.set_viewport_size(viewport)  # type: ignore[arg-type]
+        expect(steered).to_be_visible()
+        screenshot(page, "chat-queue", screen_too=True)
+    expect(assistant_texts(page).last).to_have_text("You said: Then plan the release checklist.")
+    expect(region(page, "Conversation")).to_contain_text("You said: Actually, answer in French.")

@@ -7,11 +7,17 @@
 // reconnects, when the page regains focus or the network returns, and every 8 s while a turn
 // runs. The socket resumes after the last token it delivered (ws_client.mjs), so across
 // reconnects nothing is lost or shown twice.
+//
+// The Message queue panel lists steered messages, then queued ones (message_queue.mjs); the
+// owner can edit, delete or steer a queued message. Edit deletes it and puts its text back in
+// the composer (PUT .../queue/<id>/ is for API clients). The panel re-reads
+// GET .../queue/ on queue events (message_queued, queue_changed, steer_applied).
 
 import { api } from "./api.mjs";
 import { decisionForm } from "./decision_form.mjs";
 import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
+import { MessageQueue } from "./message_queue.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -26,6 +32,7 @@ const OLDER_PAGE_SIZE = 50;
 const FOLLOW_DISTANCE_PX = 160;
 
 const live = new LiveText();
+const queue = new MessageQueue();
 const state = {
   snapshot: null,
   status: config.status,
@@ -39,9 +46,11 @@ const state = {
   completedTurns: new Set(),
   currentTurn: null,
   ending: new Map(), // turn_id -> {messageCount, tries}
-  pendingSends: [], // [{id, text, node, confirmedBefore}]
   attempts: new Map(), // step_execution_id -> highest attempt seen
-  loads: 0, // snapshot loads started
+  withdrawn: new Set(), // interrupt IDs a steer withdrew (steer_applied)
+  queueNodes: new Map(), // queue row key -> <li>
+  queueBusy: false, // a delete, edit or steer is in flight
+  queueFocus: null, // {action, index}: where focus goes once the queue is shown again
   socket: null,
 };
 
@@ -297,12 +306,18 @@ function describe(event) {
     case "tool_call_started":
       return { kind: "Tool started", detail: tool };
     case "tool_call_finished": {
+      if (data.status === "cancelled") {
+        return { kind: "Tool finished", detail: `${tool}: cancelled (a steered message superseded it)`, tone: "muted" };
+      }
       const tone = data.status === "succeeded" ? "ok" : data.status === "rejected" ? "warn" : "error";
       return { kind: "Tool finished", detail: `${tool}: ${data.status ?? "done"}`, tone };
     }
     case "interrupt_raised":
       return { kind: "Approval requested", detail: tool + (data.deadline ? ` (deadline ${clockTime(new Date(data.deadline))})` : ""), tone: "warn" };
     case "interrupt_resolved":
+      if (state.withdrawn.has(data.interrupt_id)) {
+        return { kind: "Approval withdrawn", detail: data.rejection_message || data.interrupt_id || "", tone: "muted" };
+      }
       return data.approved
         ? { kind: "Approved", detail: data.interrupt_id ?? "", tone: "ok" }
         : { kind: "Rejected", detail: data.rejection_message || data.interrupt_id || "", tone: "warn" };
@@ -314,8 +329,15 @@ function describe(event) {
     }
     case "tool_log":
       return { kind: `Tool log (${data.level ?? "info"})`, detail: `${tool}: ${typeof data.data === "string" ? data.data : JSON.stringify(data.data)}` };
+    case "steer_applied": {
+      const count = data.message_count ?? 0;
+      const withdrawn = Array.isArray(data.withdrawn_interrupt_ids) ? data.withdrawn_interrupt_ids.length : 0;
+      const detail = `${count} steered message${count === 1 ? "" : "s"} applied` + (withdrawn ? `; ${withdrawn} approval${withdrawn === 1 ? "" : "s"} withdrawn` : "");
+      return { kind: "Steered", detail, tone: "warn" };
+    }
     case "message_queued":
-      return { kind: "Message queued", detail: "" };
+    case "queue_changed":
+      return data.change ? { kind: "Queue changed", detail: QUEUE_CHANGES[data.change] ?? data.change } : { kind: "Message queued", detail: "" };
     case "session_stopped":
       return { kind: "Session stopped", detail: data.reason ?? "", tone: "warn" };
     case "attempt_retried":
@@ -324,6 +346,12 @@ function describe(event) {
       return null;
   }
 }
+
+const QUEUE_CHANGES = {
+  deleted: "a queued message was deleted",
+  edited: "a queued message was edited",
+  steered: "a queued message was steered into the turn",
+};
 
 function addActivity(event) {
   const row = describe(event);
@@ -384,22 +412,172 @@ function renderApprovals(interrupts) {
 
 // ---------------------------------------------------------------- queue
 
-function renderQueue(snapshot) {
-  const list = byId("queue-list");
-  const queued = Array.isArray(snapshot?.queued_messages) ? snapshot.queued_messages : null;
-  const count = queued ? queued.length : snapshot?.queued_message_count ?? 0;
-  for (const node of [...list.querySelectorAll("[data-queued]")]) node.remove();
-  for (const message of queued ?? []) {
-    list.append(
-      el("li", { dataset: { queued: message.message_id ?? "" } }, el("span", { class: "badge" }, "Queued"), el("span", { class: "queue-text" }, message.text ?? "")),
+const QUEUE_ACTIONS = [
+  { action: "edit", label: "Edit", name: "Edit queued message" },
+  { action: "delete", label: "Delete", name: "Delete queued message" },
+  { action: "steer", label: "Steer", name: "Steer queued message" },
+];
+
+function canChangeQueue() {
+  return Boolean(state.snapshot?.can_send ?? config.canSend);
+}
+
+function queueBadge(row) {
+  if (row.kind === "steered") return el("span", { class: "badge badge-steering" }, "Steering");
+  if (row.kind === "sending" && !row.confirmed) return el("span", { class: "badge" }, "Sending…");
+  return el("span", { class: "badge" }, "Queued");
+}
+
+function queueRowNode(row) {
+  const node = el(
+    "li",
+    { class: "queue-item", dataset: { key: row.key, kind: row.kind, id: row.id } },
+    queueBadge(row),
+    row.planMode ? el("span", { class: "badge badge-plan" }, "Plan mode") : null,
+    el("span", { class: "queue-text" }, row.text),
+  );
+  if (row.kind === "queued" && canChangeQueue()) {
+    node.append(
+      el(
+        "span",
+        { class: "queue-actions" },
+        QUEUE_ACTIONS.map(({ action, label, name }) =>
+          el("button", { type: "button", class: "button-quiet queue-action", "aria-label": name, dataset: { action } }, label),
+        ),
+      ),
     );
   }
-  // Messages this page sent stay visible until a snapshot read after the send shows them.
-  for (const pending of state.pendingSends) list.append(pending.node);
-  const total = count + state.pendingSends.length;
-  byId("queue").dataset.count = String(total);
-  byId("queue-summary").textContent =
-    total === 0 ? "No messages waiting." : `${total} message${total === 1 ? "" : "s"} waiting for the current turn.`;
+  return node;
+}
+
+/** Show `queue`: keyed rows (a row keeps its node, and a focused button its focus). */
+function renderQueue() {
+  const list = byId("queue-list");
+  const rows = queue.rows();
+  const keys = new Set(rows.map((row) => row.key));
+  for (const [key, node] of state.queueNodes) {
+    if (!keys.has(key)) {
+      node.remove();
+      state.queueNodes.delete(key);
+    }
+  }
+  rows.forEach((row, index) => {
+    let node = state.queueNodes.get(row.key);
+    const actionable = row.kind === "queued" && canChangeQueue();
+    const stale = node && (node.querySelector(".queue-actions") !== null) !== actionable;
+    const relabel = node && row.kind === "sending" && row.confirmed && node.dataset.confirmed !== "true";
+    if (!node || stale || relabel) {
+      const fresh = queueRowNode(row);
+      if (row.kind === "sending" && row.confirmed) fresh.dataset.confirmed = "true";
+      if (node) node.replaceWith(fresh);
+      node = fresh;
+      state.queueNodes.set(row.key, node);
+    }
+    // Move only what is out of place: moving a node would take focus from its button.
+    if (list.children[index] !== node) list.insertBefore(node, list.children[index] ?? null);
+    for (const button of node.querySelectorAll(".queue-action")) button.disabled = state.queueBusy;
+  });
+  const panel = byId("queue");
+  panel.dataset.count = String(queue.count);
+  panel.setAttribute("aria-busy", String(state.queueBusy));
+  byId("queue-summary").textContent = queue.summary();
+  restoreQueueFocus();
+}
+
+/** After a delete or steer, focus the same button of the row that took the old one's place,
+ * else the composer, so keyboard users keep their place. */
+function restoreQueueFocus() {
+  const focus = state.queueFocus;
+  if (!focus || state.queueBusy) return;
+  state.queueFocus = null;
+  const rows = [...byId("queue-list").querySelectorAll('[data-kind="queued"]')];
+  const row = rows[Math.min(focus.index, rows.length - 1)];
+  const target = row?.querySelector(`[data-action="${focus.action}"]`) ?? document.getElementById("composer-text");
+  target?.focus();
+}
+
+function showQueueError(text) {
+  const node = byId("queue-error");
+  node.textContent = text;
+  node.hidden = !text;
+}
+
+let queueLoading = null;
+let queueAgain = false;
+
+/** Re-read GET .../queue/ (one read at a time; a request during a read runs once after it). */
+async function loadQueue() {
+  if (queueLoading) {
+    queueAgain = true;
+    return queueLoading;
+  }
+  queueLoading = (async () => {
+    const read = queue.startRead();
+    try {
+      const answer = await api(`${sessionPath}queue/`);
+      if (queue.apply(read, answer ?? {})) renderQueue();
+    } catch (error) {
+      // The snapshot carries the queue too; fall back to it.
+      if (error.status !== 0) scheduleSnapshot();
+    }
+  })();
+  await queueLoading;
+  queueLoading = null;
+  if (queueAgain) {
+    queueAgain = false;
+    await loadQueue();
+  }
+}
+
+const GONE_TEXT = {
+  edit: "That message can no longer be edited: the agent already took it.",
+  delete: "That message can no longer be deleted: the agent already took it.",
+  steer: "That message can no longer be steered: the agent already took it.",
+};
+
+/** Delete, edit or steer the queued message `id`; queue buttons are disabled meanwhile. */
+async function changeQueued(action, id, text) {
+  if (state.queueBusy) return;
+  const rows = [...byId("queue-list").querySelectorAll('[data-kind="queued"]')];
+  const index = rows.findIndex((node) => node.dataset.id === id);
+  state.queueBusy = true;
+  // Disabled buttons lose focus: it comes back to the row that takes this one's place.
+  state.queueFocus = { action, index: Math.max(index, 0) };
+  showQueueError("");
+  renderQueue();
+  const path = `${sessionPath}queue/${encodeURIComponent(id)}/`;
+  try {
+    if (action === "steer") await api(`${path}steer/`, { method: "POST" });
+    else await api(path, { method: "DELETE" });
+    if (action === "edit") {
+      state.queueFocus = null;
+      restoreToComposer(text);
+    }
+  } catch (error) {
+    showQueueError(error.status === 404 ? GONE_TEXT[action] : `Not done: ${error.message}`);
+  } finally {
+    state.queueBusy = false;
+  }
+  await loadQueue();
+  renderQueue();
+  if (action === "steer") scheduleSnapshot();
+}
+
+/** Put an edited message's text in the composer (after any draft already there) and focus it. */
+function restoreToComposer(text) {
+  const box = document.getElementById("composer-text");
+  if (!box) return;
+  box.value = box.value.trim() ? `${box.value.replace(/\s+$/, "")}\n${text}` : text;
+  box.focus();
+  box.setSelectionRange(box.value.length, box.value.length);
+}
+
+function onQueueClick(event) {
+  const button = event.target.closest(".queue-action");
+  if (!button || button.disabled) return;
+  const item = button.closest('[data-kind="queued"]');
+  if (!item) return;
+  changeQueued(button.dataset.action, item.dataset.id, item.querySelector(".queue-text")?.textContent ?? "");
 }
 
 // ---------------------------------------------------------------- snapshot
@@ -435,18 +613,14 @@ function settleEndingTurns(snapshot) {
   if (retry) setTimeout(loadSnapshot, TURN_END_RETRY_MS);
 }
 
-function applySnapshot(snapshot, loadNumber) {
+function applySnapshot(snapshot, queueRead) {
   const first = state.snapshot === null;
   state.snapshot = snapshot;
   state.currentTurn = currentTurnOf(snapshot);
   for (const message of snapshot.messages ?? []) {
     if (message.turn_id && message.turn_id !== state.currentTurn) state.completedTurns.add(message.turn_id);
   }
-  state.pendingSends = state.pendingSends.filter((pending) => {
-    const shown = pending.confirmedBefore !== null && loadNumber > pending.confirmedBefore;
-    if (shown) pending.node.remove();
-    return !shown;
-  });
+  queue.apply(queueRead, { queued: snapshot.queued_messages, steered: snapshot.steered_messages });
   followingChange(
     () => {
       mergeSnapshotMessages(snapshot.messages ?? []);
@@ -455,7 +629,7 @@ function applySnapshot(snapshot, loadNumber) {
       renderMessages();
       renderAllLive();
       renderApprovals(snapshot.pending_interrupts ?? []);
-      renderQueue(snapshot);
+      renderQueue();
     },
     { force: first },
   );
@@ -483,10 +657,10 @@ async function loadSnapshot() {
     loadAgain = true;
     return loading;
   }
-  const loadNumber = ++state.loads;
   loading = (async () => {
+    const queueRead = queue.startRead();
     try {
-      applySnapshot(await api(sessionPath), loadNumber);
+      applySnapshot(await api(sessionPath), queueRead);
     } catch (error) {
       if (error.status === 404) showAlert("This session no longer exists.");
       else if (error.status === 403 || error.status === 401) showAlert("You are no longer allowed to read this session; log in again.");
@@ -526,6 +700,9 @@ function onEvent(frame) {
   // Replays of turns whose messages are already stored add nothing.
   if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
   noteRetry(event);
+  if (event.type === "steer_applied") {
+    for (const id of event.data?.withdrawn_interrupt_ids ?? []) state.withdrawn.add(id);
+  }
   const group = live.apply(event);
   if (group) {
     hintStatus("running_model");
@@ -553,7 +730,15 @@ function onEvent(frame) {
     case "tool_call_finished":
     case "interrupt_raised":
     case "interrupt_resolved":
+      scheduleSnapshot();
+      break;
     case "message_queued":
+    case "queue_changed":
+      loadQueue();
+      break;
+    case "steer_applied":
+      // Withdrawn approvals and cancelled calls show in the snapshot.
+      loadQueue();
       scheduleSnapshot();
       break;
     case "session_stopped":
@@ -599,8 +784,6 @@ function startSocket(snapshot) {
 
 // ---------------------------------------------------------------- composer
 
-let sendCounter = 0;
-
 async function send(event) {
   event.preventDefault();
   const text = byId("composer-text");
@@ -611,24 +794,17 @@ async function send(event) {
     return;
   }
   showComposerError("");
-  const pending = {
-    id: ++sendCounter,
-    text: value,
-    confirmedBefore: null,
-    node: el("li", { dataset: { sending: "" } }, el("span", { class: "badge" }, "Sending…"), el("span", { class: "queue-text" }, value)),
-  };
-  state.pendingSends.push(pending);
+  const sending = queue.addSending(value);
   text.value = "";
-  followingChange(() => renderQueue(state.snapshot), { force: true });
+  followingChange(() => renderQueue(), { force: true });
   try {
-    await api(`${sessionPath}messages/`, { method: "POST", body: { text: value } });
-    pending.node.querySelector(".badge").textContent = "Queued";
-    pending.confirmedBefore = state.loads;
+    const answer = await api(`${sessionPath}messages/`, { method: "POST", body: { text: value } });
+    queue.confirmSending(sending, answer?.id ?? null);
+    renderQueue();
     showAlert("");
   } catch (error) {
-    state.pendingSends = state.pendingSends.filter((item) => item !== pending);
-    pending.node.remove();
-    renderQueue(state.snapshot);
+    queue.dropSending(sending);
+    renderQueue();
     if (!text.value) text.value = value;
     showComposerError(`Not sent: ${error.message} Your text is still in the box.`);
   }
@@ -669,6 +845,7 @@ if (composer) {
   });
 }
 byId("load-older").addEventListener("click", loadOlder);
+byId("queue-list").addEventListener("click", onQueueClick);
 byId("chat-stop").addEventListener("click", stopSession);
 if ("IntersectionObserver" in window) {
   new IntersectionObserver((entries) => {
