@@ -48,7 +48,8 @@ def build_flow(
         Stream budget is ``DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"]``. Steering is on: a
         queued message can be steered into the running turn (``LiteLLMRunner`` appends
         ``AgentTurnContext.steered_messages`` to the model input); so are the built-in
-        ``durable_wait`` and ``request_user_input`` tools, which every agent is offered.
+        ``durable_wait`` and ``request_user_input`` tools, which every agent is offered, and
+        plans (a ``plan_mode`` message plans with ``write_todos``; ``execute_plan`` runs it).
     """
     runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
     return AgentSessionFlow(
@@ -61,5 +62,6 @@ def build_flow(
             steering=True,
             durable_waits=True,
             user_input=True,
+            plans=True,
         ),
     )

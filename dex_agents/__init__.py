@@ -29,14 +29,21 @@ Built-in tools (platform additions, ``AgentSessionOptions.durable_waits`` / ``us
 ``request_user_input`` runs as an AwaitUserInput Step answered through ``answer_user_input``
 (``PENDING_USER_INPUT``, ``USER_INPUT_ANSWERS``, ``USER_INPUT_ANSWER``); ResumeTurn ends either
 early for a steered message (``BUILTIN_WAKEUPS``).
+
+Plans (platform addition, ``AgentSessionOptions.plans``): ``AgentUserMessage.plan_mode`` starts a
+``planning`` turn in which only the session's ``write_todos`` runs (``AGENT_PLAN``, replaced
+whole, revision increasing); ``execute_plan`` (``PLAN_EXECUTIONS``) starts an ``executing`` turn
+without a user message; ``AgentTurnContext.turn_mode`` / ``plan`` tell the runner which.
 """
 
 from dex_agents._builtin_tools import (
     DURABLE_WAIT_TOOL,
     REQUEST_USER_INPUT_TOOL,
+    WRITE_TODOS_TOOL,
     BuiltinToolArgumentError,
     durable_wait_definition,
     request_user_input_definition,
+    write_todos_definition,
 )
 from dex_agents._client import AgentSessionClient
 from dex_agents._contract import (
@@ -75,6 +82,7 @@ from dex_agents._observer import (
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
+    AGENT_PLAN,
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
@@ -83,6 +91,7 @@ from dex_agents._persistence import (
     PENDING_INTERRUPTS,
     PENDING_TIMER,
     PENDING_USER_INPUT,
+    PLAN_EXECUTIONS,
     QUEUED_USER_MESSAGES,
     STEERED_FOR_TURN,
     STEERED_USER_MESSAGES,
@@ -96,6 +105,7 @@ from dex_agents._records import (
     AgentMessage,
     AgentMessageQueue,
     AgentMessagesPage,
+    AgentPlan,
     AgentQueuedMessage,
     AgentSessionConfig,
     AgentSessionStartInput,
@@ -109,6 +119,11 @@ from dex_agents._records import (
     MessageRole,
     PendingTimer,
     PendingUserInput,
+    PlanExecutionRequest,
+    PlanExecutionResult,
+    PlanStatus,
+    PlanTask,
+    PlanTaskStatus,
     QueuedMessageRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
@@ -116,6 +131,7 @@ from dex_agents._records import (
     ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    TurnMode,
     UserInputAnswer,
     idempotency_key,
     is_approval_required,
@@ -140,6 +156,7 @@ from dex_agents._steps import (
 __all__ = [
     "AGENT_CONFIG",
     "AGENT_MESSAGES",
+    "AGENT_PLAN",
     "AGENT_STATE",
     "AGENT_TOOL_CALLS",
     "AGENT_USAGE",
@@ -152,6 +169,7 @@ __all__ = [
     "PENDING_INTERRUPTS",
     "PENDING_TIMER",
     "PENDING_USER_INPUT",
+    "PLAN_EXECUTIONS",
     "QUEUED_USER_MESSAGES",
     "REQUEST_USER_INPUT_TOOL",
     "STEERED_FOR_TURN",
@@ -161,6 +179,7 @@ __all__ = [
     "USER_INPUT_ANSWERS",
     "WAIT_FOR_COMPLETED_EVENT",
     "WAIT_FOR_FAILED_EVENT",
+    "WRITE_TODOS_TOOL",
     "AgentContractError",
     "AgentEvent",
     "AgentEventType",
@@ -171,6 +190,7 @@ __all__ = [
     "AgentMessage",
     "AgentMessageQueue",
     "AgentMessagesPage",
+    "AgentPlan",
     "AgentQueuedMessage",
     "AgentSessionChange",
     "AgentSessionClient",
@@ -203,6 +223,11 @@ __all__ = [
     "MessageRole",
     "PendingTimer",
     "PendingUserInput",
+    "PlanExecutionRequest",
+    "PlanExecutionResult",
+    "PlanStatus",
+    "PlanTask",
+    "PlanTaskStatus",
     "QueuedMessageRequest",
     "RecordToolFailure",
     "RecordToolOutcomeUnknown",
@@ -222,6 +247,7 @@ __all__ = [
     "ToolPolicy",
     "ToolPolicyResolver",
     "TurnCompleted",
+    "TurnMode",
     "UserInputAnswer",
     "build_turn_failure_note",
     "describe_tool_call_outcome",
@@ -232,4 +258,5 @@ __all__ = [
     "message_sequence_key",
     "read_flow_step_history",
     "request_user_input_definition",
+    "write_todos_definition",
 ]

@@ -13,12 +13,14 @@ from typing import Any, Protocol, runtime_checkable
 from dex_agents._events import AgentEventWriter
 from dex_agents._records import (
     AgentMessage,
+    AgentPlan,
     AgentToolCall,
     AgentUsage,
     MessageRole,
     ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    TurnMode,
 )
 
 Heartbeat = Callable[[], Awaitable[None]]
@@ -154,6 +156,11 @@ class AgentTurnContext:
             first call), in order. A runner that supports steering appends them to its input
             and keeps them in its run state and ``TurnCompleted.new_messages``; the session
             gives each one to exactly one successful model call.
+        turn_mode: Platform addition (``AgentSessionOptions.plans``): ``planning`` offers only
+            ``write_todos`` (the session fails any other call), ``executing`` works through
+            ``plan`` and keeps its task statuses with ``write_todos``, ``chat`` is an ordinary
+            turn (``write_todos`` fails).
+        plan: Platform addition: the current plan, or ``None``.
     """
 
     flow_id: str
@@ -167,6 +174,8 @@ class AgentTurnContext:
     heartbeat_callback: Heartbeat
     agent_config: dict[str, Any] | None = None
     steered_messages: Sequence[FrameworkMessage] = ()
+    turn_mode: TurnMode = TurnMode.CHAT
+    plan: AgentPlan | None = None
 
     @property
     def is_resuming(self) -> bool:

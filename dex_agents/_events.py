@@ -53,6 +53,12 @@ class AgentEventType(StrEnum):
     - ``user_input_requested``: ``tool_call_id``, ``prompt`` (str), ``choices`` (list of str);
     - ``user_input_answered``: ``tool_call_id``.
 
+    Platform additions written by Steps of a session with ``AgentSessionOptions.plans``:
+
+    - ``plan_updated``: ``revision`` (int), ``status`` (``PlanStatus``), ``task_count`` (int);
+    - ``plan_started``: ``revision`` (int); an ``execute_plan`` turn began (its
+      ``turn_started`` carries ``sequence: None`` and ``plan_revision``).
+
     Platform additions written by an application through its Dex client, not by a Step (their
     ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
     viewer hears of changes no Step reports:
@@ -75,6 +81,8 @@ class AgentEventType(StrEnum):
     DURABLE_WAIT_STARTED = "durable_wait_started"
     USER_INPUT_REQUESTED = "user_input_requested"
     USER_INPUT_ANSWERED = "user_input_answered"
+    PLAN_UPDATED = "plan_updated"
+    PLAN_STARTED = "plan_started"
     USAGE_RECORDED = "usage_recorded"
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"

@@ -32,9 +32,13 @@ from dex_agents._contract import require_user_message
 from dex_agents._steps import (
     RECORD_TURN_FAILURE_OPTIONS,
     RESUME_TURN_OPTIONS,
+    STEERING_RESUME_TURN_OPTIONS,
+    AwaitUserInput,
+    DurableWait,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
     RecordTurnFailure,
+    _builtin_movement,
     _validate_tool_calls,
     approval_options,
     deadline_timer_seconds,
@@ -56,13 +60,19 @@ def all_options(flow: AgentSessionFlow) -> dict[str, StepOptions]:
     for effect in ToolEffect:
         found[f"movement {effect}"] = tool_options("c1", effect)
     found["movement ResumeTurn"] = RESUME_TURN_OPTIONS
+    found["movement steering ResumeTurn"] = STEERING_RESUME_TURN_OPTIONS
+    for step in (DurableWait, AwaitUserInput):
+        options = _builtin_movement(step, "c1").options
+        assert options is not None
+        found[f"movement {step.__name__}"] = options
     return found
 
 
 def test_every_step_and_failure_route_sets_sync_durability_explicitly() -> None:
     flow = AgentSessionFlow(ScriptedRunner())
     options = all_options(flow)
-    assert len(options) == 10 + 1 + 4 + 1
+    # 12 Step types, the approval and 4 tool movements, 2 ResumeTurn and 2 built-in movements.
+    assert len(options) == 12 + 1 + 4 + 2 + 2
     for name, option in options.items():
         for checked in (option, option._execute_failure_options):
             if checked is None:
