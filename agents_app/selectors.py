@@ -134,7 +134,8 @@ def session_list_visible(
 
     Args:
         status: An index status (``waiting_for_user_message``, ``running_model``,
-            ``running_tools``, ``starting``, ``stopped``) or ``awaiting_approval``; blank: any.
+            ``running_tools``, ``waiting_for_user_input``, ``starting``, ``stopped``) or
+            ``awaiting_approval``; blank: any.
         agent_slug: Only this agent's sessions; blank: any.
         search: Case-insensitive match on the title, the agent's slug or name.
         ordering: One of ``SESSION_ORDERINGS``; anything else sorts newest first.

@@ -185,11 +185,16 @@ class PlanExecutionResult:
 
 
 class AgentStatus(StrEnum):
-    """``AgentState.status`` (seed "Persistence")."""
+    """``AgentState.status`` (seed "Persistence").
+
+    ``waiting_for_user_input`` is a platform addition (``AgentSessionOptions.user_input``): the
+    turn's model asked the user a question and waits for ``answer_user_input``.
+    """
 
     WAITING_FOR_USER_MESSAGE = "waiting_for_user_message"
     RUNNING_MODEL = "running_model"
     RUNNING_TOOLS = "running_tools"
+    WAITING_FOR_USER_INPUT = "waiting_for_user_input"
 
 
 @dataclass(frozen=True)

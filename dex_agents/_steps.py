@@ -725,10 +725,8 @@ class RunModel(_SessionStep, Step[None]):
                 )
                 return decision
             if isinstance(outcome, ToolCallsRequested):
-                decision, raised = self._defer(context, events, state, recorded, outcome)
-                await _observe(
-                    flow, context, status=AgentStatus.RUNNING_TOOLS, turn_id=turn_id, raised=raised
-                )
+                decision, raised, status = self._defer(context, events, state, recorded, outcome)
+                await _observe(flow, context, status=status, turn_id=turn_id, raised=raised)
                 return decision
             raise AgentContractError(
                 "run_model_step must return TurnCompleted or ToolCallsRequested"
@@ -786,8 +784,9 @@ class RunModel(_SessionStep, Step[None]):
         state: AgentState,
         recorded: dict[str, AgentToolCall],
         outcome: ToolCallsRequested,
-    ) -> tuple[StepDecision, list[AgentInterrupt]]:
-        """Store the calls and their interrupts; return the decision and the raised interrupts."""
+    ) -> tuple[StepDecision, list[AgentInterrupt], AgentStatus]:
+        """Store the calls and their interrupts; return the decision, the raised interrupts and
+        the new status."""
         assert state.turn_id is not None
         _validate_tool_calls(outcome, recorded)
         now = _now()
@@ -951,9 +950,15 @@ class RunModel(_SessionStep, Step[None]):
         PENDING_INTERRUPTS.set(context, interrupts)
         FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
         _add_usage(context, events, outcome.usage)
-        AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
+        # A question cancels every other call of the response: the turn waits for the user.
+        status = (
+            AgentStatus.WAITING_FOR_USER_INPUT
+            if question is not None
+            else AgentStatus.RUNNING_TOOLS
+        )
+        AGENT_STATE.set(context, replace(state, status=status))
         movements.append(_resume_movement(self._flow, len(outcome.tool_calls)))
-        return go_to_many(*movements), raised
+        return go_to_many(*movements), raised, status
 
 
 class AwaitToolApproval(_SessionStep, Step[str]):
