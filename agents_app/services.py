@@ -97,9 +97,9 @@ def session_message_send(
 
     Returns:
         The queued message's Dex Channel message ID; its ``client_id`` when it is no longer
-        pending (an idle session's turn took it at once) or the queue could not be read (the
-        queue endpoints accept either ID); None when the session refused the message (blank
-        text, seed "RPCs").
+        pending (an idle session's turn took it at once) or the queue could not be read, e.g.
+        when it is too large (the queue endpoints accept either ID); None when the session
+        refused the message (blank text, seed "RPCs").
 
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer the send.
@@ -121,8 +121,13 @@ def _queued_message_id(*, session: AgentSession, client_id: str) -> str:
     ``client_id`` itself (see ``session_message_send``)."""
     try:
         queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
-    except (dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError) as error:
-        # The message is accepted either way; its client_id still finds it.
+    except (
+        dex_gateway.EngineUnavailableError,
+        dex_gateway.SessionNotFoundError,
+        dex_gateway.SessionTooLargeError,
+    ) as error:
+        # The message is accepted either way (a queue too large to read in one message
+        # included); its client_id still finds it.
         logger.info("Could not read the queue of %s after a send: %s", session.id, error)
         return client_id
     return next(

@@ -731,5 +731,9 @@ def test_screenshots_of_the_queue_with_a_steered_and_a_queued_message(
         page.set_viewport_size(viewport)  # type: ignore[arg-type]
         expect(steered).to_be_visible()
         screenshot(page, "chat-queue", screen_too=True)
-    expect(assistant_texts(page).last).to_have_text("You said: Then plan the release checklist.")
+    # The steered message was answered in the running turn, then the queued one ran.
     expect(region(page, "Conversation")).to_contain_text("You said: Actually, answer in French.")
+    expect(region(page, "Conversation").locator(".message-user").last).to_contain_text(
+        "Then plan the release checklist."
+    )
+    expect(queue).to_contain_text("No messages waiting.")

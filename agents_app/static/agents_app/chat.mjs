@@ -505,28 +505,30 @@ function showQueueError(text) {
 let queueLoading = null;
 let queueAgain = false;
 
-/** Re-read GET .../queue/ (one read at a time; a request during a read runs once after it). */
-async function loadQueue() {
+/**
+ * Re-read GET .../queue/: one read at a time; a request during a read runs one more read after
+ * it, and every caller's promise settles once the reads it asked for are shown.
+ */
+function loadQueue() {
   if (queueLoading) {
     queueAgain = true;
     return queueLoading;
   }
   queueLoading = (async () => {
-    const read = queue.startRead();
-    try {
-      const answer = await api(`${sessionPath}queue/`);
-      if (queue.apply(read, answer ?? {})) renderQueue();
-    } catch (error) {
-      // The snapshot carries the queue too; fall back to it.
-      if (error.status !== 0) scheduleSnapshot();
-    }
+    do {
+      queueAgain = false;
+      const read = queue.startRead();
+      try {
+        const answer = await api(`${sessionPath}queue/`);
+        if (queue.apply(read, answer ?? {})) renderQueue();
+      } catch (error) {
+        // The snapshot carries the queue too; fall back to it.
+        if (error.status !== 0) scheduleSnapshot();
+      }
+    } while (queueAgain);
+    queueLoading = null;
   })();
-  await queueLoading;
-  queueLoading = null;
-  if (queueAgain) {
-    queueAgain = false;
-    await loadQueue();
-  }
+  return queueLoading;
 }
 
 const GONE_TEXT = {
@@ -555,11 +557,14 @@ async function changeQueued(action, id, text) {
     }
   } catch (error) {
     showQueueError(error.status === 404 ? GONE_TEXT[action] : `Not done: ${error.message}`);
+  }
+  // Stay busy until the queue shows the change, so the old row cannot be clicked again.
+  try {
+    await loadQueue();
   } finally {
     state.queueBusy = false;
+    renderQueue();
   }
-  await loadQueue();
-  renderQueue();
   if (action === "steer") scheduleSnapshot();
 }
 
