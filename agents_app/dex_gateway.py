@@ -281,17 +281,6 @@ def queued_message_to_data(message: Any) -> dict[str, Any]:
 QUEUE_CHANGED = "queue_changed"
 
 
-def _queue_changed_type() -> str:
-    """The event type ``QUEUE_CHANGED`` is written as.
-
-    Every reader decodes the Stream into ``dex_agents.AgentEventType``, so a type it lacks would
-    break them; until that enum has ``queue_changed`` the notice travels as ``message_queued``,
-    on which pages re-read their queue too.
-    """
-    from dex_agents import AgentEventType
-
-    known = {member.value for member in AgentEventType}
-    return QUEUE_CHANGED if QUEUE_CHANGED in known else "message_queued"
 
 
 async def _queue_rpc(
@@ -313,7 +302,7 @@ async def _queue_rpc(
         raise _translate(error, session_id) from error
     if applied:
         await session_event_announce(
-            session_id=session_id, event_type=_queue_changed_type(), payload={"change": change}
+            session_id=session_id, event_type=QUEUE_CHANGED, payload={"change": change}
         )
     return applied
 

@@ -29,7 +29,8 @@ class AgentEventType(StrEnum):
     - ``tool_call_deferred``: ``tool_call_id``, ``tool_name``, ``effect``, ``requires_approval``;
     - ``interrupt_raised``: ``interrupt_id``, ``tool_call_id``, ``tool_name``, ``deadline``
       (ISO-8601 UTC or ``None``);
-    - ``interrupt_resolved``: ``interrupt_id``, ``approved``, ``rejection_message``;
+    - ``interrupt_resolved``: ``interrupt_id``, ``approved``, ``rejection_message``; platform
+      addition: ``superseded: true``, present only when a steered message withdrew it;
     - ``usage_recorded``: ``recorded`` (this model call) and ``session`` (running total), each a
       dict of the five ``AgentUsage`` counters.
 
@@ -64,6 +65,8 @@ class AgentEventType(StrEnum):
     viewer hears of changes no Step reports:
 
     - ``message_queued``: no payload keys; a user message joined ``QUEUED_USER_MESSAGES``;
+    - ``queue_changed``: ``change`` (``deleted``, ``edited`` or ``steered``); a queued message
+      was deleted, replaced or steered;
     - ``session_stopped``: ``reason`` (str); the session's Flow was stopped.
     """
 
@@ -87,6 +90,7 @@ class AgentEventType(StrEnum):
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"
     MESSAGE_QUEUED = "message_queued"
+    QUEUE_CHANGED = "queue_changed"
     SESSION_STOPPED = "session_stopped"
 
 

@@ -1005,6 +1005,7 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                         "interrupt_id": interrupt_id,
                         "approved": False,
                         "rejection_message": answers[0].rejection_message,
+                        "superseded": True,
                     },
                 )
                 cancelled = replace(

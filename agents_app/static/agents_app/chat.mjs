@@ -315,7 +315,7 @@ function describe(event) {
     case "interrupt_raised":
       return { kind: "Approval requested", detail: tool + (data.deadline ? ` (deadline ${clockTime(new Date(data.deadline))})` : ""), tone: "warn" };
     case "interrupt_resolved":
-      if (state.withdrawn.has(data.interrupt_id)) {
+      if (data.superseded || state.withdrawn.has(data.interrupt_id)) {
         return { kind: "Approval withdrawn", detail: data.rejection_message || data.interrupt_id || "", tone: "muted" };
       }
       return data.approved
