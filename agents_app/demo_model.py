@@ -41,7 +41,10 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
   message (lines are kept whole, ``/tool`` directives included), then, after its result,
   ``Plan ready for review: ...``. While a plan executes, each reply completes the next unfinished
   task with one ``write_todos`` call, plus a call of the tool named by a ``/tool <name> <json>``
-  inside that task's text; with every task completed it answers ``Plan complete: ...``.
+  inside that task's text; with every task completed it answers ``Plan complete: ...``. A task
+  whose text holds ``/stop`` is first only marked ``in_progress``, then the reply stops the turn
+  with ``Stopped at: <task>`` (the plan stays active); the next execution (Continue) completes
+  it and goes on.
 
 Chat Completions streaming follows the OpenAI wire shape: ``data: <chunk JSON>`` server-sent
 events, text split over several chunks, tool-call arguments split over id-less continuation
@@ -87,6 +90,7 @@ _TOOL_LINE = re.compile(r"^\s*/tool\s+(?P<name>\S+)(?:\s+(?P<arguments>.*\S))?\s
 _WAIT_LINE = re.compile(r"^\s*/wait\s+(?P<seconds>-?\d+)(?:\s+(?P<reason>.*\S))?\s*$")
 _ASK_LINE = re.compile(r"^\s*/ask\s+(?P<question>.*\S)\s*$")
 _TASK_TOOL = re.compile(r"/tool\s+(?P<name>\S+)(?:\s+(?P<arguments>.*\S))?\s*$")
+_TASK_STOP = re.compile(r"(?:^|\s)/stop(?:\s|$)")
 _FAIL_LINE = re.compile(r"^\s*/fail\s+(?P<count>\d+)\s*$")
 _SLOW_LINE = re.compile(r"^\s*/slow\s+(?P<seconds>\d+(?:\.\d+)?)\s*$")
 _THINK_LINE = re.compile(r"^\s*/think\s*$")
@@ -218,7 +222,7 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
     if mode == "planning":
         return _planning_reply(user_text, bool(trailing_results), earlier_calls, common)
     if mode == "executing" and plan is not None:
-        return _executing_reply(plan, earlier_calls, common)
+        return _executing_reply(plan, bool(trailing_results), earlier_calls, common)
     if trailing_results:
         trailing_results.reverse()
         quoted = "\n".join(f"- {result}" for result in trailing_results)
@@ -245,17 +249,24 @@ def _planning_reply(
 
 
 def _executing_reply(
-    plan: Mapping[str, Any], earlier_calls: int, common: dict[str, Any]
+    plan: Mapping[str, Any], answered: bool, earlier_calls: int, common: dict[str, Any]
 ) -> DemoReply:
     tasks = list(plan.get("tasks") or [])
     unfinished = [task for task in tasks if task.get("status") != "completed"]
     if not unfinished:
         return DemoReply(text=f"Plan complete: all {len(tasks)} task(s) are done.", **common)
     current = unfinished[0]
+    status = "completed"
+    if _TASK_STOP.search(str(current["content"])):
+        if current.get("status") == "pending":
+            status = "in_progress"
+        elif answered:
+            # This turn just marked it in_progress: stop here, leaving the plan unfinished.
+            return DemoReply(text=f"Stopped at: {current['content']}", **common)
     todos = [
         {
             "content": task["content"],
-            "status": "completed" if task is current else task["status"],
+            "status": status if task is current else task["status"],
         }
         for task in tasks
     ]
@@ -266,7 +277,7 @@ def _executing_reply(
             arguments=json.dumps({"todos": todos}),
         )
     ]
-    if match := _TASK_TOOL.search(str(current["content"])):
+    if status == "completed" and (match := _TASK_TOOL.search(str(current["content"]))):
         calls.append(
             DemoToolCall(
                 id=f"call_{earlier_calls + 2}",

@@ -312,6 +312,31 @@ def test_a_plan_is_drafted_in_plan_mode_and_executed_on_request(stack: Stack) ->
     assert execution_turn[0]["data"]["plan_revision"] == 1
 
 
+def test_a_plan_that_stopped_with_unfinished_tasks_is_continued(stack: Stack) -> None:
+    with stack.api("owner") as owner:
+        session_id = start(owner)
+        idle(owner, session_id)
+        # The demo model stops at a task with /stop, leaving it in progress.
+        send(owner, session_id, "look around\ncheck the logs /stop\nship it", plan_mode=True)
+        revision = idle(
+            owner, session_id, "Plan ready for review: 3 task(s). Execute it when you are ready."
+        )["plan"]["revision"]
+        assert execute(owner, session_id, revision).status_code == 202
+        snapshot = idle(owner, session_id, "Stopped at: check the logs /stop")
+        plan = snapshot["plan"]
+        assert plan["status"] == "active"
+        assert [task["status"] for task in plan["tasks"]] == ["completed", "in_progress", "pending"]
+        stale = execute(owner, session_id, revision)
+        assert stale.status_code == 409 and stale.json()["reason"] == "stale_revision"
+
+        continued = execute(owner, session_id, plan["revision"])
+        assert continued.status_code == 202, continued.text
+        snapshot = idle(owner, session_id, "Plan complete: all 3 task(s) are done.")
+        assert snapshot["plan"]["status"] == "completed"
+        # Two execution turns, no user message between them.
+        assert [message["role"] for message in snapshot["messages"]].count("user") == 1
+
+
 def tool_names(snapshot: dict[str, Any]) -> list[str]:
     """The tools the stored assistant messages called, in order."""
     return [
