@@ -58,6 +58,7 @@ test: lint typecheck pytest
 bench: install
 	$(PY) -m bench.engine
 	$(PY) -m bench.relay
+	$(PY) -m bench.steer
 
 # Websocket relay: latency from a Stream write to the frame, and 200 sockets on one web process.
 bench-relay: install

@@ -325,6 +325,56 @@ SNAPSHOT_SCHEMA = inline_serializer(
             "the text it already streamed shows; events_after when no turn runs.",
         ),
         "turn_id": serializers.CharField(allow_null=True),
+        "turn_mode": serializers.ChoiceField(
+            choices=["chat", "planning", "executing"],
+            help_text="What the running or last turn does: chat, planning (plan mode: only "
+            "write_todos runs) or executing (the plan).",
+        ),
+        "pending_input": inline_serializer(
+            "PendingUserInput",
+            {
+                "call_id": serializers.CharField(help_text="POST .../input/ names it."),
+                "prompt": serializers.CharField(),
+                "choices": serializers.ListField(
+                    child=serializers.CharField(), help_text="Empty for a free-text answer."
+                ),
+            },
+            allow_null=True,
+            help_text="The question the model asked (request_user_input), or null.",
+        ),
+        "pending_timer": inline_serializer(
+            "PendingTimer",
+            {
+                "call_id": serializers.CharField(),
+                "fires_at": serializers.DateTimeField(),
+                "duration_seconds": serializers.IntegerField(),
+                "reason": serializers.CharField(),
+            },
+            allow_null=True,
+            help_text="The running durable_wait, or null; steering a message ends it early.",
+        ),
+        "plan": inline_serializer(
+            "SessionPlan",
+            {
+                "revision": serializers.IntegerField(),
+                "status": serializers.ChoiceField(choices=["draft", "active", "completed"]),
+                "tasks": inline_serializer(
+                    "PlanTask",
+                    {
+                        "content": serializers.CharField(),
+                        "status": serializers.ChoiceField(
+                            choices=["pending", "in_progress", "completed"]
+                        ),
+                    },
+                    many=True,
+                ),
+            },
+            allow_null=True,
+            help_text="The session's plan (null before the first one and once cleared).",
+        ),
+        "plan_execution_requested": serializers.BooleanField(
+            help_text="POST .../plan/execute/ was accepted and its turn has not started yet."
+        ),
         "summary": inline_serializer(
             name="ContextSummary",
             fields={
@@ -643,6 +693,162 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
         if not services.queued_message_steer(session=session, message_id=message_id):
             raise QueuedMessageGone()
         return Response({"steered": True}, status=status.HTTP_202_ACCEPTED)
+
+
+#: Longer than any tool call ID a provider hands out; not worth asking Dex about.
+USER_INPUT_CALL_ID_MAX_CHARS = 255
+
+
+class UserInputNotPending(APIException):
+    """409: no question with that call ID waits for an answer."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = (
+        "No question with this call_id waits for an answer: it was answered, a steered "
+        "message withdrew it, or it was never asked."
+    )
+    default_code = "user_input_not_pending"
+
+
+class SessionUserInputApi(SessionOwnedMixin, APIView):
+    """``POST /api/v1/sessions/<id>/input/`` (owner only) ``{"call_id", "answer"}``: answer the
+    question the session's model asked with the built-in ``request_user_input`` tool.
+
+    ``call_id`` is the snapshot's ``pending_input.call_id``. 202 ``{"answered": true}``: the
+    turn goes on, with the answer in the conversation as a user message right after the
+    question's tool result (``user_input_answered`` event). 409 ``{"detail"}`` when no
+    question with that ``call_id`` is open (answered already, or withdrawn by a steered
+    message), or the session is stopped; 400 with field messages for a missing or blank
+    field; 403 for staff on someone else's session, 404 for other users; 503 when the engine
+    does not answer.
+    """
+
+    class UserInputAnswerSerializer(serializers.Serializer):
+        call_id = serializers.CharField(
+            max_length=USER_INPUT_CALL_ID_MAX_CHARS,
+            help_text="The open question's call_id (the snapshot's pending_input.call_id).",
+        )
+        answer = serializers.CharField(
+            max_length=MESSAGE_MAX_CHARS, help_text="One of the choices, or free text."
+        )
+
+    @extend_schema(
+        request=UserInputAnswerSerializer,
+        responses={
+            202: inline_serializer("UserInputAnswered", {"answered": serializers.BooleanField()}),
+            400: inline_serializer(
+                "UserInputAnswerInvalid",
+                {
+                    "call_id": serializers.ListField(child=serializers.CharField()),
+                    "answer": serializers.ListField(child=serializers.CharField()),
+                },
+            ),
+            403: ERROR_SCHEMA,
+            404: ERROR_SCHEMA,
+            409: inline_serializer("UserInputNotPending", {"detail": serializers.CharField()}),
+            503: ERROR_SCHEMA,
+        },
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session_get_for_owner(request, session_id)
+        serializer = self.UserInputAnswerSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if session.status == SESSION_STATUS_STOPPED:
+            raise SessionStopped()
+        if not services.user_input_answer(
+            session=session,
+            call_id=serializer.validated_data["call_id"],
+            answer=serializer.validated_data["answer"],
+        ):
+            raise UserInputNotPending()
+        return Response({"answered": True}, status=status.HTTP_202_ACCEPTED)
+
+
+#: What a refused plan execution's ``reason`` (``dex_agents.PlanExecutionResult``) means.
+PLAN_REFUSALS = {
+    "stale_revision": (
+        "That revision is not the session's current plan; read the session again and review "
+        "the current plan."
+    ),
+    "not_executable": "The plan has nothing left to execute: every task is completed.",
+    "busy": (
+        "The session is busy: a turn is running or waits for an answer. Execute the plan once "
+        "the session waits for a message."
+    ),
+    "queued": "Messages wait in the queue; they run first. Execute the plan after them.",
+    "already_requested": "Execution of the plan was already requested.",
+    "no_session": "The session has not started yet.",
+    "no_plans": "This session does not support plans.",
+    "session_stopped": SESSION_STOPPED_DETAIL,
+}
+
+
+class PlanNotExecutable(APIException):
+    """409 ``{"detail", "reason"}``: the plan cannot be executed now, and why."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "plan_not_executable"
+
+    def __init__(self, reason: str) -> None:
+        detail = PLAN_REFUSALS.get(reason, f"The plan cannot be executed now ({reason}).")
+        super().__init__({"detail": detail, "reason": reason})
+
+
+class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
+    """``POST /api/v1/sessions/<id>/plan/execute/`` (owner only) ``{"revision"}``: execute the
+    session's plan, or continue an active plan with unfinished tasks.
+
+    ``revision`` is the plan revision the user reviewed (the snapshot's ``plan.revision``).
+    202 ``{"requested": true, "revision"}``: an ``executing`` turn starts without a user
+    message (``plan_started``); until it does the snapshot's ``plan_execution_requested`` is
+    true. 409 ``{"detail", "reason"}`` otherwise, ``reason`` one of ``stale_revision`` (not
+    the current plan), ``not_executable`` (completed), ``busy`` (a turn runs or waits for an
+    answer), ``queued`` (messages wait in the queue), ``already_requested``, ``no_session``,
+    ``no_plans`` or ``session_stopped``. 400 for a missing or bad ``revision``; 403, 404 and
+    503 as for the other writes.
+    """
+
+    class PlanExecuteInputSerializer(serializers.Serializer):
+        revision = serializers.IntegerField(
+            min_value=1, help_text="The reviewed plan revision (the snapshot's plan.revision)."
+        )
+
+    @extend_schema(
+        request=PlanExecuteInputSerializer,
+        responses={
+            202: inline_serializer(
+                "PlanExecutionRequested",
+                {"requested": serializers.BooleanField(), "revision": serializers.IntegerField()},
+            ),
+            400: inline_serializer(
+                "PlanExecuteInvalid",
+                {"revision": serializers.ListField(child=serializers.CharField())},
+            ),
+            403: ERROR_SCHEMA,
+            404: ERROR_SCHEMA,
+            409: inline_serializer(
+                "PlanNotExecutable",
+                {
+                    "detail": serializers.CharField(),
+                    "reason": serializers.ChoiceField(choices=sorted(PLAN_REFUSALS)),
+                },
+            ),
+            503: ERROR_SCHEMA,
+        },
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session_get_for_owner(request, session_id)
+        serializer = self.PlanExecuteInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if session.status == SESSION_STATUS_STOPPED:
+            raise PlanNotExecutable("session_stopped")
+        revision = serializer.validated_data["revision"]
+        result = services.plan_execute(session=session, revision=revision)
+        if not result.accepted:
+            raise PlanNotExecutable(result.reason)
+        return Response(
+            {"requested": True, "revision": revision}, status=status.HTTP_202_ACCEPTED
+        )
 
 
 class SessionHistoryApi(SessionOwnedMixin, APIView):

@@ -47,6 +47,16 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
   Without ``/tool`` lines the answer is ``You said: <the other lines>``. Directives apply to
   every request whose latest user message carries them, including the answer after tool results.
 
+* Plans (the runner's plan system messages, ``agents_app.plan_prompts``): in plan mode the
+  reply is one ``write_todos`` call with one pending task per non-blank line of the user's
+  message (lines are kept whole, ``/tool`` directives included), then, after its result,
+  ``Plan ready for review: ...``. While a plan executes, each reply completes the next unfinished
+  task with one ``write_todos`` call, plus a call of the tool named by a ``/tool <name> <json>``
+  inside that task's text; with every task completed it answers ``Plan complete: ...``. A task
+  whose text holds ``/stop`` is first only marked ``in_progress``, then the reply stops the turn
+  with ``Stopped at: <task>`` (the plan stays active); the next execution (Continue) completes
+  it and goes on.
+
 Chat Completions streaming follows the OpenAI wire shape: ``data: <chunk JSON>`` server-sent
 events, text split over several chunks, tool-call arguments split over id-less continuation
 chunks, then a usage chunk (empty ``choices``) when ``stream_options.include_usage`` is true,
@@ -80,6 +90,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from agents_app.plan_prompts import plan_from_prompt
+
 DEMO_MODEL_NAME = "dexagents-demo"
 """The model ID the server lists; requests may name any model and get it echoed back."""
 
@@ -88,6 +100,8 @@ READY_LINE_PREFIX = "demo model ready on "
 _TOOL_LINE = re.compile(r"^\s*/tool\s+(?P<name>\S+)(?:\s+(?P<arguments>.*\S))?\s*$")
 _WAIT_LINE = re.compile(r"^\s*/wait\s+(?P<seconds>-?\d+)(?:\s+(?P<reason>.*\S))?\s*$")
 _ASK_LINE = re.compile(r"^\s*/ask\s+(?P<question>.*\S)\s*$")
+_TASK_TOOL = re.compile(r"/tool\s+(?P<name>\S+)(?:\s+(?P<arguments>.*\S))?\s*$")
+_TASK_STOP = re.compile(r"(?:^|\s)/stop(?:\s|$)")
 _FAIL_LINE = re.compile(r"^\s*/fail\s+(?P<count>\d+)\s*$")
 _SLOW_LINE = re.compile(r"^\s*/slow\s+(?P<seconds>\d+(?:\.\d+)?)\s*$")
 _THINK_LINE = re.compile(r"^\s*/think\s*$")
@@ -275,6 +289,11 @@ def plan_reply(
         if message.get("role") != "tool":
             break
         trailing_results.append(message_text(message.get("content")))
+    mode, plan = plan_from_prompt(messages)
+    if mode == "planning":
+        return _planning_reply(user_text, bool(trailing_results), earlier_calls, common)
+    if mode == "executing" and plan is not None:
+        return _executing_reply(plan, bool(trailing_results), earlier_calls, common)
     if trailing_results:
         trailing_results.reverse()
         quoted = "\n".join(f"- {result}" for result in trailing_results)
@@ -284,6 +303,62 @@ def plan_reply(
     if big_kb is not None:
         return DemoReply(text=big_text(big_kb), **common)
     return DemoReply(text=f"You said: {plain_text}", **common)
+
+
+def _planning_reply(
+    user_text: str, answered: bool, earlier_calls: int, common: dict[str, Any]
+) -> DemoReply:
+    tasks = [line.strip() for line in user_text.splitlines() if line.strip()]
+    if answered:
+        return DemoReply(
+            text=f"Plan ready for review: {len(tasks)} task(s). Execute it when you are ready.",
+            **common,
+        )
+    todos = [{"content": task, "status": "pending"} for task in tasks]
+    call = DemoToolCall(
+        id=f"call_{earlier_calls + 1}", name="write_todos", arguments=json.dumps({"todos": todos})
+    )
+    return DemoReply(tool_calls=[call], **common)
+
+
+def _executing_reply(
+    plan: Mapping[str, Any], answered: bool, earlier_calls: int, common: dict[str, Any]
+) -> DemoReply:
+    tasks = list(plan.get("tasks") or [])
+    unfinished = [task for task in tasks if task.get("status") != "completed"]
+    if not unfinished:
+        return DemoReply(text=f"Plan complete: all {len(tasks)} task(s) are done.", **common)
+    current = unfinished[0]
+    status = "completed"
+    if _TASK_STOP.search(str(current["content"])):
+        if current.get("status") == "pending":
+            status = "in_progress"
+        elif answered:
+            # This turn just marked it in_progress: stop here, leaving the plan unfinished.
+            return DemoReply(text=f"Stopped at: {current['content']}", **common)
+    todos = [
+        {
+            "content": task["content"],
+            "status": status if task is current else task["status"],
+        }
+        for task in tasks
+    ]
+    calls = [
+        DemoToolCall(
+            id=f"call_{earlier_calls + 1}",
+            name="write_todos",
+            arguments=json.dumps({"todos": todos}),
+        )
+    ]
+    if status == "completed" and (match := _TASK_TOOL.search(str(current["content"]))):
+        calls.append(
+            DemoToolCall(
+                id=f"call_{earlier_calls + 2}",
+                name=match.group("name"),
+                arguments=match.group("arguments") or "{}",
+            )
+        )
+    return DemoReply(tool_calls=calls, **common)
 
 
 def count_tokens(messages: Sequence[Mapping[str, Any]]) -> int:

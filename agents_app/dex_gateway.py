@@ -39,6 +39,7 @@ from django.conf import settings
 from dex_agents import (
     EXECUTE_COMPLETED_EVENT,
     WAIT_FOR_COMPLETED_EVENT,
+    PlanExecutionResult,
     StepHistoryEntry,
     read_flow_step_history,
 )
@@ -281,17 +282,6 @@ def queued_message_to_data(message: Any) -> dict[str, Any]:
 QUEUE_CHANGED = "queue_changed"
 
 
-def _queue_changed_type() -> str:
-    """The event type ``QUEUE_CHANGED`` is written as.
-
-    Every reader decodes the Stream into ``dex_agents.AgentEventType``, so a type it lacks would
-    break them; until that enum has ``queue_changed`` the notice travels as ``message_queued``,
-    on which pages re-read their queue too.
-    """
-    from dex_agents import AgentEventType
-
-    known = {member.value for member in AgentEventType}
-    return QUEUE_CHANGED if QUEUE_CHANGED in known else "message_queued"
 
 
 async def _queue_rpc(
@@ -313,7 +303,7 @@ async def _queue_rpc(
         raise _translate(error, session_id) from error
     if applied:
         await session_event_announce(
-            session_id=session_id, event_type=_queue_changed_type(), payload={"change": change}
+            session_id=session_id, event_type=QUEUE_CHANGED, payload={"change": change}
         )
     return applied
 
@@ -420,6 +410,53 @@ async def session_resolve_interrupt(
         raise _translate(error, session_id) from error
 
 
+async def session_answer_user_input(*, session_id: str, call_id: str, answer: str) -> bool:
+    """Answer the session's open ``request_user_input`` question through ``answer_user_input``.
+
+    The AwaitUserInput Step then finishes the call and the next model call reads the answer
+    as a user message; the Step announces ``user_input_answered``.
+
+    Returns:
+        True when Dex took the answer; False when no question with ``call_id`` is open (it
+        was answered, a steered message withdrew it, or it never was) or ``answer`` is blank.
+
+    Raises:
+        EngineUnavailableError: Dex did not answer, or the Step kept PendingUserInput locked
+            for the client's retry window (about 5 seconds).
+        SessionNotFoundError: Dex has no such session.
+    """
+    from dex import RpcLockConflictError
+
+    try:
+        return bool(
+            await _connection().sessions.answer_user_input(session_id, call_id, answer)
+        )
+    except RpcLockConflictError as error:
+        raise EngineUnavailableError(
+            "The session is busy with its question; try again shortly."
+        ) from error
+    except Exception as error:
+        raise _translate(error, session_id) from error
+
+
+async def session_execute_plan(*, session_id: str, revision: int) -> PlanExecutionResult:
+    """Execute (or continue) the session's plan at ``revision`` through ``execute_plan``.
+
+    Returns:
+        ``accepted``, or the ``reason`` it was not (``stale_revision``,
+        ``not_executable``, ``busy``, ``queued``, ``already_requested``, ``no_session``,
+        ``no_plans``). An accepted request starts an ``executing`` turn without a user
+        message, announced by ``plan_started``.
+
+    Raises:
+        EngineUnavailableError, SessionNotFoundError.
+    """
+    try:
+        return await _connection().sessions.execute_plan(session_id, revision)
+    except Exception as error:
+        raise _translate(error, session_id) from error
+
+
 async def session_snapshot(*, session_id: str) -> dict[str, Any]:
     """Read the session's AgentSnapshot as plain JSON-ready data.
 
@@ -427,8 +464,12 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
         ``{"status", "turn_id" (the running turn or None), "messages": [{"sequence", "role",
         "text", "turn_id", "tool_calls"?, "tool_call_id"?}], "pending_interrupts",
         "awaiting_approval", "tool_calls", "usage", "queued_message_count", "queued_messages",
-        "steered_messages", "last_turn_error", "has_older_messages"}``; queued and steered
-        entries are ``queued_message_to_data``, oldest first. ``status`` is the AgentState
+        "steered_messages", "last_turn_error", "has_older_messages", "pending_input",
+        "pending_timer", "plan", "plan_execution_requested", "turn_mode"}``; queued and steered
+        entries are ``queued_message_to_data``, oldest first; ``pending_input``,
+        ``pending_timer`` and ``plan`` are shaped by ``pending_input_to_data``,
+        ``pending_timer_to_data`` and ``plan_to_data``; ``turn_mode`` is what the running or
+        last turn does (``chat``, ``planning`` or ``executing``). ``status`` is the AgentState
         status, or ``"starting"`` while the state is None (seed "Design decisions"). Framework
         items are left out. ``summary`` (context compaction) is ``summary_to_data``, or None
         until a compaction ran; ``has_older_messages`` counts retained messages only.
@@ -473,7 +514,52 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
         ],
         "last_turn_error": plain_data(last_turn_error),
         "has_older_messages": bool(messages) and messages[0]["sequence"] > oldest,
+        "pending_input": pending_input_to_data(getattr(snapshot, "pending_input", None)),
+        "pending_timer": pending_timer_to_data(getattr(snapshot, "pending_timer", None)),
+        "plan": plan_to_data(getattr(snapshot, "plan", None)),
+        "plan_execution_requested": bool(getattr(snapshot, "plan_execution_requested", False)),
+        "turn_mode": (plain_data(getattr(state, "turn_mode", None)) if state else None) or "chat",
         "summary": summary_to_data(summary),
+    }
+
+
+def pending_input_to_data(pending: Any) -> dict[str, Any] | None:
+    """The open ``request_user_input`` question (``PendingUserInput``) as ``{"call_id",
+    "prompt", "choices"}`` (``choices`` empty for a free-text answer), or None."""
+    if pending is None:
+        return None
+    return {
+        "call_id": pending.tool_call_id,
+        "prompt": pending.prompt,
+        "choices": list(pending.choices or []),
+    }
+
+
+def pending_timer_to_data(timer: Any) -> dict[str, Any] | None:
+    """The running ``durable_wait`` (``PendingTimer``) as ``{"call_id", "fires_at" (ISO 8601
+    UTC), "duration_seconds", "reason"}``, or None."""
+    if timer is None:
+        return None
+    return {
+        "call_id": timer.tool_call_id,
+        "fires_at": plain_data(timer.fires_at),
+        "duration_seconds": int(timer.duration_seconds),
+        "reason": timer.reason,
+    }
+
+
+def plan_to_data(plan: Any) -> dict[str, Any] | None:
+    """The session's plan (``AgentPlan``) as ``{"revision", "status" (draft | active |
+    completed), "tasks": [{"content", "status" (pending | in_progress | completed)}]}``, or
+    None before the first ``write_todos`` and once the plan was cleared."""
+    if plan is None:
+        return None
+    return {
+        "revision": int(plan.revision),
+        "status": plain_data(plan.status),
+        "tasks": [
+            {"content": task.content, "status": plain_data(task.status)} for task in plan.tasks
+        ],
     }
 
 

@@ -54,7 +54,8 @@ def build_flow(
         Stream budget is ``DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"]``. Steering is on: a
         queued message can be steered into the running turn (``LiteLLMRunner`` appends
         ``AgentTurnContext.steered_messages`` to the model input); so are the built-in
-        ``durable_wait`` and ``request_user_input`` tools, which every agent is offered.
+        ``durable_wait`` and ``request_user_input`` tools, which every agent is offered, and
+        plans (a ``plan_mode`` message plans with ``write_todos``; ``execute_plan`` runs it).
         Context compaction is on (``CompactionOptions`` defaults; an agent definition's
         ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` override
         them through its ``agent_config``).
@@ -70,6 +71,7 @@ def build_flow(
             steering=True,
             durable_waits=True,
             user_input=True,
+            plans=True,
             compaction=CompactionOptions(),
         ),
     )

@@ -167,7 +167,8 @@ class AgentSession(models.Model):
     """The index row of one agent session; ``id`` is the Dex Flow ID (``ses_<uuid hex>``).
 
     ``status`` is the last AgentState status seen (``starting``,
-    ``waiting_for_user_message``, ``running_model``, ``running_tools``); Dex has the truth.
+    ``waiting_for_user_message``, ``running_model``, ``running_tools``,
+    ``waiting_for_user_input``, ``stopped``); Dex has the truth.
     """
 
     id = models.CharField(primary_key=True, max_length=64, editable=False)

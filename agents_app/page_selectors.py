@@ -31,6 +31,7 @@ SESSION_STATUS_LABELS: dict[str, str] = {
     "waiting_for_user_message": "Waiting for a message",
     "running_model": "Model running",
     "running_tools": "Running tools",
+    "waiting_for_user_input": "Waiting for an answer",
     "stopped": "Stopped",
 }
 

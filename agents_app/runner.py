@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agents_app.model_replies import (
@@ -68,6 +68,7 @@ from agents_app.model_replies import (
     tool_call_delta,
     usage_from,
 )
+from agents_app.plan_prompts import executing_prompt, planning_prompt
 from agents_app.providers import (
     LOCAL_SERVER_KEY,
     ModelApi,
@@ -79,6 +80,7 @@ from agents_app.providers import (
     resolve_api_key,
 )
 from dex_agents import (
+    WRITE_TODOS_TOOL,
     AgentEventType,
     AgentMessage,
     AgentTurnContext,
@@ -95,10 +97,12 @@ from dex_agents import (
     ToolExecutionResult,
     ToolPolicy,
     TurnCompleted,
+    TurnMode,
     describe_tool_call_outcome,
     durable_wait_definition,
     render_summary,
     request_user_input_definition,
+    write_todos_definition,
 )
 from mcp_registry.builtin_tools import (
     BUILTIN_TOOL_EFFECT,
@@ -236,8 +240,9 @@ class AgentToolEntry:
 
     @classmethod
     def session_builtins(cls) -> tuple[AgentToolEntry, ...]:
-        """The tools the session runs itself (``durable_wait``, ``request_user_input``; the
-        platform Flow enables both), offered to every agent."""
+        """The tools the session runs itself (``durable_wait``, ``request_user_input``,
+        ``write_todos``; the platform Flow enables all three). Which a model call is offered
+        depends on the turn's mode (``AgentModelConfig.for_turn_mode``)."""
         return tuple(
             cls(
                 name=spec["name"],
@@ -249,7 +254,11 @@ class AgentToolEntry:
                 requires_approval=False,
                 builtin=True,
             )
-            for spec in (durable_wait_definition(), request_user_input_definition())
+            for spec in (
+                durable_wait_definition(),
+                request_user_input_definition(),
+                write_todos_definition(),
+            )
         )
 
     @classmethod
@@ -361,6 +370,17 @@ class AgentModelConfig:
             compaction_model=str(config.get("compaction_model") or "") or None,
         )
 
+    def for_turn_mode(self, mode: TurnMode) -> AgentModelConfig:
+        """The config a model call of a ``mode`` turn uses (AI Agent "Durable plans"):
+        ``planning`` offers only ``write_todos``; ``executing`` every tool; ``chat`` every tool
+        but ``write_todos``."""
+        if mode is TurnMode.PLANNING:
+            tools = tuple(entry for entry in self.tools if entry.name == WRITE_TODOS_TOOL)
+        elif mode is TurnMode.EXECUTING:
+            tools = self.tools
+        else:
+            tools = tuple(entry for entry in self.tools if entry.name != WRITE_TODOS_TOOL)
+        return replace(self, tools=tools)
     def window(self) -> int | None:
         """The context window in tokens: the agent's, else LiteLLM's (imports LiteLLM)."""
         return context_window(self.model, self.context_window)
@@ -513,6 +533,10 @@ def build_model_input(
     messages: list[dict[str, Any]] = []
     if config.system_prompt:
         messages.append({"role": "system", "content": config.system_prompt})
+    if turn.turn_mode is TurnMode.PLANNING:
+        messages.append({"role": "system", "content": planning_prompt(turn.plan)})
+    elif turn.turn_mode is TurnMode.EXECUTING and turn.plan is not None:
+        messages.append({"role": "system", "content": executing_prompt(turn.plan)})
     if turn.summary is not None:
         messages.append({"role": "system", "content": render_summary(turn.summary)})
     messages.extend(stored_message_item(message) for message in turn.messages)
@@ -916,7 +940,7 @@ class LiteLLMRunner:
     def count_input_tokens(self, turn: AgentTurnContext) -> int:
         """LiteLLM's token count of the input ``run_model_step(turn)`` would send, the tools
         offered with it included."""
-        config = self._config(turn.agent_config)
+        config = self._config(turn.agent_config).for_turn_mode(turn.turn_mode)
         messages, _ = build_model_input(config, turn)
         tools = [entry.as_openai_tool() for entry in config.tools]
         return count_tokens(config.model, [chat_message(item) for item in messages], tools)
@@ -995,7 +1019,7 @@ class LiteLLMRunner:
             Exception: Any other LiteLLM/provider error. All of these fail the attempt
                 (retried).
         """
-        config = self._config(turn.agent_config)
+        config = self._config(turn.agent_config).for_turn_mode(turn.turn_mode)
         messages, turn_items = build_model_input(config, turn)
         text_events = DeltaBuffer(turn.events.write_text_delta)
         reasoning_events = DeltaBuffer(turn.events.write_reasoning_delta)

@@ -134,7 +134,8 @@ def session_list_visible(
 
     Args:
         status: An index status (``waiting_for_user_message``, ``running_model``,
-            ``running_tools``, ``starting``, ``stopped``) or ``awaiting_approval``; blank: any.
+            ``running_tools``, ``waiting_for_user_input``, ``starting``, ``stopped``) or
+            ``awaiting_approval``; blank: any.
         agent_slug: Only this agent's sessions; blank: any.
         search: Case-insensitive match on the title, the agent's slug or name.
         ordering: One of ``SESSION_ORDERINGS``; anything else sorts newest first.
@@ -335,9 +336,9 @@ def session_events_after_get(*, session: AgentSession) -> str:
 
 def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
     """A stopped session's snapshot as readers should see it: ``status`` ``stopped``, no running
-    turn, no pending approval, no queued message. Dex keeps the last AgentState of a stopped
-    Flow, which would otherwise still say ``running_tools`` with an approval nobody can decide
-    any more."""
+    turn, no pending approval, question, wait or plan execution, no queued message. Dex keeps
+    the last AgentState of a stopped Flow, which would otherwise still say ``running_tools``
+    with an approval nobody can decide any more."""
     return {
         **snapshot,
         "status": "stopped",
@@ -348,6 +349,10 @@ def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
         "queued_messages": [],
         "queued_message_count": 0,
         "steered_messages": [],
+        # Its turn will never go on: no question to answer, no wait, no plan execution.
+        "pending_input": None,
+        "pending_timer": None,
+        "plan_execution_requested": False,
     }
 
 

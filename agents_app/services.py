@@ -14,7 +14,7 @@ from django.db import models, transaction
 
 from agents_app import dex_gateway, session_index
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
-from dex_agents import AgentStatus
+from dex_agents import AgentStatus, PlanExecutionResult
 
 _AGENT_STATUSES = frozenset(status.value for status in AgentStatus)
 
@@ -97,9 +97,9 @@ def session_message_send(
 
     Returns:
         The queued message's Dex Channel message ID; its ``client_id`` when it is no longer
-        pending (an idle session's turn took it at once) or the queue could not be read (the
-        queue endpoints accept either ID); None when the session refused the message (blank
-        text, seed "RPCs").
+        pending (an idle session's turn took it at once) or the queue could not be read, e.g.
+        when it is too large (the queue endpoints accept either ID); None when the session
+        refused the message (blank text, seed "RPCs").
 
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer the send.
@@ -121,8 +121,13 @@ def _queued_message_id(*, session: AgentSession, client_id: str) -> str:
     ``client_id`` itself (see ``session_message_send``)."""
     try:
         queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
-    except (dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError) as error:
-        # The message is accepted either way; its client_id still finds it.
+    except (
+        dex_gateway.EngineUnavailableError,
+        dex_gateway.SessionNotFoundError,
+        dex_gateway.SessionTooLargeError,
+    ) as error:
+        # The message is accepted either way (a queue too large to read in one message
+        # included); its client_id still finds it.
         logger.info("Could not read the queue of %s after a send: %s", session.id, error)
         return client_id
     return next(
@@ -185,6 +190,47 @@ def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
     """
     return dex_gateway.run(
         dex_gateway.session_steer_queued_message(session_id=session.id, message_id=message_id)
+    )
+
+
+def user_input_answer(*, session: AgentSession, call_id: str, answer: str) -> bool:
+    """Answer the question the session's model asked with ``request_user_input``.
+
+    ``call_id`` is the question's tool call ID (the snapshot's ``pending_input.call_id``);
+    the turn goes on with ``answer`` as a user message after the tool result.
+
+    Returns:
+        False when no question with ``call_id`` is open (answered already, withdrawn by a
+        steered message, or never asked) or ``answer`` is blank.
+
+    Raises:
+        dex_gateway.EngineUnavailableError: Dex did not answer, or stayed busy deciding.
+        dex_gateway.SessionNotFoundError: Dex has no such session.
+    """
+    # answer_user_input retries a held PendingUserInput lock for a while; leave room for it.
+    return dex_gateway.run(
+        dex_gateway.session_answer_user_input(
+            session_id=session.id, call_id=call_id, answer=answer
+        ),
+        timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) + RESOLVE_LOCK_RETRY_SECONDS,
+    )
+
+
+def plan_execute(*, session: AgentSession, revision: int) -> PlanExecutionResult:
+    """Start executing (or continue) the session's plan at ``revision`` (the one the user
+    reviewed).
+
+    Returns:
+        ``accepted``, or ``reason``: ``stale_revision`` (not the current plan),
+        ``not_executable`` (completed, or no tasks), ``busy`` (a turn runs or waits for an
+        answer), ``queued`` (messages wait in the queue), ``already_requested``,
+        ``no_session``, ``no_plans`` (see ``dex_agents.AgentSessionFlow.execute_plan``).
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    return dex_gateway.run(
+        dex_gateway.session_execute_plan(session_id=session.id, revision=revision)
     )
 
 

@@ -47,7 +47,12 @@ APPROVALS_CHANGED = "approvals.changed"
 SESSION_STATUS_STARTING = "starting"
 SESSION_STATUS_STOPPED = "stopped"
 #: Index statuses that say a session is doing something a snapshot may have moved on from.
-ACTIVE_STATUSES = (SESSION_STATUS_STARTING, "running_model", "running_tools")
+ACTIVE_STATUSES = (
+    SESSION_STATUS_STARTING,
+    "running_model",
+    "running_tools",
+    "waiting_for_user_input",
+)
 
 #: A pending row younger than this is not closed by reconciliation when the snapshot lacks it:
 #: the worker indexes an interrupt just before Dex commits it, so a snapshot read in between

@@ -13,8 +13,10 @@ from agents_app.apis import (
     SessionHistoryApi,
     SessionListCreateApi,
     SessionMessageApi,
+    SessionPlanExecuteApi,
     SessionQueueApi,
     SessionStopApi,
+    SessionUserInputApi,
 )
 
 app_name = "agents_api"
@@ -40,6 +42,12 @@ urlpatterns = [
         "sessions/<str:session_id>/queue/<str:message_id>/steer/",
         QueuedMessageSteerApi.as_view(),
         name="session-queued-message-steer",
+    ),
+    path("sessions/<str:session_id>/input/", SessionUserInputApi.as_view(), name="session-input"),
+    path(
+        "sessions/<str:session_id>/plan/execute/",
+        SessionPlanExecuteApi.as_view(),
+        name="session-plan-execute",
     ),
     path(
         "sessions/<str:session_id>/history/",

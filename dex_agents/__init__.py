@@ -30,6 +30,10 @@ Built-in tools (platform additions, ``AgentSessionOptions.durable_waits`` / ``us
 (``PENDING_USER_INPUT``, ``USER_INPUT_ANSWERS``, ``USER_INPUT_ANSWER``); ResumeTurn ends either
 early for a steered message (``BUILTIN_WAKEUPS``).
 
+Plans (platform addition, ``AgentSessionOptions.plans``): ``AgentUserMessage.plan_mode`` starts a
+``planning`` turn in which only the session's ``write_todos`` runs (``AGENT_PLAN``, replaced
+whole, revision increasing); ``execute_plan`` (``PLAN_EXECUTIONS``) starts an ``executing`` turn
+without a user message; ``AgentTurnContext.turn_mode`` / ``plan`` tell the runner which.
 Context compaction and retention (platform addition, ``AgentSessionOptions.compaction``; lifts
 the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages map"): the
 ``CONTEXT_SUMMARY`` Attribute (``ContextSummary``), the ``CompactContext`` Step
@@ -44,9 +48,11 @@ the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages m
 from dex_agents._builtin_tools import (
     DURABLE_WAIT_TOOL,
     REQUEST_USER_INPUT_TOOL,
+    WRITE_TODOS_TOOL,
     BuiltinToolArgumentError,
     durable_wait_definition,
     request_user_input_definition,
+    write_todos_definition,
 )
 from dex_agents._client import AgentSessionClient
 from dex_agents._compaction import (
@@ -93,6 +99,7 @@ from dex_agents._observer import (
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
+    AGENT_PLAN,
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
@@ -102,6 +109,7 @@ from dex_agents._persistence import (
     PENDING_INTERRUPTS,
     PENDING_TIMER,
     PENDING_USER_INPUT,
+    PLAN_EXECUTIONS,
     QUEUED_USER_MESSAGES,
     STEERED_FOR_TURN,
     STEERED_USER_MESSAGES,
@@ -118,6 +126,7 @@ from dex_agents._records import (
     AgentMessagesBeforePage,
     AgentMessagesPage,
     AgentMessagesSlice,
+    AgentPlan,
     AgentQueuedMessage,
     AgentSessionConfig,
     AgentSessionStartInput,
@@ -133,6 +142,11 @@ from dex_agents._records import (
     MessageRole,
     PendingTimer,
     PendingUserInput,
+    PlanExecutionRequest,
+    PlanExecutionResult,
+    PlanStatus,
+    PlanTask,
+    PlanTaskStatus,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
@@ -141,6 +155,7 @@ from dex_agents._records import (
     ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    TurnMode,
     UserInputAnswer,
     idempotency_key,
     is_approval_required,
@@ -165,6 +180,7 @@ from dex_agents._steps import (
 __all__ = [
     "AGENT_CONFIG",
     "AGENT_MESSAGES",
+    "AGENT_PLAN",
     "AGENT_STATE",
     "AGENT_TOOL_CALLS",
     "AGENT_USAGE",
@@ -178,6 +194,7 @@ __all__ = [
     "PENDING_INTERRUPTS",
     "PENDING_TIMER",
     "PENDING_USER_INPUT",
+    "PLAN_EXECUTIONS",
     "QUEUED_USER_MESSAGES",
     "REQUEST_USER_INPUT_TOOL",
     "STEERED_FOR_TURN",
@@ -187,6 +204,7 @@ __all__ = [
     "USER_INPUT_ANSWERS",
     "WAIT_FOR_COMPLETED_EVENT",
     "WAIT_FOR_FAILED_EVENT",
+    "WRITE_TODOS_TOOL",
     "AgentContractError",
     "AgentEvent",
     "AgentEventType",
@@ -200,6 +218,7 @@ __all__ = [
     "AgentMessagesBeforePage",
     "AgentMessagesPage",
     "AgentMessagesSlice",
+    "AgentPlan",
     "AgentQueuedMessage",
     "AgentSessionChange",
     "AgentSessionClient",
@@ -238,6 +257,11 @@ __all__ = [
     "MessageRole",
     "PendingTimer",
     "PendingUserInput",
+    "PlanExecutionRequest",
+    "PlanExecutionResult",
+    "PlanStatus",
+    "PlanTask",
+    "PlanTaskStatus",
     "QueuedMessageRequest",
     "ReadAgentMessagesRequest",
     "RecordToolFailure",
@@ -259,6 +283,7 @@ __all__ = [
     "ToolPolicy",
     "ToolPolicyResolver",
     "TurnCompleted",
+    "TurnMode",
     "UserInputAnswer",
     "build_turn_failure_note",
     "describe_tool_call_outcome",
@@ -270,4 +295,5 @@ __all__ = [
     "read_flow_step_history",
     "render_summary",
     "request_user_input_definition",
+    "write_todos_definition",
 ]

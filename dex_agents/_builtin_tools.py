@@ -1,5 +1,5 @@
-"""Built-in tools the session itself runs (platform addition; AI Agent "Durable waits" and
-"request_user_input").
+"""Built-in tools the session itself runs (platform addition; AI Agent "Durable waits",
+"request_user_input" and "Durable plans").
 
 A runner offers these tools to its model when the Flow enables them
 (``AgentSessionOptions.durable_waits`` / ``user_input``) and defers their calls like any other;
@@ -12,10 +12,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dex_agents._records import PlanTask, PlanTaskStatus
+
 #: Name of the durable wait tool.
 DURABLE_WAIT_TOOL = "durable_wait"
 #: Name of the user-input tool.
 REQUEST_USER_INPUT_TOOL = "request_user_input"
+#: Name of the plan tool.
+WRITE_TODOS_TOOL = "write_todos"
+#: Most tasks a plan holds; longest task, in characters.
+MAX_PLAN_TASKS, MAX_TASK_CHARS = 50, 500
 #: Longest durable wait, in seconds (30 days).
 MAX_WAIT_SECONDS = 30 * 24 * 3600
 #: ``request_user_input`` takes no choices, or 2 to 8 of them.
@@ -78,6 +84,75 @@ def request_user_input_definition() -> dict[str, Any]:
             "additionalProperties": False,
         },
     }
+
+
+def write_todos_definition() -> dict[str, Any]:
+    """``{"name", "description", "parameters"}`` (JSON Schema) of ``write_todos``."""
+    return {
+        "name": WRITE_TODOS_TOOL,
+        "description": (
+            "Write or replace the whole plan: an ordered list of tasks, each with a status. "
+            "Call it once per response; an empty list clears the plan."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "todos": {
+                    "type": "array",
+                    "maxItems": MAX_PLAN_TASKS,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "content": {"type": "string"},
+                            "status": {
+                                "type": "string",
+                                "enum": [status.value for status in PlanTaskStatus],
+                            },
+                        },
+                        "required": ["content", "status"],
+                        "additionalProperties": False,
+                    },
+                }
+            },
+            "required": ["todos"],
+            "additionalProperties": False,
+        },
+    }
+
+
+def parse_todos(arguments: str) -> list[PlanTask]:
+    """The tasks of a ``write_todos`` call, contents trimmed.
+
+    Raises:
+        BuiltinToolArgumentError: No ``todos`` list, more than ``MAX_PLAN_TASKS`` tasks, a blank
+            or too long content, an unknown status, or extra properties.
+    """
+    value = _arguments(arguments)
+    todos = value.get("todos")
+    if not isinstance(todos, list):
+        raise BuiltinToolArgumentError("todos must be a list")
+    if len(todos) > MAX_PLAN_TASKS:
+        raise BuiltinToolArgumentError(f"a plan holds at most {MAX_PLAN_TASKS} tasks")
+    statuses = {status.value for status in PlanTaskStatus}
+    tasks: list[PlanTask] = []
+    for index, item in enumerate(todos, start=1):
+        if not isinstance(item, dict) or set(item) - {"content", "status"}:
+            raise BuiltinToolArgumentError(
+                f"task {index} must be an object with only content and status"
+            )
+        content, status = item.get("content"), item.get("status")
+        if not isinstance(content, str) or not content.strip():
+            raise BuiltinToolArgumentError(f"task {index} needs non-blank content")
+        if len(content) > MAX_TASK_CHARS:
+            raise BuiltinToolArgumentError(
+                f"task {index} content must be at most {MAX_TASK_CHARS} characters"
+            )
+        if status not in statuses:
+            raise BuiltinToolArgumentError(
+                f"task {index} status must be one of {', '.join(sorted(statuses))}"
+            )
+        tasks.append(PlanTask(content.strip(), PlanTaskStatus(status)))
+    return tasks
 
 
 def _arguments(text: str) -> dict[str, Any]:
@@ -160,3 +235,9 @@ WAIT_INTERRUPTED_OUTPUT = json.dumps(
 CANCELLED_BY_USER_INPUT_OUTPUT = json.dumps(
     {"status": "cancelled", "reason": "superseded_by_user_input"}
 )
+
+
+def plan_updated_output(*, cleared: bool, revision: int, task_count: int) -> str:
+    """The model-visible result of a ``write_todos`` call that took effect."""
+    status = "cleared" if cleared else "updated"
+    return json.dumps({"status": status, "revision": revision, "task_count": task_count})

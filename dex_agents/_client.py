@@ -20,6 +20,8 @@ from dex_agents._records import (
     AgentSnapshot,
     AgentUserMessage,
     ListAgentMessagesRequest,
+    PlanExecutionRequest,
+    PlanExecutionResult,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
@@ -105,6 +107,14 @@ class AgentSessionClient:
                 if loop.time() >= give_up_at:
                     raise
                 await asyncio.sleep(_LOCK_CONFLICT_PAUSE_SECONDS)
+
+    async def execute_plan(self, session_id: str, revision: int) -> PlanExecutionResult:
+        """Platform addition: execute (or continue) the plan at ``revision``; see
+        ``AgentSessionFlow.execute_plan`` for when it is refused."""
+        result: PlanExecutionResult = await self.client.invoke_rpc(
+            self.flow.execute_plan, session_id, PlanExecutionRequest(revision)
+        )
+        return result
 
     async def get_message_queue(self, session_id: str) -> AgentMessageQueue:
         """Platform addition: the queued and steered messages, read in one RPC."""

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from dex_agents._events import AgentEventWriter
 from dex_agents._records import (
     AgentMessage,
+    AgentPlan,
     AgentToolCall,
     AgentUsage,
     ContextSummary,
@@ -20,6 +21,7 @@ from dex_agents._records import (
     ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    TurnMode,
 )
 
 Heartbeat = Callable[[], Awaitable[None]]
@@ -158,6 +160,11 @@ class AgentTurnContext:
             first call), in order. A runner that supports steering appends them to its input
             and keeps them in its run state and ``TurnCompleted.new_messages``; the session
             gives each one to exactly one successful model call.
+        turn_mode: Platform addition (``AgentSessionOptions.plans``): ``planning`` offers only
+            ``write_todos`` (the session fails any other call), ``executing`` works through
+            ``plan`` and keeps its task statuses with ``write_todos``, ``chat`` is an ordinary
+            turn (``write_todos`` fails).
+        plan: Platform addition: the current plan, or ``None``.
         summary: Platform addition (``AgentSessionOptions.compaction``): the cumulative summary
             of the messages before ``messages`` once a compaction ran, else ``None``. A runner
             puts its ``text`` into the model input (for example as a system message) before
@@ -175,6 +182,8 @@ class AgentTurnContext:
     heartbeat_callback: Heartbeat
     agent_config: dict[str, Any] | None = None
     steered_messages: Sequence[FrameworkMessage] = ()
+    turn_mode: TurnMode = TurnMode.CHAT
+    plan: AgentPlan | None = None
     summary: ContextSummary | None = None
 
     @property

@@ -29,7 +29,8 @@ class AgentEventType(StrEnum):
     - ``tool_call_deferred``: ``tool_call_id``, ``tool_name``, ``effect``, ``requires_approval``;
     - ``interrupt_raised``: ``interrupt_id``, ``tool_call_id``, ``tool_name``, ``deadline``
       (ISO-8601 UTC or ``None``);
-    - ``interrupt_resolved``: ``interrupt_id``, ``approved``, ``rejection_message``;
+    - ``interrupt_resolved``: ``interrupt_id``, ``approved``, ``rejection_message``; platform
+      addition: ``superseded: true``, present only when a steered message withdrew it;
     - ``usage_recorded``: ``recorded`` (this model call) and ``session`` (running total), each a
       dict of the five ``AgentUsage`` counters.
 
@@ -53,6 +54,11 @@ class AgentEventType(StrEnum):
     - ``user_input_requested``: ``tool_call_id``, ``prompt`` (str), ``choices`` (list of str);
     - ``user_input_answered``: ``tool_call_id``.
 
+    Platform additions written by Steps of a session with ``AgentSessionOptions.plans``:
+
+    - ``plan_updated``: ``revision`` (int), ``status`` (``PlanStatus``), ``task_count`` (int);
+    - ``plan_started``: ``revision`` (int); an ``execute_plan`` turn began (its
+      ``turn_started`` carries ``sequence: None`` and ``plan_revision``).
     Platform additions written by the CompactContext Step of a session with
     ``AgentSessionOptions.compaction``:
 
@@ -68,6 +74,8 @@ class AgentEventType(StrEnum):
     viewer hears of changes no Step reports:
 
     - ``message_queued``: no payload keys; a user message joined ``QUEUED_USER_MESSAGES``;
+    - ``queue_changed``: ``change`` (``deleted``, ``edited`` or ``steered``); a queued message
+      was deleted, replaced or steered;
     - ``session_stopped``: ``reason`` (str); the session's Flow was stopped.
     """
 
@@ -85,12 +93,15 @@ class AgentEventType(StrEnum):
     DURABLE_WAIT_STARTED = "durable_wait_started"
     USER_INPUT_REQUESTED = "user_input_requested"
     USER_INPUT_ANSWERED = "user_input_answered"
+    PLAN_UPDATED = "plan_updated"
+    PLAN_STARTED = "plan_started"
     USAGE_RECORDED = "usage_recorded"
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"
     CONTEXT_COMPACTION_STARTED = "context_compaction_started"
     CONTEXT_COMPACTED = "context_compacted"
     MESSAGE_QUEUED = "message_queued"
+    QUEUE_CHANGED = "queue_changed"
     SESSION_STOPPED = "session_stopped"
 
 

@@ -35,6 +35,7 @@ from dex_agents._events import AgentEvent
 from dex_agents._observer import AgentSessionObserver
 from dex_agents._persistence import (
     AGENT_MESSAGES,
+    AGENT_PLAN,
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
@@ -43,6 +44,7 @@ from dex_agents._persistence import (
     PENDING_INTERRUPTS,
     PENDING_TIMER,
     PENDING_USER_INPUT,
+    PLAN_EXECUTIONS,
     QUEUED_USER_MESSAGES,
     SHARED_DEFINITIONS,
     STEERED_FOR_TURN,
@@ -56,12 +58,16 @@ from dex_agents._records import (
     AgentMessageRange,
     AgentMessagesPage,
     AgentMessagesSlice,
+    AgentPlan,
     AgentQueuedMessage,
     AgentSessionStartInput,
     AgentSnapshot,
+    AgentStatus,
     AgentUsage,
     AgentUserMessage,
     ListAgentMessagesRequest,
+    PlanExecutionRequest,
+    PlanExecutionResult,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
@@ -121,6 +127,9 @@ class AgentSessionOptions:
         user_input: Platform addition: the session runs ``request_user_input`` calls itself
             (an AwaitUserInput Step answered through ``answer_user_input``); the response's
             other calls are cancelled.
+        plans: Platform addition: a ``plan_mode`` message starts a ``planning`` turn (only the
+            session's ``write_todos`` runs; it replaces ``AGENT_PLAN`` whole), and
+            ``execute_plan`` starts an ``executing`` turn without a user message.
         compaction: Platform addition that lifts the seed's limit "RunModel and
             get_agent_snapshot load the whole AgentMessages map": RunModel loads only the
             summary and the unsummarized messages, compacts older messages into
@@ -138,6 +147,7 @@ class AgentSessionOptions:
     steering: bool = False
     durable_waits: bool = False
     user_input: bool = False
+    plans: bool = False
     compaction: CompactionOptions | None = None
 
 
@@ -221,6 +231,38 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         PENDING_USER_INPUT.delete(context)
         USER_INPUT_ANSWERS.publish(context, f"{pending.turn_id}.{pending.tool_call_id}", answer)
         return RPCResult(True)
+
+    @rpc(is_transactional=True)
+    def execute_plan(
+        self, context: Context, request: PlanExecutionRequest
+    ) -> RPCResult[PlanExecutionResult]:
+        """Platform addition: start executing (or continuing) the plan at ``request.revision``.
+
+        Accepted only when the session waits for a user message, nothing is queued or steered,
+        no execution is already requested, and that revision is the current draft or an active
+        plan with unfinished tasks; otherwise ``accepted=False`` with the reason
+        (``PlanExecutionResult``). A second request accepted in the moment between
+        AwaitUserMessage taking the first and committing its turn is harmless: AwaitUserMessage
+        drops a request whose revision is no longer current or executable.
+        """
+        if not self.options.plans:
+            return RPCResult(PlanExecutionResult(False, "no_plans"))
+        state = AGENT_STATE.get(context)
+        if state is None:
+            return RPCResult(PlanExecutionResult(False, "no_session"))
+        plan = AGENT_PLAN.get(context)
+        if plan is None or plan.revision != request.revision:
+            return RPCResult(PlanExecutionResult(False, "stale_revision"))
+        if not plan.is_executable:
+            return RPCResult(PlanExecutionResult(False, "not_executable"))
+        if PLAN_EXECUTIONS.size(context):
+            return RPCResult(PlanExecutionResult(False, "already_requested"))
+        if state.status is not AgentStatus.WAITING_FOR_USER_MESSAGE:
+            return RPCResult(PlanExecutionResult(False, "busy"))
+        if QUEUED_USER_MESSAGES.size(context) or STEERED_USER_MESSAGES.size(context):
+            return RPCResult(PlanExecutionResult(False, "queued"))
+        PLAN_EXECUTIONS.publish(context, request)
+        return RPCResult(PlanExecutionResult(True))
 
     @rpc(load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES))
     def get_message_queue(self, context: Context) -> RPCResult[AgentMessageQueue]:
@@ -344,6 +386,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 steered_messages=_steered(context),
                 pending_timer=PENDING_TIMER.get(context),
                 pending_input=PENDING_USER_INPUT.get(context),
+                plan=_visible_plan(AGENT_PLAN.get(context)),
+                plan_execution_requested=PLAN_EXECUTIONS.size(context) > 0,
                 summary=snapshot_summary(context),
             )
         )
@@ -429,3 +473,8 @@ def _find_queued(context: Context, message_id: str) -> ChannelMessage[AgentUserM
         ),
         None,
     )
+
+
+def _visible_plan(plan: AgentPlan | None) -> AgentPlan | None:
+    """The plan a snapshot shows: ``None`` once the model cleared it."""
+    return plan if plan is not None and plan.tasks else None

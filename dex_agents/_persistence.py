@@ -14,6 +14,7 @@ from dex_agents._records import (
     AgentInterrupt,
     AgentInterruptResolution,
     AgentMessage,
+    AgentPlan,
     AgentSessionConfig,
     AgentState,
     AgentToolCall,
@@ -22,6 +23,7 @@ from dex_agents._records import (
     ContextSummary,
     PendingTimer,
     PendingUserInput,
+    PlanExecutionRequest,
     ToolCallCompleted,
     UserInputAnswer,
 )
@@ -65,6 +67,10 @@ USER_INPUT_ANSWERS: ChannelMap[UserInputAnswer] = ChannelMap("USER_INPUT_ANSWERS
 #: Wake-ups ResumeTurn sends a ``durable_wait`` or ``request_user_input`` Step when a steered
 #: message supersedes it, keyed by tool call ID (platform addition, internal).
 BUILTIN_WAKEUPS: ChannelMap[str] = ChannelMap("BUILTIN_WAKEUPS", str)
+#: The session's plan (platform addition, ``AgentPlan``).
+AGENT_PLAN: Attribute[AgentPlan] = Attribute("AGENT_PLAN", AgentPlan)
+#: Accepted ``execute_plan`` requests the session has not started yet (platform addition).
+PLAN_EXECUTIONS: Channel[PlanExecutionRequest] = Channel("PLAN_EXECUTIONS", PlanExecutionRequest)
 #: ``InterruptResolutions`` ChannelMap keyed by interrupt ID.
 INTERRUPT_RESOLUTIONS: ChannelMap[AgentInterruptResolution] = ChannelMap(
     "INTERRUPT_RESOLUTIONS", AgentInterruptResolution
@@ -91,6 +97,8 @@ SHARED_DEFINITIONS = (
     USER_INPUT_ANSWER,
     USER_INPUT_ANSWERS,
     BUILTIN_WAKEUPS,
+    AGENT_PLAN,
+    PLAN_EXECUTIONS,
 )
 
 #: ``ContextSummary`` Attribute (platform addition, ``AgentSessionOptions.compaction``): the

@@ -98,12 +98,103 @@ _FINAL_STATUSES = frozenset(
 )
 
 
+class TurnMode(StrEnum):
+    """Platform addition (plans): ``chat`` (an ordinary turn), ``planning`` (a ``plan_mode``
+    message: only ``write_todos`` may run) or ``executing`` (``execute_plan``: work through the
+    plan, keeping task statuses with ``write_todos``)."""
+
+    CHAT = "chat"
+    PLANNING = "planning"
+    EXECUTING = "executing"
+
+
+class PlanStatus(StrEnum):
+    """``AgentPlan.status``: ``draft`` (written in plan mode, not executed), ``active``
+    (executing, or stopped with unfinished tasks) or ``completed`` (every task completed)."""
+
+    DRAFT = "draft"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+
+
+class PlanTaskStatus(StrEnum):
+    """``PlanTask.status``."""
+
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One task of a plan: ``content`` (non-blank text) and its ``status``."""
+
+    content: str
+    status: PlanTaskStatus = PlanTaskStatus.PENDING
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """``AGENT_PLAN`` (platform addition): the session's plan, replaced whole by each
+    ``write_todos`` and untouched by compaction.
+
+    Attributes:
+        revision: Increases by one with every ``write_todos`` (also across a cleared plan).
+        status: See ``PlanStatus``.
+        tasks: The ordered tasks; empty once the model cleared the plan.
+    """
+
+    revision: int
+    status: PlanStatus
+    tasks: list[PlanTask] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", [_coerce(item, PlanTask) for item in self.tasks])
+
+    @property
+    def is_executable(self) -> bool:
+        """True for a draft, or an active plan with a task not completed."""
+        if not self.tasks:
+            return False
+        if self.status is PlanStatus.DRAFT:
+            return True
+        return self.status is PlanStatus.ACTIVE and any(
+            task.status is not PlanTaskStatus.COMPLETED for task in self.tasks
+        )
+
+
+@dataclass(frozen=True)
+class PlanExecutionRequest:
+    """Input of ``execute_plan`` and value of ``PLAN_EXECUTIONS`` (platform addition).
+
+    Attributes:
+        revision: The plan revision the user reviewed.
+    """
+
+    revision: int
+
+
+@dataclass(frozen=True)
+class PlanExecutionResult:
+    """Output of ``execute_plan``: ``accepted``, or the ``reason`` it was not (one of
+    ``no_session``, ``stale_revision``, ``not_executable``, ``busy``, ``queued``,
+    ``already_requested``, ``no_plans``)."""
+
+    accepted: bool
+    reason: str = ""
+
+
 class AgentStatus(StrEnum):
-    """``AgentState.status`` (seed "Persistence")."""
+    """``AgentState.status`` (seed "Persistence").
+
+    ``waiting_for_user_input`` is a platform addition (``AgentSessionOptions.user_input``): the
+    turn's model asked the user a question and waits for ``answer_user_input``.
+    """
 
     WAITING_FOR_USER_MESSAGE = "waiting_for_user_message"
     RUNNING_MODEL = "running_model"
     RUNNING_TOOLS = "running_tools"
+    WAITING_FOR_USER_INPUT = "waiting_for_user_input"
 
 
 @dataclass(frozen=True)
@@ -177,6 +268,7 @@ class AgentState:
         turn_id: The running turn, or ``None`` while waiting for a user message.
         message_count: Stored messages; sequences run ``1..message_count``.
         last_turn_error: Why the last turn failed; cleared when a later turn completes.
+        turn_mode: Platform addition (plans): what the running or last turn does.
     """
 
     status: AgentStatus
@@ -184,6 +276,7 @@ class AgentState:
     turn_id: str | None = None
     message_count: int = 0
     last_turn_error: str | None = None
+    turn_mode: TurnMode = TurnMode.CHAT
 
 
 @dataclass(frozen=True)
@@ -483,6 +576,10 @@ class AgentSnapshot:
         steered_messages: Platform addition: steered messages not yet given to the model.
         pending_timer: Platform addition: the running ``durable_wait``, or ``None``.
         pending_input: Platform addition: the open ``request_user_input`` question, or ``None``.
+        plan: Platform addition: the current plan (``None`` before the first ``write_todos``
+            and once cleared).
+        plan_execution_requested: Platform addition: ``execute_plan`` was accepted and the
+            execution turn has not started yet.
         summary: Platform addition (``AgentSessionOptions.compaction``): the cumulative summary
             of the older messages once a compaction ran, else ``None``.
     """
@@ -498,9 +595,13 @@ class AgentSnapshot:
     steered_messages: list[AgentQueuedMessage] = field(default_factory=list)
     pending_timer: PendingTimer | None = None
     pending_input: PendingUserInput | None = None
+    plan: AgentPlan | None = None
+    plan_execution_requested: bool = False
     summary: ContextSummary | None = None
 
     def __post_init__(self) -> None:
+        if self.plan is not None:
+            object.__setattr__(self, "plan", _coerce(self.plan, AgentPlan))
         if self.summary is not None:
             object.__setattr__(self, "summary", _coerce(self.summary, ContextSummary))
         if self.pending_timer is not None:

@@ -35,9 +35,12 @@ from dex_agents._builtin_tools import (
     DURABLE_WAIT_TOOL,
     REQUEST_USER_INPUT_TOOL,
     WAIT_INTERRUPTED_OUTPUT,
+    WRITE_TODOS_TOOL,
     BuiltinToolArgumentError,
     parse_durable_wait,
+    parse_todos,
     parse_user_input,
+    plan_updated_output,
     wait_completed_output,
     waiting_for_user_output,
 )
@@ -75,6 +78,7 @@ from dex_agents._observer import (
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
+    AGENT_PLAN,
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
@@ -84,6 +88,7 @@ from dex_agents._persistence import (
     PENDING_INTERRUPTS,
     PENDING_TIMER,
     PENDING_USER_INPUT,
+    PLAN_EXECUTIONS,
     QUEUED_USER_MESSAGES,
     STEERED_FOR_TURN,
     STEERED_USER_MESSAGES,
@@ -95,6 +100,7 @@ from dex_agents._records import (
     AgentInterrupt,
     AgentInterruptResolution,
     AgentMessage,
+    AgentPlan,
     AgentSessionConfig,
     AgentSessionStartInput,
     AgentState,
@@ -105,9 +111,12 @@ from dex_agents._records import (
     MessageRole,
     PendingTimer,
     PendingUserInput,
+    PlanStatus,
+    PlanTaskStatus,
     ToolCallCompleted,
     ToolCallStatus,
     ToolEffect,
+    TurnMode,
     idempotency_key,
     message_sequence_key,
 )
@@ -391,9 +400,18 @@ def _builtin_movement(step: type[Step[str]], tool_call_id: str) -> StepMovement[
 
 
 async def _start_turn(
-    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, text: str
+    flow: AgentSessionFlow,
+    context: AsyncContext,
+    state: AgentState,
+    text: str,
+    *,
+    plan_mode: bool = False,
 ) -> StepDecision:
-    """Store the user message as the turn's first message and move to RunModel."""
+    """Store the user message as the turn's first message and move to RunModel.
+
+    With ``AgentSessionOptions.plans``, a ``plan_mode`` message starts a ``planning`` turn and
+    any other a ``chat`` turn.
+    """
     message = require_user_message(flow.runner.build_user_message(text))
     number = state.turn_number + 1
     turn_id = f"turn-{number}"
@@ -403,6 +421,7 @@ async def _start_turn(
         message_sequence_key(sequence),
         AgentMessage(sequence, MessageRole.USER, message.text, message.framework_item, turn_id),
     )
+    mode = TurnMode.PLANNING if plan_mode and flow.options.plans else TurnMode.CHAT
     AGENT_STATE.set(
         context,
         replace(
@@ -411,6 +430,7 @@ async def _start_turn(
             turn_number=number,
             turn_id=turn_id,
             message_count=sequence,
+            turn_mode=mode,
         ),
     )
     events = AgentEventWriter(flow.agent_events, context, turn_id)
@@ -418,6 +438,62 @@ async def _start_turn(
     events.close()
     await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
     return next_model_call(flow, context)
+
+
+async def _start_plan_turn(
+    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, plan: AgentPlan
+) -> StepDecision:
+    """Start an ``executing`` turn for ``plan`` without a user message (``execute_plan``); a
+    draft becomes active."""
+    number = state.turn_number + 1
+    turn_id = f"turn-{number}"
+    if plan.status is PlanStatus.DRAFT:
+        AGENT_PLAN.set(context, replace(plan, status=PlanStatus.ACTIVE))
+    AGENT_STATE.set(
+        context,
+        replace(
+            state,
+            status=AgentStatus.RUNNING_MODEL,
+            turn_number=number,
+            turn_id=turn_id,
+            turn_mode=TurnMode.EXECUTING,
+        ),
+    )
+    events = AgentEventWriter(flow.agent_events, context, turn_id)
+    events.write_event(
+        AgentEventType.TURN_STARTED, {"sequence": None, "plan_revision": plan.revision}
+    )
+    events.write_event(AgentEventType.PLAN_STARTED, {"revision": plan.revision})
+    events.close()
+    await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
+    return next_model_call(flow, context)
+
+
+def _write_plan(
+    context: AsyncContext, mode: TurnMode, arguments: str
+) -> tuple[AgentPlan | None, str]:
+    """Apply one ``write_todos`` call: ``(new plan, model-visible output)``.
+
+    Raises:
+        BuiltinToolArgumentError: Unusable tasks, or a chat turn (no plan mode, no execution).
+    """
+    if mode is TurnMode.CHAT:
+        raise BuiltinToolArgumentError(
+            "write_todos is available only in plan mode or while a plan executes"
+        )
+    tasks = parse_todos(arguments)
+    current = AGENT_PLAN.get(context)
+    revision = (current.revision if current is not None else 0) + 1
+    if mode is TurnMode.PLANNING:
+        status = PlanStatus.DRAFT
+    elif all(task.status is PlanTaskStatus.COMPLETED for task in tasks):
+        status = PlanStatus.COMPLETED
+    else:
+        status = PlanStatus.ACTIVE
+    plan = AgentPlan(revision, status, tasks)
+    AGENT_PLAN.set(context, plan)
+    output = plan_updated_output(cleared=not tasks, revision=revision, task_count=len(tasks))
+    return plan, output
 
 
 def _publish_final(context: AsyncContext, events: AgentEventWriter, record: AgentToolCall) -> None:
@@ -559,10 +635,16 @@ class AwaitUserMessage(_SessionStep, Step[None]):
         return _sync_options()
 
     async def wait_for(self, context: AsyncContext, input: None) -> Wait:  # type: ignore[override]
-        if self._flow.options.steering:
-            # Steered messages first: one that arrives between turns is simply the next turn.
-            return Wait.any_of(_steered_condition(), QUEUED_USER_MESSAGES.for_one())
-        return Wait.until(QUEUED_USER_MESSAGES.for_one())
+        options = self._flow.options
+        if not (options.steering or options.plans):
+            return Wait.until(QUEUED_USER_MESSAGES.for_one())
+        # Steered messages first (one that arrives between turns is simply the next turn),
+        # then queued ones, then a plan execution.
+        conditions = [_steered_condition()] if options.steering else []
+        conditions.append(QUEUED_USER_MESSAGES.for_one())
+        if options.plans:
+            conditions.append(PLAN_EXECUTIONS.for_one())
+        return Wait.any_of(*conditions)
 
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context) or AgentState(AgentStatus.WAITING_FOR_USER_MESSAGE)
@@ -572,11 +654,27 @@ class AwaitUserMessage(_SessionStep, Step[None]):
                 # The first starts the turn; the rest reach its first model call after it.
                 if len(steered) > 1:
                     STEERED_FOR_TURN.set(context, steered[1:])
-                return await _start_turn(self._flow, context, state, steered[0].text)
+                first = steered[0]
+                return await _start_turn(
+                    self._flow, context, state, first.text, plan_mode=first.plan_mode
+                )
+        if self._flow.options.plans:
+            requests = PLAN_EXECUTIONS.results(context)
+            if requests:
+                plan = AGENT_PLAN.get(context)
+                if (
+                    plan is None
+                    or plan.revision != requests[0].revision
+                    or not (plan.is_executable)
+                ):
+                    return go_to(AwaitUserMessage, None)  # stale: the plan changed since
+                return await _start_plan_turn(self._flow, context, state, plan)
         messages = QUEUED_USER_MESSAGES.results(context)
         if not messages or not messages[0].text.strip():
             return go_to(AwaitUserMessage, None)
-        return await _start_turn(self._flow, context, state, messages[0].text)
+        return await _start_turn(
+            self._flow, context, state, messages[0].text, plan_mode=messages[0].plan_mode
+        )
 
 
 class RunModel(_SessionStep, Step[None]):
@@ -634,6 +732,8 @@ class RunModel(_SessionStep, Step[None]):
                     require_user_message(flow.runner.build_user_message(item.text))
                     for item in steered
                 ),
+                turn_mode=state.turn_mode,
+                plan=AGENT_PLAN.get(context) if flow.options.plans else None,
                 summary=loaded.summary,
             )
             # Context compaction: summarize first when the input is too large, and once more
@@ -662,10 +762,8 @@ class RunModel(_SessionStep, Step[None]):
                 )
                 return decision
             if isinstance(outcome, ToolCallsRequested):
-                decision, raised = self._defer(context, events, state, recorded, outcome)
-                await _observe(
-                    flow, context, status=AgentStatus.RUNNING_TOOLS, turn_id=turn_id, raised=raised
-                )
+                decision, raised, status = self._defer(context, events, state, recorded, outcome)
+                await _observe(flow, context, status=status, turn_id=turn_id, raised=raised)
                 return decision
             raise AgentContractError(
                 "run_model_step must return TurnCompleted or ToolCallsRequested"
@@ -723,8 +821,9 @@ class RunModel(_SessionStep, Step[None]):
         state: AgentState,
         recorded: dict[str, AgentToolCall],
         outcome: ToolCallsRequested,
-    ) -> tuple[StepDecision, list[AgentInterrupt]]:
-        """Store the calls and their interrupts; return the decision and the raised interrupts."""
+    ) -> tuple[StepDecision, list[AgentInterrupt], AgentStatus]:
+        """Store the calls and their interrupts; return the decision, the raised interrupts and
+        the new status."""
         assert state.turn_id is not None
         _validate_tool_calls(outcome, recorded)
         now = _now()
@@ -732,8 +831,11 @@ class RunModel(_SessionStep, Step[None]):
         raised: list[AgentInterrupt] = []
         movements: list[StepMovement[Any]] = []
         options = self._flow.options
-        question = _first_question(outcome) if options.user_input else None
+        mode = state.turn_mode if options.plans else TurnMode.CHAT
+        planning = mode is TurnMode.PLANNING
+        question = _first_question(outcome) if options.user_input and not planning else None
         timer_taken = False
+        plan_writes = sum(1 for call in outcome.tool_calls if call.tool_name == WRITE_TODOS_TOOL)
         for order, call in enumerate(outcome.tool_calls, start=len(recorded)):
             builtin = AgentToolCall(
                 tool_call_id=call.tool_call_id,
@@ -745,6 +847,33 @@ class RunModel(_SessionStep, Step[None]):
                 deferral_order=order,
                 turn_id=state.turn_id,
             )
+            if options.plans and call.tool_name == WRITE_TODOS_TOOL and question is None:
+                try:
+                    if plan_writes > 1:
+                        raise BuiltinToolArgumentError(
+                            "multiple_write_todos_calls: call write_todos once per response"
+                        )
+                    plan, output = _write_plan(context, mode, call.arguments)
+                except BuiltinToolArgumentError as error:
+                    final = replace(builtin, status=ToolCallStatus.FAILED, error=str(error))
+                else:
+                    final = replace(builtin, status=ToolCallStatus.SUCCEEDED, output=output)
+                    events.write_event(
+                        AgentEventType.PLAN_UPDATED,
+                        {
+                            "revision": plan.revision if plan else None,
+                            "status": str(plan.status) if plan else None,
+                            "task_count": len(plan.tasks) if plan else 0,
+                        },
+                    )
+                _publish_final(context, events, final)
+                continue
+            if planning:
+                refusal = "only write_todos can run in plan mode; the plan executes after review"
+                _publish_final(
+                    context, events, replace(builtin, status=ToolCallStatus.FAILED, error=refusal)
+                )
+                continue
             if question is not None and call.tool_call_id != question[0]:
                 # The response asked the user something: none of its other calls run.
                 _publish_final(
@@ -770,9 +899,9 @@ class RunModel(_SessionStep, Step[None]):
                 movements.append(_builtin_movement(AwaitUserInput, call.tool_call_id))
                 continue
             if options.user_input and call.tool_name == REQUEST_USER_INPUT_TOOL:
-                error = _builtin_error(parse_user_input, call.arguments)
+                refusal = _builtin_error(parse_user_input, call.arguments)
                 _publish_final(
-                    context, events, replace(builtin, status=ToolCallStatus.FAILED, error=error)
+                    context, events, replace(builtin, status=ToolCallStatus.FAILED, error=refusal)
                 )
                 continue
             if options.durable_waits and call.tool_name == DURABLE_WAIT_TOOL:
@@ -858,9 +987,15 @@ class RunModel(_SessionStep, Step[None]):
         PENDING_INTERRUPTS.set(context, interrupts)
         FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
         _add_usage(context, events, outcome.usage)
-        AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
+        # A question cancels every other call of the response: the turn waits for the user.
+        status = (
+            AgentStatus.WAITING_FOR_USER_INPUT
+            if question is not None
+            else AgentStatus.RUNNING_TOOLS
+        )
+        AGENT_STATE.set(context, replace(state, status=status))
         movements.append(_resume_movement(self._flow, len(outcome.tool_calls)))
-        return go_to_many(*movements), raised
+        return go_to_many(*movements), raised, status
 
 
 class AwaitToolApproval(_SessionStep, Step[str]):
@@ -907,6 +1042,7 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                         "interrupt_id": interrupt_id,
                         "approved": False,
                         "rejection_message": answers[0].rejection_message,
+                        "superseded": True,
                     },
                 )
                 cancelled = replace(

@@ -24,6 +24,13 @@ QUEUE_WRITES = [
     ("post", f"{QUEUE}{MESSAGE_ID}/steer/", {}),
 ]
 
+INPUT = f"/api/v1/sessions/{SESSION_ID}/input/"
+PLAN_EXECUTE = f"/api/v1/sessions/{SESSION_ID}/plan/execute/"
+TURN_WRITES = [
+    ("post", INPUT, {"call_id": "call_1", "answer": "blue"}),
+    ("post", PLAN_EXECUTE, {"revision": 1}),
+]
+
 ENDPOINTS = [
     ("get", "/api/v1/agents/"),
     ("get", "/api/v1/sessions/"),
@@ -33,6 +40,7 @@ ENDPOINTS = [
     ("get", f"/api/v1/sessions/{SESSION_ID}/history/"),
     ("get", QUEUE),
     *[(method, path) for method, path, _ in QUEUE_WRITES],
+    *[(method, path) for method, path, _ in TURN_WRITES],
     ("get", "/api/schema/"),
 ]
 
@@ -226,6 +234,80 @@ def test_an_implausible_message_id_is_404_before_dex_is_asked(
     assert "queued message" in response.json()["detail"]
 
 
+@pytest.mark.parametrize(("method", "path", "body"), TURN_WRITES)
+def test_answers_and_plan_executions_are_the_owners_alone(
+    other_client: APIClient,
+    staff_client: APIClient,
+    owned_session: AgentSession,
+    engine_down: str,
+    method: str,
+    path: str,
+    body: Any,
+) -> None:
+    assert getattr(other_client, method)(path, body, format="json").status_code == 404
+    response = getattr(staff_client, method)(path, body, format="json")
+    assert response.status_code == 403
+    assert "owner" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), TURN_WRITES)
+def test_answers_and_plan_executions_answer_503_when_the_engine_is_down(
+    owner_client: APIClient,
+    owned_session: AgentSession,
+    engine_down: str,
+    method: str,
+    path: str,
+    body: Any,
+) -> None:
+    response = getattr(owner_client, method)(path, body, format="json")
+    assert response.status_code == 503
+    assert engine_down in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        ({}, {"call_id", "answer"}),
+        ({"call_id": "call_1"}, {"answer"}),
+        ({"call_id": "call_1", "answer": "   "}, {"answer"}),
+        ({"call_id": "", "answer": "blue"}, {"call_id"}),
+        ({"call_id": "c" * 256, "answer": "blue"}, {"call_id"}),
+    ],
+)
+def test_an_answer_without_call_id_or_text_is_400_before_dex_is_asked(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str, body: Any,
+    fields: set[str],
+) -> None:
+    response = owner_client.post(INPUT, body, format="json")
+    assert response.status_code == 400
+    assert set(response.json()) == fields
+    assert all(response.json()[field] for field in fields)
+
+
+@pytest.mark.parametrize("body", [{}, {"revision": 0}, {"revision": "latest"}])
+def test_a_plan_execution_without_a_revision_is_400_before_dex_is_asked(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str, body: Any
+) -> None:
+    response = owner_client.post(PLAN_EXECUTE, body, format="json")
+    assert response.status_code == 400
+    assert response.json()["revision"]
+
+
+def test_a_stopped_session_takes_no_answer_and_executes_no_plan(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str
+) -> None:
+    AgentSession.objects.filter(pk=owned_session.pk).update(status="stopped")
+    answer = owner_client.post(INPUT, {"call_id": "call_1", "answer": "blue"}, format="json")
+    assert answer.status_code == 409
+    assert answer.json() == {"detail": "This session is stopped; start a new one."}
+    execute = owner_client.post(PLAN_EXECUTE, {"revision": 1}, format="json")
+    assert execute.status_code == 409
+    assert execute.json() == {
+        "detail": "This session is stopped; start a new one.",
+        "reason": "session_stopped",
+    }
+
+
 def test_unknown_session_is_404(owner_client: APIClient) -> None:
     assert owner_client.get("/api/v1/sessions/ses_missing/").status_code == 404
 
@@ -243,8 +325,14 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
         "/api/v1/sessions/{session_id}/queue/",
         "/api/v1/sessions/{session_id}/queue/{message_id}/",
         "/api/v1/sessions/{session_id}/queue/{message_id}/steer/",
+        "/api/v1/sessions/{session_id}/input/",
+        "/api/v1/sessions/{session_id}/plan/execute/",
     ):
         assert path in paths
+    answer = paths["/api/v1/sessions/{session_id}/input/"]["post"]
+    assert set(answer["responses"]) == {"202", "400", "403", "404", "409", "503"}
+    execute = paths["/api/v1/sessions/{session_id}/plan/execute/"]["post"]
+    assert set(execute["responses"]) == {"202", "400", "403", "404", "409", "503"}
     queued = paths["/api/v1/sessions/{session_id}/queue/{message_id}/"]
     assert set(queued["put"]["responses"]) == {"201", "400", "403", "404", "409", "503"}
     assert set(queued["delete"]["responses"]) == {"204", "403", "404", "409", "503"}
@@ -255,6 +343,21 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     assert set(schemas["MessageQueue"]["properties"]) == {"queued", "steered"}
     entry = schemas["QueuedMessageOutput"]["properties"]
     assert set(entry) == {"id", "text", "plan_mode", "created_at"}
+    assert set(schemas["PlanNotExecutable"]["properties"]) == {"detail", "reason"}
+    reason = schemas["PlanNotExecutable"]["properties"]["reason"]["$ref"].rsplit("/", 1)[1]
+    assert set(schemas[reason]["enum"]) >= {
+        "stale_revision", "not_executable", "busy", "queued", "already_requested",
+    }
+    snapshot = schemas["SessionSnapshot"]["properties"]
+    for field in ("pending_input", "pending_timer", "plan", "plan_execution_requested",
+                  "turn_mode"):
+        assert field in snapshot
+    assert set(schemas["PendingUserInput"]["properties"]) == {"call_id", "prompt", "choices"}
+    assert set(schemas["PendingTimer"]["properties"]) == {
+        "call_id", "fires_at", "duration_seconds", "reason",
+    }
+    assert set(schemas["SessionPlan"]["properties"]) == {"revision", "status", "tasks"}
+    assert set(schemas["PlanTask"]["properties"]) == {"content", "status"}
 
 
 def test_healthz_names_what_is_down(client: Any, engine_down: str, heartbeat_file: Path) -> None:

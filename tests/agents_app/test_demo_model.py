@@ -458,6 +458,91 @@ async def test_responses_invalid_input_is_a_400(demo_base_url: str) -> None:
     assert "input" in response.json()["error"]["message"]
 
 
+# Plans ---------------------------------------------------------------------------------------
+
+
+def test_plan_mode_writes_one_task_per_line_then_reports_the_plan() -> None:
+    from agents_app.plan_prompts import planning_prompt
+
+    system = {"role": "system", "content": planning_prompt(None)}
+    user = {"role": "user", "content": "research\n\nwrite /tool docs__search {\"q\": 1}"}
+    reply = plan_reply([system, user])
+    assert [call.name for call in reply.tool_calls] == ["write_todos"]
+    assert json.loads(reply.tool_calls[0].arguments) == {
+        "todos": [
+            {"content": "research", "status": "pending"},
+            {"content": 'write /tool docs__search {"q": 1}', "status": "pending"},
+        ]
+    }
+    answered = plan_reply(
+        [
+            system,
+            user,
+            {"role": "assistant", "tool_calls": [{"id": "call_1", "function": {}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{}"},
+        ]
+    )
+    assert answered.text == "Plan ready for review: 2 task(s). Execute it when you are ready."
+
+
+def test_plan_execution_completes_one_task_per_reply_with_its_tool() -> None:
+    from agents_app.plan_prompts import executing_prompt
+    from dex_agents import AgentPlan, PlanStatus, PlanTask, PlanTaskStatus
+
+    def reply_for(plan: AgentPlan) -> Any:
+        system = {"role": "system", "content": executing_prompt(plan)}
+        return plan_reply([system, {"role": "user", "content": "x"}])
+
+    first = PlanTask("research", PlanTaskStatus.COMPLETED)
+    second = PlanTask('write /tool docs__search {"q": 1}')
+    reply = reply_for(AgentPlan(2, PlanStatus.ACTIVE, [first, second]))
+    assert [(call.name, call.arguments) for call in reply.tool_calls][1] == (
+        "docs__search",
+        '{"q": 1}',
+    )
+    todos = json.loads(reply.tool_calls[0].arguments)["todos"]
+    assert [todo["status"] for todo in todos] == ["completed", "completed"]
+    done = reply_for(
+        AgentPlan(3, PlanStatus.COMPLETED, [first, PlanTask("b", PlanTaskStatus.COMPLETED)])
+    )
+    assert done.text == "Plan complete: all 2 task(s) are done."
+
+
+def test_a_stop_task_pauses_the_execution_and_the_next_one_completes_it() -> None:
+    from agents_app.plan_prompts import executing_prompt
+    from dex_agents import AgentPlan, PlanStatus, PlanTask, PlanTaskStatus
+
+    def reply_for(plan: AgentPlan, *, after_results: bool) -> Any:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": executing_prompt(plan)},
+            {"role": "user", "content": "x"},
+        ]
+        if after_results:
+            messages += [
+                {"role": "assistant", "tool_calls": [{"id": "call_1", "function": {}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "{}"},
+            ]
+        return plan_reply(messages)
+
+    done = PlanTask("research", PlanTaskStatus.COMPLETED)
+    paused = AgentPlan(2, PlanStatus.ACTIVE, [done, PlanTask("check /stop"), PlanTask("ship")])
+    started = reply_for(paused, after_results=True)
+    todos = json.loads(started.tool_calls[0].arguments)["todos"]
+    assert [call.name for call in started.tool_calls] == ["write_todos"]
+    assert [todo["status"] for todo in todos] == ["completed", "in_progress", "pending"]
+
+    marked = AgentPlan(
+        3,
+        PlanStatus.ACTIVE,
+        [done, PlanTask("check /stop", PlanTaskStatus.IN_PROGRESS), PlanTask("ship")],
+    )
+    assert reply_for(marked, after_results=True).text == "Stopped at: check /stop"
+    # Continue: a new execution turn starts without tool results and completes it.
+    resumed = reply_for(marked, after_results=False)
+    todos = json.loads(resumed.tool_calls[0].arguments)["todos"]
+    assert [todo["status"] for todo in todos] == ["completed", "completed", "pending"]
+
+
 # --- context compaction: /big, /context and summaries -------------------------------------------
 
 

@@ -9,6 +9,7 @@ from agents_app import dex_gateway
 from dex_agents import (
     AgentInterrupt,
     AgentMessage,
+    AgentPlan,
     AgentQueuedMessage,
     AgentSnapshot,
     AgentState,
@@ -16,9 +17,15 @@ from dex_agents import (
     AgentToolCall,
     AgentUsage,
     MessageRole,
+    PendingTimer,
+    PendingUserInput,
+    PlanStatus,
+    PlanTask,
+    PlanTaskStatus,
     ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    TurnMode,
 )
 
 
@@ -140,6 +147,60 @@ def test_messages_link_tool_results_to_their_calls() -> None:
     }
 
 
+def test_snapshot_to_data_shapes_questions_waits_and_plans() -> None:
+    snapshot = AgentSnapshot(
+        state=AgentState(
+            status=AgentStatus.WAITING_FOR_USER_INPUT,
+            turn_number=2,
+            turn_id="turn-2",
+            turn_mode=TurnMode.EXECUTING,
+        ),
+        messages=[],
+        pending_interrupts=[],
+        tool_calls=[],
+        usage=AgentUsage(),
+        queued_message_count=0,
+        pending_input=PendingUserInput("call_3", "Which colour?", ["red", "blue"], "turn-2"),
+        pending_timer=PendingTimer(
+            "call_2", datetime(2026, 1, 1, 13, tzinfo=UTC), 3600, "cooling off", "turn-2"
+        ),
+        plan=AgentPlan(
+            3,
+            PlanStatus.ACTIVE,
+            [
+                PlanTask("step one", PlanTaskStatus.COMPLETED),
+                PlanTask("step two", PlanTaskStatus.IN_PROGRESS),
+                PlanTask("step three"),
+            ],
+        ),
+        plan_execution_requested=True,
+    )
+    data = dex_gateway.snapshot_to_data(snapshot)
+    assert data["status"] == "waiting_for_user_input"
+    assert data["turn_mode"] == "executing"
+    assert data["pending_input"] == {
+        "call_id": "call_3",
+        "prompt": "Which colour?",
+        "choices": ["red", "blue"],
+    }
+    assert data["pending_timer"] == {
+        "call_id": "call_2",
+        "fires_at": "2026-01-01T13:00:00+00:00",
+        "duration_seconds": 3600,
+        "reason": "cooling off",
+    }
+    assert data["plan"] == {
+        "revision": 3,
+        "status": "active",
+        "tasks": [
+            {"content": "step one", "status": "completed"},
+            {"content": "step two", "status": "in_progress"},
+            {"content": "step three", "status": "pending"},
+        ],
+    }
+    assert data["plan_execution_requested"] is True
+
+
 def test_snapshot_before_start_reports_starting() -> None:
     snapshot = AgentSnapshot(
         state=None,
@@ -149,7 +210,11 @@ def test_snapshot_before_start_reports_starting() -> None:
         usage=AgentUsage(),
         queued_message_count=0,
     )
-    assert dex_gateway.snapshot_to_data(snapshot)["status"] == "starting"
+    data = dex_gateway.snapshot_to_data(snapshot)
+    assert data["status"] == "starting"
+    assert data["turn_mode"] == "chat"
+    assert data["pending_input"] is data["pending_timer"] is data["plan"] is None
+    assert data["plan_execution_requested"] is False
 
 
 def test_tool_policies_follow_the_agent_config() -> None:

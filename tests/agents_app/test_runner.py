@@ -50,6 +50,7 @@ from dex_agents import (
     ToolPolicy,
     ToolPolicyResolver,
     TurnCompleted,
+    TurnMode,
 )
 from dex_agents.testing import wait_until
 from mcp_registry.client import McpClientPool, McpServerSpec
@@ -770,7 +771,7 @@ async def test_tool_progress_and_server_logs_become_agent_events(
 def test_builtin_resource_and_prompt_tools_are_offered_for_the_agents_servers() -> None:
     config = AgentModelConfig.parse(_demo_execution("x", {}).agent_config)
     builtins = {entry.name: entry for entry in config.tools if entry.builtin}
-    session_builtins = {"durable_wait", "request_user_input"}
+    session_builtins = {"durable_wait", "request_user_input", "write_todos"}
     assert set(builtins) == {"mcp_list_resources", "mcp_read_resource",
                              "mcp_list_resource_templates", "mcp_list_prompts", "mcp_get_prompt",
                              *session_builtins}
@@ -790,6 +791,15 @@ async def test_builtin_prompt_tools_run_through_the_pool(demo_runner: LiteLLMRun
     with pytest.raises(ToolExecutionError):
         await demo_runner.execute_deferred_tool_call(
             _demo_execution("mcp_list_prompts", {"server": "search"}))
+
+
+def test_the_turn_mode_decides_which_tools_a_model_call_is_offered() -> None:
+    config = AgentModelConfig.parse(agent_config(tools=[SEARCH_TOOL]))
+    names = {mode: {entry.name for entry in config.for_turn_mode(mode).tools} for mode in TurnMode}
+    assert names[TurnMode.PLANNING] == {"write_todos"}
+    assert "write_todos" in names[TurnMode.EXECUTING]
+    assert SEARCH_TOOL["name"] in names[TurnMode.EXECUTING]
+    assert names[TurnMode.CHAT] == names[TurnMode.EXECUTING] - {"write_todos"}
 
 
 # Context compaction (dex_agents.CompactingRunner) ------------------------------------------------

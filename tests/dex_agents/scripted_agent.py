@@ -15,7 +15,14 @@ The user message is the script:
 - ``"ask: prompt | choice | choice"`` calls ``request_user_input`` (choices optional) and, in the
   same response, ``lookup``;
 - ``"big: n"`` answers with ``n`` KB of text;
+- ``"plan: a, b"`` (plan mode) writes a plan of pending tasks ``a`` and ``b``;
+  ``"plan+lookup: a"`` also calls ``lookup``; ``"todo: a"`` calls ``write_todos`` outside plan
+  mode;
 - anything else is echoed back.
+
+An ``executing`` turn (``execute_plan``) completes the next unfinished task with one
+``write_todos`` call per model call and answers "plan complete" when none is left; a task whose
+content starts with ``stop`` ends the turn unfinished the first time it comes up.
 
 It is also a ``CompactingRunner`` (context compaction): a token is four characters, a tool
 result counts (and is shown) cut to ``tool_result_max_chars`` of the agent config (default
@@ -47,6 +54,7 @@ from dex_agents import (
     DURABLE_WAIT_TOOL,
     PENDING_INTERRUPTS,
     REQUEST_USER_INPUT_TOOL,
+    WRITE_TODOS_TOOL,
     AgentMessage,
     AgentSessionChange,
     AgentSessionFlow,
@@ -60,6 +68,7 @@ from dex_agents import (
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    PlanTaskStatus,
     ResolveInterruptRequest,
     SummarizeRequest,
     ToolCallsRequested,
@@ -68,6 +77,7 @@ from dex_agents import (
     ToolExecutionResult,
     ToolPolicy,
     TurnCompleted,
+    TurnMode,
     describe_tool_call_outcome,
     render_summary,
 )
@@ -231,6 +241,8 @@ class ScriptedRunner:
         if isinstance(provider_window, int) and self.count_input_tokens(turn) > provider_window:
             invocation_log().record("overflow", turn.turn_id)
             raise ContextWindowExceededError(f"the input exceeds {provider_window} tokens")
+        if turn.turn_mode is TurnMode.EXECUTING:
+            return execute_plan_step(turn)
         script = next(message.text for message in reversed(turn.messages) if message.role == "user")
         command, _, argument = script.partition(":")
         tool_names = [name.strip() for name in argument.split(",") if name.strip()]
@@ -266,6 +278,22 @@ class ScriptedRunner:
         if command == "bad-id":
             call = DeferredToolCall("call/1", "lookup", "{}", turn.resolve_tool_policy("lookup"))
             return ToolCallsRequested(json.dumps({"calls": []}), [call], MODEL_USAGE)
+        if command in ("plan", "plan+lookup", "todo") and turn.framework_run_state is None:
+            todos = [{"content": name, "status": "pending"} for name in tool_names]
+            calls = [
+                DeferredToolCall(
+                    "plan-1",
+                    WRITE_TODOS_TOOL,
+                    json.dumps({"todos": todos}),
+                    turn.resolve_tool_policy(WRITE_TODOS_TOOL),
+                )
+            ]
+            if command == "plan+lookup":
+                calls.append(
+                    DeferredToolCall("lookup-1", "lookup", "{}", turn.resolve_tool_policy("lookup"))
+                )
+            state = {"calls": [call.tool_call_id for call in calls]}
+            return ToolCallsRequested(json.dumps(state), calls, MODEL_USAGE)
         if command == "wait" and turn.framework_run_state is None:
             arguments = json.dumps({"duration_seconds": int(argument), "reason": "scripted wait"})
             calls = [
@@ -352,6 +380,55 @@ class ScriptedRunner:
         return ToolExecutionResult(f"{name} ok")
 
 
+def execute_plan_step(turn: AgentTurnContext) -> AgentTurnOutcome:
+    """One model call of an ``executing`` turn (see the module docstring)."""
+    items: list[FrameworkMessage] = []
+    if turn.framework_run_state is not None:
+        state = json.loads(turn.framework_run_state)
+        items = [
+            FrameworkMessage(MessageRole(role), item, text) for role, item, text in state["items"]
+        ]
+        for call_id in state["calls"]:
+            record = turn.recorded_tool_call(call_id)
+            items.append(
+                FrameworkMessage(
+                    MessageRole.TOOL,
+                    {"tool_call_id": call_id, "status": record.status},
+                    describe_tool_call_outcome(record),
+                )
+            )
+    plan = turn.plan
+    assert plan is not None, "an executing turn always has a plan"
+    unfinished = [task for task in plan.tasks if task.status is not PlanTaskStatus.COMPLETED]
+    answer = None
+    if not unfinished:
+        answer = "plan complete"
+    elif unfinished[0].content.startswith("stop") and not any(
+        message.text == f"stopped at {unfinished[0].content}" for message in turn.messages
+    ):
+        answer = f"stopped at {unfinished[0].content}"
+    if answer is not None:
+        final = FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)
+        return TurnCompleted([*items, final], MODEL_USAGE)
+    done = unfinished[0]
+    todos = [
+        {"content": task.content, "status": "completed" if task is done else str(task.status)}
+        for task in plan.tasks
+    ]
+    call = DeferredToolCall(
+        f"write-{plan.revision}",
+        WRITE_TODOS_TOOL,
+        json.dumps({"todos": todos}),
+        turn.resolve_tool_policy(WRITE_TODOS_TOOL),
+    )
+    items.append(FrameworkMessage(MessageRole.ASSISTANT, {"tool_calls": [call.tool_call_id]}, ""))
+    state = {
+        "calls": [call.tool_call_id],
+        "items": [[str(item.role), item.framework_item, item.text] for item in items],
+    }
+    return ToolCallsRequested(json.dumps(state), [call], MODEL_USAGE)
+
+
 def write_after_return(turn: AgentTurnContext) -> None:
     """Once the test releases ``late_write``, write a delta the session must drop."""
     gate = FileGate(state_dir(), "late_write")
@@ -419,6 +496,7 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
             steering=flow_type == STEERING_FLOW_TYPE,
             durable_waits=flow_type == STEERING_FLOW_TYPE,
             user_input=flow_type == STEERING_FLOW_TYPE,
+            plans=flow_type == STEERING_FLOW_TYPE,
             compaction=CompactionOptions() if flow_type == COMPACTING_FLOW_TYPE else None,
         ),
     )

@@ -14,6 +14,7 @@ from dex_agents import (
     EXECUTE_COMPLETED_EVENT,
     AgentSessionClient,
     AgentSnapshot,
+    AgentStatus,
     MessageRole,
     PendingTimer,
     PendingUserInput,
@@ -121,6 +122,8 @@ async def test_a_question_is_answered_once_and_cancels_the_other_calls(tmp_path:
         snapshot = await sessions.get_agent_snapshot("session-1")
         statuses = {call.tool_name: call.status for call in snapshot.tool_calls}
         assert statuses["lookup"] is ToolCallStatus.CANCELLED
+        assert snapshot.state is not None
+        assert snapshot.state.status is AgentStatus.WAITING_FOR_USER_INPUT
 
         # A question survives a Worker kill; bad answers change nothing.
         worker.kill()

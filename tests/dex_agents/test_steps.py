@@ -36,9 +36,13 @@ from dex_agents._contract import require_user_message
 from dex_agents._steps import (
     RECORD_TURN_FAILURE_OPTIONS,
     RESUME_TURN_OPTIONS,
+    STEERING_RESUME_TURN_OPTIONS,
+    AwaitUserInput,
+    DurableWait,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
     RecordTurnFailure,
+    _builtin_movement,
     _validate_tool_calls,
     approval_options,
     deadline_timer_seconds,
@@ -60,6 +64,11 @@ def all_options(flow: AgentSessionFlow) -> dict[str, StepOptions]:
     for effect in ToolEffect:
         found[f"movement {effect}"] = tool_options("c1", effect)
     found["movement ResumeTurn"] = RESUME_TURN_OPTIONS
+    found["movement steering ResumeTurn"] = STEERING_RESUME_TURN_OPTIONS
+    for step in (DurableWait, AwaitUserInput):
+        options = _builtin_movement(step, "c1").options
+        assert options is not None
+        found[f"movement {step.__name__}"] = options
     if flow.options.compaction is not None:
         plan = CompactionPlan(chunk_ends=[2], reason="context")
         for movement in (
@@ -78,7 +87,9 @@ def test_every_step_and_failure_route_sets_sync_durability_explicitly(
     flow = AgentSessionFlow(ScriptedRunner(), options=AgentSessionOptions(compaction=compaction))
     options = all_options(flow)
     steps = len(flow.get_steps()._definitions)
-    assert len(options) == steps + 1 + 4 + 1 + (2 if compaction else 0)
+    # Each Step type, the approval and 4 tool movements, 2 ResumeTurn and 2 built-in movements,
+    # and with compaction the RunModel and CompactContext movements.
+    assert len(options) == steps + 1 + 4 + 2 + 2 + (2 if compaction else 0)
     for name, option in options.items():
         for checked in (option, option._execute_failure_options):
             if checked is None:

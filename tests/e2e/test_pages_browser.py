@@ -621,3 +621,286 @@ def test_screenshots_of_every_page_at_both_widths(contexts: Contexts, stack: Pag
         expect(region(staff, "Waiting for approval").get_by_role("button", name="Approve")
                ).to_be_visible()
         screenshot(staff, "chat-waiting-staff", screen_too=True)
+
+
+def test_the_queue_panel_deletes_edits_and_steers(contexts: Contexts, stack: PageStack) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(
+        owner, '/tool slack__post_message {"channel": "general", "text": "held by a steer"}'
+    )
+    expect(region(owner, "Waiting for approval")).to_contain_text("slack__post_message")
+    composer = owner.get_by_role("textbox", name="Message", exact=True)
+    for text in ("first", "second", "third", "fourth"):
+        composer.fill(text)
+        owner.get_by_role("button", name="Send").click()
+    queue = region(owner, "Message queue")
+    queued = queue.locator('li[data-kind="queued"]')
+    expect(queued.locator(".queue-text")).to_have_text(["first", "second", "third", "fourth"])
+    expect(queue).to_contain_text("4 messages waiting")
+
+    # Staff read the queue but get no buttons to change it.
+    reviewer = contexts.logged_in("reviewer")
+    reviewer.goto(f"/sessions/{session_id}/")
+    expect(region(reviewer, "Message queue").locator(".queue-text")).to_have_text(
+        ["first", "second", "third", "fourth"]
+    )
+    expect(region(reviewer, "Message queue").get_by_role("button")).to_have_count(0)
+
+    # Delete: every queue button is disabled while the request is in flight.
+    held: list[Any] = []
+
+    def hold_deletes(route: Any) -> None:
+        if route.request.method == "DELETE":
+            held.append(route)
+        else:
+            route.continue_()
+
+    owner.route(re.compile(r"/api/v1/sessions/[^/]+/queue/[^/]+/$"), hold_deletes)
+    queued.filter(has_text="second").get_by_role("button", name="Delete queued message").click()
+    buttons = queue.get_by_role("button")
+    expect(buttons).to_have_count(12)
+    for button in buttons.all():
+        expect(button).to_be_disabled()
+    assert len(held) == 1
+    held[0].continue_()
+    owner.unroute(re.compile(r"/api/v1/sessions/[^/]+/queue/[^/]+/$"))
+    expect(queued.locator(".queue-text")).to_have_text(["first", "third", "fourth"])
+    expect(queue.get_by_role("button", name="Steer queued message").first).to_be_enabled()
+    # Focus moved to the Delete button of the message that took the deleted one's place.
+    expect(queued.filter(has_text="third").get_by_role("button", name="Delete queued message")
+           ).to_be_focused()
+
+    # Edit: the message leaves the queue and its text is back in the composer.
+    queued.filter(has_text="third").get_by_role("button", name="Edit queued message").click()
+    expect(queued.locator(".queue-text")).to_have_text(["first", "fourth"])
+    expect(composer).to_have_value("third")
+    expect(composer).to_be_focused()
+    composer.fill("third, edited")
+    owner.get_by_role("button", name="Send").click()
+    expect(queued.locator(".queue-text")).to_have_text(["first", "fourth", "third, edited"])
+    with stack.api("owner") as api:
+        listed = api.get(f"/api/v1/sessions/{session_id}/queue/").json()
+    assert [item["text"] for item in listed["queued"]] == ["first", "fourth", "third, edited"]
+
+    # Steer: the turn drops the call waiting for approval and answers the steered message.
+    queued.filter(has_text="first").get_by_role("button", name="Steer queued message").click()
+    activity = region(owner, "Activity")
+    expect(activity).to_contain_text("Steered 1 steered message applied; 1 approval withdrawn")
+    expect(activity).to_contain_text("slack__post_message: cancelled")
+    expect(activity).to_contain_text("Approval withdrawn")
+    expect(region(owner, "Waiting for approval")).to_be_hidden()
+    expect(assistant_texts(owner)).to_have_text(
+        ["You said: first", "You said: fourth", "You said: third, edited"]
+    )
+    expect(queue).to_contain_text("No messages waiting.")
+    user_texts = region(owner, "Conversation").locator(".message-user .message-text")
+    expect(user_texts.last).to_have_text("third, edited")
+    # The reviewer's open page followed along.
+    expect(region(reviewer, "Message queue")).to_contain_text("No messages waiting.")
+
+
+def test_screenshots_of_the_queue_with_a_steered_and_a_queued_message(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    page = contexts.logged_in("owner")
+    # A model call that streams for about 14 s: a steered message waits for it to end.
+    session_id = start_session(page, f"/slow 2\n{SLOW_WORDS}")
+    expect(region(page, "Response")).to_contain_text("You said:")
+    composer = page.get_by_role("textbox", name="Message", exact=True)
+    composer.fill("Actually, answer in French.")
+    page.get_by_role("button", name="Send").click()
+    with stack.api("owner") as api:
+        sent = api.post(
+            f"/api/v1/sessions/{session_id}/messages/",
+            json={"text": "Then plan the release checklist.", "plan_mode": True},
+        )
+        assert sent.status_code == 202, sent.text
+    queue = region(page, "Message queue")
+    queued = queue.locator('li[data-kind="queued"]')
+    expect(queued).to_have_count(2)
+    expect(queued.filter(has_text="release checklist").locator(".badge-plan")).to_have_text(
+        "Plan mode"
+    )
+    queued.filter(has_text="French").get_by_role("button", name="Steer queued message").click()
+    steered = queue.locator('li[data-kind="steered"]')
+    expect(steered).to_contain_text("Steering")
+    expect(steered).to_contain_text("Actually, answer in French.")
+    expect(steered.get_by_role("button")).to_have_count(0)
+    expect(queue).to_contain_text("1 message steering the current turn, 1 waiting.")
+    for viewport in (WIDE, NARROW):
+        page.set_viewport_size(viewport)  # type: ignore[arg-type]
+        expect(steered).to_be_visible()
+        screenshot(page, "chat-queue", screen_too=True)
+    # The steered message was answered in the running turn, then the queued one ran.
+    expect(region(page, "Conversation")).to_contain_text("You said: Actually, answer in French.")
+    expect(region(page, "Conversation").locator(".message-user").last).to_contain_text(
+        "Then plan the release checklist."
+    )
+    expect(queue).to_contain_text("No messages waiting.")
+
+
+def test_a_question_is_answered_with_a_choice_button_or_free_text(contexts: Contexts) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(owner, "/ask Which colour? | red | blue")
+    question = region(owner, "Which colour?")
+    expect(question).to_be_visible()
+    expect(question.get_by_role("button")).to_have_text(
+        ["red", "blue", "write a message instead"]
+    )
+    # The question takes the composer's place, and focus moves to it.
+    expect(question.get_by_role("button", name="red")).to_be_focused()
+    expect(owner.get_by_role("textbox", name="Message", exact=True)).to_be_hidden()
+    expect(owner.locator("#chat-status")).to_have_text("Waiting for an answer")
+    expect(region(owner, "Activity")).to_contain_text("Question Which colour? (red / blue)")
+    # Staff read the question; only the owner answers it.
+    reviewer = contexts.logged_in("reviewer")
+    reviewer.goto(f"/sessions/{session_id}/")
+    staff_view = region(reviewer, "Which colour?")
+    expect(staff_view).to_contain_text("Waiting for owner's answer.")
+    expect(staff_view.get_by_role("button")).to_have_count(0)
+
+    question.get_by_role("button", name="blue").click()
+    expect(assistant_texts(owner)).to_have_text(["You said: blue"])
+    expect(question).to_be_hidden()
+    user_texts = region(owner, "Conversation").locator(".message-user .message-text")
+    expect(user_texts).to_have_text(["/ask Which colour? | red | blue", "blue"])
+    expect(region(owner, "Activity")).to_contain_text("Answered")
+    expect(owner.get_by_role("textbox", name="Message", exact=True)).to_be_visible()
+    expect(owner.locator("#chat-status")).to_have_text("Waiting for a message")
+    expect(staff_view).to_be_hidden()
+
+    # A question without choices takes free text; Ctrl+Enter submits it.
+    composer = owner.get_by_role("textbox", name="Message", exact=True)
+    composer.fill("/ask What should I call you?")
+    owner.get_by_role("button", name="Send").click()
+    answer = region(owner, "What should I call you?").get_by_role("textbox", name="Your answer")
+    expect(answer).to_be_focused()
+    answer.fill("Ada")
+    answer.press("Control+Enter")
+    expect(assistant_texts(owner).last).to_have_text("You said: Ada")
+    expect(region(owner, "What should I call you?")).to_be_hidden()
+
+
+def test_a_plan_is_drafted_in_plan_mode_and_executed_from_the_plan_card(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(owner, "hello")
+    expect(assistant_texts(owner)).to_have_text(["You said: hello"])
+    plan_mode = owner.get_by_role("checkbox", name="Plan mode")
+    plan_mode.check()
+    # The demo model stops at a task with /stop; the plan can then be continued.
+    owner.get_by_role("textbox", name="Message", exact=True).fill("step one\ncheck /stop")
+    owner.get_by_role("button", name="Create plan").click()
+    expect(plan_mode).not_to_be_checked()  # Plan mode is per message
+    expect(owner.get_by_role("button", name="Send")).to_be_visible()
+
+    plan = region(owner, "Plan")
+    expect(plan).to_contain_text("Revision 1 · Draft · 0/2 completed")
+    expect(plan.locator(".plan-task")).to_have_text(["○Pending: step one", "○Pending: check /stop"])
+    execute = plan.get_by_role("button", name="Execute plan")
+    expect(execute).to_be_visible()
+    execute.click()
+    expect(assistant_texts(owner).last).to_have_text("Stopped at: check /stop")
+    expect(plan).to_contain_text("Active · 1/2 completed")
+    expect(plan.locator(".plan-task")).to_have_text(
+        ["✓Completed: step one", "●In progress: check /stop"]
+    )
+    plan.get_by_role("button", name="Continue plan").click()
+    expect(plan).to_contain_text("Completed · 2/2 completed")
+    expect(plan.locator(".plan-task")).to_have_text(
+        ["✓Completed: step one", "✓Completed: check /stop"]
+    )
+    expect(plan.get_by_role("button")).to_have_count(0)
+    expect(assistant_texts(owner).last).to_have_text("Plan complete: all 2 task(s) are done.")
+    activity = region(owner, "Activity")
+    expect(activity).to_contain_text("Plan started executing revision 1")
+    expect(activity).to_contain_text("Plan updated revision 1: draft, 2 tasks")
+    expect(activity).to_contain_text("Plan started executing revision 3")
+    with stack.api("owner") as api:
+        snapshot = api.get(f"/api/v1/sessions/{session_id}/").json()
+    assert snapshot["plan"]["status"] == "completed"
+
+
+def test_a_durable_wait_shows_a_timer_until_a_steered_message_ends_it(
+    contexts: Contexts,
+) -> None:
+    owner = contexts.logged_in("owner")
+    start_session(owner, "/wait 3600 cooling off")
+    timer = owner.get_by_role("region", name=re.compile(r"^Waiting until \d"))
+    expect(timer).to_contain_text("cooling off")
+    expect(timer.locator("#timer-left")).to_have_text(re.compile(r"^in (59 min|1 h 00 min)"))
+    expect(owner.locator("#chat-status")).to_have_text("Waiting on a timer")
+    expect(region(owner, "Activity")).to_contain_text("Waiting until")
+
+    # Edit keeps a queued message's Plan mode.
+    composer = owner.get_by_role("textbox", name="Message", exact=True)
+    plan_mode = owner.get_by_role("checkbox", name="Plan mode")
+    plan_mode.check()
+    composer.fill("plan the cooling")
+    owner.get_by_role("button", name="Create plan").click()
+    queue = region(owner, "Message queue")
+    queued = queue.locator('li[data-kind="queued"]')
+    expect(queued.locator(".badge-plan")).to_have_text(["Plan mode"])
+    queued.get_by_role("button", name="Edit queued message").click()
+    expect(composer).to_have_value("plan the cooling")
+    expect(plan_mode).to_be_checked()
+    plan_mode.uncheck()
+    composer.fill("are you still there?")
+    owner.get_by_role("button", name="Send").click()
+    expect(queued.locator(".queue-text")).to_have_text(["are you still there?"])
+    expect(timer).to_be_visible()  # a queued message does not end the wait
+
+    queued.get_by_role("button", name="Steer queued message").click()
+    expect(assistant_texts(owner).last).to_have_text("You said: are you still there?")
+    expect(timer).to_be_hidden()
+    expect(owner.locator("#chat-status")).to_have_text("Waiting for a message")
+
+
+def test_screenshots_of_a_plan_a_question_and_a_timer(contexts: Contexts, stack: PageStack) -> None:
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/sessions/", json={"agent": "demo"})
+        planned = created.json()["id"]
+        wait_until(
+            "the session to wait for a message",
+            lambda: api.get(f"/api/v1/sessions/{planned}/").json()["status"]
+            == "waiting_for_user_message",
+        )
+        sent = api.post(
+            f"/api/v1/sessions/{planned}/messages/",
+            json={
+                "text": "Collect the release notes from the changelog\n"
+                "Draft the announcement for the blog and the mailing list\n"
+                "Ask the team to review it before Friday",
+                "plan_mode": True,
+            },
+        )
+        assert sent.status_code == 202, sent.text
+        wait_for_turn_end(stack, "owner", planned)
+    owner = contexts.logged_in("owner")
+    asking = start_session(
+        owner, "/ask Which environment should I deploy to? | staging | production | both"
+    )
+    expect(region(owner, "Which environment should I deploy to?")).to_be_visible()
+    naming = start_session(owner, "/ask What should the release be called?")
+    expect(region(owner, "What should the release be called?")).to_be_visible()
+    waiting = start_session(owner, "/wait 5400 Waiting for the nightly build to finish")
+    expect(owner.get_by_role("region", name=re.compile(r"^Waiting until"))).to_be_visible()
+
+    for viewport in (WIDE, NARROW):
+        page = contexts.logged_in("owner", viewport=viewport)
+        page.goto(f"/sessions/{planned}/")
+        expect(region(page, "Plan").get_by_role("button", name="Execute plan")).to_be_visible()
+        page.get_by_role("checkbox", name="Plan mode").check()
+        expect(page.get_by_role("button", name="Create plan")).to_be_visible()
+        screenshot(page, "chat-plan", screen_too=True)
+        page.goto(f"/sessions/{asking}/")
+        question = region(page, "Which environment should I deploy to?")
+        expect(question.get_by_role("button", name="staging")).to_be_focused()
+        screenshot(page, "chat-question", screen_too=True)
+        page.goto(f"/sessions/{naming}/")
+        expect(page.get_by_role("textbox", name="Your answer")).to_be_focused()
+        screenshot(page, "chat-question-text", screen_too=True)
+        page.goto(f"/sessions/{waiting}/")
+        expect(page.locator("#timer-left")).to_have_text(re.compile(r"^in 1 h"))
+        screenshot(page, "chat-timer", screen_too=True)

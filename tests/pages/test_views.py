@@ -109,6 +109,23 @@ def test_chat_page_regions_and_composer(session: AgentSession, owner: Any, staff
     assert "only its owner writes to it" in staff_html
 
 
+def test_chat_page_has_plan_mode_and_the_plan_question_and_timer_panels(
+    session: AgentSession, owner: Any, staff: Any
+) -> None:
+    html = browser(owner).get("/sessions/ses_owned/").content.decode()
+    toggle = r'<input type="checkbox" id="composer-plan" name="plan_mode"[^>]*> Plan mode'
+    assert re.search(toggle, html)
+    for panel in ("plan", "timer", "user-input"):
+        section = rf'<section id="{panel}" [^>]*aria-labelledby="{panel}-heading" hidden>'
+        assert re.search(section, html), panel
+    assert '<h2 id="plan-heading">Plan</h2>' in html
+    assert ">Submit answer</button>" in html
+    assert '<label for="user-input-text">Your answer</label>' in html
+    staff_html = browser(staff).get("/sessions/ses_owned/").content.decode()
+    assert 'id="user-input-form"' not in staff_html and 'id="composer-plan"' not in staff_html
+    assert "Waiting for owner's answer." in staff_html
+
+
 def test_approvals_dashboard_is_staff_only(owner: Any, staff: Any) -> None:
     refused = browser(owner).get("/approvals/")
     assert refused.status_code == 403

@@ -7,16 +7,31 @@
 // reconnects, when the page regains focus or the network returns, and every 8 s while a turn
 // runs. The socket resumes after the last token it delivered (ws_client.mjs), so across
 // reconnects nothing is lost or shown twice.
+//
+// The Message queue panel lists steered messages, then queued ones (message_queue.mjs); the
+// owner can edit, delete or steer a queued message. Edit deletes it and puts its text (and its
+// Plan mode) back in the composer (PUT .../queue/<id>/ is for API clients). The panel re-reads
+// GET .../queue/ on queue events (message_queued, queue_changed, steer_applied).
+//
+// The plan card, the question panel (request_user_input) and the timer card (durable_wait)
+// show the snapshot's plan, pending_input and pending_timer (session_panels.mjs); Execute plan
+// / Continue plan posts .../plan/execute/, an answer .../input/. The snapshot is re-read on
+// their events (user_input_requested, user_input_answered, durable_wait_started, plan_updated,
+// plan_started) and after every write.
 
 import { api } from "./api.mjs";
 import { decisionForm } from "./decision_form.mjs";
 import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
+import { MessageQueue } from "./message_queue.mjs";
+import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
 const sessionPath = `/api/v1/sessions/${encodeURIComponent(config.session)}/`;
 const RUNNING = new Set(["starting", "running_model", "running_tools"]);
+// A turn is open while it runs and while its question waits for an answer.
+const TURN_OPEN = new Set([...RUNNING, "waiting_for_user_input"]);
 const FALLBACK_REFRESH_MS = 8000;
 const EVENT_REFRESH_DEBOUNCE_MS = 250;
 const TURN_END_RETRY_MS = 300;
@@ -26,6 +41,7 @@ const OLDER_PAGE_SIZE = 50;
 const FOLLOW_DISTANCE_PX = 160;
 
 const live = new LiveText();
+const queue = new MessageQueue();
 const state = {
   snapshot: null,
   status: config.status,
@@ -39,9 +55,17 @@ const state = {
   completedTurns: new Set(),
   currentTurn: null,
   ending: new Map(), // turn_id -> {messageCount, tries}
-  pendingSends: [], // [{id, text, node, confirmedBefore}]
   attempts: new Map(), // step_execution_id -> highest attempt seen
-  loads: 0, // snapshot loads started
+  withdrawn: new Set(), // interrupt IDs a steer withdrew (steer_applied)
+  queueNodes: new Map(), // queue row key -> <li>
+  queueBusy: false, // a delete, edit or steer is in flight
+  queueFocus: null, // {action, index}: where focus goes once the queue is shown again
+  snapshotReads: 0, // snapshot reads started
+  planPosting: false, // an Execute / Continue request is in flight
+  planRequestedBefore: 0, // snapshot reads started before an accepted execution show it requested
+  question: null, // call_id of the question the panel shows
+  answering: null, // call_id of an answer in flight or sent
+  composeInstead: null, // call_id of the question the owner chose to write a message instead of
   socket: null,
 };
 
@@ -65,16 +89,14 @@ function followingChange(change, { force = false } = {}) {
 
 // ---------------------------------------------------------------- header and alerts
 
-function statusLabel(status, awaitingApproval) {
-  if (awaitingApproval && status !== "stopped") return "Waiting for approval";
-  return config.statusLabels[status] ?? status;
-}
-
-function showStatus(status, awaitingApproval = state.snapshot?.awaiting_approval ?? false) {
+/** Show `status`, as the snapshot details it (a pending approval, a durable wait) unless
+ * `snapshot` is null (a status hinted by live events). */
+function showStatus(status, snapshot = state.snapshot) {
   state.status = status;
   const node = byId("chat-status");
-  node.textContent = statusLabel(status, awaitingApproval);
-  node.className = `status status-${awaitingApproval && status !== "stopped" ? "awaiting_approval" : status}`;
+  const badge = statusBadge(status, snapshot, config.statusLabels);
+  node.textContent = badge.text;
+  node.className = `status status-${badge.key}`;
   node.dataset.status = status;
 }
 
@@ -134,17 +156,50 @@ function messageNode(message) {
   );
   if (message.text) node.append(el("p", { class: "message-text" }, message.text));
   if (Array.isArray(message.tool_calls) && message.tool_calls.length) {
-    node.append(
-      el(
-        "ul",
-        { class: "tool-requests", "aria-label": "Tool calls" },
-        message.tool_calls.map((call) =>
-          el("li", {}, "Calls ", el("code", {}, call.name ?? "?"), el("pre", {}, prettyJson(call.arguments ?? ""))),
-        ),
-      ),
-    );
+    node.append(el("ul", { class: "tool-requests", "aria-label": "Tool calls" }, message.tool_calls.map(toolCallNode)));
   }
   return node;
+}
+
+/** What a call of a tool the session runs itself does, in words; null for other tools. */
+function builtinSummary(call) {
+  let args;
+  try {
+    args = JSON.parse(call.arguments ?? "");
+  } catch {
+    return null;
+  }
+  if (!args || typeof args !== "object") return null;
+  const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+  switch (call.name) {
+    case "write_todos": {
+      const todos = Array.isArray(args.todos) ? args.todos : [];
+      const done = todos.filter((todo) => todo?.status === "completed").length;
+      return todos.length ? `Writes the plan: ${plural(todos.length, "task")}, ${done} completed` : "Clears the plan";
+    }
+    case "request_user_input": {
+      const choices = Array.isArray(args.choices) && args.choices.length ? ` (${args.choices.join(" / ")})` : "";
+      return `Asks: ${args.prompt ?? ""}${choices}`;
+    }
+    case "durable_wait":
+      return `Waits ${args.duration_seconds ?? "?"} s${args.reason ? `: ${args.reason}` : ""}`;
+    default:
+      return null;
+  }
+}
+
+/** One requested tool call: its name and arguments; the session's own tools (plan, question,
+ * wait) say what they do, with the arguments folded away. */
+function toolCallNode(call) {
+  const args = el("pre", {}, prettyJson(call.arguments ?? ""));
+  const summary = builtinSummary(call);
+  if (summary === null) return el("li", {}, "Calls ", el("code", {}, call.name ?? "?"), args);
+  return el(
+    "li",
+    { class: "builtin-call" },
+    el("span", { class: "builtin-summary" }, summary),
+    el("details", {}, el("summary", {}, "Arguments of ", el("code", {}, call.name)), args),
+  );
 }
 
 function rememberMessages(messages) {
@@ -284,7 +339,10 @@ function describe(event) {
   const tool = data.tool_name ?? "";
   switch (event.type) {
     case "turn_started":
-      return { kind: "Turn started", detail: event.turn_id ?? "" };
+      return {
+        kind: "Turn started",
+        detail: (event.turn_id ?? "") + (data.plan_revision ? ` (executing plan revision ${data.plan_revision})` : ""),
+      };
     case "turn_completed":
       return { kind: "Turn completed", detail: event.turn_id ?? "", tone: "ok" };
     case "turn_failed":
@@ -297,12 +355,18 @@ function describe(event) {
     case "tool_call_started":
       return { kind: "Tool started", detail: tool };
     case "tool_call_finished": {
+      if (data.status === "cancelled") {
+        return { kind: "Tool finished", detail: `${tool}: cancelled (a steered message superseded it)`, tone: "muted" };
+      }
       const tone = data.status === "succeeded" ? "ok" : data.status === "rejected" ? "warn" : "error";
       return { kind: "Tool finished", detail: `${tool}: ${data.status ?? "done"}`, tone };
     }
     case "interrupt_raised":
       return { kind: "Approval requested", detail: tool + (data.deadline ? ` (deadline ${clockTime(new Date(data.deadline))})` : ""), tone: "warn" };
     case "interrupt_resolved":
+      if (data.superseded || state.withdrawn.has(data.interrupt_id)) {
+        return { kind: "Approval withdrawn", detail: data.rejection_message || data.interrupt_id || "", tone: "muted" };
+      }
       return data.approved
         ? { kind: "Approved", detail: data.interrupt_id ?? "", tone: "ok" }
         : { kind: "Rejected", detail: data.rejection_message || data.interrupt_id || "", tone: "warn" };
@@ -314,16 +378,46 @@ function describe(event) {
     }
     case "tool_log":
       return { kind: `Tool log (${data.level ?? "info"})`, detail: `${tool}: ${typeof data.data === "string" ? data.data : JSON.stringify(data.data)}` };
+    case "steer_applied": {
+      const count = data.message_count ?? 0;
+      const withdrawn = Array.isArray(data.withdrawn_interrupt_ids) ? data.withdrawn_interrupt_ids.length : 0;
+      const detail = `${count} steered message${count === 1 ? "" : "s"} applied` + (withdrawn ? `; ${withdrawn} approval${withdrawn === 1 ? "" : "s"} withdrawn` : "");
+      return { kind: "Steered", detail, tone: "warn" };
+    }
     case "message_queued":
-      return { kind: "Message queued", detail: "" };
+    case "queue_changed":
+      return data.change ? { kind: "Queue changed", detail: QUEUE_CHANGES[data.change] ?? data.change } : { kind: "Message queued", detail: "" };
     case "session_stopped":
       return { kind: "Session stopped", detail: data.reason ?? "", tone: "warn" };
+    case "user_input_requested": {
+      const choices = Array.isArray(data.choices) && data.choices.length ? ` (${data.choices.join(" / ")})` : " (free text)";
+      return { kind: "Question", detail: `${data.prompt ?? ""}${choices}`, tone: "warn" };
+    }
+    case "user_input_answered":
+      return { kind: "Answered", detail: "the turn goes on with the answer", tone: "ok" };
+    case "durable_wait_started": {
+      const until = data.fires_at ? new Date(data.fires_at) : null;
+      const when = until && !Number.isNaN(until.getTime()) ? `until ${clockTime(until)}` : `${data.duration_seconds ?? "?"} s`;
+      return { kind: "Waiting", detail: `${when}${data.reason ? `: ${data.reason}` : ""}` };
+    }
+    case "plan_updated": {
+      const count = data.task_count ?? 0;
+      return { kind: "Plan updated", detail: `revision ${data.revision}: ${data.status}, ${count} task${count === 1 ? "" : "s"}` };
+    }
+    case "plan_started":
+      return { kind: "Plan started", detail: `executing revision ${data.revision}`, tone: "ok" };
     case "attempt_retried":
       return { kind: "Retrying", detail: `${data.what} (attempt ${data.attempt}); the earlier attempt's text is dropped`, tone: "warn" };
     default:
       return null;
   }
 }
+
+const QUEUE_CHANGES = {
+  deleted: "a queued message was deleted",
+  edited: "a queued message was edited",
+  steered: "a queued message was steered into the turn",
+};
 
 function addActivity(event) {
   const row = describe(event);
@@ -384,28 +478,393 @@ function renderApprovals(interrupts) {
 
 // ---------------------------------------------------------------- queue
 
-function renderQueue(snapshot) {
-  const list = byId("queue-list");
-  const queued = Array.isArray(snapshot?.queued_messages) ? snapshot.queued_messages : null;
-  const count = queued ? queued.length : snapshot?.queued_message_count ?? 0;
-  for (const node of [...list.querySelectorAll("[data-queued]")]) node.remove();
-  for (const message of queued ?? []) {
-    list.append(
-      el("li", { dataset: { queued: message.message_id ?? "" } }, el("span", { class: "badge" }, "Queued"), el("span", { class: "queue-text" }, message.text ?? "")),
+const QUEUE_ACTIONS = [
+  { action: "edit", label: "Edit", name: "Edit queued message" },
+  { action: "delete", label: "Delete", name: "Delete queued message" },
+  { action: "steer", label: "Steer", name: "Steer queued message" },
+];
+
+function canChangeQueue() {
+  return Boolean(state.snapshot?.can_send ?? config.canSend);
+}
+
+function queueBadge(row) {
+  if (row.kind === "steered") return el("span", { class: "badge badge-steering" }, "Steering");
+  if (row.kind === "sending" && !row.confirmed) return el("span", { class: "badge" }, "Sending…");
+  return el("span", { class: "badge" }, "Queued");
+}
+
+function queueRowNode(row) {
+  const node = el(
+    "li",
+    { class: "queue-item", dataset: { key: row.key, kind: row.kind, id: row.id, planMode: String(row.planMode) } },
+    queueBadge(row),
+    row.planMode ? el("span", { class: "badge badge-plan" }, "Plan mode") : null,
+    el("span", { class: "queue-text" }, row.text),
+  );
+  if (row.kind === "queued" && canChangeQueue()) {
+    node.append(
+      el(
+        "span",
+        { class: "queue-actions" },
+        QUEUE_ACTIONS.map(({ action, label, name }) =>
+          el("button", { type: "button", class: "button-quiet queue-action", "aria-label": name, dataset: { action } }, label),
+        ),
+      ),
     );
   }
-  // Messages this page sent stay visible until a snapshot read after the send shows them.
-  for (const pending of state.pendingSends) list.append(pending.node);
-  const total = count + state.pendingSends.length;
-  byId("queue").dataset.count = String(total);
-  byId("queue-summary").textContent =
-    total === 0 ? "No messages waiting." : `${total} message${total === 1 ? "" : "s"} waiting for the current turn.`;
+  return node;
+}
+
+/** Show `queue`: keyed rows (a row keeps its node, and a focused button its focus). */
+function renderQueue() {
+  const list = byId("queue-list");
+  const rows = queue.rows();
+  const keys = new Set(rows.map((row) => row.key));
+  for (const [key, node] of state.queueNodes) {
+    if (!keys.has(key)) {
+      node.remove();
+      state.queueNodes.delete(key);
+    }
+  }
+  rows.forEach((row, index) => {
+    let node = state.queueNodes.get(row.key);
+    const actionable = row.kind === "queued" && canChangeQueue();
+    const stale = node && (node.querySelector(".queue-actions") !== null) !== actionable;
+    const relabel = node && row.kind === "sending" && row.confirmed && node.dataset.confirmed !== "true";
+    if (!node || stale || relabel) {
+      const fresh = queueRowNode(row);
+      if (row.kind === "sending" && row.confirmed) fresh.dataset.confirmed = "true";
+      if (node) node.replaceWith(fresh);
+      node = fresh;
+      state.queueNodes.set(row.key, node);
+    }
+    // Move only what is out of place: moving a node would take focus from its button.
+    if (list.children[index] !== node) list.insertBefore(node, list.children[index] ?? null);
+    for (const button of node.querySelectorAll(".queue-action")) button.disabled = state.queueBusy;
+  });
+  const panel = byId("queue");
+  panel.dataset.count = String(queue.count);
+  panel.setAttribute("aria-busy", String(state.queueBusy));
+  byId("queue-summary").textContent = queue.summary();
+  restoreQueueFocus();
+  // Execute plan waits for an empty queue.
+  renderPlan();
+}
+
+/** After a delete or steer, focus the same button of the row that took the old one's place,
+ * else the composer, so keyboard users keep their place. */
+function restoreQueueFocus() {
+  const focus = state.queueFocus;
+  if (!focus || state.queueBusy) return;
+  state.queueFocus = null;
+  const rows = [...byId("queue-list").querySelectorAll('[data-kind="queued"]')];
+  const row = rows[Math.min(focus.index, rows.length - 1)];
+  const target = row?.querySelector(`[data-action="${focus.action}"]`) ?? document.getElementById("composer-text");
+  target?.focus();
+}
+
+function showQueueError(text) {
+  const node = byId("queue-error");
+  node.textContent = text;
+  node.hidden = !text;
+}
+
+let queueLoading = null;
+let queueAgain = false;
+
+/**
+ * Re-read GET .../queue/: one read at a time; a request during a read runs one more read after
+ * it, and every caller's promise settles once the reads it asked for are shown.
+ */
+function loadQueue() {
+  if (queueLoading) {
+    queueAgain = true;
+    return queueLoading;
+  }
+  queueLoading = (async () => {
+    do {
+      queueAgain = false;
+      const read = queue.startRead();
+      try {
+        const answer = await api(`${sessionPath}queue/`);
+        if (queue.apply(read, answer ?? {})) renderQueue();
+      } catch (error) {
+        // The snapshot carries the queue too; fall back to it.
+        if (error.status !== 0) scheduleSnapshot();
+      }
+    } while (queueAgain);
+    queueLoading = null;
+  })();
+  return queueLoading;
+}
+
+const GONE_TEXT = {
+  edit: "That message can no longer be edited: the agent already took it.",
+  delete: "That message can no longer be deleted: the agent already took it.",
+  steer: "That message can no longer be steered: the agent already took it.",
+};
+
+/** Delete, edit or steer the queued message `id`; queue buttons are disabled meanwhile. */
+async function changeQueued(action, id, text, planMode = false) {
+  if (state.queueBusy) return;
+  const rows = [...byId("queue-list").querySelectorAll('[data-kind="queued"]')];
+  const index = rows.findIndex((node) => node.dataset.id === id);
+  state.queueBusy = true;
+  // Disabled buttons lose focus: it comes back to the row that takes this one's place.
+  state.queueFocus = { action, index: Math.max(index, 0) };
+  showQueueError("");
+  renderQueue();
+  const path = `${sessionPath}queue/${encodeURIComponent(id)}/`;
+  try {
+    if (action === "steer") await api(`${path}steer/`, { method: "POST" });
+    else await api(path, { method: "DELETE" });
+    if (action === "edit") {
+      state.queueFocus = null;
+      restoreToComposer(text, planMode);
+    }
+  } catch (error) {
+    showQueueError(error.status === 404 ? GONE_TEXT[action] : `Not done: ${error.message}`);
+  }
+  // Stay busy until the queue shows the change, so the old row cannot be clicked again.
+  try {
+    await loadQueue();
+  } finally {
+    state.queueBusy = false;
+    renderQueue();
+  }
+  if (action === "steer") scheduleSnapshot();
+}
+
+/** Put an edited message's text in the composer (after any draft already there), with its Plan
+ * mode, and focus it. */
+function restoreToComposer(text, planMode = false) {
+  const box = document.getElementById("composer-text");
+  if (!box) return;
+  if (planMode) setPlanMode(true);
+  box.value = box.value.trim() ? `${box.value.replace(/\s+$/, "")}\n${text}` : text;
+  box.focus();
+  box.setSelectionRange(box.value.length, box.value.length);
+}
+
+function onQueueClick(event) {
+  const button = event.target.closest(".queue-action");
+  if (!button || button.disabled) return;
+  const item = button.closest('[data-kind="queued"]');
+  if (!item) return;
+  changeQueued(
+    button.dataset.action,
+    item.dataset.id,
+    item.querySelector(".queue-text")?.textContent ?? "",
+    item.dataset.planMode === "true",
+  );
+}
+
+// ---------------------------------------------------------------- plan
+
+const PLAN_ERRORS = {
+  stale_revision: "The plan changed since you read it; review the new revision.",
+  busy: "The agent is busy; try again once it waits for a message.",
+  queued: "Messages wait in the queue; they run first.",
+  already_requested: "Execution was already requested.",
+  not_executable: "Every task of the plan is completed.",
+};
+let planShownRead = 0;
+
+/** Show the plan card for the snapshot of read number `read` (0: the one shown, again). */
+function renderPlan(read = planShownRead) {
+  planShownRead = read;
+  const requested = state.planPosting || read <= state.planRequestedBefore;
+  const card = planCard(state.snapshot, { canSend: canChangeQueue(), waiting: queue.count, requested });
+  const panel = byId("plan");
+  panel.hidden = card === null;
+  if (!card) return;
+  panel.dataset.status = card.status;
+  byId("plan-meta").textContent = `Revision ${card.revision} · ${card.statusText} · ${card.progress}`;
+  const list = byId("plan-tasks");
+  list.replaceChildren(
+    ...card.tasks.map((task) =>
+      el(
+        "li",
+        { class: "plan-task", dataset: { status: task.status } },
+        el("span", { class: "task-mark", "aria-hidden": "true" }, task.mark),
+        el("span", { class: "visually-hidden" }, `${task.statusText}: `),
+        el("span", { class: "task-text" }, task.content),
+      ),
+    ),
+  );
+  const button = byId("plan-execute");
+  button.hidden = card.action === null;
+  button.disabled = state.planPosting;
+  if (card.action) {
+    button.textContent = card.action.label;
+    button.dataset.revision = String(card.action.revision);
+  }
+  let note = "";
+  if (card.requested) note = "Execution requested…";
+  else if (card.executing) note = "Executing the plan…";
+  else if (card.status === "completed") note = "Every task is completed.";
+  byId("plan-state").textContent = note;
+}
+
+function showPlanError(text) {
+  const node = byId("plan-error");
+  node.textContent = text;
+  node.hidden = !text;
+}
+
+/** Execute or continue the plan revision the card shows (POST .../plan/execute/). */
+async function executePlan() {
+  const button = byId("plan-execute");
+  const revision = Number(button.dataset.revision);
+  if (state.planPosting || !Number.isInteger(revision)) return;
+  state.planPosting = true;
+  showPlanError("");
+  renderPlan();
+  try {
+    await api(`${sessionPath}plan/execute/`, { method: "POST", body: { revision } });
+    // Reads that started before the engine accepted it may still show the plan idle.
+    state.planRequestedBefore = state.snapshotReads;
+  } catch (error) {
+    const reason = error.body?.reason;
+    showPlanError(`Not started: ${PLAN_ERRORS[reason] ?? error.message}`);
+  } finally {
+    state.planPosting = false;
+    renderPlan();
+  }
+  loadSnapshot();
+}
+
+// ---------------------------------------------------------------- durable wait
+
+function renderTimer() {
+  const card = timerCard(state.snapshot?.pending_timer ?? null);
+  const panel = byId("timer");
+  panel.hidden = card === null;
+  if (!card) return;
+  panel.dataset.call = card.callId;
+  const until = byId("timer-until");
+  until.dateTime = card.until.toISOString();
+  until.textContent = card.untilText;
+  byId("timer-left").textContent = card.left;
+  byId("timer-reason").textContent = card.reason ? `· ${card.reason}` : "";
+}
+
+// ---------------------------------------------------------------- question
+
+/** Show the open question (or hide the panel); focus moves to it when a new one appears. */
+function renderQuestion() {
+  const question = state.snapshot?.status === "stopped" ? null : questionPanel(state.snapshot?.pending_input);
+  const panel = byId("user-input");
+  const isNew = question !== null && question.callId !== state.question;
+  state.question = question?.callId ?? null;
+  if (!question) {
+    // Focus leaves a panel that hides: give it to the composer that takes its place.
+    const hadFocus = !panel.hidden && panel.contains(document.activeElement);
+    panel.hidden = true;
+    state.answering = null;
+    showComposer();
+    if (hadFocus) document.getElementById("composer-text")?.focus({ preventScroll: true });
+    return;
+  }
+  panel.hidden = false;
+  const form = document.getElementById("user-input-form");
+  const owner = Boolean(form);
+  if (isNew) {
+    byId("user-input-heading").textContent = question.prompt;
+    panel.dataset.call = question.callId;
+    const choices = byId("user-input-choices");
+    choices.replaceChildren(
+      ...question.choices.map((choice) =>
+        owner
+          ? el("button", { type: "button", class: "input-choice", dataset: { answer: choice } }, choice)
+          : el("span", { class: "input-choice input-choice-readonly" }, choice),
+      ),
+    );
+    choices.hidden = question.freeText;
+    if (form) {
+      form.hidden = !question.freeText;
+      byId("user-input-text").value = "";
+      showAnswerError("");
+      byId("user-input-state").textContent = "";
+    }
+  }
+  const sending = state.answering === question.callId;
+  for (const button of panel.querySelectorAll("button.input-choice")) button.disabled = sending;
+  const submit = document.getElementById("user-input-submit");
+  if (submit) submit.disabled = sending;
+  showComposer();
+  if (isNew && owner) {
+    const target = question.freeText ? byId("user-input-text") : panel.querySelector("button.input-choice");
+    target?.focus({ preventScroll: true });
+  }
+}
+
+function showAnswerError(text) {
+  const node = document.getElementById("user-input-error");
+  if (!node) return;
+  node.textContent = text;
+  node.hidden = !text;
+}
+
+/** The composer shows when the owner may send and no question takes its place (unless the
+ * owner chose to write a message instead of answering). */
+function showComposer() {
+  const composer = document.getElementById("composer");
+  if (!composer) return;
+  const canSend = Boolean(state.snapshot?.can_send ?? config.canSend);
+  const asking = state.question !== null && state.composeInstead !== state.question;
+  composer.hidden = !canSend || asking;
+  const alternative = document.querySelector("#user-input .input-alternative");
+  if (alternative) alternative.hidden = !asking;
+}
+
+/** Answer the open question (POST .../input/). */
+async function answerQuestion(answer, chosen = null) {
+  const callId = state.question;
+  if (!callId || state.answering === callId) return;
+  if (!answer.trim()) {
+    showAnswerError("Write an answer first.");
+    byId("user-input-text").focus();
+    return;
+  }
+  state.answering = callId;
+  showAnswerError("");
+  renderQuestion();
+  const note = byId("user-input-state");
+  note.textContent = "Sending your answer…";
+  try {
+    await api(`${sessionPath}input/`, { method: "POST", body: { call_id: callId, answer } });
+    chosen?.classList.add("input-choice-chosen");
+    note.textContent = `Answer sent: ${answer}`;
+  } catch (error) {
+    state.answering = null;
+    note.textContent = "";
+    showAnswerError(
+      error.status === 409 ? "This question is no longer open: it was answered or withdrawn." : `Not sent: ${error.message}`,
+    );
+    renderQuestion();
+  }
+  loadSnapshot();
+}
+
+function onChoiceClick(event) {
+  const button = event.target.closest("button.input-choice");
+  if (!button || button.disabled) return;
+  answerQuestion(button.dataset.answer ?? button.textContent, button);
+}
+
+/** Show the composer while a question is open; the next question hides it again. */
+function composeInstead() {
+  state.composeInstead = state.question;
+  showComposer();
+  document.getElementById("composer-text")?.focus();
 }
 
 // ---------------------------------------------------------------- snapshot
 
 function currentTurnOf(snapshot) {
-  if (!RUNNING.has(snapshot.status)) return null;
+  if (!TURN_OPEN.has(snapshot.status)) return null;
   if (snapshot.turn_id) return snapshot.turn_id;
   const messages = snapshot.messages ?? [];
   for (let index = messages.length - 1; index >= 0; index -= 1) {
@@ -435,18 +894,14 @@ function settleEndingTurns(snapshot) {
   if (retry) setTimeout(loadSnapshot, TURN_END_RETRY_MS);
 }
 
-function applySnapshot(snapshot, loadNumber) {
+function applySnapshot(snapshot, queueRead, snapshotRead) {
   const first = state.snapshot === null;
   state.snapshot = snapshot;
   state.currentTurn = currentTurnOf(snapshot);
   for (const message of snapshot.messages ?? []) {
     if (message.turn_id && message.turn_id !== state.currentTurn) state.completedTurns.add(message.turn_id);
   }
-  state.pendingSends = state.pendingSends.filter((pending) => {
-    const shown = pending.confirmedBefore !== null && loadNumber > pending.confirmedBefore;
-    if (shown) pending.node.remove();
-    return !shown;
-  });
+  queue.apply(queueRead, { queued: snapshot.queued_messages, steered: snapshot.steered_messages });
   followingChange(
     () => {
       mergeSnapshotMessages(snapshot.messages ?? []);
@@ -455,20 +910,21 @@ function applySnapshot(snapshot, loadNumber) {
       renderMessages();
       renderAllLive();
       renderApprovals(snapshot.pending_interrupts ?? []);
-      renderQueue(snapshot);
+      renderQueue();
+      renderPlan(snapshotRead);
+      renderTimer();
+      renderQuestion();
     },
     { force: first },
   );
-  showStatus(snapshot.status, snapshot.awaiting_approval);
+  showStatus(snapshot.status, snapshot);
   if (snapshot.model) byId("chat-model").textContent = snapshot.model;
   showAlert(snapshot.last_turn_error ? `The last turn failed: ${snapshot.last_turn_error}` : "");
   byId("chat-stop").hidden = snapshot.status === "stopped" || !(config.isOwner || config.canApprove);
   // Nothing more can happen in a stopped session: end the live view.
   if (snapshot.status === "stopped") state.socket?.stop();
-  const canSend = snapshot.can_send;
-  const composer = document.getElementById("composer");
-  if (composer) composer.hidden = !canSend;
-  byId("composer-closed").hidden = canSend;
+  showComposer();
+  byId("composer-closed").hidden = snapshot.can_send;
   if (first) startSocket(snapshot);
   loadOlderIfVisible();
 }
@@ -483,10 +939,12 @@ async function loadSnapshot() {
     loadAgain = true;
     return loading;
   }
-  const loadNumber = ++state.loads;
   loading = (async () => {
+    const queueRead = queue.startRead();
+    state.snapshotReads += 1;
+    const snapshotRead = state.snapshotReads;
     try {
-      applySnapshot(await api(sessionPath), loadNumber);
+      applySnapshot(await api(sessionPath), queueRead, snapshotRead);
     } catch (error) {
       if (error.status === 404) showAlert("This session no longer exists.");
       else if (error.status === 403 || error.status === 401) showAlert("You are no longer allowed to read this session; log in again.");
@@ -517,7 +975,7 @@ function scheduleSnapshot(delay = EVENT_REFRESH_DEBOUNCE_MS) {
  */
 function hintStatus(status) {
   if (state.snapshot?.awaiting_approval || state.status === "stopped") return;
-  if (state.status !== status) showStatus(status, false);
+  if (state.status !== status) showStatus(status, null);
 }
 
 function onEvent(frame) {
@@ -526,6 +984,9 @@ function onEvent(frame) {
   // Replays of turns whose messages are already stored add nothing.
   if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
   noteRetry(event);
+  if (event.type === "steer_applied") {
+    for (const id of event.data?.withdrawn_interrupt_ids ?? []) state.withdrawn.add(id);
+  }
   const group = live.apply(event);
   if (group) {
     hintStatus("running_model");
@@ -553,11 +1014,29 @@ function onEvent(frame) {
     case "tool_call_finished":
     case "interrupt_raised":
     case "interrupt_resolved":
+      scheduleSnapshot();
+      break;
     case "message_queued":
+    case "queue_changed":
+      loadQueue();
+      break;
+    case "steer_applied":
+      // Withdrawn approvals and cancelled calls show in the snapshot.
+      loadQueue();
       scheduleSnapshot();
       break;
     case "session_stopped":
       loadSnapshot();
+      break;
+    case "user_input_requested":
+      hintStatus("waiting_for_user_input");
+      scheduleSnapshot();
+      break;
+    case "user_input_answered":
+    case "durable_wait_started":
+    case "plan_updated":
+    case "plan_started":
+      scheduleSnapshot();
       break;
     default:
       break;
@@ -599,7 +1078,14 @@ function startSocket(snapshot) {
 
 // ---------------------------------------------------------------- composer
 
-let sendCounter = 0;
+/** Turn the composer's Plan mode on or off; the Send button says what will happen. */
+function setPlanMode(on) {
+  const toggle = document.getElementById("composer-plan");
+  if (!toggle) return;
+  toggle.checked = on;
+  byId("composer-send").textContent = on ? "Create plan" : "Send";
+  byId("composer-plan-hint").hidden = !on;
+}
 
 async function send(event) {
   event.preventDefault();
@@ -611,27 +1097,28 @@ async function send(event) {
     return;
   }
   showComposerError("");
-  const pending = {
-    id: ++sendCounter,
-    text: value,
-    confirmedBefore: null,
-    node: el("li", { dataset: { sending: "" } }, el("span", { class: "badge" }, "Sending…"), el("span", { class: "queue-text" }, value)),
-  };
-  state.pendingSends.push(pending);
+  const planMode = byId("composer-plan").checked;
+  const sending = queue.addSending(value, { planMode });
   text.value = "";
-  followingChange(() => renderQueue(state.snapshot), { force: true });
+  // Plan mode is per message.
+  setPlanMode(false);
+  followingChange(() => renderQueue(), { force: true });
+  renderPlan();
   try {
-    await api(`${sessionPath}messages/`, { method: "POST", body: { text: value } });
-    pending.node.querySelector(".badge").textContent = "Queued";
-    pending.confirmedBefore = state.loads;
+    const answer = await api(`${sessionPath}messages/`, { method: "POST", body: { text: value, plan_mode: planMode } });
+    queue.confirmSending(sending, answer?.id ?? null);
+    renderQueue();
     showAlert("");
   } catch (error) {
-    state.pendingSends = state.pendingSends.filter((item) => item !== pending);
-    pending.node.remove();
-    renderQueue(state.snapshot);
-    if (!text.value) text.value = value;
+    queue.dropSending(sending);
+    renderQueue();
+    if (!text.value) {
+      text.value = value;
+      setPlanMode(planMode);
+    }
     showComposerError(`Not sent: ${error.message} Your text is still in the box.`);
   }
+  renderPlan();
   loadSnapshot();
 }
 
@@ -667,8 +1154,27 @@ if (composer) {
       composer.requestSubmit();
     }
   });
+  byId("composer-plan").addEventListener("change", (event) => setPlanMode(event.target.checked));
+  setPlanMode(byId("composer-plan").checked);
 }
+const answerForm = document.getElementById("user-input-form");
+if (answerForm) {
+  answerForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    answerQuestion(byId("user-input-text").value);
+  });
+  byId("user-input-text").addEventListener("keydown", (event) => {
+    if (isSendShortcut(event)) {
+      event.preventDefault();
+      answerForm.requestSubmit();
+    }
+  });
+  byId("user-input-choices").addEventListener("click", onChoiceClick);
+  byId("user-input-compose").addEventListener("click", composeInstead);
+}
+byId("plan-execute").addEventListener("click", executePlan);
 byId("load-older").addEventListener("click", loadOlder);
+byId("queue-list").addEventListener("click", onQueueClick);
 byId("chat-stop").addEventListener("click", stopSession);
 if ("IntersectionObserver" in window) {
   new IntersectionObserver((entries) => {
@@ -688,6 +1194,7 @@ setInterval(() => {
   if (busy) loadSnapshot();
 }, FALLBACK_REFRESH_MS);
 setInterval(() => {
+  if (state.snapshot?.pending_timer) renderTimer();
   const list = byId("pending-approval-list");
   refreshCountdowns(list);
   // Dex refuses a decision after the deadline, so expired calls offer none.
