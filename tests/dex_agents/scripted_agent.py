@@ -90,8 +90,11 @@ LONG_DEADLINE_FLOW_TYPE = "ScriptedLongDeadlineAgent"
 GATED_RESOLVE_FLOW_TYPE = "ScriptedGatedResolveAgent"
 #: A Flow with the platform additions ``steering``, ``durable_waits`` and ``user_input``.
 STEERING_FLOW_TYPE = "ScriptedSteeringAgent"
-#: A Flow with the platform addition ``compaction`` (default options; agents override them).
+#: A Flow with every platform addition, ``compaction`` included (default options; agents
+#: override them), as the platform's Flow has.
 COMPACTING_FLOW_TYPE = "ScriptedCompactingAgent"
+#: The Flows with ``steering``, ``durable_waits``, ``user_input`` and ``plans``.
+PLATFORM_LIKE_FLOW_TYPES = frozenset({STEERING_FLOW_TYPE, COMPACTING_FLOW_TYPE})
 #: The FileGate the summarizer waits at when the agent config sets ``summarize_gate``.
 SUMMARIZE_GATE = "summarize"
 #: Characters of a tool result the scripted "model" sees, unless the agent config says.
@@ -493,10 +496,10 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
             tool_policies=TOOL_POLICIES,
             interrupt_deadline=deadline,
             observer=record_change,
-            steering=flow_type == STEERING_FLOW_TYPE,
-            durable_waits=flow_type == STEERING_FLOW_TYPE,
-            user_input=flow_type == STEERING_FLOW_TYPE,
-            plans=flow_type == STEERING_FLOW_TYPE,
+            steering=flow_type in PLATFORM_LIKE_FLOW_TYPES,
+            durable_waits=flow_type in PLATFORM_LIKE_FLOW_TYPES,
+            user_input=flow_type in PLATFORM_LIKE_FLOW_TYPES,
+            plans=flow_type in PLATFORM_LIKE_FLOW_TYPES,
             compaction=CompactionOptions() if flow_type == COMPACTING_FLOW_TYPE else None,
         ),
     )

@@ -534,3 +534,32 @@ async def test_snapshot_of_a_stopped_session_reads_its_last_page(tmp_path: Path)
         assert tool_status == [] or all(
             status is not ToolCallStatus.PENDING for status in tool_status
         )
+
+
+async def test_a_plan_turn_without_a_user_message_compacts_and_completes(tmp_path: Path) -> None:
+    """An ``execute_plan`` turn stores no user message; retention pressure (six unsummarized
+    messages at most) compacts before its first model call, and the plan still completes."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
+        await stack.start_worker()
+        config = {"context_window": 100_000, "message_retention_limit": 6, "record_inputs": True}
+        await sessions.start_session("s", "hello", agent_config=config)
+        await wait_for_turn(sessions, "s", 1)
+        await run_turns(sessions, "s", ["again"], first_turn=2)
+        assert await sessions.send_user_message("s", "plan: gather, write", plan_mode=True)
+        snapshot = await wait_for_turn(sessions, "s", 3)
+        assert snapshot.summary is None and snapshot.plan is not None
+        assert (await sessions.execute_plan("s", snapshot.plan.revision)).accepted
+        snapshot = await wait_for_turn(sessions, "s", 4)
+
+        assert snapshot.messages[-1].text == "plan complete"
+        assert snapshot.plan is not None and snapshot.plan.status == "completed"
+        summary = snapshot.summary
+        assert summary is not None and summary.through_sequence == 2
+        compacted = [
+            event for event in await events_of(stack, "s")
+            if event.type is AgentEventType.CONTEXT_COMPACTED
+        ]
+        assert [(e.turn_id, e.payload["reason"]) for e in compacted] == [("turn-4", "retention")]
+        executing = [sent for sent in model_inputs(tmp_path) if sent["turn_id"] == "turn-4"]
+        assert executing and all(sent["summary_through"] == 2 for sent in executing)
