@@ -7,6 +7,7 @@ unreachable) and 404 (engine has no such session).
 """
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
@@ -374,6 +375,19 @@ SNAPSHOT_SCHEMA = inline_serializer(
         "plan_execution_requested": serializers.BooleanField(
             help_text="POST .../plan/execute/ was accepted and its turn has not started yet."
         ),
+        "summary": inline_serializer(
+            name="ContextSummary",
+            fields={
+                "through_sequence": serializers.IntegerField(),
+                "text": serializers.CharField(),
+                "generation": serializers.IntegerField(),
+                "first_retained_sequence": serializers.IntegerField(),
+            },
+            allow_null=True,
+            help_text="Context compaction: the summary of messages 1..through_sequence the "
+            "model sees instead of them; messages before first_retained_sequence were deleted. "
+            "null until a compaction ran.",
+        ),
     },
 )
 
@@ -439,9 +453,11 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     """``/api/v1/sessions/<id>/messages/``.
 
     ``GET`` (owner or staff) ``?before=<sequence>&limit=<1..200, default 50>``: one page of
-    stored messages, oldest first, ``{"messages", "next_before"}``; ``before`` is exclusive and
-    absent means "the newest"; ``next_before`` is the ``before`` of the next older page, or
-    ``null`` at the first message.
+    retained messages, oldest first, ``{"messages", "next_before", "next"}``; ``before`` is
+    exclusive and absent means "the newest"; ``next_before`` is the ``before`` of the next older
+    page and ``next`` its URL, both ``null`` at the oldest retained message (context compaction
+    deletes summarized messages past the agent's retention limit). Only the page's messages are
+    loaded from Dex.
 
     ``POST`` (owner only) ``{"text", "plan_mode"?: false}``: queue a user message; 202
     ``{"queued": true, "id"}`` where ``id`` is the queued message's Dex Channel message ID (the
@@ -472,6 +488,7 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
                 {
                     "messages": serializers.ListField(child=serializers.DictField()),
                     "next_before": serializers.IntegerField(allow_null=True),
+                    "next": serializers.URLField(allow_null=True),
                 },
             )
         },
@@ -480,12 +497,17 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
         session = self.session_get(request, session_id)
         query = self.MessagePageInputSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
+        limit = query.validated_data["limit"]
         page = selectors.session_messages_page(
-            session=session,
-            before=query.validated_data.get("before"),
-            limit=query.validated_data["limit"],
+            session=session, before=query.validated_data.get("before"), limit=limit
         )
-        return Response(page)
+        older = page["next_before"]
+        following = None
+        if older is not None:
+            following = request.build_absolute_uri(
+                f"{request.path}?{urlencode({'before': older, 'limit': limit})}"
+            )
+        return Response({**page, "next": following})
 
     @extend_schema(
         request=MessageInputSerializer,

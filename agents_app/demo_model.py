@@ -32,6 +32,17 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
   - ``/think``: also emit a reasoning summary (``Thinking about: <text>``): Responses
     ``response.reasoning_summary_text.delta`` events and a reasoning item with
     ``encrypted_content``; Chat Completions ``reasoning_content`` deltas.
+  - ``/big <n>``: the answer is ``n`` KB of filler text (``n`` up to 1024, fractions allowed),
+    to fill a small context window (the ``demo-small`` agent shows compaction with it).
+  - ``/context <tokens>``: the server refuses the request (HTTP 400, OpenAI's
+    ``context_length_exceeded``) when its input has more than ``tokens`` tokens, as a provider
+    does past its context window.
+
+* A request whose system message starts with ``SUMMARY_REQUEST_PREFIX`` (the LiteLLM runner's
+  summarizer, context compaction) is answered with a deterministic summary: the previous
+  summary's lines, then one line per ``[<role> #<sequence>]`` block of the transcript with the
+  start of its first line that is not a directive, cut to ``max_tokens`` words. ``/slow``
+  lines in the transcript apply.
 
   Without ``/tool`` lines the answer is ``You said: <the other lines>``. Directives apply to
   every request whose latest user message carries them, including the answer after tool results.
@@ -94,6 +105,14 @@ _TASK_STOP = re.compile(r"(?:^|\s)/stop(?:\s|$)")
 _FAIL_LINE = re.compile(r"^\s*/fail\s+(?P<count>\d+)\s*$")
 _SLOW_LINE = re.compile(r"^\s*/slow\s+(?P<seconds>\d+(?:\.\d+)?)\s*$")
 _THINK_LINE = re.compile(r"^\s*/think\s*$")
+_BIG_LINE = re.compile(r"^\s*/big\s+(?P<kb>\d+(?:\.\d+)?)\s*$")
+_CONTEXT_LINE = re.compile(r"^\s*/context\s+(?P<tokens>\d+)\s*$")
+_TRANSCRIPT_HEADER = re.compile(r"^\[(?P<role>\w+) #(?P<sequence>\d+)\]$")
+_MAX_BIG_KB = 1024.0
+_FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+_SUMMARY_LINE_CHARS = 60
+SUMMARY_REQUEST_PREFIX = "Summarize the conversation for context compaction."
+"""How the LiteLLM runner's summarizer instructions start (``runner.SUMMARY_INSTRUCTIONS``)."""
 _TEXT_CHUNK_WORDS = 3
 _ARGUMENT_CHUNK_CHARS = 8
 _MAX_SLOW_SECONDS = 60.0
@@ -118,6 +137,7 @@ class DemoReply:
         reasoning: The reasoning summary (``/think``), or ``None``.
         fail_count: How many times this exact request answers HTTP 500 first (``/fail``).
         slow_seconds: Pause between streamed chunks (``/slow``), 0 for none.
+        context_limit: Refuse an input of more tokens than this (``/context``), or ``None``.
     """
 
     text: str | None = None
@@ -125,6 +145,7 @@ class DemoReply:
     reasoning: str | None = None
     fail_count: int = 0
     slow_seconds: float = 0.0
+    context_limit: int | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -152,11 +173,54 @@ def message_text(content: Any) -> str:
     return str(content)
 
 
-def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
+def big_text(kilobytes: float) -> str:
+    """``kilobytes`` KB (1,024 characters each) of filler words, for ``/big``."""
+    size = int(min(kilobytes, _MAX_BIG_KB) * 1024)
+    return (_FILLER * (size // len(_FILLER) + 1))[:size]
+
+
+def is_summary_request(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``messages`` come from the runner's summarizer (context compaction)."""
+    return bool(messages) and message_text(messages[0].get("content")).startswith(
+        SUMMARY_REQUEST_PREFIX
+    ) and messages[0].get("role") == "system"
+
+
+def summary_reply(messages: Sequence[Mapping[str, Any]], max_tokens: int | None) -> DemoReply:
+    """The deterministic summary of a summarizer request (see the module docstring)."""
+    text = message_text(messages[-1].get("content")) if len(messages) > 1 else ""
+    previous, _, transcript = text.partition("\nNew messages:\n")
+    previous = previous.removeprefix("Previous summary:\n").strip()
+    lines = [] if previous in ("", "(none)") else previous.splitlines()
+    slow_seconds = 0.0
+    blocks: list[tuple[str, list[str]]] = []
+    for line in transcript.splitlines():
+        if match := _SLOW_LINE.match(line):
+            slow_seconds = min(float(match.group("seconds")), _MAX_SLOW_SECONDS)
+        if match := _TRANSCRIPT_HEADER.match(line):
+            blocks.append((f"{match.group('role')} #{match.group('sequence')}", []))
+        elif blocks and line.strip():
+            blocks[-1][1].append(line.strip())
+    for name, texts in blocks:
+        # The first line that is not a directive, else the first line.
+        said = next((text for text in texts if not text.startswith("/")), texts[0] if texts else "")
+        lines.append(f"{name}: {said[:_SUMMARY_LINE_CHARS]}")
+    summary = "\n".join(lines) or "Nothing to summarize."
+    if max_tokens is not None and max_tokens > 0:
+        summary = " ".join(summary.split(" ")[:max_tokens])
+    return DemoReply(text=summary, slow_seconds=slow_seconds)
+
+
+def plan_reply(
+    messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+) -> DemoReply:
     """Apply the demo script (see the module docstring) to a request's ``messages``.
 
-    ``messages`` are Chat Completions message dicts, oldest first. Pure and deterministic.
+    ``messages`` are Chat Completions message dicts, oldest first; ``max_tokens`` bounds a
+    summary. Pure and deterministic.
     """
+    if is_summary_request(messages):
+        return summary_reply(messages, max_tokens)
     user_text = next(
         (
             message_text(message.get("content"))
@@ -175,6 +239,8 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
     fail_count = 0
     slow_seconds = 0.0
     think = False
+    big_kb: float | None = None
+    context_limit: int | None = None
     def add_call(name: str, arguments: str) -> None:
         tool_calls.append(
             DemoToolCall(
@@ -203,6 +269,10 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
             slow_seconds = min(float(match.group("seconds")), _MAX_SLOW_SECONDS)
         elif _THINK_LINE.match(line):
             think = True
+        elif match := _BIG_LINE.match(line):
+            big_kb = float(match.group("kb"))
+        elif match := _CONTEXT_LINE.match(line):
+            context_limit = int(match.group("tokens"))
         else:
             plain_lines.append(line)
     plain_text = "\n".join(plain_lines).strip()
@@ -211,6 +281,7 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
         "reasoning": reasoning,
         "fail_count": fail_count,
         "slow_seconds": slow_seconds,
+        "context_limit": context_limit,
     }
 
     trailing_results: list[str] = []
@@ -229,6 +300,8 @@ def plan_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
         return DemoReply(text=f"Here is what the tools returned:\n{quoted}", **common)
     if tool_calls:
         return DemoReply(tool_calls=tool_calls, **common)
+    if big_kb is not None:
+        return DemoReply(text=big_text(big_kb), **common)
     return DemoReply(text=f"You said: {plain_text}", **common)
 
 
@@ -665,6 +738,32 @@ def _scripted_failure() -> JSONResponse:
     return _error(500, "The demo model was scripted to fail this request (/fail).", "server_error")
 
 
+def _too_long(reply: DemoReply, prompt_tokens: int) -> JSONResponse | None:
+    """OpenAI's context-length error when the input exceeds ``/context``, else ``None``."""
+    limit = reply.context_limit
+    if limit is None or prompt_tokens <= limit:
+        return None
+    message = (
+        f"This model's maximum context length is {limit} tokens. However, your messages "
+        f"resulted in {prompt_tokens} tokens. Please reduce the length of the messages."
+    )
+    return JSONResponse(
+        {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+        status_code=400,
+    )
+
+
+def _max_tokens(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def create_app() -> Starlette:
     """Return the demo model's ASGI application (routes under ``/v1``)."""
     ledger = FailureLedger()
@@ -681,11 +780,13 @@ def create_app() -> Starlette:
         messages = body.get("messages")
         if not isinstance(messages, list) or not all(isinstance(item, dict) for item in messages):
             return _error(400, "'messages' must be a list of message objects.")
-        reply = plan_reply(messages)
+        reply = plan_reply(messages, max_tokens=_max_tokens(body.get("max_tokens")))
         if ledger.should_fail("chat", messages, reply.fail_count):
             return _scripted_failure()
         model = str(body.get("model") or DEMO_MODEL_NAME)
         prompt_tokens = count_tokens(messages)
+        if refusal := _too_long(reply, prompt_tokens):
+            return refusal
         created = int(time.time())
         completion_id = f"chatcmpl-demo-{time.monotonic_ns()}"
         if body.get("stream"):
@@ -727,9 +828,11 @@ def create_app() -> Starlette:
             messages = responses_messages(body)
         except ValueError as error:
             return _error(400, str(error))
-        reply = plan_reply(messages)
+        reply = plan_reply(messages, max_tokens=_max_tokens(body.get("max_output_tokens")))
         if ledger.should_fail("responses", messages, reply.fail_count):
             return _scripted_failure()
+        if refusal := _too_long(reply, count_tokens(messages)):
+            return refusal
         arguments: dict[str, Any] = {
             "response_id": f"resp_demo_{time.monotonic_ns()}",
             "model": str(body.get("model") or DEMO_MODEL_NAME),

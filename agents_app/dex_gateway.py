@@ -471,7 +471,8 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
         ``pending_timer_to_data`` and ``plan_to_data``; ``turn_mode`` is what the running or
         last turn does (``chat``, ``planning`` or ``executing``). ``status`` is the AgentState
         status, or ``"starting"`` while the state is None (seed "Design decisions"). Framework
-        items are left out.
+        items are left out. ``summary`` (context compaction) is ``summary_to_data``, or None
+        until a compaction ran; ``has_older_messages`` counts retained messages only.
     """
     try:
         snapshot = await _connection().sessions.get_agent_snapshot(session_id)
@@ -492,6 +493,8 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
         tool_calls = list(tool_calls.values())
     pending = plain_data(list(getattr(snapshot, "pending_interrupts", None) or []))
     messages = [message_to_data(message) for message in getattr(snapshot, "messages", None) or []]
+    summary = getattr(snapshot, "summary", None)
+    oldest = getattr(summary, "first_retained_sequence", 1) if summary is not None else 1
     return {
         "status": status or "starting",
         "turn_id": getattr(state, "turn_id", None) if state is not None else None,
@@ -510,12 +513,13 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
             for item in getattr(snapshot, "steered_messages", None) or []
         ],
         "last_turn_error": plain_data(last_turn_error),
-        "has_older_messages": bool(messages) and messages[0]["sequence"] > 1,
+        "has_older_messages": bool(messages) and messages[0]["sequence"] > oldest,
         "pending_input": pending_input_to_data(getattr(snapshot, "pending_input", None)),
         "pending_timer": pending_timer_to_data(getattr(snapshot, "pending_timer", None)),
         "plan": plan_to_data(getattr(snapshot, "plan", None)),
         "plan_execution_requested": bool(getattr(snapshot, "plan_execution_requested", False)),
         "turn_mode": (plain_data(getattr(state, "turn_mode", None)) if state else None) or "chat",
+        "summary": summary_to_data(summary),
     }
 
 
@@ -556,6 +560,41 @@ def plan_to_data(plan: Any) -> dict[str, Any] | None:
         "tasks": [
             {"content": task.content, "status": plain_data(task.status)} for task in plan.tasks
         ],
+    }
+
+
+def summary_to_data(summary: Any) -> dict[str, Any] | None:
+    """A ``ContextSummary`` as ``{"through_sequence", "text", "generation",
+    "first_retained_sequence"}``, or None (no compaction ran yet)."""
+    if summary is None:
+        return None
+    return {
+        "through_sequence": summary.through_sequence,
+        "text": summary.text,
+        "generation": summary.generation,
+        "first_retained_sequence": summary.first_retained_sequence,
+    }
+
+
+async def session_messages_before(
+    *, session_id: str, before: int | None, limit: int
+) -> dict[str, Any]:
+    """One page of retained messages: the newest ``limit`` (1..200) with ``sequence < before``
+    (the newest when ``before`` is None), oldest first, loading only that page's instances.
+
+    Returns:
+        ``{"messages": [message_to_data], "next_before": the ``before`` of the next older page,
+        or None when no older retained message exists}``.
+    """
+    try:
+        page = await _connection().sessions.list_agent_messages_before(
+            session_id, before=before, limit=limit
+        )
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return {
+        "messages": [message_to_data(message) for message in page.messages],
+        "next_before": page.next_before_sequence,
     }
 
 

@@ -10,7 +10,13 @@ from __future__ import annotations
 from django.conf import settings
 
 from agents_app.runner import LiteLLMRunner
-from dex_agents import AgentSessionFlow, AgentSessionObserver, AgentSessionOptions, ToolEffect
+from dex_agents import (
+    AgentSessionFlow,
+    AgentSessionObserver,
+    AgentSessionOptions,
+    CompactionOptions,
+    ToolEffect,
+)
 from mcp_registry.client import McpClientPool, McpServerSpec
 
 FLOW_TYPE = "AgentSession"
@@ -50,6 +56,9 @@ def build_flow(
         ``AgentTurnContext.steered_messages`` to the model input); so are the built-in
         ``durable_wait`` and ``request_user_input`` tools, which every agent is offered, and
         plans (a ``plan_mode`` message plans with ``write_todos``; ``execute_plan`` runs it).
+        Context compaction is on (``CompactionOptions`` defaults; an agent definition's
+        ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` override
+        them through its ``agent_config``).
     """
     runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
     return AgentSessionFlow(
@@ -63,5 +72,6 @@ def build_flow(
             durable_waits=True,
             user_input=True,
             plans=True,
+            compaction=CompactionOptions(),
         ),
     )

@@ -53,6 +53,31 @@ class AgentDefinition(models.Model):
             "approvals wait until someone decides. A tool's own deadline overrides this."
         ),
     )
+    # Context compaction (dex_agents AgentSessionOptions.compaction); empty: the defaults.
+    context_window = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(256)],
+        help_text=(
+            "Tokens the model accepts. Empty: LiteLLM's model information, else 32,000. Older "
+            "messages are summarized before a model call that would fill 85 % of it."
+        ),
+    )
+    message_retention_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Messages a session keeps; older ones are deleted once summarized. Empty: 2,000.",
+    )
+    tool_result_max_chars = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(100)],
+        help_text=(
+            "Characters of one tool result the model sees; the stored result stays whole. "
+            "Empty: a quarter of the context window."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -101,7 +126,9 @@ class AgentDefinition(models.Model):
             ``{"agent", "model", "api_base" (or None), "api_key_env" (or None),
             "system_prompt", "tools": [{"name" (<server>__<tool>), "server", "tool",
             "description", "parameters" (JSON Schema), "effect", "requires_approval",
-            "approval_deadline_seconds" (int or None)}]}``.
+            "approval_deadline_seconds" (int or None)}]}``, plus ``context_window``,
+            ``message_retention_limit`` and ``tool_result_max_chars`` when set (context
+            compaction).
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
@@ -109,7 +136,7 @@ class AgentDefinition(models.Model):
         if tool_names is not None:
             wanted = set(tool_names)
             tools = [tool for tool in tools if tool.exposed_name in wanted]
-        return {
+        config: dict[str, Any] = {
             "agent": self.slug,
             "model": self.model,
             "api_base": self.api_base or None,
@@ -129,6 +156,11 @@ class AgentDefinition(models.Model):
                 for tool in tools
             ],
         }
+        for name in ("context_window", "message_retention_limit", "tool_result_max_chars"):
+            value = getattr(self, name)
+            if value is not None:
+                config[name] = value
+        return config
 
 
 class AgentSession(models.Model):

@@ -242,6 +242,12 @@ def context_window(model: str, configured: int | None = None) -> int | None:
     """
     if configured:
         return int(configured)
+    return _model_window(model)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_window(model: str) -> int | None:
+    """LiteLLM's window of ``model`` (its bundled model map does not change while we run)."""
     try:
         info = load_litellm().get_model_info(model)
     except Exception:  # LiteLLM raises several types for unmapped models
@@ -250,8 +256,13 @@ def context_window(model: str, configured: int | None = None) -> int | None:
     return int(value) if value else None
 
 
-def count_tokens(model: str, messages: Sequence[Mapping[str, Any]]) -> int:
-    """Count the tokens of Chat Completions ``messages`` with LiteLLM's counter.
+def count_tokens(
+    model: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> int:
+    """Count the tokens of Chat Completions ``messages`` (and the ``tools`` offered with them)
+    with LiteLLM's counter.
 
     Provider-only keys (``thinking_blocks``, ``reasoning_items``) are counted as their JSON text
     length / 4, since LiteLLM's counter does not know them. Imports LiteLLM.
@@ -268,5 +279,7 @@ def count_tokens(model: str, messages: Sequence[Mapping[str, Any]]) -> int:
                 extra += len(json.dumps(item.pop(key))) // 4
             item.pop(key, None)
         plain.append(item)
-    counted: int = litellm.token_counter(model=model, messages=plain)
+    counted: int = litellm.token_counter(
+        model=model, messages=plain, tools=[dict(tool) for tool in tools] if tools else None
+    )
     return counted + extra

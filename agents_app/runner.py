@@ -14,7 +14,14 @@ through ``turn.agent_config`` and ``call.agent_config``)::
      "api": "chat" | "responses" | None,   # None = auto: Responses for ``openai/`` models
                                            # with no custom api_base, Chat Completions otherwise
      "stream": True,                # False makes one whole (non-streamed) call
-     "reasoning_effort": "low" | "medium" | "high" | None}
+     "reasoning_effort": "low" | "medium" | "high" | None,
+     # context compaction (the platform Flow compacts; see dex_agents._compaction):
+     "tool_result_max_chars": 4000, # a longer tool result is cut in the model input (the
+                                    # stored copy stays whole); default: a quarter of the
+                                    # context window (4 characters a token), else 100,000
+     "compaction_model": "openai/gpt-4o-mini",  # the summarizer's model; default: "model"
+     "message_retention_limit": 2000,           # read by the session, not the runner
+     "compaction_trigger_fraction": 0.85, "compaction_keep_fraction": 0.10}
 
 Every ``framework_item`` is an OpenAI Chat Completions message dict (``role``, ``content``,
 ``tool_calls``, ``tool_call_id``), plus what a provider needs replayed verbatim on later calls:
@@ -29,6 +36,12 @@ for tools, the turn's own items from the run state and each tool call's final re
 exactly one LiteLLM call (``acompletion`` or ``aresponses``, ``store=False``, LiteLLM retries
 off so Dex owns retries) and returns ``ToolCallsRequested`` or ``TurnCompleted``.
 ``execute_deferred_tool_call`` runs one tool through the MCP client pool.
+
+The runner is also a ``dex_agents.CompactingRunner``: it counts the input it would send with
+LiteLLM's token counter against the window (agent definition, else LiteLLM's model
+information), puts the session's summary (``turn.summary``) into the input as a system message
+after the system prompt, and summarizes with one non-streamed Chat Completions call per chunk
+(``summarize``). A provider's context-window error becomes ``ContextWindowExceededError``.
 
 Keys come from the worker's environment at call time (``agents_app.providers``); they are never
 stored, logged, or left in an error message.
@@ -72,10 +85,12 @@ from dex_agents import (
     AgentMessage,
     AgentTurnContext,
     AgentTurnOutcome,
+    ContextWindowExceededError,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    SummarizeRequest,
     ToolCallsRequested,
     ToolEffect,
     ToolExecutionError,
@@ -85,6 +100,7 @@ from dex_agents import (
     TurnMode,
     describe_tool_call_outcome,
     durable_wait_definition,
+    render_summary,
     request_user_input_definition,
     write_todos_definition,
 )
@@ -114,12 +130,14 @@ __all__ = [
     "ToolCallAccumulator",
     "build_model_input",
     "chat_message",
+    "cut_tool_result",
     "decode_run_state",
     "encode_run_state",
     "exposed_tool_name",
     "finalize_tool_calls",
     "measure_context",
     "parse_tool_arguments",
+    "summary_request_messages",
     "tool_call_delta",
     "usage_from",
 ]
@@ -146,6 +164,20 @@ _CHAT_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 _DEX_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 _DEX_ID_MAX = 64
 _RAW_ARGUMENTS_SHOWN = 500
+DEFAULT_TOOL_RESULT_MAX_CHARS = 100_000
+"""How much of one tool result the model sees when neither the agent nor the window says."""
+TOOL_RESULT_WINDOW_SHARE = 0.25
+"""Without ``tool_result_max_chars``: one tool result may fill this share of the window."""
+CHARS_PER_TOKEN = 4
+SUMMARY_INSTRUCTIONS = (
+    "Summarize the conversation for context compaction. Merge the previous summary and the "
+    "new messages into one faithful, self-contained summary that a model can continue the "
+    "conversation from: keep the user's goals, decisions and preferences, unresolved work, "
+    "tool calls with their outcomes, identifiers, numbers and facts that may be needed later. "
+    "Write plain text, no preamble."
+)
+"""The summarizer's system message (the demo model recognises its first words)."""
+_SUMMARY_MIN_MESSAGE_CHARS = 200
 
 
 class AgentConfigError(ValueError):
@@ -290,6 +322,8 @@ class AgentModelConfig:
     context_window: int | None = None
     stream: bool = True
     reasoning_effort: str | None = None
+    tool_result_max_chars: int | None = None
+    compaction_model: str | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> AgentModelConfig:
@@ -313,6 +347,11 @@ class AgentModelConfig:
         if window is not None and (not isinstance(window, int) or window <= 0):
             raise AgentConfigError("agent_config 'context_window' must be a positive integer")
         effort = config.get("reasoning_effort")
+        cut = config.get("tool_result_max_chars")
+        if cut is not None and (not isinstance(cut, int) or isinstance(cut, bool) or cut <= 0):
+            raise AgentConfigError(
+                "agent_config 'tool_result_max_chars' must be a positive integer"
+            )
         tools = tuple(AgentToolEntry.from_config(item) for item in config.get("tools") or ())
         servers = sorted({entry.server for entry in tools})
         return cls(
@@ -327,6 +366,8 @@ class AgentModelConfig:
             context_window=window,
             stream=config.get("stream", True) is not False,
             reasoning_effort=str(effort) if effort else None,
+            tool_result_max_chars=cut,
+            compaction_model=str(config.get("compaction_model") or "") or None,
         )
 
     def for_turn_mode(self, mode: TurnMode) -> AgentModelConfig:
@@ -340,6 +381,18 @@ class AgentModelConfig:
         else:
             tools = tuple(entry for entry in self.tools if entry.name != WRITE_TODOS_TOOL)
         return replace(self, tools=tools)
+    def window(self) -> int | None:
+        """The context window in tokens: the agent's, else LiteLLM's (imports LiteLLM)."""
+        return context_window(self.model, self.context_window)
+
+    def tool_result_limit(self) -> int:
+        """How many characters of one tool result the model sees (see the module docstring)."""
+        if self.tool_result_max_chars is not None:
+            return self.tool_result_max_chars
+        window = self.window()
+        if window is None:
+            return DEFAULT_TOOL_RESULT_MAX_CHARS
+        return max(1000, int(window * TOOL_RESULT_WINDOW_SHARE) * CHARS_PER_TOKEN)
 
     def tool(self, name: str) -> AgentToolEntry | None:
         """The enabled tool with exposed ``name``, or ``None``."""
@@ -464,13 +517,15 @@ def build_model_input(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Rebuild the model input for one call of ``turn`` from committed state.
 
-    Returns ``(messages, turn_items)``: ``messages`` is the system prompt, every stored message,
+    Returns ``(messages, turn_items)``: ``messages`` is the system prompt, the session's summary
+    (a system message, once a compaction ran), every stored message ``turn.messages`` holds,
     then ``turn_items``, each as stored (provider keys included; see :func:`chat_message` and
-    ``responses_input`` for the wire forms); ``turn_items`` are the items this turn produced
-    after its user message (empty on the first call; restored from the run state plus one tool
-    result per requested call, rendered with ``describe_tool_call_outcome``, when resuming),
-    followed by the turn's steered user messages (``turn.steered_messages``, Steer), so they
-    stay in the run state and the turn's stored messages.
+    ``responses_input`` for the wire forms) except that a tool result longer than
+    ``config.tool_result_limit()`` is cut in ``messages``; ``turn_items`` are the items this
+    turn produced after its user message (empty on the first call; restored from the run state
+    plus one tool result per requested call, rendered with ``describe_tool_call_outcome``, when
+    resuming), followed by the turn's steered user messages (``turn.steered_messages``, Steer),
+    so they stay in the run state and the turn's stored messages.
 
     Raises:
         ValueError: If the run state is unusable or a tool call record is missing or not final.
@@ -482,6 +537,8 @@ def build_model_input(
         messages.append({"role": "system", "content": planning_prompt(turn.plan)})
     elif turn.turn_mode is TurnMode.EXECUTING and turn.plan is not None:
         messages.append({"role": "system", "content": executing_prompt(turn.plan)})
+    if turn.summary is not None:
+        messages.append({"role": "system", "content": render_summary(turn.summary)})
     messages.extend(stored_message_item(message) for message in turn.messages)
     turn_items: list[dict[str, Any]] = []
     if turn.framework_run_state is not None:
@@ -494,7 +551,66 @@ def build_model_input(
         for item in turn.steered_messages
     )
     messages.extend(turn_items)
-    return messages, turn_items
+    limit = config.tool_result_limit()
+    return [cut_tool_result(item, limit) for item in messages], turn_items
+
+
+def cut_tool_result(item: Mapping[str, Any], limit: int) -> dict[str, Any]:
+    """``item``, or a copy whose tool result text is cut to ``limit`` characters plus a note
+    saying how much was left out (the stored item is never changed)."""
+    content = item.get("content")
+    if item.get("role") != "tool" or not isinstance(content, str) or len(content) <= limit:
+        return item if isinstance(item, dict) else dict(item)
+    omitted = len(content) - limit
+    note = f"\n[... {omitted} more characters of this tool result are not shown]"
+    return {**item, "content": content[:limit] + note}
+
+
+def _transcript_text(item: Mapping[str, Any]) -> str:
+    """One stored item as the summarizer reads it: its text, plus its tool calls."""
+    content = item.get("content")
+    text = content if isinstance(content, str) else ""
+    functions = [
+        call.get("function") or {}
+        for call in item.get("tool_calls") or ()
+        if isinstance(call, Mapping)
+    ]
+    calls = [f"{function.get('name')}({function.get('arguments')})" for function in functions]
+    if calls:
+        text = (text + "\n" if text else "") + "called " + ", ".join(calls)
+    return text
+
+
+def summary_request_messages(
+    model: str,
+    previous_summary: str,
+    items: Sequence[Mapping[str, Any]],
+    sequences: Sequence[int],
+    budget_tokens: int,
+) -> list[dict[str, str]]:
+    """The summarizer's input: ``SUMMARY_INSTRUCTIONS`` and one user message with the previous
+    summary and the transcript, one ``[<role> #<sequence>]`` header per message followed by its
+    text. Each text is cut (halving, down to 200 characters) until the whole input fits
+    ``budget_tokens`` by LiteLLM's count, so compaction never overflows itself."""
+    texts = [_transcript_text(item) for item in items]
+    cap = max((len(text) for text in texts), default=0)
+    while True:
+        transcript = "\n\n".join(
+            f"[{item.get('role')} #{sequence}]\n{text[:cap]}"
+            + (" [...]" if len(text) > cap else "")
+            for item, sequence, text in zip(items, sequences, texts, strict=True)
+        )
+        messages = [
+            {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+            {
+                "role": "user",
+                "content": f"Previous summary:\n{previous_summary or '(none)'}\n\n"
+                f"New messages:\n{transcript}",
+            },
+        ]
+        if cap <= _SUMMARY_MIN_MESSAGE_CHARS or count_tokens(model, messages) <= budget_tokens:
+            return messages
+        cap = max(_SUMMARY_MIN_MESSAGE_CHARS, cap // 2)
 
 
 def parse_tool_arguments(tool_name: str, arguments: str) -> dict[str, Any]:
@@ -807,9 +923,84 @@ class LiteLLMRunner:
             raise
         except Exception as error:
             redacted = _redact(error, api_key)
+            if isinstance(error, litellm.ContextWindowExceededError):
+                # The session compacts once and retries (dex_agents.CompactingRunner).
+                raise ContextWindowExceededError(str(redacted or error)) from None
             if redacted is not None:
                 raise redacted from None
             raise
+
+    # --- dex_agents.CompactingRunner (context compaction) -------------------------------------
+
+    def context_window(self, agent_config: dict[str, Any] | None) -> int | None:
+        """The session's context window: the agent definition's, else LiteLLM's model
+        information, else ``None``."""
+        return self._config(agent_config).window()
+
+    def count_input_tokens(self, turn: AgentTurnContext) -> int:
+        """LiteLLM's token count of the input ``run_model_step(turn)`` would send, the tools
+        offered with it included."""
+        config = self._config(turn.agent_config).for_turn_mode(turn.turn_mode)
+        messages, _ = build_model_input(config, turn)
+        tools = [entry.as_openai_tool() for entry in config.tools]
+        return count_tokens(config.model, [chat_message(item) for item in messages], tools)
+
+    def count_message_tokens(
+        self, message: AgentMessage, agent_config: dict[str, Any] | None
+    ) -> int:
+        """LiteLLM's token count of one stored message as the model sees it (tool results
+        cut)."""
+        config = self._config(agent_config)
+        item = cut_tool_result(stored_message_item(message), config.tool_result_limit())
+        return count_tokens(config.model, [chat_message(item)])
+
+    async def summarize(self, request: SummarizeRequest) -> str:
+        """Fold ``request.messages`` into the previous summary with one non-streamed Chat
+        Completions call (``compaction_model``, else the agent's model).
+
+        The input stays within ``request.input_budget_tokens``: each message is cut (to no
+        less than 200 characters) until it fits; the answer is asked for with ``max_tokens``
+        and cut to the summary budget.
+
+        Raises:
+            ModelResponseError: An empty summary.
+            AgentConfigError, ModelCallError, Exception: As ``run_model_step``.
+        """
+        config = self._config(request.agent_config)
+        model = config.compaction_model or config.model
+        messages = summary_request_messages(
+            model,
+            request.previous_summary,
+            [stored_message_item(message) for message in request.messages],
+            [message.sequence for message in request.messages],
+            request.input_budget_tokens,
+        )
+        litellm = _litellm()
+        api_key = config.api_key()
+        call: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "stream": False,
+            "max_tokens": request.summary_budget_tokens,
+            "timeout": DEFAULT_MODEL_TIMEOUT,
+            "max_retries": 0,
+            "num_retries": 0,
+        }
+        if config.api_base:
+            call["api_base"] = config.api_base
+        if api_key is not None:
+            call["api_key"] = api_key
+        try:
+            response = await litellm.acompletion(**call, drop_params=True)
+        except Exception as error:
+            redacted = _redact(error, api_key)
+            if redacted is not None:
+                raise redacted from None
+            raise
+        text = read_chat_response(response).text.strip()
+        if not text:
+            raise ModelResponseError("the summarizer returned an empty summary")
+        return text[: request.summary_budget_tokens * CHARS_PER_TOKEN]
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         """Make one model call for ``turn`` (seed "run_model_step(turn)").

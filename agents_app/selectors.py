@@ -210,32 +210,23 @@ def session_detail_extras(
 def session_messages_page(
     *, session: AgentSession, before: int | None, limit: int
 ) -> dict[str, Any]:
-    """One page of stored messages, oldest first, ending just before ``before``.
+    """One page of retained messages, oldest first, ending just before ``before`` (the newest
+    page when ``before`` is None).
 
-    Message sequences run 1..n without gaps (seed "Persistence"), so the page is read with
-    ``list_agent_messages(after_sequence=before - 1 - limit)``; without ``before`` it is the
-    newest ``limit`` messages of the snapshot.
+    Reads ``AgentSessionClient.list_agent_messages_before``, which loads only the page's
+    message instances; with context compaction the oldest messages may have been deleted after
+    they were summarized, so paging stops at the oldest retained one.
 
     Returns:
         ``{"messages": [message data, see dex_gateway.message_to_data], "next_before": the
-        smallest sequence of the page when older messages exist, else None}``.
+        smallest sequence of the page when older retained messages exist, else None}``.
 
     Raises:
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
-    if before is None:
-        messages = session_snapshot_get(session=session)["messages"][-limit:]
-    else:
-        after = max(0, before - 1 - limit)
-        page = dex_gateway.run(
-            dex_gateway.session_messages(session_id=session.id, after_sequence=after, limit=limit)
-        )
-        messages = [message for message in page if message["sequence"] < before]
-    first = messages[0]["sequence"] if messages else None
-    return {
-        "messages": messages,
-        "next_before": first if first is not None and first > 1 else None,
-    }
+    return dex_gateway.run(
+        dex_gateway.session_messages_before(session_id=session.id, before=before, limit=limit)
+    )
 
 
 def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[str, Any]]:

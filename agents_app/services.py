@@ -428,6 +428,9 @@ def user_token_get_or_create(*, username: str, staff: bool = False) -> tuple[str
 
 DEMO_AGENT_SLUG = "demo"
 DEMO_MODEL = "openai/dexagents-demo"
+#: The demo agent with a small context window, to show context compaction (``/big <n>``).
+DEMO_SMALL_AGENT_SLUG = "demo-small"
+DEMO_SMALL_CONTEXT_WINDOW = 4000
 DEMO_USERNAME = "demo"
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD_ENV = "DEXAGENTS_ADMIN_PASSWORD"
@@ -572,6 +575,9 @@ DEMO_SERVERS = (
     ),
 )
 DEMO_SERVER_NAME = DEMO_SERVERS[0].name
+#: The demo servers whose tools the ``demo-small`` agent gets: web search, and the documents
+#: (whose resources can be long, to show tool results cut for the model).
+SMALL_SERVERS = frozenset({"search", "docs"})
 DEMO_TOOL_NAME = DEMO_SERVERS[0].tools[0].name
 DEMO_SERVER_ARGS = DEMO_SERVERS[0].args
 
@@ -586,6 +592,14 @@ class DemoSeedResult:
 
 
 DEMO_LOOPBACK_PREFIX = "http://127.0.0.1:"
+
+
+def _follow_demo_model(agent: AgentDefinition) -> None:
+    """Point a demo agent still on a loopback demo model at this checkout's demo model."""
+    demo_api_base = settings.DEXAGENTS["DEMO_MODEL_API_BASE"]
+    if agent.api_base.startswith(DEMO_LOOPBACK_PREFIX) and agent.api_base != demo_api_base:
+        agent.api_base = demo_api_base
+        agent.save(update_fields=["api_base"])
 
 
 @transaction.atomic
@@ -603,7 +617,9 @@ def demo_seed() -> DemoSeedResult:
     tool rows while no discovery has run, the ``demo`` agent on the local demo model
     (``DEXAGENTS["DEMO_MODEL_API_BASE"]``) with ``search__web_search``,
     ``slack__search_messages``, ``slack__post_message``, ``docs__search_documents`` and
-    ``docs__create_document``, the user ``demo`` whose password (for the browser pages) is
+    ``docs__create_document``, the ``demo-small`` agent (the same model with a 4,000-token
+    context window and the search and docs tools, to show context compaction), the user ``demo``
+    whose password (for the browser pages) is
     ``$DEXAGENTS_DEMO_PASSWORD`` or generated, and the superuser ``admin`` whose password is
     ``$DEXAGENTS_ADMIN_PASSWORD`` or generated. A ``demo`` user without a usable password (made
     by an older version, which gave it a token only) gets one the same way. The tools of a demo
@@ -674,10 +690,27 @@ def demo_seed() -> DemoSeedResult:
     else:
         if new_server_tools:
             agent.tools.add(*new_server_tools)
-        demo_api_base = settings.DEXAGENTS["DEMO_MODEL_API_BASE"]
-        if agent.api_base.startswith(DEMO_LOOPBACK_PREFIX) and agent.api_base != demo_api_base:
-            agent.api_base = demo_api_base
-            agent.save(update_fields=["api_base"])
+        _follow_demo_model(agent)
+    small, small_created = AgentDefinition.objects.get_or_create(
+        slug=DEMO_SMALL_AGENT_SLUG,
+        defaults={
+            "name": "Demo agent, small context",
+            "description": (
+                "The demo model with a 4,000-token context window: older messages are "
+                "summarized as the conversation grows (try /big 4)."
+            ),
+            "model": DEMO_MODEL,
+            "api_base": settings.DEXAGENTS["DEMO_MODEL_API_BASE"],
+            "api_key_env": "",
+            "system_prompt": "You are a helpful assistant with a small context window.",
+            "context_window": DEMO_SMALL_CONTEXT_WINDOW,
+        },
+    )
+    if small_created:
+        created.append(f"agent {small.slug}")
+        small.tools.add(*[tool for tool in agent_tools if tool.server.name in SMALL_SERVERS])
+    else:
+        _follow_demo_model(small)
 
     user_model = get_user_model()
     manager = user_model._default_manager

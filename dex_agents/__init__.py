@@ -34,6 +34,15 @@ Plans (platform addition, ``AgentSessionOptions.plans``): ``AgentUserMessage.pla
 ``planning`` turn in which only the session's ``write_todos`` runs (``AGENT_PLAN``, replaced
 whole, revision increasing); ``execute_plan`` (``PLAN_EXECUTIONS``) starts an ``executing`` turn
 without a user message; ``AgentTurnContext.turn_mode`` / ``plan`` tell the runner which.
+Context compaction and retention (platform addition, ``AgentSessionOptions.compaction``; lifts
+the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages map"): the
+``CONTEXT_SUMMARY`` Attribute (``ContextSummary``), the ``CompactContext`` Step
+(``CompactionPlan``), the ``CompactingRunner`` protocol (``SummarizeRequest``,
+``ContextWindowExceededError``), ``AgentTurnContext.summary``, ``AgentSnapshot.summary``, the
+``context_compacted`` event, and the reads ``get_message_range``, ``read_agent_messages`` and
+``get_agent_snapshot_page`` (``AgentMessageRange``, ``ReadAgentMessagesRequest``,
+``AgentMessagesSlice``; ``AgentSessionClient.list_agent_messages_before`` returns
+``AgentMessagesBeforePage``).
 """
 
 from dex_agents._builtin_tools import (
@@ -46,6 +55,14 @@ from dex_agents._builtin_tools import (
     write_todos_definition,
 )
 from dex_agents._client import AgentSessionClient
+from dex_agents._compaction import (
+    CompactContext,
+    CompactingRunner,
+    CompactionOptions,
+    ContextWindowExceededError,
+    SummarizeRequest,
+    render_summary,
+)
 from dex_agents._contract import (
     CANCELLED_BY_STEER_OUTPUT,
     AgentContractError,
@@ -86,6 +103,7 @@ from dex_agents._persistence import (
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    CONTEXT_SUMMARY,
     FRAMEWORK_RUN_STATE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
@@ -104,7 +122,10 @@ from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
     AgentMessageQueue,
+    AgentMessageRange,
+    AgentMessagesBeforePage,
     AgentMessagesPage,
+    AgentMessagesSlice,
     AgentPlan,
     AgentQueuedMessage,
     AgentSessionConfig,
@@ -115,6 +136,8 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    CompactionPlan,
+    ContextSummary,
     ListAgentMessagesRequest,
     MessageRole,
     PendingTimer,
@@ -125,6 +148,7 @@ from dex_agents._records import (
     PlanTask,
     PlanTaskStatus,
     QueuedMessageRequest,
+    ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolCallCompleted,
@@ -161,6 +185,7 @@ __all__ = [
     "AGENT_TOOL_CALLS",
     "AGENT_USAGE",
     "CANCELLED_BY_STEER_OUTPUT",
+    "CONTEXT_SUMMARY",
     "DURABLE_WAIT_TOOL",
     "EXECUTE_COMPLETED_EVENT",
     "EXECUTE_FAILED_EVENT",
@@ -189,7 +214,10 @@ __all__ = [
     "AgentInterruptResolution",
     "AgentMessage",
     "AgentMessageQueue",
+    "AgentMessageRange",
+    "AgentMessagesBeforePage",
     "AgentMessagesPage",
+    "AgentMessagesSlice",
     "AgentPlan",
     "AgentQueuedMessage",
     "AgentSessionChange",
@@ -214,6 +242,12 @@ __all__ = [
     "CallSingleAttemptTool",
     "CallTool",
     "ClosedInterrupt",
+    "CompactContext",
+    "CompactingRunner",
+    "CompactionOptions",
+    "CompactionPlan",
+    "ContextSummary",
+    "ContextWindowExceededError",
     "DeferredToolCall",
     "DeferredToolExecution",
     "DurableWait",
@@ -229,6 +263,7 @@ __all__ = [
     "PlanTask",
     "PlanTaskStatus",
     "QueuedMessageRequest",
+    "ReadAgentMessagesRequest",
     "RecordToolFailure",
     "RecordToolOutcomeUnknown",
     "RecordTurnFailure",
@@ -238,6 +273,7 @@ __all__ = [
     "RunModel",
     "StartAgentSession",
     "StepHistoryEntry",
+    "SummarizeRequest",
     "ToolCallCompleted",
     "ToolCallStatus",
     "ToolCallsRequested",
@@ -257,6 +293,7 @@ __all__ = [
     "is_approval_required",
     "message_sequence_key",
     "read_flow_step_history",
+    "render_summary",
     "request_user_input_definition",
     "write_todos_definition",
 ]

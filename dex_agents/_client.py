@@ -6,12 +6,16 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from dex import AsyncClient, RpcLockConflictError
+from dex import AsyncClient, RPCInvokeOptions, RpcLockConflictError
 
+from dex_agents._compaction import MAX_READ_MESSAGES, message_loads
 from dex_agents._flow import AgentSessionFlow
 from dex_agents._records import (
     AgentMessageQueue,
+    AgentMessageRange,
+    AgentMessagesBeforePage,
     AgentMessagesPage,
+    AgentMessagesSlice,
     AgentSessionStartInput,
     AgentSnapshot,
     AgentUserMessage,
@@ -19,6 +23,7 @@ from dex_agents._records import (
     PlanExecutionRequest,
     PlanExecutionResult,
     QueuedMessageRequest,
+    ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolPolicy,
@@ -28,6 +33,8 @@ from dex_agents._records import (
 #: How long ``resolve_interrupt`` retries ``RpcLockConflictError`` (seed "RPCs").
 LOCK_CONFLICT_RETRY_SECONDS = 5.0
 _LOCK_CONFLICT_PAUSE_SECONDS = 0.05
+#: How often a compacting Flow's client re-reads a page whose range moved while it read.
+_STALE_READ_ATTEMPTS = 5
 
 
 class AgentSessionClient:
@@ -196,7 +203,24 @@ class AgentSessionClient:
                 await asyncio.sleep(_LOCK_CONFLICT_PAUSE_SECONDS)
 
     async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
-        """The session's snapshot; works for retained closed sessions too."""
+        """The session's snapshot; works for retained closed sessions too.
+
+        When the Flow compacts (platform addition) it loads only the last page of messages:
+        ``get_message_range``, then ``get_agent_snapshot_page`` with those instances (again if
+        a turn stored messages in between).
+        """
+        if self.flow.options.compaction is not None:
+            for _ in range(_STALE_READ_ATTEMPTS):
+                known = await self.get_message_range(session_id)
+                first = max(known.first_retained_sequence, known.last_sequence - 199)
+                paged: AgentSnapshot = await self.client.invoke_rpc(
+                    self.flow.get_agent_snapshot_page,
+                    session_id,
+                    options=_loading(first, known.last_sequence),
+                )
+                stored = paged.state.message_count if paged.state is not None else 0
+                if stored == known.last_sequence:
+                    return paged
         snapshot: AgentSnapshot = await self.client.invoke_rpc(
             self.flow.get_agent_snapshot, session_id
         )
@@ -205,7 +229,23 @@ class AgentSessionClient:
     async def list_agent_messages(
         self, session_id: str, *, after_sequence: int = 0, limit: int = 200
     ) -> AgentMessagesPage:
-        """Messages with ``sequence > after_sequence``, oldest first; ``limit`` clamped 1..200."""
+        """Messages with ``sequence > after_sequence``, oldest first; ``limit`` clamped 1..200.
+
+        When the Flow compacts (platform addition) only retained messages exist, and only the
+        page's instances are loaded.
+        """
+        if self.flow.options.compaction is not None:
+            limit = min(max(limit, 1), MAX_READ_MESSAGES)
+            for _ in range(_STALE_READ_ATTEMPTS):
+                known = await self.get_message_range(session_id)
+                first = max(after_sequence + 1, known.first_retained_sequence)
+                last = min(known.last_sequence, first + limit - 1)
+                read = await self._read_messages(session_id, first, last)
+                if read.complete:
+                    return AgentMessagesPage(
+                        messages=read.messages,
+                        has_more=last < read.message_range.last_sequence,
+                    )
         page: AgentMessagesPage = await self.client.invoke_rpc(
             self.flow.list_agent_messages,
             session_id,
@@ -213,6 +253,55 @@ class AgentSessionClient:
         )
         return page
 
+    async def get_message_range(self, session_id: str) -> AgentMessageRange:
+        """Platform addition: the oldest retained, newest and last summarized sequences."""
+        known: AgentMessageRange = await self.client.invoke_rpc(
+            self.flow.get_message_range, session_id
+        )
+        return known
+
+    async def list_agent_messages_before(
+        self, session_id: str, *, before: int | None = None, limit: int = 50
+    ) -> AgentMessagesBeforePage:
+        """Platform addition: the newest ``limit`` (clamped 1..200) retained messages with
+        ``sequence < before`` (the newest when ``before`` is ``None``), oldest first, and
+        ``next_before_sequence`` for the older page. Loads only the page's instances."""
+        limit = min(max(limit, 1), MAX_READ_MESSAGES)
+        known = await self.get_message_range(session_id)
+        read: AgentMessagesSlice | None = None
+        for _ in range(_STALE_READ_ATTEMPTS):
+            last = known.last_sequence if before is None else min(before - 1, known.last_sequence)
+            first = max(known.first_retained_sequence, last - limit + 1)
+            read = await self._read_messages(session_id, first, last)
+            if read.complete:
+                break
+            known = read.message_range
+        assert read is not None
+        oldest = read.message_range.first_retained_sequence
+        head = read.messages[0].sequence if read.messages else None
+        return AgentMessagesBeforePage(
+            messages=read.messages,
+            next_before_sequence=head if head is not None and head > oldest else None,
+            first_retained_sequence=oldest,
+        )
+
+    async def _read_messages(self, session_id: str, first: int, last: int) -> AgentMessagesSlice:
+        if last < first:
+            known = await self.get_message_range(session_id)
+            return AgentMessagesSlice(messages=[], message_range=known)
+        read: AgentMessagesSlice = await self.client.invoke_rpc(
+            self.flow.read_agent_messages,
+            session_id,
+            ReadAgentMessagesRequest(first_sequence=first, last_sequence=last),
+            options=_loading(first, last),
+        )
+        return read
+
     async def stop_session(self, session_id: str) -> None:
         """Stop the session's Flow (``AsyncClient.stop_flow``); its state stays readable."""
         await self.client.stop_flow(session_id)
+
+
+def _loading(first: int, last: int) -> RPCInvokeOptions:
+    """Per-call loads of the ``AGENT_MESSAGES`` instances ``first..last``."""
+    return RPCInvokeOptions(load_attribute_map_instances=message_loads(first, last))

@@ -16,6 +16,7 @@ from dex_agents._records import (
     AgentPlan,
     AgentToolCall,
     AgentUsage,
+    ContextSummary,
     MessageRole,
     ToolCallStatus,
     ToolEffect,
@@ -145,6 +146,9 @@ class AgentTurnContext:
         turn_id: ``"turn-<n>"``.
         attempt: One-based ``RunModel`` attempt.
         messages: Every stored message in sequence order; the last user message is this turn's.
+            With ``AgentSessionOptions.compaction`` (platform addition) only the messages after
+            ``summary.through_sequence``: the session never summarizes a message of the running
+            turn, so this turn's user message is still among them.
         framework_run_state: ``None`` on the turn's first model call, else the last
             ``ToolCallsRequested.framework_run_state`` of this turn.
         tool_calls: This turn's records by tool call ID; all final when ``RunModel`` runs.
@@ -161,6 +165,10 @@ class AgentTurnContext:
             ``plan`` and keeps its task statuses with ``write_todos``, ``chat`` is an ordinary
             turn (``write_todos`` fails).
         plan: Platform addition: the current plan, or ``None``.
+        summary: Platform addition (``AgentSessionOptions.compaction``): the cumulative summary
+            of the messages before ``messages`` once a compaction ran, else ``None``. A runner
+            puts its ``text`` into the model input (for example as a system message) before
+            ``messages``.
     """
 
     flow_id: str
@@ -176,6 +184,7 @@ class AgentTurnContext:
     steered_messages: Sequence[FrameworkMessage] = ()
     turn_mode: TurnMode = TurnMode.CHAT
     plan: AgentPlan | None = None
+    summary: ContextSummary | None = None
 
     @property
     def is_resuming(self) -> bool:

@@ -59,6 +59,15 @@ class AgentEventType(StrEnum):
     - ``plan_updated``: ``revision`` (int), ``status`` (``PlanStatus``), ``task_count`` (int);
     - ``plan_started``: ``revision`` (int); an ``execute_plan`` turn began (its
       ``turn_started`` carries ``sequence: None`` and ``plan_revision``).
+    Platform additions written by the CompactContext Step of a session with
+    ``AgentSessionOptions.compaction``:
+
+    - ``context_compaction_started``: ``through_sequence`` (int, the chunk's last message),
+      ``reason``; before the summarizer runs (each attempt);
+    - ``context_compacted``: ``through_sequence`` (int, messages up to here are summarized),
+      ``generation`` (int), ``first_retained_sequence`` (int, the oldest stored message),
+      ``deleted_count`` (int, messages retention deleted in this commit), ``reason``
+      (``context``, ``retention`` or ``overflow``); once per committed chunk.
 
     Platform additions written by an application through its Dex client, not by a Step (their
     ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
@@ -89,6 +98,8 @@ class AgentEventType(StrEnum):
     USAGE_RECORDED = "usage_recorded"
     TOOL_PROGRESS = "tool_progress"
     TOOL_LOG = "tool_log"
+    CONTEXT_COMPACTION_STARTED = "context_compaction_started"
+    CONTEXT_COMPACTED = "context_compacted"
     MESSAGE_QUEUED = "message_queued"
     QUEUE_CHANGED = "queue_changed"
     SESSION_STOPPED = "session_stopped"

@@ -21,6 +21,15 @@ from dex import (
     rpc,
 )
 
+from dex_agents._compaction import (
+    CompactContext,
+    CompactingRunner,
+    CompactionOptions,
+    message_range,
+    read_messages,
+    snapshot_messages,
+    snapshot_summary,
+)
 from dex_agents._contract import AgentFrameworkRunner
 from dex_agents._events import AgentEvent
 from dex_agents._observer import AgentSessionObserver
@@ -30,6 +39,7 @@ from dex_agents._persistence import (
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    COMPACTION_DEFINITIONS,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
     PENDING_TIMER,
@@ -45,7 +55,9 @@ from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
     AgentMessageQueue,
+    AgentMessageRange,
     AgentMessagesPage,
+    AgentMessagesSlice,
     AgentPlan,
     AgentQueuedMessage,
     AgentSessionStartInput,
@@ -57,6 +69,7 @@ from dex_agents._records import (
     PlanExecutionRequest,
     PlanExecutionResult,
     QueuedMessageRequest,
+    ReadAgentMessagesRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolEffect,
@@ -117,6 +130,13 @@ class AgentSessionOptions:
         plans: Platform addition: a ``plan_mode`` message starts a ``planning`` turn (only the
             session's ``write_todos`` runs; it replaces ``AGENT_PLAN`` whole), and
             ``execute_plan`` starts an ``executing`` turn without a user message.
+        compaction: Platform addition that lifts the seed's limit "RunModel and
+            get_agent_snapshot load the whole AgentMessages map": RunModel loads only the
+            summary and the unsummarized messages, compacts older messages into
+            ``CONTEXT_SUMMARY`` (a CompactContext Step) before a call that would pass the
+            trigger fraction of the context window, and the map keeps the newest
+            ``retention_limit`` messages (``dex_agents._compaction``). The runner must be a
+            ``CompactingRunner``. ``None`` keeps the seed's behaviour.
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
@@ -128,6 +148,7 @@ class AgentSessionOptions:
     durable_waits: bool = False
     user_input: bool = False
     plans: bool = False
+    compaction: CompactionOptions | None = None
 
 
 class AgentSessionFlow(Flow[AgentSessionStartInput]):
@@ -152,6 +173,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     ) -> None:
         self.runner = runner
         self.options = options or AgentSessionOptions()
+        if self.options.compaction is not None and not isinstance(runner, CompactingRunner):
+            raise TypeError("AgentSessionOptions.compaction needs a CompactingRunner")
         self._flow_type = flow_type
         self.agent_events: Stream[AgentEvent] = Stream(
             AGENT_EVENTS_STREAM_NAME, AgentEvent, self.options.agent_events_capacity_bytes
@@ -173,10 +196,13 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             RecordTurnFailure(self),
             DurableWait(self),
             AwaitUserInput(self),
+            CompactContext(self),
         )
 
     def get_persistence_schema(self) -> PersistenceSchema:
-        return PersistenceSchema.of(*SHARED_DEFINITIONS, self.agent_events)
+        return PersistenceSchema.of(
+            *SHARED_DEFINITIONS, *COMPACTION_DEFINITIONS, self.agent_events
+        )
 
     @rpc(is_transactional=True)
     def send_user_message(self, context: Context, message: AgentUserMessage) -> RPCResult[bool]:
@@ -340,7 +366,6 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         queued message count, plus (platform addition) the queued messages themselves; also
         served for retained closed sessions."""
         state = AGENT_STATE.get(context)
-        keys = AGENT_MESSAGES.get_all_instance_keys(context)[-SNAPSHOT_MESSAGE_LIMIT:]
         tool_calls = sorted(
             (
                 AGENT_TOOL_CALLS.get(context, key)
@@ -351,7 +376,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         return RPCResult(
             AgentSnapshot(
                 state=state,
-                messages=[AGENT_MESSAGES.get(context, key) for key in keys],
+                messages=snapshot_messages(context, SNAPSHOT_MESSAGE_LIMIT),
                 pending_interrupts=list(PENDING_INTERRUPTS.get(context) or []),
                 tool_calls=tool_calls,
                 usage=AGENT_USAGE.get(context) or AgentUsage(),
@@ -363,6 +388,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 pending_input=PENDING_USER_INPUT.get(context),
                 plan=_visible_plan(AGENT_PLAN.get(context)),
                 plan_execution_requested=PLAN_EXECUTIONS.size(context) > 0,
+                summary=snapshot_summary(context),
             )
         )
 
@@ -379,6 +405,36 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         ]
         messages: list[AgentMessage] = [AGENT_MESSAGES.get(context, key) for key in keys[:limit]]
         return RPCResult(AgentMessagesPage(messages=messages, has_more=len(keys) > limit))
+
+    # --- context compaction and retention (platform addition) ---------------------------------
+
+    @rpc
+    def get_message_range(self, context: Context) -> RPCResult[AgentMessageRange]:
+        """Platform addition: the retained and summarized message sequences (loads no
+        message)."""
+        return RPCResult(message_range(context))
+
+    @rpc
+    def read_agent_messages(
+        self, context: Context, request: ReadAgentMessagesRequest
+    ) -> RPCResult[AgentMessagesSlice]:
+        """Platform addition: retained messages ``first..last`` (at most 200), oldest first.
+
+        Loads only the instances the caller adds per call
+        (``dex.RPCInvokeOptions.load_attribute_map_instances``); ``complete`` is False when a
+        retained message in the range was not among them.
+        """
+        return RPCResult(read_messages(context, request))
+
+    @rpc(
+        load_attribute_maps=(AGENT_TOOL_CALLS,),
+        load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES),
+    )
+    def get_agent_snapshot_page(self, context: Context) -> RPCResult[AgentSnapshot]:
+        """Platform addition: ``get_agent_snapshot`` loading only the last page's messages,
+        which the caller adds per call (``AgentSessionClient.get_agent_snapshot`` does when
+        the Flow compacts); messages it did not load are left out."""
+        return self.get_agent_snapshot(context)
 
 
 def _stamped(message: AgentUserMessage) -> AgentUserMessage:

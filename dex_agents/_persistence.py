@@ -20,6 +20,7 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    ContextSummary,
     PendingTimer,
     PendingUserInput,
     PlanExecutionRequest,
@@ -99,3 +100,10 @@ SHARED_DEFINITIONS = (
     AGENT_PLAN,
     PLAN_EXECUTIONS,
 )
+
+#: ``ContextSummary`` Attribute (platform addition, ``AgentSessionOptions.compaction``): the
+#: cumulative summary of the older messages and the retained message range.
+CONTEXT_SUMMARY: Attribute[ContextSummary] = Attribute("CONTEXT_SUMMARY", ContextSummary)
+
+#: The definitions of context compaction; part of every agent Flow's schema.
+COMPACTION_DEFINITIONS = (CONTEXT_SUMMARY,)

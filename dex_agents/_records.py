@@ -580,6 +580,8 @@ class AgentSnapshot:
             and once cleared).
         plan_execution_requested: Platform addition: ``execute_plan`` was accepted and the
             execution turn has not started yet.
+        summary: Platform addition (``AgentSessionOptions.compaction``): the cumulative summary
+            of the older messages once a compaction ran, else ``None``.
     """
 
     state: AgentState | None
@@ -595,10 +597,13 @@ class AgentSnapshot:
     pending_input: PendingUserInput | None = None
     plan: AgentPlan | None = None
     plan_execution_requested: bool = False
+    summary: ContextSummary | None = None
 
     def __post_init__(self) -> None:
         if self.plan is not None:
             object.__setattr__(self, "plan", _coerce(self.plan, AgentPlan))
+        if self.summary is not None:
+            object.__setattr__(self, "summary", _coerce(self.summary, ContextSummary))
         if self.pending_timer is not None:
             object.__setattr__(self, "pending_timer", _coerce(self.pending_timer, PendingTimer))
         if self.pending_input is not None:
@@ -640,3 +645,114 @@ def message_sequence_key(sequence: int) -> str:
     if not 1 <= sequence <= 999_999_999_999:
         raise ValueError(f"message sequence out of range: {sequence}")
     return f"{sequence:012d}"
+
+
+# --- context compaction and retention (platform addition, AgentSessionOptions.compaction) ------
+
+
+@dataclass(frozen=True)
+class ContextSummary:
+    """The ``CONTEXT_SUMMARY`` Attribute: what the model no longer sees message by message.
+
+    Absent until the first compaction commits (read as ``ContextSummary()``).
+
+    Attributes:
+        generation: Compactions committed so far (one per summarized chunk).
+        through_sequence: Messages ``1..through_sequence`` are covered by ``text``; the model
+            sees ``text`` and the messages after it.
+        text: The cumulative summary.
+        first_retained_sequence: The oldest message ``AGENT_MESSAGES`` still holds; older ones
+            were deleted after they were summarized (retention).
+        overflow_retry_of: The model call (``"<turn_id>:<tool call count>"``) whose context
+            window error the last compaction answered; a second error of that call fails it.
+    """
+
+    generation: int = 0
+    through_sequence: int = 0
+    text: str = ""
+    first_retained_sequence: int = 1
+    overflow_retry_of: str = ""
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """Input of ``CompactContext``: the summary advances chunk by chunk, one Step each.
+
+    Attributes:
+        chunk_ends: Ascending message sequences; each chunk runs from the previous end (or the
+            current ``through_sequence``) + 1 to its end, and its summarizer input is bounded.
+            The last end is the cutoff.
+        reason: ``context`` (the input reached the trigger fraction of the window),
+            ``retention`` (more retained messages than the limit) or ``overflow`` (the provider
+            refused the input as too long).
+        overflow_retry_of: For ``overflow``: the model call that is retried afterwards.
+    """
+
+    chunk_ends: list[int]
+    reason: str
+    overflow_retry_of: str = ""
+
+
+@dataclass(frozen=True)
+class AgentMessageRange:
+    """Output of ``get_message_range`` (platform addition): which sequences exist.
+
+    Attributes:
+        first_retained_sequence: The oldest stored message (1 until retention deleted some).
+        last_sequence: The newest stored message (0 when there is none).
+        summarized_through_sequence: Messages up to here are covered by the summary.
+    """
+
+    first_retained_sequence: int = 1
+    last_sequence: int = 0
+    summarized_through_sequence: int = 0
+
+
+@dataclass(frozen=True)
+class ReadAgentMessagesRequest:
+    """Input of ``read_agent_messages`` (platform addition): sequences ``first..last``.
+
+    The caller loads exactly those ``AGENT_MESSAGES`` instances with
+    ``dex.RPCInvokeOptions(load_attribute_map_instances=...)``; ``AgentSessionClient`` does.
+    """
+
+    first_sequence: int
+    last_sequence: int
+
+
+@dataclass(frozen=True)
+class AgentMessagesSlice:
+    """Output of ``read_agent_messages`` (platform addition).
+
+    Attributes:
+        messages: The requested messages that exist and were loaded, oldest first.
+        message_range: The session's message range, read in the same invocation.
+        complete: False when a requested retained message was not loaded (the caller read a
+            stale range; read again).
+    """
+
+    messages: list[AgentMessage]
+    message_range: AgentMessageRange
+    complete: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "message_range", _coerce(self.message_range, AgentMessageRange)
+        )
+
+
+@dataclass(frozen=True)
+class AgentMessagesBeforePage:
+    """One page of ``AgentSessionClient.list_agent_messages_before`` (platform addition).
+
+    Attributes:
+        messages: Up to ``limit`` retained messages before the requested sequence, oldest
+            first.
+        next_before_sequence: Where the next older page ends (exclusive), or ``None`` when no
+            older retained message exists.
+        first_retained_sequence: The oldest retained message.
+    """
+
+    messages: list[AgentMessage]
+    next_before_sequence: int | None
+    first_retained_sequence: int = 1

@@ -44,6 +44,15 @@ from dex_agents._builtin_tools import (
     wait_completed_output,
     waiting_for_user_output,
 )
+from dex_agents._compaction import (
+    ContextWindowExceededError,
+    ModelContext,
+    compact_after_overflow,
+    compact_before_model_call,
+    load_model_context,
+    next_model_call,
+    retain_newest,
+)
 from dex_agents._contract import (
     CANCELLED_BY_STEER_OUTPUT,
     AgentContractError,
@@ -192,6 +201,10 @@ async def _background_heartbeat(context: AsyncContext) -> AsyncIterator[None]:
             await task
 
 
+#: Shared with ``dex_agents._compaction``'s CompactContext.
+background_heartbeat = _background_heartbeat
+
+
 def _recovery_detail(context: AsyncContext) -> str:
     error = context.recovery_error
     if error is None:
@@ -210,6 +223,10 @@ def _load_all(context: AsyncContext) -> dict[str, AgentToolCall]:
 
 def _config(context: AsyncContext) -> AgentSessionConfig:
     return AGENT_CONFIG.get(context) or AgentSessionConfig()
+
+
+#: Shared with ``dex_agents._compaction``'s CompactContext.
+session_config = _config
 
 
 #: How many steered messages one Step takes at most (all of them, in practice).
@@ -324,6 +341,11 @@ RUN_MODEL_OPTIONS = _sync_options(
     ),
     execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
 )
+#: RunModel with ``AgentSessionOptions.compaction``: movements add the unsummarized tail's
+#: ``AGENT_MESSAGES`` instances (``dex_agents._compaction.run_model_movement``).
+COMPACTING_RUN_MODEL_OPTIONS = replace(
+    RUN_MODEL_OPTIONS, execute_load_attribute_maps=(AGENT_TOOL_CALLS,)
+)
 RESUME_TURN_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALLS,))
 #: ResumeTurn of a steering session: it may withdraw approvals, so it locks PendingInterrupts.
 STEERING_RESUME_TURN_OPTIONS = _sync_options(
@@ -415,7 +437,7 @@ async def _start_turn(
     events.write_event(AgentEventType.TURN_STARTED, {"sequence": sequence})
     events.close()
     await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
-    return go_to(RunModel, None)
+    return next_model_call(flow, context)
 
 
 async def _start_plan_turn(
@@ -444,7 +466,7 @@ async def _start_plan_turn(
     events.write_event(AgentEventType.PLAN_STARTED, {"revision": plan.revision})
     events.close()
     await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
-    return go_to(RunModel, None)
+    return next_model_call(flow, context)
 
 
 def _write_plan(
@@ -663,7 +685,10 @@ class RunModel(_SessionStep, Step[None]):
     """
 
     def get_step_options(self) -> StepOptions:
-        return RUN_MODEL_OPTIONS.on_execute_failure_proceed_to(
+        options = RUN_MODEL_OPTIONS
+        if self._flow.options.compaction is not None:
+            options = COMPACTING_RUN_MODEL_OPTIONS
+        return options.on_execute_failure_proceed_to(
             RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS
         )
 
@@ -681,10 +706,9 @@ class RunModel(_SessionStep, Step[None]):
         steered: list[AgentUserMessage] = [answer] if answer is not None else []
         if flow.options.steering:
             steered.extend(STEERED_FOR_TURN.get(context) or [])
-        messages = [
-            AGENT_MESSAGES.get(context, key)
-            for key in AGENT_MESSAGES.get_all_instance_keys(context)
-        ]
+        loaded = load_model_context(flow, context, state)  # compaction: the tail only
+        if not isinstance(loaded, ModelContext):
+            return loaded
         recorded = _load_all(context)
         config = _config(context)
         events = AgentEventWriter(flow.agent_events, context, turn_id)
@@ -693,7 +717,7 @@ class RunModel(_SessionStep, Step[None]):
                 flow_id=context.flow_id,
                 turn_id=turn_id,
                 attempt=context.attempt,
-                messages=tuple(messages),
+                messages=loaded.messages,
                 framework_run_state=FRAMEWORK_RUN_STATE.get(context) or None,
                 tool_calls=dict(recorded),
                 events=events,
@@ -710,9 +734,21 @@ class RunModel(_SessionStep, Step[None]):
                 ),
                 turn_mode=state.turn_mode,
                 plan=AGENT_PLAN.get(context) if flow.options.plans else None,
+                summary=loaded.summary,
             )
-            async with _background_heartbeat(context):
-                outcome = await flow.runner.run_model_step(turn)
+            # Context compaction: summarize first when the input is too large, and once more
+            # when the provider says so.
+            compaction = compact_before_model_call(flow, context, state, turn)
+            if compaction is not None:
+                return compaction
+            try:
+                async with _background_heartbeat(context):
+                    outcome = await flow.runner.run_model_step(turn)
+            except ContextWindowExceededError:
+                compaction = compact_after_overflow(flow, context, state, turn)
+                if compaction is None:
+                    raise
+                return compaction
             if steered and isinstance(outcome, TurnCompleted | ToolCallsRequested):
                 if answer is not None:
                     USER_INPUT_ANSWER.delete(context)
@@ -720,6 +756,7 @@ class RunModel(_SessionStep, Step[None]):
                     STEERED_FOR_TURN.delete(context)
             if isinstance(outcome, TurnCompleted):
                 decision = self._complete(context, events, state, recorded, outcome)
+                retain_newest(flow, context)  # compaction: retention after the new messages
                 await _observe(
                     flow, context, status=AgentStatus.WAITING_FOR_USER_MESSAGE, turn_id=turn_id
                 )
@@ -1188,7 +1225,7 @@ class ResumeTurn(_SessionStep, Step[int]):
             await _observe(
                 self._flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=state.turn_id
             )
-        return go_to(RunModel, None)
+        return next_model_call(self._flow, context)
 
     async def _take_steered(
         self,

@@ -62,7 +62,7 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     demo_password = demo_line.split(" / ", 1)[1].split(" ", 1)[0]
     assert get_user_model().objects.get(username="demo").check_password(demo_password)
     after_first = counts()
-    assert after_first == (3, 5, 1, 2)
+    assert after_first == (3, 5, 2, 2)  # the demo and demo-small agents
 
     second = run("seed_demo")
     assert "nothing created" in second
@@ -87,6 +87,14 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
         ("search__web_search", "read", False),
         ("slack__post_message", "non_idempotent_write", True),
         ("slack__search_messages", "read", False),
+    ]
+    small = AgentDefinition.objects.get(slug="demo-small").agent_config()
+    assert (small["model"], small["api_base"]) == (config["model"], config["api_base"])
+    assert small["context_window"] == 4000
+    assert [tool["name"] for tool in small["tools"]] == [
+        "docs__create_document",
+        "docs__search_documents",
+        "search__web_search",
     ]
     for name in ("slack", "docs"):
         state_server = McpServer.objects.get(name=name)

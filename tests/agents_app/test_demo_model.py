@@ -21,7 +21,14 @@ import httpx
 import litellm
 import pytest
 
-from agents_app.demo_model import READY_LINE_PREFIX, plan_reply, split_text
+from agents_app.demo_model import (
+    READY_LINE_PREFIX,
+    SUMMARY_REQUEST_PREFIX,
+    big_text,
+    plan_reply,
+    split_text,
+)
+from agents_app.runner import SUMMARY_INSTRUCTIONS, summary_request_messages
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_DEADLINE_SECONDS = 30.0
@@ -534,3 +541,51 @@ def test_a_stop_task_pauses_the_execution_and_the_next_one_completes_it() -> Non
     resumed = reply_for(marked, after_results=False)
     todos = json.loads(resumed.tool_calls[0].arguments)["todos"]
     assert [todo["status"] for todo in todos] == ["completed", "completed", "pending"]
+
+
+# --- context compaction: /big, /context and summaries -------------------------------------------
+
+
+def test_big_answers_n_kilobytes() -> None:
+    reply = plan_reply([{"role": "user", "content": "/big 2"}])
+    assert reply.text is not None and len(reply.text) == 2048
+    assert reply.text == big_text(2)
+    assert len(plan_reply([{"role": "user", "content": "/big 0.5"}]).text or "") == 512
+
+
+async def test_context_refuses_a_longer_input_as_litellm_context_window_error(
+    demo_base_url: str,
+) -> None:
+    short = [{"role": "user", "content": "/context 50\nhello"}]
+    response = await litellm.acompletion(**_completion_kwargs(demo_base_url, short))
+    assert response.choices[0].message.content == "You said: hello"
+    long = [{"role": "user", "content": "/context 5\n" + "word " * 20}]
+    with pytest.raises(litellm.ContextWindowExceededError):
+        await litellm.acompletion(**_completion_kwargs(demo_base_url, long), max_retries=0)
+
+
+def test_the_runner_summary_request_gets_a_deterministic_summary() -> None:
+    assert SUMMARY_INSTRUCTIONS.startswith(SUMMARY_REQUEST_PREFIX)
+    items = [
+        {"role": "user", "content": "Plan a trip to Lisbon\nin May"},
+        {"role": "assistant", "content": "Flights are booked."},
+    ]
+    messages = summary_request_messages(MODEL, "user #1: earlier", items, [4, 5], 10_000)
+    reply = plan_reply(messages)
+    assert reply.text == (
+        "user #1: earlier\nuser #4: Plan a trip to Lisbon\nassistant #5: Flights are booked."
+    )
+    assert plan_reply(messages, max_tokens=3).text == "user #1: earlier\nuser"
+
+
+async def test_summary_over_http_honours_max_tokens(demo_base_url: str) -> None:
+    items = [{"role": "user", "content": "/slow 0.1\nremember the code 4711"}]
+    messages = summary_request_messages(MODEL, "", items, [1], 10_000)
+    response = await litellm.acompletion(
+        model=MODEL,
+        api_base=f"{demo_base_url}/v1",
+        api_key="demo",
+        messages=messages,
+        max_tokens=50,
+    )
+    assert response.choices[0].message.content == "user #1: remember the code 4711"

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 from agents_app.model_replies import DeltaBuffer
-from agents_app.providers import LOCAL_SERVER_KEY
+from agents_app.providers import LOCAL_SERVER_KEY, count_tokens
 from agents_app.runner import (
     REJECTED_CALL_POLICY,
     AgentConfigError,
@@ -25,10 +25,12 @@ from agents_app.runner import (
     ToolCallAccumulator,
     build_model_input,
     chat_message,
+    cut_tool_result,
     decode_run_state,
     encode_run_state,
     finalize_tool_calls,
     measure_context,
+    summary_request_messages,
     tool_call_delta,
 )
 from dex_agents import (
@@ -36,8 +38,11 @@ from dex_agents import (
     AgentMessage,
     AgentToolCall,
     AgentTurnContext,
+    ContextSummary,
+    ContextWindowExceededError,
     DeferredToolExecution,
     MessageRole,
+    SummarizeRequest,
     ToolCallsRequested,
     ToolCallStatus,
     ToolEffect,
@@ -128,6 +133,7 @@ def make_turn(
     records: Mapping[str, AgentToolCall] | None = None,
     events: RecordingEvents | None = None,
     session_policies: Mapping[str, ToolPolicy] | None = None,
+    summary: ContextSummary | None = None,
 ) -> AgentTurnContext:
     return AgentTurnContext(
         flow_id="session-1",
@@ -144,6 +150,7 @@ def make_turn(
         ),
         heartbeat_callback=_no_heartbeat,
         agent_config=config,
+        summary=summary,
     )
 
 
@@ -793,3 +800,85 @@ def test_the_turn_mode_decides_which_tools_a_model_call_is_offered() -> None:
     assert "write_todos" in names[TurnMode.EXECUTING]
     assert SEARCH_TOOL["name"] in names[TurnMode.EXECUTING]
     assert names[TurnMode.CHAT] == names[TurnMode.EXECUTING] - {"write_todos"}
+
+
+# Context compaction (dex_agents.CompactingRunner) ------------------------------------------------
+
+
+def test_the_summary_follows_the_system_prompt_and_long_tool_results_are_cut() -> None:
+    summary = ContextSummary(generation=1, through_sequence=4, text="The user likes tea.")
+    assistant_item = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c_1", "type": "function", "function": {"name": "x"}}],
+    }
+    run_state = encode_run_state([assistant_item], ["c_1"])
+    records = {"c_1": record("c_1", ToolCallStatus.SUCCEEDED, output="y" * 5000)}
+    config = agent_config(tool_result_max_chars=1000)
+    turn = make_turn(config, history(), run_state=run_state, records=records, summary=summary)
+    messages, turn_items = build_model_input(AgentModelConfig.parse(config), turn)
+    assert messages[0]["content"] == "You are the demo agent."
+    assert messages[1]["role"] == "system"
+    assert messages[1]["content"].endswith("The user likes tea.")
+    assert "messages 1 to 4" in messages[1]["content"]
+    shown = messages[-1]["content"]
+    assert shown.startswith("y" * 1000) and "4000 more characters" in shown
+    assert turn_items[-1]["content"] == "y" * 5000  # the run state keeps the whole result
+    assert cut_tool_result({"role": "user", "content": "z" * 5000}, 10)["content"] == "z" * 5000
+
+
+def test_tool_result_limit_follows_the_window() -> None:
+    assert AgentModelConfig.parse(agent_config()).tool_result_limit() == 100_000
+    assert AgentModelConfig.parse(agent_config(context_window=4000)).tool_result_limit() == 4000
+    assert AgentModelConfig.parse(agent_config(tool_result_max_chars=7)).tool_result_limit() == 7
+    with pytest.raises(AgentConfigError, match="tool_result_max_chars"):
+        AgentModelConfig.parse(agent_config(tool_result_max_chars=0))
+
+
+def test_token_counts_cover_the_whole_input_and_each_message() -> None:
+    runner = LiteLLMRunner(_unused_resolver)
+    config = agent_config(context_window=4000, tool_result_max_chars=400)
+    assert runner.context_window(config) == 4000
+    assert runner.context_window(agent_config()) is None
+    big = AgentMessage(5, MessageRole.TOOL, "", {"role": "tool", "content": "w " * 5000}, "t")
+    small = AgentMessage(6, MessageRole.TOOL, "", {"role": "tool", "content": "w " * 100}, "t")
+    assert runner.count_message_tokens(big, config) < runner.count_message_tokens(
+        big, agent_config()
+    )
+    assert runner.count_message_tokens(small, config) > 50
+    plain = runner.count_input_tokens(make_turn(config, history()))
+    summarized = runner.count_input_tokens(
+        make_turn(config, history(), summary=ContextSummary(1, 2, "a summary " * 50))
+    )
+    assert summarized > plain + 50
+
+
+def test_summarizer_input_is_cut_to_its_budget() -> None:
+    items = [{"role": "user", "content": "long " * 4000}, {"role": "assistant", "content": "ok"}]
+    unbounded = summary_request_messages("openai/dexagents-demo", "", items, [1, 2], 100_000)
+    assert "long " * 3000 in unbounded[1]["content"]
+    bounded = summary_request_messages("openai/dexagents-demo", "", items, [1, 2], 600)
+    assert count_tokens("openai/dexagents-demo", bounded) <= 600
+    assert "[user #1]" in bounded[1]["content"] and "[assistant #2]\nok" in bounded[1]["content"]
+
+
+async def test_summarize_and_context_window_errors_through_the_demo_model(
+    demo_api_base: str,
+) -> None:
+    runner = LiteLLMRunner(_unused_resolver)
+    config = agent_config(demo_api_base)
+    request = SummarizeRequest(
+        flow_id="session-1",
+        previous_summary="user #1: hello",
+        messages=[user_message(2, "book the table for four", "turn-1")],
+        agent_config=config,
+        input_budget_tokens=2000,
+        summary_budget_tokens=300,
+        attempt=1,
+        heartbeat_callback=_no_heartbeat,
+    )
+    assert await runner.summarize(request) == "user #1: hello\nuser #2: book the table for four"
+
+    turn = make_turn(config, [user_message(1, "/context 3\nfar too many words here", "turn-2")])
+    with pytest.raises(ContextWindowExceededError, match="maximum context length"):
+        await runner.run_model_step(turn)

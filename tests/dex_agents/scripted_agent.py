@@ -14,6 +14,7 @@ The user message is the script:
 - ``"wait: n"`` calls the built-in ``durable_wait`` for ``n`` seconds;
 - ``"ask: prompt | choice | choice"`` calls ``request_user_input`` (choices optional) and, in the
   same response, ``lookup``;
+- ``"big: n"`` answers with ``n`` KB of text;
 - ``"plan: a, b"`` (plan mode) writes a plan of pending tasks ``a`` and ``b``;
   ``"plan+lookup: a"`` also calls ``lookup``; ``"todo: a"`` calls ``write_todos`` outside plan
   mode;
@@ -23,6 +24,13 @@ An ``executing`` turn (``execute_plan``) completes the next unfinished task with
 ``write_todos`` call per model call and answers "plan complete" when none is left; a task whose
 content starts with ``stop`` ends the turn unfinished the first time it comes up, and one that
 starts with ``ask`` also asks the user (``request_user_input``) in the same response.
+
+It is also a ``CompactingRunner`` (context compaction): a token is four characters, a tool
+result counts (and is shown) cut to ``tool_result_max_chars`` of the agent config (default
+2,000), and the summarizer folds each message into one short line. Agent config keys for tests:
+``context_window``; ``provider_window`` (the "provider" refuses a larger input with
+``ContextWindowExceededError``); ``summarize_gate`` (the summarizer waits at the ``summarize``
+FileGate); ``record_inputs`` (every model call appends what it "sent" to ``inputs.jsonl``).
 
 Steered messages (``turn.steered_messages``) are appended after the tool results and named in
 the answer as ``steered=[...]``.
@@ -48,18 +56,22 @@ from dex_agents import (
     PENDING_INTERRUPTS,
     REQUEST_USER_INPUT_TOOL,
     WRITE_TODOS_TOOL,
+    AgentMessage,
     AgentSessionChange,
     AgentSessionFlow,
     AgentSessionOptions,
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
+    CompactionOptions,
+    ContextWindowExceededError,
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
     PlanTaskStatus,
     ResolveInterruptRequest,
+    SummarizeRequest,
     ToolCallsRequested,
     ToolEffect,
     ToolExecutionError,
@@ -68,6 +80,7 @@ from dex_agents import (
     TurnCompleted,
     TurnMode,
     describe_tool_call_outcome,
+    render_summary,
 )
 from dex_agents.testing import FileGate, InvocationLog
 
@@ -78,6 +91,14 @@ LONG_DEADLINE_FLOW_TYPE = "ScriptedLongDeadlineAgent"
 GATED_RESOLVE_FLOW_TYPE = "ScriptedGatedResolveAgent"
 #: A Flow with the platform additions ``steering``, ``durable_waits`` and ``user_input``.
 STEERING_FLOW_TYPE = "ScriptedSteeringAgent"
+#: A Flow with the platform addition ``compaction`` (default options; agents override them).
+COMPACTING_FLOW_TYPE = "ScriptedCompactingAgent"
+#: The FileGate the summarizer waits at when the agent config sets ``summarize_gate``.
+SUMMARIZE_GATE = "summarize"
+#: Characters of a tool result the scripted "model" sees, unless the agent config says.
+TOOL_RESULT_MAX_CHARS = 2000
+#: What the ``huge`` tool returns: 300 KB.
+HUGE_RESULT = "x" * 300_000
 #: The FileGate ``resolve_interrupt`` of ``GATED_RESOLVE_FLOW_TYPE`` waits at, holding its lock.
 RESOLVE_GATE = "resolve_hold"
 INTERRUPT_DEADLINE = timedelta(seconds=3)
@@ -101,6 +122,7 @@ TOOL_POLICIES = {
     "broken": ToolPolicy(ToolEffect.READ),
     "crash_read": ToolPolicy(ToolEffect.READ),
     "crash_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
+    "huge": ToolPolicy(ToolEffect.READ),
 }
 #: Tools that raise an exception other than ToolExecutionError on every attempt.
 CRASHING_TOOLS = frozenset({"crash_read", "crash_write"})
@@ -114,14 +136,112 @@ def invocation_log(directory: Path | None = None) -> InvocationLog:
     return InvocationLog((directory or state_dir()) / "invocations.log")
 
 
+def tokens(text: str) -> int:
+    """The scripted runner's token count: four characters a token, at least one."""
+    return len(text) // 4 + 1
+
+
+def _tool_result_limit(agent_config: dict[str, object] | None) -> int:
+    value = (agent_config or {}).get("tool_result_max_chars")
+    return value if isinstance(value, int) and value > 0 else TOOL_RESULT_MAX_CHARS
+
+
+def shown_text(message: AgentMessage, agent_config: dict[str, object] | None) -> str:
+    """What the scripted "model" sees of a stored message: its text (a tool result cut to the
+    limit), or its item as JSON when it has no text (a tool request)."""
+    text = message.text or json.dumps(message.framework_item, sort_keys=True)
+    if message.role == MessageRole.TOOL:
+        return text[: _tool_result_limit(agent_config)]
+    return text
+
+
+def inputs_path(directory: Path | None = None) -> Path:
+    """Where ``record_inputs`` sessions append one JSON line per model call."""
+    return (directory or state_dir()) / "inputs.jsonl"
+
+
 class ScriptedRunner:
     """Stateless: everything comes from the turn's messages, run state and records."""
+
+    # --- CompactingRunner (context compaction) -------------------------------------------
+
+    def context_window(self, agent_config: dict[str, object] | None) -> int | None:
+        value = (agent_config or {}).get("context_window")
+        return value if isinstance(value, int) else None
+
+    def count_message_tokens(
+        self, message: AgentMessage, agent_config: dict[str, object] | None
+    ) -> int:
+        return tokens(shown_text(message, agent_config))
+
+    def count_input_tokens(self, turn: AgentTurnContext) -> int:
+        total = tokens(render_summary(turn.summary)) if turn.summary is not None else 0
+        total += sum(self.count_message_tokens(m, turn.agent_config) for m in turn.messages)
+        limit = _tool_result_limit(turn.agent_config)
+        for record in turn.tool_calls.values():
+            total += tokens(record.arguments)
+            if record.status.is_final:
+                total += tokens(describe_tool_call_outcome(record)[:limit])
+        total += sum(tokens(item.text) for item in turn.steered_messages)
+        return total
+
+    async def summarize(self, request: SummarizeRequest) -> str:
+        sequences = [message.sequence for message in request.messages]
+        invocation_log().record("summarize", f"{sequences[0]}-{sequences[-1]}")
+        if (request.agent_config or {}).get("summarize_gate"):
+            gate = FileGate(state_dir(), SUMMARIZE_GATE)
+            gate.reach()
+            await gate.wait_for_release()
+        lines = [request.previous_summary] if request.previous_summary else []
+        lines.extend(
+            f"{message.role}#{message.sequence}: "
+            f"{shown_text(message, request.agent_config)[:40]}"
+            for message in request.messages
+        )
+        return "\n".join(lines)[-request.summary_budget_tokens * 4 :]
+
+    def _record_input(self, turn: AgentTurnContext) -> None:
+        """Append what this model call "sends" (``record_inputs``) to ``inputs.jsonl``."""
+        limit = _tool_result_limit(turn.agent_config)
+        results = [
+            {
+                "tool_call_id": record.tool_call_id,
+                "text": describe_tool_call_outcome(record)[:limit],
+            }
+            for record in sorted(turn.tool_calls.values(), key=lambda r: r.deferral_order)
+            if record.status.is_final
+        ]
+        line = {
+            "turn_id": turn.turn_id,
+            "attempt": turn.attempt,
+            "summary_through": turn.summary.through_sequence if turn.summary else 0,
+            "messages": [
+                {
+                    "sequence": message.sequence,
+                    "role": str(message.role),
+                    "item": message.framework_item,
+                    "chars": len(shown_text(message, turn.agent_config)),
+                }
+                for message in turn.messages
+            ],
+            "turn_results": results,
+            "tokens": self.count_input_tokens(turn),
+        }
+        with inputs_path().open("a") as log:
+            log.write(json.dumps(line) + "\n")
 
     def build_user_message(self, text: str) -> FrameworkMessage:
         return FrameworkMessage(MessageRole.USER, {"role": "user", "content": text}, text)
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         invocation_log().record("model", turn.turn_id)
+        config = turn.agent_config or {}
+        if config.get("record_inputs"):
+            self._record_input(turn)
+        provider_window = config.get("provider_window")
+        if isinstance(provider_window, int) and self.count_input_tokens(turn) > provider_window:
+            invocation_log().record("overflow", turn.turn_id)
+            raise ContextWindowExceededError(f"the input exceeds {provider_window} tokens")
         if turn.turn_mode is TurnMode.EXECUTING:
             return execute_plan_step(turn)
         script = next(message.text for message in reversed(turn.messages) if message.role == "user")
@@ -138,6 +258,11 @@ class ScriptedRunner:
                     for index in range(1, count + 1)
                 ],
                 MODEL_USAGE,
+            )
+        if command == "big" and turn.framework_run_state is None:
+            answer = "big " + "lorem ipsum " * int(float(argument) * 1024 // 12)
+            return TurnCompleted(
+                [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
             )
         if command == "config":
             answer = json.dumps(turn.agent_config, sort_keys=True)
@@ -251,6 +376,8 @@ class ScriptedRunner:
             raise RuntimeError(f"{name} crashed on attempt {call.attempt}")
         if name == "broken":
             raise ToolExecutionError("the broken tool always fails")
+        if name == "huge":
+            return ToolExecutionResult(HUGE_RESULT)
         return ToolExecutionResult(f"{name} ok")
 
 
@@ -384,6 +511,7 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
             durable_waits=flow_type == STEERING_FLOW_TYPE,
             user_input=flow_type == STEERING_FLOW_TYPE,
             plans=flow_type == STEERING_FLOW_TYPE,
+            compaction=CompactionOptions() if flow_type == COMPACTING_FLOW_TYPE else None,
         ),
     )
 
@@ -395,4 +523,5 @@ def build_flows() -> list[AgentSessionFlow]:
         build_flow(LONG_DEADLINE_FLOW_TYPE),
         build_flow(GATED_RESOLVE_FLOW_TYPE),
         build_flow(STEERING_FLOW_TYPE),
+        build_flow(COMPACTING_FLOW_TYPE),
     ]

@@ -20,6 +20,9 @@ from dex_agents import (
     AgentSessionOptions,
     AgentStatus,
     AgentToolCall,
+    CompactionOptions,
+    CompactionPlan,
+    ContextSummary,
     DeferredToolCall,
     FrameworkMessage,
     MessageRole,
@@ -28,6 +31,7 @@ from dex_agents import (
     ToolEffect,
     ToolPolicy,
 )
+from dex_agents._compaction import compact_movement, run_model_movement
 from dex_agents._contract import require_user_message
 from dex_agents._steps import (
     RECORD_TURN_FAILURE_OPTIONS,
@@ -65,14 +69,27 @@ def all_options(flow: AgentSessionFlow) -> dict[str, StepOptions]:
         options = _builtin_movement(step, "c1").options
         assert options is not None
         found[f"movement {step.__name__}"] = options
+    if flow.options.compaction is not None:
+        plan = CompactionPlan(chunk_ends=[2], reason="context")
+        for movement in (
+            run_model_movement(flow, 3, ContextSummary()),
+            compact_movement(plan, ContextSummary()),
+        ):
+            assert movement.options is not None
+            found[f"movement {movement.step.__name__}"] = movement.options
     return found
 
 
-def test_every_step_and_failure_route_sets_sync_durability_explicitly() -> None:
-    flow = AgentSessionFlow(ScriptedRunner())
+@pytest.mark.parametrize("compaction", [None, CompactionOptions()])
+def test_every_step_and_failure_route_sets_sync_durability_explicitly(
+    compaction: CompactionOptions | None,
+) -> None:
+    flow = AgentSessionFlow(ScriptedRunner(), options=AgentSessionOptions(compaction=compaction))
     options = all_options(flow)
-    # 12 Step types, the approval and 4 tool movements, 2 ResumeTurn and 2 built-in movements.
-    assert len(options) == 12 + 1 + 4 + 2 + 2
+    steps = len(flow.get_steps()._definitions)
+    # Each Step type, the approval and 4 tool movements, 2 ResumeTurn and 2 built-in movements,
+    # and with compaction the RunModel and CompactContext movements.
+    assert len(options) == steps + 1 + 4 + 2 + 2 + (2 if compaction else 0)
     for name, option in options.items():
         for checked in (option, option._execute_failure_options):
             if checked is None:

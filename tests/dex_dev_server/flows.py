@@ -14,6 +14,7 @@ from dex import (
     Attribute,
     AttributeIndex,
     AttributeMap,
+    AttributeMapNotLoadedError,
     Channel,
     ChannelMap,
     ConditionCombination,
@@ -293,6 +294,22 @@ class CounterFlow(Flow[None]):
     async def list_notes(self, context: Context) -> RPCResult[str]:
         keys = sorted(notes.get_all_instance_keys(context))
         return RPCResult(";".join(f"{k}={notes.get(context, k)}" for k in keys))
+
+    @rpc
+    async def read_loaded_notes(self, context: Context, keys: str) -> RPCResult[str]:
+        """Each comma-separated key as ``key=value`` (``key=None`` when absent), or ``key?``
+        when the caller did not load it; ``*?`` when the whole map is not loaded."""
+        shown = []
+        for key in keys.split(","):
+            try:
+                shown.append(f"{key}={notes.get(context, key)}")
+            except AttributeMapNotLoadedError:
+                shown.append(f"{key}?")
+        try:
+            notes.get_all_instance_keys(context)
+        except AttributeMapNotLoadedError:
+            shown.append("*?")
+        return RPCResult(";".join(shown))
 
     @rpc
     async def explode(self, context: Context) -> None:

@@ -14,6 +14,7 @@ import pytest
 from dex import (
     FlowErrorType,
     FlowStatus,
+    RPCInvokeOptions,
     RpcLockConflictError,
     StartFlowOptions,
     WorkerInvocationError,
@@ -258,6 +259,29 @@ async def test_attribute_maps_set_load_delete(dex: DexEnv) -> None:
         )
     assert [kv.key for kv in attrs.attributes] == ["notes/alpha"]
     await dex.client.stop_flow("maps-1")
+
+
+async def test_rpc_loads_the_map_instances_its_caller_adds(dex: DexEnv) -> None:
+    """``RPCInvokeOptions.load_attribute_map_instances`` (spec 3.1, InvokeRPC selectors): the
+    handler sees exactly the instances added per call, also after the run closed."""
+    flow = flows.COUNTER
+    options = StartFlowOptions().with_attribute(flows.notes, "alpha", "1")
+    await dex.client.start_flow(flow, "loads-1", None, options)
+    await dex.client.invoke_rpc(flow.note, "loads-1", "gamma=3")
+    loads = RPCInvokeOptions(
+        load_attribute_map_instances=(flows.notes.load("alpha"), flows.notes.load("beta"))
+    )
+    expected = "alpha=1;beta=None;gamma?;*?"
+    assert await dex.client.invoke_rpc(
+        flow.read_loaded_notes, "loads-1", "alpha,beta,gamma", options=loads
+    ) == expected
+    assert await dex.client.invoke_rpc(
+        flow.read_loaded_notes, "loads-1", "alpha,gamma"
+    ) == "alpha?;gamma?;*?"
+    await dex.client.stop_flow("loads-1")
+    assert await dex.client.invoke_rpc(
+        flow.read_loaded_notes, "loads-1", "alpha,beta,gamma", options=loads
+    ) == expected
 
 
 async def test_streams_from_steps_and_clients(dex: DexEnv) -> None:

@@ -1,0 +1,808 @@
+"""Context compaction and message retention (platform addition, ``AgentSessionOptions.compaction``).
+
+Lifts the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages map.
+History is never compacted". With ``compaction`` set:
+
+- RunModel loads only the unsummarized tail: its movements carry
+  ``execute_load_attribute_map_instances`` for messages ``through_sequence + 1 ..
+  message_count``, computed from ``AGENT_STATE`` and ``CONTEXT_SUMMARY`` by the Step that
+  creates the movement (``next_model_call``). A RunModel reached without them (a plain
+  ``go_to(RunModel, None)``) moves to itself once with the right loads.
+- Before the model call, RunModel asks the runner (``CompactingRunner``) to count the input it
+  would send. At ``trigger_fraction`` of the context window, or with more unsummarized
+  messages than ``retention_limit``, it moves to ``CompactContext`` instead of calling the
+  model. The cutoff keeps the newest messages within ``keep_fraction`` of the window, never
+  reaches the running turn, and never leaves a tool request without its results: a cutoff is
+  only placed where the next message is not a ``tool`` message (runners store a call's results
+  right after the request that asked for them).
+- ``CompactContext`` summarizes one chunk per Step execution: the runner's ``summarize`` gets
+  the previous summary and a run of messages whose tokens fit the summarizer's input budget, so
+  compaction can never overflow itself. Each Step commits the new cumulative summary
+  (``CONTEXT_SUMMARY``); a Worker killed mid-Step reruns the same chunk. Its own retry policy
+  ends in RecordTurnFailure, which changes no message.
+- Retention: CompactContext, RunModel before its model call and RunModel storing a turn's
+  messages delete the summarized messages beyond the newest ``retention_limit`` in the same
+  commit; nothing is deleted before the summary that covers it commits.
+- A ``ContextWindowExceededError`` from ``run_model_step`` compacts once (everything before the
+  running turn that lies outside the keep budget) and retries that model call once; a second
+  error of the same call fails the attempt as usual.
+- Reads: ``get_message_range`` and ``read_agent_messages`` (with per-call instance loads) page
+  retained messages; ``get_agent_snapshot_page`` is the snapshot with only its last page loaded
+  (``AgentSessionClient`` uses both when the Flow compacts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from dex import (
+    AsyncContext,
+    AttributeMapLoad,
+    AttributeMapNotLoadedError,
+    Context,
+    RetryPolicy,
+    Step,
+    StepDecision,
+    StepDurability,
+    StepMovement,
+    StepOptions,
+    go_to,
+    go_to_many,
+)
+
+from dex_agents._contract import AgentContractError, AgentTurnContext
+from dex_agents._events import AgentEventType, AgentEventWriter
+from dex_agents._persistence import AGENT_CONFIG, AGENT_MESSAGES, AGENT_STATE, CONTEXT_SUMMARY
+from dex_agents._records import (
+    AgentMessage,
+    AgentMessageRange,
+    AgentMessagesSlice,
+    AgentState,
+    CompactionPlan,
+    ContextSummary,
+    MessageRole,
+    ReadAgentMessagesRequest,
+    message_sequence_key,
+)
+
+if TYPE_CHECKING:
+    from dex_agents._flow import AgentSessionFlow
+
+#: ``read_agent_messages`` returns at most this many messages.
+MAX_READ_MESSAGES = 200
+#: Tokens of the summarizer's input kept free for its instructions, per 10 of its budget.
+_PROMPT_RESERVE_DIVISOR = 10
+#: The smallest summary budget, in tokens, however small the window.
+_MIN_SUMMARY_TOKENS = 64
+
+_SYNC = StepDurability.SYNC
+
+#: ``agent_config`` keys that override ``CompactionOptions`` per agent.
+AGENT_CONFIG_OVERRIDES = {
+    "message_retention_limit": "retention_limit",
+    "compaction_trigger_fraction": "trigger_fraction",
+    "compaction_keep_fraction": "keep_fraction",
+}
+
+
+@dataclass(frozen=True)
+class CompactionOptions:
+    """When and how far a session compacts (``AgentSessionOptions.compaction``).
+
+    Per agent, ``agent_config`` may override ``retention_limit``
+    (``message_retention_limit``), ``trigger_fraction`` (``compaction_trigger_fraction``) and
+    ``keep_fraction`` (``compaction_keep_fraction``); the context window comes from the runner
+    (``CompactingRunner.context_window``), else ``default_context_window``.
+
+    Attributes:
+        trigger_fraction: Compact before a model call whose input reaches this fraction of the
+            window (default 0.85).
+        keep_fraction: Keep the newest messages up to this fraction of the window unsummarized
+            (default 0.10).
+        retention_limit: ``AGENT_MESSAGES`` keeps the newest this many messages; older ones are
+            deleted once summarized, before a model call or by CompactContext (default 2,000).
+            With more unsummarized messages than this, a compaction also runs without token
+            pressure and leaves 90 % of the limit unsummarized.
+        summary_fraction: The longest summary, as a fraction of the window (default 0.15).
+        summarizer_input_fraction: The longest summarizer input (previous summary plus one
+            chunk of messages), as a fraction of the window (default 0.5).
+        default_context_window: Tokens assumed when the runner knows no window (default 32,000).
+
+    Raises:
+        ValueError: Unless ``0 < keep_fraction < trigger_fraction < 1``,
+            ``0 < summary_fraction < summarizer_input_fraction <= 1``, and ``retention_limit``
+            and ``default_context_window`` are positive integers.
+    """
+
+    trigger_fraction: float = 0.85
+    keep_fraction: float = 0.10
+    retention_limit: int = 2000
+    summary_fraction: float = 0.15
+    summarizer_input_fraction: float = 0.5
+    default_context_window: int = 32_000
+
+    def __post_init__(self) -> None:
+        for name in (
+            "trigger_fraction",
+            "keep_fraction",
+            "summary_fraction",
+            "summarizer_input_fraction",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"compaction {name} must be a number")
+        if not 0 < self.keep_fraction < self.trigger_fraction < 1:
+            raise ValueError("compaction fractions must satisfy 0 < keep < trigger < 1")
+        if not 0 < self.summary_fraction < self.summarizer_input_fraction <= 1:
+            raise ValueError("compaction needs 0 < summary_fraction < summarizer_input <= 1")
+        for name in ("retention_limit", "default_context_window"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"compaction {name} must be a positive integer")
+
+    def for_agent(self, agent_config: Mapping[str, Any] | None) -> CompactionOptions:
+        """These options with the agent's overrides applied.
+
+        Raises:
+            ValueError: An override makes the options invalid (fails the Step).
+        """
+        if not agent_config:
+            return self
+        changes = {
+            name: agent_config[key]
+            for key, name in AGENT_CONFIG_OVERRIDES.items()
+            if agent_config.get(key) is not None
+        }
+        return replace(self, **changes) if changes else self
+
+    def retention_target(self) -> int:
+        """Unsummarized messages a retention-triggered compaction leaves: 90 % of the limit."""
+        return self.retention_limit - self.retention_limit // 10
+
+
+@dataclass(frozen=True)
+class CompactionBudgets:
+    """Token budgets derived from a context window (see ``CompactionOptions``)."""
+
+    window: int
+    trigger: int
+    keep: int
+    summary: int
+    summarizer_input: int
+    chunk: int
+
+    @classmethod
+    def of(cls, window: int, settings: CompactionOptions) -> CompactionBudgets:
+        summary = max(_MIN_SUMMARY_TOKENS, int(window * settings.summary_fraction))
+        summarizer_input = max(2 * summary, int(window * settings.summarizer_input_fraction))
+        reserve = summarizer_input // _PROMPT_RESERVE_DIVISOR
+        return cls(
+            window=window,
+            trigger=max(1, int(window * settings.trigger_fraction)),
+            keep=max(1, int(window * settings.keep_fraction)),
+            summary=summary,
+            summarizer_input=summarizer_input,
+            chunk=max(1, summarizer_input - summary - reserve),
+        )
+
+
+class ContextWindowExceededError(Exception):
+    """Raised by ``run_model_step`` when the provider refused the input as longer than the
+    model's context window (platform addition). With ``AgentSessionOptions.compaction`` the
+    session compacts once and retries the call; otherwise it fails the attempt like any error.
+    """
+
+
+@dataclass(frozen=True)
+class SummarizeRequest:
+    """One summarizer call (``CompactingRunner.summarize``).
+
+    Attributes:
+        flow_id: The session ID.
+        previous_summary: The cumulative summary so far ("" before the first compaction).
+        messages: The chunk to fold into it, oldest first; never a running turn's message.
+        agent_config: The session's agent definition snapshot, or ``None``.
+        input_budget_tokens: The summarizer's whole input (instructions, previous summary and
+            messages) must stay within this; cut an oversized message rather than exceed it.
+        summary_budget_tokens: The longest summary to return.
+        attempt: One-based CompactContext attempt.
+    """
+
+    flow_id: str
+    previous_summary: str
+    messages: Sequence[AgentMessage]
+    agent_config: dict[str, Any] | None
+    input_budget_tokens: int
+    summary_budget_tokens: int
+    attempt: int
+    heartbeat_callback: Callable[[], Awaitable[None]] = field(repr=False)
+
+    async def heartbeat(self) -> None:
+        """Record liveness; the session also heartbeats every 20 seconds in the background."""
+        await self.heartbeat_callback()
+
+
+@runtime_checkable
+class CompactingRunner(Protocol):
+    """What a runner adds to ``AgentFrameworkRunner`` for ``AgentSessionOptions.compaction``.
+
+    Every method may run again after a crash or a retry; keep them deterministic apart from the
+    summarizer's model call.
+    """
+
+    def context_window(self, agent_config: dict[str, Any] | None) -> int | None:
+        """The model's context window in tokens, or ``None`` when unknown."""
+        ...
+
+    def count_input_tokens(self, turn: AgentTurnContext) -> int:
+        """Tokens of the whole input ``run_model_step(turn)`` would send (summary, messages,
+        the turn's own items, tool results as cut for the model)."""
+        ...
+
+    def count_message_tokens(
+        self, message: AgentMessage, agent_config: dict[str, Any] | None
+    ) -> int:
+        """Tokens one stored message takes in the model input."""
+        ...
+
+    async def summarize(self, request: SummarizeRequest) -> str:
+        """Fold ``request.messages`` into ``request.previous_summary``; non-blank text."""
+        ...
+
+
+def render_summary(summary: ContextSummary) -> str:
+    """The text a runner shows its model for ``summary`` (before the unsummarized messages)."""
+    return (
+        f"[Summary of the conversation before this point (messages 1 to "
+        f"{summary.through_sequence})]\n{summary.text}"
+    )
+
+
+# --- cutoffs and chunks (pure) -----------------------------------------------------------------
+
+
+def safe_cutoff(messages: Sequence[AgentMessage], cutoff: int, floor: int) -> int:
+    """Move ``cutoff`` back until the message after it is not a ``tool`` message.
+
+    ``messages`` are consecutive stored messages in sequence order (the tail); the result is
+    ``floor`` when no earlier point is safe.
+    """
+    by_sequence = {message.sequence: message for message in messages}
+    while cutoff > floor:
+        following = by_sequence.get(cutoff + 1)
+        if following is None or MessageRole(following.role) is not MessageRole.TOOL:
+            return cutoff
+        cutoff -= 1
+    return floor
+
+
+def choose_cutoff(
+    *,
+    tail: Sequence[AgentMessage],
+    tokens_of: Callable[[AgentMessage], int],
+    budgets: CompactionBudgets,
+    settings: CompactionOptions,
+    summary: ContextSummary,
+    message_count: int,
+    turn_id: str | None,
+    over_tokens: bool,
+    force: bool = False,
+) -> int | None:
+    """The sequence a compaction should summarize through, or ``None`` for no compaction.
+
+    ``tail`` holds the messages after ``summary.through_sequence``, oldest first. Under token
+    pressure (or ``force``) the newest messages whose tokens fit ``budgets.keep`` stay; the
+    message that crosses the budget and everything older are summarized (``force`` with
+    everything inside the budget summarizes all it may). With more unsummarized messages than
+    ``settings.retention_limit`` the cutoff also reaches ``message_count -
+    retention_target()``. The cutoff never reaches the running turn's messages and is moved
+    back to a point no tool result follows (``safe_cutoff``); ``None`` when it does not pass
+    ``summary.through_sequence``.
+    """
+    floor = summary.through_sequence
+    over_count = message_count - floor > settings.retention_limit
+    if not (force or over_tokens or over_count):
+        return None
+    running = [message.sequence for message in tail if message.turn_id == turn_id]
+    limit = (min(running) - 1) if running and turn_id is not None else message_count
+    cutoff = floor
+    if force or over_tokens:
+        kept = 0
+        crossing: int | None = None
+        for message in reversed(tail):
+            kept += tokens_of(message)
+            if kept > budgets.keep:
+                crossing = message.sequence
+                break
+        if crossing is not None:
+            cutoff = max(cutoff, crossing)
+        elif force:
+            cutoff = max(cutoff, limit)
+    if over_count:
+        cutoff = max(cutoff, message_count - settings.retention_target())
+    cutoff = safe_cutoff(tail, min(cutoff, limit), floor)
+    return cutoff if cutoff > floor else None
+
+
+def plan_chunks(
+    messages: Sequence[AgentMessage],
+    tokens_of: Callable[[AgentMessage], int],
+    chunk_budget: int,
+    after_cutoff: AgentMessage | None,
+) -> list[int]:
+    """Split ``messages`` (the range to summarize, oldest first) into chunks of at most
+    ``chunk_budget`` tokens, each ending where no tool result follows; a single message over
+    the budget is a chunk of its own (the summarizer cuts it). Returns the chunk ends.
+
+    ``after_cutoff`` is the message right after the last one (or ``None``).
+    """
+    ends: list[int] = []
+    running = 0
+    last_safe: tuple[int, int] | None = None  # (sequence, tokens up to and including it)
+    for index, message in enumerate(messages):
+        tokens = tokens_of(message)
+        if running + tokens > chunk_budget and last_safe is not None:
+            ends.append(last_safe[0])
+            running -= last_safe[1]
+            last_safe = None
+        running += tokens
+        following = messages[index + 1] if index + 1 < len(messages) else after_cutoff
+        if following is None or MessageRole(following.role) is not MessageRole.TOOL:
+            last_safe = (message.sequence, running)
+    if messages and (not ends or ends[-1] != messages[-1].sequence):
+        ends.append(messages[-1].sequence)
+    return ends
+
+
+# --- state helpers -----------------------------------------------------------------------------
+
+
+def current_summary(context: Context) -> ContextSummary:
+    """``CONTEXT_SUMMARY``, or ``ContextSummary()`` before the first compaction."""
+    return CONTEXT_SUMMARY.get(context) or ContextSummary()
+
+
+def message_loads(first: int, last: int) -> tuple[AttributeMapLoad, ...]:
+    """``AGENT_MESSAGES`` instance loads for sequences ``first..last`` (empty when none)."""
+    return tuple(
+        AGENT_MESSAGES.load(message_sequence_key(sequence))
+        for sequence in range(max(first, 1), last + 1)
+    )
+
+
+def _read(context: Context, sequence: int) -> AgentMessage | None:
+    """The stored message, or ``None`` when it is absent or was not loaded."""
+    try:
+        message: AgentMessage | None = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
+    except AttributeMapNotLoadedError:
+        return None
+    return message
+
+
+def message_range(context: Context) -> AgentMessageRange:
+    """The retained and summarized message sequences, from state alone."""
+    state = AGENT_STATE.get(context)
+    summary = current_summary(context)
+    return AgentMessageRange(
+        first_retained_sequence=summary.first_retained_sequence,
+        last_sequence=state.message_count if state is not None else 0,
+        summarized_through_sequence=summary.through_sequence,
+    )
+
+
+def read_messages(context: Context, request: ReadAgentMessagesRequest) -> AgentMessagesSlice:
+    """``read_agent_messages``: the loaded retained messages of ``first..last`` (at most 200)."""
+    known = message_range(context)
+    first = max(request.first_sequence, known.first_retained_sequence, 1)
+    last = min(request.last_sequence, known.last_sequence, first + MAX_READ_MESSAGES - 1)
+    messages: list[AgentMessage] = []
+    complete = True
+    for sequence in range(first, last + 1):
+        try:
+            message = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
+        except AttributeMapNotLoadedError:
+            complete = False
+            continue
+        if message is not None:
+            messages.append(message)
+    return AgentMessagesSlice(messages=messages, message_range=known, complete=complete)
+
+
+def snapshot_messages(context: Context, limit: int) -> list[AgentMessage]:
+    """The newest ``limit`` stored messages, oldest first: from the whole map when the RPC
+    loaded it (the seed's ``get_agent_snapshot``), else from the last page's instances the
+    caller loaded (``get_agent_snapshot_page``)."""
+    try:
+        keys = AGENT_MESSAGES.get_all_instance_keys(context)[-limit:]
+    except AttributeMapNotLoadedError:
+        known = message_range(context)
+        first = max(known.first_retained_sequence, known.last_sequence - limit + 1)
+        return [
+            message
+            for sequence in range(first, known.last_sequence + 1)
+            if (message := _read(context, sequence)) is not None
+        ]
+    return [AGENT_MESSAGES.get(context, key) for key in keys]
+
+
+def retained_from(message_count: int, retention_limit: int, summary: ContextSummary) -> int:
+    """The oldest sequence retention keeps: the newest ``retention_limit`` messages, and every
+    message the summary does not cover yet."""
+    newest_kept = message_count - retention_limit + 1
+    return min(max(summary.first_retained_sequence, newest_kept), summary.through_sequence + 1)
+
+
+def delete_before(context: Context, summary: ContextSummary, kept_from: int) -> int:
+    """Stage the deletion of messages ``first_retained..kept_from - 1``; their count."""
+    for sequence in range(summary.first_retained_sequence, kept_from):
+        AGENT_MESSAGES.delete(context, message_sequence_key(sequence))
+    return max(0, kept_from - summary.first_retained_sequence)
+
+
+def snapshot_summary(context: Context) -> ContextSummary | None:
+    """The summary a snapshot shows: ``None`` until a compaction ran."""
+    return CONTEXT_SUMMARY.get(context)
+
+
+# --- RunModel hooks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What RunModel hands the runner: the messages and the summary before them."""
+
+    messages: tuple[AgentMessage, ...]
+    summary: ContextSummary | None
+
+
+def run_model_movement(
+    flow: AgentSessionFlow, message_count: int, summary: ContextSummary
+) -> StepMovement[None]:
+    """A RunModel movement that loads exactly the unsummarized tail."""
+    from dex_agents._steps import (
+        COMPACTING_RUN_MODEL_OPTIONS,
+        RECORD_TURN_FAILURE_OPTIONS,
+        RecordTurnFailure,
+        RunModel,
+    )
+
+    options = replace(
+        COMPACTING_RUN_MODEL_OPTIONS,
+        execute_load_attribute_map_instances=message_loads(
+            summary.through_sequence + 1, message_count
+        ),
+    ).on_execute_failure_proceed_to(RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS)
+    return StepMovement.of(RunModel, None, options=options)
+
+
+def next_model_call(flow: AgentSessionFlow, context: AsyncContext) -> StepDecision:
+    """The decision that moves to RunModel: with compaction, loading only the unsummarized tail
+    of the state this Step is about to commit."""
+    from dex_agents._steps import RunModel
+
+    state = AGENT_STATE.get(context)
+    if flow.options.compaction is None or state is None:
+        return go_to(RunModel, None)
+    return go_to_many(run_model_movement(flow, state.message_count, current_summary(context)))
+
+
+def load_model_context(
+    flow: AgentSessionFlow, context: AsyncContext, state: AgentState
+) -> ModelContext | StepDecision:
+    """RunModel's messages: the whole map without compaction; with it the unsummarized tail,
+    or a move to RunModel with the tail's loads when this movement lacks them."""
+    if flow.options.compaction is None:
+        return ModelContext(
+            messages=tuple(
+                AGENT_MESSAGES.get(context, key)
+                for key in AGENT_MESSAGES.get_all_instance_keys(context)
+            ),
+            summary=None,
+        )
+    summary = current_summary(context)
+    messages: list[AgentMessage] = []
+    for sequence in range(summary.through_sequence + 1, state.message_count + 1):
+        try:
+            message = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
+        except AttributeMapNotLoadedError:
+            return go_to_many(run_model_movement(flow, state.message_count, summary))
+        if message is not None:
+            messages.append(message)
+    return ModelContext(
+        messages=tuple(messages), summary=summary if summary.generation > 0 else None
+    )
+
+
+def _compacting_runner(flow: AgentSessionFlow) -> CompactingRunner:
+    runner = flow.runner
+    if not isinstance(runner, CompactingRunner):
+        raise AgentContractError("AgentSessionOptions.compaction needs a CompactingRunner")
+    return runner
+
+
+def _token_counter(
+    runner: CompactingRunner, agent_config: dict[str, Any] | None
+) -> Callable[[AgentMessage], int]:
+    counted: dict[int, int] = {}
+
+    def tokens_of(message: AgentMessage) -> int:
+        if message.sequence not in counted:
+            tokens = runner.count_message_tokens(message, agent_config)
+            counted[message.sequence] = max(0, int(tokens))
+        return counted[message.sequence]
+
+    return tokens_of
+
+
+def _plan(
+    flow: AgentSessionFlow,
+    state: AgentState,
+    turn: AgentTurnContext,
+    summary: ContextSummary,
+    *,
+    over_tokens: bool,
+    budgets: CompactionBudgets,
+    settings: CompactionOptions,
+    reason: str,
+    force: bool = False,
+    overflow_retry_of: str = "",
+) -> CompactionPlan | None:
+    runner = _compacting_runner(flow)
+    tokens_of = _token_counter(runner, turn.agent_config)
+    cutoff = choose_cutoff(
+        tail=turn.messages,
+        tokens_of=tokens_of,
+        budgets=budgets,
+        settings=settings,
+        summary=summary,
+        message_count=state.message_count,
+        turn_id=state.turn_id,
+        over_tokens=over_tokens,
+        force=force,
+    )
+    if cutoff is None:
+        return None
+    ranged = [message for message in turn.messages if message.sequence <= cutoff]
+    following = next((message for message in turn.messages if message.sequence > cutoff), None)
+    ends = plan_chunks(ranged, tokens_of, budgets.chunk, following)
+    if not ends:
+        return None
+    return CompactionPlan(chunk_ends=ends, reason=reason, overflow_retry_of=overflow_retry_of)
+
+
+def _settings(
+    flow: AgentSessionFlow, agent_config: dict[str, Any] | None
+) -> tuple[CompactionOptions, CompactionBudgets]:
+    options = flow.options.compaction
+    assert options is not None
+    settings = options.for_agent(agent_config)
+    window = _compacting_runner(flow).context_window(agent_config)
+    return settings, CompactionBudgets.of(window or settings.default_context_window, settings)
+
+
+def compact_before_model_call(
+    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, turn: AgentTurnContext
+) -> StepDecision | None:
+    """The move to CompactContext when ``turn``'s input reached the trigger (or retention is
+    over its limit) and a cutoff exists; ``None`` to call the model now."""
+    if flow.options.compaction is None:
+        return None
+    settings, budgets = _settings(flow, turn.agent_config)
+    summary = current_summary(context)
+    input_tokens = _compacting_runner(flow).count_input_tokens(turn)
+    over_tokens = input_tokens >= budgets.trigger
+    reason = "context" if over_tokens else "retention"
+    plan = _plan(
+        flow,
+        state,
+        turn,
+        summary,
+        over_tokens=over_tokens,
+        budgets=budgets,
+        settings=settings,
+        reason=reason,
+    )
+    if plan is not None:
+        return go_to_many(compact_movement(plan, summary))
+    _retain(context, state.message_count, settings.retention_limit)
+    return None
+
+
+def _retain(context: AsyncContext, message_count: int, retention_limit: int) -> None:
+    """Stage retention's deletions of summarized messages past the newest ``retention_limit``
+    (and the summary's new ``first_retained_sequence``) into this Step's commit."""
+    summary = current_summary(context)
+    kept_from = retained_from(message_count, retention_limit, summary)
+    if delete_before(context, summary, kept_from):
+        CONTEXT_SUMMARY.set(context, replace(summary, first_retained_sequence=kept_from))
+
+
+def retain_newest(flow: AgentSessionFlow, context: AsyncContext) -> None:
+    """After RunModel stored a turn's messages: retention over the new message count."""
+    state = AGENT_STATE.get(context)
+    if flow.options.compaction is None or state is None:
+        return
+    config = AGENT_CONFIG.get(context)
+    settings = flow.options.compaction.for_agent(config.agent_config if config else None)
+    _retain(context, state.message_count, settings.retention_limit)
+
+
+def compact_after_overflow(
+    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, turn: AgentTurnContext
+) -> StepDecision | None:
+    """After a ``ContextWindowExceededError``: the move to CompactContext (then the same model
+    call again), or ``None`` when this call was already retried or nothing can be summarized
+    (the caller re-raises)."""
+    if flow.options.compaction is None:
+        return None
+    summary = current_summary(context)
+    call = f"{turn.turn_id}:{len(turn.tool_calls)}"
+    if summary.overflow_retry_of == call:
+        return None
+    settings, budgets = _settings(flow, turn.agent_config)
+    plan = _plan(
+        flow,
+        state,
+        turn,
+        summary,
+        over_tokens=True,
+        budgets=budgets,
+        settings=settings,
+        reason="overflow",
+        force=True,
+        overflow_retry_of=call,
+    )
+    return None if plan is None else go_to_many(compact_movement(plan, summary))
+
+
+# --- CompactContext ----------------------------------------------------------------------------
+
+#: Per-attempt timeout, heartbeat timeout and retries of CompactContext (a model call, like
+#: RunModel's).
+COMPACT_CONTEXT_ATTEMPT_TIMEOUT = timedelta(minutes=15)
+_COMPACT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=3,
+    total_duration=timedelta(minutes=30),
+)
+
+
+def compact_context_options(loads: Iterable[AttributeMapLoad] = ()) -> StepOptions:
+    """CompactContext: SYNC, 15 minute attempts, 2 minute heartbeat timeout, 3 attempts in 30
+    minutes, failure route RecordTurnFailure; ``loads`` are the chunk's messages."""
+    from dex_agents._steps import (
+        RECORD_TURN_FAILURE_OPTIONS,
+        STEP_HEARTBEAT_TIMEOUT,
+        RecordTurnFailure,
+    )
+
+    return StepOptions(
+        wait_for_durability=_SYNC,
+        execute_durability=_SYNC,
+        execute_method_timeout=COMPACT_CONTEXT_ATTEMPT_TIMEOUT,
+        heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT,
+        execute_retry=_COMPACT_RETRY,
+        execute_load_attribute_map_instances=tuple(loads),
+    ).on_execute_failure_proceed_to(RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS)
+
+
+def compact_movement(plan: CompactionPlan, summary: ContextSummary) -> StepMovement[CompactionPlan]:
+    """A CompactContext movement loading the messages of ``plan``'s first chunk."""
+    end = plan.chunk_ends[0]
+    return StepMovement.of(
+        CompactContext,
+        plan,
+        options=compact_context_options(message_loads(summary.through_sequence + 1, end)),
+    )
+
+
+class CompactContext(Step[CompactionPlan]):
+    """Summarizes one chunk of ``CompactionPlan`` and commits it, with retention's deletions.
+
+    Next: CompactContext for the plan's next chunk, else RunModel (loading the new tail). A
+    Worker killed mid-Step reruns the chunk (nothing is committed before the summary); retries
+    exhausted go to RecordTurnFailure, which leaves every message in place.
+    """
+
+    def __init__(self, flow: AgentSessionFlow) -> None:
+        self._flow = flow
+
+    def get_step_options(self) -> StepOptions:
+        return compact_context_options()
+
+    async def execute(self, context: AsyncContext, input: CompactionPlan) -> StepDecision:  # type: ignore[override]
+        from dex_agents._steps import AwaitUserMessage, background_heartbeat, session_config
+
+        flow = self._flow
+        state = AGENT_STATE.get(context)
+        if state is None or state.turn_id is None:
+            return go_to(AwaitUserMessage, None)
+        summary = current_summary(context)
+        ends = [end for end in input.chunk_ends if end > summary.through_sequence]
+        if not ends:
+            return go_to_many(run_model_movement(flow, state.message_count, summary))
+        plan = replace(input, chunk_ends=ends)
+        end = min(ends[0], state.message_count)
+        messages: list[AgentMessage] = []
+        for sequence in range(summary.through_sequence + 1, end + 1):
+            try:
+                message = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
+            except AttributeMapNotLoadedError:
+                return go_to_many(compact_movement(plan, summary))
+            if message is not None:
+                messages.append(message)
+        config = session_config(context).agent_config
+        settings, budgets = _settings(flow, config)
+        request = SummarizeRequest(
+            flow_id=context.flow_id,
+            previous_summary=summary.text,
+            messages=tuple(messages),
+            agent_config=config,
+            input_budget_tokens=budgets.summarizer_input,
+            summary_budget_tokens=budgets.summary,
+            attempt=context.attempt,
+            heartbeat_callback=context.heartbeat,
+        )
+        events = AgentEventWriter(flow.agent_events, context, state.turn_id)
+        try:
+            events.write_event(
+                AgentEventType.CONTEXT_COMPACTION_STARTED,
+                {"through_sequence": end, "reason": plan.reason},
+            )
+            async with background_heartbeat(context):
+                text = await _compacting_runner(flow).summarize(request)
+            if not isinstance(text, str) or not text.strip():
+                raise AgentContractError("summarize must return non-blank text")
+            return self._commit(context, events, state, summary, plan, end, text, settings)
+        finally:
+            events.close()
+
+    def _commit(
+        self,
+        context: AsyncContext,
+        events: AgentEventWriter,
+        state: AgentState,
+        summary: ContextSummary,
+        plan: CompactionPlan,
+        end: int,
+        text: str,
+        settings: CompactionOptions,
+    ) -> StepDecision:
+        """Stage the chunk's summary, retention's deletions and the event; the next move."""
+        flow = self._flow
+        ends = plan.chunk_ends
+        # Retention: the newest retention_limit messages stay; only summarized ones go.
+        covered = replace(summary, through_sequence=end)
+        kept_from = retained_from(state.message_count, settings.retention_limit, covered)
+        deleted = delete_before(context, summary, kept_from)
+        last_chunk = len(ends) == 1
+        committed = ContextSummary(
+            generation=summary.generation + 1,
+            through_sequence=end,
+            text=text.strip(),
+            first_retained_sequence=kept_from,
+            overflow_retry_of=(
+                plan.overflow_retry_of
+                if last_chunk and plan.overflow_retry_of
+                else summary.overflow_retry_of
+            ),
+        )
+        CONTEXT_SUMMARY.set(context, committed)
+        events.write_event(
+            AgentEventType.CONTEXT_COMPACTED,
+            {
+                "through_sequence": end,
+                "generation": committed.generation,
+                "first_retained_sequence": kept_from,
+                "deleted_count": deleted,
+                "reason": plan.reason,
+            },
+        )
+        if not last_chunk:
+            return go_to_many(compact_movement(replace(plan, chunk_ends=ends[1:]), committed))
+        return go_to_many(run_model_movement(flow, state.message_count, committed))
