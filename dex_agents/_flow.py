@@ -126,7 +126,7 @@ class AgentSessionOptions:
             handing them to the runner. The runner offers the tool to its model.
         user_input: Platform addition: the session runs ``request_user_input`` calls itself
             (an AwaitUserInput Step answered through ``answer_user_input``); the response's
-            other calls are cancelled.
+            other calls are cancelled (but a write_todos call still applies).
         plans: Platform addition: a ``plan_mode`` message starts a ``planning`` turn (only the
             session's ``write_todos`` runs; it replaces ``AGENT_PLAN`` whole), and
             ``execute_plan`` starts an ``executing`` turn without a user message.

@@ -847,7 +847,9 @@ class RunModel(_SessionStep, Step[None]):
                 deferral_order=order,
                 turn_id=state.turn_id,
             )
-            if options.plans and call.tool_name == WRITE_TODOS_TOOL and question is None:
+            # write_todos applies at once, so a question in the same response does not cancel it
+            # (a task that asks and is marked done in one response is not asked again).
+            if options.plans and call.tool_name == WRITE_TODOS_TOOL:
                 try:
                     if plan_writes > 1:
                         raise BuiltinToolArgumentError(
@@ -875,7 +877,8 @@ class RunModel(_SessionStep, Step[None]):
                 )
                 continue
             if question is not None and call.tool_call_id != question[0]:
-                # The response asked the user something: none of its other calls run.
+                # The response asked the user something: none of its other calls run
+                # (write_todos, applied above, excepted).
                 _publish_final(
                     context,
                     events,

@@ -22,7 +22,8 @@ The user message is the script:
 
 An ``executing`` turn (``execute_plan``) completes the next unfinished task with one
 ``write_todos`` call per model call and answers "plan complete" when none is left; a task whose
-content starts with ``stop`` ends the turn unfinished the first time it comes up.
+content starts with ``stop`` ends the turn unfinished the first time it comes up, and one that
+starts with ``ask`` also asks the user (``request_user_input``) in the same response.
 
 It is also a ``CompactingRunner`` (context compaction): a token is four characters, a tool
 result counts (and is shown) cut to ``tool_result_max_chars`` of the agent config (default
@@ -400,6 +401,7 @@ def execute_plan_step(turn: AgentTurnContext) -> AgentTurnOutcome:
                     describe_tool_call_outcome(record),
                 )
             )
+    items.extend(turn.steered_messages)
     plan = turn.plan
     assert plan is not None, "an executing turn always has a plan"
     unfinished = [task for task in plan.tasks if task.status is not PlanTaskStatus.COMPLETED]
@@ -418,18 +420,30 @@ def execute_plan_step(turn: AgentTurnContext) -> AgentTurnOutcome:
         {"content": task.content, "status": "completed" if task is done else str(task.status)}
         for task in plan.tasks
     ]
-    call = DeferredToolCall(
-        f"write-{plan.revision}",
-        WRITE_TODOS_TOOL,
-        json.dumps({"todos": todos}),
-        turn.resolve_tool_policy(WRITE_TODOS_TOOL),
-    )
-    items.append(FrameworkMessage(MessageRole.ASSISTANT, {"tool_calls": [call.tool_call_id]}, ""))
+    calls = [
+        DeferredToolCall(
+            f"write-{plan.revision}",
+            WRITE_TODOS_TOOL,
+            json.dumps({"todos": todos}),
+            turn.resolve_tool_policy(WRITE_TODOS_TOOL),
+        )
+    ]
+    if done.content.startswith("ask"):
+        calls.append(
+            DeferredToolCall(
+                f"ask-{plan.revision}",
+                REQUEST_USER_INPUT_TOOL,
+                json.dumps({"prompt": done.content}),
+                turn.resolve_tool_policy(REQUEST_USER_INPUT_TOOL),
+            )
+        )
+    call_ids = [call.tool_call_id for call in calls]
+    items.append(FrameworkMessage(MessageRole.ASSISTANT, {"tool_calls": call_ids}, ""))
     state = {
-        "calls": [call.tool_call_id],
+        "calls": call_ids,
         "items": [[str(item.role), item.framework_item, item.text] for item in items],
     }
-    return ToolCallsRequested(json.dumps(state), [call], MODEL_USAGE)
+    return ToolCallsRequested(json.dumps(state), calls, MODEL_USAGE)
 
 
 def write_after_return(turn: AgentTurnContext) -> None:

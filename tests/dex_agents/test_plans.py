@@ -13,7 +13,7 @@ from dex_agents import (
     PlanStatus,
     PlanTaskStatus,
 )
-from dex_agents.testing import FileGate
+from dex_agents.testing import FileGate, wait_for_agent_snapshot
 from tests.dex_agents.scripted_agent import STEERING_FLOW_TYPE, invocation_log
 from tests.dex_agents.test_agent_session import (
     flow_of,
@@ -139,3 +139,23 @@ async def test_execute_plan_is_refused_while_busy_or_queued(tmp_path: Path) -> N
         assert accepted.accepted, accepted
         snapshot = await wait_for_idle(sessions, "session-1", message_count=13)
         assert plan_of(snapshot)[1] is PlanStatus.COMPLETED
+
+
+async def test_a_plan_update_in_the_same_response_as_a_question_still_applies(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session("session-1")
+        await planned(sessions, "plan: ask first, then finish", 4)
+        assert (await sessions.execute_plan("session-1", 1)).accepted
+        question = await wait_for_agent_snapshot(
+            sessions, "session-1", lambda snapshot: snapshot.pending_input, description="question"
+        )
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        assert plan_of(snapshot)[2][0] == ("ask first", PlanTaskStatus.COMPLETED)
+        assert await sessions.answer_user_input("session-1", question.tool_call_id, "yes")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=11)
+        assert plan_of(snapshot)[1] is PlanStatus.COMPLETED
+        assert last_text(snapshot) == "plan complete"
