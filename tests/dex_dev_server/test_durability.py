@@ -126,6 +126,13 @@ async def test_engine_sigkill_and_restart_resumes_everything(dex: DexEnv) -> Non
     await client.write_stream("crash-c", flows.tokens, "tester", "before-crash")
     async with grpc.aio.insecure_channel(engine.address) as channel:
         stub = dex_pb2_grpc.FlowServiceStub(channel)
+
+        async def timer_registered() -> bool:
+            state = await stub.GetFlowState(pb.GetFlowStateRequest(flow_id="crash-c"))
+            return bool(state.active_step_executions and state.active_step_executions[0].timers)
+
+        # The timer exists once the Step's wait_for committed; read it only then.
+        await eventually(timer_registered, within=10)
         before = await stub.GetFlowState(pb.GetFlowStateRequest(flow_id="crash-c"))
 
     engine.kill()
