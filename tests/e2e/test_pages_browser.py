@@ -904,3 +904,36 @@ def test_screenshots_of_a_plan_a_question_and_a_timer(contexts: Contexts, stack:
         page.goto(f"/sessions/{waiting}/")
         expect(page.locator("#timer-left")).to_have_text(re.compile(r"^in 1 h"))
         screenshot(page, "chat-timer", screen_too=True)
+
+
+def test_a_compacted_session_shows_its_summary_above_the_conversation(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/sessions/", json={"agent": "demo-small", "message": "hello"})
+        assert created.status_code == 201, created.text
+        session_id = created.json()["id"]
+        wait_for_turn_end(stack, "owner", session_id)
+
+        def summarized() -> dict[str, Any] | None:
+            snapshot = api.get(f"/api/v1/sessions/{session_id}/").json()
+            idle = snapshot["status"] == "waiting_for_user_message"
+            if snapshot["summary"] is not None or not idle or snapshot["queued_messages"]:
+                return snapshot["summary"]
+            sent = api.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "/big 4"})
+            assert sent.status_code == 202, sent.text
+            return None
+
+        summary = wait_until("a compaction", summarized, timeout=120)
+
+    page = contexts.logged_in("owner")
+    page.goto(f"/sessions/{session_id}/")
+    assert summary["through_sequence"] >= 2
+    # Messages the poll queued meanwhile may compact further: any later summary will do.
+    disclosure = region(page, "Conversation").get_by_text(
+        re.compile(r"^Summary of earlier messages \(through message \d+\)$")
+    )
+    expect(disclosure).to_be_visible()
+    disclosure.click()
+    expect(page.locator("#context-summary-text")).to_contain_text("user #1: hello")
+    screenshot(page, "chat-summary")

@@ -406,6 +406,10 @@ function describe(event) {
     }
     case "plan_started":
       return { kind: "Plan started", detail: `executing revision ${data.revision}`, tone: "ok" };
+    case "context_compaction_started":
+      return { kind: "Compacting context", detail: `summarizing messages up to ${data.through_sequence}`, tone: "muted" };
+    case "context_compacted":
+      return { kind: "Context compacted", detail: `messages up to ${data.through_sequence} summarized`, tone: "muted" };
     case "attempt_retried":
       return { kind: "Retrying", detail: `${data.what} (attempt ${data.attempt}); the earlier attempt's text is dropped`, tone: "warn" };
     default:
@@ -894,6 +898,17 @@ function settleEndingTurns(snapshot) {
   if (retry) setTimeout(loadSnapshot, TURN_END_RETRY_MS);
 }
 
+/** The cumulative summary compaction wrote, folded above the conversation (none before the
+ * first compaction). */
+function renderSummary(summary) {
+  const box = byId("context-summary");
+  box.hidden = !summary;
+  if (!summary) return;
+  byId("context-summary-title").textContent =
+    `Summary of earlier messages (through message ${summary.through_sequence})`;
+  byId("context-summary-text").textContent = summary.text;
+}
+
 function applySnapshot(snapshot, queueRead, snapshotRead) {
   const first = state.snapshot === null;
   state.snapshot = snapshot;
@@ -913,6 +928,7 @@ function applySnapshot(snapshot, queueRead, snapshotRead) {
       renderQueue();
       renderPlan(snapshotRead);
       renderTimer();
+      renderSummary(snapshot.summary);
       renderQuestion();
     },
     { force: first },
@@ -1036,6 +1052,7 @@ function onEvent(frame) {
     case "durable_wait_started":
     case "plan_updated":
     case "plan_started":
+    case "context_compacted":
       scheduleSnapshot();
       break;
     default:
