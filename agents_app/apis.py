@@ -9,6 +9,7 @@ unreachable) and 404 (engine has no such session).
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -409,7 +410,7 @@ class SessionOwnedMixin(DexErrorsMixin):
         writes to it."""
         session = self.session_get(request, session_id)
         if session.owner_id != request.user.pk:
-            raise PermissionDenied("Only the session's owner may send it messages.")
+            raise PermissionDenied("Only the session's owner may change it.")
         return session
 
 
@@ -540,15 +541,32 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
             plan_mode=serializer.validated_data["plan_mode"],
         )
         if message_id is None:
-            raise serializers.ValidationError({"text": ["The session refused this message."]})
+            # The text is not blank (validated above), so the queue is full.
+            raise QueueFull()
         return Response({"queued": True, "id": message_id}, status=status.HTTP_202_ACCEPTED)
 
 
 #: Longer than any Channel message ID (36) or client_id (32): not worth asking Dex about.
 QUEUED_MESSAGE_ID_MAX_CHARS = 64
 QUEUED_MESSAGE_GONE = (
-    "No such queued message: the agent already took it, it was deleted, or it never was queued."
+    "No such queued message: the agent already took it, it was steered or deleted, or it never "
+    "was queued (a steered message can no longer be changed)."
 )
+
+
+class QueueFull(APIException):
+    """409: as many messages as a session queues already wait
+    (``DEXAGENTS["MAX_QUEUED_MESSAGES"]``)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "queue_full"
+
+    def __init__(self) -> None:
+        limit = settings.DEXAGENTS["MAX_QUEUED_MESSAGES"]
+        super().__init__(
+            f"The message queue is full ({limit} messages wait): let the agent take some, or "
+            "delete or steer one, then send again."
+        )
 
 
 class QueuedMessageGone(NotFound):
@@ -618,7 +636,9 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
 
     class QueuedMessageInputSerializer(serializers.Serializer):
         text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
-        plan_mode = serializers.BooleanField(required=False, default=False)
+        plan_mode = serializers.BooleanField(
+            required=False, help_text="Left out: the old message's plan_mode is kept."
+        )
 
     @extend_schema(
         request=None,
@@ -656,11 +676,16 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
         serializer = self.QueuedMessageInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         self.refuse_stopped(session)
+        plan_mode = serializer.validated_data.get("plan_mode")
+        if plan_mode is None:
+            plan_mode = services.queued_message_plan_mode(session=session, message_id=message_id)
+            if plan_mode is None:
+                raise QueuedMessageGone()
         new_id = services.queued_message_replace(
             session=session,
             message_id=message_id,
             text=serializer.validated_data["text"],
-            plan_mode=serializer.validated_data["plan_mode"],
+            plan_mode=plan_mode,
         )
         if new_id is None:
             raise QueuedMessageGone()

@@ -72,6 +72,7 @@ def build_flow(
             durable_waits=True,
             user_input=True,
             plans=True,
+            max_queued_messages=settings.DEXAGENTS["MAX_QUEUED_MESSAGES"],
             compaction=CompactionOptions(),
         ),
     )

@@ -178,6 +178,20 @@ def queued_message_replace(
     return _queued_message_id(session=session, client_id=client_id)
 
 
+def queued_message_plan_mode(*, session: AgentSession, message_id: str) -> bool | None:
+    """The ``plan_mode`` of the queued message ``message_id`` (Channel message ID or
+    ``client_id``), or None when it is not queued.
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
+    for entry in queue["queued"]:
+        if message_id in (entry["id"], entry["client_id"]):
+            return bool(entry["plan_mode"])
+    return None
+
+
 def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
     """Steer the queued message ``message_id`` into the running turn, which applies it at its
     next safe boundary (``dex_agents`` Steer).

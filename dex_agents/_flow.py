@@ -137,6 +137,9 @@ class AgentSessionOptions:
             trigger fraction of the context window, and the map keeps the newest
             ``retention_limit`` messages (``dex_agents._compaction``). The runner must be a
             ``CompactingRunner``. ``None`` keeps the seed's behaviour.
+        max_queued_messages: Platform addition: ``send_user_message`` refuses a message while
+            this many wait in the queued and steered queues together (``None``: no limit), so
+            a queue can never grow past what one RPC can load.
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
@@ -148,6 +151,7 @@ class AgentSessionOptions:
     durable_waits: bool = False
     user_input: bool = False
     plans: bool = False
+    max_queued_messages: int | None = None
     compaction: CompactionOptions | None = None
 
 
@@ -208,10 +212,14 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     def send_user_message(self, context: Context, message: AgentUserMessage) -> RPCResult[bool]:
         """Queue a user message for the next turn; ``False`` for blank text.
 
-        Platform addition: ``created_at`` is set to the Worker clock when the sender left it
-        empty.
+        Platform additions: ``created_at`` is set to the Worker clock when the sender left it
+        empty; ``False`` too while ``AgentSessionOptions.max_queued_messages`` messages wait.
         """
         if not message.text.strip():
+            return RPCResult(False)
+        limit = self.options.max_queued_messages
+        waiting = QUEUED_USER_MESSAGES.size(context) + STEERED_USER_MESSAGES.size(context)
+        if limit is not None and waiting >= limit:
             return RPCResult(False)
         QUEUED_USER_MESSAGES.publish(context, _stamped(message))
         return RPCResult(True)

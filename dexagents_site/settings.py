@@ -287,6 +287,12 @@ DEXAGENTS: dict[str, Any] = {
     "EVENTS_SEND_QUEUE_BYTES": env_int(
         "DEXAGENTS_EVENTS_SEND_QUEUE_BYTES", 1024 * 1024, minimum=1024
     ),
+    # Messages that may wait in one session's queue (queued and steered together); a message
+    # is at most 100,000 characters, so the default keeps a queue well inside the 4 MiB one
+    # RPC can load on the embedded engine.
+    "MAX_QUEUED_MESSAGES": env_int(
+        "DEXAGENTS_MAX_QUEUED_MESSAGES", 20, minimum=1, maximum=10_000
+    ),
 }
 
 LOGGING = {

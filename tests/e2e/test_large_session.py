@@ -23,7 +23,9 @@ POST = "/tool slack__post_message " + json.dumps({"channel": "general", "text": 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("large")) as platform:
+    # The queue limit would refuse the 21st message: this test needs a queue past 4 MiB.
+    extra = {"DEXAGENTS_MAX_QUEUED_MESSAGES": "100"}
+    with running_stack(tmp_path_factory.mktemp("large"), extra_env=extra) as platform:
         yield platform
 
 

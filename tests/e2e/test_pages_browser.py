@@ -937,3 +937,19 @@ def test_a_compacted_session_shows_its_summary_above_the_conversation(
     disclosure.click()
     expect(page.locator("#context-summary-text")).to_contain_text("user #1: hello")
     screenshot(page, "chat-summary")
+
+
+def test_a_reload_keeps_the_text_being_written(contexts: Contexts, stack: PageStack) -> None:
+    page = contexts.logged_in("owner")
+    session_id = start_session(page, "hello")
+    composer = page.get_by_role("textbox", name="Message")
+    composer.fill("half a thought")
+    page.reload()
+    expect(page.get_by_role("textbox", name="Message")).to_have_value("half a thought")
+    page.get_by_role("button", name="Send").click()
+    wait_until("the message to be answered", lambda: any(
+        message["text"] == "You said: half a thought"
+        for message in stored_messages(stack, "owner", session_id)
+    ), timeout=60)
+    page.reload()
+    expect(page.get_by_role("textbox", name="Message")).to_have_value("")

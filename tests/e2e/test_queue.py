@@ -311,3 +311,24 @@ def test_a_message_an_idle_session_takes_at_once_is_not_in_the_queue(stack: Stac
         assert owner.delete(base).status_code == 404
         assert owner.put(base, json={"text": "too late"}).status_code == 404
         assert owner.post(f"{base}steer/").status_code == 404
+
+
+def test_an_edit_without_plan_mode_keeps_it_and_a_full_queue_refuses_more(stack: Stack) -> None:
+    session_id, _pending = busy_session(stack)
+    with stack.api("owner") as owner:
+        planned = send(owner, session_id, "a plan", plan_mode=True)
+        edited = owner.put(
+            f"/api/v1/sessions/{session_id}/queue/{planned}/", json={"text": "a plan, edited"}
+        )
+        assert edited.status_code == 201, edited.text
+        assert [
+            (item["text"], item["plan_mode"]) for item in queue_of(owner, session_id)["queued"]
+        ] == [("a plan, edited", True)]
+        # 20 messages may wait at once (DEXAGENTS_MAX_QUEUED_MESSAGES); the 21st is refused
+        # and nothing already queued is lost.
+        for number in range(19):
+            send(owner, session_id, f"filler {number}")
+        refused = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "one more"})
+        assert refused.status_code == 409, refused.text
+        assert "queue is full (20 messages wait)" in refused.json()["detail"]
+        assert len(queue_of(owner, session_id)["queued"]) == 20

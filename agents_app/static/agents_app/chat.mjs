@@ -647,6 +647,7 @@ function restoreToComposer(text, planMode = false) {
   if (!box) return;
   if (planMode) setPlanMode(true);
   box.value = box.value.trim() ? `${box.value.replace(/\s+$/, "")}\n${text}` : text;
+  saveDraft();
   box.focus();
   box.setSelectionRange(box.value.length, box.value.length);
 }
@@ -1104,6 +1105,31 @@ function setPlanMode(on) {
   byId("composer-plan-hint").hidden = !on;
 }
 
+// The composer's text is kept in this tab's sessionStorage, so a reload (or an Edit that took
+// a message out of the queue) loses nothing that was typed.
+const draftKey = `dexagents:draft:${config.session}`;
+
+function saveDraft() {
+  const box = document.getElementById("composer-text");
+  if (!box) return;
+  try {
+    if (box.value) sessionStorage.setItem(draftKey, box.value);
+    else sessionStorage.removeItem(draftKey);
+  } catch {
+    // Storage may be off or full: the draft is then only in the box.
+  }
+}
+
+function restoreDraft() {
+  const box = document.getElementById("composer-text");
+  if (!box || box.value) return;
+  try {
+    box.value = sessionStorage.getItem(draftKey) ?? "";
+  } catch {
+    // No storage: nothing to restore.
+  }
+}
+
 async function send(event) {
   event.preventDefault();
   const text = byId("composer-text");
@@ -1117,6 +1143,7 @@ async function send(event) {
   const planMode = byId("composer-plan").checked;
   const sending = queue.addSending(value, { planMode });
   text.value = "";
+  saveDraft();
   // Plan mode is per message.
   setPlanMode(false);
   followingChange(() => renderQueue(), { force: true });
@@ -1132,6 +1159,7 @@ async function send(event) {
     if (!text.value) {
       text.value = value;
       setPlanMode(planMode);
+      saveDraft();
     }
     showComposerError(`Not sent: ${error.message} Your text is still in the box.`);
   }
@@ -1165,6 +1193,8 @@ function refreshNow() {
 const composer = document.getElementById("composer");
 if (composer) {
   composer.addEventListener("submit", send);
+  restoreDraft();
+  byId("composer-text").addEventListener("input", saveDraft);
   byId("composer-text").addEventListener("keydown", (event) => {
     if (isSendShortcut(event)) {
       event.preventDefault();
