@@ -136,7 +136,8 @@ def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
         assert "detail" in again.json()
         assert texts(queue_of(owner, session_id)["queued"]) == ["first", "third"]
 
-        # Edit: the old message leaves and the new one joins at the tail.
+        # Edit: the old message leaves and the new one joins at the tail (an edit that leaves
+        # out plan_mode keeps the old message's).
         edited = owner.put(f"{base}{first}/", json={"text": "first, edited"})
         assert edited.status_code == 201, edited.text
         new_id = edited.json()["id"]
@@ -144,7 +145,7 @@ def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
         queue = queue_of(owner, session_id)
         assert [(entry["id"], entry["text"], entry["plan_mode"]) for entry in queue["queued"]] == [
             (third, "third", False),
-            (new_id, "first, edited", False),
+            (new_id, "first, edited", True),
         ]
         stale = owner.put(f"{base}{first}/", json={"text": "lost edit"})
         assert stale.status_code == 404, stale.text
