@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -47,6 +45,7 @@ from dex import (
     open_blob_cache,
 )
 
+from bench.engine import start_engine
 from dex_agents import (
     AgentMessage,
     AgentSessionClient,
@@ -75,21 +74,6 @@ MESSAGE_TEXT = (
 # When run_model_step was entered, per session (the worker runs in this process's loop).
 _ENTERED: dict[str, float] = {}
 _ENTRY_SEEN: dict[str, asyncio.Event] = {}
-
-
-def _start_engine(db: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dex_dev_server", "--port", "0", "--db", str(db),
-         "--log-level", "warning"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if not line.startswith("dex_dev_server ready on "):
-        raise RuntimeError(f"engine did not start: {line!r}")
-    return proc, line.rsplit(" ", 1)[1]
 
 
 def _tokens(text: str) -> int:
@@ -232,7 +216,7 @@ def main() -> int:
         ns.messages, ns.samples = 2000, 5
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        proc, address = _start_engine(tmp / "bench.sqlite3")
+        proc, address = start_engine(tmp / "bench.sqlite3")
         try:
             fig = asyncio.run(_measure(ns, address, str(tmp / "cache")))
         finally:

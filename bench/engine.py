@@ -106,7 +106,9 @@ class Figures:
     base_rss_mb: float = 0.0
 
 
-def _start_engine(db: Path) -> tuple[subprocess.Popen[str], str]:
+def start_engine(db: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start ``python -m dex_dev_server`` on a free port with ``db``; return it and its
+    address once it printed its ready line."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "dex_dev_server", "--port", "0", "--db", str(db),
          "--log-level", "warning"],
@@ -235,7 +237,7 @@ def main() -> int:
         ns.chain, ns.flows, ns.flow_steps, ns.idle = 200, 20, 20, 1000
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        proc, address = _start_engine(tmp / "bench.sqlite3")
+        proc, address = start_engine(tmp / "bench.sqlite3")
         try:
             fig = asyncio.run(_measure(ns, address, proc.pid, str(tmp / "cache")))
         finally:

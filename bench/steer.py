@@ -27,17 +27,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.relay import percentile
 from dex_agents import AgentSessionClient, AgentSnapshot
 from dex_agents.testing import AgentTestStack, wait_for_agent_snapshot
 from tests.dex_agents.scripted_agent import STATE_DIR_ENV, STEERING_FLOW_TYPE, build_flows
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER_MODULE = "tests.dex_agents.scripted_worker"
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 async def until(

@@ -95,18 +95,9 @@ class AgentSessionClient:
 
         Retries ``RpcLockConflictError`` (AwaitUserInput deciding) for 5 seconds.
         """
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + LOCK_CONFLICT_RETRY_SECONDS
-        while True:
-            try:
-                result: bool = await self.client.invoke_rpc(
-                    self.flow.answer_user_input, session_id, UserInputAnswer(tool_call_id, answer)
-                )
-                return result
-            except RpcLockConflictError:
-                if loop.time() >= give_up_at:
-                    raise
-                await asyncio.sleep(_LOCK_CONFLICT_PAUSE_SECONDS)
+        return await self._invoke_retrying_lock_conflicts(
+            self.flow.answer_user_input, session_id, UserInputAnswer(tool_call_id, answer)
+        )
 
     async def execute_plan(self, session_id: str, revision: int) -> PlanExecutionResult:
         """Platform addition: execute (or continue) the plan at ``revision``; see
@@ -189,13 +180,24 @@ class AgentSessionClient:
         request = ResolveInterruptRequest(
             interrupt_id=interrupt_id, approved=approved, rejection_message=rejection_message
         )
+        return await self._invoke_retrying_lock_conflicts(
+            self.flow.resolve_interrupt, session_id, request
+        )
+
+    async def _invoke_retrying_lock_conflicts(
+        self, rpc: Any, session_id: str, request: Any
+    ) -> bool:
+        """Invoke a boolean RPC that locks an Attribute a Step may hold, retrying
+        ``RpcLockConflictError`` for ``LOCK_CONFLICT_RETRY_SECONDS``.
+
+        Raises:
+            RpcLockConflictError: If the lock stays taken that long.
+        """
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + LOCK_CONFLICT_RETRY_SECONDS
         while True:
             try:
-                result: bool = await self.client.invoke_rpc(
-                    self.flow.resolve_interrupt, session_id, request
-                )
+                result: bool = await self.client.invoke_rpc(rpc, session_id, request)
                 return result
             except RpcLockConflictError:
                 if loop.time() >= give_up_at:

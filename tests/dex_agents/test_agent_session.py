@@ -94,6 +94,11 @@ def last_text(snapshot: AgentSnapshot) -> str:
     return snapshot.messages[-1].text
 
 
+def user_texts(snapshot: AgentSnapshot) -> list[str]:
+    """The snapshot's user messages, oldest first."""
+    return [message.text for message in snapshot.messages if message.role is MessageRole.USER]
+
+
 async def executed_steps(stack: AgentTestStack, session_id: str) -> list[tuple[str, int]]:
     history = await stack.read_step_history(session_id)
     return [

@@ -13,9 +13,7 @@ from dex_agents import (
     CANCELLED_BY_STEER_OUTPUT,
     EXECUTE_COMPLETED_EVENT,
     AgentSessionClient,
-    AgentSnapshot,
     AgentStatus,
-    MessageRole,
     PendingTimer,
     PendingUserInput,
     ToolCallStatus,
@@ -27,6 +25,7 @@ from tests.dex_agents.test_agent_session import (
     flow_of,
     last_text,
     scripted_stack,
+    user_texts,
     wait_for_idle,
 )
 
@@ -56,9 +55,6 @@ async def completed_steps(stack: AgentTestStack, session_id: str, step_type: str
         if entry.event_type == EXECUTE_COMPLETED_EVENT and entry.step_type == step_type
     )
 
-
-def user_texts(snapshot: AgentSnapshot) -> list[str]:
-    return [message.text for message in snapshot.messages if message.role is MessageRole.USER]
 
 
 async def test_a_durable_wait_fires_once_across_a_worker_kill(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from dex_agents import (
     AgentSessionClient,
     AgentSnapshot,
-    MessageRole,
     PlanStatus,
     PlanTaskStatus,
 )
@@ -19,12 +18,9 @@ from tests.dex_agents.test_agent_session import (
     flow_of,
     last_text,
     scripted_stack,
+    user_texts,
     wait_for_idle,
 )
-
-
-def user_texts(snapshot: AgentSnapshot) -> list[str]:
-    return [message.text for message in snapshot.messages if message.role is MessageRole.USER]
 
 
 def plan_of(snapshot: AgentSnapshot) -> tuple[int, PlanStatus, list[tuple[str, PlanTaskStatus]]]:

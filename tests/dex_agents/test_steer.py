@@ -9,7 +9,6 @@ from dex_agents import (
     CANCELLED_BY_STEER_OUTPUT,
     AgentSessionClient,
     AgentSnapshot,
-    MessageRole,
     ToolCallStatus,
 )
 from dex_agents.testing import FileGate, wait_for_agent_snapshot
@@ -23,13 +22,10 @@ from tests.dex_agents.test_agent_session import (
     flow_of,
     last_text,
     scripted_stack,
+    user_texts,
     wait_for_idle,
     wait_for_interrupt,
 )
-
-
-def user_texts(snapshot: AgentSnapshot) -> list[str]:
-    return [message.text for message in snapshot.messages if message.role is MessageRole.USER]
 
 
 async def queued_texts(sessions: AgentSessionClient, session_id: str) -> list[str]:

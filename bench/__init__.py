@@ -1,0 +1,1 @@
+"""Benchmarks, each printing ratios against a peer measured in the same run."""
