@@ -45,13 +45,14 @@ def move_drf_tokens(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) ->
         rows = cursor.fetchall()
     api_token = apps.get_model("agents_app", "ApiToken")
     for key, user_id, created in rows:
-        token = api_token.objects.create(
+        token = api_token(
             digest=digest(key),
             token_key=key[:TOKEN_KEY_LENGTH],
             user_id=user_id,
             expiry=None,
             name=MOVED_TOKEN_NAME,
         )
+        token.save(force_insert=True)
         made = aware(created)
         if made is not None:
             # auto_now_add set "now"; keep when the key was really made.
