@@ -243,6 +243,22 @@ def test_every_persona_gets_the_expected_status(world: dict[str, Any]) -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_staff_writes_to_someone_elses_session_say_why(world: dict[str, Any]) -> None:
+    """Every owner-only route answers staff 403 with the same explanation."""
+    from agents_app.apis import OWNER_ONLY_DETAIL
+
+    values = path_values(world["owner"])
+    owner_only = [row for row, expected in MATRIX.items() if expected[3:] == (400, 403)
+                  or (expected[3] == ENGINE and expected[4] == 403)]
+    assert len(owner_only) == 6
+    for route, method in owner_only:
+        response = world["clients"]["staff"].generic(
+            method, fill(route, values), "{}", "application/json"
+        )
+        assert response.status_code == 403
+        assert response.json() == {"detail": OWNER_ONLY_DETAIL}, (route, method)
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_every_persona_gets_the_expected_websocket_close_code(
     owner: Any, other_user: Any, staff: Any, engine_down: str
