@@ -25,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import selectors, services
+from agents_app.apis import ERROR_SCHEMA
 from agents_app.auth import BearerTokenAuthentication
 from agents_app.models import ApiToken
 
@@ -33,8 +34,6 @@ TOKEN_NAME_MAX_CHARS = 100
 #: Bearer first: its ``WWW-Authenticate`` challenge is the one a 401 carries (a Basic
 #: challenge would make browsers pop up a password dialog).
 TOKEN_AUTHENTICATION = (BearerTokenAuthentication, SessionAuthentication, BasicAuthentication)
-
-ERROR_SCHEMA = inline_serializer("ErrorDetail", {"detail": serializers.CharField()})
 
 CREATE_WITH_TOKEN_DETAIL = (
     "An API token cannot create tokens: authenticate with your password (HTTP Basic) or a "
@@ -81,8 +80,18 @@ class ApiTokenLimitReached(APIException):
 
 
 class ApiTokenListCreateApi(ListAPIView):
-    """``GET``/``POST /api/v1/tokens/``: list the caller's API tokens, or create one (module
-    docstring)."""
+    """``/api/v1/tokens/``: the caller's own API tokens.
+
+    ``GET``: the caller's tokens, newest first, paginated (``limit``/``offset``), each
+    ``{"id", "name", "created_at", "expires_at" (null: never), "expired"}``; never a key.
+    Expired tokens stay listed (and refused) until revoked.
+
+    ``POST`` ``{"name", "expires_at"?}`` with HTTP Basic (username and password) or a
+    logged-in browser session (with its CSRF token): 201 with the token and its ``key``, shown
+    only in this answer. 403 when a token authenticates the call (a token cannot create
+    tokens), 400 with field messages, 409 when the caller holds the most tokens one user may
+    (``DEXAGENTS_MAX_API_TOKENS_PER_USER``, 50).
+    """
 
     authentication_classes = TOKEN_AUTHENTICATION
     serializer_class = ApiTokenOutputSerializer
@@ -150,9 +159,10 @@ class ApiTokenListCreateApi(ListAPIView):
 
 
 class ApiTokenRevokeApi(APIView):
-    """``DELETE /api/v1/tokens/<id>/``: revoke one of the caller's API tokens (module
-    docstring). Any authentication may revoke, a token itself included (a client logging
-    out)."""
+    """``DELETE /api/v1/tokens/<id>/``: revoke one of the caller's API tokens; 204, and its key
+    is refused (401) from the next request on. 404 when the caller has no token with this ID
+    (another user's token included). Any authentication may revoke, a token itself included
+    (a client logging out)."""
 
     authentication_classes = TOKEN_AUTHENTICATION
 
