@@ -6,7 +6,13 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
-from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
+from agents_app.models import (
+    AgentDefinition,
+    AgentSession,
+    ApiToken,
+    ApprovalDecision,
+    ApprovalRequest,
+)
 
 
 class ReadOnlyAdminMixin:
@@ -85,3 +91,25 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "turn_id",
         "requested_at", "deadline", "state", "outcome_message", "closed_at", "updated_at",
     )
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """API tokens of every user: list and revoke (delete), nothing else.
+
+    Only digests are stored, so no key can be shown; tokens are created with
+    ``POST /api/v1/tokens/`` or ``manage.py createtoken``, which show the key once.
+    """
+
+    list_display = ("name", "user", "created", "expiry")
+    list_select_related = ("user",)
+    list_filter = ("expiry",)
+    search_fields = ("name", "user__username")
+    fields = ("name", "user", "created", "expiry")
+    readonly_fields = ("name", "user", "created", "expiry")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -393,6 +393,12 @@ SNAPSHOT_SCHEMA = inline_serializer(
 )
 
 
+OWNER_ONLY_DETAIL = (
+    "Only the session's owner may write to it (messages, its queue, answers, plan "
+    "execution); staff may read it, stop it and decide its approvals."
+)
+
+
 class SessionOwnedMixin(DexErrorsMixin):
     """Look up the session from the URL: the owner's, or any for staff (who read every session
     they may approve); 404 for unknown or foreign IDs, so foreign IDs are not revealed."""
@@ -410,7 +416,7 @@ class SessionOwnedMixin(DexErrorsMixin):
         writes to it."""
         session = self.session_get(request, session_id)
         if session.owner_id != request.user.pk:
-            raise PermissionDenied("Only the session's owner may change it.")
+            raise PermissionDenied(OWNER_ONLY_DETAIL)
         return session
 
 

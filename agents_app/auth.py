@@ -4,6 +4,11 @@ Clients send ``Authorization: Bearer <key>`` (RFC 6750); DRF's ``Token <key>`` k
 Browsers use the Django session cookie instead. The key is looked up in exactly one place,
 ``user_for_token_key``, so the token storage can change without touching its callers.
 
+Tokens are ``agents_app.models.ApiToken`` rows in django-rest-knox's format: only the
+SHA-512 digest of a key and its first 15 characters are stored, so a database dump yields no
+usable key. A token may expire; an expired one is refused (REST: 401 with a message that says
+so; websockets: 4401).
+
 - REST: ``BearerTokenAuthentication`` (``REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]``).
 - Websockets: ``TokenAuthMiddlewareStack`` sets ``scope["user"]`` from the header, or from the
   session cookie when there is no token header; ``BrowserOriginValidator`` applies Channels'
@@ -14,6 +19,8 @@ Keys are credentials: nothing here logs them.
 
 from __future__ import annotations
 
+import datetime
+from hmac import compare_digest
 from typing import Any
 
 from channels.auth import AuthMiddleware
@@ -21,30 +28,64 @@ from channels.db import database_sync_to_async
 from channels.security.websocket import AllowedHostsOriginValidator
 from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from knox.crypto import hash_token
+from knox.settings import CONSTANTS
 from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
 #: ``Authorization`` schemes that carry an API token key, compared case-insensitively.
 TOKEN_SCHEMES = ("bearer", "token")
+#: Longer than any key this platform hands out ("dxa_" + 64 hex, or a moved 40-hex DRF key);
+#: longer keys are refused without hashing them.
+TOKEN_KEY_MAX_CHARS = 128
+
+INVALID_TOKEN_DETAIL = "Invalid token: no active API token has this key (was it revoked?)."
 
 ASGIApp = Any
 
 
-def user_for_token_key(key: str) -> AbstractBaseUser | None:
-    """Return the active user whose API token is ``key``, or None.
+class ApiTokenExpiredError(Exception):
+    """The key belongs to an API token whose expiry has passed.
 
-    Today the key is a DRF ``rest_framework.authtoken`` ``Token``; this is the only function
-    that knows it. Sync (ORM): async callers wrap it in ``database_sync_to_async``.
+    Attributes:
+        expired_at: When it expired (aware datetime).
     """
-    from rest_framework.authtoken.models import Token
 
-    try:
-        token = Token.objects.select_related("user").get(key=key)
-    except Token.DoesNotExist:
+    def __init__(self, expired_at: datetime.datetime) -> None:
+        super().__init__(f"The API token expired at {expired_at.isoformat()}.")
+        self.expired_at = expired_at
+
+
+def user_for_token_key(key: str) -> AbstractBaseUser | None:
+    """Return the active user whose API token has the key ``key``, or None.
+
+    ``key`` is the whole key as the client sends it. Unknown and revoked keys, keys of
+    inactive users and over-long keys give None. Sync (ORM): async callers wrap it in
+    ``database_sync_to_async``.
+
+    Raises:
+        ApiTokenExpiredError: The key is right but its token expired; the token is kept (so
+            its owner sees it in the list and knows why clients fail) until revoked.
+    """
+    from agents_app.models import ApiToken
+
+    if not key or len(key) > TOKEN_KEY_MAX_CHARS:
         return None
-    user: AbstractBaseUser = token.user
-    return user if user.is_active else None
+    digest = hash_token(key)
+    candidates = ApiToken.objects.filter(
+        token_key=key[: CONSTANTS.TOKEN_KEY_LENGTH]
+    ).select_related("user")
+    for token in candidates:
+        if not compare_digest(digest, token.digest):
+            continue
+        if token.expiry is not None and token.expiry <= timezone.now():
+            raise ApiTokenExpiredError(token.expiry)
+        user: AbstractBaseUser = token.user
+        return user if user.is_active else None
+    return None
 
 
 def token_key_from_authorization(value: bytes) -> str | None:
@@ -62,16 +103,19 @@ def token_key_from_authorization(value: bytes) -> str | None:
         return None
 
 
-class BearerTokenAuthentication(TokenAuthentication):
+class BearerTokenAuthentication(BaseAuthentication):
     """DRF authentication for ``Authorization: Bearer <key>`` and ``Token <key>``.
 
-    Answers 401 with ``WWW-Authenticate: Bearer realm="api"`` when a token is malformed or
-    unknown; other schemes are left to the next authentication class.
+    ``request.auth`` is None (the key is not kept on the request); ``request.
+    successful_authenticator`` tells views that a token authenticated the call. Answers 401
+    with ``WWW-Authenticate: Bearer realm="api"`` when a token is malformed, unknown, revoked
+    or expired (each with its own ``detail``); other schemes are left to the next
+    authentication class.
     """
 
     keyword = "Bearer"
 
-    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, str] | None:
+    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, None] | None:
         header = get_authorization_header(request)
         parts = header.split()
         if not parts or parts[0].lower().decode("latin-1") not in TOKEN_SCHEMES:
@@ -83,11 +127,18 @@ class BearerTokenAuthentication(TokenAuthentication):
             )
         return self.authenticate_credentials(key)
 
-    def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, str]:
-        user = user_for_token_key(key)
+    def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, None]:
+        try:
+            user = user_for_token_key(key)
+        except ApiTokenExpiredError as expired:
+            raise exceptions.AuthenticationFailed(
+                f"This API token expired at {expired.expired_at.isoformat()}: create a new "
+                "one (POST /api/v1/tokens/ or manage.py createtoken) and revoke this one.",
+                code="token_expired",
+            ) from None
         if user is None:
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        return user, key
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN_DETAIL)
+        return user, None
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="api"'
@@ -110,8 +161,9 @@ def scope_token_key(scope: dict[str, Any]) -> str | None:
 class TokenAuthMiddleware(AuthMiddleware):
     """Channels' ``AuthMiddleware`` that prefers an ``Authorization`` token header.
 
-    With a Bearer/Token header the key alone decides (an unknown key is ``AnonymousUser``,
-    never the cookie's user); without one the session cookie does, as in Channels.
+    With a Bearer/Token header the key alone decides (an unknown, revoked or expired key is
+    ``AnonymousUser``, never the cookie's user); without one the session cookie does, as in
+    Channels.
     Needs Channels' ``SessionMiddleware`` outside it (``TokenAuthMiddlewareStack``).
     """
 
@@ -120,7 +172,10 @@ class TokenAuthMiddleware(AuthMiddleware):
         if key is None:
             await super().resolve_scope(scope)
             return
-        user = await database_sync_to_async(user_for_token_key)(key)
+        try:
+            user = await database_sync_to_async(user_for_token_key)(key)
+        except ApiTokenExpiredError:
+            user = None
         scope["user"]._wrapped = user if user is not None else AnonymousUser()
 
 
@@ -149,3 +204,18 @@ class BrowserOriginValidator:
         if _header(scope, b"origin") is None:
             return await self.inner(scope, receive, send)
         return await self.checked(scope, receive, send)
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Documents ``BearerTokenAuthentication`` in the OpenAPI schema as HTTP bearer auth."""
+
+    target_class = "agents_app.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token: `Authorization: Bearer <key>` (`Token <key>` also "
+            "works). Create one with POST /api/v1/tokens/ or `manage.py createtoken`.",
+        }

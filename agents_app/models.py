@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from knox.models import AbstractAuthToken
+from knox.settings import CONSTANTS
 
 from mcp_registry.models import McpTool
 
@@ -281,3 +283,31 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} {self.interrupt_id} {self.state}"
+
+
+class ApiToken(AbstractAuthToken):
+    """A named API token of one user, stored as django-rest-knox stores tokens.
+
+    ``digest`` is the SHA-512 hex digest of the key and ``token_key`` its first 15 characters
+    (the lookup index); the key itself is never stored and is shown once, when the token is
+    created (``services.api_token_create``). ``expiry`` None means the token never expires.
+    ``id`` is the public handle that the token list shows and ``DELETE /api/v1/tokens/<id>/``
+    takes. Every lookup goes through ``agents_app.auth.user_for_token_key``.
+    """
+
+    # Replaces knox's primary key (the digest), which must not appear in URLs or lists.
+    # Annotated: knox's untyped base hides the field types from django-stubs.
+    id: "models.BigAutoField[int, int]" = models.BigAutoField(primary_key=True)
+    digest: "models.CharField[str, str]" = models.CharField(
+        max_length=CONSTANTS.DIGEST_LENGTH, unique=True
+    )
+    name: "models.CharField[str, str]" = models.CharField(
+        max_length=100, help_text="What the token is for, e.g. 'CI deploy'."
+    )
+
+    class Meta:
+        ordering = ("-created", "-id")
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user})"

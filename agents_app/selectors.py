@@ -19,7 +19,13 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from agents_app import dex_gateway
-from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
+from agents_app.models import (
+    AgentDefinition,
+    AgentSession,
+    ApiToken,
+    ApprovalDecision,
+    ApprovalRequest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +58,11 @@ def agent_not_configured_reason(
     if status.configured:
         return None
     return status.reason if getattr(user, "is_staff", False) else NOT_CONFIGURED_FOR_USERS
+
+
+def api_token_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[ApiToken]:
+    """``user``'s own API tokens, newest first (expired ones included, until revoked)."""
+    return ApiToken.objects.filter(user_id=user.pk).order_by("-created", "-id")
 
 
 def session_snapshot_get(*, session: AgentSession) -> dict[str, Any]:

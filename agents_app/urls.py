@@ -18,6 +18,7 @@ from agents_app.apis import (
     SessionStopApi,
     SessionUserInputApi,
 )
+from agents_app.token_apis import ApiTokenListCreateApi, ApiTokenRevokeApi
 
 app_name = "agents_api"
 
@@ -25,6 +26,8 @@ urlpatterns = [
     path("agents/", AgentListApi.as_view(), name="agent-list"),
     path("approvals/", ApprovalListApi.as_view(), name="approval-list"),
     path("approvals/decisions/", ApprovalDecisionListApi.as_view(), name="approval-decision-list"),
+    path("tokens/", ApiTokenListCreateApi.as_view(), name="token-list"),
+    path("tokens/<int:token_id>/", ApiTokenRevokeApi.as_view(), name="token-detail"),
     path("sessions/", SessionListCreateApi.as_view(), name="session-list"),
     path("sessions/<str:session_id>/", SessionDetailApi.as_view(), name="session-detail"),
     path(

@@ -14,7 +14,7 @@ Environment variables:
     DEX_PORT (default 8801), DEMO_MODEL_PORT (default 8811), DEXAGENTS_VAR_DIR,
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
     DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES, DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES,
-    DEXAGENTS_EVENTS_SEND_QUEUE_BYTES,
+    DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50),
     LOG_LEVEL (default INFO); with DEBUG=false also SESSION_COOKIE_SECURE,
     CSRF_COOKIE_SECURE (default true), SECURE_SSL_REDIRECT, SECURE_HSTS_SECONDS,
     SECURE_PROXY_SSL_HEADER (default off).
@@ -93,7 +93,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    # Hashed API tokens (django-rest-knox); the model is agents_app.ApiToken (KNOX_TOKEN_MODEL).
+    "knox",
     "drf_spectacular",
     "django_filters",
     "channels",
@@ -240,6 +241,16 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
 }
 
+# API tokens: django-rest-knox's storage (SHA-512 digest of the key, never the key) in
+# agents_app.ApiToken, which adds a name and a public ID. Keys look like "dxa_" + 64 hex
+# characters, so secret scanners can spot them; tokens never expire unless asked to.
+KNOX_TOKEN_MODEL = "agents_app.ApiToken"
+REST_KNOX = {
+    "TOKEN_PREFIX": "dxa_",
+    "TOKEN_TTL": None,
+    "AUTO_REFRESH": False,
+}
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "dexagents API",
     "DESCRIPTION": "Durable AI agent sessions on Dex.",
@@ -292,6 +303,10 @@ DEXAGENTS: dict[str, Any] = {
     # RPC can load on the embedded engine.
     "MAX_QUEUED_MESSAGES": env_int(
         "DEXAGENTS_MAX_QUEUED_MESSAGES", 20, minimum=1, maximum=10_000
+    ),
+    # API tokens one user may hold at once (expired ones included until revoked).
+    "MAX_API_TOKENS_PER_USER": env_int(
+        "DEXAGENTS_MAX_API_TOKENS_PER_USER", 50, minimum=1, maximum=10_000
     ),
 }
 

@@ -47,16 +47,26 @@ def superuser(db: None) -> Any:
     return UserFactory.create(username="root", is_staff=True, is_superuser=True)
 
 
+def api_token_key(user: Any, name: str = "tests") -> str:
+    """A new API token of ``user`` (``services.api_token_create``); returns its key."""
+    from agents_app.services import api_token_create
+
+    return api_token_create(user=user, name=name)[1]
+
+
 @pytest.fixture
 def token_client() -> Callable[[Any], Any]:
-    """Build a DRF APIClient that sends ``Authorization: Token <key>`` for a user."""
-    from rest_framework.authtoken.models import Token
+    """Build a DRF APIClient that sends ``Authorization: Token <key>`` for a user (one token
+    per user and test)."""
     from rest_framework.test import APIClient
+
+    keys: dict[Any, str] = {}
 
     def build(user: Any) -> APIClient:
         client = APIClient()
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        if user.pk not in keys:
+            keys[user.pk] = api_token_key(user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {keys[user.pk]}")
         return client
 
     return build

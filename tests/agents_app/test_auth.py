@@ -3,10 +3,10 @@
 from typing import Any
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents_app.auth import token_key_from_authorization, user_for_token_key
+from tests.conftest import api_token_key
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ def test_token_key_parsing() -> None:
 
 
 def test_user_for_token_key(owner: Any) -> None:
-    key = Token.objects.create(user=owner).key
+    key = api_token_key(owner)
     assert user_for_token_key(key) == owner
     assert user_for_token_key("unknown") is None
     owner.is_active = False
@@ -33,7 +33,7 @@ def test_user_for_token_key(owner: Any) -> None:
 @pytest.mark.parametrize("scheme", ["Bearer", "Token", "bearer"])
 def test_rest_accepts_bearer_and_token(owner: Any, scheme: str) -> None:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"{scheme} {Token.objects.create(user=owner).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"{scheme} {api_token_key(owner)}")
     assert client.get("/api/v1/sessions/").status_code == 200
 
 

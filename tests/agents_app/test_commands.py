@@ -8,9 +8,10 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
 
-from agents_app.models import AgentDefinition
+from agents_app.auth import user_for_token_key
+from agents_app.models import AgentDefinition, ApiToken
 from mcp_registry.models import McpServer, McpTool
 from tests.factories import UserFactory
 
@@ -26,17 +27,54 @@ def run(*args: str) -> str:
 def test_createtoken_creates_the_user_and_prints_a_working_token(client: Any) -> None:
     key = run("createtoken", "alice").strip()
     user = get_user_model().objects.get(username="alice")
-    assert Token.objects.get(user=user).key == key
+    [token] = ApiToken.objects.filter(user=user)
+    assert key.startswith("dxa_") and len(key) == 68
+    assert key not in (token.digest, token.token_key)  # only a digest is stored
+    assert token.name == "createtoken" and token.expiry is None
     assert not user.has_usable_password()
     response = client.get("/api/v1/agents/", HTTP_AUTHORIZATION=f"Token {key}")
     assert response.status_code == 200
 
 
-def test_createtoken_is_stable_and_keeps_existing_users() -> None:
+def test_createtoken_makes_a_new_token_each_run_and_keeps_existing_users() -> None:
     UserFactory.create(username="bob")
     first = run("createtoken", "bob").strip()
-    assert run("createtoken", "bob").strip() == first
-    assert get_user_model().objects.get(username="bob").has_usable_password()
+    second = run("createtoken", "bob").strip()
+    assert first != second
+    user = get_user_model().objects.get(username="bob")
+    assert user_for_token_key(first) == user_for_token_key(second) == user
+    assert user.has_usable_password()
+
+
+def test_createtoken_name_expires_and_replace() -> None:
+    before = timezone.now()
+    key = run("createtoken", "dave", "--name", "CI deploy", "--expires", "30d").strip()
+    token = ApiToken.objects.get(user__username="dave")
+    assert token.name == "CI deploy"
+    assert token.expiry is not None
+    assert abs((token.expiry - before).total_seconds() - 30 * 86400) < 60
+    assert user_for_token_key(key) is not None
+    run("createtoken", "dave", "--name", "laptop", "--expires", "2999-01-31T12:00:00Z")
+    assert ApiToken.objects.get(name="laptop").expiry.year == 2999
+    replaced = run("createtoken", "dave", "--name", "CI deploy", "--replace").strip()
+    assert user_for_token_key(key) is None  # the old "CI deploy" token is revoked
+    assert user_for_token_key(replaced) is not None
+    assert sorted(ApiToken.objects.values_list("name", flat=True)) == ["CI deploy", "laptop"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--expires", "soon"], "give a lifetime"),
+        (["--expires", "2000-01-01T00:00:00Z"], "not in the future"),
+        (["--name", " "], "--name must be"),
+        (["--name", "x" * 101], "--name must be"),
+    ],
+)
+def test_createtoken_refuses_bad_options(args: list[str], fragment: str) -> None:
+    with pytest.raises(CommandError, match=fragment):
+        run("createtoken", "erin", *args)
+    assert not ApiToken.objects.exists()
 
 
 def test_createtoken_refuses_a_blank_username() -> None:
@@ -193,16 +231,17 @@ def test_createtoken_staff_creates_a_staff_user() -> None:
     key = run("createtoken", "reviewer", "--staff").strip()
     user = get_user_model().objects.get(username="reviewer")
     assert user.is_staff and not user.is_superuser
-    assert Token.objects.get(user=user).key == key
+    assert user_for_token_key(key) == user
 
 
 def test_createtoken_staff_marks_an_existing_user_and_plain_runs_keep_it() -> None:
     UserFactory.create(username="carol")
     first = run("createtoken", "carol").strip()
     assert not get_user_model().objects.get(username="carol").is_staff
-    assert run("createtoken", "carol", "--staff").strip() == first
-    assert run("createtoken", "carol").strip() == first
+    run("createtoken", "carol", "--staff")
+    run("createtoken", "carol")
     assert get_user_model().objects.get(username="carol").is_staff
+    assert user_for_token_key(first) is not None  # earlier tokens keep working
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
-from rest_framework.authtoken.models import Token
 
 from agents_app import consumers, dex_gateway
 from agents_app.models import AgentSession
 from dex_agents import AgentEvent, AgentEventType
+from tests.conftest import api_token_key
 from tests.e2e.relay_stack import dex_client
 from tests.factories import AgentDefinitionFactory
 
@@ -36,7 +36,7 @@ def application() -> Any:
 
 
 def token_headers(user: Any, scheme: str = "Bearer") -> list[tuple[bytes, bytes]]:
-    key = Token.objects.get_or_create(user=user)[0].key
+    key = api_token_key(user)
     return [(b"authorization", f"{scheme} {key}".encode())]
 
 

@@ -26,14 +26,14 @@ PERSONAS_CODE = """
 import json
 from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.authtoken.models import Token
+from agents_app.services import api_token_create
 User = get_user_model()
 out = {}
 for name, staff in (("owner", False), ("other", False), ("staff", True)):
     user, _ = User.objects.get_or_create(username=name, defaults={"is_staff": staff})
     client = Client()
     client.force_login(user)
-    out[name] = {"token": Token.objects.get_or_create(user=user)[0].key,
+    out[name] = {"token": api_token_create(user=user, name="e2e")[1],
                  "cookie": client.cookies["sessionid"].value}
 print(json.dumps(out))
 """

@@ -110,6 +110,21 @@ def test_staff_approve_and_reject_a_write(
     interrupt_url = f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/"
     assert _posted(var_dir) == []
 
+    # Staff read every session they may decide on; only the owner writes to it.
+    base_path = f"/api/v1/sessions/{session_id}/"
+    detail = staff.get(base_path)
+    assert detail.status_code == 200, detail.text
+    assert detail.json()["owner"] == "e2e-owner"
+    assert detail.json()["can_approve"] is True and detail.json()["can_send"] is False
+    assert detail.json()["awaiting_approval"] is True
+    for path in ("history/", "messages/", "queue/"):
+        read = staff.get(base_path + path)
+        assert read.status_code == 200, (path, read.text)
+    assert staff.get(base_path + "messages/").json() == owner.get(base_path + "messages/").json()
+    written = staff.post(base_path + "messages/", json={"text": "from staff"})
+    assert written.status_code == 403
+    assert "Only the session's owner may write to it" in written.json()["detail"]
+
     # The owner may neither list nor decide approvals, not even on their own session.
     assert owner.get("/api/v1/approvals/").status_code == 403
     assert owner.post(interrupt_url, json={"approved": True}).status_code == 403

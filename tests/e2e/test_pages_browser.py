@@ -36,7 +36,7 @@ SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "sc
 
 USERS_CODE = """
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from agents_app.services import api_token_create
 User = get_user_model()
 tokens = {}
 for name, staff in (("owner", False), ("intruder", False), ("reviewer", True)):
@@ -44,8 +44,9 @@ for name, staff in (("owner", False), ("intruder", False), ("reviewer", True)):
     user.is_staff = staff
     user.set_password(PASSWORD)
     user.save()
-    tokens[name] = Token.objects.get_or_create(user=user)[0].key
-tokens["demo"] = Token.objects.get_or_create(user=User.objects.get(username="demo"))[0].key
+    tokens[name] = api_token_create(user=user, name="browser test")[1]
+demo = User.objects.get(username="demo")
+tokens["demo"] = api_token_create(user=demo, name="browser test")[1]
 import json
 print(json.dumps(tokens))
 """.replace("PASSWORD", repr(PASSWORD))

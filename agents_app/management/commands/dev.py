@@ -43,7 +43,12 @@ class Command(BaseCommand):
         # Discovery runs in the Celery worker; the broker holds the messages until it starts.
         discovering = servers_discovery_enqueue()
         token_out = StringIO()
-        call_command("createtoken", "demo", stdout=token_out)
+        # Keys are stored hashed, so each start makes a fresh demo token (and revokes the one
+        # the previous start printed) to print it here.
+        call_command(
+            "createtoken", "demo", "--name", "make run", "--replace", stdout=token_out,
+            stderr=StringIO(),
+        )
         token = token_out.getvalue().strip().splitlines()[-1]
 
         def announce() -> None:
