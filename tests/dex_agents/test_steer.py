@@ -102,12 +102,13 @@ async def test_a_send_repeated_under_its_client_id_queues_the_message_once(
         assert await queued_texts(sessions, "session-1") == ["once", "raced"]
 
         gate.release()
-        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+        # Each message runs its own turn (user message and answer).
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=8)
         assert user_texts(snapshot)[-2:] == ["once", "raced"]
         # Once a turn took it, the ID still finds it: a late repeat is not queued again.
         assert await sessions.send_user_message("session-1", "once", client_id="outbox-1")
         assert await sessions.send_user_message("session-1", "after", client_id="outbox-3")
-        snapshot = await wait_for_idle(sessions, "session-1", message_count=8)
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=10)
         assert user_texts(snapshot)[-3:] == ["once", "raced", "after"]
         assert user_texts(snapshot).count("once") == 1
 
