@@ -226,17 +226,30 @@ async def session_send_message(
     """Queue a user message; return False when the session refuses it (blank text).
 
     ``client_id`` is the sender's own ID for the message (``AgentUserMessage.client_id``): the
-    queue RPCs find the message by it as well as by its Channel message ID.
+    queue RPCs find the message by it as well as by its Channel message ID, and a message the
+    session already accepted under it is not queued again (True), so a send whose answer was
+    lost may be repeated.
 
     An accepted message is announced on the session's AgentEvents Stream as
     ``message_queued`` (best effort), so every open page shows the queue at once.
+
+    Raises:
+        EngineUnavailableError: Dex did not answer, or another send of the same
+            ``client_id`` kept it locked for about 5 seconds.
+        SessionNotFoundError: Dex has no such session.
     """
+    from dex import RpcLockConflictError
+
     try:
         accepted = bool(
             await _connection().sessions.send_user_message(
                 session_id, text, plan_mode=plan_mode, client_id=client_id
             )
         )
+    except RpcLockConflictError as error:
+        raise EngineUnavailableError(
+            "Another delivery of this message is under way; try again shortly."
+        ) from error
     except Exception as error:
         raise _translate(error, session_id) from error
     if accepted:
