@@ -6,7 +6,13 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
-from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, ApprovalRequest
+from agents_app.models import (
+    AgentDefinition,
+    AgentSession,
+    ApprovalDecision,
+    ApprovalRequest,
+    OutboxMessage,
+)
 
 
 class ReadOnlyAdminMixin:
@@ -59,16 +65,18 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only audit trail: decisions are made through the approvals API only."""
 
     list_display = (
-        "decided_at", "session", "tool_name", "approved", "decided_by", "interrupt_id",
+        "decided_at", "session", "tool_name", "approved", "decided_by", "delivery",
+        "interrupt_id",
     )
-    list_filter = ("approved", "tool_name")
+    list_filter = ("approved", "delivery", "tool_name")
     list_select_related = ("session", "decided_by")
     search_fields = ("session__id", "interrupt_id", "tool_call_id", "tool_name",
                      "decided_by__username")
     date_hierarchy = "decided_at"
     readonly_fields = (
         "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "approved",
-        "rejection_message", "decided_by", "decided_at",
+        "rejection_message", "decided_by", "decided_at", "delivery", "delivered_at",
+        "attempts", "last_error",
     )
 
 
@@ -84,4 +92,20 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     readonly_fields = (
         "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "turn_id",
         "requested_at", "deadline", "state", "outcome_message", "closed_at", "updated_at",
+    )
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only: user messages the API accepted, and whether they reached their session
+    (pending ones are delivered by Celery once the engine and a worker answer)."""
+
+    list_display = ("created_at", "session", "delivery", "attempts", "delivered_at", "id")
+    list_filter = ("delivery",)
+    list_select_related = ("session",)
+    search_fields = ("id", "session__id")
+    date_hierarchy = "created_at"
+    readonly_fields = (
+        "id", "session", "text", "plan_mode", "steer", "delivery", "attempts", "last_error",
+        "created_at", "delivered_at",
     )

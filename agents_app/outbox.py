@@ -15,6 +15,7 @@ Errors raised here:
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -285,7 +286,8 @@ def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, in
         sessions: Only these sessions' messages and decisions; None: every session.
 
     Returns:
-        ``{"messages": delivered, "decisions": delivered, "pending": left pending}``.
+        ``{"messages": delivered, "decisions": delivered, "pruned": finished messages
+        deleted (``outbox_prune``), "pending": left pending}``.
     """
     messages = OutboxMessage.objects.filter(delivery=Delivery.PENDING)
     decisions = ApprovalDecision.objects.filter(delivery=Delivery.PENDING)
@@ -293,7 +295,7 @@ def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, in
         wanted = list(sessions)
         messages = messages.filter(session_id__in=wanted)
         decisions = decisions.filter(session_id__in=wanted)
-    counts = {"messages": 0, "decisions": 0, "pending": 0}
+    counts = {"messages": 0, "decisions": 0, "pruned": 0, "pending": 0}
     try:
         for decision in decisions.order_by("decided_at", "id"):
             if approval_decision_deliver(decision=decision) == Delivery.DELIVERED:
@@ -308,8 +310,30 @@ def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, in
                 continue
     except DeliveryDeferred as error:
         logger.info("Outbox delivery deferred: %s", error)
+    counts["pruned"] = outbox_prune()
     counts["pending"] = (
         OutboxMessage.objects.filter(delivery=Delivery.PENDING).count()
         + ApprovalDecision.objects.filter(delivery=Delivery.PENDING).count()
     )
     return counts
+
+
+#: Days a delivered, refused or withdrawn message stays in the outbox (for admin) before the
+#: sweep deletes it; Dex keeps the conversation.
+OUTBOX_KEEP_DAYS = 7
+
+
+def outbox_prune(*, now: datetime.datetime | None = None) -> int:
+    """Delete outbox messages that finished (delivered, refused, withdrawn) more than
+    ``OUTBOX_KEEP_DAYS`` days ago. Approval decisions are the audit trail and are kept.
+
+    Returns:
+        How many rows were deleted.
+    """
+    cutoff = (now or timezone.now()) - datetime.timedelta(days=OUTBOX_KEEP_DAYS)
+    deleted, _ = (
+        OutboxMessage.objects.exclude(delivery=Delivery.PENDING)
+        .filter(created_at__lt=cutoff)
+        .delete()
+    )
+    return deleted
