@@ -12,6 +12,7 @@ from agents_app.models import (
     ApiToken,
     ApprovalDecision,
     ApprovalRequest,
+    OutboxMessage,
 )
 
 
@@ -65,16 +66,18 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only audit trail: decisions are made through the approvals API only."""
 
     list_display = (
-        "decided_at", "session", "tool_name", "approved", "decided_by", "interrupt_id",
+        "decided_at", "session", "tool_name", "approved", "decided_by", "delivery",
+        "interrupt_id",
     )
-    list_filter = ("approved", "tool_name")
+    list_filter = ("approved", "delivery", "tool_name")
     list_select_related = ("session", "decided_by")
     search_fields = ("session__id", "interrupt_id", "tool_call_id", "tool_name",
                      "decided_by__username")
     date_hierarchy = "decided_at"
     readonly_fields = (
         "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "approved",
-        "rejection_message", "decided_by", "decided_at",
+        "rejection_message", "decided_by", "decided_at", "delivery", "delivered_at",
+        "attempts", "last_error",
     )
 
 
@@ -113,3 +116,19 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only: user messages the API accepted, and whether they reached their session
+    (pending ones are delivered by Celery once the engine and a worker answer)."""
+
+    list_display = ("created_at", "session", "delivery", "attempts", "delivered_at", "id")
+    list_filter = ("delivery",)
+    list_select_related = ("session",)
+    search_fields = ("id", "session__id")
+    date_hierarchy = "created_at"
+    readonly_fields = (
+        "id", "session", "text", "plan_mode", "steer", "delivery", "attempts", "last_error",
+        "created_at", "delivered_at",
+    )

@@ -29,7 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, Delivery
 from agents_app.selectors import (
     agent_get_enabled,
     agent_list_enabled,
@@ -272,9 +272,19 @@ class QueuedMessageOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField(
         allow_null=True, help_text="When the session accepted it (null for old messages)."
     )
+    delivery = serializers.ChoiceField(
+        choices=["delivered", "pending"],
+        help_text="pending: accepted and kept by the platform while the engine or every "
+        "worker did not answer; it joins the session's queue once delivered.",
+    )
 
 
 ERROR_SCHEMA = inline_serializer("ErrorDetail", {"detail": serializers.CharField()})
+DELIVERY_FIELD = serializers.ChoiceField(
+    choices=["delivered", "pending"],
+    help_text="delivered: the engine has it. pending: the engine or every worker did not "
+    "answer; the platform keeps it and delivers it once they do.",
+)
 SESSION_STOPPED_SCHEMA = inline_serializer("SessionIsStopped", {"detail": serializers.CharField()})
 TEXT_INVALID_SCHEMA = inline_serializer(
     "MessageTextInvalid",
@@ -442,6 +452,7 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
         session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
         if session.status == SESSION_STATUS_STOPPED:
             snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
+        snapshot = selectors.snapshot_with_outbox(session=session, snapshot=snapshot)
         return Response(
             {
                 "id": session.id,
@@ -467,10 +478,13 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     loaded from Dex.
 
     ``POST`` (owner only) ``{"text", "plan_mode"?: false}``: queue a user message; 202
-    ``{"queued": true, "id"}`` where ``id`` is the queued message's Dex Channel message ID (the
-    ``/queue/<id>/`` endpoints take it). A message an idle session took at once answers with
-    another ID that the queue endpoints answer 404 for. Staff reading someone else's session
-    get 403; a stopped session 409.
+    ``{"queued": true, "id", "delivery"}`` where ``id`` is the queued message's Dex Channel
+    message ID (the ``/queue/<id>/`` endpoints take it). A message an idle session took at once
+    answers with another ID that the queue endpoints answer 404 for. When the engine or every
+    worker does not answer, the message is kept by the platform and delivered later
+    (``delivery`` ``pending``; its ``id`` works with the queue endpoints before and after
+    delivery). Staff reading someone else's session get 403; a stopped session or a full queue
+    409.
     """
 
     class MessageInputSerializer(serializers.Serializer):
@@ -524,8 +538,10 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
                 {
                     "queued": serializers.BooleanField(),
                     "id": serializers.CharField(
-                        help_text="The queued message's Dex Channel message ID."
+                        help_text="The queued message's Dex Channel message ID, or the ID the "
+                        "platform keeps it under until it is delivered."
                     ),
+                    "delivery": DELIVERY_FIELD,
                 },
             ),
             400: TEXT_INVALID_SCHEMA,
@@ -541,15 +557,18 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
             raise SessionStopped()
-        message_id = session_message_send(
-            session=session,
-            text=serializer.validated_data["text"],
-            plan_mode=serializer.validated_data["plan_mode"],
+        try:
+            accepted = session_message_send(
+                session=session,
+                text=serializer.validated_data["text"],
+                plan_mode=serializer.validated_data["plan_mode"],
+            )
+        except services.QueueFullError:
+            raise QueueFull() from None
+        return Response(
+            {"queued": True, "id": accepted.id, "delivery": accepted.delivery},
+            status=status.HTTP_202_ACCEPTED,
         )
-        if message_id is None:
-            # The text is not blank (validated above), so the queue is full.
-            raise QueueFull()
-        return Response({"queued": True, "id": message_id}, status=status.HTTP_202_ACCEPTED)
 
 
 #: Longer than any Channel message ID (36) or client_id (32): not worth asking Dex about.
@@ -588,7 +607,9 @@ class SessionQueueApi(SessionOwnedMixin, APIView):
 
     ``queued`` wait for a later turn and may be edited, deleted or steered by the owner;
     ``steered`` were steered into the running turn, which gives them to its model at its next
-    safe boundary. A stopped session's queue is empty.
+    safe boundary. Messages accepted while the engine or every worker did not answer follow
+    at the tail of ``queued`` with ``delivery`` ``pending``; when the engine does not answer
+    only those are listed and ``partial`` is true. A stopped session's queue is empty.
     """
 
     @extend_schema(
@@ -598,6 +619,10 @@ class SessionQueueApi(SessionOwnedMixin, APIView):
                 {
                     "queued": QueuedMessageOutputSerializer(many=True),
                     "steered": QueuedMessageOutputSerializer(many=True),
+                    "partial": serializers.BooleanField(
+                        help_text="The engine did not answer: only the messages the platform "
+                        "still keeps (delivery pending) are listed."
+                    ),
                 },
             ),
             404: ERROR_SCHEMA,
@@ -633,8 +658,12 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
     ``DELETE``: remove a queued message; 204, or 404 once a turn took it.
 
     ``PUT`` ``{"text", "plan_mode"?: false}`` (edit): remove the message and queue ``text`` at
-    the tail, in one transaction; 201 ``{"id"}`` with the new message's Channel message ID.
-    404 when the message was already taken (then nothing changed); 400 for blank text.
+    the tail, in one transaction; 201 ``{"id", "delivery"}`` with the new message's Channel
+    message ID. 404 when the message was already taken (then nothing changed); 400 for blank
+    text.
+
+    A message the platform still keeps (``delivery`` ``pending``) is deleted or edited there,
+    without asking the engine; an edit is then accepted like a new message.
 
     Both: 403 for staff on someone else's session, 404 for other users, 409 when the session
     is stopped, 503 when the engine does not answer.
@@ -668,7 +697,10 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
         responses={
             201: inline_serializer(
                 "QueuedMessageReplaced",
-                {"id": serializers.CharField(help_text="The new message's Channel message ID.")},
+                {
+                    "id": serializers.CharField(help_text="The new message's Channel message ID."),
+                    "delivery": DELIVERY_FIELD,
+                },
             ),
             400: TEXT_INVALID_SCHEMA,
             403: ERROR_SCHEMA,
@@ -687,15 +719,20 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
             plan_mode = services.queued_message_plan_mode(session=session, message_id=message_id)
             if plan_mode is None:
                 raise QueuedMessageGone()
-        new_id = services.queued_message_replace(
-            session=session,
-            message_id=message_id,
-            text=serializer.validated_data["text"],
-            plan_mode=plan_mode,
-        )
-        if new_id is None:
+        try:
+            replaced = services.queued_message_replace(
+                session=session,
+                message_id=message_id,
+                text=serializer.validated_data["text"],
+                plan_mode=plan_mode,
+            )
+        except services.QueueFullError:
+            raise QueueFull() from None
+        if replaced is None:
             raise QueuedMessageGone()
-        return Response({"id": new_id}, status=status.HTTP_201_CREATED)
+        return Response(
+            {"id": replaced.id, "delivery": replaced.delivery}, status=status.HTTP_201_CREATED
+        )
 
 
 class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
@@ -705,7 +742,9 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
     202 ``{"steered": true}``: the message moved to the steered queue; the turn applies it at
     its next safe boundary (tool calls that have not started end ``cancelled``, pending
     approvals are withdrawn, and the model's next call sees the message), announced by a
-    ``steer_applied`` event. 404 once a turn took it; 403, 409 and 503 as for ``DELETE``.
+    ``steer_applied`` event. A message the platform still keeps (``delivery`` ``pending``) is
+    steered right after its delivery. 404 once a turn took it; 403, 409 and 503 as for
+    ``DELETE``.
     """
 
     @extend_schema(
@@ -931,8 +970,10 @@ class ApprovalListApi(APIView):
     """``GET /api/v1/approvals/`` (staff only): every tool call waiting for approval, oldest
     first, from the Django approvals index (``agents_app.session_index``); not paginated.
 
-    ``state`` is ``pending``, or ``expired`` once the deadline passed and before the worker
-    recorded it (the call can no longer be approved).
+    ``state`` is ``pending``, ``expired`` once the deadline passed and before the worker
+    recorded it (the call can no longer be approved), or ``decided`` when staff decided while
+    the engine or every worker did not answer: ``decision`` (who, when, the verdict, delivery
+    ``pending``) is delivered once they do.
     """
 
     permission_classes = (IsAdminUser,)
@@ -952,7 +993,19 @@ class ApprovalListApi(APIView):
                     "arguments": serializers.CharField(help_text="JSON text."),
                     "requested_at": serializers.DateTimeField(),
                     "deadline": serializers.DateTimeField(allow_null=True),
-                    "state": serializers.ChoiceField(choices=["pending", "expired"]),
+                    "state": serializers.ChoiceField(choices=["pending", "expired", "decided"]),
+                    "decision": inline_serializer(
+                        "UndeliveredDecision",
+                        {
+                            "approved": serializers.BooleanField(),
+                            "decided_by": serializers.CharField(),
+                            "decided_at": serializers.DateTimeField(),
+                            "rejection_message": serializers.CharField(allow_blank=True),
+                            "delivery": serializers.ChoiceField(choices=["pending"]),
+                        },
+                        allow_null=True,
+                        help_text="With state decided: the decision waiting for delivery.",
+                    ),
                 },
                 many=True,
             )
@@ -991,20 +1044,55 @@ class ApprovalDecisionListApi(ListAPIView):
         return selectors.approval_list_decided()
 
 
-class InterruptConflict(APIException):
-    """409: the interrupt no longer waits for a decision."""
+RECORDED_DECISION_SCHEMA = inline_serializer(
+    "RecordedDecision",
+    {
+        "approved": serializers.BooleanField(),
+        "decided_by": serializers.CharField(help_text="Username of the staff member."),
+        "decided_at": serializers.DateTimeField(),
+        "rejection_message": serializers.CharField(allow_blank=True),
+        "delivery": serializers.ChoiceField(
+            choices=["delivered", "pending", "refused"],
+            help_text="pending: the engine or every worker did not answer yet; the platform "
+            "delivers it once they do. refused: the tool call stopped waiting first.",
+        ),
+    },
+)
 
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "This tool call no longer waits for a decision."
-    default_code = "interrupt_not_pending"
+
+def decision_to_data(decision: ApprovalDecision) -> dict[str, Any]:
+    """A recorded decision as ``RECORDED_DECISION_SCHEMA`` shows it."""
+    return {
+        "approved": decision.approved,
+        "decided_by": decision.decided_by.get_username(),
+        "decided_at": serializers.DateTimeField().to_representation(decision.decided_at),
+        "rejection_message": decision.rejection_message,
+        "delivery": decision.delivery,
+    }
+
+
+def interrupt_conflict(detail: str, decision: ApprovalDecision | None = None) -> Response:
+    """409 ``{"detail", "decision"}``: the interrupt no longer waits for a decision;
+    ``decision`` is the recorded one (who, when, the verdict), or null when nobody decided
+    (it expired or was withdrawn). A Response, not an APIException, which would turn every
+    value into a string."""
+    return Response(
+        {"detail": detail, "decision": decision_to_data(decision) if decision else None},
+        status=status.HTTP_409_CONFLICT,
+    )
 
 
 class InterruptResolveApi(DexErrorsMixin, APIView):
     """``POST /api/v1/sessions/<id>/interrupts/<interrupt_id>/`` (staff only, any session):
     ``{"approved": bool, "rejection_message"?: str}`` answers a pending tool call.
 
-    200 ``{"resolved": true}`` once Dex accepted, with an ``ApprovalDecision`` audit row;
-    409 when it was already decided or is past its deadline; 404 for an unknown session or
+    The decision is recorded at once (an ``ApprovalDecision`` audit row: who, when, the
+    verdict), then delivered to Dex. 200 ``{"resolved": true, "delivery": "delivered",
+    "decision"}`` once Dex accepted; 202 ``{"resolved": false, "delivery": "pending",
+    "decision"}`` when the engine or every worker did not answer: the platform delivers it
+    once they do, and the approvals list shows the call as ``decided`` meanwhile. 409
+    ``{"detail", "decision"}`` when it was already decided (``decision`` is the recorded one)
+    or is past its deadline or withdrawn (``decision`` null); 404 for an unknown session or
     interrupt. ``rejection_message`` is ignored on approval.
     """
 
@@ -1019,8 +1107,45 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     @extend_schema(
         request=InterruptResolveInputSerializer,
         responses={
-            200: inline_serializer("InterruptResolved", {"resolved": serializers.BooleanField()}),
-            409: inline_serializer("InterruptNotPending", {"detail": serializers.CharField()}),
+            200: inline_serializer(
+                "InterruptResolved",
+                {
+                    "resolved": serializers.BooleanField(),
+                    "delivery": DELIVERY_FIELD,
+                    "decision": RECORDED_DECISION_SCHEMA,
+                },
+            ),
+            202: inline_serializer(
+                "InterruptDecisionPending",
+                {
+                    "resolved": serializers.BooleanField(),
+                    "delivery": DELIVERY_FIELD,
+                    "decision": RECORDED_DECISION_SCHEMA,
+                },
+            ),
+            404: ERROR_SCHEMA,
+            409: inline_serializer(
+                "InterruptNotPending",
+                {
+                    "detail": serializers.CharField(),
+                    "decision": inline_serializer(
+                        "RecordedDecisionOrNull",
+                        {
+                            "approved": serializers.BooleanField(),
+                            "decided_by": serializers.CharField(),
+                            "decided_at": serializers.DateTimeField(),
+                            "rejection_message": serializers.CharField(allow_blank=True),
+                            "delivery": serializers.ChoiceField(
+                                choices=["delivered", "pending", "refused"]
+                            ),
+                        },
+                        allow_null=True,
+                        help_text="The recorded decision; null when nobody decided (it "
+                        "expired or was withdrawn).",
+                    ),
+                },
+            ),
+            503: ERROR_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str, interrupt_id: str) -> Response:
@@ -1031,7 +1156,7 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
         try:
-            services.interrupt_resolve(
+            decision = services.interrupt_resolve(
                 session=session,
                 interrupt_id=interrupt_id,
                 approved=serializer.validated_data["approved"],
@@ -1040,9 +1165,19 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
             )
         except services.InterruptNotFoundError:
             raise NotFound("No such interrupt.") from None
+        except services.InterruptAlreadyDecidedError as error:
+            return interrupt_conflict(str(error), error.decision)
         except services.InterruptNotPendingError as error:
-            raise InterruptConflict(str(error)) from None
-        return Response({"resolved": True})
+            return interrupt_conflict(str(error))
+        delivered = decision.delivery == Delivery.DELIVERED
+        return Response(
+            {
+                "resolved": delivered,
+                "delivery": decision.delivery,
+                "decision": decision_to_data(decision),
+            },
+            status=status.HTTP_200_OK if delivered else status.HTTP_202_ACCEPTED,
+        )
 
 
 class SessionStopApi(DexErrorsMixin, APIView):

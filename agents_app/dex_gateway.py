@@ -15,7 +15,8 @@ module safe to import in forking processes (Celery prefork).
 
 Errors raised by every function here:
     EngineUnavailableError: The engine did not answer (refused, unreachable, or slower
-        than ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds).
+        than ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds); its subclass WorkerUnavailableError
+        when the engine answered that no worker took an RPC.
     SessionNotFoundError: Dex has no such session (Flow).
     SessionTooLargeError: The session's state is too large to load in one worker message.
 """
@@ -58,6 +59,11 @@ _HISTORY_MAX_EVENTS = 10_000
 
 class EngineUnavailableError(Exception):
     """The Dex engine could not be reached or did not answer in time."""
+
+
+class WorkerUnavailableError(EngineUnavailableError):
+    """The engine answered, but no Dex worker took the RPC (none connected, or it went away
+    while running it): RPCs need a worker, unlike reads of Flow state."""
 
 
 class SessionNotFoundError(Exception):
@@ -163,7 +169,24 @@ def _translate(error: Exception, session_id: str | None) -> Exception:
     if _is_unreachable(error):
         address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
         return EngineUnavailableError(f"The Dex engine at {address} is not reachable.")
+    if _no_worker_ran(error):
+        return WorkerUnavailableError(
+            f"No Dex worker took the request ({getattr(error, 'detail', error)}); try again "
+            "shortly."
+        )
     return error
+
+
+def _no_worker_ran(error: Exception) -> bool:
+    """An RPC that no worker ran: FAILED_PRECONDITION without a worker's own status (the
+    engine found no worker, or the worker went away before answering)."""
+    from dex import WorkerInvocationError
+
+    return (
+        isinstance(error, WorkerInvocationError)
+        and error.code == grpc.StatusCode.FAILED_PRECONDITION
+        and error.worker_code is None
+    )
 
 
 def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -226,17 +249,30 @@ async def session_send_message(
     """Queue a user message; return False when the session refuses it (blank text).
 
     ``client_id`` is the sender's own ID for the message (``AgentUserMessage.client_id``): the
-    queue RPCs find the message by it as well as by its Channel message ID.
+    queue RPCs find the message by it as well as by its Channel message ID, and a message the
+    session already accepted under it is not queued again (True), so a send whose answer was
+    lost may be repeated.
 
     An accepted message is announced on the session's AgentEvents Stream as
     ``message_queued`` (best effort), so every open page shows the queue at once.
+
+    Raises:
+        EngineUnavailableError: Dex did not answer, or another send of the same
+            ``client_id`` kept it locked for about 5 seconds.
+        SessionNotFoundError: Dex has no such session.
     """
+    from dex import RpcLockConflictError
+
     try:
         accepted = bool(
             await _connection().sessions.send_user_message(
                 session_id, text, plan_mode=plan_mode, client_id=client_id
             )
         )
+    except RpcLockConflictError as error:
+        raise EngineUnavailableError(
+            "Another delivery of this message is under way; try again shortly."
+        ) from error
     except Exception as error:
         raise _translate(error, session_id) from error
     if accepted:

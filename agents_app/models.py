@@ -197,11 +197,28 @@ class AgentSession(models.Model):
         return self.id
 
 
+class Delivery(models.TextChoices):
+    """Where a write the API accepted stands on its way to Dex (ARCHITECTURE.md "Accepted
+    means kept")."""
+
+    #: Kept in Django; a Celery task delivers it once the engine and a worker answer.
+    PENDING = "pending"
+    #: Dex has it.
+    DELIVERED = "delivered"
+    #: Dex refused it (the session stopped, the tool call no longer waits); never retried.
+    REFUSED = "refused"
+    #: Its sender deleted or edited it before it was delivered.
+    WITHDRAWN = "withdrawn"
+
+
 class ApprovalDecision(models.Model):
     """The audit row of one approval decision on a tool call of a session.
 
-    Written only after Dex accepted the decision (``resolve_interrupt`` returned True), so the
-    table lists decisions that took effect. ``arguments`` is the tool call's JSON text exactly
+    Written when staff decide, before Dex is asked (ARCHITECTURE.md "Accepted means kept"):
+    ``delivery`` says whether Dex took it (``delivered``), still has to (``pending``: a Celery
+    task delivers it once the engine and a worker answer) or refused it (``refused``: the call
+    stopped waiting first). A decision refused while its request waited is not kept (the
+    request answers 409). ``arguments`` is the tool call's JSON text exactly
     as the model produced it; ``rejection_message`` is blank for approvals (seed "RPCs": an
     approval drops it). Rows outlive nothing they point at: sessions and deciders are
     protected, so users with an audit trail are deactivated rather than deleted.
@@ -220,6 +237,13 @@ class ApprovalDecision(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
     )
     decided_at = models.DateTimeField(auto_now_add=True)
+    # Rows written before the outbox existed were all delivered.
+    delivery = models.CharField(
+        max_length=16, choices=Delivery.choices, default=Delivery.DELIVERED
+    )
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
 
     class Meta:
         ordering = ("-decided_at",)
@@ -311,3 +335,41 @@ class ApiToken(AbstractAuthToken):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.user})"
+
+
+class OutboxMessage(models.Model):
+    """A user message the API accepted for a session, kept until Dex has it.
+
+    ``id`` (uuid4 hex) is also the message's ``client_id`` in Dex: ``send_user_message`` does
+    not queue a ``client_id`` twice, so a redelivery after a lost answer is harmless, and the
+    queue endpoints find the message by it before and after delivery. Rows are delivered per
+    session, oldest first (``services.outbox_session_deliver``).
+    """
+
+    id = models.CharField(primary_key=True, max_length=32, editable=False)
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, related_name="outbox_messages"
+    )
+    text = models.TextField()
+    plan_mode = models.BooleanField(default=False)
+    # Steer it into the running turn once delivered (asked for before delivery).
+    steer = models.BooleanField(default=False)
+    delivery = models.CharField(
+        max_length=16, choices=Delivery.choices, default=Delivery.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("created_at", "id")
+        indexes = [
+            models.Index(
+                fields=("session", "delivery", "created_at"), name="outbox_message_session_idx"
+            ),
+            models.Index(fields=("delivery", "created_at"), name="outbox_message_delivery_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.id} {self.delivery}"

@@ -70,23 +70,62 @@ def session_snapshot_get(*, session: AgentSession) -> dict[str, Any]:
     return dex_gateway.run(dex_gateway.session_snapshot(session_id=session.id))
 
 
-def message_queue_get(*, session: AgentSession) -> dict[str, list[dict[str, Any]]]:
-    """The session's queued and steered messages, oldest first, from one Dex RPC.
+def message_queue_get(*, session: AgentSession) -> dict[str, Any]:
+    """The session's queued and steered messages, oldest first: one Dex RPC, then the
+    messages the outbox still keeps (accepted while the engine or every worker did not
+    answer), which join the queue's tail once delivered.
 
     Returns:
-        ``{"queued": [...], "steered": [...]}``, entries ``{"id", "text", "plan_mode",
-        "created_at"}`` (``dex_gateway.queued_message_to_data``). A stopped session's queue is
-        empty without asking Dex, as its snapshot is (``snapshot_as_stopped``): those messages
-        will never run.
+        ``{"queued": [...], "steered": [...], "partial": bool}``, entries ``{"id", "text",
+        "plan_mode", "created_at", "delivery"}`` (``dex_gateway.queued_message_to_data``;
+        ``delivery`` is ``delivered`` for what Dex lists and ``pending`` for the outbox's).
+        ``partial`` is True when Dex did not answer: then only the outbox's messages are
+        listed. A stopped session's queue is empty without asking Dex, as its snapshot is
+        (``snapshot_as_stopped``): those messages will never run.
     """
+    from agents_app import outbox
+
     if session.status == "stopped":
-        return {"queued": [], "steered": []}
-    queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
-    return {
+        return {"queued": [], "steered": [], "partial": False}
+    kept = [
+        outbox.outbox_message_to_queue_entry(item)
+        for item in outbox.outbox_message_pending(session=session)
+    ]
+    try:
+        queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
+    except dex_gateway.EngineUnavailableError:
+        return {"queued": kept, "steered": [], "partial": True}
+    listed = {
         name: [
-            {key: value for key, value in entry.items() if key != "client_id"} for entry in entries
+            {
+                **{key: value for key, value in entry.items() if key != "client_id"},
+                "delivery": "delivered",
+            }
+            for entry in entries
         ]
         for name, entries in queue.items()
+    }
+    # A message delivered between the two reads shows once, as Dex lists it.
+    seen = {entry["client_id"] for entries in queue.values() for entry in entries}
+    listed["queued"] += [entry for entry in kept if entry["id"] not in seen]
+    return {**listed, "partial": False}
+
+
+def snapshot_with_outbox(*, session: AgentSession, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot with each queued and steered entry's ``delivery`` (``delivered``), and the
+    messages the outbox still keeps added at the queue's tail (``delivery`` ``pending``), as
+    ``message_queue_get`` lists them; ``queued_message_count`` counts them too."""
+    from agents_app import outbox
+
+    kept = [] if session.status == "stopped" else outbox.outbox_message_pending(session=session)
+    queued = [{**entry, "delivery": "delivered"} for entry in snapshot.get("queued_messages", [])]
+    steered = [{**entry, "delivery": "delivered"} for entry in snapshot.get("steered_messages", [])]
+    queued += [outbox.outbox_message_to_queue_entry(item) for item in kept]
+    return {
+        **snapshot,
+        "queued_messages": queued,
+        "steered_messages": steered,
+        "queued_message_count": int(snapshot.get("queued_message_count", 0)) + len(kept),
     }
 
 
@@ -241,36 +280,63 @@ def session_messages_page(
 
 
 def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[str, Any]]:
-    """Every indexed tool call waiting for approval, oldest first (one query).
+    """Every indexed tool call waiting for approval, oldest first (two queries).
 
     Returns:
         ``[{"session", "session_title", "agent" (slug), "owner" (username), "interrupt_id",
         "tool_call_id", "tool_name", "arguments" (JSON text), "requested_at", "deadline" (or
-        None), "state"}]``; ``state`` is ``expired`` once the deadline passed (the worker has
-        not recorded it yet, and Dex refuses a decision), else ``pending``.
+        None), "state", "decision"}]``; ``state`` is ``decided`` when staff decided and the
+        decision waits for delivery to Dex (``decision`` is then ``{"approved",
+        "decided_by", "decided_at", "rejection_message", "delivery": "pending"}``, else
+        None), ``expired`` once the deadline passed (the worker has not recorded it yet, and
+        Dex refuses a decision), else ``pending``.
     """
     moment = now or timezone.now()
-    requests = ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).select_related(
-        "session__agent", "session__owner"
+    requests = list(
+        ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING)
+        .select_related("session__agent", "session__owner")
+        .order_by("requested_at", "id")
     )
-    return [
-        {
-            "session": request.session_id,
-            "session_title": request.session.title,
-            "agent": request.session.agent.slug,
-            "owner": request.session.owner.get_username(),
-            "interrupt_id": request.interrupt_id,
-            "tool_call_id": request.tool_call_id,
-            "tool_name": request.tool_name,
-            "arguments": request.arguments,
-            "requested_at": request.requested_at,
-            "deadline": request.deadline,
-            "state": "expired"
-            if request.deadline is not None and request.deadline <= moment
-            else "pending",
-        }
-        for request in requests.order_by("requested_at", "id")
-    ]
+    undelivered = {
+        (decision.session_id, decision.interrupt_id): decision
+        for decision in ApprovalDecision.objects.filter(
+            delivery="pending", session_id__in={request.session_id for request in requests}
+        ).select_related("decided_by")
+    }
+    items = []
+    for request in requests:
+        decision = undelivered.get((request.session_id, request.interrupt_id))
+        if decision is not None:
+            state = "decided"
+        elif request.deadline is not None and request.deadline <= moment:
+            state = "expired"
+        else:
+            state = "pending"
+        items.append(
+            {
+                "session": request.session_id,
+                "session_title": request.session.title,
+                "agent": request.session.agent.slug,
+                "owner": request.session.owner.get_username(),
+                "interrupt_id": request.interrupt_id,
+                "tool_call_id": request.tool_call_id,
+                "tool_name": request.tool_name,
+                "arguments": request.arguments,
+                "requested_at": request.requested_at,
+                "deadline": request.deadline,
+                "state": state,
+                "decision": None
+                if decision is None
+                else {
+                    "approved": decision.approved,
+                    "decided_by": decision.decided_by.get_username(),
+                    "decided_at": decision.decided_at,
+                    "rejection_message": decision.rejection_message,
+                    "delivery": decision.delivery,
+                },
+            }
+        )
+    return items
 
 
 def approval_list_decided() -> QuerySet[ApprovalRequest]:

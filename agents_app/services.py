@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from knox.models import get_digest_token
 from knox.settings import CONSTANTS as KNOX_CONSTANTS
 
@@ -21,6 +21,8 @@ from agents_app.models import (
     ApiToken,
     ApprovalDecision,
     ApprovalRequest,
+    Delivery,
+    OutboxMessage,
 )
 from dex_agents import AgentStatus, PlanExecutionResult
 
@@ -95,33 +97,73 @@ def _session_stop_quietly(*, session_id: str, reason: str) -> None:
         logger.warning("Could not stop orphaned session %s: %s", session_id, error)
 
 
+@dataclasses.dataclass(frozen=True)
+class MessageAccepted:
+    """A user message the API accepted (``session_message_send``, ``queued_message_replace``).
+
+    Attributes:
+        id: The ID the queue endpoints take: the Dex Channel message ID while it waits in
+            the session's queue, else its outbox ID (which is also its ``client_id``).
+        delivery: ``delivered`` (the session has it) or ``pending`` (kept in the outbox until
+            the engine and a worker answer).
+    """
+
+    id: str
+    delivery: str
+
+
+class QueueFullError(Exception):
+    """The session's queue holds ``DEXAGENTS["MAX_QUEUED_MESSAGES"]`` messages (those
+    waiting in the outbox included); nothing was kept."""
+
+
 def session_message_send(
     *, session: AgentSession, text: str, plan_mode: bool = False
-) -> str | None:
-    """Queue a user message on ``session`` and return the ID the queue knows it by.
+) -> MessageAccepted:
+    """Accept a user message for ``session``: keep it in the outbox, then deliver it.
 
-    The web side gives the message a fresh ``client_id`` (uuid4 hex), sends it, then reads the
-    queue once to find the Channel message ID Dex assigned (issue 10, "Queue").
+    The message is written as an ``OutboxMessage`` (its ID, a uuid4 hex, is also its Dex
+    ``client_id``), then the session's pending messages are delivered oldest first, so it
+    never overtakes one sent earlier. When the engine or every worker does not answer, it
+    stays pending and a Celery task delivers it (ARCHITECTURE.md "Accepted means kept").
 
     Returns:
-        The queued message's Dex Channel message ID; its ``client_id`` when it is no longer
-        pending (an idle session's turn took it at once) or the queue could not be read, e.g.
-        when it is too large (the queue endpoints accept either ID); None when the session
-        refused the message (blank text, seed "RPCs").
+        ``MessageAccepted``; for a delivered message its id is the Channel message ID Dex
+        assigned, or its ``client_id`` when it is no longer pending (an idle session's turn
+        took it at once) or the queue could not be read (the queue endpoints accept either).
 
     Raises:
-        dex_gateway.EngineUnavailableError: Dex did not answer the send.
-        dex_gateway.SessionNotFoundError: Dex no longer has the session.
+        QueueFullError: The session's queue is full; nothing was kept.
+        dex_gateway.SessionNotFoundError: Dex no longer has the session; nothing was kept.
     """
-    client_id = uuid.uuid4().hex
-    sent = dex_gateway.run(
-        dex_gateway.session_send_message(
-            session_id=session.id, text=text, plan_mode=plan_mode, client_id=client_id
-        )
+    from agents_app import outbox, tasks
+
+    limit = int(settings.DEXAGENTS["MAX_QUEUED_MESSAGES"])
+    if OutboxMessage.objects.filter(session=session, delivery=Delivery.PENDING).count() >= limit:
+        raise QueueFullError()
+    message = OutboxMessage.objects.create(
+        id=uuid.uuid4().hex, session=session, text=text, plan_mode=plan_mode
     )
-    if not sent:
-        return None
-    return _queued_message_id(session=session, client_id=client_id)
+    try:
+        outbox.outbox_session_deliver(session_id=session.id)
+    except outbox.QueueFullDeferred:
+        # As before the outbox: one more than a full queue is refused and nothing is kept.
+        if outbox.outbox_message_withdraw(session=session, message_id=message.id) is not None:
+            OutboxMessage.objects.filter(pk=message.pk).delete()
+            raise QueueFullError() from None
+    except outbox.DeliveryDeferred as error:
+        logger.info("Message %s for %s kept in the outbox: %s", message.id, session.id, error)
+    message.refresh_from_db()
+    if message.delivery == Delivery.PENDING:
+        tasks.outbox_delivery_schedule(session_id=session.id)
+        return MessageAccepted(id=message.id, delivery=Delivery.PENDING)
+    if message.delivery == Delivery.REFUSED:
+        OutboxMessage.objects.filter(pk=message.pk).delete()
+        raise dex_gateway.SessionNotFoundError(session.id)
+    return MessageAccepted(
+        id=_queued_message_id(session=session, client_id=message.id),
+        delivery=Delivery.DELIVERED,
+    )
 
 
 def _queued_message_id(*, session: AgentSession, client_id: str) -> str:
@@ -145,7 +187,8 @@ def _queued_message_id(*, session: AgentSession, client_id: str) -> str:
 
 
 def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
-    """Delete the queued message ``message_id`` (Channel message ID or ``client_id``).
+    """Delete the queued message ``message_id`` (Channel message ID or ``client_id``); a
+    message still in the outbox is withdrawn there without asking Dex.
 
     Returns:
         False when it is no longer pending (a turn took it, it was deleted, or never queued).
@@ -153,6 +196,10 @@ def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
     Raises:
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
+    from agents_app import outbox
+
+    if outbox.outbox_message_withdraw(session=session, message_id=message_id) is not None:
+        return True
     return dex_gateway.run(
         dex_gateway.session_delete_queued_message(session_id=session.id, message_id=message_id)
     )
@@ -160,17 +207,24 @@ def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
 
 def queued_message_replace(
     *, session: AgentSession, message_id: str, text: str, plan_mode: bool = False
-) -> str | None:
-    """Edit a queued message: remove ``message_id`` and queue ``text`` at the tail, in one
-    transactional RPC; the new message gets a fresh ``client_id``.
+) -> MessageAccepted | None:
+    """Edit a queued message: remove ``message_id`` and queue ``text`` at the tail.
+
+    A message still in the outbox is withdrawn there and the new text is accepted like a new
+    message (``session_message_send``); otherwise one transactional Dex RPC replaces it and
+    the new message gets a fresh ``client_id``.
 
     Returns:
-        The new message's ID (as ``session_message_send`` returns it); None when
-        ``message_id`` is no longer pending (nothing changed) or ``text`` is blank.
+        The new message (as ``session_message_send`` returns it); None when ``message_id``
+        is no longer pending (nothing changed) or ``text`` is blank.
 
     Raises:
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
+    from agents_app import outbox
+
+    if outbox.outbox_message_withdraw(session=session, message_id=message_id) is not None:
+        return session_message_send(session=session, text=text, plan_mode=plan_mode)
     client_id = uuid.uuid4().hex
     replaced = dex_gateway.run(
         dex_gateway.session_replace_queued_message(
@@ -183,16 +237,23 @@ def queued_message_replace(
     )
     if not replaced:
         return None
-    return _queued_message_id(session=session, client_id=client_id)
+    return MessageAccepted(
+        id=_queued_message_id(session=session, client_id=client_id), delivery=Delivery.DELIVERED
+    )
 
 
 def queued_message_plan_mode(*, session: AgentSession, message_id: str) -> bool | None:
     """The ``plan_mode`` of the queued message ``message_id`` (Channel message ID or
-    ``client_id``), or None when it is not queued.
+    ``client_id``, or a message still in the outbox), or None when it is not queued.
 
     Raises:
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
+    kept = OutboxMessage.objects.filter(
+        pk=message_id, session=session, delivery=Delivery.PENDING
+    ).first()
+    if kept is not None:
+        return kept.plan_mode
     queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
     for entry in queue["queued"]:
         if message_id in (entry["id"], entry["client_id"]):
@@ -202,7 +263,8 @@ def queued_message_plan_mode(*, session: AgentSession, message_id: str) -> bool 
 
 def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
     """Steer the queued message ``message_id`` into the running turn, which applies it at its
-    next safe boundary (``dex_agents`` Steer).
+    next safe boundary (``dex_agents`` Steer); a message still in the outbox is steered right
+    after its delivery.
 
     Returns:
         False when it is no longer pending.
@@ -210,6 +272,10 @@ def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
     Raises:
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
+    from agents_app import outbox
+
+    if outbox.outbox_message_mark_steer(session=session, message_id=message_id):
+        return True
     return dex_gateway.run(
         dex_gateway.session_steer_queued_message(session_id=session.id, message_id=message_id)
     )
@@ -342,6 +408,15 @@ def _pending_from_snapshot(*, session: AgentSession, interrupt_id: str) -> dict[
     raise InterruptNotFoundError(interrupt_id)
 
 
+class InterruptAlreadyDecidedError(InterruptNotPendingError):
+    """Someone already decided this tool call; ``decision`` is the recorded decision."""
+
+    def __init__(self, decision: ApprovalDecision) -> None:
+        verdict = "approved" if decision.approved else "rejected"
+        super().__init__(f"This tool call was already {verdict}.")
+        self.decision = decision
+
+
 def interrupt_resolve(
     *,
     session: AgentSession,
@@ -353,20 +428,33 @@ def interrupt_resolve(
     """Approve or reject the pending tool call ``interrupt_id`` of ``session`` and audit it.
 
     The tool call's details come from the approvals index (or, for an interrupt it does not
-    hold yet, the session's snapshot), then Dex's ``resolve_interrupt`` RPC decides (seed
-    "RPCs"); the ``ApprovalDecision`` row is written only when Dex accepted. An approval drops
-    ``rejection_message``, as Dex does. Permissions are the caller's business (only staff
-    approve).
+    hold yet, the session's snapshot). The ``ApprovalDecision`` row (who, when, the verdict)
+    is written first, with ``delivery`` ``pending``; then Dex's ``resolve_interrupt`` RPC
+    decides (seed "RPCs"). When the engine or every worker does not answer, the decision
+    stays pending and a Celery task delivers it (ARCHITECTURE.md "Accepted means kept"). An
+    approval drops ``rejection_message``, as Dex does. Permissions are the caller's business
+    (only staff approve).
+
+    Returns:
+        The decision; its ``delivery`` is ``delivered`` or ``pending``.
 
     Raises:
+        InterruptAlreadyDecidedError: A decision was recorded already (``.decision``).
         InterruptNotFoundError: Neither the index nor the snapshot knows the interrupt.
-        InterruptNotPendingError: Already decided, past its deadline, or decided by a
-            concurrent request (Dex answered False).
-        dex_gateway.EngineUnavailableError: Dex did not answer or stayed busy.
+        InterruptNotPendingError: Past its deadline, withdrawn, or Dex answered that it no
+            longer waits; no decision is kept.
+        dex_gateway.EngineUnavailableError: The index does not hold the interrupt and the
+            snapshot that would describe it could not be read.
         dex_gateway.SessionNotFoundError: Dex has no such session.
     """
-    if ApprovalDecision.objects.filter(session=session, interrupt_id=interrupt_id).exists():
-        raise InterruptNotPendingError("This tool call was already decided.")
+    from agents_app import outbox, tasks
+
+    decider_pk = decided_by.pk
+    if decider_pk is None:
+        raise ValueError("Decisions are made by a saved user.")
+    existing = _decision_get(session=session, interrupt_id=interrupt_id)
+    if existing is not None:
+        raise InterruptAlreadyDecidedError(existing)
     indexed = ApprovalRequest.objects.filter(session=session, interrupt_id=interrupt_id).first()
     if indexed is not None and indexed.state != ApprovalRequest.State.PENDING:
         raise InterruptNotPendingError(_NOT_PENDING_BECAUSE[ApprovalRequest.State(indexed.state)])
@@ -381,41 +469,46 @@ def interrupt_resolve(
     else:
         pending = _pending_from_snapshot(session=session, interrupt_id=interrupt_id)
     message = "" if approved else rejection_message
-    # resolve_interrupt retries a held lock for a while; the deadline leaves room for that on
-    # top of the usual engine timeout.
-    accepted = dex_gateway.run(
-        dex_gateway.session_resolve_interrupt(
-            session_id=session.id,
-            interrupt_id=interrupt_id,
-            approved=approved,
-            rejection_message=message or None,
-        ),
-        timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) + RESOLVE_LOCK_RETRY_SECONDS,
-    )
-    if not accepted:
+    try:
+        with transaction.atomic():
+            decision = ApprovalDecision.objects.create(
+                session=session,
+                interrupt_id=interrupt_id,
+                tool_call_id=str(pending.get("tool_call_id", "")),
+                tool_name=str(pending.get("tool_name", "")),
+                arguments=str(pending.get("arguments", "")),
+                approved=approved,
+                rejection_message=message,
+                decided_by_id=decider_pk,
+                delivery=Delivery.PENDING,
+            )
+    except IntegrityError:
+        # A concurrent request recorded its decision first.
+        existing = _decision_get(session=session, interrupt_id=interrupt_id)
+        if existing is None:
+            raise
+        raise InterruptAlreadyDecidedError(existing) from None
+    session_index.approvals_changed_notify()
+    try:
+        state = outbox.approval_decision_deliver(decision=decision)
+    except outbox.DeliveryDeferred as error:
+        logger.info("Decision on %s kept in the outbox: %s", interrupt_id, error)
+        tasks.outbox_delivery_schedule(decision_id=decision.pk)
+        return decision
+    if state == Delivery.REFUSED:
+        decision.delete()
         raise InterruptNotPendingError(
             "This tool call no longer waits for a decision (decided, or past its deadline)."
         )
-    if session_index.approval_request_close(
-        session_id=session.pk,
-        interrupt_id=interrupt_id,
-        state=(ApprovalRequest.State.APPROVED if approved else ApprovalRequest.State.REJECTED),
-        message=message,
-    ):
-        session_index.approvals_changed_notify()
-    decision, _ = ApprovalDecision.objects.get_or_create(
-        session=session,
-        interrupt_id=interrupt_id,
-        defaults={
-            "tool_call_id": str(pending.get("tool_call_id", "")),
-            "tool_name": str(pending.get("tool_name", "")),
-            "arguments": str(pending.get("arguments", "")),
-            "approved": approved,
-            "rejection_message": message,
-            "decided_by_id": decided_by.pk,
-        },
-    )
     return decision
+
+
+def _decision_get(*, session: AgentSession, interrupt_id: str) -> ApprovalDecision | None:
+    return (
+        ApprovalDecision.objects.select_related("decided_by")
+        .filter(session=session, interrupt_id=interrupt_id)
+        .first()
+    )
 
 
 class ApiTokenLimitError(Exception):

@@ -1,10 +1,12 @@
 """Celery tasks of the agents app; thin wrappers over services."""
 
 import logging
+from typing import Any
 
 from celery import shared_task
 
-from agents_app import dex_gateway
+from agents_app import dex_gateway, outbox
+from agents_app.models import ApprovalDecision
 from agents_app.session_index import session_index_reconcile
 
 logger = logging.getLogger(__name__)
@@ -34,3 +36,73 @@ def reconcile_session_index() -> dict[str, int] | None:
         "missing": result.missing,
         "unreadable": result.unreadable,
     }
+
+
+#: Seconds between delivery attempts of one session's outbox: 1, 2, 4, ... up to this.
+OUTBOX_RETRY_MAX_SECONDS = 30
+#: Attempts of one delivery task (about two hours at the longest interval); the periodic
+#: ``deliver_outbox`` sweep goes on after that.
+OUTBOX_MAX_RETRIES = 240
+
+
+def _outbox_countdown(retries: int) -> int:
+    return int(min(OUTBOX_RETRY_MAX_SECONDS, 2**retries))
+
+
+@shared_task(bind=True, name="agents_app.deliver_session_messages", max_retries=OUTBOX_MAX_RETRIES)
+def deliver_session_messages(self: Any, session_id: str) -> int:
+    """Deliver the session's pending outbox messages, oldest first
+    (``outbox.outbox_session_deliver``), retrying with backoff while the engine or every
+    worker does not answer or the session's queue is full.
+
+    Returns:
+        How many messages were delivered by this run.
+    """
+    try:
+        return outbox.outbox_session_deliver(session_id=session_id)
+    except outbox.DeliveryDeferred as error:
+        raise self.retry(exc=error, countdown=_outbox_countdown(self.request.retries)) from None
+
+
+@shared_task(bind=True, name="agents_app.deliver_approval_decision", max_retries=OUTBOX_MAX_RETRIES)
+def deliver_approval_decision(self: Any, decision_id: int) -> str | None:
+    """Deliver a recorded approval decision to Dex (``outbox.approval_decision_deliver``),
+    retrying with backoff while the engine or every worker does not answer.
+
+    Returns:
+        Its delivery state afterwards, or None when the decision no longer exists.
+    """
+    decision = ApprovalDecision.objects.filter(pk=decision_id).first()
+    if decision is None:
+        return None
+    try:
+        return outbox.approval_decision_deliver(decision=decision)
+    except outbox.DeliveryDeferred as error:
+        raise self.retry(exc=error, countdown=_outbox_countdown(self.request.retries)) from None
+
+
+@shared_task(name="agents_app.deliver_outbox")
+def deliver_outbox() -> dict[str, int]:
+    """Deliver every pending outbox message and approval decision (the periodic sweep;
+    PeriodicTask created by migration 0006), for deliveries whose own task was lost."""
+    return outbox.outbox_deliver_all()
+
+
+def outbox_delivery_schedule(
+    *, session_id: str | None = None, decision_id: int | None = None
+) -> None:
+    """Queue the delivery task of a session's messages or of one decision once the current
+    transaction commits. A broker that does not take it is logged: the periodic sweep
+    delivers the row anyway."""
+    from django.db import transaction
+
+    def send() -> None:
+        try:
+            if session_id is not None:
+                deliver_session_messages.apply_async((session_id,), countdown=1)
+            if decision_id is not None:
+                deliver_approval_decision.apply_async((decision_id,), countdown=1)
+        except Exception as error:
+            logger.warning("Could not queue an outbox delivery: %s", error)
+
+    transaction.on_commit(send)

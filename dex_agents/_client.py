@@ -10,6 +10,7 @@ from dex import AsyncClient, RPCInvokeOptions, RpcLockConflictError
 
 from dex_agents._compaction import MAX_READ_MESSAGES, message_loads
 from dex_agents._flow import AgentSessionFlow
+from dex_agents._persistence import ACCEPTED_CLIENT_IDS
 from dex_agents._records import (
     AgentMessageQueue,
     AgentMessageRange,
@@ -80,14 +81,29 @@ class AgentSessionClient:
     ) -> bool:
         """Queue a user message; ``False`` for blank text.
 
-        ``plan_mode`` and ``client_id`` are platform additions (``AgentUserMessage``).
+        ``plan_mode`` and ``client_id`` are platform additions (``AgentUserMessage``). A
+        non-empty ``client_id`` (no ``/``) makes the send idempotent: a message the session
+        already accepted under that ID answers ``True`` and is not queued again, so a send
+        whose answer was lost may be repeated. Concurrent sends of the same ID take turns on
+        its ``ACCEPTED_CLIENT_IDS`` lock (retried for 5 seconds).
+
+        Raises:
+            RpcLockConflictError: If another send of the same ``client_id`` held the lock for
+                5 seconds.
         """
-        result: bool = await self.client.invoke_rpc(
-            self.flow.send_user_message,
-            session_id,
-            AgentUserMessage(text=text, plan_mode=plan_mode, client_id=client_id),
+        message = AgentUserMessage(text=text, plan_mode=plan_mode, client_id=client_id)
+        if not client_id or "/" in client_id:
+            result: bool = await self.client.invoke_rpc(
+                self.flow.send_user_message, session_id, message
+            )
+            return result
+        options = RPCInvokeOptions(
+            lock_attribute_map_instances=(ACCEPTED_CLIENT_IDS.lock(client_id),),
+            load_attribute_map_instances=(ACCEPTED_CLIENT_IDS.load(client_id),),
         )
-        return result
+        return await self._invoke_retrying_lock_conflicts(
+            self.flow.send_user_message, session_id, message, options=options
+        )
 
     async def answer_user_input(self, session_id: str, tool_call_id: str, answer: str) -> bool:
         """Platform addition: answer the open question of ``request_user_input`` call
@@ -185,10 +201,16 @@ class AgentSessionClient:
         )
 
     async def _invoke_retrying_lock_conflicts(
-        self, rpc: Any, session_id: str, request: Any
+        self,
+        rpc: Any,
+        session_id: str,
+        request: Any,
+        *,
+        options: RPCInvokeOptions | None = None,
     ) -> bool:
-        """Invoke a boolean RPC that locks an Attribute a Step may hold, retrying
-        ``RpcLockConflictError`` for ``LOCK_CONFLICT_RETRY_SECONDS``.
+        """Invoke a boolean RPC that locks an Attribute a Step (or another call) may hold,
+        retrying ``RpcLockConflictError`` for ``LOCK_CONFLICT_RETRY_SECONDS``; ``options`` adds
+        per-call map-instance locks and loads.
 
         Raises:
             RpcLockConflictError: If the lock stays taken that long.
@@ -197,7 +219,9 @@ class AgentSessionClient:
         give_up_at = loop.time() + LOCK_CONFLICT_RETRY_SECONDS
         while True:
             try:
-                result: bool = await self.client.invoke_rpc(rpc, session_id, request)
+                result: bool = await self.client.invoke_rpc(
+                    rpc, session_id, request, options=options or RPCInvokeOptions()
+                )
                 return result
             except RpcLockConflictError:
                 if loop.time() >= give_up_at:

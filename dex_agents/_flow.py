@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from dex import (
+    AttributeMapNotLoadedError,
     ChannelMessage,
     Context,
     Flow,
@@ -34,6 +35,7 @@ from dex_agents._contract import AgentFrameworkRunner
 from dex_agents._events import AgentEvent
 from dex_agents._observer import AgentSessionObserver
 from dex_agents._persistence import (
+    ACCEPTED_CLIENT_IDS,
     AGENT_MESSAGES,
     AGENT_PLAN,
     AGENT_STATE,
@@ -214,14 +216,25 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
 
         Platform additions: ``created_at`` is set to the Worker clock when the sender left it
         empty; ``False`` too while ``AgentSessionOptions.max_queued_messages`` messages wait.
+        A message with a ``client_id`` that this session already accepted is not queued again
+        and answers ``True``: the ID is recorded in ``ACCEPTED_CLIENT_IDS`` in the same commit,
+        so a sender may repeat a send whose answer it lost. ``AgentSessionClient`` locks and
+        loads that one instance per call; without them the ID is not checked.
         """
         if not message.text.strip():
             return RPCResult(False)
+        client_id = message.client_id
+        if client_id and _accepted_before(context, client_id):
+            return RPCResult(True)
         limit = self.options.max_queued_messages
         waiting = QUEUED_USER_MESSAGES.size(context) + STEERED_USER_MESSAGES.size(context)
         if limit is not None and waiting >= limit:
             return RPCResult(False)
-        QUEUED_USER_MESSAGES.publish(context, _stamped(message))
+        stamped = _stamped(message)
+        QUEUED_USER_MESSAGES.publish(context, stamped)
+        if client_id and _client_id_checkable(client_id):
+            accepted_at = stamped.created_at.isoformat() if stamped.created_at else ""
+            ACCEPTED_CLIENT_IDS.set(context, client_id, accepted_at)
         return RPCResult(True)
 
     @rpc(lock_attributes=(PENDING_USER_INPUT.lock(),))
@@ -443,6 +456,26 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         which the caller adds per call (``AgentSessionClient.get_agent_snapshot`` does when
         the Flow compacts); messages it did not load are left out."""
         return self.get_agent_snapshot(context)
+
+
+def _client_id_checkable(client_id: str) -> bool:
+    """Whether ``client_id`` can key ``ACCEPTED_CLIENT_IDS`` (map keys have no ``/``)."""
+    return "/" not in client_id
+
+
+def _accepted_before(context: Context, client_id: str) -> bool:
+    """Whether ``send_user_message`` already accepted a message sent as ``client_id``.
+
+    The instance must be loaded for the call (``AgentSessionClient.send_user_message`` does);
+    an instance that was not loaded counts as not accepted.
+    """
+    if not _client_id_checkable(client_id):
+        return False
+    try:
+        accepted: str | None = ACCEPTED_CLIENT_IDS.get(context, client_id)
+    except (KeyError, AttributeMapNotLoadedError):
+        return False
+    return accepted is not None
 
 
 def _stamped(message: AgentUserMessage) -> AgentUserMessage:

@@ -78,6 +78,12 @@ INTERRUPT_RESOLUTIONS: ChannelMap[AgentInterruptResolution] = ChannelMap(
 #: ``ToolCallResults`` Channel (internal).
 TOOL_CALL_RESULTS: Channel[ToolCallCompleted] = Channel("TOOL_CALL_RESULTS", ToolCallCompleted)
 
+#: Sender IDs (``AgentUserMessage.client_id``) of the user messages ``send_user_message``
+#: accepted, each with its acceptance time as ISO 8601 UTC (platform addition): a message sent
+#: again under the same ID is not queued twice, so a sender may retry a send whose answer it
+#: never got. The RPC locks and loads only the one instance it checks.
+ACCEPTED_CLIENT_IDS: AttributeMap[str] = AttributeMap("ACCEPTED_CLIENT_IDS", str)
+
 #: The Attribute, AttributeMap, Channel and ChannelMap definitions of every agent Flow.
 SHARED_DEFINITIONS = (
     AGENT_STATE,
@@ -99,6 +105,7 @@ SHARED_DEFINITIONS = (
     BUILTIN_WAKEUPS,
     AGENT_PLAN,
     PLAN_EXECUTIONS,
+    ACCEPTED_CLIENT_IDS,
 )
 
 #: ``ContextSummary`` Attribute (platform addition, ``AgentSessionOptions.compaction``): the

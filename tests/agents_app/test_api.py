@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from agents_app.models import AgentSession
+from agents_app.models import AgentSession, OutboxMessage
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory, McpToolFactory
 
 pytestmark = pytest.mark.django_db
@@ -176,14 +176,66 @@ def test_staff_may_not_change_another_users_queue(
     assert "owner" in response.json()["detail"]
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "body"),
-    [
-        ("get", QUEUE, {}),
-        ("post", f"/api/v1/sessions/{SESSION_ID}/messages/", {"text": "hi"}),
-        *QUEUE_WRITES,
-    ],
-)
+def test_a_message_sent_while_the_engine_is_down_is_kept_and_listed_as_pending(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str, settings: Any
+) -> None:
+    messages = f"/api/v1/sessions/{SESSION_ID}/messages/"
+    sent = owner_client.post(messages, {"text": "kept", "plan_mode": True}, format="json")
+    assert sent.status_code == 202, sent.content
+    body = sent.json()
+    assert body["queued"] is True and body["delivery"] == "pending"
+    kept = OutboxMessage.objects.get(pk=body["id"])
+    assert (kept.session_id, kept.text, kept.plan_mode, kept.delivery) == (
+        SESSION_ID,
+        "kept",
+        True,
+        "pending",
+    )
+    assert kept.attempts == 1 and engine_down in kept.last_error
+
+    queue = owner_client.get(QUEUE)
+    assert queue.status_code == 200, queue.content
+    listed = queue.json()
+    assert listed["partial"] is True and listed["steered"] == []
+    assert [(e["id"], e["text"], e["plan_mode"], e["delivery"]) for e in listed["queued"]] == [
+        (body["id"], "kept", True, "pending")
+    ]
+
+    # An edit before delivery acts on the kept row: the old one is withdrawn, the new text
+    # joins the tail under a new ID and keeps plan_mode.
+    edited = owner_client.put(f"{QUEUE}{body['id']}/", {"text": "kept, edited"}, format="json")
+    assert edited.status_code == 201, edited.content
+    new_id = edited.json()["id"]
+    assert new_id != body["id"] and edited.json()["delivery"] == "pending"
+    assert OutboxMessage.objects.get(pk=body["id"]).delivery == "withdrawn"
+    queued = owner_client.get(QUEUE).json()["queued"]
+    assert [(e["id"], e["text"], e["plan_mode"]) for e in queued] == [
+        (new_id, "kept, edited", True)
+    ]
+    steered = owner_client.post(f"{QUEUE}{new_id}/steer/")
+    assert steered.status_code == 202, steered.content
+    assert OutboxMessage.objects.get(pk=new_id).steer is True
+    deleted = owner_client.delete(f"{QUEUE}{new_id}/")
+    assert deleted.status_code == 204, deleted.content
+    assert owner_client.get(QUEUE).json()["queued"] == []
+    # The old ID is gone from the outbox; Dex is asked next, and it does not answer.
+    assert owner_client.delete(f"{QUEUE}{new_id}/").status_code == 503
+
+
+def test_the_outbox_counts_toward_the_queue_limit(
+    owner_client: APIClient, owned_session: AgentSession, engine_down: str, settings: Any
+) -> None:
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "MAX_QUEUED_MESSAGES": 2, "ENGINE_TIMEOUT": 1}
+    messages = f"/api/v1/sessions/{SESSION_ID}/messages/"
+    for text in ("one", "two"):
+        assert owner_client.post(messages, {"text": text}, format="json").status_code == 202
+    full = owner_client.post(messages, {"text": "three"}, format="json")
+    assert full.status_code == 409, full.content
+    assert "full" in full.json()["detail"]
+    assert sorted(OutboxMessage.objects.values_list("text", flat=True)) == ["one", "two"]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), QUEUE_WRITES)
 def test_queue_calls_answer_503_when_the_engine_is_down(
     owner_client: APIClient,
     owned_session: AgentSession,
@@ -223,7 +275,7 @@ def test_a_stopped_session_refuses_queue_writes_with_409_and_lists_no_queue(
     assert response.status_code == 409
     assert response.json() == {"detail": "This session is stopped; start a new one."}
     # Its queued messages will never run: the queue is empty without asking the engine.
-    assert owner_client.get(QUEUE).json() == {"queued": [], "steered": []}
+    assert owner_client.get(QUEUE).json() == {"queued": [], "steered": [], "partial": False}
 
 
 def test_an_implausible_message_id_is_404_before_dex_is_asked(
@@ -339,10 +391,16 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     steer = paths["/api/v1/sessions/{session_id}/queue/{message_id}/steer/"]["post"]
     assert set(steer["responses"]) == {"202", "403", "404", "409", "503"}
     schemas = response.json()["components"]["schemas"]
-    assert set(schemas["MessageQueued"]["properties"]) == {"queued", "id"}
-    assert set(schemas["MessageQueue"]["properties"]) == {"queued", "steered"}
+    assert set(schemas["MessageQueued"]["properties"]) == {"queued", "id", "delivery"}
+    assert set(schemas["MessageQueue"]["properties"]) == {"queued", "steered", "partial"}
     entry = schemas["QueuedMessageOutput"]["properties"]
-    assert set(entry) == {"id", "text", "plan_mode", "created_at"}
+    assert set(entry) == {"id", "text", "plan_mode", "created_at", "delivery"}
+    resolve = paths["/api/v1/sessions/{session_id}/interrupts/{interrupt_id}/"]["post"]
+    assert {"200", "202", "409"} <= set(resolve["responses"])
+    assert set(schemas["InterruptNotPending"]["properties"]) == {"detail", "decision"}
+    assert set(schemas["RecordedDecision"]["properties"]) == {
+        "approved", "decided_by", "decided_at", "rejection_message", "delivery",
+    }
     assert set(schemas["PlanNotExecutable"]["properties"]) == {"detail", "reason"}
     reason = schemas["PlanNotExecutable"]["properties"]["reason"]["$ref"].rsplit("/", 1)[1]
     assert set(schemas[reason]["enum"]) >= {

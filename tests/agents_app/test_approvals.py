@@ -95,11 +95,49 @@ def test_staff_must_say_approved_or_not(
 def test_a_decided_interrupt_answers_409_without_asking_dex(
     staff_client: APIClient, staff: Any, owned_session: AgentSession, engine_down: str
 ) -> None:
-    decision_for(owned_session, staff)
+    recorded = decision_for(owned_session, staff, approved=False, rejection_message="No.")
     response = staff_client.post(INTERRUPT_URL, APPROVE, format="json")
     assert response.status_code == 409
-    assert "detail" in response.json()
+    # The 409 says what was decided, by whom and when.
+    assert response.json() == {
+        "detail": "This tool call was already rejected.",
+        "decision": {
+            "approved": False,
+            "decided_by": "staff",
+            "decided_at": recorded.decided_at.isoformat().replace("+00:00", "Z"),
+            "rejection_message": "No.",
+            "delivery": "delivered",
+        },
+    }
     assert ApprovalDecision.objects.count() == 1
+
+
+def test_a_decision_while_the_engine_is_down_is_recorded_and_listed_as_decided(
+    staff_client: APIClient, owned_session: AgentSession, engine_down: str
+) -> None:
+    ApprovalRequest.objects.create(
+        session=owned_session, interrupt_id=INTERRUPT_ID, tool_call_id="call_1",
+        tool_name="slack__post_message", arguments="{}", requested_at=timezone.now(),
+    )
+    response = staff_client.post(INTERRUPT_URL, APPROVE, format="json")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert (body["resolved"], body["delivery"]) == (False, "pending")
+    assert {key: body["decision"][key] for key in ("approved", "decided_by", "delivery")} == {
+        "approved": True, "decided_by": "staff", "delivery": "pending",
+    }
+    decision = ApprovalDecision.objects.get()
+    assert (decision.approved, decision.delivery, decision.attempts) == (True, "pending", 1)
+    assert engine_down in decision.last_error
+    # The dashboard's list shows it decided, waiting for delivery; the index still waits.
+    listed = staff_client.get("/api/v1/approvals/").json()
+    assert [(item["state"], item["decision"]["approved"], item["decision"]["delivery"])
+            for item in listed] == [("decided", True, "pending")]
+    assert ApprovalRequest.objects.get().state == "pending"
+    # Deciding again answers 409 with the recorded decision.
+    again = staff_client.post(INTERRUPT_URL, {"approved": False}, format="json")
+    assert again.status_code == 409
+    assert again.json()["decision"] == body["decision"]
 
 
 def test_resolving_without_an_engine_is_503_and_writes_nothing(
@@ -238,4 +276,7 @@ def test_an_expired_interrupt_answers_409_and_says_so_without_asking_dex(
     )
     response = staff_client.post(INTERRUPT_URL, APPROVE, format="json")
     assert response.status_code == 409
-    assert response.json() == {"detail": "This tool call expired: its approval deadline passed."}
+    assert response.json() == {
+        "detail": "This tool call expired: its approval deadline passed.",
+        "decision": None,
+    }

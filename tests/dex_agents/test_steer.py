@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -75,6 +76,41 @@ async def test_queue_lists_edits_and_deletes_pending_messages(tmp_path: Path) ->
         snapshot = await wait_for_idle(sessions, "session-1", message_count=8)
         assert user_texts(snapshot)[-2:] == ["tail", "three"]
         assert last_text(snapshot) == "echo: three"
+
+
+async def test_a_send_repeated_under_its_client_id_queues_the_message_once(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+
+        # A sender that lost the answer sends again under the same ID: True, nothing new.
+        assert await sessions.send_user_message("session-1", "once", client_id="outbox-1")
+        assert await sessions.send_user_message("session-1", "once", client_id="outbox-1")
+        # Concurrent repeats take turns on the ID's lock; one of them queues.
+        results = await asyncio.gather(
+            *(
+                sessions.send_user_message("session-1", "raced", client_id="outbox-2")
+                for _ in range(3)
+            )
+        )
+        assert results == [True, True, True]
+        assert await queued_texts(sessions, "session-1") == ["once", "raced"]
+
+        gate.release()
+        # Each message runs its own turn (user message and answer).
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=8)
+        assert user_texts(snapshot)[-2:] == ["once", "raced"]
+        # Once a turn took it, the ID still finds it: a late repeat is not queued again.
+        assert await sessions.send_user_message("session-1", "once", client_id="outbox-1")
+        assert await sessions.send_user_message("session-1", "after", client_id="outbox-3")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=10)
+        assert user_texts(snapshot)[-3:] == ["once", "raced", "after"]
+        assert user_texts(snapshot).count("once") == 1
 
 
 async def test_steer_cancels_unstarted_calls_withdraws_approvals_and_reaches_the_model(

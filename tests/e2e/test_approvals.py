@@ -131,7 +131,8 @@ def test_staff_approve_and_reject_a_write(
 
     approved = staff.post(interrupt_url, json={"approved": True, "rejection_message": "ignored"})
     assert approved.status_code == 200, approved.text
-    assert approved.json() == {"resolved": True}
+    assert (approved.json()["resolved"], approved.json()["delivery"]) == (True, "delivered")
+    assert approved.json()["decision"]["decided_by"] == "e2e-reviewer"
     snapshot = _wait_for_reply(owner, session_id, message_count=2)
     assert snapshot["pending_interrupts"] == []
     posts = _posted(var_dir)

@@ -120,7 +120,9 @@ def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
             (third, "third", False),
         ]
         assert all(
-            set(entry) == {"id", "text", "plan_mode", "created_at"} for entry in queue["queued"]
+            set(entry) == {"id", "text", "plan_mode", "created_at", "delivery"}
+            and entry["delivery"] == "delivered"
+            for entry in queue["queued"]
         )
         assert all(entry["created_at"] for entry in queue["queued"])
         # The snapshot lists the same entries.
@@ -164,7 +166,7 @@ def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
         # Queue operations also accept nothing once the session stopped.
         stopped = owner.post(f"/api/v1/sessions/{session_id}/stop/")
         assert stopped.status_code == 202, stopped.text
-        assert queue_of(owner, session_id) == {"queued": [], "steered": []}
+        assert queue_of(owner, session_id) == {"queued": [], "steered": [], "partial": False}
         for answer in (
             owner.delete(f"{base}{third}/"),
             owner.put(f"{base}{third}/", json={"text": "late"}),
@@ -307,7 +309,7 @@ def test_a_message_an_idle_session_takes_at_once_is_not_in_the_queue(stack: Stac
             ),
             "the answer",
         )
-        assert queue_of(owner, session_id) == {"queued": [], "steered": []}
+        assert queue_of(owner, session_id) == {"queued": [], "steered": [], "partial": False}
         base = f"/api/v1/sessions/{session_id}/queue/{message_id}/"
         assert owner.delete(base).status_code == 404
         assert owner.put(base, json={"text": "too late"}).status_code == 404

@@ -202,7 +202,7 @@ def test_a_durable_wait_ends_early_only_when_a_message_is_steered(stack: Stack) 
         assert steered.status_code == 202, steered.text
         snapshot = idle(owner, session_id, "You said: are you still there?")
         assert snapshot["pending_timer"] is None
-        assert queue_of(owner, session_id) == {"queued": [], "steered": []}
+        assert queue_of(owner, session_id) == {"queued": [], "steered": [], "partial": False}
         roles = [message["role"] for message in snapshot["messages"]]
         assert roles == ["user", "assistant", "tool", "user", "assistant"]
         assert "interrupted" in snapshot["messages"][2]["text"]

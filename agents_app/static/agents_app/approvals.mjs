@@ -95,6 +95,20 @@ function updateDeadline(card, item) {
     countdown.dataset.expired = "true";
     countdown.textContent = "Expired";
   }
+  // Decided while the engine or worker did not answer: the decision waits for delivery.
+  const decided = item.state === "decided" && item.decision;
+  card.dataset.decided = decided ? "true" : "";
+  let note = card.querySelector(".decided-note");
+  if (decided) {
+    if (!note) {
+      note = el("p", { class: "decided-note small", role: "status" });
+      card.querySelector("header").after(note);
+    }
+    const verdict = item.decision.approved ? "Approved" : "Rejected";
+    note.textContent = `${verdict} by ${item.decision.decided_by}; delivery pending until a worker answers.`;
+  } else if (note) {
+    note.remove();
+  }
 }
 
 /** Mark cards whose deadline passed as expired; they cannot be approved any more. */
@@ -103,9 +117,10 @@ function tick() {
   refreshCountdowns(list);
   for (const card of list.children) {
     const expired = card.querySelector(".countdown")?.dataset.expired === "true";
-    card.dataset.state = expired ? "expired" : "pending";
+    const decided = card.dataset.decided === "true";
+    card.dataset.state = decided ? "decided" : expired ? "expired" : "pending";
     for (const button of card.querySelectorAll(".decision-buttons button")) {
-      if (expired) button.disabled = true;
+      if (expired || decided) button.disabled = true;
     }
   }
 }
@@ -130,11 +145,13 @@ function renderPending(items) {
     if (card !== expected) list.insertBefore(card, expected);
     previous = card;
   }
-  const pending = items.filter((item) => item.state !== "expired").length;
+  const pending = items.filter((item) => item.state === "pending").length;
+  const expired = items.filter((item) => item.state === "expired").length;
+  const decided = items.filter((item) => item.state === "decided").length;
   byId("pending-count").textContent = items.length ? String(items.length) : "";
   byId("tab-pending").setAttribute("aria-label", `Pending (${items.length})`);
   byId("pending-status").textContent = items.length
-    ? `${pending} waiting for a decision${items.length > pending ? `, ${items.length - pending} expired` : ""}.`
+    ? `${pending} waiting for a decision${expired ? `, ${expired} expired` : ""}${decided ? `, ${decided} decided (delivery pending)` : ""}.`
     : "Nothing waits for approval.";
   tick();
 }

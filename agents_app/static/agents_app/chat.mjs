@@ -495,6 +495,7 @@ function canChangeQueue() {
 function queueBadge(row) {
   if (row.kind === "steered") return el("span", { class: "badge badge-steering" }, "Steering");
   if (row.kind === "sending" && !row.confirmed) return el("span", { class: "badge" }, "Sending…");
+  if (row.delivery === "pending") return el("span", { class: "badge", title: "Kept until the worker answers" }, "Queued, not delivered");
   return el("span", { class: "badge" }, "Queued");
 }
 

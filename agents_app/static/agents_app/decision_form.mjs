@@ -13,6 +13,14 @@ import { el } from "./dom.mjs";
  * the server refused or could not be reached), so the page can reload what it shows.
  * The buttons sit in `.decision-buttons`, so a page can disable them (an expired deadline).
  */
+/** The 409 answer as a sentence: who decided what, when the server recorded a decision. */
+function conflictText(body) {
+  const decision = body?.decision;
+  if (!decision) return "This call no longer waits for a decision.";
+  const verdict = decision.approved ? "approved" : "rejected";
+  return `Already ${verdict} by ${decision.decided_by}.`;
+}
+
 export function decisionForm({ sessionId, interruptId, onDecided = async () => {} }) {
   const fieldId = `reject-${sessionId}-${interruptId}`.replace(/[^A-Za-z0-9_-]/g, "_");
   const approve = el("button", { type: "button", class: "button-ok" }, "Approve");
@@ -31,14 +39,16 @@ export function decisionForm({ sessionId, interruptId, onDecided = async () => {
     result.textContent = approved ? "Approving…" : "Rejecting…";
     let accepted = false;
     try {
-      await api(path, {
+      const answer = await api(path, {
         method: "POST",
         body: approved ? { approved: true } : { approved: false, rejection_message: message.value },
       });
-      result.textContent = approved ? "Approved." : "Rejected.";
+      const verdict = approved ? "Approved" : "Rejected";
+      // 202: recorded, delivered once the engine and a worker answer.
+      result.textContent = answer?.delivery === "pending" ? `${verdict}; delivery pending.` : `${verdict}.`;
       accepted = true;
     } catch (error) {
-      result.textContent = error.status === 409 ? "This call no longer waits for a decision." : error.message;
+      result.textContent = error.status === 409 ? conflictText(error.body) : error.message;
       approve.disabled = reject.disabled = false;
     }
     await onDecided(approved, accepted);

@@ -17,6 +17,8 @@ function row(kind, entry) {
     text: entry.text ?? "",
     planMode: Boolean(entry.plan_mode),
     createdAt: entry.created_at ?? null,
+    // "pending": kept by the platform until the engine and a worker answer.
+    delivery: entry.delivery ?? "delivered",
   };
 }
 

@@ -1,0 +1,339 @@
+"""The outbox: user messages and approval decisions the API accepted, kept in Django until
+Dex has them (ARCHITECTURE.md "Accepted means kept").
+
+Dex RPCs need a running worker; while none answers (a restart, a deploy) or the engine is
+down, the API still accepts a message or a decision: it is written here first, the request
+tries to deliver it at once, and otherwise a Celery task (``agents_app.tasks``) delivers it
+later with backoff, plus a periodic sweep for tasks that were lost. Delivery is idempotent by
+ID: a message goes to Dex with its ``OutboxMessage.id`` as ``client_id``, which
+``send_user_message`` never queues twice, and a decision is checked against the approvals
+index when Dex answers that the call no longer waits.
+
+Errors raised here:
+    DeliveryDeferred: Dex did not take the write now; it stays pending (try again later).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents_app import dex_gateway, session_index
+from agents_app.models import (
+    AgentSession,
+    ApprovalDecision,
+    ApprovalRequest,
+    Delivery,
+    OutboxMessage,
+)
+
+logger = logging.getLogger(__name__)
+
+# Kept with a row: the start of the last delivery error, for admin.
+_ERROR_MAX_CHARS = 500
+# How long resolve_interrupt may retry a held PendingInterrupts lock (seed "RPCs": 5 s).
+_RESOLVE_LOCK_RETRY_SECONDS = 5.0
+SESSION_STOPPED_REASON = "The session was stopped before the message reached it."
+SESSION_GONE_REASON = "The engine has no record of this session."
+
+
+class DeliveryDeferred(Exception):
+    """Dex did not take a write now (the engine or every worker did not answer, or the
+    session's queue is full); the row stays pending and a later delivery tries again."""
+
+
+class QueueFullDeferred(DeliveryDeferred):
+    """The session refused a message because its queue is full
+    (``DEXAGENTS["MAX_QUEUED_MESSAGES"]``); it can be delivered once a turn took one."""
+
+
+def _note_attempt(model: type[OutboxMessage] | type[ApprovalDecision], pk: Any, error: str) -> None:
+    model.objects.filter(pk=pk, delivery=Delivery.PENDING).update(
+        attempts=F("attempts") + 1, last_error=error[:_ERROR_MAX_CHARS]
+    )
+
+
+def outbox_message_pending(*, session: AgentSession) -> list[OutboxMessage]:
+    """The session's messages not delivered yet, oldest first."""
+    return list(
+        OutboxMessage.objects.filter(session=session, delivery=Delivery.PENDING).order_by(
+            "created_at", "id"
+        )
+    )
+
+
+def outbox_message_to_queue_entry(message: OutboxMessage) -> dict[str, Any]:
+    """A pending message as the queue lists it: ``{"id", "text", "plan_mode", "created_at"
+    (ISO 8601), "delivery": "pending"}``."""
+    return {
+        "id": message.id,
+        "text": message.text,
+        "plan_mode": message.plan_mode,
+        "created_at": message.created_at.isoformat(),
+        "delivery": message.delivery,
+    }
+
+
+def outbox_message_deliver(*, message: OutboxMessage) -> str:
+    """Send one pending message to its session with ``client_id=message.id``.
+
+    Returns:
+        The row's delivery state afterwards: ``delivered``, ``refused`` (the session is
+        stopped, or Dex has no such session) or ``withdrawn`` (its sender deleted it while
+        the send was on its way; it is taken out of the session's queue again, best effort).
+
+    Raises:
+        QueueFullDeferred: The session's queue is full.
+        DeliveryDeferred: The engine or every worker did not answer.
+    """
+    session = message.session
+    if message.delivery != Delivery.PENDING:
+        return message.delivery
+    if session.status == "stopped":
+        return _message_refuse(message, SESSION_STOPPED_REASON)
+    try:
+        sent = dex_gateway.run(
+            dex_gateway.session_send_message(
+                session_id=session.id,
+                text=message.text,
+                plan_mode=message.plan_mode,
+                client_id=message.id,
+            )
+        )
+    except dex_gateway.EngineUnavailableError as error:
+        _note_attempt(OutboxMessage, message.pk, str(error))
+        raise DeliveryDeferred(str(error)) from error
+    except dex_gateway.SessionNotFoundError:
+        return _message_refuse(message, SESSION_GONE_REASON)
+    if not sent:
+        # The text is never blank (the API validates it), so the queue is full.
+        _note_attempt(OutboxMessage, message.pk, "The session's message queue is full.")
+        raise QueueFullDeferred("The session's message queue is full.")
+    now = timezone.now()
+    delivered = OutboxMessage.objects.filter(pk=message.pk, delivery=Delivery.PENDING).update(
+        delivery=Delivery.DELIVERED, delivered_at=now, attempts=F("attempts") + 1, last_error=""
+    )
+    message.refresh_from_db()
+    if not delivered:
+        if message.delivery == Delivery.WITHDRAWN:
+            _take_back(message)
+        return message.delivery
+    if message.steer:
+        _steer_quietly(message)
+    return Delivery.DELIVERED
+
+
+def _message_refuse(message: OutboxMessage, reason: str) -> str:
+    OutboxMessage.objects.filter(pk=message.pk, delivery=Delivery.PENDING).update(
+        delivery=Delivery.REFUSED, last_error=reason
+    )
+    message.refresh_from_db()
+    return message.delivery
+
+
+def _take_back(message: OutboxMessage) -> None:
+    """Delete a message its sender withdrew while it was being delivered."""
+    try:
+        dex_gateway.run(
+            dex_gateway.session_delete_queued_message(
+                session_id=message.session_id, message_id=message.id
+            )
+        )
+    except Exception as error:
+        logger.warning("Could not take back withdrawn message %s: %s", message.id, error)
+
+
+def _steer_quietly(message: OutboxMessage) -> None:
+    """Steer a message whose sender asked for it before delivery; a turn may have taken it
+    already, which is as good."""
+    try:
+        dex_gateway.run(
+            dex_gateway.session_steer_queued_message(
+                session_id=message.session_id, message_id=message.id
+            )
+        )
+    except Exception as error:
+        logger.info("Could not steer delivered message %s: %s", message.id, error)
+
+
+def outbox_session_deliver(*, session_id: str) -> int:
+    """Deliver the session's pending messages, oldest first, stopping at the first one that
+    cannot be delivered now (so messages reach the session in the order they were sent).
+
+    Returns:
+        How many messages were delivered.
+
+    Raises:
+        QueueFullDeferred, DeliveryDeferred: As ``outbox_message_deliver``; the messages
+            after that one stay pending too.
+    """
+    delivered = 0
+    for message in (
+        OutboxMessage.objects.select_related("session")
+        .filter(session_id=session_id, delivery=Delivery.PENDING)
+        .order_by("created_at", "id")
+    ):
+        if outbox_message_deliver(message=message) == Delivery.DELIVERED:
+            delivered += 1
+    return delivered
+
+
+def outbox_message_withdraw(*, session: AgentSession, message_id: str) -> OutboxMessage | None:
+    """Withdraw the session's pending message ``message_id`` (delete or edit before delivery).
+
+    Returns:
+        The withdrawn row; None when no pending message of the session has that ID (it was
+        delivered meanwhile: the caller then asks Dex, which knows it by the same ID).
+    """
+    with transaction.atomic():
+        withdrawn = OutboxMessage.objects.filter(
+            pk=message_id, session=session, delivery=Delivery.PENDING
+        ).update(delivery=Delivery.WITHDRAWN)
+        if not withdrawn:
+            return None
+        return OutboxMessage.objects.get(pk=message_id)
+
+
+def outbox_message_mark_steer(*, session: AgentSession, message_id: str) -> bool:
+    """Ask for the pending message ``message_id`` to be steered once delivered.
+
+    Returns:
+        False when no pending message of the session has that ID.
+    """
+    return bool(
+        OutboxMessage.objects.filter(
+            pk=message_id, session=session, delivery=Delivery.PENDING
+        ).update(steer=True)
+    )
+
+
+def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
+    """Send a recorded decision to Dex through ``resolve_interrupt``.
+
+    When Dex answers that the call no longer waits, an earlier attempt whose answer was lost
+    may have landed: the approvals index then shows the same verdict, and the decision counts
+    as delivered.
+
+    Returns:
+        The decision's delivery state afterwards: ``delivered`` or ``refused``.
+
+    Raises:
+        DeliveryDeferred: The engine or every worker did not answer, or a Step kept the
+            interrupt locked.
+    """
+    if decision.delivery != Delivery.PENDING:
+        return decision.delivery
+    try:
+        accepted = dex_gateway.run(
+            dex_gateway.session_resolve_interrupt(
+                session_id=decision.session_id,
+                interrupt_id=decision.interrupt_id,
+                approved=decision.approved,
+                rejection_message=decision.rejection_message or None,
+            ),
+            timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) + _RESOLVE_LOCK_RETRY_SECONDS,
+        )
+    except dex_gateway.EngineUnavailableError as error:
+        _note_attempt(ApprovalDecision, decision.pk, str(error))
+        raise DeliveryDeferred(str(error)) from error
+    except dex_gateway.SessionNotFoundError:
+        accepted = False
+    verdict = (
+        ApprovalRequest.State.APPROVED if decision.approved else ApprovalRequest.State.REJECTED
+    )
+    if not accepted:
+        landed = ApprovalRequest.objects.filter(
+            session_id=decision.session_id, interrupt_id=decision.interrupt_id, state=verdict
+        ).exists()
+        if not landed:
+            ApprovalDecision.objects.filter(pk=decision.pk, delivery=Delivery.PENDING).update(
+                delivery=Delivery.REFUSED,
+                attempts=F("attempts") + 1,
+                last_error="The tool call no longer waited for a decision (decided, past its "
+                "deadline, withdrawn, or the session stopped).",
+            )
+            decision.refresh_from_db()
+            return decision.delivery
+    ApprovalDecision.objects.filter(pk=decision.pk, delivery=Delivery.PENDING).update(
+        delivery=Delivery.DELIVERED,
+        delivered_at=timezone.now(),
+        attempts=F("attempts") + 1,
+        last_error="",
+    )
+    decision.refresh_from_db()
+    if session_index.approval_request_close(
+        session_id=decision.session_id,
+        interrupt_id=decision.interrupt_id,
+        state=verdict,
+        message=decision.rejection_message,
+    ):
+        session_index.approvals_changed_notify()
+    return decision.delivery
+
+
+def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, int]:
+    """Deliver every pending message and decision (the periodic sweep); stops at the first
+    that the engine or a worker does not take, since the others would wait for the same.
+
+    Args:
+        sessions: Only these sessions' messages and decisions; None: every session.
+
+    Returns:
+        ``{"messages": delivered, "decisions": delivered, "pruned": finished messages
+        deleted (``outbox_prune``), "pending": left pending}``.
+    """
+    messages = OutboxMessage.objects.filter(delivery=Delivery.PENDING)
+    decisions = ApprovalDecision.objects.filter(delivery=Delivery.PENDING)
+    if sessions is not None:
+        wanted = list(sessions)
+        messages = messages.filter(session_id__in=wanted)
+        decisions = decisions.filter(session_id__in=wanted)
+    counts = {"messages": 0, "decisions": 0, "pruned": 0, "pending": 0}
+    try:
+        for decision in decisions.order_by("decided_at", "id"):
+            if approval_decision_deliver(decision=decision) == Delivery.DELIVERED:
+                counts["decisions"] += 1
+        session_ids = list(
+            messages.order_by("session_id").values_list("session_id", flat=True).distinct()
+        )
+        for session_id in session_ids:
+            try:
+                counts["messages"] += outbox_session_deliver(session_id=session_id)
+            except QueueFullDeferred:
+                continue
+    except DeliveryDeferred as error:
+        logger.info("Outbox delivery deferred: %s", error)
+    counts["pruned"] = outbox_prune()
+    counts["pending"] = (
+        OutboxMessage.objects.filter(delivery=Delivery.PENDING).count()
+        + ApprovalDecision.objects.filter(delivery=Delivery.PENDING).count()
+    )
+    return counts
+
+
+#: Days a delivered, refused or withdrawn message stays in the outbox (for admin) before the
+#: sweep deletes it; Dex keeps the conversation.
+OUTBOX_KEEP_DAYS = 7
+
+
+def outbox_prune(*, now: datetime.datetime | None = None) -> int:
+    """Delete outbox messages that finished (delivered, refused, withdrawn) more than
+    ``OUTBOX_KEEP_DAYS`` days ago. Approval decisions are the audit trail and are kept.
+
+    Returns:
+        How many rows were deleted.
+    """
+    cutoff = (now or timezone.now()) - datetime.timedelta(days=OUTBOX_KEEP_DAYS)
+    deleted, _ = (
+        OutboxMessage.objects.exclude(delivery=Delivery.PENDING)
+        .filter(created_at__lt=cutoff)
+        .delete()
+    )
+    return deleted

@@ -1,0 +1,192 @@
+"""Messages and approval decisions sent while the Dex worker is down are kept and delivered
+once, end to end: the real engine, dexworker, web, demo model and a Celery worker as processes
+(``tests/e2e/relay_stack.py``).
+
+Each test stops the dexworker (the engine stays up, so Dex RPCs find no worker), writes
+through the API, checks the write is kept and listed, starts a new dexworker and waits for the
+Celery worker's retrying task to deliver it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import PYTHON, wait_until
+from tests.e2e.relay_stack import Stack, running_stack
+
+pytestmark = pytest.mark.e2e
+
+GATED = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "kept"})
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("outbox")) as platform:
+        platform.processes.start(
+            "celery",
+            [PYTHON, "-m", "celery", "-A", "dexagents_site", "worker", "--pool=solo",
+             "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", "outbox-e2e@%h"],
+        ).wait_for_line(" ready.")
+        yield platform
+
+
+def stop_worker(stack: Stack) -> None:
+    for proc in stack.processes.started:
+        if proc.name == "worker":
+            proc.stop()
+
+
+def start_worker(stack: Stack) -> None:
+    stack.processes.start(
+        "worker", [PYTHON, "manage.py", "dexworker", "--max-concurrent-tasks", "32"]
+    ).wait_for_line("dexworker ready")
+
+
+def idle_snapshot(stack: Stack, session_id: str, *, user_messages: int) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        with stack.api("owner") as owner:
+            answer = owner.get(f"/api/v1/sessions/{session_id}/")
+        if answer.status_code != 200:
+            return None
+        snapshot: dict[str, Any] = answer.json()
+        assert not snapshot.get("last_turn_error"), snapshot
+        users = [m for m in snapshot["messages"] if m["role"] == "user"]
+        if snapshot["status"] == "waiting_for_user_message" and len(users) >= user_messages:
+            return snapshot
+        return None
+
+    return wait_until(f"{session_id} to answer", probe, timeout=120)
+
+
+def user_texts(snapshot: dict[str, Any]) -> list[str]:
+    return [m["text"] for m in snapshot["messages"] if m["role"] == "user"]
+
+
+def outbox_row(stack: Stack, message_id: str) -> dict[str, Any]:
+    row: dict[str, Any] = stack.django_shell(
+        "import json; from agents_app.models import OutboxMessage as M; "
+        f"m = M.objects.get(pk={message_id!r}); "
+        "print(json.dumps({'delivery': m.delivery, 'attempts': m.attempts}))"
+    )
+    return row
+
+
+def test_a_message_sent_while_the_worker_is_down_is_kept_listed_and_delivered_once(
+    stack: Stack,
+) -> None:
+    with stack.api("owner") as owner:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": "hello"})
+        assert created.status_code == 201, created.text
+        session_id = str(created.json()["id"])
+        idle_snapshot(stack, session_id, user_messages=1)
+
+        stop_worker(stack)
+        sent = owner.post(
+            f"/api/v1/sessions/{session_id}/messages/", json={"text": "sent while down"}
+        )
+        # Before the outbox: 503 "the engine did not answer", and the message was lost.
+        assert sent.status_code == 202, sent.text
+        body = sent.json()
+        assert body["queued"] is True and body["delivery"] == "pending"
+        queue = owner.get(f"/api/v1/sessions/{session_id}/queue/")
+        assert queue.status_code == 200, queue.text
+        assert [(e["id"], e["text"], e["delivery"]) for e in queue.json()["queued"]] == [
+            (body["id"], "sent while down", "pending")
+        ]
+
+        start_worker(stack)
+        snapshot = idle_snapshot(stack, session_id, user_messages=2)
+        assert user_texts(snapshot) == ["hello", "sent while down"]
+        row = outbox_row(stack, body["id"])
+        assert row["delivery"] == "delivered" and row["attempts"] >= 2, row
+        # Delivered exactly once: nothing more arrives after it (the queue is empty).
+        assert owner.get(f"/api/v1/sessions/{session_id}/queue/").json()["queued"] == []
+        assert user_texts(owner.get(f"/api/v1/sessions/{session_id}/").json()) == [
+            "hello", "sent while down",
+        ]
+
+
+def busy_session(stack: Stack) -> tuple[str, dict[str, Any]]:
+    """A session whose turn waits for approval of a write, and its pending approval."""
+    with stack.api("owner") as owner, stack.api("staff") as staff:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": GATED})
+        assert created.status_code == 201, created.text
+        session_id = str(created.json()["id"])
+        pending = wait_until(
+            "the approval to be pending",
+            lambda: [
+                item for item in staff.get("/api/v1/approvals/").json()
+                if item["session"] == session_id
+            ],
+            timeout=60,
+        )
+    return session_id, dict(pending[0])
+
+
+def test_delivering_the_same_outbox_row_twice_queues_it_once(stack: Stack) -> None:
+    session_id, _ = busy_session(stack)
+    # The turn waits for approval, so a delivered message stays in the queue. The row is
+    # delivered, then set back to pending (as if the first answer had been lost) and
+    # delivered again.
+    result = stack.django_shell(
+        "import json, uuid; from agents_app import outbox; "
+        "from agents_app.models import AgentSession, OutboxMessage as M; "
+        f"s = AgentSession.objects.get(pk={session_id!r}); "
+        "m = M.objects.create(id=uuid.uuid4().hex, session=s, text='twice'); "
+        "first = outbox.outbox_message_deliver(message=m); "
+        "M.objects.filter(pk=m.pk).update(delivery='pending'); m.refresh_from_db(); "
+        "second = outbox.outbox_message_deliver(message=m); "
+        "print(json.dumps({'id': m.id, 'first': first, 'second': second}))"
+    )
+    assert (result["first"], result["second"]) == ("delivered", "delivered")
+    with stack.api("owner") as owner:
+        queued = owner.get(f"/api/v1/sessions/{session_id}/queue/").json()["queued"]
+    assert [(e["text"], e["delivery"]) for e in queued] == [("twice", "delivered")]
+
+
+def slack_posts(stack: Stack) -> list[dict[str, Any]]:
+    path = Path(stack.env["DEXAGENTS_VAR_DIR"]) / "demo_mcp" / "slack_messages.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def test_a_decision_while_the_worker_is_down_is_kept_and_delivered(stack: Stack) -> None:
+    session_id, pending = busy_session(stack)
+    posts_before = len(slack_posts(stack))
+    url = f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/"
+    with stack.api("staff") as staff:
+        stop_worker(stack)
+        decided = staff.post(url, json={"approved": True})
+        assert decided.status_code == 202, decided.text
+        body = decided.json()
+        assert (body["resolved"], body["delivery"]) == (False, "pending")
+        assert body["decision"]["approved"] is True
+        assert body["decision"]["decided_by"] == "staff"
+        listed = [
+            item for item in staff.get("/api/v1/approvals/").json()
+            if item["session"] == session_id
+        ]
+        assert [(item["state"], item["decision"]["delivery"]) for item in listed] == [
+            ("decided", "pending")
+        ]
+        again = staff.post(url, json={"approved": False, "rejection_message": "no"})
+        assert again.status_code == 409, again.text
+        assert again.json()["decision"] == body["decision"]
+
+        start_worker(stack)
+        snapshot = idle_snapshot(stack, session_id, user_messages=1)
+        assert snapshot["pending_interrupts"] == []
+        # The approved write ran once.
+        assert len(slack_posts(stack)) == posts_before + 1
+        final = staff.post(url, json={"approved": True})
+        assert final.status_code == 409, final.text
+        recorded = final.json()["decision"]
+        assert (recorded["approved"], recorded["delivery"]) == (True, "delivered")
+        assert [
+            item for item in staff.get("/api/v1/approvals/").json()
+            if item["session"] == session_id
+        ] == []
