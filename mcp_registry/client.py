@@ -780,6 +780,7 @@ class _Connection:
         self._ended_at: datetime | None = None
         self._error = ""
         self._report_pending = False
+        self._closing = False
         self._notification_tasks: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[None] = self._loop.create_future()
@@ -838,7 +839,7 @@ class _Connection:
 
     def _stderr_ended(self) -> None:
         # Every process of the group closed its stderr: the server is gone.
-        if self._state == "running":
+        if self._state == "running" and not self._closing:
             self._end("exited", "the server process exited")
             self.broken = True
             self._stop.set()
@@ -936,6 +937,7 @@ class _Connection:
 
     async def close(self) -> None:
         """Leave the session and stop the server; waits for the owner task to finish."""
+        self._closing = True
         self.broken = True
         self._stop.set()
         if not self._ready.done():
