@@ -11,6 +11,7 @@ last discovery. Saving a stdio server whose command is not found on this machine
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -18,6 +19,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
+from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -26,25 +28,29 @@ from mcp_registry.selectors import server_command_problems
 from mcp_registry.services import server_discovery_enqueue
 
 
-def process_describe(process: McpServerProcess) -> str:
-    """One line for a process: ``running, PID 41 (guard 40), 1 restart, on host:12``."""
+def _when(moment: datetime) -> str:
+    return formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+
+
+def process_describe(process: McpServerProcess, *, short: bool = False) -> str:
+    """One line for a process: ``running, PID 41 (guard 40), 1 restart, on worker host:12``;
+    ``short`` leaves out the guard and the worker (the server list)."""
     parts = [process.get_state_display()]
     if process.server_pid is not None:
-        guard = f" (guard {process.guard_pid})" if process.guard_pid is not None else ""
+        guard = f" (guard {process.guard_pid})" if process.guard_pid and not short else ""
         parts.append(f"PID {process.server_pid}{guard}")
     parts.append(f"{process.restarts} restart{'' if process.restarts == 1 else 's'}")
-    parts.append(f"on worker {process.worker}")
+    if not short:
+        parts.append(f"on worker {process.worker}")
     return ", ".join(parts)
 
 
 def discovery_describe(server: McpServer) -> str:
     """``"never"``, ``"ok at <time>, N tools"`` or ``"failed at <time>: <first line>"``."""
-    from django.utils import formats, timezone
-
     when, succeeded = server.last_discovery
     if when is None:
         return "never"
-    stamp = formats.date_format(timezone.localtime(when), "DATETIME_FORMAT")
+    stamp = _when(when)
     if succeeded:
         count = sum(1 for tool in server.tools.all() if tool.available)
         return f"ok at {stamp}, {count} tool{'' if count == 1 else 's'} available"
@@ -126,12 +132,12 @@ class McpToolInline(SuperuserWriteMixin, ToolDecisionsMixin, admin.TabularInline
 class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     list_display = (
         "name",
-        "transport",
         "enabled",
-        "trust_annotations",
+        "process_summary",
         "last_discovery",
         "short_error",
-        "process_summary",
+        "transport",
+        "trust_annotations",
     )
     list_filter = ("transport", "enabled", "trust_annotations")
     search_fields = ("name",)
@@ -198,7 +204,7 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
             return "-"
         if not processes:
             return "not started by a worker"
-        return "; ".join(process_describe(process) for process in processes)
+        return "; ".join(process_describe(process, short=True) for process in processes)
 
     @admin.display(description="processes (as the Dex workers last reported them)")
     def process_table(self, obj: McpServer) -> SafeString | str:
@@ -214,9 +220,9 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
             (
                 (
                     process_describe(process),
-                    process.started_at,
-                    f"ended {process.ended_at}" if process.ended_at else "still alive",
-                    process.updated_at,
+                    _when(process.started_at),
+                    f"ended {_when(process.ended_at)}" if process.ended_at else "still alive",
+                    _when(process.updated_at),
                     format_html("<p>{}</p>", process.error) if process.error else "",
                     format_html(
                         "<p>Last lines of its stderr:</p><pre>{}</pre>", process.stderr_tail
