@@ -3,17 +3,58 @@
 Only superusers may add, change or delete servers and tools: a server's command runs on
 the worker machine, and a tool's overrides decide whether a write waits for approval.
 Staff with the view permission may look.
+
+A server's page shows its processes as the Dex workers last reported them (state, PIDs,
+restarts, the last lines of stderr; ``McpServerProcess``) and the time and outcome of its
+last discovery. Saving a stdio server whose command is not found on this machine warns.
 """
 
+from __future__ import annotations
+
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
 from django.db import models
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
+from django.utils import formats, timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
-from mcp_registry.models import McpServer, McpTool
+from mcp_registry.models import McpServer, McpServerProcess, McpTool
+from mcp_registry.selectors import server_command_problems
 from mcp_registry.services import server_discovery_enqueue
+
+
+def _when(moment: datetime) -> str:
+    return formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+
+
+def process_describe(process: McpServerProcess, *, short: bool = False) -> str:
+    """One line for a process: ``running, PID 41 (guard 40), 1 restart, on worker host:12``;
+    ``short`` leaves out the guard and the worker (the server list)."""
+    parts = [process.get_state_display()]
+    if process.server_pid is not None:
+        guard = f" (guard {process.guard_pid})" if process.guard_pid and not short else ""
+        parts.append(f"PID {process.server_pid}{guard}")
+    parts.append(f"{process.restarts} restart{'' if process.restarts == 1 else 's'}")
+    if not short:
+        parts.append(f"on worker {process.worker}")
+    return ", ".join(parts)
+
+
+def discovery_describe(server: McpServer) -> str:
+    """``"never"``, ``"ok at <time>, N tools"`` or ``"failed at <time>: <first line>"``."""
+    when, succeeded = server.last_discovery
+    if when is None:
+        return "never"
+    stamp = _when(when)
+    if succeeded:
+        count = sum(1 for tool in server.tools.all() if tool.available)
+        return f"ok at {stamp}, {count} tool{'' if count == 1 else 's'} available"
+    return f"failed at {stamp}: {server.last_error.splitlines()[0] if server.last_error else ''}"
 
 
 class SuperuserWriteMixin:
@@ -91,31 +132,35 @@ class McpToolInline(SuperuserWriteMixin, ToolDecisionsMixin, admin.TabularInline
 class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     list_display = (
         "name",
-        "transport",
         "enabled",
-        "trust_annotations",
-        "last_discovered_at",
+        "process_summary",
+        "last_discovery",
         "short_error",
-        "last_error_at",
+        "transport",
+        "trust_annotations",
     )
     list_filter = ("transport", "enabled", "trust_annotations")
     search_fields = ("name",)
     readonly_fields = (
+        "last_discovery",
         "last_discovered_at",
         "last_error",
         "last_error_at",
+        "process_table",
         "created_at",
         "updated_at",
     )
     fieldsets = (
         (None, {"fields": ("name", "transport", "enabled", "trust_annotations")}),
-        ("stdio", {"fields": ("command", "args", "cwd", "env_names")}),
+        ("stdio", {"fields": ("command", "args", "cwd", "env_names", "env_values")}),
         ("Streamable HTTP", {"fields": ("url", "header_env")}),
         ("Limits", {"fields": ("startup_timeout", "call_timeout", "retries")}),
+        ("Processes", {"fields": ("process_table",)}),
         (
             "Discovery",
             {
                 "fields": (
+                    "last_discovery",
                     "last_discovered_at",
                     "last_error",
                     "last_error_at",
@@ -129,9 +174,65 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     actions = ("discover_tools",)
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:
+        return super().get_queryset(request).prefetch_related("processes", "tools")
+
+    def save_model(
+        self, request: HttpRequest, obj: McpServer, form: ModelForm[McpServer], change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        for problem in server_command_problems(server=obj):
+            self.message_user(
+                request,
+                f"Saved, but {problem} on this machine: the worker will not be able to start "
+                "it unless its machine has it.",
+                messages.WARNING,
+            )
+
     @admin.display(description="last error")
     def short_error(self, obj: McpServer) -> str:
         return obj.last_error[:80]
+
+    @admin.display(description="last discovery")
+    def last_discovery(self, obj: McpServer) -> str:
+        return discovery_describe(obj)
+
+    @admin.display(description="processes")
+    def process_summary(self, obj: McpServer) -> str:
+        processes = list(obj.processes.all())
+        if obj.transport != McpServer.Transport.STDIO:
+            return "-"
+        if not processes:
+            return "not started by a worker"
+        return "; ".join(process_describe(process, short=True) for process in processes)
+
+    @admin.display(description="processes (as the Dex workers last reported them)")
+    def process_table(self, obj: McpServer) -> SafeString | str:
+        if obj.pk is None or obj.transport != McpServer.Transport.STDIO:
+            return "-"
+        processes = list(obj.processes.all())
+        if not processes:
+            return "No worker has started this server yet."
+        return format_html_join(
+            "",
+            '<section class="mcp-process"><p><strong>{}</strong></p>'
+            "<p>started {}, {}; reported {}</p>{}{}</section>",
+            (
+                (
+                    process_describe(process),
+                    _when(process.started_at),
+                    f"ended {_when(process.ended_at)}" if process.ended_at else "still alive",
+                    _when(process.updated_at),
+                    format_html("<p>{}</p>", process.error) if process.error else "",
+                    format_html(
+                        "<p>Last lines of its stderr:</p><pre>{}</pre>", process.stderr_tail
+                    )
+                    if process.stderr_tail
+                    else format_html("<p>{}</p>", "Nothing on stderr."),
+                )
+                for process in processes
+            ),
+        )
 
     @admin.action(description="Discover tools (in the background)", permissions=["change"])
     def discover_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:

@@ -40,9 +40,12 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, TextIO, TypeVar, cast
 
 import httpx2
@@ -131,6 +134,8 @@ try:
 except OSError as error:
     sys.stderr.write("cannot start MCP server %r: %s\\n" % (sys.argv[2], error))
     sys.exit(127)
+sys.stderr.write("\\0dexagents-mcp-pids %d %d\\n" % (os.getpid(), server.pid))
+sys.stderr.flush()
 devnull = os.open(os.devnull, os.O_RDWR)
 os.dup2(devnull, 0)
 os.dup2(devnull, 1)
@@ -150,9 +155,12 @@ class McpServerSpec:
         command: stdio: the executable to run.
         args: stdio: its arguments.
         cwd: stdio: its working directory (``None``: the worker's).
-        env_names: stdio: variables copied from ``os.environ`` into the server's environment at
-            connect time (on top of a minimal safe set: ``HOME``, ``PATH``, ...). Unset names are
-            skipped.
+        env_names: stdio: secret references: names of variables copied from ``os.environ``
+            into the server's environment at connect time (on top of a minimal safe set:
+            ``HOME``, ``PATH``, ...). A name that is not set fails the connection
+            (:class:`McpTransportError` naming the variable).
+        env: stdio: plain, non-secret values set in the server's environment
+            (``{"MEMORY_FILE_PATH": "/srv/memory.jsonl"}``); they may be shown and logged.
         url: streamable_http: the endpoint URL.
         header_env: streamable_http: HTTP header name -> name of the variable holding its value.
         startup_timeout: Seconds allowed to spawn or connect and finish the MCP handshake.
@@ -166,6 +174,7 @@ class McpServerSpec:
     args: Sequence[str] = ()
     cwd: str | None = None
     env_names: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
     url: str = ""
     header_env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout: float = 30.0
@@ -176,6 +185,7 @@ class McpServerSpec:
         fields = asdict(self)
         fields["args"] = list(self.args)
         fields["env_names"] = list(self.env_names)
+        fields["env"] = dict(self.env)
         fields["header_env"] = dict(self.header_env)
         return json.dumps(fields, sort_keys=True)
 
@@ -227,27 +237,70 @@ class McpToolOutput:
     resource_links: tuple[McpResourceLink, ...] = ()
 
     def for_model(self) -> str:
-        """The whole result as one string for the model's tool message.
+        """The result as one string for the model's tool message, in ONE form.
 
-        The rendered content (resource links included, one per line), followed by the
-        structured content as JSON under ``Structured content:`` unless the text already is
-        that same JSON value (MCP asks servers to mirror structured content in a text block,
-        "Tools/Structured Content"). An empty result reads ``(no content)``.
+        MCP asks servers to mirror ``structuredContent`` in a text block ("Tools/Structured
+        Content"), so sending both would make the model read the result twice. The rendered
+        content is sent when there is no structured content or when the structured content
+        adds nothing to it (:func:`structured_adds_information`); otherwise the structured
+        content alone is sent as JSON, followed by the result's resource links, one per line
+        (they are not part of the JSON). An empty result reads ``(no content)``.
         """
-        parts = [self.text] if self.text else []
-        if self.structured_content is not None and not _text_is_json_of(
+        if self.structured_content is None or not structured_adds_information(
             self.text, self.structured_content
         ):
-            rendered = json.dumps(self.structured_content, ensure_ascii=False, sort_keys=True)
-            parts.append(f"Structured content:\n{rendered}" if parts else rendered)
-        return "\n".join(parts) if parts else "(no content)"
+            return self.text or "(no content)"
+        rendered = json.dumps(self.structured_content, ensure_ascii=False, sort_keys=True)
+        links = [_resource_link_line(link) for link in self.resource_links]
+        return "\n".join([rendered, *links])
 
 
-def _text_is_json_of(text: str, value: Any) -> bool:
+def _resource_link_line(link: McpResourceLink) -> str:
+    line = f"[resource link] {link.name} <{link.uri}>"
+    if link.mime_type:
+        line += f" ({link.mime_type})"
+    if link.description:
+        line += f": {link.description}"
+    return line
+
+
+def _scalars(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _scalars(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _scalars(item)
+    else:
+        yield value
+
+
+def structured_adds_information(text: str, structured: Any) -> bool:
+    """Whether ``structured`` (a ``structuredContent`` JSON value) says more than ``text``.
+
+    It adds nothing when ``text`` parses as the same JSON value, or when every string of it
+    (at any depth) occurs in ``text`` and every number and boolean occurs there as JSON
+    (``3.5``, ``true``); object keys and ``null`` are layout, not information. So
+    ``{"content": "<file text>"}`` next to the file text adds nothing, while
+    ``{"temperature": 21}`` next to "It is mild" does.
+    """
+    if not text:
+        return True
     try:
-        return bool(json.loads(text) == value)
+        if json.loads(text) == structured:
+            return False
     except ValueError:
-        return False
+        pass
+    lowered = text.lower()
+    for scalar in _scalars(structured):
+        if scalar is None or scalar == "":
+            continue
+        if isinstance(scalar, str):
+            if scalar not in text:
+                return True
+        elif json.dumps(scalar).lower() not in lowered:
+            return True
+    return False
 
 
 class McpClientError(Exception):
@@ -277,7 +330,22 @@ class McpTransportError(McpClientError):
 
 
 def _server_environment(spec: McpServerSpec) -> dict[str, str]:
-    return {name: os.environ[name] for name in spec.env_names if name in os.environ}
+    environment = dict(spec.env)
+    missing = [name for name in spec.env_names if name not in os.environ]
+    if missing:
+        raise McpTransportError(
+            f"MCP server {spec.name!r}: environment variable{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)} (listed in its secret references) "
+            f"{'are' if len(missing) > 1 else 'is'} not set in the worker's environment"
+        )
+    environment.update({name: os.environ[name] for name in spec.env_names})
+    return environment
+
+
+def _secret_values(spec: McpServerSpec) -> dict[str, str]:
+    """Values of the spec's secret references that are set, by name (for redaction)."""
+    names = [*spec.env_names, *spec.header_env.values()]
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
 
 
 def _http_headers(spec: McpServerSpec) -> dict[str, str]:
@@ -309,11 +377,8 @@ def _stdio_parameters(spec: McpServerSpec) -> StdioServerParameters:
 
 
 def _server_errlog() -> TextIO:
-    """Where a stdio server's stderr goes: this process's stderr when it is a real file.
-
-    Celery (and other hosts) replace ``sys.stderr`` with a logging proxy that has no file
-    descriptor, which a child process cannot inherit; the original stderr is used then.
-    """
+    """Where a stdio server's stderr lines are echoed: this process's stderr when it is a real
+    file, else the original one (Celery replaces ``sys.stderr`` with a logging proxy)."""
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:
@@ -329,16 +394,153 @@ def _devnull() -> TextIO:
     return open(os.devnull, "w")  # kept open for the life of the process
 
 
+STDERR_TAIL_LINES = 20
+"""How many of a stdio server's last stderr lines are kept (errors, process status)."""
+_STDERR_LINE_MAX_CHARS = 500
+_STDERR_BUFFER_MAX_BYTES = 64 * 1024
+_PID_MARKER = "\0dexagents-mcp-pids "
+_STDERR_EOF_WAIT_SECONDS = 2.0
+
+
+class _StderrCapture:
+    """The stderr of a stdio server, read through a pipe by a daemon thread.
+
+    Each line is echoed to the worker's stderr prefixed with ``[mcp <server>]`` and the last
+    :data:`STDERR_TAIL_LINES` are kept (at most 500 characters each), with the values of the
+    server's secret references replaced by ``[NAME]``. The guard's PID line is consumed, not
+    kept. ``on_line`` and ``on_eof`` are called from the reading thread.
+    """
+
+    def __init__(
+        self,
+        spec: McpServerSpec,
+        *,
+        on_line: Callable[[], None] | None = None,
+        on_eof: Callable[[], None] | None = None,
+    ) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer: TextIO = os.fdopen(write_fd, "w")
+        self.guard_pid: int | None = None
+        self.server_pid: int | None = None
+        self._read_fd = read_fd
+        self._name = spec.name
+        self._secrets = sorted(
+            _secret_values(spec).items(), key=lambda item: len(item[1]), reverse=True
+        )
+        self._lines: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._lock = threading.Lock()
+        self._on_line = on_line
+        self._on_eof = on_eof
+        self._echo = _server_errlog()
+        self._thread = threading.Thread(
+            target=self._read, name=f"mcp-stderr-{spec.name}", daemon=True
+        )
+        self._thread.start()
+
+    def tail(self) -> tuple[str, ...]:
+        """The last lines read so far, oldest first."""
+        with self._lock:
+            return tuple(self._lines)
+
+    def close_writer(self) -> None:
+        """Close this process's copy of the pipe's write end (the child keeps its own)."""
+        if not self.writer.closed:
+            self.writer.close()
+
+    def wait_eof(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds until every writer has closed the pipe."""
+        self._thread.join(timeout)
+
+    def _read(self) -> None:
+        buffer = b""
+        try:
+            while chunk := os.read(self._read_fd, 65536):
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                if len(buffer) > _STDERR_BUFFER_MAX_BYTES:
+                    complete.append(buffer)
+                    buffer = b""
+                for raw in complete:
+                    self._line(raw)
+            if buffer:
+                self._line(buffer)
+        except OSError:
+            pass
+        finally:
+            os.close(self._read_fd)
+            if self._on_eof is not None:
+                self._on_eof()
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        if text.startswith(_PID_MARKER):
+            with contextlib.suppress(ValueError):
+                guard, server = text[len(_PID_MARKER):].split()
+                self.guard_pid, self.server_pid = int(guard), int(server)
+        else:
+            for name, value in self._secrets:
+                text = text.replace(value, f"[{name}]")
+            text = text[:_STDERR_LINE_MAX_CHARS]
+            with self._lock:
+                self._lines.append(text)
+            with contextlib.suppress(Exception):
+                self._echo.write(f"[mcp {self._name}] {text}\n")
+                self._echo.flush()
+        if self._on_line is not None:
+            self._on_line()
+
+
+ProcessState = Literal["starting", "running", "stopped", "exited", "failed"]
+
+
+@dataclass(frozen=True)
+class McpProcessStatus:
+    """The state of one stdio server process a pool runs (for the admin's process view).
+
+    Attributes:
+        server: The server's registry name.
+        state: ``starting`` (spawned, handshake not finished), ``running``, ``stopped`` (closed
+            by the pool), ``exited`` (ended on its own while connected), ``failed`` (could not
+            be started).
+        guard_pid: PID of the guard process (the direct child, leader of the process group).
+        server_pid: PID of the server command itself.
+        restarts: How many times this pool reopened the server since its first start.
+        started_at: When this process was spawned (UTC).
+        ended_at: When it stopped, exited or failed (UTC); ``None`` while alive.
+        stderr_tail: Its last stderr lines, secret values replaced by ``[NAME]``.
+        error: Why it failed or exited; ``""`` otherwise.
+    """
+
+    server: str
+    state: ProcessState
+    guard_pid: int | None
+    server_pid: int | None
+    restarts: int
+    started_at: datetime
+    ended_at: datetime | None
+    stderr_tail: tuple[str, ...]
+    error: str = ""
+
+
+ProcessStatusCallback = Callable[[McpProcessStatus], Awaitable[None] | None]
+"""``on_process_status(status)``: a stdio server process of the pool changed state, or wrote
+to its stderr (at most twice a second). Calls are made one at a time, in order."""
+
+
 @asynccontextmanager
 async def _open_client(
     spec: McpServerSpec,
     *,
     logging_callback: LoggingFnT | None = None,
     message_handler: MessageHandlerFnT | None = None,
+    errlog: TextIO | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to ``spec`` and complete the MCP handshake; close everything on exit.
 
-    Raises McpTransportError for configuration problems; the SDK's own exceptions otherwise.
+    ``errlog`` receives a stdio server's stderr (default: this process's stderr).
+
+    Raises McpTransportError for configuration problems (an unset secret reference
+    included); the SDK's own exceptions otherwise (OSError when the process cannot be spawned).
     """
     callbacks: dict[str, Any] = {
         "read_timeout_seconds": spec.call_timeout,
@@ -348,9 +550,8 @@ async def _open_client(
     }
     async with AsyncExitStack() as stack:
         if spec.transport == "stdio":
-            client = Client(
-                stdio_client(_stdio_parameters(spec), errlog=_server_errlog()), **callbacks
-            )
+            transport = stdio_client(_stdio_parameters(spec), errlog=errlog or _server_errlog())
+            client = Client(transport, **callbacks)
         elif spec.transport == "streamable_http":
             if not spec.url:
                 raise McpTransportError(f"MCP server {spec.name!r}: no URL configured")
@@ -377,16 +578,33 @@ def _root_cause(error: BaseException) -> BaseException:
     return error
 
 
-def _startup_failure(spec: McpServerSpec, error: BaseException) -> McpTransportError:
+def _with_stderr(message: str, tail: Sequence[str]) -> str:
+    if not tail:
+        return message
+    return f"{message}. Last lines of its stderr:\n" + "\n".join(tail[-10:])
+
+
+def _startup_failure(
+    spec: McpServerSpec, error: BaseException, stderr_tail: Sequence[str] = ()
+) -> McpTransportError:
     error = _root_cause(error)
     if isinstance(error, McpTransportError):
         return error
     if isinstance(error, TimeoutError):
-        return McpTransportError(
+        message = (
             f"MCP server {spec.name!r} did not finish starting within {spec.startup_timeout:g} s"
         )
-    reason = error.message if isinstance(error, MCPError) else type(error).__name__
-    return McpTransportError(f"MCP server {spec.name!r} could not be started: {reason}")
+    else:
+        if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
+            reason = "the process closed the connection before the MCP handshake finished"
+        elif isinstance(error, MCPError):
+            reason = error.message
+        elif isinstance(error, OSError):
+            reason = str(error)  # "[Errno 2] No such file or directory: '/srv/x'"
+        else:
+            reason = type(error).__name__
+        message = f"MCP server {spec.name!r} could not be started: {reason}"
+    return McpTransportError(_with_stderr(message, stderr_tail))
 
 
 def render_block(block: ContentBlock) -> str:
@@ -468,7 +686,9 @@ async def list_tools(spec: McpServerSpec) -> list[DiscoveredTool]:
     page) and closes it, stopping a stdio server's process group.
 
     Raises:
-        McpTransportError: The server could not be reached, timed out, or dropped the connection.
+        McpTransportError: The server could not be started (a stdio server's message ends with
+            the last lines of its stderr, e.g. ``No such file or directory``), a secret
+            reference is not set, the server timed out, or it dropped the connection.
         McpToolError: The server answered ``tools/list`` with an error or an invalid result.
     """
     connection = _Connection(spec)
@@ -477,15 +697,25 @@ async def list_tools(spec: McpServerSpec) -> list[DiscoveredTool]:
         try:
             return await _list_all_tools(client, spec)
         except MCPError as error:
-            raise _call_failure(spec, "tools/list", error) from error
+            failure = _call_failure(spec, "tools/list", error)
+            if isinstance(failure, McpTransportError):
+                await connection.close()
+                failure = McpTransportError(
+                    _with_stderr(failure.message, await connection._stderr_tail_after_exit())
+                )
+            raise failure from error
         except ValidationError as error:
             raise McpToolError(f"MCP server {spec.name!r} returned an invalid tool list") from error
         except McpClientError:
             raise
         except Exception as error:
+            await connection.close()
             raise McpTransportError(
-                f"MCP server {spec.name!r} connection failed during tools/list: "
-                f"{type(_root_cause(error)).__name__}"
+                _with_stderr(
+                    f"MCP server {spec.name!r} connection failed during tools/list: "
+                    f"{type(_root_cause(error)).__name__}",
+                    await connection._stderr_tail_after_exit(),
+                )
             ) from error
     finally:
         await connection.close()
@@ -520,7 +750,10 @@ class _Connection:
 
     ``log_listeners`` holds the ``on_log`` callbacks of the calls in flight; ``on_idle_log``
     gets log messages that arrive while none is, ``on_tools_list_changed`` the server's name
-    when it announces a changed tool list.
+    when it announces a changed tool list. A stdio server's stderr is captured
+    (:class:`_StderrCapture`): its tail explains a failed start, and its end (every process of
+    the group gone) marks the session broken. ``on_status`` gets :class:`McpProcessStatus`
+    reports, one at a time under ``status_lock``.
     """
 
     def __init__(
@@ -529,6 +762,9 @@ class _Connection:
         *,
         on_idle_log: Callable[[str, str, Any], Awaitable[None] | None] | None = None,
         on_tools_list_changed: Callable[[str], Awaitable[None] | None] | None = None,
+        on_status: ProcessStatusCallback | None = None,
+        status_lock: asyncio.Lock | None = None,
+        restarts: int = 0,
     ) -> None:
         self.spec = spec
         self.client: Client | None = None
@@ -536,10 +772,31 @@ class _Connection:
         self.log_listeners: list[LogCallback] = []
         self._on_idle_log = on_idle_log
         self._on_tools_list_changed = on_tools_list_changed
+        self._on_status = on_status if spec.transport == "stdio" else None
+        self._status_lock = status_lock or asyncio.Lock()
+        self._restarts = restarts
+        self._state: ProcessState = "starting"
+        self._started_at = datetime.now(UTC)
+        self._ended_at: datetime | None = None
+        self._error = ""
+        self._report_pending = False
+        self._closing = False
         self._notification_tasks: set[asyncio.Task[None]] = set()
-        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._ready: asyncio.Future[None] = self._loop.create_future()
         self._stop = asyncio.Event()
+        self.stderr: _StderrCapture | None = None
+        if spec.transport == "stdio":
+            self.stderr = _StderrCapture(
+                spec,
+                on_line=lambda: self._from_thread(self._stderr_changed),
+                on_eof=lambda: self._from_thread(self._stderr_ended),
+            )
         self._task = asyncio.create_task(self._own(), name=f"mcp-connection-{spec.name}")
+
+    def _from_thread(self, callback: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
+            self._loop.call_soon_threadsafe(callback)
 
     def _spawn(self, callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
         # Callbacks may write events or touch a database: never run them in the session's
@@ -547,6 +804,52 @@ class _Connection:
         task = asyncio.get_running_loop().create_task(_invoke(callback, *args))
         self._notification_tasks.add(task)
         task.add_done_callback(self._notification_tasks.discard)
+
+    def status(self) -> McpProcessStatus:
+        """A snapshot of this connection's process (stdio only)."""
+        capture = self.stderr
+        return McpProcessStatus(
+            server=self.spec.name,
+            state=self._state,
+            guard_pid=capture.guard_pid if capture else None,
+            server_pid=capture.server_pid if capture else None,
+            restarts=self._restarts,
+            started_at=self._started_at,
+            ended_at=self._ended_at,
+            stderr_tail=capture.tail() if capture else (),
+            error=self._error,
+        )
+
+    async def _deliver(self, status: McpProcessStatus) -> None:
+        assert self._on_status is not None
+        async with self._status_lock:
+            await _invoke(self._on_status, status)
+
+    def _report(self) -> None:
+        self._report_pending = False
+        if self._on_status is not None:
+            task = self._loop.create_task(self._deliver(self.status()))
+            self._notification_tasks.add(task)
+            task.add_done_callback(self._notification_tasks.discard)
+
+    def _stderr_changed(self) -> None:
+        if self._on_status is not None and not self._report_pending:
+            self._report_pending = True
+            self._loop.call_later(0.5, self._report)
+
+    def _stderr_ended(self) -> None:
+        # Every process of the group closed its stderr: the server is gone.
+        if self._state == "running" and not self._closing:
+            self._end("exited", "the server process exited")
+            self.broken = True
+            self._stop.set()
+
+    def _end(self, state: ProcessState, error: str) -> None:
+        if self._state in ("starting", "running"):
+            self._state = state
+            self._ended_at = datetime.now(UTC)
+            self._error = error
+            self._report()
 
     async def _log_received(self, params: LoggingMessageNotificationParams) -> None:
         if self.log_listeners:
@@ -568,8 +871,15 @@ class _Connection:
                 self.spec,
                 logging_callback=self._log_received,
                 message_handler=self._message_received,
+                errlog=self.stderr.writer if self.stderr else None,
             ) as client:
+                if self.stderr is not None:
+                    # The child holds its own copy; once every process of its group exits,
+                    # the pipe reaches its end and the session is marked broken.
+                    self.stderr.close_writer()
                 self.client = client
+                self._state = "running"
+                self._report()
                 self._ready.set_result(None)
                 await self._stop.wait()
         except asyncio.CancelledError:
@@ -583,37 +893,61 @@ class _Connection:
                 logger.warning(
                     "MCP server %r session ended: %s", self.spec.name, type(error).__name__
                 )
+                self._end("exited", f"the session ended: {type(error).__name__}")
         finally:
             self.broken = True
             self.client = None
+            if self.stderr is not None:
+                self.stderr.close_writer()
+
+    async def _stderr_tail_after_exit(self) -> tuple[str, ...]:
+        """The stderr tail once the owner task is done and the pipe reached its end
+        (bounded wait: a grandchild that kept the pipe open must not hold up the error)."""
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        if self.stderr is None:
+            return ()
+        await asyncio.to_thread(self.stderr.wait_eof, _STDERR_EOF_WAIT_SECONDS)
+        return self.stderr.tail()
 
     async def wait_ready(self) -> Client:
         """Wait for the handshake (at most ``startup_timeout`` s) and return the client.
 
-        Raises McpTransportError when the server cannot be started in time.
+        Raises McpTransportError when the server cannot be started in time; its message ends
+        with the last lines the server wrote to stderr, when there are any.
         """
         try:
             async with asyncio.timeout(self.spec.startup_timeout):
                 await asyncio.shield(self._ready)
         except TimeoutError as error:
+            failure = _startup_failure(self.spec, error, self.stderr.tail() if self.stderr else ())
+            self._end("failed", failure.message)
             await self.close()
-            raise _startup_failure(self.spec, error) from error
-        except McpClientError:
+            raise failure from error
+        except McpClientError as error:
+            self._end("failed", error.message)
             raise
         except Exception as error:
-            raise _startup_failure(self.spec, error) from error
+            failure = _startup_failure(self.spec, error, await self._stderr_tail_after_exit())
+            self._end("failed", failure.message)
+            raise failure from error
         if self.client is None:
             raise McpTransportError(f"MCP server {self.spec.name!r} session is closed")
         return self.client
 
     async def close(self) -> None:
         """Leave the session and stop the server; waits for the owner task to finish."""
+        self._closing = True
         self.broken = True
         self._stop.set()
         if not self._ready.done():
             self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
+        self._end("stopped", "")
+        if self._notification_tasks:
+            # Status reports (the last one included) are delivered before close returns.
+            await asyncio.wait(set(self._notification_tasks), timeout=5.0)
 
 
 async def _log_idle_message(server: str, level: str, data: Any) -> None:
@@ -638,6 +972,11 @@ class McpClientPool:
         on_log: Called as ``on_log(server_name, level, data)`` for log messages that arrive
             while no call with its own ``on_log`` is in flight; default: this module's logger at
             INFO.
+        on_process_status: Called with an :class:`McpProcessStatus` whenever a stdio server
+            process of the pool starts, becomes ready, stops, exits or fails, and (at most
+            twice a second) when it writes to stderr; calls are serialized, in order. The
+            worker passes ``mcp_registry.tasks.process_status_record``, which keeps the rows
+            the admin shows.
     """
 
     def __init__(
@@ -645,8 +984,12 @@ class McpClientPool:
         *,
         on_tools_list_changed: ToolsChangedCallback | None = None,
         on_log: Callable[[str, str, Any], Awaitable[None] | None] | None = None,
+        on_process_status: ProcessStatusCallback | None = None,
     ) -> None:
         self._connections: dict[str, _Connection] = {}
+        self._on_process_status = on_process_status
+        self._status_lock: asyncio.Lock | None = None
+        self._starts: dict[str, int] = {}
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_tools_list_changed = on_tools_list_changed
@@ -681,8 +1024,17 @@ class McpClientPool:
             await connection.close()
             connection = self._connections.get(spec.name)
         if connection is None:
+            if self._status_lock is None:
+                self._status_lock = asyncio.Lock()
+            starts = self._starts.get(spec.name, 0)
+            self._starts[spec.name] = starts + 1
             connection = _Connection(
-                spec, on_idle_log=self._on_log, on_tools_list_changed=self._tools_list_changed
+                spec,
+                on_idle_log=self._on_log,
+                on_tools_list_changed=self._tools_list_changed,
+                on_status=self._on_process_status,
+                status_lock=self._status_lock,
+                restarts=starts,
             )
             self._connections[spec.name] = connection
         return connection

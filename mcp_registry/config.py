@@ -9,7 +9,9 @@ The file declares servers the way an administrator would enter them in Django ad
         command: /usr/bin/python3        # stdio: run without a shell
         args: ["-m", "mcp_registry.demo_servers.slack"]
         cwd: /srv/dexagents              # optional
-        env: [DEXAGENTS_VAR_DIR]         # stdio: names of worker variables passed to the child
+        env: [SLACK_TOKEN]               # stdio: secret references, NAMES of worker variables
+                                         #   passed to the child (discovery fails while unset)
+        env_values: {LOG_LEVEL: info}    # stdio: plain, non-secret values, given as they are
         trust_annotations: true          # default false
         startup_timeout: 30              # seconds (default 30)
         call_timeout: 60                 # seconds per call (default 60)
@@ -47,6 +49,7 @@ SERVER_KEYS = {
     "args",
     "cwd",
     "env",
+    "env_values",
     "url",
     "headers",
     "trust_annotations",
@@ -152,6 +155,17 @@ def _server(raw: Any, index: int) -> ServerDeclaration:
                 f"{where}: env entry {position} is not an environment variable name "
                 "(give the variable's NAME, never its value)"
             )
+    env_values = raw.get("env_values", {})
+    _expect(env_values, dict, where, "env_values must map variable names to strings")
+    for env_name, value in env_values.items():
+        if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name):
+            raise McpConfigError(
+                f"{where}: env_values key {env_name!r} is not an environment variable name"
+            )
+        if not isinstance(value, str):
+            raise McpConfigError(
+                f"{where}: env_values {env_name} must be a string (quote numbers and booleans)"
+            )
     headers = raw.get("headers", {})
     _expect(headers, dict, where, "headers must map header names to variable names")
     for header, env_name in headers.items():
@@ -166,6 +180,7 @@ def _server(raw: Any, index: int) -> ServerDeclaration:
         "args": list(args),
         "cwd": _expect(raw.get("cwd", "") or "", str, where, "cwd must be a string"),
         "env_names": list(env),
+        "env_values": dict(env_values),
         "url": _expect(raw.get("url", "") or "", str, where, "url must be a string"),
         "header_env": dict(headers),
         "trust_annotations": _expect(

@@ -8,12 +8,16 @@ Mapping from MCP tool annotations (MCP specification, "Tool annotations"), appli
 when the server is trusted to annotate honestly:
 
 - ``readOnlyHint`` true -> ``read``;
-- else ``idempotentHint`` true and ``destructiveHint`` false -> ``idempotent_write``
-  (a missing ``destructiveHint`` counts as true, the MCP default);
+- else ``idempotentHint`` true -> ``idempotent_write``, destructive or not: idempotent means
+  that repeating the call with the same arguments has no further effect, so a retry is
+  harmless (``write_file``, ``git_reset``, ``delete_entities``). Whether it is destructive
+  (``destructiveHint`` true, or missing: the MCP default) decides approval, not retries;
 - else any tool carrying at least one behavioural hint -> ``non_idempotent_write``;
 - no hints, or an untrusted server -> ``unclassified``.
 
-An administrator's override always wins over this mapping.
+Approval (:func:`approval_decide`): every effect but ``read`` waits for approval on this
+platform; the reason names a destructive tool as such. An administrator's override always
+wins over this mapping.
 """
 
 from collections.abc import Mapping
@@ -74,18 +78,19 @@ def effect_decide(
         return Decision(ToolEffect.UNCLASSIFIED, "trusted server, but the tool has no hints")
     if annotations.get("readOnlyHint") is True:
         return Decision(ToolEffect.READ, "trusted annotations: readOnlyHint is true")
-    destructive = annotations.get("destructiveHint", True)
-    if annotations.get("idempotentHint") is True and destructive is False:
+    if annotations.get("idempotentHint") is True:
+        if annotations_destructive(annotations):
+            why = "destructiveHint is true" if "destructiveHint" in annotations else (
+                "destructiveHint is missing (MCP default: true)"
+            )
+            return Decision(
+                ToolEffect.IDEMPOTENT_WRITE,
+                "trusted annotations: idempotentHint is true, so repeating is harmless and "
+                f"retries are safe; {why}, so every call waits for approval",
+            )
         return Decision(
             ToolEffect.IDEMPOTENT_WRITE,
             "trusted annotations: idempotentHint is true and destructiveHint is false",
-        )
-    if annotations.get("idempotentHint") is True:
-        why = "destructiveHint is missing (MCP default: true)"
-        if "destructiveHint" in annotations:
-            why = "destructiveHint is not false"
-        return Decision(
-            ToolEffect.NON_IDEMPOTENT_WRITE, f"trusted annotations: idempotent, but {why}"
         )
     return Decision(
         ToolEffect.NON_IDEMPOTENT_WRITE,
@@ -93,17 +98,31 @@ def effect_decide(
     )
 
 
+def annotations_destructive(annotations: Mapping[str, Any] | None) -> bool:
+    """Whether a tool that is not read-only may destroy data: ``destructiveHint`` is true or
+    missing (MCP default: true). ``False`` for a read-only tool or one without annotations."""
+    if not annotations or annotations.get("readOnlyHint") is True:
+        return False
+    if not any(hint in annotations for hint in BEHAVIOUR_HINTS):
+        return False
+    return annotations.get("destructiveHint", True) is not False
+
+
 def effect_from_annotations(*, annotations: Mapping[str, Any] | None, trusted: bool) -> ToolEffect:
     """Map MCP tool annotations to an effect (:func:`effect_decide` without an override)."""
     return ToolEffect(effect_decide(annotations=annotations, trusted=trusted).value)
 
 
-def approval_decide(*, effect: str, override: bool | None = None) -> Decision:
+def approval_decide(
+    *, effect: str, override: bool | None = None, destructive: bool = False
+) -> Decision:
     """Decide whether a call of a tool with ``effect`` waits for approval, and say why.
 
     Args:
         effect: The tool's effective effect (a ``ToolEffect`` value).
         override: The administrator's ``requires_approval_override``; ``None`` for none.
+        destructive: The tool's trusted annotations say it may destroy data
+            (:func:`annotations_destructive`); named in the reason.
 
     Returns:
         ``Decision(value=bool, reason=str)`` (ARCHITECTURE.md, "Approvals").
@@ -112,6 +131,10 @@ def approval_decide(*, effect: str, override: bool | None = None) -> Decision:
         return Decision(override, "administrator override")
     if effect == ToolEffect.READ:
         return Decision(False, "platform rule: read tools run without approval")
+    if destructive:
+        return Decision(
+            True, f"platform rule: {effect} tools wait for approval; this one is destructive"
+        )
     return Decision(True, f"platform rule: {effect} tools wait for approval")
 
 

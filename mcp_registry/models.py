@@ -1,8 +1,9 @@
 """Trusted MCP servers and the tools discovered on them.
 
 Credentials never live here: a server lists the NAMES of environment variables that the
-Dex worker passes to a stdio child (``env_names``) or sends as HTTP headers
-(``header_env``); the values come from the worker's own environment.
+Dex worker passes to a stdio child (``env_names``, its secret references) or sends as HTTP
+headers (``header_env``); the values come from the worker's own environment. Plain,
+non-secret settings of a stdio child are kept apart, with their values (``env_values``).
 """
 
 import re
@@ -12,14 +13,20 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
-from mcp_registry.effects import Decision, ToolEffect, approval_decide, effect_decide
+from mcp_registry.effects import (
+    Decision,
+    ToolEffect,
+    annotations_destructive,
+    approval_decide,
+    effect_decide,
+)
 from mcp_registry.function_specs import EXPOSED_NAME_SEPARATOR, exposed_name_build
 
 # Lower-case words joined by single "-" or "_", so "<server>__<tool>" stays unambiguous.
 SERVER_NAME_RE = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-__all__ = ["EXPOSED_NAME_SEPARATOR", "McpServer", "McpTool"]
+__all__ = ["EXPOSED_NAME_SEPARATOR", "McpServer", "McpServerProcess", "McpTool"]
 
 
 def validate_string_list(value: Any) -> None:
@@ -37,6 +44,23 @@ def validate_env_names(value: Any) -> None:
             "Not environment variable names: %(names)s. Store names, never values.",
             params={"names": ", ".join(bad)},
         )
+
+
+def validate_env_values(value: Any) -> None:
+    """Raise ValidationError unless ``value`` maps environment variable names to strings."""
+    if not isinstance(value, dict):
+        raise ValidationError('Enter a JSON object such as {"LOG_LEVEL": "info"}.')
+    bad = [name for name in value if not ENV_NAME_RE.match(name)]
+    if bad:
+        raise ValidationError(
+            "Not environment variable names: %(names)s.", params={"names": ", ".join(bad)}
+        )
+    for name, text in value.items():
+        if not isinstance(text, str) or "\0" in text:
+            raise ValidationError(
+                "The value of %(name)s must be a string (without NUL characters).",
+                params={"name": name},
+            )
 
 
 def validate_header_env(value: Any) -> None:
@@ -95,7 +119,22 @@ class McpServer(models.Model):
         default=list,
         blank=True,
         validators=[validate_env_names],
-        help_text="stdio: NAMES of worker environment variables passed to the child.",
+        verbose_name="secret references",
+        help_text=(
+            "stdio: NAMES of worker environment variables passed to the child, for secrets; "
+            'discovery fails while one is unset. Example: ["GITHUB_TOKEN"].'
+        ),
+    )
+    env_values = models.JSONField(
+        "plain environment values",
+        default=dict,
+        blank=True,
+        validators=[validate_env_values],
+        help_text=(
+            "stdio: non-secret settings given to the child as they are, shown here and in "
+            'logs. Example: {"MEMORY_FILE_PATH": "/srv/memory.jsonl"}. Never put secrets '
+            "here: use secret references."
+        ),
     )
     url = models.URLField(max_length=2000, blank=True, help_text="Streamable HTTP: endpoint URL.")
     header_env = models.JSONField(
@@ -133,6 +172,30 @@ class McpServer(models.Model):
             raise ValidationError({"command": "A stdio server needs a command."})
         if self.transport == self.Transport.STREAMABLE_HTTP and not self.url:
             raise ValidationError({"url": "A Streamable HTTP server needs a URL."})
+        if isinstance(self.env_names, list) and isinstance(self.env_values, dict):
+            both = sorted(set(self.env_names) & set(self.env_values))
+            if both:
+                raise ValidationError(
+                    {
+                        "env_values": (
+                            f"{', '.join(both)} is also a secret reference; give each "
+                            "variable in one place only."
+                        )
+                    }
+                )
+
+    @property
+    def last_discovery(self) -> tuple[Any, bool | None]:
+        """``(time, succeeded)`` of the last discovery; ``(None, None)`` before the first.
+
+        A failure sets ``last_error_at`` and a success clears it, so a set ``last_error_at``
+        is the last attempt, and failed.
+        """
+        if self.last_error_at is not None:
+            return self.last_error_at, False
+        if self.last_discovered_at is not None:
+            return self.last_discovered_at, True
+        return None, None
 
 
 class McpTool(models.Model):
@@ -247,7 +310,10 @@ class McpTool(models.Model):
     def approval_decision(self) -> Decision:
         """Whether a call waits for approval and the rule that decided it."""
         return approval_decide(
-            effect=self.effective_effect, override=self.requires_approval_override
+            effect=self.effective_effect,
+            override=self.requires_approval_override,
+            destructive=self.server.trust_annotations
+            and annotations_destructive(self.annotations),
         )
 
     @property
@@ -268,3 +334,51 @@ class McpTool(models.Model):
         if self.retries_override is not None:
             return self.retries_override
         return self.server.retries
+
+
+class McpServerProcess(models.Model):
+    """A stdio server process run by one Dex worker, as that worker last reported it.
+
+    The worker's MCP client pool reports every start, handshake, stop, exit and failure, and
+    new stderr lines (``mcp_registry.tasks.process_status_record``); the admin shows the rows
+    of each server. ``worker`` is ``<host>:<pid>`` of the worker process. ``stderr_tail``
+    holds the last lines, with the values of secret references replaced by ``[NAME]``; no
+    environment value is stored here.
+    """
+
+    class State(models.TextChoices):
+        STARTING = "starting", "starting"
+        RUNNING = "running", "running"
+        STOPPED = "stopped", "stopped"
+        EXITED = "exited", "exited"
+        FAILED = "failed", "failed to start"
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="processes")
+    worker = models.CharField(max_length=300, help_text="<host>:<pid> of the Dex worker.")
+    state = models.CharField(max_length=16, choices=State.choices)
+    guard_pid = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The guard process, leader of the process group."
+    )
+    server_pid = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The server command itself."
+    )
+    restarts = models.PositiveIntegerField(
+        default=0, help_text="Times this worker reopened the server after its first start."
+    )
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    stderr_tail = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("server__name", "worker")
+        verbose_name = "MCP server process"
+        constraints = [
+            models.UniqueConstraint(
+                fields=("server", "worker"), name="mcp_server_process_unique_per_worker"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server.name} on {self.worker}: {self.state}"

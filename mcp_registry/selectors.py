@@ -1,5 +1,7 @@
 """Reads of the MCP registry (HackSoft "selectors")."""
 
+import os
+import shutil
 from typing import TYPE_CHECKING, cast
 
 from django.db.models import QuerySet
@@ -14,9 +16,10 @@ def server_spec_build(*, server: McpServer) -> "McpServerSpec":
     """Build the Django-free connection spec of ``server`` for ``mcp_registry.client``.
 
     Returns:
-        ``McpServerSpec(name, transport, command, args, cwd, env_names, url, header_env,
-        startup_timeout, call_timeout)``; timeouts are seconds, env and header values are
-        variable NAMES resolved by the client in the worker's environment.
+        ``McpServerSpec(name, transport, command, args, cwd, env_names, env, url,
+        header_env, startup_timeout, call_timeout)``; timeouts are seconds; ``env_names``
+        and header values are variable NAMES resolved by the client in the worker's
+        environment, ``env`` the plain non-secret values.
     """
     from mcp_registry.client import McpServerSpec
 
@@ -27,6 +30,7 @@ def server_spec_build(*, server: McpServer) -> "McpServerSpec":
         args=list(server.args),
         cwd=server.cwd or None,
         env_names=list(server.env_names),
+        env=dict(server.env_values),
         url=server.url,
         header_env=dict(server.header_env),
         startup_timeout=float(server.startup_timeout),
@@ -65,3 +69,33 @@ def tool_get_by_exposed_name(*, exposed_name: str) -> McpTool:
         McpTool.DoesNotExist: No tool has that name.
     """
     return McpTool.objects.select_related("server").get(exposed_name=exposed_name)
+
+
+def server_command_problems(*, server: McpServer) -> list[str]:
+    """What would keep a stdio server from starting on this machine, as admin-readable lines.
+
+    Checks that ``command`` is found on ``PATH`` or is an existing executable file (a relative
+    path is taken from ``cwd``, as the worker runs it) and that ``cwd`` is an existing folder.
+    The worker may run on another machine, so these are warnings, never validation errors.
+
+    Returns:
+        ``[]`` when nothing is wrong or the server is not stdio; otherwise one sentence per
+        problem, e.g. ``"command 'npx-typo' is not on PATH and is not an existing file"``.
+    """
+    if server.transport != McpServer.Transport.STDIO or not server.command:
+        return []
+    problems: list[str] = []
+    if server.cwd and not os.path.isdir(server.cwd):
+        problems.append(f"working directory {server.cwd!r} is not an existing folder")
+    command = server.command
+    if os.sep in command or (os.altsep and os.altsep in command):
+        path = command
+        if not os.path.isabs(path) and server.cwd:
+            path = os.path.join(server.cwd, path)
+        if not os.path.isfile(path):
+            problems.append(f"command {command!r} is not an existing file")
+        elif not os.access(path, os.X_OK):
+            problems.append(f"command {command!r} is not executable")
+    elif shutil.which(command) is None:
+        problems.append(f"command {command!r} is not on PATH and is not an existing file")
+    return problems

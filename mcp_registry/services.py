@@ -15,10 +15,11 @@ from mcp_registry.function_specs import (
     exposed_names_assign,
     function_parameters_build,
 )
-from mcp_registry.models import McpServer, McpTool
-from mcp_registry.selectors import server_spec_build
+from mcp_registry.models import McpServer, McpServerProcess, McpTool
+from mcp_registry.selectors import server_command_problems, server_spec_build
 
 if TYPE_CHECKING:
+    from mcp_registry.client import McpProcessStatus
     from mcp_registry.config import ServerDeclaration
 
 logger = logging.getLogger(__name__)
@@ -206,11 +207,13 @@ class ServersImportError(Exception):
 
 @dataclass
 class ServersImportResult:
-    """What ``servers_import`` did, by server name."""
+    """What ``servers_import`` did, by server name, and what looks wrong (``warnings``:
+    sentences such as ``"server 'git': command 'uvx' is not on PATH ..."``)."""
 
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _tool_overrides_apply(*, server: McpServer, declaration: "ServerDeclaration") -> bool:
@@ -261,7 +264,10 @@ def servers_import(
     Each server gets exactly its declared fields (``config.ServerDeclaration``); servers that
     are not declared are left alone. A declaration equal to the stored row writes nothing, so
     importing the same file twice changes nothing. With ``discover``, discovery is queued for
-    every created or changed enabled server once the transaction commits.
+    every created or changed enabled server once the transaction commits. A stdio command
+    that is neither on ``PATH`` nor an existing file, or a missing working directory, is
+    reported in ``warnings`` (``selectors.server_command_problems``), not refused: the
+    worker may run elsewhere.
 
     Raises:
         ServersImportError: A server or tool override failed the models' validation (for
@@ -287,6 +293,10 @@ def servers_import(
                     f"server {declaration.name!r}: {_validation_text(error)}"
                 ) from error
             server.save()
+        result.warnings.extend(
+            f"server {server.name!r}: {problem}"
+            for problem in server_command_problems(server=server)
+        )
         tools_changed = _tool_overrides_apply(server=server, declaration=declaration)
         if created:
             result.created.append(server.name)
@@ -299,3 +309,55 @@ def servers_import(
     if result.created or result.updated:
         tools_expose()
     return result
+
+
+PROCESS_STDERR_MAX_CHARS = 8000
+_workers_pruned = False
+
+
+def process_status_record(*, status: "McpProcessStatus", worker: str) -> McpServerProcess | None:
+    """Upsert the row of the stdio server process that ``worker`` (``<host>:<pid>``) reports.
+
+    The first call in a process also deletes the rows of workers on the same host whose
+    process is gone (a worker killed without a chance to report), so the admin does not show
+    them as running.
+
+    Returns:
+        The row, or ``None`` when no server has ``status.server`` as its name (it was
+        deleted or renamed meanwhile).
+    """
+    global _workers_pruned
+    server = McpServer.objects.filter(name=status.server).first()
+    if server is None:
+        return None
+    if not _workers_pruned:
+        _workers_pruned = True
+        _dead_workers_prune(host=worker.rpartition(":")[0])
+    row, _ = McpServerProcess.objects.update_or_create(
+        server=server,
+        worker=worker,
+        defaults={
+            "state": status.state,
+            "guard_pid": status.guard_pid,
+            "server_pid": status.server_pid,
+            "restarts": status.restarts,
+            "started_at": status.started_at,
+            "ended_at": status.ended_at,
+            "stderr_tail": "\n".join(status.stderr_tail)[-PROCESS_STDERR_MAX_CHARS:],
+            "error": status.error[:LAST_ERROR_MAX_CHARS],
+        },
+    )
+    return row
+
+
+def _dead_workers_prune(*, host: str) -> None:
+    import os
+
+    for row in McpServerProcess.objects.filter(worker__startswith=f"{host}:"):
+        try:
+            pid = int(row.worker.rpartition(":")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            row.delete()
+        except (ValueError, PermissionError):
+            continue

@@ -1,6 +1,7 @@
 """Celery tasks of the MCP registry; thin wrappers over services."""
 
 import logging
+from typing import TYPE_CHECKING
 
 from celery import shared_task
 
@@ -11,6 +12,9 @@ from mcp_registry.services import (
     server_discovery_enqueue_by_name,
     servers_discovery_enqueue,
 )
+
+if TYPE_CHECKING:
+    from mcp_registry.client import McpProcessStatus
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +61,27 @@ async def tools_list_changed_enqueue(server_name: str) -> None:
     )
     if queued:
         logger.info("MCP server %s changed its tool list; discovery queued", server_name)
+
+
+def worker_id() -> str:
+    """``<host>:<pid>`` of this process, the ``McpServerProcess.worker`` it reports as."""
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def process_status_record(status: "McpProcessStatus") -> None:
+    """Store a stdio server process's status for the admin (``services.process_status_record``).
+
+    Pass it to the worker's pool: ``McpClientPool(on_process_status=...)``. Runs the database
+    work in a thread; a failure is logged, never raised into the worker.
+    """
+    from asgiref.sync import sync_to_async
+
+    from mcp_registry.services import process_status_record as record
+
+    try:
+        await sync_to_async(record, thread_sensitive=False)(status=status, worker=worker_id())
+    except Exception:
+        logger.exception("Could not record the process status of MCP server %s", status.server)

@@ -141,3 +141,63 @@ def everything_http_spec() -> Iterator[McpServerSpec]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+PEERS = REPO_ROOT / "tests/peers/node_modules/@modelcontextprotocol"
+
+
+def npm_server_command(package: str) -> tuple[str, str]:
+    """``(node, index.js)`` of an npm MCP server of tests/peers (``server-memory``, ...)."""
+    node = shutil.which("node")
+    script = PEERS / package / "dist/index.js"
+    if node is None or not script.exists():
+        pytest.fail(f"{package} is not installed: run `make peers` (needs Node 20+)")
+    return node, str(script)
+
+
+@pytest.fixture
+def files_root(tmp_path: Path) -> Path:
+    """The one folder the filesystem server may touch, with ``notes.txt`` in it."""
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "notes.txt").write_text("first line\nsecond line\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def filesystem_spec(files_root: Path) -> McpServerSpec:
+    """``@modelcontextprotocol/server-filesystem`` (npm) serving ``files_root``."""
+    node, script = npm_server_command("server-filesystem")
+    return McpServerSpec(
+        name="files", transport="stdio", command=node, args=(script, str(files_root)),
+        startup_timeout=30.0, call_timeout=30.0,
+    )
+
+
+@pytest.fixture
+def memory_spec(tmp_path: Path) -> McpServerSpec:
+    """``@modelcontextprotocol/server-memory`` (npm), its graph in a file of ``tmp_path``."""
+    node, script = npm_server_command("server-memory")
+    return McpServerSpec(
+        name="memory", transport="stdio", command=node, args=(script,),
+        env={"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")},
+        startup_timeout=30.0, call_timeout=30.0,
+    )
+
+
+@pytest.fixture
+def git_repository(tmp_path: Path) -> Path:
+    """An empty git repository for ``mcp-server-git``."""
+    repository = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    return repository
+
+
+@pytest.fixture
+def git_spec(git_repository: Path) -> McpServerSpec:
+    """``mcp-server-git`` (PyPI) on ``git_repository``."""
+    return McpServerSpec(
+        name="git", transport="stdio", command=sys.executable,
+        args=("-m", "mcp_server_git", "--repository", str(git_repository)),
+        startup_timeout=30.0, call_timeout=30.0,
+    )

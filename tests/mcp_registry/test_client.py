@@ -249,20 +249,42 @@ async def test_only_named_environment_variables_reach_the_server(
         transport="stdio",
         command=probe_spec.command,
         args=probe_spec.args,
-        env_names=("PROBE_SHARED", "PROBE_UNSET"),
+        env_names=("PROBE_SHARED",),
+        env={"PROBE_PLAIN": "plain value"},
     )
     output = await pool.call_tool(
         spec,
         "env",
-        {"names": ["PROBE_SHARED", "PROBE_PRIVATE", "PROBE_UNSET"]},
+        {"names": ["PROBE_SHARED", "PROBE_PRIVATE", "PROBE_PLAIN"]},
         idempotency_key=None,
         timeout=None,
     )
     assert json.loads(output.text) == {
         "PROBE_SHARED": "visible",
         "PROBE_PRIVATE": None,
-        "PROBE_UNSET": None,
+        "PROBE_PLAIN": "plain value",
     }
+
+
+async def test_an_unset_secret_reference_fails_with_its_name(
+    pool: McpClientPool, probe_spec: McpServerSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROBE_UNSET", raising=False)
+    spec = McpServerSpec(
+        name=probe_spec.name,
+        transport="stdio",
+        command=probe_spec.command,
+        args=probe_spec.args,
+        env_names=("PROBE_UNSET",),
+    )
+    with pytest.raises(McpTransportError) as raised:
+        await list_tools(spec)
+    assert raised.value.message == (
+        "MCP server 'probe': environment variable PROBE_UNSET (listed in its secret "
+        "references) is not set in the worker's environment"
+    )
+    with pytest.raises(McpTransportError):
+        await pool.call_tool(spec, "pid", {}, idempotency_key=None, timeout=None)
 
 
 async def test_calls_share_one_long_lived_session(

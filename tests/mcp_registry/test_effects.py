@@ -26,9 +26,10 @@ UNCLASSIFIED = ToolEffect.UNCLASSIFIED
         ({"readOnlyHint": True, "destructiveHint": True}, True, READ),
         ({"readOnlyHint": True, "idempotentHint": True}, True, READ),
         ({"idempotentHint": True, "destructiveHint": False}, True, IDEMPOTENT),
-        # A missing destructiveHint counts as true (the MCP default).
-        ({"idempotentHint": True}, True, WRITE),
-        ({"idempotentHint": True, "destructiveHint": True}, True, WRITE),
+        # Idempotent means repeating is harmless, destructive or not (a missing
+        # destructiveHint counts as true, the MCP default): retries stay on.
+        ({"idempotentHint": True}, True, IDEMPOTENT),
+        ({"idempotentHint": True, "destructiveHint": True}, True, IDEMPOTENT),
         ({"readOnlyHint": False}, True, WRITE),
         ({"destructiveHint": False}, True, WRITE),
         ({"openWorldHint": True}, True, WRITE),
@@ -118,10 +119,13 @@ def test_tool_effective_effect_and_approval(
         ({"readOnlyHint": True}, True, None, READ, "trusted annotations: readOnlyHint is true"),
         ({"idempotentHint": True, "destructiveHint": False}, True, None, IDEMPOTENT,
          "trusted annotations: idempotentHint is true and destructiveHint is false"),
-        ({"idempotentHint": True}, True, None, WRITE,
-         "trusted annotations: idempotent, but destructiveHint is missing (MCP default: true)"),
-        ({"idempotentHint": True, "destructiveHint": True}, True, None, WRITE,
-         "trusted annotations: idempotent, but destructiveHint is not false"),
+        ({"idempotentHint": True}, True, None, IDEMPOTENT,
+         "trusted annotations: idempotentHint is true, so repeating is harmless and retries "
+         "are safe; destructiveHint is missing (MCP default: true), so every call waits for "
+         "approval"),
+        ({"idempotentHint": True, "destructiveHint": True}, True, None, IDEMPOTENT,
+         "trusted annotations: idempotentHint is true, so repeating is harmless and retries "
+         "are safe; destructiveHint is true, so every call waits for approval"),
         ({"openWorldHint": True}, True, None, WRITE,
          "trusted annotations: neither readOnlyHint nor idempotentHint is true"),
         ({"title": "Search"}, True, None, UNCLASSIFIED,

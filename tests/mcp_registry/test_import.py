@@ -186,3 +186,27 @@ def test_the_periodic_task_queues_every_enabled_server(
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.discover_all_servers.apply().get() == ["on"]
     assert queued == [on.pk]
+
+
+def test_env_values_are_imported_apart_from_secret_references(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.yaml"
+    path.write_text(
+        "servers:\n"
+        "  - {name: memory, transport: stdio, command: node, env: [MEMORY_TOKEN],\n"
+        "     env_values: {MEMORY_FILE_PATH: /srv/memory.jsonl}}\n"
+    )
+    _import(path, "--no-discover")
+    server = McpServer.objects.get(name="memory")
+    assert (server.env_names, server.env_values) == (
+        ["MEMORY_TOKEN"], {"MEMORY_FILE_PATH": "/srv/memory.jsonl"}
+    )
+    path.write_text(
+        "servers:\n"
+        "  - {name: memory, transport: stdio, command: node, env_values: {PORT: 8080}}\n"
+    )
+    with pytest.raises(CommandError) as raised:
+        _import(path, "--no-discover")
+    assert "env_values PORT must be a string (quote numbers and booleans)" in str(raised.value)
+    assert McpServer.objects.get(name="memory").env_values == {
+        "MEMORY_FILE_PATH": "/srv/memory.jsonl"
+    }

@@ -43,7 +43,7 @@ class Command(BaseCommand):
         from agents_app.flow import build_flow
         from agents_app.session_index import SessionIndexObserver
         from mcp_registry.client import McpClientPool
-        from mcp_registry.tasks import tools_list_changed_enqueue
+        from mcp_registry.tasks import process_status_record, tools_list_changed_enqueue
 
         knobs = settings.DEXAGENTS
         address = knobs["DEX_SERVER_ADDRESS"]
@@ -52,8 +52,12 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
 
-        # A server that announces a changed tool list gets its catalogue rediscovered.
-        pool = McpClientPool(on_tools_list_changed=tools_list_changed_enqueue)
+        # A server that announces a changed tool list gets its catalogue rediscovered; stdio
+        # server processes are reported to the admin (mcp_registry.McpServerProcess).
+        pool = McpClientPool(
+            on_tools_list_changed=tools_list_changed_enqueue,
+            on_process_status=process_status_record,
+        )
         observer = SessionIndexObserver()
         registry = Registry([build_flow(pool=pool, observer=observer)], allow_async_handlers=True)
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"

@@ -2,8 +2,10 @@
 
 Connects to each enabled server (or to NAME, enabled or not), stores what it lists
 (``services.server_discover_tools``) and prints each tool's exposed name, effect and
-approval, and why. A server that fails keeps its last good catalogue; the command then
-exits with status 1 after reporting every server.
+approval, and why. A server that fails is reported with the real reason (for a stdio
+server that cannot start, the last lines of its stderr) and keeps its last good catalogue
+when it had one; the command then exits with status 1 after reporting every server. With
+``--json`` each entry is ``{"server", "error", "catalogue_kept", "tools"}``.
 """
 
 import json
@@ -53,6 +55,7 @@ class Command(BaseCommand):
         failed = False
         for server in servers:
             error = ""
+            had_catalogue = server.last_discovered_at is not None
             try:
                 server_discover_tools(server=server)
             except ToolDiscoveryError as failure:
@@ -62,6 +65,7 @@ class Command(BaseCommand):
                 {
                     "server": server.name,
                     "error": error,
+                    "catalogue_kept": bool(error) and had_catalogue,
                     "tools": [tool_describe(tool) for tool in tools.order_by("name")],
                 }
             )
@@ -76,7 +80,13 @@ class Command(BaseCommand):
         for entry in report:
             status = "ok"
             if entry["error"]:
-                status = f"ERROR {entry['error']} (last good catalogue kept)"
+                kept = (
+                    "last good catalogue kept"
+                    if entry["catalogue_kept"]
+                    else "no catalogue: discovery never succeeded"
+                )
+                error = entry["error"].replace("\n", "\n    ")
+                status = f"ERROR ({kept}) {error}"
             self.stdout.write(f"{entry['server']}: {status}")
             for tool in entry["tools"]:
                 if tool["quarantine_reason"]:

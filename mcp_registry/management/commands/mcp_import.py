@@ -2,7 +2,8 @@
 
 FILE defaults to ``$DEXAGENTS_MCP_CONFIG``; the format is in ``mcp_registry.config``. The
 import is all or nothing, importing the same file twice changes nothing, and discovery is
-queued for every created or changed server.
+queued for every created or changed server. A stdio command that is neither on PATH nor an
+existing file (or a missing working directory) is imported with a warning on stderr.
 """
 
 import os
@@ -48,3 +49,5 @@ class Command(BaseCommand):
                 self.stdout.write(f"{label}: {', '.join(names)}")
         if not (result.created or result.updated or result.unchanged):
             self.stdout.write("No servers declared.")
+        for warning in result.warnings:
+            self.stderr.write(f"Warning: {warning}.")
