@@ -58,7 +58,8 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/v1/sessions/<str:session_id>/", "GET"): (401, 401, 404, ENGINE, ENGINE),
     ("api/v1/sessions/<str:session_id>/messages/", "GET"): (401, 401, 404, ENGINE, ENGINE),
     ("api/v1/sessions/<str:session_id>/messages/", "POST"): (401, 401, 404, 400, 403),
-    ("api/v1/sessions/<str:session_id>/queue/", "GET"): (401, 401, 404, ENGINE, ENGINE),
+    # Without the engine the queue still lists the outbox's undelivered messages ("partial").
+    ("api/v1/sessions/<str:session_id>/queue/", "GET"): (401, 401, 404, 200, 200),
     ("api/v1/sessions/<str:session_id>/queue/<str:message_id>/", "PUT"): (
         401, 401, 404, 400, 403,
     ),
