@@ -2,8 +2,9 @@
 
 Every API view requires an authenticated user (token or session) and only ever sees the
 caller's own sessions; another user's session answers 404 like an unknown one. Views parse,
-call a selector or service, and shape the answer; Dex errors map to 503 (engine
-unreachable) and 404 (engine has no such session).
+call a selector or service, and shape the answer; Dex errors map to 503
+``{"detail", "unavailable"}`` naming the part that is down (``"engine"`` or ``"worker"``) and
+404 (engine has no such session).
 """
 
 from typing import Any
@@ -43,39 +44,43 @@ from agents_app.services import (
     session_message_send,
     session_status_record,
 )
+from dexagents_site.rest_errors import (
+    UNAVAILABLE_PARTS,
+    ServiceUnavailable,
+    unavailable_detail,
+)
 
 MESSAGE_MAX_CHARS = 100_000
 MESSAGE_PAGE_DEFAULT = 50
 MESSAGE_PAGE_MAX = 200
 
 
-class EngineUnavailable(APIException):
-    """503: the Dex engine did not answer."""
-
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "The Dex engine is not reachable; try again shortly."
-    default_code = "engine_unavailable"
-
-
-class SessionTooLarge(APIException):
+class SessionTooLarge(ServiceUnavailable):
     """503: the engine cannot load this session's state in one piece."""
 
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = (
-        "This session's stored conversation is too large for the engine to load at once "
-        "(more than 4 MiB); start a new session."
-    )
     default_code = "session_too_large"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "engine",
+            "This session's stored conversation is too large for the engine to load at once "
+            "(more than 4 MiB); start a new session.",
+        )
 
 
 class DexErrorsMixin:
-    """Translate ``dex_gateway`` errors raised by a view into API errors."""
+    """Translate ``dex_gateway`` errors raised by a view into API errors: 503
+    ``{"detail", "unavailable"}`` naming the part that is down, 404 for a session Dex lacks."""
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, dex_gateway.SessionTooLargeError):
             exc = SessionTooLarge()
         elif isinstance(exc, dex_gateway.EngineUnavailableError):
-            exc = EngineUnavailable(str(exc))
+            part = selectors.unavailable_part(error=exc)
+            detail = str(exc)
+            if part == "worker" and exc.cause == "timeout":
+                detail = unavailable_detail("worker")
+            exc = ServiceUnavailable(part, detail)
         elif isinstance(exc, dex_gateway.SessionNotFoundError):
             exc = NotFound("The engine has no record of this session.")
         return super().handle_exception(exc)  # type: ignore[misc]
@@ -275,6 +280,16 @@ class QueuedMessageOutputSerializer(serializers.Serializer):
 
 
 ERROR_SCHEMA = inline_serializer("ErrorDetail", {"detail": serializers.CharField()})
+#: Every 503: ``detail`` and the part that is down (``rest_errors.ServiceUnavailable``).
+UNAVAILABLE_SCHEMA = inline_serializer(
+    "ServiceUnavailable",
+    {
+        "detail": serializers.CharField(),
+        "unavailable": serializers.ChoiceField(
+            choices=list(UNAVAILABLE_PARTS), help_text="The part of the platform that is down."
+        ),
+    },
+)
 SESSION_STOPPED_SCHEMA = inline_serializer("SessionIsStopped", {"detail": serializers.CharField()})
 TEXT_INVALID_SCHEMA = inline_serializer(
     "MessageTextInvalid",
@@ -526,7 +541,7 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -595,7 +610,7 @@ class SessionQueueApi(SessionOwnedMixin, APIView):
                 },
             ),
             404: ERROR_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def get(self, request: Request, session_id: str) -> Response:
@@ -647,7 +662,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def delete(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -668,7 +683,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def put(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -709,7 +724,7 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -771,7 +786,7 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: inline_serializer("UserInputNotPending", {"detail": serializers.CharField()}),
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -858,7 +873,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
                     "reason": serializers.ChoiceField(choices=sorted(PLAN_REFUSALS)),
                 },
             ),
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -914,11 +929,11 @@ class SessionHistoryApi(SessionOwnedMixin, APIView):
 def health_view(request: HttpRequest) -> JsonResponse:
     """``GET /healthz`` (no auth): 200 when web, engine and worker are up, else 503.
 
-    Body: ``{"web": "up", "engine": "up"|"down", "worker": "up"|"down"}``.
+    Body: ``{"web": "up", "engine": "up"|"down", "worker": "up"|"down"}``; a 503 adds
+    ``detail`` and ``unavailable`` (the first part down), as every 503 of the API does.
     """
     parts = health_get()
-    healthy = all(state == "up" for state in parts.values())
-    return JsonResponse(parts, status=200 if healthy else 503)
+    return JsonResponse(parts, status=503 if "unavailable" in parts else 200)
 
 
 class ApprovalListApi(APIView):

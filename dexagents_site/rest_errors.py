@@ -36,7 +36,6 @@ from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils import json as drf_json
-from rest_framework.views import exception_handler as drf_exception_handler
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +58,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         The error response, or ``None`` for exceptions Django should handle (server errors,
         which ``ApiJsonErrorsMiddleware`` then answers as JSON).
     """
+    # Imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES, which name this module.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(

@@ -249,7 +249,13 @@ async def test_asgi_routes_http_to_django(engine_down: str, heartbeat_file: Path
     start = await communicator.receive_output(timeout=30)
     body = await communicator.receive_output(timeout=30)
     assert start["status"] == 503
-    assert json.loads(body["body"]) == {"web": "up", "engine": "down", "worker": "down"}
+    assert json.loads(body["body"]) == {
+        "web": "up",
+        "engine": "down",
+        "worker": "down",
+        "detail": "The Dex engine and the Dex worker are down.",
+        "unavailable": "engine",
+    }
     await communicator.wait()
 
 
