@@ -321,9 +321,10 @@ DEXAGENTS: dict[str, Any] = {
     ),
     "DEMO_MODEL_PORT": _DEMO_MODEL_PORT,
     "DEMO_MODEL_API_BASE": f"http://127.0.0.1:{_DEMO_MODEL_PORT}/v1",
-    # Touched by `manage.py dexworker` every 5 s; older than the max age means down.
+    # Touched by `manage.py dexworker` every second; older than the max age (seconds) means
+    # down, so /healthz sees a killed worker within 4 s.
     "WORKER_HEARTBEAT_FILE": VAR_DIR / "run" / "dexworker.heartbeat",
-    "WORKER_HEARTBEAT_MAX_AGE": 20,
+    "WORKER_HEARTBEAT_MAX_AGE": 4,
     "VAR_DIR": VAR_DIR,
     # AgentEvents Stream budget the worker writes with (dex_agents' default, 10 MiB); Dex
     # trims a flow type's oldest events past it, across all its sessions.

@@ -93,3 +93,33 @@ def test_healthz_names_what_is_down(processes: Processes, ports: Ports) -> None:
     assert body["web"] == "up"
     assert body["engine"] == "down"
     assert body["worker"] == "down"
+
+
+def test_healthz_sees_a_sigkilled_worker_down_within_5_seconds(
+    processes: Processes, ports: Ports
+) -> None:
+    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    engine = processes.start("engine", [
+        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
+        "--db", str(Path(processes.env["DEXAGENTS_VAR_DIR"]) / "dex.sqlite3"),
+    ])
+    engine.wait_for_line("dex_dev_server ready on")
+    worker = processes.start("worker", [PYTHON, "manage.py", "dexworker"])
+    web = processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                                  "--host", "127.0.0.1", "--port", str(ports.web)])
+    worker.wait_for_line("dexworker ready")
+    web.wait_for_line("Application startup complete")
+    url = f"http://127.0.0.1:{ports.web}/healthz"
+    wait_until("/healthz to report every part up",
+               lambda: httpx.get(url, timeout=10).status_code == 200, timeout=30)
+
+    # SIGKILL: no clean stop deletes the heartbeat file; only its age can tell.
+    worker.signal_group(signal.SIGKILL)
+    worker.popen.wait(timeout=10)
+    body = wait_until(
+        "/healthz to report the killed worker down",
+        lambda: (answer := httpx.get(url, timeout=2)).json()["worker"] == "down" and answer.json(),
+        timeout=5.0,
+    )
+    assert body["unavailable"] == "worker"
+    assert body["engine"] == "up"
