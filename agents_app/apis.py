@@ -70,9 +70,13 @@ class SessionTooLarge(ServiceUnavailable):
 
 class DexErrorsMixin:
     """Translate ``dex_gateway`` errors raised by a view into API errors: 503
-    ``{"detail", "unavailable"}`` naming the part that is down, 404 for a session Dex lacks."""
+    ``{"detail", "unavailable"}`` naming the part that is down; for a session Dex refused as
+    not running, 409 ``SessionStopped`` when its Flow no longer runs (the index is marked
+    stopped, ``services.session_stopped_detect``), else 404."""
 
     def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, dex_gateway.SessionNotFoundError) and self._flow_closed():
+            exc = SessionStopped()
         if isinstance(exc, dex_gateway.SessionTooLargeError):
             exc = SessionTooLarge()
         elif isinstance(exc, dex_gateway.EngineUnavailableError):
@@ -84,6 +88,17 @@ class DexErrorsMixin:
         elif isinstance(exc, dex_gateway.SessionNotFoundError):
             exc = NotFound("The engine has no record of this session.")
         return super().handle_exception(exc)  # type: ignore[misc]
+
+    def _flow_closed(self) -> bool:
+        """Whether the URL's session is indexed and its Flow no longer runs in Dex."""
+        session_id = getattr(self, "kwargs", {}).get("session_id")
+        session = AgentSession.objects.filter(pk=session_id).first() if session_id else None
+        if session is None:
+            return False
+        try:
+            return services.session_stopped_detect(session=session)
+        except (dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError):
+            return False
 
 
 class AgentListApi(ListAPIView):
@@ -449,6 +464,9 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
         read_at = timezone.now()
         snapshot = session_snapshot_get(session=session)
         session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
+        if session.status != SESSION_STATUS_STOPPED:
+            # A Flow stopped behind the index's back keeps its last status in the snapshot.
+            services.session_stopped_detect(session=session)
         if session.status == SESSION_STATUS_STOPPED:
             snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
         return Response(
@@ -1013,8 +1031,9 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     ``{"approved": bool, "rejection_message"?: str}`` answers a pending tool call.
 
     200 ``{"resolved": true}`` once Dex accepted, with an ``ApprovalDecision`` audit row;
-    409 when it was already decided or is past its deadline; 404 for an unknown session or
-    interrupt. ``rejection_message`` is ignored on approval.
+    409 when it was already decided or is past its deadline, or when the session is stopped
+    (``"This session is stopped; start a new one."``, also when Dex reports the stop first);
+    404 for an unknown session or interrupt. ``rejection_message`` is ignored on approval.
     """
 
     permission_classes = (IsAdminUser,)
@@ -1039,6 +1058,8 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
             session = selectors.session_get_for_staff(session_id=session_id)
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
+        if session.status == SESSION_STATUS_STOPPED:
+            raise SessionStopped()
         try:
             services.interrupt_resolve(
                 session=session,

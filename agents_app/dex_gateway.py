@@ -243,6 +243,26 @@ async def session_stop(*, session_id: str, reason: str) -> None:
     )
 
 
+async def session_flow_running(*, session_id: str) -> bool:
+    """Whether the session's Flow still runs, from Dex's Flow summary (``describe_flow``, a
+    FlowService call that needs no worker).
+
+    Returns:
+        False once the Flow was stopped (cancelled or terminated), failed or completed: Dex
+        keeps serving its last snapshot, whose status no longer changes.
+
+    Raises:
+        EngineUnavailableError, SessionNotFoundError.
+    """
+    from dex import FlowStatus
+
+    try:
+        info = await _connection().client.describe_flow(session_id)
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return bool(info.status == FlowStatus.RUNNING)
+
+
 async def session_send_message(
     *, session_id: str, text: str, plan_mode: bool = False, client_id: str = ""
 ) -> bool:
