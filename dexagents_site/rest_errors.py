@@ -188,4 +188,7 @@ class ApiJsonErrorsMiddleware(MiddlewareMixin):
             {"detail": _error_detail(request, response.status_code)}
         ).encode()
         response["Content-Type"] = "application/json"
+        if response.has_header("Content-Length"):
+            # CommonMiddleware measured the HTML page this replaces.
+            response["Content-Length"] = str(len(response.content))
         return response
