@@ -169,8 +169,9 @@ def _error_detail(request: HttpRequest, status_code: int) -> str:
 class ApiJsonErrorsMiddleware(MiddlewareMixin):
     """Answer every error under ``/api/`` with JSON ``{"detail"}`` (statuses 400 and up).
 
-    DRF's views answer JSON themselves; this turns Django's own HTML answers (no route
-    matched, a 500 page, a CSRF refusal) into ``{"detail"}`` with the same status and
+    DRF's views answer JSON themselves, except to a browser asking for HTML (the browsable
+    API), whose error keeps its body as JSON; this also turns Django's own HTML answers (no
+    route matched, a 500 page, a CSRF refusal) into ``{"detail"}`` with the same status and
     headers. Install it first in ``MIDDLEWARE`` so it also sees the other middlewares' answers.
     """
 
@@ -184,9 +185,12 @@ class ApiJsonErrorsMiddleware(MiddlewareMixin):
             or not isinstance(response, HttpResponse)
         ):
             return response
-        response.content = json.dumps(
-            {"detail": _error_detail(request, response.status_code)}
-        ).encode()
+        # A DRF answer rendered as HTML (the browsable API, for a browser's Accept header) keeps
+        # its own error body.
+        data = getattr(response, "data", None)
+        if not isinstance(data, dict) or not data:
+            data = {"detail": _error_detail(request, response.status_code)}
+        response.content = json.dumps(data).encode()
         response["Content-Type"] = "application/json"
         if response.has_header("Content-Length"):
             # CommonMiddleware measured the HTML page this replaces.

@@ -155,6 +155,16 @@ def test_a_dot_dot_session_id_is_a_json_404(owner: Any) -> None:
         assert answer.json() == {"detail": "No such session."}, path
 
 
+def test_a_browser_asking_for_html_gets_the_json_error_body(owner: Any) -> None:
+    client = Client()
+    client.force_login(owner)
+    answer = client.get("/api/v1/sessions/ses_nobody/", HTTP_ACCEPT="text/html")
+    assert answer.status_code == 404
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json() == {"detail": "No such session."}
+    assert int(answer["Content-Length"]) == len(answer.content)
+
+
 def test_pages_keep_their_html_404(owner: Any, settings: Any) -> None:
     settings.DEBUG = False
     client = Client()
