@@ -2,8 +2,9 @@
 
 Every API view requires an authenticated user (token or session) and only ever sees the
 caller's own sessions; another user's session answers 404 like an unknown one. Views parse,
-call a selector or service, and shape the answer; Dex errors map to 503 (engine
-unreachable) and 404 (engine has no such session).
+call a selector or service, and shape the answer; Dex errors map to 503
+``{"detail", "unavailable"}`` naming the part that is down (``"engine"`` or ``"worker"``) and
+404 (engine has no such session).
 """
 
 from typing import Any
@@ -43,42 +44,61 @@ from agents_app.services import (
     session_message_send,
     session_status_record,
 )
+from dexagents_site.rest_errors import (
+    UNAVAILABLE_PARTS,
+    ServiceUnavailable,
+    unavailable_detail,
+)
 
 MESSAGE_MAX_CHARS = 100_000
 MESSAGE_PAGE_DEFAULT = 50
 MESSAGE_PAGE_MAX = 200
 
 
-class EngineUnavailable(APIException):
-    """503: the Dex engine did not answer."""
-
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "The Dex engine is not reachable; try again shortly."
-    default_code = "engine_unavailable"
-
-
-class SessionTooLarge(APIException):
+class SessionTooLarge(ServiceUnavailable):
     """503: the engine cannot load this session's state in one piece."""
 
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = (
-        "This session's stored conversation is too large for the engine to load at once "
-        "(more than 4 MiB); start a new session."
-    )
     default_code = "session_too_large"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "engine",
+            "This session's stored conversation is too large for the engine to load at once "
+            "(more than 4 MiB); start a new session.",
+        )
 
 
 class DexErrorsMixin:
-    """Translate ``dex_gateway`` errors raised by a view into API errors."""
+    """Translate ``dex_gateway`` errors raised by a view into API errors: 503
+    ``{"detail", "unavailable"}`` naming the part that is down; for a session Dex refused as
+    not running, 409 ``SessionStopped`` when its Flow no longer runs (the index is marked
+    stopped, ``services.session_stopped_detect``), else 404."""
 
     def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, dex_gateway.SessionNotFoundError) and self._flow_closed():
+            exc = SessionStopped()
         if isinstance(exc, dex_gateway.SessionTooLargeError):
             exc = SessionTooLarge()
         elif isinstance(exc, dex_gateway.EngineUnavailableError):
-            exc = EngineUnavailable(str(exc))
+            part = selectors.unavailable_part(error=exc)
+            detail = str(exc)
+            if part == "worker" and exc.cause == "timeout":
+                detail = unavailable_detail("worker")
+            exc = ServiceUnavailable(part, detail)
         elif isinstance(exc, dex_gateway.SessionNotFoundError):
             exc = NotFound("The engine has no record of this session.")
         return super().handle_exception(exc)  # type: ignore[misc]
+
+    def _flow_closed(self) -> bool:
+        """Whether the URL's session is indexed and its Flow no longer runs in Dex."""
+        session_id = getattr(self, "kwargs", {}).get("session_id")
+        session = AgentSession.objects.filter(pk=session_id).first() if session_id else None
+        if session is None:
+            return False
+        try:
+            return services.session_stopped_detect(session=session)
+        except (dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError):
+            return False
 
 
 class AgentListApi(ListAPIView):
@@ -280,6 +300,16 @@ class QueuedMessageOutputSerializer(serializers.Serializer):
 
 
 ERROR_SCHEMA = inline_serializer("ErrorDetail", {"detail": serializers.CharField()})
+#: Every 503: ``detail`` and the part that is down (``rest_errors.ServiceUnavailable``).
+UNAVAILABLE_SCHEMA = inline_serializer(
+    "ServiceUnavailable",
+    {
+        "detail": serializers.CharField(),
+        "unavailable": serializers.ChoiceField(
+            choices=list(UNAVAILABLE_PARTS), help_text="The part of the platform that is down."
+        ),
+    },
+)
 DELIVERY_FIELD = serializers.ChoiceField(
     choices=["delivered", "pending"],
     help_text="delivered: the engine has it. pending: the engine or every worker did not "
@@ -450,6 +480,9 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
         read_at = timezone.now()
         snapshot = session_snapshot_get(session=session)
         session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
+        if session.status != SESSION_STATUS_STOPPED:
+            # A Flow stopped behind the index's back keeps its last status in the snapshot.
+            services.session_stopped_detect(session=session)
         if session.status == SESSION_STATUS_STOPPED:
             snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
         snapshot = selectors.snapshot_with_outbox(session=session, snapshot=snapshot)
@@ -548,7 +581,7 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -626,7 +659,7 @@ class SessionQueueApi(SessionOwnedMixin, APIView):
                 },
             ),
             404: ERROR_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def get(self, request: Request, session_id: str) -> Response:
@@ -682,7 +715,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def delete(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -706,7 +739,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def put(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -754,7 +787,7 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -816,7 +849,7 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
             403: ERROR_SCHEMA,
             404: ERROR_SCHEMA,
             409: inline_serializer("UserInputNotPending", {"detail": serializers.CharField()}),
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -903,7 +936,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
                     "reason": serializers.ChoiceField(choices=sorted(PLAN_REFUSALS)),
                 },
             ),
-            503: ERROR_SCHEMA,
+            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -959,11 +992,11 @@ class SessionHistoryApi(SessionOwnedMixin, APIView):
 def health_view(request: HttpRequest) -> JsonResponse:
     """``GET /healthz`` (no auth): 200 when web, engine and worker are up, else 503.
 
-    Body: ``{"web": "up", "engine": "up"|"down", "worker": "up"|"down"}``.
+    Body: ``{"web": "up", "engine": "up"|"down", "worker": "up"|"down"}``; a 503 adds
+    ``detail`` and ``unavailable`` (the first part down), as every 503 of the API does.
     """
     parts = health_get()
-    healthy = all(state == "up" for state in parts.values())
-    return JsonResponse(parts, status=200 if healthy else 503)
+    return JsonResponse(parts, status=503 if "unavailable" in parts else 200)
 
 
 class ApprovalListApi(APIView):
@@ -1094,6 +1127,8 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     ``{"detail", "decision"}`` when it was already decided (``decision`` is the recorded one)
     or is past its deadline or withdrawn (``decision`` null); 404 for an unknown session or
     interrupt. ``rejection_message`` is ignored on approval.
+    409 also when the session is stopped (``"This session is stopped; start a new one."``,
+    also when Dex reports the stop first).
     """
 
     permission_classes = (IsAdminUser,)
@@ -1155,6 +1190,8 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
             session = selectors.session_get_for_staff(session_id=session_id)
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
+        if session.status == SESSION_STATUS_STOPPED:
+            raise SessionStopped()
         try:
             decision = services.interrupt_resolve(
                 session=session,

@@ -58,7 +58,19 @@ _HISTORY_MAX_EVENTS = 10_000
 
 
 class EngineUnavailableError(Exception):
-    """The Dex engine could not be reached or did not answer in time."""
+    """The Dex engine could not be reached or did not answer in time.
+
+    Attributes:
+        cause: ``"unreachable"`` (the engine refused or dropped the connection: it is down),
+            ``"timeout"`` (no answer in time: the engine is slow, or no Dex worker runs the
+            RPC, since Dex RPCs execute on a worker), ``"worker"`` (``WorkerUnavailableError``:
+            the engine said no worker took the RPC) or ``"busy"`` (a Step held the
+            session's state locked for the client's whole retry window).
+    """
+
+    def __init__(self, message: str, *, cause: str = "unreachable") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class WorkerUnavailableError(EngineUnavailableError):
@@ -137,20 +149,26 @@ def _connection() -> _Connection:
     return connection
 
 
-def _is_unreachable(error: BaseException) -> bool:
-    """Tell "the engine is not there" apart from other failures, through exception causes."""
+def _unavailable_cause(error: BaseException) -> str | None:
+    """``"unreachable"`` or ``"timeout"`` when ``error`` (or one of its causes) says the engine
+    did not answer, else None (the request itself failed)."""
     from dex import DexServiceError
 
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, DexServiceError) and seen.code in _UNAVAILABLE_CODES:
-            return True
-        if isinstance(seen, grpc.RpcError) and seen.code() in _UNAVAILABLE_CODES:
-            return True
-        if isinstance(seen, (TimeoutError, ConnectionError)):
-            return True
+        code = None
+        if isinstance(seen, DexServiceError):
+            code = seen.code
+        elif isinstance(seen, grpc.RpcError):
+            code = seen.code()
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return "unreachable"
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED or isinstance(seen, TimeoutError):
+            return "timeout"
+        if isinstance(seen, ConnectionError):
+            return "unreachable"
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 def _translate(error: Exception, session_id: str | None) -> Exception:
@@ -166,13 +184,20 @@ def _translate(error: Exception, session_id: str | None) -> Exception:
     if isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         # A history page of large values passes the client's 4 MiB receive limit.
         return SessionTooLargeError(str(error.details()))
-    if _is_unreachable(error):
+    cause = _unavailable_cause(error)
+    if cause == "unreachable":
         address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
         return EngineUnavailableError(f"The Dex engine at {address} is not reachable.")
     if _no_worker_ran(error):
         return WorkerUnavailableError(
             f"No Dex worker took the request ({getattr(error, 'detail', error)}); try again "
-            "shortly."
+            "shortly.",
+            cause="worker",
+        )
+    if cause == "timeout":
+        address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+        return EngineUnavailableError(
+            f"The Dex engine at {address} did not answer in time.", cause="timeout"
         )
     return error
 
@@ -241,6 +266,26 @@ async def session_stop(*, session_id: str, reason: str) -> None:
     await session_event_announce(
         session_id=session_id, event_type="session_stopped", payload={"reason": reason}
     )
+
+
+async def session_flow_running(*, session_id: str) -> bool:
+    """Whether the session's Flow still runs, from Dex's Flow summary (``describe_flow``, a
+    FlowService call that needs no worker).
+
+    Returns:
+        False once the Flow was stopped (cancelled or terminated), failed or completed: Dex
+        keeps serving its last snapshot, whose status no longer changes.
+
+    Raises:
+        EngineUnavailableError, SessionNotFoundError.
+    """
+    from dex import FlowStatus
+
+    try:
+        info = await _connection().client.describe_flow(session_id)
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    return bool(info.status == FlowStatus.RUNNING)
 
 
 async def session_send_message(
@@ -440,7 +485,7 @@ async def session_resolve_interrupt(
         )
     except RpcLockConflictError as error:
         raise EngineUnavailableError(
-            "The session is busy with its pending approvals; try again shortly."
+            "The session is busy with its pending approvals; try again shortly.", cause="busy"
         ) from error
     except Exception as error:
         raise _translate(error, session_id) from error
@@ -469,7 +514,7 @@ async def session_answer_user_input(*, session_id: str, call_id: str, answer: st
         )
     except RpcLockConflictError as error:
         raise EngineUnavailableError(
-            "The session is busy with its question; try again shortly."
+            "The session is busy with its question; try again shortly.", cause="busy"
         ) from error
     except Exception as error:
         raise _translate(error, session_id) from error
@@ -972,5 +1017,6 @@ def run(coroutine: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T
         future.cancel()
         address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
         raise EngineUnavailableError(
-            f"The Dex engine at {address} did not answer within {limit:g} seconds."
+            f"The Dex engine at {address} did not answer within {limit:g} seconds.",
+            cause="timeout",
         ) from None

@@ -26,6 +26,7 @@ from agents_app.models import (
     ApprovalDecision,
     ApprovalRequest,
 )
+from dexagents_site.rest_errors import UnavailablePart
 
 logger = logging.getLogger(__name__)
 
@@ -356,8 +357,10 @@ def approval_list_decided() -> QuerySet[ApprovalRequest]:
 def worker_heartbeat_fresh() -> bool:
     """Whether ``dexworker`` touched its heartbeat file recently.
 
-    The file is ``DEXAGENTS["WORKER_HEARTBEAT_FILE"]``, touched every 5 s; it counts as
-    fresh when younger than ``DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"]`` seconds.
+    The file is ``DEXAGENTS["WORKER_HEARTBEAT_FILE"]``, touched every second from the worker's
+    event loop; it counts as fresh when younger than ``DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"]``
+    seconds (4), so a killed or hung worker reads as down within that time. A worker that
+    stops cleanly deletes the file, which reads as down at once.
     """
     path = Path(settings.DEXAGENTS["WORKER_HEARTBEAT_FILE"])
     try:
@@ -367,21 +370,54 @@ def worker_heartbeat_fresh() -> bool:
     return age < float(settings.DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"])
 
 
+#: Parts of the platform ``/healthz`` reports, in the order a request needs them.
+HEALTH_PARTS = ("web", "engine", "worker")
+
+
 def health_get() -> dict[str, str]:
     """Report the liveness of each part: ``{"web", "engine", "worker"}``, each "up"/"down".
 
+    When a part is down, ``detail`` (a sentence) and ``unavailable`` (the first part down, in
+    the order a request needs them: ``"engine"`` before ``"worker"``) are added: the shape of
+    every 503 (``dexagents_site.rest_errors.ServiceUnavailable``).
+
     The engine is up when it answers FlowService.HealthCheck within
-    ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds.
+    ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds; the worker when its heartbeat is fresh
+    (``worker_heartbeat_fresh``).
     """
     try:
         engine_up = dex_gateway.run(dex_gateway.engine_health_check())
     except dex_gateway.EngineUnavailableError:
         engine_up = False
-    return {
+    parts: dict[str, str] = {
         "web": "up",
         "engine": "up" if engine_up else "down",
         "worker": "up" if worker_heartbeat_fresh() else "down",
     }
+    down = [part for part in HEALTH_PARTS if parts[part] == "down"]
+    if down:
+        names = {"engine": "the Dex engine", "worker": "the Dex worker"}
+        subject = " and ".join(names[part] for part in down)
+        verb = "is" if len(down) == 1 else "are"
+        parts["detail"] = f"{subject[0].upper()}{subject[1:]} {verb} down."
+        parts["unavailable"] = down[0]
+    return parts
+
+
+def unavailable_part(*, error: dex_gateway.EngineUnavailableError) -> UnavailablePart:
+    """Name the part of the platform that ``error`` means is down, for a 503's ``unavailable``.
+
+    ``"engine"`` when the engine refused the connection, or timed out while a worker beats
+    (the engine itself is slow); ``"worker"`` when the engine said no worker took the RPC
+    (``WorkerUnavailableError``, cause ``"worker"``), when the call timed out and no worker
+    heartbeat is fresh (Dex RPCs run on a worker, so the engine waits for one), or when a Step
+    kept the session's state locked (its worker is busy with it).
+    """
+    if error.cause in ("busy", "worker"):
+        return "worker"
+    if error.cause == "timeout" and not worker_heartbeat_fresh():
+        return "worker"
+    return "engine"
 
 
 def session_get_for_reader(

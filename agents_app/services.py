@@ -357,6 +357,30 @@ def session_stop(*, session: AgentSession) -> None:
         session_index.approvals_changed_notify()
 
 
+def session_stopped_detect(*, session: AgentSession) -> bool:
+    """Make stop final when it happened behind the index's back: mark ``session`` stopped
+    (withdrawing its pending approvals) when its Dex Flow no longer runs.
+
+    A Flow stopped from outside the platform, or by a stop whose index write was lost (the web
+    process died in between), leaves the index saying ``running_tools`` with an approval
+    nobody can decide any more; every read of the session's detail and every write Dex
+    refused checks here.
+
+    Returns:
+        True when the session is stopped (already indexed so, or now).
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    if session.status == SESSION_STATUS_STOPPED:
+        return True
+    if dex_gateway.run(dex_gateway.session_flow_running(session_id=session.id)):
+        return False
+    if session_index.session_stopped_index(session=session):
+        session_index.approvals_changed_notify()
+    return True
+
+
 # How long AgentSessionClient.resolve_interrupt retries a held PendingInterrupts lock
 # (seed "RPCs": 5 seconds).
 RESOLVE_LOCK_RETRY_SECONDS = 5.0

@@ -292,11 +292,14 @@ class ReconcileResult:
         opened: Approval rows created or reopened.
         closed: Approval rows closed.
         missing: Sessions Dex does not know (marked stopped).
+        stopped: Sessions whose Flow no longer runs in Dex (marked stopped): stopped outside
+            the platform, or by a stop whose index write was lost.
         unreadable: Sessions whose snapshot is too large to load (left as indexed).
     """
 
     checked: int = 0
     statuses: int = 0
+    stopped: int = 0
     opened: int = 0
     closed: int = 0
     missing: int = 0
@@ -304,22 +307,26 @@ class ReconcileResult:
 
     @property
     def approvals_changed(self) -> bool:
-        return bool(self.opened or self.closed or self.missing)
+        return bool(self.opened or self.closed or self.missing or self.stopped)
 
 
 #: ``_snapshots_read``'s value for a session whose snapshot cannot be read right now.
 UNREADABLE: dict[str, Any] = {}
+#: ``_snapshots_read``'s value for a session whose Flow no longer runs.
+FLOW_CLOSED: dict[str, Any] = {}
 
 
 async def _snapshots_read(session_ids: list[str]) -> dict[str, dict[str, Any] | None]:
-    """Read snapshots concurrently; ``None`` for a session Dex does not know, ``UNREADABLE``
-    for one it cannot load (too large for a worker message), so one session never stops the
-    others from being reconciled."""
+    """Read snapshots concurrently; ``None`` for a session Dex does not know, ``FLOW_CLOSED``
+    for one whose Flow no longer runs, ``UNREADABLE`` for one it cannot load (too large for a
+    worker message), so one session never stops the others from being reconciled."""
     gate = asyncio.Semaphore(RECONCILE_CONCURRENCY)
 
     async def read(session_id: str) -> tuple[str, dict[str, Any] | None]:
         async with gate:
             try:
+                if not await dex_gateway.session_flow_running(session_id=session_id):
+                    return session_id, FLOW_CLOSED
                 return session_id, await dex_gateway.session_snapshot(session_id=session_id)
             except dex_gateway.SessionNotFoundError:
                 return session_id, None
@@ -350,8 +357,9 @@ def session_index_reconcile(*, session_ids: Iterable[str] | None = None) -> Reco
     For each session: the snapshot's status becomes the index status (unless a later one is
     stored); every pending interrupt of the snapshot gets a pending row; pending rows the
     snapshot no longer lists (and older than ``RECONCILE_GRACE``) are closed with the recorded
-    decision, as expired when their deadline passed, else as withdrawn. A session Dex does not
-    know is marked stopped once it is older than ``START_ABANDONED_AFTER``.
+    decision, as expired when their deadline passed, else as withdrawn. A session whose Flow no
+    longer runs in Dex is marked stopped (its approvals withdrawn); one Dex does not know, once
+    it is older than ``START_ABANDONED_AFTER``.
 
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer; nothing was changed.
@@ -373,6 +381,11 @@ def session_index_reconcile(*, session_ids: Iterable[str] | None = None) -> Reco
             result.unreadable += 1
             continue
         result.checked += 1
+        if snapshot is FLOW_CLOSED:
+            logger.info("Session %s no longer runs in Dex; marking it stopped.", session_id)
+            session_stopped_index(session=session)
+            result.stopped += 1
+            continue
         try:
             _reconcile_one(session, snapshot, read_at, result)
         except OperationalError as error:

@@ -31,6 +31,7 @@ def reconcile_session_index() -> dict[str, int] | None:
     return {
         "checked": result.checked,
         "statuses": result.statuses,
+        "stopped": result.stopped,
         "opened": result.opened,
         "closed": result.closed,
         "missing": result.missing,

@@ -1,15 +1,18 @@
 """Django settings for dexagents, driven by the environment.
 
-Every value has a safe zero-setup default: SQLite in WAL mode under ``var/``, the
-in-memory channel layer, kombu's filesystem transport as the Celery broker, and the
-embedded Dex engine on ``127.0.0.1:8801``. Production sets ``DEBUG=false``,
-``SECRET_KEY``, ``DATABASE_URL``, ``REDIS_URL`` and ``DEX_SERVER_ADDRESS``.
+Every value has a safe zero-setup default: ``DEBUG`` off, a random secret key kept under
+``var/``, SQLite in WAL mode under ``var/``, the in-memory channel layer, kombu's filesystem
+transport as the Celery broker, and the embedded Dex engine on ``127.0.0.1:8801``.
+Production sets ``SECRET_KEY``, ``ALLOWED_HOSTS``, ``DATABASE_URL``, ``REDIS_URL`` and
+``DEX_SERVER_ADDRESS``.
 
 Parsing is strict: a boolean or integer that does not parse raises
 ``ImproperlyConfigured`` instead of silently falling back (Healthchecks ``hc/settings.py``).
 
 Environment variables:
-    DEBUG (bool, default true), SECRET_KEY, ALLOWED_HOSTS (comma list), PORT (web, 8000),
+    DEBUG (bool, default false), SECRET_KEY (default: a random key generated once and kept in
+    ``DEXAGENTS_VAR_DIR/secret_key``), ALLOWED_HOSTS (comma list, default the localhost
+    names), PORT (web, 8000),
     CSRF_TRUSTED_ORIGINS (comma list), DATABASE_URL, REDIS_URL, DEX_SERVER_ADDRESS,
     DEX_PORT (default 8801), DEMO_MODEL_PORT (default 8811), DEXAGENTS_VAR_DIR,
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
@@ -20,6 +23,10 @@ Environment variables:
     SECURE_PROXY_SSL_HEADER (default off).
 """
 
+import contextlib
+import os
+import secrets
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -72,13 +79,49 @@ def env_list(name: str, default: list[str]) -> list[str]:
 VAR_DIR = Path(env.str("DEXAGENTS_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for (DEBUG=true): the zero-setup run is safe to expose as it is.
+DEBUG = env_bool("DEBUG", False)
 
+# Once a published default; refused so a copied .env cannot bring it back.
 _DEV_SECRET_KEY = "django-insecure-dexagents-development-key-never-use-in-production"
-SECRET_KEY = env.str("SECRET_KEY", default=_DEV_SECRET_KEY)
-if not DEBUG and SECRET_KEY == _DEV_SECRET_KEY:
+_SECRET_KEY_BYTES = 48
+
+
+def secret_key_from_file(path: Path) -> str:
+    """Return the secret key stored in ``path``, creating it first when it is missing.
+
+    The key is random (``secrets.token_urlsafe``, 48 bytes) and written once, readable by its
+    owner only (mode 0600). Processes starting together agree on one key: each writes a
+    private file and links it into place, and whoever loses the race reads the winner's.
+    The key is never printed.
+
+    Raises:
+        ImproperlyConfigured: The file exists but is empty.
+    """
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(prefix=".secret_key.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(_SECRET_KEY_BYTES) + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(scratch, path)
+        finally:
+            os.unlink(scratch)
+    key = path.read_text().strip()
+    if not key:
+        raise ImproperlyConfigured(f"{path} is empty: delete it or set SECRET_KEY.")
+    return key
+
+
+# A deployment with several hosts sets SECRET_KEY; one host shares the key file in VAR_DIR.
+SECRET_KEY = env.str("SECRET_KEY", default="").strip() or secret_key_from_file(
+    VAR_DIR / "secret_key"
+)
+if SECRET_KEY == _DEV_SECRET_KEY:
     raise ImproperlyConfigured(
-        "Set SECRET_KEY: the development key is refused when DEBUG is false."
+        "SECRET_KEY is the old published development key: set another, or unset it so a "
+        "random key is kept in DEXAGENTS_VAR_DIR/secret_key."
     )
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
@@ -104,6 +147,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so Django's own HTML error pages under /api/ (no route, 500) become JSON.
+    "dexagents_site.rest_errors.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files from the ASGI app itself, so `make run` needs no proxy (issue 9).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -229,6 +274,12 @@ else:
 
 REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "dexagents_site.rest_errors.api_exception_handler",
+    # DRF's parsers, with a nesting bound on JSON bodies (a deep body is a 400, not a 500).
+    "DEFAULT_PARSER_CLASSES": [
+        "dexagents_site.rest_errors.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # `Authorization: Bearer <key>`, and DRF's `Token <key>` (ARCHITECTURE.md "Auth").
         "agents_app.auth.BearerTokenAuthentication",
@@ -281,9 +332,10 @@ DEXAGENTS: dict[str, Any] = {
     ),
     "DEMO_MODEL_PORT": _DEMO_MODEL_PORT,
     "DEMO_MODEL_API_BASE": f"http://127.0.0.1:{_DEMO_MODEL_PORT}/v1",
-    # Touched by `manage.py dexworker` every 5 s; older than the max age means down.
+    # Touched by `manage.py dexworker` every second; older than the max age (seconds) means
+    # down, so /healthz sees a killed worker within 4 s.
     "WORKER_HEARTBEAT_FILE": VAR_DIR / "run" / "dexworker.heartbeat",
-    "WORKER_HEARTBEAT_MAX_AGE": 20,
+    "WORKER_HEARTBEAT_MAX_AGE": 4,
     "VAR_DIR": VAR_DIR,
     # AgentEvents Stream budget the worker writes with (dex_agents' default, 10 MiB); Dex
     # trims a flow type's oldest events past it, across all its sessions.

@@ -120,6 +120,7 @@ def test_create_answers_503_and_creates_nothing_when_the_engine_is_down(
     )
     assert response.status_code == 503
     assert engine_down in response.json()["detail"]
+    assert response.json()["unavailable"] == "engine"
     assert not AgentSession.objects.exists()
 
 
@@ -129,6 +130,8 @@ def test_reads_answer_503_when_the_engine_is_down(
 ) -> None:
     response = owner_client.get(f"/api/v1/sessions/{owned_session.id}/{suffix}")
     assert response.status_code == 503
+    assert set(response.json()) == {"detail", "unavailable"}
+    assert response.json()["unavailable"] == "engine"
 
 
 def test_blank_message_is_400_before_dex_is_asked(
@@ -247,6 +250,7 @@ def test_queue_calls_answer_503_when_the_engine_is_down(
     response = getattr(owner_client, method)(path, body, format="json")
     assert response.status_code == 503
     assert engine_down in response.json()["detail"]
+    assert response.json()["unavailable"] == "engine"
 
 
 @pytest.mark.parametrize("body", [{"text": "  "}, {"plan_mode": True}, {"text": ""}])
@@ -421,7 +425,13 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
 def test_healthz_names_what_is_down(client: Any, engine_down: str, heartbeat_file: Path) -> None:
     response = client.get("/healthz")
     assert response.status_code == 503
-    assert response.json() == {"web": "up", "engine": "down", "worker": "down"}
+    assert response.json() == {
+        "web": "up",
+        "engine": "down",
+        "worker": "down",
+        "detail": "The Dex engine and the Dex worker are down.",
+        "unavailable": "engine",
+    }
 
 
 def test_healthz_reports_a_fresh_worker_heartbeat(
@@ -431,6 +441,7 @@ def test_healthz_reports_a_fresh_worker_heartbeat(
     response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["worker"] == "up"
+    assert response.json()["unavailable"] == "engine"
 
 
 def test_healthz_treats_a_stale_heartbeat_as_down(
@@ -440,7 +451,8 @@ def test_healthz_treats_a_stale_heartbeat_as_down(
     import time
 
     heartbeat_file.touch()
-    stale = time.time() - 60
+    # Past the 4 s a beat may be old: a SIGKILLed worker reads as down within 5 s.
+    stale = time.time() - 4.5
     os.utime(heartbeat_file, (stale, stale))
     assert client.get("/healthz").json()["worker"] == "down"
 

@@ -52,9 +52,33 @@ def test_history_of_a_session_dex_does_not_know_is_404(
 
 def test_healthz_sees_the_engine(client: Any, engine: str, heartbeat_file: Path) -> None:
     response = client.get("/healthz")
-    assert response.json() == {"web": "up", "engine": "up", "worker": "down"}
+    assert response.json() == {
+        "web": "up",
+        "engine": "up",
+        "worker": "down",
+        "detail": "The Dex worker is down.",
+        "unavailable": "worker",
+    }
     assert response.status_code == 503
     heartbeat_file.touch()
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"web": "up", "engine": "up", "worker": "up"}
+
+
+def test_an_rpc_without_a_worker_is_a_503_that_names_the_worker(
+    owner_client: APIClient, engine: str, heartbeat_file: Path, settings: Any
+) -> None:
+    """The engine is up, but Dex RPCs run on a worker and none serves: the 503 says so."""
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "ENGINE_TIMEOUT": 1}
+    AgentDefinitionFactory.create(slug="demo")
+    created = owner_client.post("/api/v1/sessions/", {"agent": "demo"}, format="json")
+    assert created.status_code == 201, created.content
+    session_id = created.json()["id"]
+    for path in (f"/api/v1/sessions/{session_id}/queue/", f"/api/v1/sessions/{session_id}/"):
+        response = owner_client.get(path)
+        assert response.status_code == 503, (path, response.content)
+        body = response.json()
+        assert set(body) == {"detail", "unavailable"}, body
+        assert body["unavailable"] == "worker", body
+        assert "worker" in body["detail"], body

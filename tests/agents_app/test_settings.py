@@ -3,6 +3,7 @@
 Each case imports the settings module in a fresh interpreter with a controlled environment.
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -14,10 +15,13 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
-import json
+import hashlib, json
 from dexagents_site import settings as s
 print(json.dumps({
     "debug": s.DEBUG,
+    "secret_key_digest": hashlib.sha256(s.SECRET_KEY.encode()).hexdigest(),
+    "allowed_hosts": s.ALLOWED_HOSTS,
+    "session_cookie_secure": getattr(s, "SESSION_COOKIE_SECURE", False),
     "db_engine": s.DATABASES["default"]["ENGINE"],
     "db_name": str(s.DATABASES["default"]["NAME"]),
     "db_options": s.DATABASES["default"].get("OPTIONS", {}),
@@ -44,6 +48,9 @@ CONTROLLED = (
     "DEXAGENTS_VAR_DIR",
     "DEXAGENTS_ENGINE_TIMEOUT",
     "PORT",
+    "ALLOWED_HOSTS",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
 )
 
 
@@ -72,7 +79,9 @@ def loaded(tmp_path: Path, **overrides: str) -> dict[str, object]:
 def test_zero_setup_defaults(tmp_path: Path) -> None:
     data = loaded(tmp_path)
     var = tmp_path / "var"
-    assert data["debug"] is True
+    assert data["debug"] is False
+    assert data["allowed_hosts"] == ["localhost", "127.0.0.1", "[::1]"]
+    assert data["session_cookie_secure"] is True
     assert data["db_engine"] == "django.db.backends.sqlite3"
     assert data["db_name"] == str(var / "db.sqlite3")
     options = data["db_options"]
@@ -138,10 +147,54 @@ def test_a_sqlite_database_url_keeps_wal_mode(tmp_path: Path) -> None:
     assert options["transaction_mode"] == "IMMEDIATE"
 
 
-def test_the_development_secret_key_is_refused_without_debug(tmp_path: Path) -> None:
-    result = load(tmp_path, DEBUG="false")
+def test_without_secret_key_a_random_one_is_kept_under_var(tmp_path: Path) -> None:
+    first = loaded(tmp_path)
+    key_file = tmp_path / "var" / "secret_key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = key_file.read_text().strip()
+    assert len(key) >= 50
+    assert first["secret_key_digest"] == hashlib.sha256(key.encode()).hexdigest()
+    # Every later process (web, worker, Celery) reads the same key.
+    assert loaded(tmp_path)["secret_key_digest"] == first["secret_key_digest"]
+    # Another var dir is another installation, with a key of its own.
+    other = loaded(tmp_path / "other")
+    assert other["secret_key_digest"] != first["secret_key_digest"]
+    # A key from the environment wins, and no file is needed for it.
+    given = loaded(tmp_path / "given", SECRET_KEY="y" * 60)
+    assert given["secret_key_digest"] == hashlib.sha256(b"y" * 60).hexdigest()
+    assert not (tmp_path / "given" / "var" / "secret_key").exists()
+
+
+def test_processes_starting_together_agree_on_one_secret_key(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key not in CONTROLLED}
+    env["DEXAGENTS_VAR_DIR"] = str(tmp_path / "var")
+    started = [
+        subprocess.Popen([sys.executable, "-c", PROBE], cwd=REPO_ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    digests = set()
+    for process in started:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        digests.add(json.loads(out)["secret_key_digest"])
+    assert len(digests) == 1
+    assert not [path.name for path in (tmp_path / "var").iterdir()
+                if path.name.startswith(".secret_key.")]
+
+
+def test_the_old_development_secret_key_is_refused(tmp_path: Path) -> None:
+    result = load(
+        tmp_path,
+        SECRET_KEY="django-insecure-dexagents-development-key-never-use-in-production",
+    )
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr
+
+
+def test_debug_is_on_only_when_asked(tmp_path: Path) -> None:
+    data = loaded(tmp_path, DEBUG="true")
+    assert data["debug"] is True
 
 
 @pytest.mark.parametrize(
@@ -196,7 +249,13 @@ async def test_asgi_routes_http_to_django(engine_down: str, heartbeat_file: Path
     start = await communicator.receive_output(timeout=30)
     body = await communicator.receive_output(timeout=30)
     assert start["status"] == 503
-    assert json.loads(body["body"]) == {"web": "up", "engine": "down", "worker": "down"}
+    assert json.loads(body["body"]) == {
+        "web": "up",
+        "engine": "down",
+        "worker": "down",
+        "detail": "The Dex engine and the Dex worker are down.",
+        "unavailable": "engine",
+    }
     await communicator.wait()
 
 

@@ -65,6 +65,22 @@ def test_dev_prints_ready_serves_health_and_stops_every_child(
     assert agents.status_code == 200
     assert "demo" in agents.text
 
+    # Production-safe by default: DEBUG is off, with a generated key kept out of the output,
+    # and everything the stack serves still works (static files, admin, the login page).
+    base = f"http://127.0.0.1:{ports.web}"
+    key_file = Path(stack_env["DEXAGENTS_VAR_DIR"]) / "secret_key"
+    assert key_file.read_text().strip() not in dev.output()
+    missing_page = httpx.get(f"{base}/no-such-page/", timeout=10)
+    assert missing_page.status_code == 404
+    assert "URLconf" not in missing_page.text  # Django's DEBUG page lists the URL patterns
+    missing_api = httpx.get(f"{base}/api/v1/no-such-endpoint/", timeout=10)
+    assert (missing_api.status_code, missing_api.headers["content-type"]) == (
+        404, "application/json")
+    assert set(missing_api.json()) == {"detail"}
+    for path in ("/static/agents_app/chat.mjs", "/static/admin/css/base.css", "/admin/login/",
+                 "/accounts/login/"):
+        assert httpx.get(f"{base}{path}", timeout=10).status_code == 200, path
+
     # The Celery worker ran the demo server's tool discovery (a real MCP subprocess).
     database = Path(stack_env["DEXAGENTS_VAR_DIR"]) / "db.sqlite3"
     discovered = wait_until(
@@ -93,3 +109,33 @@ def test_healthz_names_what_is_down(processes: Processes, ports: Ports) -> None:
     assert body["web"] == "up"
     assert body["engine"] == "down"
     assert body["worker"] == "down"
+
+
+def test_healthz_sees_a_sigkilled_worker_down_within_5_seconds(
+    processes: Processes, ports: Ports
+) -> None:
+    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    engine = processes.start("engine", [
+        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
+        "--db", str(Path(processes.env["DEXAGENTS_VAR_DIR"]) / "dex.sqlite3"),
+    ])
+    engine.wait_for_line("dex_dev_server ready on")
+    worker = processes.start("worker", [PYTHON, "manage.py", "dexworker"])
+    web = processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                                  "--host", "127.0.0.1", "--port", str(ports.web)])
+    worker.wait_for_line("dexworker ready")
+    web.wait_for_line("Application startup complete")
+    url = f"http://127.0.0.1:{ports.web}/healthz"
+    wait_until("/healthz to report every part up",
+               lambda: httpx.get(url, timeout=10).status_code == 200, timeout=30)
+
+    # SIGKILL: no clean stop deletes the heartbeat file; only its age can tell.
+    worker.signal_group(signal.SIGKILL)
+    worker.popen.wait(timeout=10)
+    body = wait_until(
+        "/healthz to report the killed worker down",
+        lambda: (answer := httpx.get(url, timeout=2)).json()["worker"] == "down" and answer.json(),
+        timeout=5.0,
+    )
+    assert body["unavailable"] == "worker"
+    assert body["engine"] == "up"

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.e2e
 
 LONG = "y" * 99_000  # under the API's 100,000-character limit per message
 TOO_LARGE = {"detail": "This session's stored conversation is too large for the engine to load "
-                       "at once (more than 4 MiB); start a new session."}
+                       "at once (more than 4 MiB); start a new session.",
+             "unavailable": "engine"}
 POST = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "big one"})
 
 

@@ -156,3 +156,85 @@ def test_messages_page_backwards_and_sessions_narrow_their_tools(stack: Stack) -
     assert [message["sequence"] for message in stitched] == list(range(1, len(stitched) + 1))
     bad_page = owner.get(f"/api/v1/sessions/{session_id}/messages/", params={"limit": "0"})
     assert bad_page.status_code == 400 and "limit" in bad_page.json()
+
+
+def _stop_in_dex_only(stack: Stack, session_id: str) -> None:
+    """Stop the Flow in Dex without telling the index: what a web process killed between the
+    stop RPC and its index write, or a stop from outside the platform, leaves behind."""
+    stack.django_shell(
+        "import json; from agents_app import dex_gateway as g; "
+        f"g.run(g.session_stop(session_id={session_id!r}, reason='outside')); print(1)"
+    )
+
+
+def _waiting_write(stack: Stack) -> tuple[str, str]:
+    """Start a session whose first tool call waits for approval: (session ID, interrupt ID)."""
+    owner, staff = stack.api("owner"), stack.api("staff")
+    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": NEVER_POSTED})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+    pending = wait_until(
+        "the approval in the index",
+        lambda: [item for item in staff.get("/api/v1/approvals/").json()
+                 if item["session"] == session_id],
+        timeout=30,
+    )
+    return session_id, pending[0]["interrupt_id"]
+
+
+def _assert_stopped_everywhere(stack: Stack, session_id: str, interrupt_id: str) -> None:
+    owner, staff = stack.api("owner"), stack.api("staff")
+    detail = owner.get(f"/api/v1/sessions/{session_id}/").json()
+    assert (detail["status"], detail["pending_interrupts"], detail["awaiting_approval"],
+            detail["can_send"]) == ("stopped", [], False, False), detail
+    assert _listed(owner, session_id, status="stopped")
+    assert not _listed(owner, session_id, status="awaiting_approval")
+    assert not _listed(owner, session_id, status="running_tools")
+    assert not [item for item in staff.get("/api/v1/approvals/").json()
+                if item["session"] == session_id]
+    decided = staff.post(f"/api/v1/sessions/{session_id}/interrupts/{interrupt_id}/",
+                         json={"approved": True})
+    assert decided.status_code == 409, decided.text
+    assert decided.json()["detail"] == "This session is stopped; start a new one."
+    sent = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "more"})
+    assert sent.status_code == 409, sent.text
+    var_dir = Path(stack.env["DEXAGENTS_VAR_DIR"])
+    posts = var_dir / "demo_mcp" / "slack_messages.json"
+    assert not posts.exists() or "never" not in posts.read_text()
+
+
+def test_stop_is_final_everywhere(stack: Stack) -> None:
+    owner, staff = stack.api("owner"), stack.api("staff")
+
+    # Stopped through the API: the index knows at once.
+    session_id, interrupt_id = _waiting_write(stack)
+    stopped = owner.post(f"/api/v1/sessions/{session_id}/stop/")
+    assert stopped.status_code == 202, stopped.text
+    _assert_stopped_everywhere(stack, session_id, interrupt_id)
+
+    # Stopped in Dex only, then decided before anyone read it: the decision finds out.
+    session_id, interrupt_id = _waiting_write(stack)
+    _stop_in_dex_only(stack, session_id)
+    decided = staff.post(f"/api/v1/sessions/{session_id}/interrupts/{interrupt_id}/",
+                         json={"approved": True})
+    assert decided.status_code == 409, decided.text
+    assert decided.json()["detail"] == "This session is stopped; start a new one."
+    _assert_stopped_everywhere(stack, session_id, interrupt_id)
+
+    # Stopped in Dex only, then read: the detail finds out.
+    session_id, interrupt_id = _waiting_write(stack)
+    _stop_in_dex_only(stack, session_id)
+    _assert_stopped_everywhere(stack, session_id, interrupt_id)
+
+    # Stopped in Dex only, and nobody reads it: reconciliation finds out.
+    session_id, interrupt_id = _waiting_write(stack)
+    _stop_in_dex_only(stack, session_id)
+    result = stack.django_shell(
+        "import json; from agents_app.tasks import reconcile_session_index as r; "
+        "print(json.dumps(r()))"
+    )
+    assert result["missing"] >= 0
+    assert _listed(owner, session_id, status="stopped"), result
+    assert not [item for item in staff.get("/api/v1/approvals/").json()
+                if item["session"] == session_id]
+    _assert_stopped_everywhere(stack, session_id, interrupt_id)

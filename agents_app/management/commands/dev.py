@@ -16,6 +16,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from agents_app.devstack import ChildSpec, DevStack, StackStartError
 from mcp_registry.services import servers_discovery_enqueue
 
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
 
 class Command(BaseCommand):
     help = (
@@ -31,6 +33,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         host: str = options["host"]
         port: int = options["port"]
+        # The stack serves plain HTTP: cookies marked Secure (the default without DEBUG) would
+        # never come back, so the children mark them Secure only when told to.
+        for name in ("SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
+            os.environ.setdefault(name, "false")
         call_command("migrate", interactive=False, verbosity=0)
         seeded = StringIO()
         call_command("seed_demo", stdout=seeded)
@@ -61,6 +67,11 @@ class Command(BaseCommand):
                 self.stdout.write("Discovering the tools of: " + ", ".join(discovering))
             for line in admin_login:
                 self.stdout.write(f"{line} Django admin: {url}/admin/")
+            if host not in _LOOPBACK_HOSTS and not os.environ.get("ALLOWED_HOSTS"):
+                self.stdout.write(
+                    "Set ALLOWED_HOSTS to the names clients use for this machine: only "
+                    "localhost names are accepted now (DEBUG is off)."
+                )
             self.stdout.write(
                 f"Try: curl -s -X POST {url}/api/v1/sessions/ "
                 f'-H "Authorization: Bearer {token}" -H "Content-Type: application/json" '
