@@ -1204,6 +1204,8 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
             raise NotFound("No such interrupt.") from None
         except services.InterruptAlreadyDecidedError as error:
             return interrupt_conflict(str(error), error.decision)
+        except services.SessionIsStoppedError:
+            raise SessionStopped() from None
         except services.InterruptNotPendingError as error:
             return interrupt_conflict(str(error))
         delivered = decision.delivery == Delivery.DELIVERED

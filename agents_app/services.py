@@ -1,5 +1,6 @@
 """Writes of agents and sessions (HackSoft "services")."""
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -390,6 +391,10 @@ class InterruptNotFoundError(Exception):
     """The session never had an interrupt with this ID (as far as its snapshot shows)."""
 
 
+class SessionIsStoppedError(Exception):
+    """The session is stopped (possibly found out only now): nothing can be decided in it."""
+
+
 class InterruptNotPendingError(Exception):
     """The interrupt was already decided, or its deadline passed, so Dex refused it."""
 
@@ -467,6 +472,8 @@ def interrupt_resolve(
         InterruptNotFoundError: Neither the index nor the snapshot knows the interrupt.
         InterruptNotPendingError: Past its deadline, withdrawn, or Dex answered that it no
             longer waits; no decision is kept.
+        SessionIsStoppedError: Dex refused because the session's Flow was stopped (the
+            index is marked stopped now); no decision is kept.
         dex_gateway.EngineUnavailableError: The index does not hold the interrupt and the
             snapshot that would describe it could not be read.
         dex_gateway.SessionNotFoundError: Dex has no such session.
@@ -521,6 +528,15 @@ def interrupt_resolve(
         return decision
     if state == Delivery.REFUSED:
         decision.delete()
+        # Refused because the Flow was stopped behind the index's back: say that, and make
+        # the stop final in the index too.
+        stopped = False
+        with contextlib.suppress(
+            dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError
+        ):
+            stopped = session_stopped_detect(session=session)
+        if stopped:
+            raise SessionIsStoppedError()
         raise InterruptNotPendingError(
             "This tool call no longer waits for a decision (decided, or past its deadline)."
         )
