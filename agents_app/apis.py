@@ -29,6 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
+from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
 from agents_app.models import AgentDefinition, AgentSession
 from agents_app.selectors import (
     agent_get_enabled,
@@ -69,7 +70,13 @@ class SessionTooLarge(APIException):
 
 
 class DexErrorsMixin:
-    """Translate ``dex_gateway`` errors raised by a view into API errors."""
+    """Translate ``dex_gateway`` errors raised by a view into API errors.
+
+    ``engine_methods`` names the HTTP methods that call Dex, so can answer 503; the schema
+    (``agents_app.api_schema.ApiAutoSchema``) documents 503 for exactly those.
+    """
+
+    engine_methods: frozenset[str] = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, dex_gateway.SessionTooLargeError):
@@ -221,6 +228,8 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
 
     serializer_class = SessionOutputSerializer
     filter_backends = ()
+    #: The list reads the Django index only.
+    engine_methods = frozenset({"POST"})
 
     @extend_schema(
         parameters=[
@@ -274,11 +283,8 @@ class QueuedMessageOutputSerializer(serializers.Serializer):
     )
 
 
-ERROR_SCHEMA = inline_serializer("ErrorDetail", {"detail": serializers.CharField()})
-SESSION_STOPPED_SCHEMA = inline_serializer("SessionIsStopped", {"detail": serializers.CharField()})
-TEXT_INVALID_SCHEMA = inline_serializer(
-    "MessageTextInvalid",
-    {"text": serializers.ListField(child=serializers.CharField())},
+SESSION_STOPPED_CONFLICT = error_response(
+    409, CONFLICT, "The session is stopped; nothing changed."
 )
 SESSION_STOPPED_DETAIL = "This session is stopped; start a new one."
 
@@ -484,6 +490,11 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     @extend_schema(
         parameters=[MessagePageInputSerializer],
         responses={
+            400: error_response(
+                400,
+                field_errors_serializer(MessagePageInputSerializer, name="MessagePageQueryError"),
+                "A bad before or limit.",
+            ),
             200: inline_serializer(
                 "MessagePage",
                 {
@@ -522,11 +533,12 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
                     ),
                 },
             ),
-            400: TEXT_INVALID_SCHEMA,
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            409: error_response(
+                409,
+                CONFLICT,
+                "The session is stopped, or its queue is full (DEXAGENTS_MAX_QUEUED_MESSAGES "
+                "messages wait); nothing changed.",
+            ),
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -594,8 +606,6 @@ class SessionQueueApi(SessionOwnedMixin, APIView):
                     "steered": QueuedMessageOutputSerializer(many=True),
                 },
             ),
-            404: ERROR_SCHEMA,
-            503: ERROR_SCHEMA,
         },
     )
     def get(self, request: Request, session_id: str) -> Response:
@@ -644,10 +654,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
         request=None,
         responses={
             204: None,
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            409: SESSION_STOPPED_CONFLICT,
         },
     )
     def delete(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -664,11 +671,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
                 "QueuedMessageReplaced",
                 {"id": serializers.CharField(help_text="The new message's Channel message ID.")},
             ),
-            400: TEXT_INVALID_SCHEMA,
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            409: SESSION_STOPPED_CONFLICT,
         },
     )
     def put(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -706,10 +709,7 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
         request=None,
         responses={
             202: inline_serializer("QueuedMessageSteered", {"steered": serializers.BooleanField()}),
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: ERROR_SCHEMA,
+            409: SESSION_STOPPED_CONFLICT,
         },
     )
     def post(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -761,17 +761,12 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
         request=UserInputAnswerSerializer,
         responses={
             202: inline_serializer("UserInputAnswered", {"answered": serializers.BooleanField()}),
-            400: inline_serializer(
-                "UserInputAnswerInvalid",
-                {
-                    "call_id": serializers.ListField(child=serializers.CharField()),
-                    "answer": serializers.ListField(child=serializers.CharField()),
-                },
+            409: error_response(
+                409,
+                CONFLICT,
+                "No question with this call_id is open (answered, withdrawn by a steered "
+                "message, or never asked), or the session is stopped.",
             ),
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: inline_serializer("UserInputNotPending", {"detail": serializers.CharField()}),
-            503: ERROR_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -845,20 +840,13 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
                 "PlanExecutionRequested",
                 {"requested": serializers.BooleanField(), "revision": serializers.IntegerField()},
             ),
-            400: inline_serializer(
-                "PlanExecuteInvalid",
-                {"revision": serializers.ListField(child=serializers.CharField())},
-            ),
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
             409: inline_serializer(
-                "PlanNotExecutable",
+                "PlanNotExecutableError",
                 {
                     "detail": serializers.CharField(),
                     "reason": serializers.ChoiceField(choices=sorted(PLAN_REFUSALS)),
                 },
             ),
-            503: ERROR_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -1014,7 +1002,12 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
         request=InterruptResolveInputSerializer,
         responses={
             200: inline_serializer("InterruptResolved", {"resolved": serializers.BooleanField()}),
-            409: inline_serializer("InterruptNotPending", {"detail": serializers.CharField()}),
+            409: error_response(
+                409,
+                CONFLICT,
+                "The tool call no longer waits for a decision: it was decided, it expired, "
+                "or its turn withdrew it.",
+            ),
         },
     )
     def post(self, request: Request, session_id: str, interrupt_id: str) -> Response:
@@ -1048,7 +1041,17 @@ class SessionStopApi(DexErrorsMixin, APIView):
 
     @extend_schema(
         request=None,
-        responses={202: inline_serializer("SessionStopped", {"status": serializers.CharField()})},
+        responses={
+            202: inline_serializer(
+                "SessionStopAccepted",
+                {
+                    "status": serializers.ChoiceField(
+                        choices=[SESSION_STATUS_STOPPED],
+                        help_text="The session's index status, now stopped.",
+                    )
+                },
+            )
+        },
     )
     def post(self, request: Request, session_id: str) -> Response:
         try:
