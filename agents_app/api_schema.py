@@ -203,3 +203,4 @@ class ApiAutoSchema(AutoSchema):
         if self.method in engine_methods:
             errors[503] = SERVICE_UNAVAILABLE
         return errors
+

@@ -20,10 +20,12 @@ from drf_spectacular.utils import (
     extend_schema_field,
     inline_serializer,
 )
+from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import IsAdminUser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -907,6 +909,23 @@ def health_view(request: HttpRequest) -> JsonResponse:
     parts = health_get()
     healthy = all(state == "up" for state in parts.values())
     return JsonResponse(parts, status=200 if healthy else 503)
+
+
+class SchemaView(SpectacularAPIView):
+    """``GET /api/schema/``: drf-spectacular's schema view whose errors are JSON.
+
+    The schema itself is YAML (``application/vnd.oai.openapi``) or JSON (``?format=json``),
+    but a 401 for an anonymous caller is ``{"detail"}`` as JSON like every API error, not a
+    YAML document.
+    """
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        if response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
 
 
 class ApprovalListApi(APIView):

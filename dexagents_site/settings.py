@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_filters",
     "channels",
     "django_celery_beat",
@@ -246,6 +247,13 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # validatorUrl null: Swagger UI would otherwise send the schema's URL to
+    # validator.swagger.io for a badge.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
 _DEX_PORT = env_int("DEX_PORT", 8801, minimum=1, maximum=65535)
