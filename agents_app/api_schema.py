@@ -13,6 +13,7 @@ code   component                          added to
                                           them for list, dict and nested fields), plus
                                           ``non_field_errors`` and ``detail`` (a body
                                           that does not parse)
+400    ``PaginationQueryError``           paginated lists: a bad ``limit`` or ``offset``
 401    ``NotAuthenticatedError``          every operation that needs a signed-in caller
 403    ``PermissionDeniedError``          staff-only views and every unsafe method (a
                                           browser session without its CSRF token)
@@ -31,8 +32,12 @@ listed here, ``dexagents_site.rest_errors`` the 413.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance, is_serializer
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
@@ -42,6 +47,19 @@ from rest_framework.settings import api_settings
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+#: The characters ``str.strip()`` removes (``str.isspace``), as a regex class body. DRF's
+#: ``CharField`` strips them before its blank check, so a text made only of them is blank.
+_PYTHON_WHITESPACE = (
+    r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+#: Request strings DRF's ``CharField`` accepts: no NUL character (its
+#: ``ProhibitNullCharactersValidator``) and, unless blank is allowed, one character that is
+#: not whitespace. ECMA-262 and Python ``re`` read these patterns alike. ``NO_NUL_PATTERN``
+#: does not match "": drf-spectacular documents a blank-allowed string as ``oneOf`` this
+#: pattern and ``maxLength: 0``, so exactly one of them must match.
+NO_NUL_PATTERN = r"^[^\x00]+$"
+NOT_BLANK_PATTERN = rf"^[^\x00]*[^\x00{_PYTHON_WHITESPACE}][^\x00]*$"
 
 
 def _detail_body(name: str, help_text: str) -> serializers.Serializer:
@@ -78,6 +96,16 @@ SERVICE_UNAVAILABLE = _detail_body(
     "ServiceUnavailableError",
     "A part the request needs is down (the Dex engine or the worker) or the session is too "
     "large for the engine to load at once; the text says which. Retry later.",
+)
+
+PAGINATION_QUERY_ERROR = inline_serializer(
+    "PaginationQueryError",
+    {
+        name: serializers.ListField(
+            child=serializers.CharField(), required=False, help_text="Messages for this field."
+        )
+        for name in ("limit", "offset")
+    },
 )
 
 #: Default descriptions of the error responses, shown in Swagger UI and Redoc.
@@ -127,12 +155,15 @@ COMPOSITE_FIELDS = (
 )
 
 
-def field_errors_serializer(input_serializer: Any, *, name: str) -> serializers.Serializer:
+def field_errors_serializer(
+    input_serializer: Any, *, name: str, extra_fields: tuple[str, ...] = ()
+) -> serializers.Serializer:
     """The 400 body DRF serves when ``input_serializer`` rejects a request, as a component.
 
     Args:
         input_serializer: A serializer class or instance (the request body).
         name: The component's name (``ApiAutoSchema`` uses ``<request component>Error``).
+        extra_fields: More plain fields validated elsewhere (a list's ``limit``, ``offset``).
 
     Returns:
         An ``inline_serializer`` with one optional property per writable field,
@@ -149,6 +180,10 @@ def field_errors_serializer(input_serializer: Any, *, name: str) -> serializers.
             fields[field_name] = serializers.ListField(
                 child=serializers.CharField(), required=False, help_text="Messages for this field."
             )
+    for field_name in extra_fields:
+        fields[field_name] = serializers.ListField(
+            child=serializers.CharField(), required=False, help_text="Messages for this field."
+        )
     fields[api_settings.NON_FIELD_ERRORS_KEY] = serializers.ListField(
         child=serializers.CharField(),
         required=False,
@@ -167,6 +202,31 @@ class ApiAutoSchema(AutoSchema):
     call Dex with ``engine_methods`` (``DexErrorsMixin``); explicit ``extend_schema``
     responses override the defaults per status code.
     """
+
+    def _map_serializer_field(
+        self, field: Any, direction: Any, bypass_extensions: bool = False
+    ) -> dict[str, Any]:
+        """drf-spectacular's field schema, plus for request strings what DRF's ``CharField``
+        refuses: blank (or whitespace-only, as it strips) text and NUL characters."""
+        schema: dict[str, Any] = super()._map_serializer_field(
+            field, direction, bypass_extensions
+        )
+        if (
+            direction == "request"
+            and isinstance(field, serializers.CharField)
+            and schema.get("type") == "string"
+            and "pattern" not in schema
+            and "format" not in schema
+            and "enum" not in schema
+        ):
+            if field.allow_blank:
+                schema["pattern"] = NO_NUL_PATTERN
+            else:
+                schema["minLength"] = max(schema.get("minLength", 0), 1)
+                schema["pattern"] = (
+                    NOT_BLANK_PATTERN if field.trim_whitespace else NO_NUL_PATTERN
+                )
+        return schema
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)
@@ -188,6 +248,8 @@ class ApiAutoSchema(AutoSchema):
         if is_serializer(request_body):
             name = self._get_serializer_name(force_instance(request_body), "request")
             errors[400] = field_errors_serializer(request_body, name=f"{name}Error")
+        elif self.method == "GET" and self._is_list_view() and self._get_paginator():
+            errors[400] = PAGINATION_QUERY_ERROR
         if needs_user:
             errors[401] = NOT_AUTHENTICATED
         if self.method in UNSAFE_METHODS or any(
@@ -204,3 +266,26 @@ class ApiAutoSchema(AutoSchema):
             errors[503] = SERVICE_UNAVAILABLE
         return errors
 
+
+
+#: The policy of the Swagger UI and Redoc pages: everything from this site. Both render with
+#: inline styles; Redoc's search runs in a blob: worker. Redoc's sidebar also shows a logo from
+#: cdn.redoc.ly, which this policy keeps from being fetched (the link text stays).
+DOCS_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+    "worker-src 'self' blob:; object-src 'none'; base-uri 'self'; frame-ancestors 'self'"
+)
+
+
+def offline_docs_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Wrap a docs page view so its response carries ``DOCS_CONTENT_SECURITY_POLICY``: the
+    browser then loads nothing from another host, even what the vendored bundles link to."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        response = view(request, *args, **kwargs)
+        response.headers["Content-Security-Policy"] = DOCS_CONTENT_SECURITY_POLICY
+        return response
+
+    return wrapped

@@ -15,7 +15,6 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import (
-    OpenApiParameter,
     extend_schema,
     extend_schema_field,
     inline_serializer,
@@ -31,6 +30,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
+from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
 from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
 from agents_app.models import AgentDefinition, AgentSession
 from agents_app.selectors import (
@@ -50,6 +50,16 @@ from agents_app.services import (
 MESSAGE_MAX_CHARS = 100_000
 MESSAGE_PAGE_DEFAULT = 50
 MESSAGE_PAGE_MAX = 200
+
+
+def query_values(request: Request) -> dict[str, str]:
+    """The query string as a plain dict (the last value of a repeated parameter).
+
+    A serializer given the ``QueryDict`` itself reads it as an HTML form and takes an empty
+    value (``?before=``) for a missing one; from a dict, ``""`` is validated like any value
+    (400 for a number field), as the schema says.
+    """
+    return {key: request.query_params[key] for key in request.query_params}
 
 
 class EngineUnavailable(APIException):
@@ -195,10 +205,10 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
     """
 
     class SessionCreateInputSerializer(serializers.Serializer):
-        agent = serializers.CharField(max_length=64)
-        message = serializers.CharField(required=False, max_length=MESSAGE_MAX_CHARS)
+        agent = StrictCharField(max_length=64)
+        message = StrictCharField(required=False, max_length=MESSAGE_MAX_CHARS)
         tools = serializers.ListField(
-            child=serializers.CharField(max_length=64), required=False, max_length=500
+            child=StrictCharField(max_length=64), required=False, max_length=500
         )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -233,24 +243,50 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
     #: The list reads the Django index only.
     engine_methods = frozenset({"POST"})
 
+    class SessionListQuerySerializer(serializers.Serializer):
+        status = serializers.CharField(
+            required=False,
+            allow_blank=True,
+            max_length=64,
+            help_text="An index status (e.g. waiting_for_user_message, stopped), or "
+            "awaiting_approval for sessions with a pending approval.",
+        )
+        agent__slug = serializers.CharField(required=False, allow_blank=True, max_length=64)
+        search = serializers.CharField(
+            required=False,
+            allow_blank=True,
+            max_length=200,
+            help_text="Part of the title, agent slug or agent name.",
+        )
+        ordering = serializers.ChoiceField(
+            choices=[*selectors.SESSION_ORDERINGS],
+            required=False,
+            allow_blank=True,
+            help_text="Sort key; default -created_at.",
+        )
+
     @extend_schema(
-        parameters=[
-            OpenApiParameter("status", str, description="Index status or awaiting_approval."),
-            OpenApiParameter("agent__slug", str),
-            OpenApiParameter("search", str, description="Title, agent slug or agent name."),
-            OpenApiParameter(
-                "ordering",
-                str,
-                enum=[*selectors.SESSION_ORDERINGS],
-                description="Sort key; default -created_at.",
+        parameters=[SessionListQuerySerializer],
+        responses={
+            200: SessionOutputSerializer(many=True),
+            400: error_response(
+                400,
+                field_errors_serializer(
+                    SessionListQuerySerializer,
+                    name="SessionListQueryError",
+                    extra_fields=("limit", "offset"),
+                ),
+                "A bad filter, ordering, limit or offset.",
             ),
-        ]
+        },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> Any:
-        params = self.request.query_params
+        query = self.SessionListQuerySerializer(data=query_values(self.request))
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
         return selectors.session_list_visible(
             user=self.request.user,
             status=params.get("status", ""),
@@ -476,8 +512,8 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     """
 
     class MessageInputSerializer(serializers.Serializer):
-        text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
-        plan_mode = serializers.BooleanField(
+        text = StrictCharField(max_length=MESSAGE_MAX_CHARS)
+        plan_mode = StrictBooleanField(
             required=False,
             default=False,
             help_text="Ask the agent for a plan before it acts (stored with the message).",
@@ -509,7 +545,7 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     )
     def get(self, request: Request, session_id: str) -> Response:
         session = self.session_get(request, session_id)
-        query = self.MessagePageInputSerializer(data=request.query_params)
+        query = self.MessagePageInputSerializer(data=query_values(request))
         query.is_valid(raise_exception=True)
         limit = query.validated_data["limit"]
         page = selectors.session_messages_page(
@@ -647,8 +683,8 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
     """
 
     class QueuedMessageInputSerializer(serializers.Serializer):
-        text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
-        plan_mode = serializers.BooleanField(
+        text = StrictCharField(max_length=MESSAGE_MAX_CHARS)
+        plan_mode = StrictBooleanField(
             required=False, help_text="Left out: the old message's plan_mode is kept."
         )
 
@@ -751,11 +787,11 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
     """
 
     class UserInputAnswerSerializer(serializers.Serializer):
-        call_id = serializers.CharField(
+        call_id = StrictCharField(
             max_length=USER_INPUT_CALL_ID_MAX_CHARS,
             help_text="The open question's call_id (the snapshot's pending_input.call_id).",
         )
-        answer = serializers.CharField(
+        answer = StrictCharField(
             max_length=MESSAGE_MAX_CHARS, help_text="One of the choices, or free text."
         )
 
@@ -831,7 +867,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
     """
 
     class PlanExecuteInputSerializer(serializers.Serializer):
-        revision = serializers.IntegerField(
+        revision = StrictIntegerField(
             min_value=1, help_text="The reviewed plan revision (the snapshot's plan.revision)."
         )
 
@@ -1012,8 +1048,8 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     permission_classes = (IsAdminUser,)
 
     class InterruptResolveInputSerializer(serializers.Serializer):
-        approved = serializers.BooleanField()
-        rejection_message = serializers.CharField(
+        approved = StrictBooleanField()
+        rejection_message = StrictCharField(
             required=False, allow_blank=True, max_length=MESSAGE_MAX_CHARS
         )
 

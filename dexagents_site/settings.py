@@ -235,9 +235,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Request bodies are JSON only (any other Content-Type answers 415): a form field is text,
+    # so "0" or "" would not mean what the schema's types say.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "agents_app.api_schema.ApiAutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "agents_app.api_pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
 }
 

@@ -18,6 +18,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
 
+from agents_app.api_schema import offline_docs_page
 from agents_app.apis import SchemaView, health_view
 
 urlpatterns = [
@@ -28,14 +29,18 @@ urlpatterns = [
     # inline script (a strict Content-Security-Policy can be turned on).
     path(
         "api/docs/",
-        login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
+        offline_docs_page(
+            login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema"))
+        ),
         name="api-docs",
     ),
     path(
         "api/redoc/",
-        login_required(
-            SpectacularRedocView.as_view(
-                url_name="api-schema", template_name="agents_app/api_redoc.html"
+        offline_docs_page(
+            login_required(
+                SpectacularRedocView.as_view(
+                    url_name="api-schema", template_name="agents_app/api_redoc.html"
+                )
             )
         ),
         name="api-redoc",
