@@ -250,6 +250,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Operations are tagged by the first path segment after /api/v1 (agents, approvals,
+    # sessions) and their IDs read sessions_create, not v1_sessions_create.
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
     # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
