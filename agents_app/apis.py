@@ -16,20 +16,23 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import (
-    OpenApiParameter,
     extend_schema,
     extend_schema_field,
     inline_serializer,
 )
+from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import IsAdminUser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
+from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
+from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, Delivery
 from agents_app.selectors import (
     agent_get_enabled,
@@ -45,7 +48,6 @@ from agents_app.services import (
     session_status_record,
 )
 from dexagents_site.rest_errors import (
-    UNAVAILABLE_PARTS,
     ServiceUnavailable,
     unavailable_detail,
 )
@@ -53,6 +55,16 @@ from dexagents_site.rest_errors import (
 MESSAGE_MAX_CHARS = 100_000
 MESSAGE_PAGE_DEFAULT = 50
 MESSAGE_PAGE_MAX = 200
+
+
+def query_values(request: Request) -> dict[str, str]:
+    """The query string as a plain dict (the last value of a repeated parameter).
+
+    A serializer given the ``QueryDict`` itself reads it as an HTML form and takes an empty
+    value (``?before=``) for a missing one; from a dict, ``""`` is validated like any value
+    (400 for a number field), as the schema says.
+    """
+    return {key: request.query_params[key] for key in request.query_params}
 
 
 class SessionTooLarge(ServiceUnavailable):
@@ -72,7 +84,13 @@ class DexErrorsMixin:
     """Translate ``dex_gateway`` errors raised by a view into API errors: 503
     ``{"detail", "unavailable"}`` naming the part that is down; for a session Dex refused as
     not running, 409 ``SessionStopped`` when its Flow no longer runs (the index is marked
-    stopped, ``services.session_stopped_detect``), else 404."""
+    stopped, ``services.session_stopped_detect``), else 404.
+
+    ``engine_methods`` names the HTTP methods that call Dex, so can answer 503; the schema
+    (``agents_app.api_schema.ApiAutoSchema``) documents 503 for exactly those.
+    """
+
+    engine_methods: frozenset[str] = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, dex_gateway.SessionNotFoundError) and self._flow_closed():
@@ -206,10 +224,10 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
     """
 
     class SessionCreateInputSerializer(serializers.Serializer):
-        agent = serializers.CharField(max_length=64)
-        message = serializers.CharField(required=False, max_length=MESSAGE_MAX_CHARS)
+        agent = StrictCharField(max_length=64)
+        message = StrictCharField(required=False, max_length=MESSAGE_MAX_CHARS)
         tools = serializers.ListField(
-            child=serializers.CharField(max_length=64), required=False, max_length=500
+            child=StrictCharField(max_length=64), required=False, max_length=500
         )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -241,25 +259,53 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
 
     serializer_class = SessionOutputSerializer
     filter_backends = ()
+    #: The list reads the Django index only.
+    engine_methods = frozenset({"POST"})
+
+    class SessionListQuerySerializer(serializers.Serializer):
+        status = serializers.CharField(
+            required=False,
+            allow_blank=True,
+            max_length=64,
+            help_text="An index status (e.g. waiting_for_user_message, stopped), or "
+            "awaiting_approval for sessions with a pending approval.",
+        )
+        agent__slug = serializers.CharField(required=False, allow_blank=True, max_length=64)
+        search = serializers.CharField(
+            required=False,
+            allow_blank=True,
+            max_length=200,
+            help_text="Part of the title, agent slug or agent name.",
+        )
+        ordering = serializers.ChoiceField(
+            choices=[*selectors.SESSION_ORDERINGS],
+            required=False,
+            allow_blank=True,
+            help_text="Sort key; default -created_at.",
+        )
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("status", str, description="Index status or awaiting_approval."),
-            OpenApiParameter("agent__slug", str),
-            OpenApiParameter("search", str, description="Title, agent slug or agent name."),
-            OpenApiParameter(
-                "ordering",
-                str,
-                enum=[*selectors.SESSION_ORDERINGS],
-                description="Sort key; default -created_at.",
+        parameters=[SessionListQuerySerializer],
+        responses={
+            200: SessionOutputSerializer(many=True),
+            400: error_response(
+                400,
+                field_errors_serializer(
+                    SessionListQuerySerializer,
+                    name="SessionListQueryError",
+                    extra_fields=("limit", "offset"),
+                ),
+                "A bad filter, ordering, limit or offset.",
             ),
-        ]
+        },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> Any:
-        params = self.request.query_params
+        query = self.SessionListQuerySerializer(data=query_values(self.request))
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
         return selectors.session_list_visible(
             user=self.request.user,
             status=params.get("status", ""),
@@ -299,26 +345,13 @@ class QueuedMessageOutputSerializer(serializers.Serializer):
     )
 
 
-ERROR_SCHEMA = inline_serializer("ErrorDetail", {"detail": serializers.CharField()})
-#: Every 503: ``detail`` and the part that is down (``rest_errors.ServiceUnavailable``).
-UNAVAILABLE_SCHEMA = inline_serializer(
-    "ServiceUnavailable",
-    {
-        "detail": serializers.CharField(),
-        "unavailable": serializers.ChoiceField(
-            choices=list(UNAVAILABLE_PARTS), help_text="The part of the platform that is down."
-        ),
-    },
-)
 DELIVERY_FIELD = serializers.ChoiceField(
     choices=["delivered", "pending"],
     help_text="delivered: the engine has it. pending: the engine or every worker did not "
     "answer; the platform keeps it and delivers it once they do.",
 )
-SESSION_STOPPED_SCHEMA = inline_serializer("SessionIsStopped", {"detail": serializers.CharField()})
-TEXT_INVALID_SCHEMA = inline_serializer(
-    "MessageTextInvalid",
-    {"text": serializers.ListField(child=serializers.CharField())},
+SESSION_STOPPED_CONFLICT = error_response(
+    409, CONFLICT, "The session is stopped; nothing changed."
 )
 SESSION_STOPPED_DETAIL = "This session is stopped; start a new one."
 
@@ -521,8 +554,8 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     """
 
     class MessageInputSerializer(serializers.Serializer):
-        text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
-        plan_mode = serializers.BooleanField(
+        text = StrictCharField(max_length=MESSAGE_MAX_CHARS)
+        plan_mode = StrictBooleanField(
             required=False,
             default=False,
             help_text="Ask the agent for a plan before it acts (stored with the message).",
@@ -537,6 +570,11 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     @extend_schema(
         parameters=[MessagePageInputSerializer],
         responses={
+            400: error_response(
+                400,
+                field_errors_serializer(MessagePageInputSerializer, name="MessagePageQueryError"),
+                "A bad before or limit.",
+            ),
             200: inline_serializer(
                 "MessagePage",
                 {
@@ -549,7 +587,7 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
     )
     def get(self, request: Request, session_id: str) -> Response:
         session = self.session_get(request, session_id)
-        query = self.MessagePageInputSerializer(data=request.query_params)
+        query = self.MessagePageInputSerializer(data=query_values(request))
         query.is_valid(raise_exception=True)
         limit = query.validated_data["limit"]
         page = selectors.session_messages_page(
@@ -577,11 +615,12 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
                     "delivery": DELIVERY_FIELD,
                 },
             ),
-            400: TEXT_INVALID_SCHEMA,
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: UNAVAILABLE_SCHEMA,
+            409: error_response(
+                409,
+                CONFLICT,
+                "The session is stopped, or its queue is full (DEXAGENTS_MAX_QUEUED_MESSAGES "
+                "messages wait); nothing changed.",
+            ),
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -658,8 +697,6 @@ class SessionQueueApi(SessionOwnedMixin, APIView):
                     ),
                 },
             ),
-            404: ERROR_SCHEMA,
-            503: UNAVAILABLE_SCHEMA,
         },
     )
     def get(self, request: Request, session_id: str) -> Response:
@@ -703,8 +740,8 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
     """
 
     class QueuedMessageInputSerializer(serializers.Serializer):
-        text = serializers.CharField(max_length=MESSAGE_MAX_CHARS)
-        plan_mode = serializers.BooleanField(
+        text = StrictCharField(max_length=MESSAGE_MAX_CHARS)
+        plan_mode = StrictBooleanField(
             required=False, help_text="Left out: the old message's plan_mode is kept."
         )
 
@@ -712,10 +749,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
         request=None,
         responses={
             204: None,
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: UNAVAILABLE_SCHEMA,
+            409: SESSION_STOPPED_CONFLICT,
         },
     )
     def delete(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -735,11 +769,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
                     "delivery": DELIVERY_FIELD,
                 },
             ),
-            400: TEXT_INVALID_SCHEMA,
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: UNAVAILABLE_SCHEMA,
+            409: SESSION_STOPPED_CONFLICT,
         },
     )
     def put(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -784,10 +814,7 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
         request=None,
         responses={
             202: inline_serializer("QueuedMessageSteered", {"steered": serializers.BooleanField()}),
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: SESSION_STOPPED_SCHEMA,
-            503: UNAVAILABLE_SCHEMA,
+            409: SESSION_STOPPED_CONFLICT,
         },
     )
     def post(self, request: Request, session_id: str, message_id: str) -> Response:
@@ -827,11 +854,11 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
     """
 
     class UserInputAnswerSerializer(serializers.Serializer):
-        call_id = serializers.CharField(
+        call_id = StrictCharField(
             max_length=USER_INPUT_CALL_ID_MAX_CHARS,
             help_text="The open question's call_id (the snapshot's pending_input.call_id).",
         )
-        answer = serializers.CharField(
+        answer = StrictCharField(
             max_length=MESSAGE_MAX_CHARS, help_text="One of the choices, or free text."
         )
 
@@ -839,17 +866,12 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
         request=UserInputAnswerSerializer,
         responses={
             202: inline_serializer("UserInputAnswered", {"answered": serializers.BooleanField()}),
-            400: inline_serializer(
-                "UserInputAnswerInvalid",
-                {
-                    "call_id": serializers.ListField(child=serializers.CharField()),
-                    "answer": serializers.ListField(child=serializers.CharField()),
-                },
+            409: error_response(
+                409,
+                CONFLICT,
+                "No question with this call_id is open (answered, withdrawn by a steered "
+                "message, or never asked), or the session is stopped.",
             ),
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
-            409: inline_serializer("UserInputNotPending", {"detail": serializers.CharField()}),
-            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -912,7 +934,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
     """
 
     class PlanExecuteInputSerializer(serializers.Serializer):
-        revision = serializers.IntegerField(
+        revision = StrictIntegerField(
             min_value=1, help_text="The reviewed plan revision (the snapshot's plan.revision)."
         )
 
@@ -923,20 +945,13 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
                 "PlanExecutionRequested",
                 {"requested": serializers.BooleanField(), "revision": serializers.IntegerField()},
             ),
-            400: inline_serializer(
-                "PlanExecuteInvalid",
-                {"revision": serializers.ListField(child=serializers.CharField())},
-            ),
-            403: ERROR_SCHEMA,
-            404: ERROR_SCHEMA,
             409: inline_serializer(
-                "PlanNotExecutable",
+                "PlanNotExecutableError",
                 {
                     "detail": serializers.CharField(),
                     "reason": serializers.ChoiceField(choices=sorted(PLAN_REFUSALS)),
                 },
             ),
-            503: UNAVAILABLE_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
@@ -997,6 +1012,23 @@ def health_view(request: HttpRequest) -> JsonResponse:
     """
     parts = health_get()
     return JsonResponse(parts, status=503 if "unavailable" in parts else 200)
+
+
+class SchemaView(SpectacularAPIView):
+    """``GET /api/schema/``: drf-spectacular's schema view whose errors are JSON.
+
+    The schema itself is YAML (``application/vnd.oai.openapi``) or JSON (``?format=json``),
+    but a 401 for an anonymous caller is ``{"detail"}`` as JSON like every API error, not a
+    YAML document.
+    """
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        if response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
 
 
 class ApprovalListApi(APIView):
@@ -1134,8 +1166,8 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     permission_classes = (IsAdminUser,)
 
     class InterruptResolveInputSerializer(serializers.Serializer):
-        approved = serializers.BooleanField()
-        rejection_message = serializers.CharField(
+        approved = StrictBooleanField()
+        rejection_message = StrictCharField(
             required=False, allow_blank=True, max_length=MESSAGE_MAX_CHARS
         )
 
@@ -1158,7 +1190,6 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
                     "decision": RECORDED_DECISION_SCHEMA,
                 },
             ),
-            404: ERROR_SCHEMA,
             409: inline_serializer(
                 "InterruptNotPending",
                 {
@@ -1180,7 +1211,6 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
                     ),
                 },
             ),
-            503: ERROR_SCHEMA,
         },
     )
     def post(self, request: Request, session_id: str, interrupt_id: str) -> Response:
@@ -1228,7 +1258,17 @@ class SessionStopApi(DexErrorsMixin, APIView):
 
     @extend_schema(
         request=None,
-        responses={202: inline_serializer("SessionStopped", {"status": serializers.CharField()})},
+        responses={
+            202: inline_serializer(
+                "SessionStopAccepted",
+                {
+                    "status": serializers.ChoiceField(
+                        choices=[SESSION_STATUS_STOPPED],
+                        help_text="The session's index status, now stopped.",
+                    )
+                },
+            )
+        },
     )
     def post(self, request: Request, session_id: str) -> Response:
         try:

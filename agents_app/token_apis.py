@@ -15,7 +15,7 @@ have no say over other users' tokens here; the admin lists and deletes them.
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import selectors, services
-from agents_app.apis import ERROR_SCHEMA
+from agents_app.api_schema import CONFLICT, error_response
 from agents_app.auth import BearerTokenAuthentication
 from agents_app.models import ApiToken
 
@@ -118,7 +118,7 @@ class ApiTokenListCreateApi(ListAPIView):
 
     @extend_schema(
         summary="List your API tokens",
-        responses={200: ApiTokenOutputSerializer(many=True), 401: ERROR_SCHEMA},
+        responses={200: ApiTokenOutputSerializer(many=True)},
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
@@ -128,16 +128,9 @@ class ApiTokenListCreateApi(ListAPIView):
         request=ApiTokenCreateInputSerializer,
         responses={
             201: ApiTokenCreatedSerializer,
-            400: inline_serializer(
-                "ApiTokenCreateInvalid",
-                {
-                    "name": serializers.ListField(child=serializers.CharField()),
-                    "expires_at": serializers.ListField(child=serializers.CharField()),
-                },
+            409: error_response(
+                409, CONFLICT, "The user holds MAX_API_TOKENS_PER_USER tokens already."
             ),
-            401: ERROR_SCHEMA,
-            403: ERROR_SCHEMA,
-            409: ERROR_SCHEMA,
         },
     )
     def post(self, request: Request) -> Response:
@@ -169,7 +162,7 @@ class ApiTokenRevokeApi(APIView):
     @extend_schema(
         summary="Revoke one of your API tokens",
         request=None,
-        responses={204: None, 401: ERROR_SCHEMA, 404: ERROR_SCHEMA},
+        responses={204: None},
     )
     def delete(self, request: Request, token_id: int) -> Response:
         if not services.api_token_revoke(user=request.user, token_id=token_id):

@@ -139,6 +139,7 @@ INSTALLED_APPS = [
     # Hashed API tokens (django-rest-knox); the model is agents_app.ApiToken (KNOX_TOKEN_MODEL).
     "knox",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_filters",
     "channels",
     "django_celery_beat",
@@ -275,20 +276,19 @@ else:
 REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "dexagents_site.rest_errors.api_exception_handler",
     # DRF's parsers, with a nesting bound on JSON bodies (a deep body is a 400, not a 500).
-    "DEFAULT_PARSER_CLASSES": [
-        "dexagents_site.rest_errors.BoundedJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON only (anything else is 415), refusing bodies nested past 64 levels with a 400.
+    "DEFAULT_PARSER_CLASSES": ["dexagents_site.rest_errors.BoundedJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # `Authorization: Bearer <key>`, and DRF's `Token <key>` (ARCHITECTURE.md "Auth").
         "agents_app.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Request bodies are JSON only (any other Content-Type answers 415): a form field is text,
+    # so "0" or "" would not mean what the schema's types say.
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "agents_app.api_schema.ApiAutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "agents_app.api_pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
 }
 
@@ -308,6 +308,22 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Operations are tagged by the first path segment after /api/v1 (agents, approvals,
+    # sessions) and their IDs read sessions_create, not v1_sessions_create.
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # validatorUrl null: Swagger UI would otherwise send the schema's URL to
+    # validator.swagger.io for a badge.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    # The outbox's delivery states, one enum per choice set.
+    "ENUM_NAME_OVERRIDES": {
+        "MessageDeliveryEnum": ["delivered", "pending"],
+        "DecisionDeliveryEnum": ["delivered", "pending", "refused"],
+        "UndeliveredDeliveryEnum": ["pending"],
+    },
 }
 
 _DEX_PORT = env_int("DEX_PORT", 8801, minimum=1, maximum=65535)

@@ -2,7 +2,11 @@
 
 - ``/admin/``: Django admin (MCP servers, tools, agent definitions).
 - ``/api/v1/``: the REST API (agents_app.urls).
-- ``/api/schema/``: the OpenAPI 3 schema (drf-spectacular).
+- ``/api/schema/``: the OpenAPI 3 schema (drf-spectacular), for token or session callers;
+  anonymous callers get 401 JSON.
+- ``/api/docs/`` (Swagger UI) and ``/api/redoc/`` (Redoc): the schema as pages, served from
+  drf-spectacular-sidecar's static files (nothing is fetched from elsewhere); logged-in
+  browsers only, others are redirected to the login page.
 - ``/healthz``: unauthenticated liveness of web, engine and worker.
 - ``/accounts/login/``, ``/accounts/logout/`` (POST): Django's session login for the pages.
 - ``/``, ``/sessions/``, ``/sessions/<id>/``, ``/approvals/``: the pages (agents_app.page_urls).
@@ -10,15 +14,37 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
 
-from agents_app.apis import health_view
+from agents_app.api_schema import offline_docs_page
+from agents_app.apis import SchemaView, health_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("agents_app.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
+    # The split view serves Swagger UI's settings as a script of its own, so the page has no
+    # inline script (a strict Content-Security-Policy can be turned on).
+    path(
+        "api/docs/",
+        offline_docs_page(
+            login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema"))
+        ),
+        name="api-docs",
+    ),
+    path(
+        "api/redoc/",
+        offline_docs_page(
+            login_required(
+                SpectacularRedocView.as_view(
+                    url_name="api-schema", template_name="agents_app/api_redoc.html"
+                )
+            )
+        ),
+        name="api-redoc",
+    ),
     path("healthz", health_view, name="healthz"),
     path(
         "accounts/login/",

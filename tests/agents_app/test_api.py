@@ -386,14 +386,15 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     ):
         assert path in paths
     answer = paths["/api/v1/sessions/{session_id}/input/"]["post"]
-    assert set(answer["responses"]) == {"202", "400", "403", "404", "409", "503"}
+    body_errors = {"400", "401", "403", "404", "409", "413", "415", "503"}
+    assert set(answer["responses"]) == {"202", *body_errors}
     execute = paths["/api/v1/sessions/{session_id}/plan/execute/"]["post"]
-    assert set(execute["responses"]) == {"202", "400", "403", "404", "409", "503"}
+    assert set(execute["responses"]) == {"202", *body_errors}
     queued = paths["/api/v1/sessions/{session_id}/queue/{message_id}/"]
-    assert set(queued["put"]["responses"]) == {"201", "400", "403", "404", "409", "503"}
-    assert set(queued["delete"]["responses"]) == {"204", "403", "404", "409", "503"}
+    assert set(queued["put"]["responses"]) == {"201", *body_errors}
+    assert set(queued["delete"]["responses"]) == {"204", "401", "403", "404", "409", "503"}
     steer = paths["/api/v1/sessions/{session_id}/queue/{message_id}/steer/"]["post"]
-    assert set(steer["responses"]) == {"202", "403", "404", "409", "503"}
+    assert set(steer["responses"]) == {"202", "401", "403", "404", "409", "503"}
     schemas = response.json()["components"]["schemas"]
     assert set(schemas["MessageQueued"]["properties"]) == {"queued", "id", "delivery"}
     assert set(schemas["MessageQueue"]["properties"]) == {"queued", "steered", "partial"}
@@ -405,8 +406,8 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     assert set(schemas["RecordedDecision"]["properties"]) == {
         "approved", "decided_by", "decided_at", "rejection_message", "delivery",
     }
-    assert set(schemas["PlanNotExecutable"]["properties"]) == {"detail", "reason"}
-    reason = schemas["PlanNotExecutable"]["properties"]["reason"]["$ref"].rsplit("/", 1)[1]
+    assert set(schemas["PlanNotExecutableError"]["properties"]) == {"detail", "reason"}
+    reason = schemas["PlanNotExecutableError"]["properties"]["reason"]["$ref"].rsplit("/", 1)[1]
     assert set(schemas[reason]["enum"]) >= {
         "stale_revision", "not_executable", "busy", "queued", "already_requested",
     }

@@ -1,0 +1,248 @@
+"""The served API against its OpenAPI schema, and the schema's pages, on the real stack.
+
+``manage.py dev`` (engine, worker, web, Celery, demo model as processes on private ports)
+serves the platform. The persona is ``contract``, a staff user with an API token who owns the
+sessions made before the run, so generated requests reach every endpoint's logic: an idle
+session, one waiting for an approval with a queued message, and a stopped one.
+
+- ``test_served_responses_match_the_schema`` runs schemathesis (tests/e2e/schemathesis.toml)
+  over every operation of the served schema: at least ``MIN_CASES`` generated cases, no
+  server error, no response that differs from the schema. On failure its report (with a
+  curl command per failure) is in the assertion message.
+- ``test_swagger_and_redoc_render_offline`` opens ``/api/docs/`` and ``/api/redoc/`` in
+  Chromium as the logged-in user, checks the operations render and that no request leaves
+  the machine, and saves screenshots to ``var/screenshots/`` (or
+  ``$DEXAGENTS_SCREENSHOT_DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from playwright.sync_api import Route, expect, sync_playwright
+
+from dex_agents.testing import free_port
+from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
+from tests.e2e.conftest import PYTHON, ROOT, Processes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+#: The issue's floor for generated cases over all operations.
+MIN_CASES = 1000
+PASSWORD = "contract-test-password-1"
+SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "screenshots"))
+SCHEMATHESIS = str(Path(PYTHON).with_name("schemathesis"))
+CONFIG = ROOT / "tests" / "e2e" / "schemathesis.toml"
+HOOKS = ROOT / "tests" / "e2e" / "schemathesis_hooks.py"
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+USER_CODE = """
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+user, _ = get_user_model().objects.get_or_create(username="contract")
+user.is_staff = True
+user.set_password(PASSWORD)
+user.save()
+print(Token.objects.get_or_create(user=user)[0].key)
+""".replace("PASSWORD", repr(PASSWORD))
+
+
+@dataclass
+class ContractStack:
+    base_url: str
+    token: str
+    ids: dict[str, list[str]]
+
+
+def api(base_url: str, token: str) -> httpx.Client:
+    return httpx.Client(
+        base_url=base_url + "/api/v1",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+
+
+def snapshot_when(client: httpx.Client, session_id: str, description: str,
+                  ready: Any) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        response = client.get(f"/sessions/{session_id}/")
+        if response.status_code != 200:
+            return None
+        body: dict[str, Any] = response.json()
+        return body if ready(body) else None
+
+    return wait_until(description, probe, timeout=120, interval=0.3)
+
+
+def make_sessions(base_url: str, token: str) -> dict[str, list[str]]:
+    """An idle session, one waiting for approval (with a queued message) and a stopped one;
+    returns the path parameter values schemathesis should use (schemathesis_hooks.py)."""
+    with api(base_url, token) as client:
+
+        def start(message: str) -> str:
+            response = client.post("/sessions/", json={"agent": "demo", "message": message})
+            assert response.status_code == 201, response.text
+            session_id: str = response.json()["id"]
+            return session_id
+
+        idle = start("hello")
+        waiting = start('/tool slack__post_message {"channel": "general", "text": "hi"}')
+        stopped = start("hello")
+        snapshot_when(client, idle, "the idle session's turn to end",
+                      lambda body: body["status"] == "waiting_for_user_message")
+        pending = snapshot_when(client, waiting, "the approval to be requested",
+                                lambda body: body["pending_interrupts"])
+        queued = client.post(f"/sessions/{waiting}/messages/", json={"text": "later"})
+        assert queued.status_code == 202, queued.text
+        stop = client.post(f"/sessions/{stopped}/stop/")
+        assert stop.status_code == 202, stop.text
+    return {
+        "session_id": [idle, waiting, stopped],
+        "interrupt_id": [pending["pending_interrupts"][0]["interrupt_id"]],
+        "message_id": [queued.json()["id"]],
+    }
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContractStack]:
+    root = tmp_path_factory.mktemp("contract")
+    var = root / "var"
+    var.mkdir()
+    web, engine, model = free_port(), free_port(), free_port()
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL"}}
+    env.update({
+        "DEXAGENTS_VAR_DIR": str(var),
+        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
+        "PORT": str(web),
+        "DEX_PORT": str(engine),
+        "DEMO_MODEL_PORT": str(model),
+        "PYTHONUNBUFFERED": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MODE": "PRODUCTION",
+        # A loaded CI machine may take more than the default 5 s to answer an RPC; a 503 is
+        # then served correctly but would count as a server error.
+        "DEXAGENTS_ENGINE_TIMEOUT": "30",
+    })
+    processes = Processes(env)
+    try:
+        dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(web)])
+        dev.wait_for_line("dexagents is ready at", timeout=180)
+        token = processes.run([PYTHON, "manage.py", "shell", "-c", USER_CODE]).split()[-1]
+        base_url = f"http://127.0.0.1:{web}"
+        yield ContractStack(base_url, token, make_sessions(base_url, token))
+    finally:
+        processes.stop_all()
+
+
+def schema_operations(stack: ContractStack) -> set[str]:
+    with httpx.Client(headers={"Authorization": f"Bearer {stack.token}"}, timeout=60) as client:
+        response = client.get(f"{stack.base_url}/api/schema/?format=json")
+    assert response.status_code == 200, response.text
+    return {
+        f"{method.upper()} {path}"
+        for path, item in response.json()["paths"].items()
+        for method in item
+        if method in {"get", "post", "put", "patch", "delete"}
+    }
+
+
+def test_served_responses_match_the_schema(stack: ContractStack, tmp_path: Path) -> None:
+    report = tmp_path / "report.ndjson"
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS),
+           "DEXAGENTS_CONTRACT_IDS": json.dumps(stack.ids)}
+    argv = [
+        SCHEMATHESIS, "--no-color", "--config-file", str(CONFIG), "run",
+        f"{stack.base_url}/api/schema/?format=json",
+        "--header", f"Authorization: Bearer {stack.token}",
+        "--report", "ndjson", "--report-ndjson-path", str(report),
+    ]
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    elapsed = time.monotonic() - started
+    output = (done.stdout + done.stderr).replace(stack.token, "<token>")
+    assert done.returncode == 0, f"schemathesis found problems:\n{output[-20000:]}"
+    cases, tested = cases_and_operations(report)
+    print(f"schemathesis: {cases} cases over {len(tested)} operations in {elapsed:.0f} s")
+    assert cases >= MIN_CASES, f"only {cases} cases:\n{output[-4000:]}"
+    missing = schema_operations(stack) - tested
+    assert not missing, f"operations schemathesis did not test: {sorted(missing)}"
+
+
+def cases_and_operations(report: Path) -> tuple[int, set[str]]:
+    """Cases schemathesis generated and the operations it tested, from its NDJSON report
+    (one ``ScenarioFinished`` event per operation and phase, whose ``recorder`` holds the
+    operation's ``label`` and its ``cases`` by ID)."""
+    cases: set[str] = set()
+    operations: set[str] = set()
+    for line in report.read_text().splitlines():
+        finished = json.loads(line).get("ScenarioFinished")
+        if not finished:
+            continue
+        recorder = finished.get("recorder") or {}
+        found = recorder.get("cases") or {}
+        if found:
+            operations.add(recorder["label"])
+            cases.update(found)
+    return len(cases), operations
+
+
+def test_swagger_and_redoc_render_offline(stack: ContractStack) -> None:
+    executable = chromium_path()
+    if executable is None:
+        pytest.fail(MISSING_CHROMIUM)
+    operations = schema_operations(stack)
+    outside: list[str] = []
+    errors: list[str] = []
+
+    def refuse(route: Route) -> None:
+        # Only requests the browser really sends reach the router; one the page's
+        # Content-Security-Policy blocks (Redoc's logo from cdn.redoc.ly) never does.
+        outside.append(route.request.url)
+        route.abort()
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=executable, headless=True,
+                                         args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(base_url=stack.base_url,
+                                          viewport={"width": 1280, "height": 900})
+            context.route(
+                lambda url: (urlsplit(url).hostname or "") not in LOCAL_HOSTS, refuse
+            )
+            page = context.new_page()
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto("/api/docs/")
+            expect(page).to_have_url(f"{stack.base_url}/accounts/login/?next=/api/docs/")
+            page.get_by_label("Username").fill("contract")
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            page.wait_for_url(f"{stack.base_url}/api/docs/")
+            blocks = page.locator(".opblock")
+            expect(blocks).to_have_count(len(operations), timeout=60_000)
+            expect(page.get_by_text("/api/v1/sessions/{session_id}/stop/")).to_be_visible()
+            page.screenshot(path=str(SCREENSHOTS / "api-docs-1280.png"), full_page=True)
+
+            page.goto("/api/redoc/")
+            expect(page.get_by_role("heading", name="dexagents API (1)")).to_be_visible(
+                timeout=60_000
+            )
+            expect(page.locator("[data-section-id^='tag/']").first).to_be_attached()
+            page.screenshot(path=str(SCREENSHOTS / "api-redoc-1280.png"))
+            context.close()
+        finally:
+            browser.close()
+    assert not outside, f"requests left the machine: {outside}"
+    assert not errors, errors
