@@ -16,6 +16,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path
+from django.views.decorators.http import require_safe
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
 
 from agents_app.api_schema import offline_docs_page
@@ -25,21 +26,25 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("agents_app.urls")),
     path("api/schema/", SchemaView.as_view(), name="api-schema"),
-    # The split view serves Swagger UI's settings as a script of its own, so the page has no
+    # GET only (405 for other methods, before the login redirect). The split view serves Swagger UI's settings as a script of its own, so the page has no
     # inline script (a strict Content-Security-Policy can be turned on).
     path(
         "api/docs/",
         offline_docs_page(
-            login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema"))
+            require_safe(
+                login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema"))
+            )
         ),
         name="api-docs",
     ),
     path(
         "api/redoc/",
         offline_docs_page(
-            login_required(
-                SpectacularRedocView.as_view(
-                    url_name="api-schema", template_name="agents_app/api_redoc.html"
+            require_safe(
+                login_required(
+                    SpectacularRedocView.as_view(
+                        url_name="api-schema", template_name="agents_app/api_redoc.html"
+                    )
                 )
             )
         ),

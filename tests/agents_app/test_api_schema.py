@@ -124,7 +124,7 @@ def test_field_errors_name_the_input_fields(schema: dict[str, Any]) -> None:
 
 def test_the_bearer_scheme_is_documented(schema: dict[str, Any]) -> None:
     schemes = schema["components"]["securitySchemes"]
-    assert {"type": "http", "scheme": "bearer"}.items() <= schemes["tokenAuth"].items()
+    assert {"type": "http", "scheme": "bearer"}.items() <= schemes["bearerAuth"].items()
     assert schemes["cookieAuth"]["in"] == "cookie"
 
 

@@ -45,6 +45,9 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 #: Session routes act on the owner's session; ``token_id`` is one of the owner's tokens.
 MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/schema/", "GET"): (401, 401, 200, 200, 200),
+    # Swagger UI and Redoc are pages for a logged-in browser: token clients go to the login.
+    ("api/docs/", "GET"): (302, 302, 302, 302, 302),
+    ("api/redoc/", "GET"): (302, 302, 302, 302, 302),
     ("api/v1/agents/", "GET"): (401, 401, 200, 200, 200),
     ("api/v1/tokens/", "GET"): (401, 401, 200, 200, 200),
     # Clients here hold tokens, and a token may not create tokens (password or session only).
