@@ -1165,6 +1165,13 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
 
     permission_classes = (IsAdminUser,)
 
+    def handle_exception(self, exc: Exception) -> Response:
+        """Every 409 of this endpoint has ``decision``: null for a stopped session."""
+        response = super().handle_exception(exc)
+        if response.status_code == status.HTTP_409_CONFLICT and isinstance(response.data, dict):
+            response.data.setdefault("decision", None)
+        return response
+
     class InterruptResolveInputSerializer(serializers.Serializer):
         approved = StrictBooleanField()
         rejection_message = StrictCharField(

@@ -26,7 +26,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("agents_app.urls")),
     path("api/schema/", SchemaView.as_view(), name="api-schema"),
-    # GET only (405 for other methods, before the login redirect). The split view serves Swagger UI's settings as a script of its own, so the page has no
+    # GET only (405 for other methods, before the login redirect).
+    # The split view serves Swagger UI's settings as a script of its own, so the page has no
     # inline script (a strict Content-Security-Policy can be turned on).
     path(
         "api/docs/",

@@ -48,12 +48,12 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 USER_CODE = """
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from agents_app.services import api_token_create
 user, _ = get_user_model().objects.get_or_create(username="contract")
 user.is_staff = True
 user.set_password(PASSWORD)
 user.save()
-print(Token.objects.get_or_create(user=user)[0].key)
+print(api_token_create(user=user, name="contract", replace=True)[1])
 """.replace("PASSWORD", repr(PASSWORD))
 
 
