@@ -689,6 +689,10 @@ class DemoTool:
     annotations: dict[str, Any]
 
 
+#: The variable that tells the slack and docs demo servers where their state lives.
+DEMO_VAR_DIR_ENV = "DEXAGENTS_VAR_DIR"
+
+
 @dataclasses.dataclass(frozen=True)
 class DemoServer:
     """A shipped demo MCP server: ``python -m <module>`` in the project root."""
@@ -696,8 +700,9 @@ class DemoServer:
     name: str
     module: str
     tools: tuple[DemoTool, ...]
-    # Names of worker variables the child needs: the state of slack and docs lives in var/.
-    env_names: tuple[str, ...] = ()
+    # The state of slack and docs lives in var/: they get DEXAGENTS_VAR_DIR as a plain value
+    # (``McpServer.env_values``), set to this installation's var directory on every seed.
+    uses_var_dir: bool = False
 
     @property
     def args(self) -> list[str]:
@@ -744,7 +749,7 @@ DEMO_SERVERS = (
     DemoServer(
         name="slack",
         module="mcp_registry.demo_servers.slack",
-        env_names=("DEXAGENTS_VAR_DIR",),
+        uses_var_dir=True,
         tools=(
             DemoTool(
                 name="search_messages",
@@ -773,7 +778,7 @@ DEMO_SERVERS = (
     DemoServer(
         name="docs",
         module="mcp_registry.demo_servers.docs",
-        env_names=("DEXAGENTS_VAR_DIR",),
+        uses_var_dir=True,
         tools=(
             DemoTool(
                 name="search_documents",
@@ -863,7 +868,9 @@ def demo_seed() -> DemoSeedResult:
     created: list[str] = []
     agent_tools: list[McpTool] = []
     new_server_tools: list[McpTool] = []
+    var_dir = str(settings.VAR_DIR)
     for demo in DEMO_SERVERS:
+        env_values = {DEMO_VAR_DIR_ENV: var_dir} if demo.uses_var_dir else {}
         server, server_created = McpServer.objects.get_or_create(
             name=demo.name,
             defaults={
@@ -871,15 +878,29 @@ def demo_seed() -> DemoSeedResult:
                 "command": sys.executable,
                 "args": demo.args,
                 "cwd": str(settings.BASE_DIR),
-                "env_names": list(demo.env_names),
+                "env_values": env_values,
                 "trust_annotations": True,
             },
         )
         if server_created:
             created.append(f"MCP server {server.name}")
-        elif server.args == demo.args and server.command != sys.executable:
-            server.command = sys.executable
-            server.save(update_fields=["command"])
+        elif server.args == demo.args:
+            # Still the shipped demo: follow this installation's interpreter and var dir
+            # (demo servers seeded before plain values listed DEXAGENTS_VAR_DIR as a secret
+            # reference, which fails discovery where the worker's environment lacks it).
+            changed = []
+            if server.command != sys.executable:
+                server.command = sys.executable
+                changed.append("command")
+            if demo.uses_var_dir and (
+                server.env_values.get(DEMO_VAR_DIR_ENV) != var_dir
+                or DEMO_VAR_DIR_ENV in server.env_names
+            ):
+                server.env_values = {**server.env_values, DEMO_VAR_DIR_ENV: var_dir}
+                server.env_names = [n for n in server.env_names if n != DEMO_VAR_DIR_ENV]
+                changed += ["env_values", "env_names"]
+            if changed:
+                server.save(update_fields=changed)
         for demo_tool in demo.tools:
             tool = McpTool.objects.filter(server=server, name=demo_tool.name).first()
             if tool is None and server.last_discovered_at is None:

@@ -2,7 +2,8 @@
 
 The directory is ``$DEXAGENTS_VAR_DIR/demo_mcp`` (default ``<repository>/var/demo_mcp``), so a
 write made by an agent can be observed, and counted, from outside the server. The server
-registry passes ``DEXAGENTS_VAR_DIR`` to the child through the server's ``env_names``.
+registry passes ``DEXAGENTS_VAR_DIR`` to the child as a plain value (``env_values``, set by
+``seed_demo`` to the installation's var directory).
 Writers hold an exclusive ``flock`` on ``<file>.lock`` for the whole read-modify-write.
 """
 

@@ -137,7 +137,8 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     for name in ("slack", "docs"):
         state_server = McpServer.objects.get(name=name)
         assert state_server.args == ["-m", f"mcp_registry.demo_servers.{name}"]
-        assert state_server.env_names == ["DEXAGENTS_VAR_DIR"]
+        assert state_server.env_names == []
+        assert state_server.env_values == {"DEXAGENTS_VAR_DIR": str(settings.VAR_DIR)}
         assert state_server.command == sys.executable
 
     users = get_user_model().objects
@@ -254,3 +255,33 @@ def test_createtoken_refuses_names_the_user_model_refuses(username: str, fragmen
     with pytest.raises(CommandError, match=fragment):
         run("createtoken", username, "--staff")
     assert not get_user_model().objects.filter(username=username).exists()
+
+
+def test_seeded_demo_servers_start_without_the_var_dir_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`make run` does not export DEXAGENTS_VAR_DIR to the worker: slack and docs get it as a
+    plain value, so their discovery starts the real servers (a fresh clone failed here with
+    "environment variable DEXAGENTS_VAR_DIR ... is not set")."""
+    from mcp_registry.services import server_discover_tools
+
+    monkeypatch.delenv("DEXAGENTS_VAR_DIR", raising=False)
+    run("seed_demo")
+    for name in ("slack", "docs"):
+        server = McpServer.objects.get(name=name)
+        assert server.env_values == {"DEXAGENTS_VAR_DIR": str(settings.VAR_DIR)}
+        assert "DEXAGENTS_VAR_DIR" not in server.env_names
+        discovered = server_discover_tools(server=server)
+        assert len(discovered) == 2, name
+
+
+def test_seed_demo_moves_the_old_var_dir_reference_to_a_plain_value() -> None:
+    """Demo servers seeded by earlier versions listed DEXAGENTS_VAR_DIR as a secret reference."""
+    run("seed_demo")
+    McpServer.objects.filter(name__in=["slack", "docs"]).update(
+        env_names=["DEXAGENTS_VAR_DIR"], env_values={}
+    )
+    run("seed_demo")
+    for server in McpServer.objects.filter(name__in=["slack", "docs"]):
+        assert server.env_names == []
+        assert server.env_values == {"DEXAGENTS_VAR_DIR": str(settings.VAR_DIR)}
