@@ -1100,7 +1100,7 @@ class ApprovalDecisionListApi(ListAPIView):
         arguments = serializers.CharField()
         decision = serializers.CharField(source="state")
         decided_by = serializers.CharField(allow_null=True)
-        decided_at = serializers.DateTimeField(source="closed_at")
+        decided_at = serializers.DateTimeField(source="decision_at")
         message = serializers.CharField(source="outcome_message")
 
     serializer_class = DecisionOutputSerializer

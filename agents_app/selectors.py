@@ -15,7 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents_app import dex_gateway
@@ -342,14 +343,20 @@ def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[
 
 def approval_list_decided() -> QuerySet[ApprovalRequest]:
     """Approvals that stopped waiting, newest first, with ``decided_by`` (username, or None
-    when no person decided) annotated from the ``ApprovalDecision`` audit rows."""
-    decider = ApprovalDecision.objects.filter(
+    when no person decided) and ``decision_at`` (when the person decided, else when it
+    closed) annotated from the ``ApprovalDecision`` audit rows."""
+    decisions = ApprovalDecision.objects.filter(
         session_id=OuterRef("session_id"), interrupt_id=OuterRef("interrupt_id")
-    ).values("decided_by__username")[:1]
+    )
     return (
         ApprovalRequest.objects.exclude(state=ApprovalRequest.State.PENDING)
         .select_related("session__agent", "session__owner")
-        .annotate(decided_by=Subquery(decider))
+        .annotate(
+            decided_by=Subquery(decisions.values("decided_by__username")[:1]),
+            # When the person decided (the audit row), not when Dex took the decision: with
+            # the outbox these differ by the delivery's delay. Expired or withdrawn: closed_at.
+            decision_at=Coalesce(Subquery(decisions.values("decided_at")[:1]), F("closed_at")),
+        )
         .order_by("-closed_at", "-id")
     )
 

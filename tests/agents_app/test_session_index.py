@@ -152,7 +152,7 @@ def test_decisions_list_names_who_decided(
         arguments="{}", deadline=None, turn_id="turn-2",
     )
     session_changes_apply(changes=[change(session, T0, None, raised=(second,))])
-    ApprovalDecision.objects.create(
+    decision = ApprovalDecision.objects.create(
         session=session, interrupt_id=INTERRUPT_ID, tool_call_id="call_1",
         tool_name="slack__post_message", arguments="{}", approved=True, decided_by=staff,
     )
@@ -170,6 +170,13 @@ def test_decisions_list_names_who_decided(
         ("turn-2.call_1", "expired", None, "too late"),
         (INTERRUPT_ID, "approved", "staff", ""),
     ]
+    # When the person decided (not when the index closed it, later with outbox delivery);
+    # an expired one has no decision, so its close time.
+    decided_at = [datetime.datetime.fromisoformat(row["decided_at"]) for row in rows]
+    assert decided_at == [
+        ApprovalRequest.objects.get(interrupt_id="turn-2.call_1").closed_at, decision.decided_at,
+    ]
+    assert decision.decided_at != ApprovalRequest.objects.get(interrupt_id=INTERRUPT_ID).closed_at
     assert staff_client.get("/api/v1/approvals/").json() == []
     assert owner_client.get("/api/v1/approvals/decisions/").status_code == 403
 
