@@ -166,6 +166,29 @@ def _error_detail(request: HttpRequest, status_code: int) -> str:
     return f"{phrase}."
 
 
+def _missing_slash_answer(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """A path under ``/api/`` without its trailing slash (Django's ``APPEND_SLASH`` redirect).
+
+    GET and HEAD keep the 301, with a JSON body; any other method answers 404 JSON naming the
+    right path, since a client following a 301 would resend the request as a GET, without its
+    body."""
+    target = request.path + "/"
+    if request.method in ("GET", "HEAD"):
+        moved = HttpResponse(
+            json.dumps({"detail": f"Moved to {target}"}),
+            status=HTTPStatus.MOVED_PERMANENTLY,
+            content_type="application/json",
+        )
+        moved["Location"] = response["Location"]
+        return moved
+    return HttpResponse(
+        json.dumps({"detail": f"No endpoint at {request.path}; did you mean {target} (API "
+                              "paths end with a slash)?"}),
+        status=HTTPStatus.NOT_FOUND,
+        content_type="application/json",
+    )
+
+
 class ApiJsonErrorsMiddleware(MiddlewareMixin):
     """Answer every error under ``/api/`` with JSON ``{"detail"}`` (statuses 400 and up).
 
@@ -178,6 +201,12 @@ class ApiJsonErrorsMiddleware(MiddlewareMixin):
     def process_response(
         self, request: HttpRequest, response: HttpResponseBase
     ) -> HttpResponseBase:
+        if (
+            response.status_code == HTTPStatus.MOVED_PERMANENTLY
+            and _is_api_path(request)
+            and response.get("Location", "").endswith(request.path + "/")
+        ):
+            return _missing_slash_answer(request, response)
         if (
             response.status_code < HTTPStatus.BAD_REQUEST
             or not _is_api_path(request)

@@ -285,3 +285,11 @@ def test_seed_demo_moves_the_old_var_dir_reference_to_a_plain_value() -> None:
     for server in McpServer.objects.filter(name__in=["slack", "docs"]):
         assert server.env_names == []
         assert server.env_values == {"DEXAGENTS_VAR_DIR": str(settings.VAR_DIR)}
+
+
+def test_createtoken_refuses_an_expiry_past_the_calendar() -> None:
+    """A fresh-clone trial got an OverflowError traceback from --expires 99999999d."""
+    for value in ("99999999d", "P99999999D"):
+        with pytest.raises(CommandError, match="past the year 9999"):
+            run("createtoken", "alice", "--expires", value)
+    assert not ApiToken.objects.exists()

@@ -145,6 +145,25 @@ def test_unknown_api_paths_answer_json_404(owner: Any, settings: Any, path: str)
         assert int(answer.get("Content-Length", str(len(answer.content)))) == len(answer.content)
 
 
+def test_a_path_without_its_trailing_slash_answers_json(owner: Any) -> None:
+    """A fresh-clone trial got 301 with an empty HTML body, and a POST that follows it is
+    resent as a GET without its body: writes answer 404 naming the right path instead."""
+    client = APIClient()
+    client.force_authenticate(owner)
+    moved = client.get("/api/v1/sessions")
+    assert moved.status_code == 301
+    assert moved["Location"].endswith("/api/v1/sessions/")
+    assert moved.json() == {"detail": "Moved to /api/v1/sessions/"}
+    for path in ("/api/v1/sessions", "/api/v1/tokens"):
+        answer = client.post(path, {"agent": "demo"}, format="json")
+        assert answer.status_code == 404, path
+        assert answer.json() == {
+            "detail": f"No endpoint at {path}; did you mean {path}/ (API paths end with a "
+            "slash)?"
+        }
+    assert AgentSession.objects.count() == 0
+
+
 def test_a_dot_dot_session_id_is_a_json_404(owner: Any) -> None:
     client = APIClient()
     client.force_authenticate(owner)

@@ -37,13 +37,19 @@ def expiry_parse(value: str, *, now: datetime.datetime) -> datetime.datetime:
     text = value.strip()
     short = _SHORT_LIFETIME.match(text)
     moment: datetime.datetime | None = None
-    if short:
-        moment = now + datetime.timedelta(**{_UNITS[short.group(2)]: int(short.group(1))})
-    elif text.upper().startswith("P"):
-        lifetime = parse_duration(text)
-        if lifetime is not None:
-            moment = now + lifetime
-    else:
+    try:
+        if short:
+            moment = now + datetime.timedelta(**{_UNITS[short.group(2)]: int(short.group(1))})
+        elif text.upper().startswith("P"):
+            lifetime = parse_duration(text)
+            if lifetime is not None:
+                moment = now + lifetime
+    except OverflowError:
+        raise CommandError(
+            f"--expires {value!r} is past the year 9999; leave --expires out for a token that "
+            "never expires."
+        ) from None
+    if not short and not text.upper().startswith("P"):
         try:
             moment = parse_datetime(text)
         except ValueError:
