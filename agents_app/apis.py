@@ -331,7 +331,8 @@ class QueuedMessageOutputSerializer(serializers.Serializer):
     """One queued or steered message, as the queue endpoint and the snapshot list it."""
 
     id = serializers.CharField(
-        help_text="The Dex Channel message ID (UUIDv7); the queue endpoints take it."
+        help_text="The message's ID: the one its POST answered (32 hex characters), kept "
+        "from the outbox through delivery; the queue endpoints take it."
     )
     text = serializers.CharField()
     plan_mode = serializers.BooleanField()
@@ -609,8 +610,8 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
                 {
                     "queued": serializers.BooleanField(),
                     "id": serializers.CharField(
-                        help_text="The queued message's Dex Channel message ID, or the ID the "
-                        "platform keeps it under until it is delivered."
+                        help_text="The message's ID, the same before and after delivery; "
+                        "the queue endpoints take it."
                     ),
                     "delivery": DELIVERY_FIELD,
                 },
@@ -765,7 +766,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
             201: inline_serializer(
                 "QueuedMessageReplaced",
                 {
-                    "id": serializers.CharField(help_text="The new message's Channel message ID."),
+                    "id": serializers.CharField(help_text="The new message's ID."),
                     "delivery": DELIVERY_FIELD,
                 },
             ),

@@ -348,10 +348,15 @@ async def session_message_queue(*, session_id: str) -> dict[str, list[dict[str, 
 
 
 def queued_message_to_data(message: Any) -> dict[str, Any]:
-    """One ``AgentQueuedMessage`` as ``{"id" (its Channel message ID), "text", "plan_mode",
-    "created_at" (ISO 8601 or None)}``."""
+    """One ``AgentQueuedMessage`` as ``{"id", "text", "plan_mode", "created_at" (ISO 8601 or
+    None)}``.
+
+    ``id`` is the sender's ``client_id`` when it has one (every message the API accepted: its
+    ``OutboxMessage`` ID), else the Channel message ID: so a message keeps the ID its POST
+    answered from the outbox to the queue and the turn, and the queue RPCs take either.
+    """
     return {
-        "id": message.message_id,
+        "id": getattr(message, "client_id", "") or message.message_id,
         "text": message.text,
         "plan_mode": bool(getattr(message, "plan_mode", False)),
         "created_at": plain_data(getattr(message, "created_at", None)),

@@ -129,9 +129,8 @@ def session_message_send(
     stays pending and a Celery task delivers it (ARCHITECTURE.md "Accepted means kept").
 
     Returns:
-        ``MessageAccepted``; for a delivered message its id is the Channel message ID Dex
-        assigned, or its ``client_id`` when it is no longer pending (an idle session's turn
-        took it at once) or the queue could not be read (the queue endpoints accept either).
+        ``MessageAccepted``; its id is the outbox row's ID, which is also the message's Dex
+        ``client_id`` and the ``id`` the queue lists it under, before and after delivery.
 
     Raises:
         QueueFullError: The session's queue is full; nothing was kept.
@@ -161,30 +160,7 @@ def session_message_send(
     if message.delivery == Delivery.REFUSED:
         OutboxMessage.objects.filter(pk=message.pk).delete()
         raise dex_gateway.SessionNotFoundError(session.id)
-    return MessageAccepted(
-        id=_queued_message_id(session=session, client_id=message.id),
-        delivery=Delivery.DELIVERED,
-    )
-
-
-def _queued_message_id(*, session: AgentSession, client_id: str) -> str:
-    """The Channel message ID of the pending queued message sent as ``client_id``, else
-    ``client_id`` itself (see ``session_message_send``)."""
-    try:
-        queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
-    except (
-        dex_gateway.EngineUnavailableError,
-        dex_gateway.SessionNotFoundError,
-        dex_gateway.SessionTooLargeError,
-    ) as error:
-        # The message is accepted either way (a queue too large to read in one message
-        # included); its client_id still finds it.
-        logger.info("Could not read the queue of %s after a send: %s", session.id, error)
-        return client_id
-    return next(
-        (str(entry["id"]) for entry in queue["queued"] if entry["client_id"] == client_id),
-        client_id,
-    )
+    return MessageAccepted(id=message.id, delivery=Delivery.DELIVERED)
 
 
 def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
@@ -239,7 +215,7 @@ def queued_message_replace(
     if not replaced:
         return None
     return MessageAccepted(
-        id=_queued_message_id(session=session, client_id=client_id), delivery=Delivery.DELIVERED
+        id=client_id, delivery=Delivery.DELIVERED
     )
 
 

@@ -88,9 +88,10 @@ def test_snapshot_to_data_shapes_the_api_answer() -> None:
     assert data["tool_calls"][0]["status"] == str(ToolCallStatus.AWAITING_APPROVAL)
     assert data["usage"]["output_tokens"] == 4
     assert data["queued_message_count"] == 2
+    # Listed under the sender's client_id when it has one, else the Channel message ID.
     assert data["queued_messages"] == [
         {
-            "id": "0190-a",
+            "id": "c1",
             "text": "and dogs",
             "plan_mode": True,
             "created_at": "2026-01-01T12:00:00+00:00",
