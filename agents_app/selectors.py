@@ -458,9 +458,21 @@ def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
     """A stopped session's snapshot as readers should see it: ``status`` ``stopped``, no running
     turn, no pending approval, question, wait or plan execution, no queued message. Dex keeps
     the last AgentState of a stopped Flow, which would otherwise still say ``running_tools``
-    with an approval nobody can decide any more."""
+    with an approval nobody can decide any more.
+
+    Tool calls still open end as readers should see them: one awaiting approval never runs
+    (``cancelled``); one pending or approved may or may not have run (``outcome_unknown``).
+    """
+    final_status = {"awaiting_approval": "cancelled", "pending": "outcome_unknown",
+                    "approved": "outcome_unknown"}
+    tool_calls = [
+        {**call, "status": final_status.get(str(call.get("status")), call.get("status"))}
+        if isinstance(call, dict) else call
+        for call in snapshot.get("tool_calls", [])
+    ]
     return {
         **snapshot,
+        "tool_calls": tool_calls,
         "status": "stopped",
         "turn_id": None,
         "pending_interrupts": [],
