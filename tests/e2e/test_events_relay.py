@@ -367,12 +367,19 @@ async def _engine_restart(stack: Stack) -> None:
         stack.start_engine().wait_for_line("dex_dev_server ready on")
 
         with stack.api() as api:
-            def accepted() -> bool:
+            # This stack runs no Celery worker, so a message the outbox kept while the worker
+            # reconnects would wait: send once the engine and a worker are up again, and
+            # require the send itself to deliver it.
+            wait_until("the engine and a worker to be up",
+                       lambda: api.get("/healthz").status_code == 200, timeout=60)
+
+            def delivered() -> bool:
                 answer = api.post(f"/api/v1/sessions/{session_id}/messages/",
                                   json={"text": "after the restart"})
-                return answer.status_code == 202
+                assert answer.status_code == 202, answer.text
+                return answer.json()["delivery"] == "delivered"
 
-            wait_until("the engine to take messages again", accepted, timeout=60)
+            wait_until("the engine to take messages again", delivered, timeout=60)
         # The kill may have cut a Step of the first turn short: then its retry writes the
         # Step's events again (a new attempt) before the second turn's.
         after = await receive_until(
