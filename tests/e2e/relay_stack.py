@@ -158,11 +158,18 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
                                           "--host", "127.0.0.1", "--port", str(stack.model_port)])
         worker = processes.start("worker", [PYTHON, "manage.py", "dexworker",
                                             "--max-concurrent-tasks", str(worker_slots)])
+        # As in production, a Celery worker delivers what the outbox kept (a message sent
+        # while the Dex worker was slow to answer on a loaded machine would otherwise wait).
+        celery = processes.start("celery", [
+            PYTHON, "-m", "celery", "-A", "dexagents_site", "worker", "--pool=solo",
+            "--loglevel=INFO", "--without-mingle", "--without-gossip",
+            "-n", f"stack-{stack.web_port}@%h"])
         stack.web = stack.start_web(stack.web_port)
         engine.wait_for_line("dex_dev_server ready on")
         model.wait_for_line("demo model ready on")
         worker.wait_for_line("dexworker ready")
         stack.web.wait_for_line("Application startup complete")
+        celery.wait_for_line(" ready.")
     except BaseException:
         processes.stop_all()
         raise
