@@ -5,10 +5,12 @@ Starts each part of the platform as its own supervised child process, in depende
 1. the embedded Dex engine (``python -m dex_dev_server``), unless ``DEX_SERVER_ADDRESS`` names
    another server;
 2. the local demo model (``python -m agents_app.demo_model``);
-3. the Dex worker (``python manage.py dexworker``);
-4. a Celery worker on the broker configured in settings (kombu's filesystem transport by default);
+3. the Dex workers (``python manage.py dexworker``, ``DEXAGENTS_WORKERS`` of them);
+4. a Celery worker on the broker configured in settings (Redis when ``REDIS_URL`` is set, else
+   kombu's filesystem transport, which needs no server);
 5. Celery beat, which queues the periodic tasks (MCP tool discovery);
-6. the ASGI web server (uvicorn serving ``dexagents_site.asgi``).
+6. the ASGI web servers (uvicorn serving ``dexagents_site.asgi``, ``DEXAGENTS_WEB_PROCESSES`` of
+   them, all accepting on one listening socket that the supervisor opens and keeps).
 
 A child counts as started once it prints its ready line. A child that exits while the stack runs
 is restarted with a capped backoff. SIGINT or SIGTERM stops every child (SIGTERM to its process
@@ -52,6 +54,8 @@ class ChildSpec:
         ready_marker: Substring of an output line that says the child serves.
         ready_timeout: Seconds to wait for ``ready_marker`` before the start fails.
         env: Extra environment variables for the child.
+        pass_fds: File descriptors the child inherits (the web processes' shared listening
+            socket, which the supervisor keeps open across their restarts).
     """
 
     name: str
@@ -59,6 +63,7 @@ class ChildSpec:
     ready_marker: str
     ready_timeout: float = 90.0
     env: dict[str, str] = field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()
 
 
 class StackStartError(RuntimeError):
@@ -86,6 +91,7 @@ class _Child:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent,
+            pass_fds=self.spec.pass_fds,
         )
         self.started_at = time.monotonic()
         self._reader = asyncio.create_task(self._relay(self.process))

@@ -15,6 +15,8 @@ Environment variables:
     names), PORT (web, 8000),
     CSRF_TRUSTED_ORIGINS (comma list), DATABASE_URL, REDIS_URL, DEX_SERVER_ADDRESS,
     DEX_PORT (default 8801), DEMO_MODEL_PORT (default 8811), DEXAGENTS_VAR_DIR,
+    DEXAGENTS_WEB_PROCESSES and DEXAGENTS_WORKERS (processes ``manage.py dev`` runs, 1-64,
+    default 1),
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
     DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES, DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES,
     DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50),
@@ -195,7 +197,11 @@ else:
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Also for sqlite:/// URLs: several processes share the file.
     _database["OPTIONS"] = {**_SQLITE_OPTIONS, **_database.get("OPTIONS", {})}
-# Persistent connections are unsafe under ASGI; pool at the backend instead.
+# No persistent connections: under ASGI each request (and each sync_to_async call) may run on
+# another thread, and a connection kept per thread outlives its thread's work (Django ticket
+# #33497), so an ASGI process would hold connections it no longer uses. One connection per unit
+# of work is cheap on a local Postgres; a busy deployment puts PgBouncer (transaction mode) in
+# front instead of persistent connections.
 _database.setdefault("CONN_MAX_AGE", 0)
 _database["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _database}
@@ -232,8 +238,27 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "pages:portal"
 LOGOUT_REDIRECT_URL = "login"
 
-# Redis is optional: it carries the channel layer and the Celery broker when set.
-REDIS_URL = env.str("REDIS_URL", default="")
+# Redis is optional. When set it carries the channel layer (approval notices between processes),
+# the Celery broker and result backend, and the Django cache, all in the one logical database the
+# URL names (their keys do not collide: "asgi:*", "celery*"/"_kombu*", "dexagents:*").
+REDIS_URL = env.str("REDIS_URL", default="").strip()
+if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(
+        f"REDIS_URL must start with redis://, rediss:// or unix://, not {REDIS_URL[:10]!r}"
+    )
+
+if REDIS_URL:
+    # Django's own backend (redis-py underneath); no extra package needed.
+    CACHES: dict[str, dict[str, Any]] = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "dexagents",
+        }
+    }
+else:
+    # Per process, like Django's default; the zero-setup run needs no shared cache.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 if REDIS_URL:
     CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
@@ -256,6 +281,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+    # Results of the few tasks that keep one (CELERY_TASK_IGNORE_RESULT is the default), kept
+    # a day; with several hosts the filesystem is not shared, Redis is.
+    CELERY_RESULT_BACKEND = REDIS_URL
+    CELERY_RESULT_EXPIRES = 24 * 3600
 else:
     _celery_queue_dir = VAR_DIR / "celery" / "queue"
     _celery_processed_dir = VAR_DIR / "celery" / "processed"
@@ -340,6 +369,10 @@ DEXAGENTS: dict[str, Any] = {
     "DEX_DB_PATH": VAR_DIR / "dex_dev_server.sqlite3",
     # Port of the ASGI web server that `manage.py dev` starts.
     "WEB_PORT": env_int("PORT", 8000, minimum=1, maximum=65535),
+    # Web (uvicorn) processes `manage.py dev` runs on that one port, sharing its socket.
+    "WEB_PROCESSES": env_int("DEXAGENTS_WEB_PROCESSES", 1, minimum=1, maximum=64),
+    # `manage.py dexworker` processes `manage.py dev` runs (worker-1..N).
+    "WORKERS": env_int("DEXAGENTS_WORKERS", 1, minimum=1, maximum=64),
     # Seconds a web request waits for one Dex call before answering 503.
     "ENGINE_TIMEOUT": env_int("DEXAGENTS_ENGINE_TIMEOUT", 5, minimum=1, maximum=300),
     "BLOB_CACHE_DIR": VAR_DIR / "dex-cache" / "web",

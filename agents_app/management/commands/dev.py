@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from io import StringIO
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
@@ -17,13 +19,79 @@ from agents_app.devstack import ChildSpec, DevStack, StackStartError
 from mcp_registry.services import servers_discovery_enqueue
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+# Connections the kernel queues on the shared socket while no web process accepts (one was
+# killed and the others are busy); uvicorn's own default.
+_LISTEN_BACKLOG = 2048
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen on ``host:port`` once, for every web process to accept from.
+
+    The socket is inheritable so each uvicorn child takes it with ``--fd``; the kernel spreads
+    connections over the processes accepting on it, and a restarted process takes the same
+    socket, so clients never meet a closed port while one process is down.
+
+    Raises:
+        OSError: The address is taken or cannot be bound.
+    """
+    family, kind, proto, _name, address = socket.getaddrinfo(
+        host.strip("[]"), port, type=socket.SOCK_STREAM
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(_LISTEN_BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` with any user and password removed (``host:port/path``), for printing."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def topology_lines(*, host: str, port: int) -> list[str]:
+    """What ``manage.py dev`` runs, one line per part, with no credentials in them.
+
+    Shape: ``["Web: 2 processes on http://127.0.0.1:8000 (one shared socket)", "Dex workers:
+    3", "Engine: embedded at 127.0.0.1:8801", "Database: postgresql 127.0.0.1:5432/name",
+    "Redis: redis://127.0.0.1:6379/1 (channel layer, Celery broker and results, cache)"]``.
+    """
+    knobs = settings.DEXAGENTS
+    database = settings.DATABASES["default"]
+    vendor = str(database["ENGINE"]).rsplit(".", 1)[-1]
+    if vendor == "sqlite3":
+        where = str(database["NAME"])
+    else:
+        where = f"{database.get('HOST') or 'localhost'}:{database.get('PORT') or ''}/" \
+                f"{database.get('NAME')}"
+    engine = (f"embedded at {knobs['DEX_SERVER_ADDRESS']}" if knobs["EMBEDDED_ENGINE"]
+              else f"Dex server at {knobs['DEX_SERVER_ADDRESS']}")
+    if settings.REDIS_URL:
+        redis = (f"{_without_credentials(settings.REDIS_URL)} (channel layer, Celery broker "
+                 "and results, cache)")
+    else:
+        redis = ("none (in-memory channel layer, filesystem Celery broker under "
+                 f"{knobs['VAR_DIR']}/celery, per-process cache)")
+    web = knobs["WEB_PROCESSES"]
+    return [
+        f"Web: {web} process{'es' if web > 1 else ''} on http://{host}:{port} "
+        "(one shared socket)",
+        f"Dex workers: {knobs['WORKERS']}",
+        f"Engine: {engine}",
+        f"Database: {vendor} {where}",
+        f"Redis: {redis}",
+    ]
 
 
 class Command(BaseCommand):
     help = (
         "Migrate, create the demo data (and import DEXAGENTS_MCP_CONFIG when set), then run "
-        "the Dex engine, the demo model, the Dex worker, a Celery worker, Celery beat and the "
-        "ASGI web server as supervised processes."
+        "the Dex engine, the demo model, DEXAGENTS_WORKERS Dex workers, a Celery worker, "
+        "Celery beat and DEXAGENTS_WEB_PROCESSES ASGI web servers as supervised processes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -60,6 +128,8 @@ class Command(BaseCommand):
         def announce() -> None:
             url = f"http://{host}:{port}"
             self.stdout.write(f"dexagents is ready at {url}")
+            for line in topology_lines(host=host, port=port):
+                self.stdout.write(f"  {line}")
             for line in demo_login:
                 self.stdout.write(f"{line} Log in at {url}/accounts/login/")
             self.stdout.write(f"API token for the demo user: {token}")
@@ -79,13 +149,20 @@ class Command(BaseCommand):
             )
             self.stdout.flush()
 
-        stack = DevStack(self._child_specs(host, port), cwd=str(settings.BASE_DIR),
-                         out=sys.stdout, on_ready=announce)
+        try:
+            listener = listening_socket(host, port)
+        except OSError as error:
+            self.stderr.write(f"dexagents could not start: {host}:{port}: {error}")
+            sys.exit(1)
+        stack = DevStack(self._child_specs(host, port, listener.fileno()),
+                         cwd=str(settings.BASE_DIR), out=sys.stdout, on_ready=announce)
         try:
             asyncio.run(self._serve(stack))
         except StackStartError as error:
             self.stderr.write(f"dexagents could not start: {error}")
             sys.exit(1)
+        finally:
+            listener.close()
         self.stdout.write("dexagents stopped")
 
     async def _serve(self, stack: DevStack) -> None:
@@ -94,7 +171,7 @@ class Command(BaseCommand):
             loop.add_signal_handler(signum, stack.request_stop)
         await stack.run()
 
-    def _child_specs(self, host: str, port: int) -> list[ChildSpec]:
+    def _child_specs(self, host: str, port: int, listener_fd: int) -> list[ChildSpec]:
         python = sys.executable
         knobs = settings.DEXAGENTS
         specs: list[ChildSpec] = []
@@ -112,11 +189,16 @@ class Command(BaseCommand):
                       "--port", str(knobs["DEMO_MODEL_PORT"])],
                 ready_marker="demo model ready on",
             ),
+        ]
+        specs += [
             ChildSpec(
-                name="worker",
+                name=f"worker-{number}",
                 argv=[python, "manage.py", "dexworker"],
                 ready_marker="dexworker ready",
-            ),
+            )
+            for number in range(1, knobs["WORKERS"] + 1)
+        ]
+        specs += [
             ChildSpec(
                 name="celery",
                 argv=[python, "-m", "celery", "-A", "dexagents_site", "worker",
@@ -130,11 +212,18 @@ class Command(BaseCommand):
                       "--loglevel=INFO", "--pidfile="],
                 ready_marker="beat: Starting...",
             ),
+        ]
+        # Several uvicorn processes accepting on one socket rather than `uvicorn --workers`:
+        # each is a child of this supervisor like every other part (named, its output
+        # prefixed, restarted with the same backoff when it dies).
+        specs += [
             ChildSpec(
-                name="web",
+                name=f"web-{number}",
                 argv=[python, "-m", "uvicorn", "dexagents_site.asgi:application",
-                      "--host", host, "--port", str(port), "--no-access-log"],
+                      "--fd", str(listener_fd), "--no-access-log"],
                 ready_marker="Application startup complete",
-            ),
+                pass_fds=(listener_fd,),
+            )
+            for number in range(1, knobs["WEB_PROCESSES"] + 1)
         ]
         return specs
