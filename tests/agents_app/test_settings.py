@@ -28,6 +28,11 @@ print(json.dumps({
     "channel_backend": s.CHANNEL_LAYERS["default"]["BACKEND"],
     "broker": s.CELERY_BROKER_URL,
     "broker_options": s.CELERY_BROKER_TRANSPORT_OPTIONS,
+    "result_backend": getattr(s, "CELERY_RESULT_BACKEND", None),
+    "cache": s.CACHES["default"],
+    "web_processes": s.DEXAGENTS["WEB_PROCESSES"],
+    "workers": s.DEXAGENTS["WORKERS"],
+    "conn_max_age": s.DATABASES["default"]["CONN_MAX_AGE"],
     "dex": s.DEXAGENTS["DEX_SERVER_ADDRESS"],
     "embedded_engine": s.DEXAGENTS["EMBEDDED_ENGINE"],
     "web_port": s.DEXAGENTS["WEB_PORT"],
@@ -51,6 +56,8 @@ CONTROLLED = (
     "ALLOWED_HOSTS",
     "SESSION_COOKIE_SECURE",
     "CSRF_COOKIE_SECURE",
+    "DEXAGENTS_WEB_PROCESSES",
+    "DEXAGENTS_WORKERS",
 )
 
 
@@ -99,6 +106,10 @@ def test_zero_setup_defaults(tmp_path: Path) -> None:
     assert data["web_port"] == 8000
     assert data["demo_api_base"] == "http://127.0.0.1:8811/v1"
     assert data["heartbeat"] == str(var / "run" / "dexworker.heartbeat")
+    assert data["result_backend"] is None
+    assert data["cache"] == {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    assert (data["web_processes"], data["workers"]) == (1, 1)
+    assert data["conn_max_age"] == 0
     for app in (
         "agents_app",
         "mcp_registry",
@@ -120,12 +131,25 @@ def test_production_switches(tmp_path: Path) -> None:
         REDIS_URL="redis://cache.internal:6379/0",
         DEX_SERVER_ADDRESS="dex.internal:7233",
         DEMO_MODEL_PORT="9911",
+        DEXAGENTS_WEB_PROCESSES="4",
+        DEXAGENTS_WORKERS="64",
     )
     assert data["debug"] is False
     assert data["db_engine"] == "django.db.backends.postgresql"
     assert data["db_name"] == "dexagents"
+    # No persistent connections under ASGI (see the DATABASES comment in settings).
+    assert data["conn_max_age"] == 0
     assert data["channel_backend"] == "channels_redis.core.RedisChannelLayer"
     assert data["broker"] == "redis://cache.internal:6379/0"
+    assert data["result_backend"] == "redis://cache.internal:6379/0"
+    assert data["cache"] == {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://cache.internal:6379/0",
+        "KEY_PREFIX": "dexagents",
+    }
+    assert (data["web_processes"], data["workers"]) == (4, 64)
+    # The filesystem broker's folders are made only when it is the broker.
+    assert not (tmp_path / "var" / "celery").exists()
     assert data["dex"] == "dex.internal:7233"
     assert data["embedded_engine"] is False
     assert data["demo_api_base"] == "http://127.0.0.1:9911/v1"
@@ -205,6 +229,10 @@ def test_debug_is_on_only_when_asked(tmp_path: Path) -> None:
         ("DEX_PORT", "70000"),
         ("DEMO_MODEL_PORT", "-1"),
         ("DEXAGENTS_ENGINE_TIMEOUT", "0"),
+        ("DEXAGENTS_WEB_PROCESSES", "0"),
+        ("DEXAGENTS_WEB_PROCESSES", "two"),
+        ("DEXAGENTS_WORKERS", "65"),
+        ("REDIS_URL", "cache.internal:6379"),
     ],
 )
 def test_bad_values_fail_loudly(tmp_path: Path, name: str, value: str) -> None:

@@ -180,7 +180,8 @@ def test_scale_out_on_postgres_and_redis(
 
     def all_pending() -> list[dict[str, Any]] | None:
         listed: list[dict[str, Any]] = _get(staff, "/api/v1/approvals/")
-        ids = [item["interrupt_id"] for item in listed]
+        # Interrupt IDs are per session ("turn-1.call_2"): an approval is the pair.
+        ids = [(item["session"], item["interrupt_id"]) for item in listed]
         assert len(ids) == len(set(ids)), f"an approval is listed twice: {ids}"
         sessions = [item["session"] for item in listed]
         assert len(sessions) == len(set(sessions)), f"a session is listed twice: {sessions}"
