@@ -42,11 +42,24 @@ _ERROR_MAX_CHARS = 500
 _RESOLVE_LOCK_RETRY_SECONDS = 5.0
 SESSION_STOPPED_REASON = "The session was stopped before the message reached it."
 SESSION_GONE_REASON = "The engine has no record of this session."
+#: How long a decision waits for Dex to record an interrupt the index lists as pending
+#: (a Step rerun after its worker died) before it is refused.
+INTERRUPT_RECORD_WINDOW = datetime.timedelta(minutes=5)
 
 
 class DeliveryDeferred(Exception):
     """Dex did not take a write now (the engine or every worker did not answer, or the
     session's queue is full); the row stays pending and a later delivery tries again."""
+
+
+class InterruptNotRecordedDeferred(DeliveryDeferred):
+    """Dex does not hold the interrupt that the approvals index lists as pending.
+
+    A worker indexes an approval just before its Step commits the interrupt to Dex; when that
+    worker dies in between, another worker runs the Step again and Dex records the same
+    interrupt ID then. Until that happens (at most ``INTERRUPT_RECORD_WINDOW`` after the
+    decision) the decision stays pending instead of being refused.
+    """
 
 
 class QueueFullDeferred(DeliveryDeferred):
@@ -225,6 +238,9 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
         The decision's delivery state afterwards: ``delivered`` or ``refused``.
 
     Raises:
+        InterruptNotRecordedDeferred: Dex does not hold the interrupt yet, while the index
+            still lists it as pending and the decision is younger than
+            ``INTERRUPT_RECORD_WINDOW`` (a worker died between indexing and committing it).
         DeliveryDeferred: The engine or every worker did not answer, or a Step kept the
             interrupt locked.
     """
@@ -244,7 +260,9 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
         _note_attempt(ApprovalDecision, decision.pk, str(error))
         raise DeliveryDeferred(str(error)) from error
     except dex_gateway.SessionNotFoundError:
-        accepted = False
+        accepted = session_known = False
+    else:
+        session_known = True
     verdict = (
         ApprovalRequest.State.APPROVED if decision.approved else ApprovalRequest.State.REJECTED
     )
@@ -252,6 +270,20 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
         landed = ApprovalRequest.objects.filter(
             session_id=decision.session_id, interrupt_id=decision.interrupt_id, state=verdict
         ).exists()
+        still_listed = ApprovalRequest.objects.filter(
+            session_id=decision.session_id,
+            interrupt_id=decision.interrupt_id,
+            state=ApprovalRequest.State.PENDING,
+        ).exists()
+        if (
+            not landed
+            and session_known
+            and still_listed
+            and timezone.now() - decision.decided_at < INTERRUPT_RECORD_WINDOW
+        ):
+            reason = "Dex does not hold this interrupt yet: its Step is being run again."
+            _note_attempt(ApprovalDecision, decision.pk, reason)
+            raise InterruptNotRecordedDeferred(reason)
         if not landed:
             ApprovalDecision.objects.filter(pk=decision.pk, delivery=Delivery.PENDING).update(
                 delivery=Delivery.REFUSED,

@@ -440,6 +440,11 @@ def interrupt_resolve(
     approval drops ``rejection_message``, as Dex does. Permissions are the caller's business
     (only staff approve).
 
+    When Dex does not hold an interrupt that the index lists as pending (its worker died
+    between indexing it and committing its Step; another worker records it again), the
+    decision is kept pending too and delivered once Dex holds the interrupt
+    (``outbox.InterruptNotRecordedDeferred``).
+
     Returns:
         The decision; its ``delivery`` is ``delivered`` or ``pending``.
 
@@ -498,6 +503,20 @@ def interrupt_resolve(
     session_index.approvals_changed_notify()
     try:
         state = outbox.approval_decision_deliver(decision=decision)
+    except outbox.InterruptNotRecordedDeferred as error:
+        # Either a Step is being run again (keep the decision) or the Flow was stopped
+        # behind the index's back (say so now rather than after the window).
+        stopped = False
+        with contextlib.suppress(
+            dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError
+        ):
+            stopped = session_stopped_detect(session=session)
+        if stopped:
+            decision.delete()
+            raise SessionIsStoppedError() from None
+        logger.info("Decision on %s kept in the outbox: %s", interrupt_id, error)
+        tasks.outbox_delivery_schedule(decision_id=decision.pk)
+        return decision
     except outbox.DeliveryDeferred as error:
         logger.info("Decision on %s kept in the outbox: %s", interrupt_id, error)
         tasks.outbox_delivery_schedule(decision_id=decision.pk)

@@ -166,6 +166,28 @@ def test_staff_approve_and_reject_a_write(
     assert decisions[0]["tool_name"] == "slack__post_message"
     assert decisions[0]["arguments"] == pending["arguments"]
 
+    # An approval the index lists but Dex does not hold (its worker died after indexing it and
+    # before its Step committed; another worker runs the Step again) is kept, not refused...
+    ghost = f"{pending['interrupt_id'].split('.')[0]}.call_not_recorded_yet"
+    processes.run([PYTHON, "manage.py", "shell", "-c", (
+        "from django.utils import timezone; from agents_app.models import ApprovalRequest; "
+        f"ApprovalRequest.objects.create(session_id='{session_id}', interrupt_id='{ghost}', "
+        "tool_call_id='call_not_recorded_yet', tool_name='slack__post_message', "
+        "arguments='{}', requested_at=timezone.now())")])
+    kept = staff.post(f"/api/v1/sessions/{session_id}/interrupts/{ghost}/",
+                      json={"approved": True})
+    assert kept.status_code == 202, kept.text
+    assert (kept.json()["resolved"], kept.json()["delivery"]) == (False, "pending")
+    # ...until the index closes it: then the kept decision is refused, and nothing ran.
+    refused = processes.run([PYTHON, "manage.py", "shell", "-c", (
+        "from agents_app.models import ApprovalRequest, ApprovalDecision; "
+        "from agents_app.outbox import approval_decision_deliver; "
+        f"ApprovalRequest.objects.filter(interrupt_id='{ghost}').update(state='expired'); "
+        f"print(approval_decision_deliver(decision=ApprovalDecision.objects.get("
+        f"interrupt_id='{ghost}')))")])
+    assert refused.strip().splitlines()[-1] == "refused"
+    assert len(_posted(var_dir)) == 1
+
     # The owner stops the session; its snapshot still answers and it leaves the approvals scan.
     stopped = owner.post(f"/api/v1/sessions/{session_id}/stop/")
     assert stopped.status_code == 202, stopped.text
