@@ -181,6 +181,8 @@ class Command(BaseCommand):
                 argv=[python, "-m", "dex_dev_server", "--host", "127.0.0.1",
                       "--port", str(knobs["DEX_PORT"]), "--db", str(knobs["DEX_DB_PATH"])],
                 ready_marker="dex_dev_server ready on",
+                # The demo model needs nothing from the engine: both start at once.
+                start_with_next=True,
             ))
         specs += [
             ChildSpec(
@@ -189,12 +191,15 @@ class Command(BaseCommand):
                       "--port", str(knobs["DEMO_MODEL_PORT"])],
                 ready_marker="demo model ready on",
             ),
+            # Everything below needs the engine (and the model) up, not each other: they start
+            # side by side.
         ]
         specs += [
             ChildSpec(
                 name=f"worker-{number}",
                 argv=[python, "manage.py", "dexworker"],
                 ready_marker="dexworker ready",
+                start_with_next=True,
             )
             for number in range(1, knobs["WORKERS"] + 1)
         ]
@@ -205,12 +210,14 @@ class Command(BaseCommand):
                       "--pool=solo", "--loglevel=INFO", "--without-mingle",
                       "--without-gossip", "-n", f"dexagents-{os.getpid()}@%h"],
                 ready_marker=" ready.",
+                start_with_next=True,
             ),
             ChildSpec(
                 name="beat",
                 argv=[python, "-m", "celery", "-A", "dexagents_site", "beat",
                       "--loglevel=INFO", "--pidfile="],
                 ready_marker="beat: Starting...",
+                start_with_next=True,
             ),
         ]
         # Several uvicorn processes accepting on one socket rather than `uvicorn --workers`:
@@ -223,6 +230,7 @@ class Command(BaseCommand):
                       "--fd", str(listener_fd), "--no-access-log"],
                 ready_marker="Application startup complete",
                 pass_fds=(listener_fd,),
+                start_with_next=True,
             )
             for number in range(1, knobs["WEB_PROCESSES"] + 1)
         ]
