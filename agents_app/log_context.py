@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.signals import request_finished
 from django.http import HttpRequest, HttpResponse
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -79,6 +80,12 @@ class ContextFilter(logging.Filter):
         return True
 
 
+def _unbind_request(**kwargs: Any) -> None:
+    """``request_finished``: the thread that served a sync request logs without its IDs."""
+    request_id_var.set(None)
+    session_id_var.set(None)
+
+
 class RequestIdMiddleware:
     """Bind ``request_id`` (from ``X-Request-ID`` or new) and, under
     ``/api/v1/sessions/<id>/``, ``session_id`` for the request; echo ``X-Request-ID``.
@@ -94,37 +101,32 @@ class RequestIdMiddleware:
     ) -> None:
         self.get_response = get_response
         self._async = iscoroutinefunction(get_response)
+        request_finished.connect(_unbind_request, dispatch_uid="dexagents-log-context")
         if self._async:
             markcoroutinefunction(self)
 
-    def _bind(self, request: HttpRequest) -> tuple[str, list[contextvars.Token[str | None]]]:
-        request_id = request_id_from(request.headers.get("X-Request-ID"))
-        tokens = [request_id_var.set(request_id)]
-        match = _SESSION_PATH.match(request.path)
-        tokens.append(session_id_var.set(match.group("id") if match else None))
-        return request_id, tokens
-
     @staticmethod
-    def _unbind(tokens: list[contextvars.Token[str | None]]) -> None:
-        session_id_var.reset(tokens[1])
-        request_id_var.reset(tokens[0])
+    def _bind(request: HttpRequest) -> str:
+        # Not reset on the way out: Django logs a 4xx/5xx (``django.request``) after the
+        # middleware chain returns, and that line needs the IDs too. Under ASGI every request
+        # runs in a task of its own, whose context ends with it; a WSGI thread clears them
+        # when the response is closed (request_finished).
+        request_id = request_id_from(request.headers.get("X-Request-ID"))
+        request_id_var.set(request_id)
+        match = _SESSION_PATH.match(request.path)
+        session_id_var.set(match.group("id") if match else None)
+        return request_id
 
     def __call__(self, request: HttpRequest) -> Any:
         if self._async:
             return self.__acall__(request)
-        request_id, tokens = self._bind(request)
-        try:
-            response = self.get_response(request)
-        finally:
-            self._unbind(tokens)
+        request_id = self._bind(request)
+        response = self.get_response(request)
         response["X-Request-ID"] = request_id  # type: ignore[index]
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        request_id, tokens = self._bind(request)
-        try:
-            response = await self.get_response(request)  # type: ignore[misc]
-        finally:
-            self._unbind(tokens)
+        request_id = self._bind(request)
+        response = await self.get_response(request)  # type: ignore[misc]
         response["X-Request-ID"] = request_id
         return response
