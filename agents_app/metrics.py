@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Iterable
+from pathlib import Path
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -74,17 +77,45 @@ class ApprovalsPendingCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         from agents_app.models import ApprovalRequest
 
-        count = ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count()
+        try:
+            count = ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count()
+        except DatabaseError:
+            return  # the database is down (/readyz says so); the other metrics still answer
         yield GaugeMetricFamily(
             "dexagents_approvals_pending", "Tool calls waiting for approval.", value=count
         )
+
+
+_LIVE_GAUGE_FILE = re.compile(r"^gauge_live\w*_(?P<pid>\d+)\.db$")
+
+
+def _forget_dead_processes(directory: Path) -> None:
+    """Drop the live-gauge files of processes that no longer run (a killed Dex worker).
+
+    prometheus_client keeps a process's ``livesum`` gauges until ``mark_process_dead(pid)``;
+    nothing calls it for a SIGKILLed process, so the scrape does. The directory is per host
+    (process IDs name its files), so the IDs are this host's.
+    """
+    for entry in directory.glob("gauge_live*.db"):
+        match = _LIVE_GAUGE_FILE.match(entry.name)
+        if match is None:
+            continue
+        pid = int(match["pid"])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid, str(directory))
+        except PermissionError:
+            continue  # alive, under another user
 
 
 def metrics_registry() -> CollectorRegistry:
     """The registry a scrape reads: every process's files in multiprocess mode, else this
     process's default registry; plus the approvals gauge (read from the database)."""
     registry = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        _forget_dead_processes(Path(directory))
         multiprocess.MultiProcessCollector(registry)
     else:
         for collector in list(REGISTRY._collector_to_names):

@@ -161,7 +161,10 @@ def test_readiness_metrics_and_json_logs_across_processes(
     # A killed worker leaves readiness to the other within the beat age; a stopped last one
     # makes the process not ready at once.
     workers[0].signal_group(signal.SIGKILL)
+    workers[0].popen.wait()  # reaped, as a supervisor does (a zombie still has its pid)
     wait_until("readyz to count one worker", lambda: ready_with(1), timeout=15)
+    # The killed worker's slots leave the sum (its gauge file is dropped at the scrape).
+    assert value(scrape(api), "dexagents_worker_task_slots") == 32
     workers[1].stop()
 
     def not_ready() -> dict[str, Any] | None:
