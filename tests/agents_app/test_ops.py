@@ -192,3 +192,39 @@ def test_json_log_lines_carry_request_and_session_ids(tmp_path: Path) -> None:
     assert {"time", "level", "message"} <= set(unauthorized[0])
     outside = [line for line in lines if line["logger"] == "agents_app.probe"]
     assert outside == [{**outside[0], "request_id": "-", "session_id": "-"}]
+
+
+def test_turn_counters_count_a_first_call_and_a_last_failed_attempt() -> None:
+    """RunModel without an agent config fails: the first attempt counts a started turn, only
+    the last of the 3 attempts a failed one (the in-process registry: no multiprocess dir)."""
+    import dataclasses
+
+    from prometheus_client import REGISTRY
+
+    from agents_app.runner import AgentConfigError, LiteLLMRunner
+    from tests.agents_app.test_runner import _unused_resolver, make_turn, user_message
+
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    runner = LiteLLMRunner(_unused_resolver)
+    turn = make_turn(None, [user_message(1, "hi", "turn-2")])
+    started = sample("dexagents_turns_started_total")
+    failed = sample("dexagents_turns_failed_total")
+    with pytest.raises(AgentConfigError):
+        asyncio.run(runner.run_model_step(turn))
+    assert sample("dexagents_turns_started_total") == started + 1
+    assert sample("dexagents_turns_failed_total") == failed
+    with pytest.raises(AgentConfigError):
+        asyncio.run(runner.run_model_step(dataclasses.replace(turn, attempt=3)))
+    assert sample("dexagents_turns_started_total") == started + 1  # attempt 3 is no start
+    assert sample("dexagents_turns_failed_total") == failed + 1
+
+
+def test_worker_ids_are_safe_file_names(settings: Any) -> None:
+    from agents_app.worker_heartbeat import worker_id
+
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "WORKER_NAME": "node 1/../x"}
+    assert worker_id() == "node_1_.._x"
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "WORKER_NAME": ""}
+    assert worker_id().endswith(f"-{os.getpid()}")
