@@ -365,6 +365,7 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
     version: str | None = None
 
     async def connect(self) -> None:
+        bind_websocket(self.scope, session_id=None)
         user = await accept_authenticated(self)
         if user is None:
             return
