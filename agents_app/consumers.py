@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import datetime
 import functools
 import json
 import logging
@@ -63,6 +64,8 @@ from django.core.exceptions import PermissionDenied
 # Flow for its client on first use).
 import agents_app.flow  # noqa: F401
 from agents_app import dex_gateway, selectors
+from agents_app.log_context import bind_websocket
+from agents_app.metrics import EVENT_RELAY_LAG
 from agents_app.models import AgentSession
 from agents_app.session_index import APPROVALS_GROUP, approval_index_version
 
@@ -144,6 +147,20 @@ class SendQueue:
         self._bytes = 0
 
 
+def _observe_relay_lag(message: dex_gateway.SessionEventMessage) -> None:
+    """Record seconds from the event's Stream write to now (``dexagents_event_relay_lag_seconds``);
+    an event without a readable ``created_at`` is skipped."""
+    created = message.event.get("created_at")
+    if not isinstance(created, str):
+        return
+    try:
+        written = datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return
+    lag = (datetime.datetime.now(datetime.UTC) - written).total_seconds()
+    EVENT_RELAY_LAG.observe(max(0.0, lag))
+
+
 def event_frame(message: dex_gateway.SessionEventMessage) -> str:
     """The ``{"type": "event", "token", "event"}`` text frame of one Stream message."""
     return json.dumps(
@@ -174,6 +191,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         if user is None:
             return
         session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
+        # The consumer's task keeps these for its log lines; the relay task copies them.
+        bind_websocket(self.scope, session_id=session_id)
         try:
             await database_sync_to_async(selectors.session_get_for_reader)(
                 user=user, session_id=session_id
@@ -294,6 +313,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                 verified_at = time.monotonic()
             if message is not None:
                 queue.put(event_frame(message))
+                _observe_relay_lag(message)
                 position = message.token
 
     async def _retained(self, session_id: str, token: str) -> bool:
@@ -345,6 +365,7 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
     version: str | None = None
 
     async def connect(self) -> None:
+        bind_websocket(self.scope, session_id=None)
         user = await accept_authenticated(self)
         if user is None:
             return

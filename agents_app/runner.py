@@ -55,6 +55,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agents_app.log_context import bind_session
+from agents_app.metrics import TOOL_CALLS, TURNS_COMPLETED, TURNS_FAILED, TURNS_STARTED
 from agents_app.model_replies import (
     DeltaBuffer,
     ModelReply,
@@ -809,6 +811,11 @@ def _redact(error: Exception, secret: str | None) -> Exception | None:
     return ModelCallError(text.replace(secret, "[redacted]"))
 
 
+#: RunModel's attempts (seed "run_model_step": 3 attempts within 30 minutes); the last one
+#: failing fails the turn.
+_RUN_MODEL_ATTEMPTS = 3
+
+
 class LiteLLMRunner:
     """``AgentFrameworkRunner`` over LiteLLM (model calls) and MCP (tools).
 
@@ -955,6 +962,11 @@ class LiteLLMRunner:
         return count_tokens(config.model, [chat_message(item)])
 
     async def summarize(self, request: SummarizeRequest) -> str:
+        """``_summarize`` with the session ID on its log lines."""
+        with bind_session(request.flow_id, request_id=f"{request.flow_id}/compaction"):
+            return await self._summarize(request)
+
+    async def _summarize(self, request: SummarizeRequest) -> str:
         """Fold ``request.messages`` into the previous summary with one non-streamed Chat
         Completions call (``compaction_model``, else the agent's model).
 
@@ -1003,6 +1015,24 @@ class LiteLLMRunner:
         return text[: request.summary_budget_tokens * CHARS_PER_TOKEN]
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        """``_run_model_step`` with the session ID on its log lines and the turn counters
+        (``agents_app.metrics``): started on a turn's first model call (first attempt),
+        completed when the call ends the turn, failed when the last of RunModel's
+        ``_RUN_MODEL_ATTEMPTS`` attempts raises."""
+        with bind_session(turn.flow_id, request_id=f"{turn.flow_id}/{turn.turn_id}"):
+            if turn.framework_run_state is None and turn.attempt == 1:
+                TURNS_STARTED.inc()
+            try:
+                outcome = await self._run_model_step(turn)
+            except Exception:
+                if turn.attempt >= _RUN_MODEL_ATTEMPTS:
+                    TURNS_FAILED.inc()
+                raise
+            if isinstance(outcome, TurnCompleted):
+                TURNS_COMPLETED.inc()
+            return outcome
+
+    async def _run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         """Make one model call for ``turn`` (seed "run_model_step(turn)").
 
         Text and reasoning deltas go to ``turn.events`` through 1 s / 16 KiB buffers, flushed
@@ -1062,6 +1092,26 @@ class LiteLLMRunner:
         )
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:
+        """``_execute_deferred_tool_call`` with the session ID on its log lines, counted in
+        ``dexagents_tool_calls_total`` by effect and status (``succeeded``; ``failed``: a
+        ``ToolExecutionError`` the model sees; ``error``: anything else, a failed attempt)."""
+        record = call.tool_call
+        effect = str(getattr(record.effect, "value", record.effect))
+        with bind_session(call.flow_id, request_id=call.idempotency_key):
+            try:
+                result = await self._execute_deferred_tool_call(call)
+            except ToolExecutionError:
+                TOOL_CALLS.labels(effect=effect, status="failed").inc()
+                raise
+            except Exception:
+                TOOL_CALLS.labels(effect=effect, status="error").inc()
+                raise
+            TOOL_CALLS.labels(effect=effect, status="succeeded").inc()
+            return result
+
+    async def _execute_deferred_tool_call(
+        self, call: DeferredToolExecution
+    ) -> ToolExecutionResult:
         """Run one approved tool call on its MCP server, once, with the call's idempotency key.
 
         MCP progress notifications and server log messages received during the call become

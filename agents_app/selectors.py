@@ -8,8 +8,6 @@ import collections
 import datetime
 import logging
 import threading
-import time
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -362,19 +360,20 @@ def approval_list_decided() -> QuerySet[ApprovalRequest]:
 
 
 def worker_heartbeat_fresh() -> bool:
-    """Whether ``dexworker`` touched its heartbeat file recently.
+    """Whether at least one ``dexworker`` beat recently (``agents_app.worker_heartbeat``).
 
-    The file is ``DEXAGENTS["WORKER_HEARTBEAT_FILE"]``, touched every second from the worker's
-    event loop; it counts as fresh when younger than ``DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"]``
-    seconds (4), so a killed or hung worker reads as down within that time. A worker that
-    stops cleanly deletes the file, which reads as down at once.
+    Each worker beats every second under its own ID (Redis with ``REDIS_URL``, else a file
+    per worker in ``DEXAGENTS["WORKER_HEARTBEAT_DIR"]``); a beat counts as fresh when younger
+    than ``DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"]`` seconds (4), so a killed or hung worker
+    reads as down within that time, one that stops cleanly at once. Redis not answering
+    reads as no fresh worker.
     """
-    path = Path(settings.DEXAGENTS["WORKER_HEARTBEAT_FILE"])
+    from agents_app.worker_heartbeat import fresh_workers
+
     try:
-        age = time.time() - path.stat().st_mtime
-    except OSError:
+        return bool(fresh_workers())
+    except Exception:  # redis.RedisError and socket errors: liveness cannot be shown
         return False
-    return age < float(settings.DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"])
 
 
 #: Parts of the platform ``/healthz`` reports, in the order a request needs them.
@@ -409,6 +408,70 @@ def health_get() -> dict[str, str]:
         parts["detail"] = f"{subject[0].upper()}{subject[1:]} {verb} down."
         parts["unavailable"] = down[0]
     return parts
+
+
+#: Parts ``/readyz`` checks, in the order a request needs them.
+READINESS_PARTS = ("database", "redis", "engine", "worker")
+
+
+def _database_check() -> str:
+    from django.db import connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception:  # any driver error: the database is not usable
+        return "down"
+    return "up"
+
+
+def _redis_check() -> str:
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return "not_configured"
+    import redis
+
+    try:
+        with redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2) as client:
+            client.ping()
+    except (redis.RedisError, OSError):
+        return "down"
+    return "up"
+
+
+def readiness_get() -> dict[str, Any]:
+    """Whether this web process can serve: ``/readyz`` (unauthenticated).
+
+    Returns ``{"ready": bool, "checks": {"database", "redis", "engine", "worker"}, "workers"}``.
+    Each check is ``"up"`` or ``"down"``; ``redis`` is ``"not_configured"`` without
+    ``REDIS_URL`` (not a failure). ``database``: ``SELECT 1`` on the default connection;
+    ``redis``: ``PING`` (2 s timeouts); ``engine``: FlowService.HealthCheck within
+    ``DEXAGENTS["ENGINE_TIMEOUT"]``; ``worker``: at least one fresh beat
+    (``agents_app.worker_heartbeat``). ``workers`` is the number of fresh workers. When not
+    ready, ``detail`` (a sentence) and ``unavailable`` (the first part down) are added.
+    """
+    from agents_app.worker_heartbeat import fresh_workers
+
+    try:
+        engine_up = dex_gateway.run(dex_gateway.engine_health_check())
+    except dex_gateway.EngineUnavailableError:
+        engine_up = False
+    try:
+        workers = len(fresh_workers())
+    except Exception:  # Redis down: no worker can be shown alive
+        workers = 0
+    checks = {
+        "database": _database_check(),
+        "redis": _redis_check(),
+        "engine": "up" if engine_up else "down",
+        "worker": "up" if workers else "down",
+    }
+    down = [part for part in READINESS_PARTS if checks[part] == "down"]
+    body: dict[str, Any] = {"ready": not down, "checks": checks, "workers": workers}
+    if down:
+        body["detail"] = "Not ready: " + ", ".join(down) + " down."
+        body["unavailable"] = down[0]
+    return body
 
 
 def unavailable_part(*, error: dex_gateway.EngineUnavailableError) -> UnavailablePart:

@@ -19,10 +19,14 @@ Environment variables:
     default 1),
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
     DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES, DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES,
-    DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50),
-    LOG_LEVEL (default INFO); with DEBUG=false also SESSION_COOKIE_SECURE,
-    CSRF_COOKIE_SECURE (default true), SECURE_SSL_REDIRECT, SECURE_HSTS_SECONDS,
-    SECURE_PROXY_SSL_HEADER (default off).
+    DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_QUEUED_MESSAGES (default 20),
+    DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50),
+    LOG_LEVEL (default INFO), DEXAGENTS_LOG_FORMAT (plain|json, default plain),
+    DEXAGENTS_METRICS_TOKEN (bearer token for /metrics; unset: loopback callers only),
+    DEXAGENTS_WORKER_NAME (heartbeat ID of a Dex worker; default host-pid),
+    PROMETHEUS_MULTIPROC_DIR (read by prometheus_client); with DEBUG=false also
+    SESSION_COOKIE_SECURE, CSRF_COOKIE_SECURE (default true), SECURE_SSL_REDIRECT,
+    SECURE_HSTS_SECONDS, SECURE_PROXY_SSL_HEADER (default off).
 """
 
 import contextlib
@@ -264,7 +268,10 @@ if REDIS_URL:
     CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # No read timeout: a consumer waits on its channel for as long as it is idle, and
+            # with redis-py 8 the default 5 s read timeout raised TimeoutError and closed every
+            # websocket that had heard nothing for 5 s.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}]},
         }
     }
 else:
@@ -381,9 +388,10 @@ DEXAGENTS: dict[str, Any] = {
     ),
     "DEMO_MODEL_PORT": _DEMO_MODEL_PORT,
     "DEMO_MODEL_API_BASE": f"http://127.0.0.1:{_DEMO_MODEL_PORT}/v1",
-    # Touched by `manage.py dexworker` every second; older than the max age (seconds) means
-    # down, so /healthz sees a killed worker within 4 s.
-    "WORKER_HEARTBEAT_FILE": VAR_DIR / "run" / "dexworker.heartbeat",
+    # Each `manage.py dexworker` beats every second under its own ID (Redis with REDIS_URL,
+    # else a file per worker in this directory); older than the max age (seconds) means
+    # down, so /healthz sees a killed worker within 4 s (agents_app.worker_heartbeat).
+    "WORKER_HEARTBEAT_DIR": VAR_DIR / "run" / "workers",
     "WORKER_HEARTBEAT_MAX_AGE": 4,
     "VAR_DIR": VAR_DIR,
     # AgentEvents Stream budget the worker writes with (dex_agents' default, 10 MiB); Dex
@@ -436,3 +444,35 @@ if not DEBUG:
     if env_bool("SECURE_PROXY_SSL_HEADER", False):
         # Only behind a proxy that sets X-Forwarded-Proto itself.
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- Operations (issue 12): request IDs, JSON logs, metrics access, worker IDs ------------
+# Kept in one block: agents_app.log_context, agents_app.metrics, agents_app.worker_heartbeat.
+
+_LOG_FORMATS = ("plain", "json")
+DEXAGENTS_LOG_FORMAT = env.str("DEXAGENTS_LOG_FORMAT", default="plain").strip().lower() or "plain"
+if DEXAGENTS_LOG_FORMAT not in _LOG_FORMATS:
+    raise ImproperlyConfigured(
+        f"DEXAGENTS_LOG_FORMAT must be plain or json, not {DEXAGENTS_LOG_FORMAT!r}"
+    )
+DEXAGENTS["LOG_FORMAT"] = DEXAGENTS_LOG_FORMAT
+# Unset: /metrics answers loopback callers only (no proxy header); set: bearer token only.
+DEXAGENTS["METRICS_TOKEN"] = env.str("DEXAGENTS_METRICS_TOKEN", default="").strip()
+DEXAGENTS["WORKER_NAME"] = env.str("DEXAGENTS_WORKER_NAME", default="").strip()
+
+# First, so every later middleware's and view's log lines carry the request ID.
+MIDDLEWARE.insert(0, "agents_app.log_context.RequestIdMiddleware")
+
+LOGGING["filters"] = {"context": {"()": "agents_app.log_context.ContextFilter"}}
+_logging_formatters: dict[str, Any] = LOGGING["formatters"]  # type: ignore[assignment]
+_logging_formatters["json"] = {
+    "()": "pythonjsonlogger.json.JsonFormatter",
+    "format": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(session_id)s",
+    "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+    "timestamp": False,
+}
+_logging_handlers: dict[str, Any] = LOGGING["handlers"]  # type: ignore[assignment]
+_logging_handlers["console"] = {
+    "class": "logging.StreamHandler",
+    "formatter": DEXAGENTS_LOG_FORMAT,
+    "filters": ["context"],
+}

@@ -8,6 +8,8 @@
   drf-spectacular-sidecar's static files (nothing is fetched from elsewhere); logged-in
   browsers only, others are redirected to the login page.
 - ``/healthz``: unauthenticated liveness of web, engine and worker.
+- ``/readyz``: unauthenticated readiness (database, Redis, engine, a fresh worker), JSON.
+- ``/metrics``: Prometheus metrics, for loopback callers or ``DEXAGENTS_METRICS_TOKEN``.
 - ``/accounts/login/``, ``/accounts/logout/`` (POST): Django's session login for the pages.
 - ``/``, ``/sessions/``, ``/sessions/<id>/``, ``/approvals/``: the pages (agents_app.page_urls).
 """
@@ -21,6 +23,8 @@ from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitV
 
 from agents_app.api_schema import offline_docs_page
 from agents_app.apis import SchemaView, health_view
+from agents_app.metrics import metrics_view
+from agents_app.ops_views import readiness_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -52,6 +56,8 @@ urlpatterns = [
         name="api-redoc",
     ),
     path("healthz", health_view, name="healthz"),
+    path("readyz", readiness_view, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(

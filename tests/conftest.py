@@ -111,10 +111,13 @@ def engine_down(settings: Any) -> Iterator[str]:
 
 @pytest.fixture
 def heartbeat_file(settings: Any, tmp_path: Path) -> Path:
-    """Point the worker heartbeat at a private file that does not exist yet."""
-    path = tmp_path / "dexworker.heartbeat"
-    settings.DEXAGENTS = {**settings.DEXAGENTS, "WORKER_HEARTBEAT_FILE": path}
-    return path
+    """Point worker heartbeats at a private directory (and not at Redis); return the beat
+    file of one worker there, which does not exist yet (touching it is a fresh beat)."""
+    directory = tmp_path / "workers"
+    settings.REDIS_URL = ""
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "WORKER_HEARTBEAT_DIR": directory}
+    directory.mkdir()
+    return directory / "worker-a.heartbeat"
 
 
 ENGINE_READY_DEADLINE_SECONDS = 30.0

@@ -37,7 +37,7 @@ print(json.dumps({
     "embedded_engine": s.DEXAGENTS["EMBEDDED_ENGINE"],
     "web_port": s.DEXAGENTS["WEB_PORT"],
     "demo_api_base": s.DEXAGENTS["DEMO_MODEL_API_BASE"],
-    "heartbeat": str(s.DEXAGENTS["WORKER_HEARTBEAT_FILE"]),
+    "heartbeat": str(s.DEXAGENTS["WORKER_HEARTBEAT_DIR"]),
     "apps": s.INSTALLED_APPS,
 }))
 """
@@ -105,7 +105,7 @@ def test_zero_setup_defaults(tmp_path: Path) -> None:
     assert data["embedded_engine"] is True
     assert data["web_port"] == 8000
     assert data["demo_api_base"] == "http://127.0.0.1:8811/v1"
-    assert data["heartbeat"] == str(var / "run" / "dexworker.heartbeat")
+    assert data["heartbeat"] == str(var / "run" / "workers")
     assert data["result_backend"] is None
     assert data["cache"] == {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     assert (data["web_processes"], data["workers"]) == (1, 1)

@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 from io import StringIO
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -105,6 +106,7 @@ class Command(BaseCommand):
         # never come back, so the children mark them Secure only when told to.
         for name in ("SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
             os.environ.setdefault(name, "false")
+        _prometheus_multiprocess_dir_prepare()
         call_command("migrate", interactive=False, verbosity=0)
         seeded = StringIO()
         call_command("seed_demo", stdout=seeded)
@@ -235,3 +237,21 @@ class Command(BaseCommand):
             for number in range(1, knobs["WEB_PROCESSES"] + 1)
         ]
         return specs
+
+
+def _prometheus_multiprocess_dir_prepare() -> None:
+    """Point the children at one prometheus_client multiprocess directory, emptied now.
+
+    ``PROMETHEUS_MULTIPROC_DIR`` as given, else ``VAR_DIR/run/prometheus``: every child (web,
+    Dex worker, Celery) writes its metrics there and ``/metrics`` sums them
+    (``agents_app.metrics``). Values files of a previous run's processes are deleted, as
+    prometheus_client requires between runs.
+    """
+    directory = Path(
+        os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        or Path(settings.DEXAGENTS["VAR_DIR"]) / "run" / "prometheus"
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink(missing_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)

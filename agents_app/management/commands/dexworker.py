@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-#: Seconds between two touches of the heartbeat file; ``/healthz`` reads a file older than
+if TYPE_CHECKING:
+    from agents_app.worker_heartbeat import WorkerHeartbeat
+
+#: Seconds between two beats; ``/healthz`` reads a beat older than
 #: ``DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"]`` (4 s) as a dead worker.
 _HEARTBEAT_SECONDS = 1.0
+
+_log = logging.getLogger("agents_app.dexworker")
 
 
 class Command(BaseCommand):
     help = (
         "Serve the AgentSession Flow in pull mode against DEX_SERVER_ADDRESS until SIGTERM or "
-        "SIGINT; liveness is a heartbeat file that /healthz reads."
+        "SIGINT; liveness is a per-worker heartbeat (Redis or a file) that /healthz and "
+        "/readyz read."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -27,8 +34,21 @@ class Command(BaseCommand):
             "--max-concurrent-tasks", type=int, default=32,
             help="Step slots of this worker (ARCHITECTURE.md, 'Worker slots').",
         )
+        parser.add_argument(
+            "--metrics-port", type=int, default=0,
+            help="Serve this worker's Prometheus metrics on this port (0: off; with "
+            "PROMETHEUS_MULTIPROC_DIR the web /metrics reports them already).",
+        )
+        parser.add_argument(
+            "--metrics-host", default="127.0.0.1",
+            help="Address --metrics-port binds (default loopback only).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["metrics_port"]:
+            from prometheus_client import start_http_server
+
+            start_http_server(options["metrics_port"], addr=options["metrics_host"])
         asyncio.run(self._serve(max_concurrent_tasks=options["max_concurrent_tasks"]))
 
     async def _serve(self, *, max_concurrent_tasks: int) -> None:
@@ -69,7 +89,11 @@ class Command(BaseCommand):
             server_address=address,
             pull=PullWorkerOptions(max_concurrent_tasks=max_concurrent_tasks),
         )
-        heartbeat_file = Path(knobs["WORKER_HEARTBEAT_FILE"])
+        from agents_app.metrics import WORKER_TASK_SLOTS
+        from agents_app.worker_heartbeat import WorkerHeartbeat
+
+        heartbeat = WorkerHeartbeat()
+        WORKER_TASK_SLOTS.set(max_concurrent_tasks)
         try:
             async with AsyncWorker(registry, cache, worker_options) as worker:
                 serving = asyncio.create_task(worker.start())
@@ -79,9 +103,12 @@ class Command(BaseCommand):
                     registered.cancel()
                     await serving  # start() failed; its error explains why
                     return
-                self.stdout.write(f"dexworker ready: serving AgentSession from {address}")
+                self.stdout.write(
+                    f"dexworker ready: serving AgentSession from {address} "
+                    f"(worker {heartbeat.worker})"
+                )
                 self.stdout.flush()
-                beating = asyncio.create_task(_beat(heartbeat_file))
+                beating = asyncio.create_task(_beat(heartbeat, worker))
                 # Index writes a previous worker lost (killed between a Step and its write)
                 # are repaired from Dex; the tasks it left are being redelivered meanwhile.
                 reconciling = asyncio.create_task(_reconcile_index())
@@ -94,7 +121,11 @@ class Command(BaseCommand):
                 await worker.stop()
                 await serving
         finally:
-            await asyncio.to_thread(heartbeat_file.unlink, missing_ok=True)
+            try:
+                await heartbeat.forget()
+            except Exception as error:  # Redis gone: the beat expires within the max age
+                _log.warning("Could not remove the heartbeat of %s: %s", heartbeat.worker, error)
+            WORKER_TASK_SLOTS.set(0)
             await observer.aclose()
             await pool.aclose()
         self.stdout.write("dexworker stopped")
@@ -117,13 +148,37 @@ async def _reconcile_index() -> None:
         log.info("Index reconciled at start: %s", result)
 
 
-async def _beat(path: Path) -> None:
-    """Touch ``path`` every second while the worker serves (read by ``/healthz``).
+def _slots_in_use(worker: Any) -> int | None:
+    """Busy Step slots of ``worker``, or None when the SDK does not show them.
 
-    The touch runs on the event loop itself, not in a thread: a thread pool busy with index
-    writes must not delay it, and a loop that stops turning should stop the beat.
+    dex-python-sdk 1.23.0 keeps the count in its pull runtime's private ``_busy_tasks``; there
+    is no public accessor, so a missing attribute (another SDK version) reads as unknown.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    busy = getattr(getattr(worker, "_pull", None), "_busy_tasks", None)
+    return busy if isinstance(busy, int) else None
+
+
+async def _beat(heartbeat: WorkerHeartbeat, worker: Any) -> None:
+    """Beat every second while the worker serves (read by ``/healthz`` and ``/readyz``), and
+    sample the busy Step slots for ``dexagents_worker_task_slots_in_use``.
+
+    The beat runs on the event loop itself, not in a thread: a thread pool busy with index
+    writes must not delay it, and a loop that stops turning should stop the beat. A beat that
+    fails (Redis unreachable) is logged and tried again a second later.
+    """
+    from agents_app.metrics import WORKER_TASK_SLOTS_IN_USE
+
+    failing = False
     while True:
-        path.touch()  # noqa: ASYNC240 (microseconds on a local file; see the docstring)
+        try:
+            await heartbeat.beat()
+        except Exception as error:
+            if not failing:
+                _log.warning("Heartbeat of %s failed: %s", heartbeat.worker, error)
+            failing = True
+        else:
+            failing = False
+        busy = _slots_in_use(worker)
+        if busy is not None:
+            WORKER_TASK_SLOTS_IN_USE.set(busy)
         await asyncio.sleep(_HEARTBEAT_SECONDS)
