@@ -164,7 +164,9 @@ async def http_figure(label: str, ports: list[int], bearer: dict[str, str], clie
     """Snapshot reads over HTTP, the clients spread over the web processes on ``ports``."""
     import httpx
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    # Expire idle connections before uvicorn's 5 s keep-alive does (see bench/scale.py).
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients,
+                          keepalive_expiry=2.0)
     pools = [httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=bearer,
                                timeout=60, limits=limits) for port in ports]
 

@@ -67,14 +67,17 @@ async def session_drive(stack: Any, api: Any, turns: int, limit: asyncio.Semapho
     from websockets.asyncio.client import connect
 
     headers = stack.personas["owner"].bearer()
+    phase = "create"
     try:
         async with limit:
             created = await post_with_retries(api, "/api/v1/sessions/", {"agent": "demo"}, run)
         run.session_id = str(created["id"])
+        phase = "websocket"
         async with connect(stack.events_url(run.session_id), additional_headers=headers,
                            open_timeout=120, max_queue=None) as ws:
             for turn in range(turns):
                 started = time.perf_counter()
+                phase = f"turn {turn}"
                 async with limit:
                     await post_with_retries(api, f"/api/v1/sessions/{run.session_id}/messages/",
                                             {"text": f"turn {turn}: tell me something"}, run)
@@ -89,7 +92,7 @@ async def session_drive(stack: Any, api: Any, turns: int, limit: asyncio.Semapho
                             break
                 run.turn_seconds.append(time.perf_counter() - started)
     except Exception as error:
-        run.error = f"{type(error).__name__}: {error}"[:300]
+        run.error = f"{phase}: {type(error).__name__}: {error}"[:300]
 
 
 async def steps_completed(stack: Any, api: Any, session_ids: list[str]) -> int:
@@ -109,8 +112,11 @@ async def measure(stack: Any, args: argparse.Namespace) -> None:
     import httpx
 
     headers = stack.personas["owner"].bearer()
+    # Idle connections expire before uvicorn's 5 s keep-alive does, so no request goes out on
+    # a connection the server is closing (httpx's default expiry is also 5 s).
+    limits = httpx.Limits(max_connections=64, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=stack.base_url(), headers=headers, timeout=120,
-                                 limits=httpx.Limits(max_connections=64)) as api:
+                                 limits=limits) as api:
         # The peer first: one session alone (also warms the worker and model up).
         alone = SessionRun()
         await session_drive(stack, api, args.turns, asyncio.Semaphore(1), alone)
