@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-relay clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-relay bench-rest bench-scale clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,10 +59,20 @@ bench: install
 	$(PY) -m bench.engine
 	$(PY) -m bench.relay
 	$(PY) -m bench.steer
+	$(PY) -m bench.rest
+	$(PY) -m bench.scale
 
 # Websocket relay: latency from a Stream write to the frame, and 200 sockets on one web process.
 bench-relay: install
 	$(PY) -m bench.relay
+
+# REST: concurrent snapshot reads on one web process, before and after the async views, and on 2.
+bench-rest: install
+	$(PY) -m bench.rest
+
+# 200 active sessions on 3 Dex workers: Steps per second, turn p50 / p99, errors.
+bench-scale: install
+	$(PY) -m bench.scale
 
 clean:
 	rm -rf var .mypy_cache .ruff_cache .pytest_cache

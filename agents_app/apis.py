@@ -7,6 +7,7 @@ call a selector or service, and shape the answer; Dex errors map to 503
 404 (engine has no such session).
 """
 
+import asyncio
 from typing import Any
 from urllib.parse import urlencode
 
@@ -31,6 +32,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
+from agents_app.api_async import AsyncAPIView, db
 from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
 from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, Delivery
@@ -38,8 +40,6 @@ from agents_app.selectors import (
     agent_get_enabled,
     agent_list_enabled,
     health_get,
-    session_history_get,
-    session_snapshot_get,
 )
 from agents_app.services import (
     SESSION_STATUS_STOPPED,
@@ -494,7 +494,7 @@ class SessionOwnedMixin(DexErrorsMixin):
         return session
 
 
-class SessionDetailApi(SessionOwnedMixin, APIView):
+class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     """``GET /api/v1/sessions/<id>/`` (owner or staff): the session's live snapshot from Dex.
 
     Besides the snapshot: ``model``, ``title``, ``owner``, ``has_older_messages`` (older
@@ -507,34 +507,65 @@ class SessionDetailApi(SessionOwnedMixin, APIView):
     """
 
     @extend_schema(responses={200: SNAPSHOT_SCHEMA})
-    def get(self, request: Request, session_id: str) -> Response:
-        session = self.session_get(request, session_id)
+    async def get(self, request: Request, session_id: str) -> Response:
+        session = await db(self.session_get)(request, session_id)
         # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
-        events_after = selectors.session_events_after_get(session=session)
+        events_after = await dex_gateway.call(
+            dex_gateway.session_events_tail_token(session_id=session.id)
+        )
         read_at = timezone.now()
-        snapshot = session_snapshot_get(session=session)
+        snapshot_read = dex_gateway.call(dex_gateway.session_snapshot(session_id=session.id))
+        flow_running = None
+        if session.status == SESSION_STATUS_STOPPED:
+            snapshot = await snapshot_read
+        else:
+            # A Flow stopped behind the index's back keeps its last status in the snapshot;
+            # both reads at once: one engine round trip instead of two.
+            snapshot, flow_running = await asyncio.gather(
+                snapshot_read,
+                dex_gateway.call(dex_gateway.session_flow_running(session_id=session.id)),
+            )
+        return Response(
+            await db(self._answer)(
+                request=request,
+                session=session,
+                snapshot=snapshot,
+                read_at=read_at,
+                flow_running=flow_running,
+                events_after=events_after,
+            )
+        )
+
+    @staticmethod
+    def _answer(
+        *,
+        request: Request,
+        session: AgentSession,
+        snapshot: dict[str, Any],
+        read_at: Any,
+        flow_running: bool | None,
+        events_after: str,
+    ) -> dict[str, Any]:
+        """The Django side of the answer (index writes, outbox, extras), in one thread hop."""
         session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
         if session.status != SESSION_STATUS_STOPPED:
-            # A Flow stopped behind the index's back keeps its last status in the snapshot.
-            services.session_stopped_detect(session=session)
+            services.session_stopped_detect(session=session, flow_running=flow_running)
         if session.status == SESSION_STATUS_STOPPED:
             snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
         snapshot = selectors.snapshot_with_outbox(session=session, snapshot=snapshot)
-        return Response(
-            {
-                "id": session.id,
-                "agent": session.agent.slug,
-                **selectors.session_detail_extras(session=session, user=request.user),
-                **snapshot,
-                "events_after": events_after,
-                "live_events_after": selectors.session_live_events_after(
-                    session=session, snapshot=snapshot, events_after=events_after
-                ),
-            }
-        )
+        return {
+            "id": session.id,
+            "agent": session.agent.slug,
+            **selectors.session_detail_extras(session=session, user=request.user),
+            **snapshot,
+            "events_after": events_after,
+            "live_events_after": selectors.session_live_events_after(
+                session=session, snapshot=snapshot, events_after=events_after
+            ),
+        }
 
 
-class SessionMessageApi(SessionOwnedMixin, APIView):
+class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
     """``/api/v1/sessions/<id>/messages/``.
 
     ``GET`` (owner or staff) ``?before=<sequence>&limit=<1..200, default 50>``: one page of
@@ -586,13 +617,15 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
             )
         },
     )
-    def get(self, request: Request, session_id: str) -> Response:
-        session = self.session_get(request, session_id)
+    async def get(self, request: Request, session_id: str) -> Response:
+        session = await db(self.session_get)(request, session_id)
         query = self.MessagePageInputSerializer(data=query_values(request))
         query.is_valid(raise_exception=True)
         limit = query.validated_data["limit"]
-        page = selectors.session_messages_page(
-            session=session, before=query.validated_data.get("before"), limit=limit
+        page = await dex_gateway.call(
+            dex_gateway.session_messages_before(
+                session_id=session.id, before=query.validated_data.get("before"), limit=limit
+            )
         )
         older = page["next_before"]
         following = None
@@ -624,7 +657,12 @@ class SessionMessageApi(SessionOwnedMixin, APIView):
             ),
         },
     )
-    def post(self, request: Request, session_id: str) -> Response:
+    async def post(self, request: Request, session_id: str) -> Response:
+        # A write: the outbox and Dex's answer decide together, so it stays one sync unit.
+        response: Response = await db(self._post)(request, session_id)
+        return response
+
+    def _post(self, request: Request, session_id: str) -> Response:
         session = self.session_get_for_owner(request, session_id)
         serializer = self.MessageInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -674,7 +712,7 @@ class QueuedMessageGone(NotFound):
     default_code = "queued_message_not_found"
 
 
-class SessionQueueApi(SessionOwnedMixin, APIView):
+class SessionQueueApi(SessionOwnedMixin, AsyncAPIView):
     """``GET /api/v1/sessions/<id>/queue/`` (owner or staff): the messages waiting for the
     session, oldest first, read from Dex in one RPC.
 
@@ -700,9 +738,19 @@ class SessionQueueApi(SessionOwnedMixin, APIView):
             ),
         },
     )
-    def get(self, request: Request, session_id: str) -> Response:
-        session = self.session_get(request, session_id)
-        return Response(selectors.message_queue_get(session=session))
+    async def get(self, request: Request, session_id: str) -> Response:
+        session = await db(self.session_get)(request, session_id)
+        if session.status == SESSION_STATUS_STOPPED:
+            return Response({"queued": [], "steered": [], "partial": False})
+        # The outbox first, as selectors.message_queue_get reads them.
+        kept = await db(selectors.message_queue_kept)(session=session)
+        try:
+            queue = await dex_gateway.call(
+                dex_gateway.session_message_queue(session_id=session.id)
+            )
+        except dex_gateway.EngineUnavailableError:
+            queue = None
+        return Response(selectors.message_queue_merge(queue=queue, kept=kept))
 
 
 class QueuedMessageMixin(SessionOwnedMixin):
@@ -970,7 +1018,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
         )
 
 
-class SessionHistoryApi(SessionOwnedMixin, APIView):
+class SessionHistoryApi(SessionOwnedMixin, AsyncAPIView):
     """``GET /api/v1/sessions/<id>/history/``: completed Steps, oldest first."""
 
     @extend_schema(
@@ -987,9 +1035,9 @@ class SessionHistoryApi(SessionOwnedMixin, APIView):
             )
         }
     )
-    def get(self, request: Request, session_id: str) -> Response:
-        session = self.session_get(request, session_id)
-        entries = session_history_get(session=session)
+    async def get(self, request: Request, session_id: str) -> Response:
+        session = await db(self.session_get)(request, session_id)
+        entries = await dex_gateway.call(dex_gateway.session_history(session_id=session.id))
         return Response(
             [
                 {

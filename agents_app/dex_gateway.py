@@ -8,7 +8,10 @@ translated in one place and one ``AsyncClient`` serves the whole process:
   (reference/django-notes.md G1);
 - sync callers (DRF views, services, commands) use ``run(...)``, which executes the
   coroutine on one private event loop thread per process, so every request shares one
-  AsyncClient and one gRPC channel whatever server runs Django.
+  AsyncClient and one gRPC channel whatever server runs Django;
+- async views ``await call(...)``, which runs the coroutine on that same private loop
+  without holding a thread while Dex answers, so a web process serves many Dex-reading
+  requests at once on one channel.
 
 Nothing is created at import time; the first call builds the connection, which keeps this
 module safe to import in forking processes (Celery prefork).
@@ -32,7 +35,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from django.conf import settings
@@ -998,6 +1001,52 @@ class _GatewayLoop:
 _gateway_loop = _GatewayLoop()
 
 
+def _timed_out(limit: float) -> EngineUnavailableError:
+    address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+    return EngineUnavailableError(
+        f"The Dex engine at {address} did not answer within {limit:g} seconds.",
+        cause="timeout",
+    )
+
+
+async def call(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Await a coroutine of this module from async code (async views) without blocking a
+    thread, on the process's gateway loop.
+
+    The coroutine runs where ``run`` runs it, so async views and sync callers share the
+    process's one AsyncClient and gRPC channel whatever loop the caller is on (the ASGI
+    server's, or a short-lived one of ``async_to_sync`` under Django's test client, which
+    would otherwise open a channel per request). Cancelling the caller (a client that went
+    away) cancels the call on the gateway loop.
+
+    Args:
+        coroutine: e.g. ``session_snapshot(session_id=...)``.
+
+    Raises:
+        EngineUnavailableError: The engine did not answer within
+            ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds (as ``run``).
+        Whatever the coroutine raises.
+    """
+    limit = float(settings.DEXAGENTS["ENGINE_TIMEOUT"])
+    # Loaded with the ASGI application in a web process; elsewhere (tests) once, here.
+    import agents_app.flow  # noqa: F401
+
+    loop = _gateway_loop.get()
+    awaitable: Any = coroutine
+    if asyncio.get_running_loop() is not loop:
+        awaitable = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
+    deadline = asyncio.timeout(limit)
+    try:
+        async with deadline:
+            return cast(T, await awaitable)
+    except TimeoutError:
+        # Only the deadline's own expiry means "no answer"; a TimeoutError the coroutine
+        # raised passes through as it is.
+        if deadline.expired():
+            raise _timed_out(limit) from None
+        raise
+
+
 def run(coroutine: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
     """Run a coroutine of this module from sync code and return its result.
 
@@ -1020,8 +1069,4 @@ def run(coroutine: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T
         return future.result(timeout=limit)
     except TimeoutError:
         future.cancel()
-        address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
-        raise EngineUnavailableError(
-            f"The Dex engine at {address} did not answer within {limit:g} seconds.",
-            cause="timeout",
-        ) from None
+        raise _timed_out(limit) from None

@@ -83,17 +83,34 @@ def message_queue_get(*, session: AgentSession) -> dict[str, Any]:
         listed. A stopped session's queue is empty without asking Dex, as its snapshot is
         (``snapshot_as_stopped``): those messages will never run.
     """
-    from agents_app import outbox
-
     if session.status == "stopped":
         return {"queued": [], "steered": [], "partial": False}
-    kept = [
-        outbox.outbox_message_to_queue_entry(item)
-        for item in outbox.outbox_message_pending(session=session)
-    ]
+    kept = message_queue_kept(session=session)
     try:
         queue = dex_gateway.run(dex_gateway.session_message_queue(session_id=session.id))
     except dex_gateway.EngineUnavailableError:
+        queue = None
+    return message_queue_merge(queue=queue, kept=kept)
+
+
+def message_queue_kept(*, session: AgentSession) -> list[dict[str, Any]]:
+    """The queue entries the outbox still keeps for ``session`` (``delivery`` ``pending``),
+    oldest first; read them before Dex's queue (``message_queue_get``)."""
+    from agents_app import outbox
+
+    return [
+        outbox.outbox_message_to_queue_entry(item)
+        for item in outbox.outbox_message_pending(session=session)
+    ]
+
+
+def message_queue_merge(
+    *, queue: dict[str, list[dict[str, Any]]] | None, kept: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``message_queue_get``'s answer from Dex's queue (``dex_gateway.session_message_queue``,
+    or None when the engine did not answer) and the outbox's entries (``message_queue_kept``).
+    No I/O."""
+    if queue is None:
         return {"queued": kept, "steered": [], "partial": True}
     listed = {
         name: [

@@ -334,7 +334,7 @@ def session_stop(*, session: AgentSession) -> None:
         session_index.approvals_changed_notify()
 
 
-def session_stopped_detect(*, session: AgentSession) -> bool:
+def session_stopped_detect(*, session: AgentSession, flow_running: bool | None = None) -> bool:
     """Make stop final when it happened behind the index's back: mark ``session`` stopped
     (withdrawing its pending approvals) when its Dex Flow no longer runs.
 
@@ -342,6 +342,9 @@ def session_stopped_detect(*, session: AgentSession) -> bool:
     process died in between), leaves the index saying ``running_tools`` with an approval
     nobody can decide any more; every read of the session's detail and every write Dex
     refused checks here.
+
+    ``flow_running`` is ``dex_gateway.session_flow_running``'s answer when the caller (an
+    async view) already read it; None asks Dex here.
 
     Returns:
         True when the session is stopped (already indexed so, or now).
@@ -351,7 +354,9 @@ def session_stopped_detect(*, session: AgentSession) -> bool:
     """
     if session.status == SESSION_STATUS_STOPPED:
         return True
-    if dex_gateway.run(dex_gateway.session_flow_running(session_id=session.id)):
+    if flow_running is None:
+        flow_running = dex_gateway.run(dex_gateway.session_flow_running(session_id=session.id))
+    if flow_running:
         return False
     if session_index.session_stopped_index(session=session):
         session_index.approvals_changed_notify()

@@ -260,3 +260,45 @@ def test_a_message_past_the_grpc_limit_means_the_session_is_too_large() -> None:
 
     translated = dex_gateway._translate(TooLarge(), "ses_x")
     assert isinstance(translated, dex_gateway.SessionTooLargeError)
+
+
+async def test_call_runs_on_the_gateway_loop_not_the_callers() -> None:
+    import asyncio
+
+    async def where() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    ran_on = await dex_gateway.call(where())
+    assert ran_on is dex_gateway._gateway_loop.get()
+    assert ran_on is not asyncio.get_running_loop()
+
+
+async def test_call_turns_a_missed_deadline_into_engine_unavailable_and_cancels(
+    settings: Any,
+) -> None:
+    import asyncio
+    import threading
+
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "ENGINE_TIMEOUT": 1}
+    cancelled = threading.Event()
+
+    async def never_answers() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(dex_gateway.EngineUnavailableError) as raised:
+        await dex_gateway.call(never_answers())
+    assert raised.value.cause == "timeout"
+    # The call is cancelled where it ran, on the gateway loop.
+    assert await asyncio.to_thread(cancelled.wait, 10)
+
+
+async def test_call_passes_a_timeout_error_of_the_coroutine_through() -> None:
+    async def times_out_itself() -> None:
+        raise TimeoutError("own deadline")
+
+    with pytest.raises(TimeoutError, match="own deadline"):
+        await dex_gateway.call(times_out_itself())

@@ -1,0 +1,155 @@
+"""A web process on PostgreSQL gives back every database connection that cancelled requests
+and dropped websockets used (issue 12, "Web").
+
+Real processes: the embedded engine and one uvicorn serving ``dexagents_site.asgi`` with
+``DATABASE_URL`` pointing at a fresh PostgreSQL database (``tests/production_services.py``).
+No Dex worker runs, so nothing else connects to that database, and a snapshot read (a Dex
+RPC, which needs a worker) stays in flight until ``DEXAGENTS_ENGINE_TIMEOUT``: the requests
+this test cancels are mid-await for certain, holding their request's connection. The
+websockets' relays long-poll the session's AgentEvents Stream, which needs no worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from dex_agents.testing import free_port
+from tests.e2e.conftest import PYTHON, Processes, wait_until
+from tests.e2e.relay_stack import PERSONAS_CODE, Persona, Stack, stack_environment
+from tests.production_services import postgres_connections, postgres_url
+
+__all__ = ["postgres_url"]
+
+pytestmark = pytest.mark.e2e
+
+SOCKETS = 200
+REQUESTS = 20
+RELAY_STARTED = re.compile(r"Events relay for session \S+ started")
+
+
+@pytest.fixture
+def web_on_postgres(tmp_path: Path, postgres_url: str) -> Iterator[Stack]:
+    """Engine and one web process on ``postgres_url``; no worker, no Celery."""
+    stack = Stack(processes=Processes({}), env={}, web_port=free_port(),
+                  engine_port=free_port(), model_port=free_port())
+    stack.env = stack_environment(
+        tmp_path / "var", web_port=stack.web_port, engine_port=stack.engine_port,
+        model_port=stack.model_port,
+        # Long enough that the cancelled reads are still waiting when they are dropped.
+        extra={"DATABASE_URL": postgres_url, "DEXAGENTS_ENGINE_TIMEOUT": "60"})
+    (tmp_path / "var").mkdir()
+    stack.processes = Processes(stack.env)
+    try:
+        stack.processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+        stack.processes.run([PYTHON, "manage.py", "seed_demo"])
+        out = stack.processes.run([PYTHON, "manage.py", "shell", "-c", PERSONAS_CODE])
+        stack.personas = {
+            name: Persona(name, data["token"], data["cookie"])
+            for name, data in json.loads(out.strip().splitlines()[-1]).items()
+        }
+        stack.start_engine().wait_for_line("dex_dev_server ready on")
+        stack.web = stack.start_web(stack.web_port)
+        stack.web.wait_for_line("Application startup complete")
+        yield stack
+    finally:
+        stack.processes.stop_all()
+
+
+def settled_connections(url: str) -> int:
+    """The database's connection count once two readings in a row agree (the backends of
+    finished requests and commands take a moment to go)."""
+    readings: list[int] = []
+
+    def probe() -> list[int] | None:
+        readings.append(postgres_connections(url))
+        return readings[-1:] if readings[-2:-1] == readings[-1:] else None
+
+    return wait_until("the connection count to settle", probe, timeout=30, interval=0.25)[0]
+
+
+def relays_started(stack: Stack) -> int:
+    return sum(bool(RELAY_STARTED.search(line)) for line in list(stack.web.lines))
+
+
+async def open_sockets(stack: Stack, session_ids: list[str]) -> list[ClientConnection]:
+    headers = stack.personas["owner"].bearer()
+    return list(await asyncio.gather(*(
+        connect(stack.events_url(session_ids[number % len(session_ids)]),
+                additional_headers=headers, open_timeout=60)
+        for number in range(SOCKETS))))
+
+
+async def requests_in_flight(stack: Stack, session_id: str) -> list[asyncio.StreamWriter]:
+    """Send ``REQUESTS`` snapshot reads on raw sockets, leaving their answers unread."""
+    token = stack.personas["owner"].token
+    writers = []
+    for _ in range(REQUESTS):
+        _, writer = await asyncio.open_connection("127.0.0.1", stack.web_port)
+        writer.write(
+            f"GET /api/v1/sessions/{session_id}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n".encode())
+        await writer.drain()
+        writers.append(writer)
+    return writers
+
+
+def test_cancelled_requests_and_dropped_websockets_give_back_db_connections(
+    web_on_postgres: Stack, postgres_url: str
+) -> None:
+    stack = web_on_postgres
+    with stack.api() as api:
+        session_ids = []
+        for _ in range(4):
+            created = api.post("/api/v1/sessions/", json={"agent": "demo"})
+            assert created.status_code == 201, created.text
+            session_ids.append(created.json()["id"])
+        assert api.get("/api/v1/agents/").status_code == 200
+    baseline = settled_connections(postgres_url)
+
+    async def scenario() -> None:
+        # Snapshot reads that wait on Dex (no worker runs their RPC) while holding their
+        # request's connection; then the clients go away.
+        writers = await requests_in_flight(stack, session_ids[0])
+        held = await asyncio.to_thread(
+            wait_until, "the in-flight reads to hold connections",
+            lambda: postgres_connections(postgres_url) >= baseline + REQUESTS // 2)
+        assert held
+        for writer in writers:
+            writer.transport.abort()
+
+        # Websockets whose relays long-poll the Stream, dropped without a close frame.
+        sockets = await open_sockets(stack, session_ids)
+        await asyncio.to_thread(wait_until, f"{SOCKETS} relays to start",
+                                lambda: relays_started(stack) >= SOCKETS)
+        for socket in sockets:
+            assert socket.transport is not None
+            socket.transport.abort()
+
+        # Sockets dropped during their handshake's database work (token and session lookups).
+        token = stack.personas["owner"].token
+        for number in range(SOCKETS):
+            _, writer = await asyncio.open_connection("127.0.0.1", stack.web_port)
+            writer.write(
+                f"GET /ws/sessions/{session_ids[number % len(session_ids)]}/events/ HTTP/1.1\r\n"
+                "Host: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                f"Authorization: Bearer {token}\r\n\r\n".encode())
+            await writer.drain()
+            writer.transport.abort()
+
+    asyncio.run(scenario())
+
+    wait_until(f"Postgres connections back to {baseline}",
+               lambda: postgres_connections(postgres_url) <= baseline, timeout=60)
+    # Still serving, and still giving connections back.
+    with stack.api() as api:
+        assert api.get("/api/v1/agents/").status_code == 200
+    wait_until(f"Postgres connections back to {baseline} after one more request",
+               lambda: postgres_connections(postgres_url) <= baseline, timeout=30)
