@@ -157,6 +157,8 @@ def schema_operations(stack: ContractStack) -> set[str]:
     }
 
 
+# About 80 s alone; several times that on a machine loaded by other runs.
+@pytest.mark.timeout(900)
 def test_served_responses_match_the_schema(stack: ContractStack, tmp_path: Path) -> None:
     report = tmp_path / "report.ndjson"
     env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS),
