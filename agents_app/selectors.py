@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
@@ -20,6 +19,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents_app import dex_gateway
+from agents_app.conf import dexagents_setting
 from agents_app.models import (
     AgentDefinition,
     AgentSession,
@@ -27,7 +27,7 @@ from agents_app.models import (
     ApprovalDecision,
     ApprovalRequest,
 )
-from dexagents_site.rest_errors import UnavailablePart
+from agents_app.rest_errors import UnavailablePart
 
 logger = logging.getLogger(__name__)
 
@@ -369,12 +369,12 @@ def worker_heartbeat_fresh() -> bool:
     seconds (4), so a killed or hung worker reads as down within that time. A worker that
     stops cleanly deletes the file, which reads as down at once.
     """
-    path = Path(settings.DEXAGENTS["WORKER_HEARTBEAT_FILE"])
+    path = Path(dexagents_setting("WORKER_HEARTBEAT_FILE"))
     try:
         age = time.time() - path.stat().st_mtime
     except OSError:
         return False
-    return age < float(settings.DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"])
+    return age < float(dexagents_setting("WORKER_HEARTBEAT_MAX_AGE"))
 
 
 #: Parts of the platform ``/healthz`` reports, in the order a request needs them.
@@ -386,7 +386,7 @@ def health_get() -> dict[str, str]:
 
     When a part is down, ``detail`` (a sentence) and ``unavailable`` (the first part down, in
     the order a request needs them: ``"engine"`` before ``"worker"``) are added: the shape of
-    every 503 (``dexagents_site.rest_errors.ServiceUnavailable``).
+    every 503 (``agents_app.rest_errors.ServiceUnavailable``).
 
     The engine is up when it answers FlowService.HealthCheck within
     ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds; the worker when its heartbeat is fresh

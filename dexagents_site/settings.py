@@ -149,7 +149,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First, so Django's own HTML error pages under /api/ (no route, 500) become JSON.
-    "dexagents_site.rest_errors.ApiJsonErrorsMiddleware",
+    "agents_app.rest_errors.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files from the ASGI app itself, so `make run` needs no proxy (issue 9).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -274,10 +274,10 @@ else:
     }
 
 REST_FRAMEWORK = {
-    "EXCEPTION_HANDLER": "dexagents_site.rest_errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "agents_app.rest_errors.api_exception_handler",
     # DRF's parsers, with a nesting bound on JSON bodies (a deep body is a 400, not a 500).
     # JSON only (anything else is 415), refusing bodies nested past 64 levels with a 400.
-    "DEFAULT_PARSER_CLASSES": ["dexagents_site.rest_errors.BoundedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agents_app.rest_errors.BoundedJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # `Authorization: Bearer <key>`, and DRF's `Token <key>` (ARCHITECTURE.md "Auth").
         "agents_app.auth.BearerTokenAuthentication",

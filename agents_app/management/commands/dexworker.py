@@ -8,8 +8,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+
+from agents_app.conf import dexagents_settings
 
 #: Seconds between two touches of the heartbeat file; ``/healthz`` reads a file older than
 #: ``DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"]`` (4 s) as a dead worker.
@@ -47,7 +48,7 @@ class Command(BaseCommand):
         from mcp_registry.client import McpClientPool
         from mcp_registry.tasks import process_status_record, tools_list_changed_enqueue
 
-        knobs = settings.DEXAGENTS
+        knobs = dexagents_settings()
         address = knobs["DEX_SERVER_ADDRESS"]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
