@@ -116,4 +116,6 @@ DEXAGENTS = {
     "DEX_SERVER_ADDRESS": os.environ.get("DEX_SERVER_ADDRESS", "127.0.0.1:8801"),
     "DEMO_MODEL_PORT": int(os.environ.get("DEMO_MODEL_PORT", "8811")),
     "VAR_DIR": BASE_DIR / "var",
+    # Where urls.py mounts the REST API: Django's own error pages there answer JSON.
+    "API_PATH_PREFIX": "/agents/api/",
 }

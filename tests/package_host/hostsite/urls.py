@@ -21,6 +21,7 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("api/v1/", include("agents_app.urls")),
+    # Both under the host's own prefix; DEXAGENTS["API_PATH_PREFIX"] names the API's.
+    path("agents/api/v1/", include("agents_app.urls")),
     path("agents/", include("agents_app.page_urls")),
 ]
