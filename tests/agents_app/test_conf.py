@@ -1,6 +1,7 @@
 """``agents_app.conf``: the apps' knobs from ``settings.DEXAGENTS``, with defaults for what a
 host project leaves out."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,30 @@ def test_the_project_settings_set_every_key_the_apps_read() -> None:
     from django.conf import settings
 
     assert KNOWN_KEYS - {"API_PATH_PREFIX"} <= set(settings.DEXAGENTS)
+
+
+#: Modules of the wheel that only this repository's own project runs (left out of the wheel).
+_PROJECT_ONLY = {"agents_app/devstack.py", "agents_app/management/commands/dev.py"}
+
+
+def test_the_shipped_apps_neither_read_dexagents_directly_nor_import_the_project() -> None:
+    """A host project has no ``dexagents_site`` and may leave keys out of ``DEXAGENTS``: the
+    apps go through ``agents_app.conf`` (which has the defaults) and import nothing from the
+    project, or an installed app fails where this repository's tests pass."""
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for package in ("agents_app", "mcp_registry", "dex_agents", "dex_dev_server"):
+        for path in sorted((root / package).rglob("*.py")):
+            relative = path.relative_to(root).as_posix()
+            # conf.py is the one module that reads the dict.
+            if relative in _PROJECT_ONLY or relative == "agents_app/conf.py" or (
+                "/migrations/" in relative
+            ):
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                code = line.split("#", 1)[0]
+                if "settings.DEXAGENTS" in code or re.search(
+                    r"^\s*(from|import)\s+dexagents_site\b", code
+                ):
+                    offenders.append(f"{relative}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
