@@ -16,7 +16,9 @@ Select it with ``pytest -m package``.
 
 from __future__ import annotations
 
+import asyncio
 import email.parser
+import json
 import os
 import re
 import shutil
@@ -31,6 +33,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
 from dex_agents.testing import free_port
 from tests.e2e.conftest import Proc, wait_until
@@ -182,6 +185,12 @@ def host(installed: Path, tmp_path: Path) -> Iterator[tuple[_HostProcesses, Path
         processes.stop_all()
 
 
+async def _first_frames(url: str, token: str, *, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` frames of a session events socket opened with ``token``."""
+    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as socket:
+        return [json.loads(await asyncio.wait_for(socket.recv(), 30)) for _ in range(count)]
+
+
 def _installed_location(python: Path, cwd: Path, env: dict[str, str]) -> str:
     return _run([str(python), "-c", "import agents_app; print(agents_app.__file__)"],
                 cwd=cwd, env=env, timeout=60).strip()
@@ -241,6 +250,12 @@ def test_a_host_project_migrates_and_runs_a_demo_turn(
     snapshot = wait_until("the demo agent's answer", answered, timeout=90)
     reply = [m for m in snapshot["messages"] if m["role"] == "assistant"][-1]
     assert "hello from the host project" in reply["text"], snapshot
+
+    # The host's ASGI app routes the websockets: the relay replays the turn's AgentEvents.
+    frames = asyncio.run(_first_frames(
+        f"ws://127.0.0.1:{env['WEB_PORT']}/ws/sessions/{session_id}/events/", token, count=3))
+    assert [frame["type"] for frame in frames] == ["event"] * 3, frames
+    assert all(frame["token"] for frame in frames), frames
 
     # The pages render from the installed templates, at the prefix the host chose, and their
     # links are reversed against the host's URLconf.
