@@ -27,7 +27,7 @@ code   component                          added to
 409 bodies depend on the operation and are declared with ``extend_schema`` on the view
 (``ConflictError`` or a specific component); an explicit ``responses`` entry always wins over
 the defaults. ``agents_app.apis.DexErrorsMixin`` is what actually serves the 503s and 404s
-listed here, ``dexagents_site.rest_errors`` the 413.
+listed here, ``agents_app.rest_errors`` the 413.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from rest_framework import serializers
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.settings import api_settings
 
-from dexagents_site.rest_errors import UNAVAILABLE_PARTS
+from agents_app.rest_errors import UNAVAILABLE_PARTS
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -103,7 +103,7 @@ SERVICE_UNAVAILABLE = inline_serializer(
         ),
         "unavailable": serializers.ChoiceField(
             choices=list(UNAVAILABLE_PARTS),
-            help_text="The part of the platform that is down (dexagents_site.rest_errors).",
+            help_text="The part of the platform that is down (agents_app.rest_errors).",
         ),
     },
 )

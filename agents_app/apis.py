@@ -11,7 +11,6 @@ import asyncio
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -35,7 +34,12 @@ from agents_app import dex_gateway, selectors, services
 from agents_app.api_async import AsyncAPIView, db
 from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
 from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
+from agents_app.conf import dexagents_setting
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, Delivery
+from agents_app.rest_errors import (
+    ServiceUnavailable,
+    unavailable_detail,
+)
 from agents_app.selectors import (
     agent_get_enabled,
     agent_list_enabled,
@@ -46,10 +50,6 @@ from agents_app.services import (
     session_create,
     session_message_send,
     session_status_record,
-)
-from dexagents_site.rest_errors import (
-    ServiceUnavailable,
-    unavailable_detail,
 )
 
 MESSAGE_MAX_CHARS = 100_000
@@ -698,7 +698,7 @@ class QueueFull(APIException):
     default_code = "queue_full"
 
     def __init__(self) -> None:
-        limit = settings.DEXAGENTS["MAX_QUEUED_MESSAGES"]
+        limit = dexagents_setting("MAX_QUEUED_MESSAGES")
         super().__init__(
             f"The message queue is full ({limit} messages wait): let the agent take some, or "
             "delete or steer one, then send again."

@@ -56,7 +56,6 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 
 # The Flow import pulls in LiteLLM and the MCP SDK (seconds). Importing it with the ASGI
@@ -64,6 +63,7 @@ from django.core.exceptions import PermissionDenied
 # Flow for its client on first use).
 import agents_app.flow  # noqa: F401
 from agents_app import dex_gateway, selectors
+from agents_app.conf import dexagents_setting
 from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
 from agents_app.models import AgentSession
@@ -226,8 +226,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     async def relay(self, session_id: str, after: str) -> None:
         """Run the Stream reader and the socket writer until one of them ends."""
         queue = SendQueue(
-            max_frames=int(settings.DEXAGENTS["EVENTS_SEND_QUEUE_FRAMES"]),
-            max_bytes=int(settings.DEXAGENTS["EVENTS_SEND_QUEUE_BYTES"]),
+            max_frames=int(dexagents_setting("EVENTS_SEND_QUEUE_FRAMES")),
+            max_bytes=int(dexagents_setting("EVENTS_SEND_QUEUE_BYTES")),
         )
         counts = {"sent": 0}
         outcome = "cancelled by disconnect"

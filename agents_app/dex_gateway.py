@@ -38,8 +38,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar, cast
 
 import grpc
-from django.conf import settings
 
+from agents_app.conf import dexagents_setting
 from dex_agents import (
     EXECUTE_COMPLETED_EVENT,
     WAIT_FOR_COMPLETED_EVENT,
@@ -133,10 +133,10 @@ def _blob_cache() -> Any:
         if _blob_cache_instance is None:
             from dex import BlobCacheConfig, open_blob_cache
 
-            directory = settings.DEXAGENTS["BLOB_CACHE_DIR"]
+            directory = dexagents_setting("BLOB_CACHE_DIR")
             os.makedirs(directory, exist_ok=True)
             _blob_cache_instance = open_blob_cache(
-                BlobCacheConfig(str(directory), settings.DEXAGENTS["BLOB_CACHE_BYTES"])
+                BlobCacheConfig(str(directory), dexagents_setting("BLOB_CACHE_BYTES"))
             )
         return _blob_cache_instance
 
@@ -144,7 +144,7 @@ def _blob_cache() -> Any:
 def _connection() -> _Connection:
     """Return the running loop's connection, creating it on first use."""
     loop = asyncio.get_running_loop()
-    address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+    address = dexagents_setting("DEX_SERVER_ADDRESS")
     by_address = _connections.setdefault(loop, {})
     connection = by_address.get(address)
     if connection is None:
@@ -189,7 +189,7 @@ def _translate(error: Exception, session_id: str | None) -> Exception:
         return SessionTooLargeError(str(error.details()))
     cause = _unavailable_cause(error)
     if cause == "unreachable":
-        address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+        address = dexagents_setting("DEX_SERVER_ADDRESS")
         return EngineUnavailableError(f"The Dex engine at {address} is not reachable.")
     if _no_worker_ran(error):
         return WorkerUnavailableError(
@@ -198,7 +198,7 @@ def _translate(error: Exception, session_id: str | None) -> Exception:
             cause="worker",
         )
     if cause == "timeout":
-        address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+        address = dexagents_setting("DEX_SERVER_ADDRESS")
         return EngineUnavailableError(
             f"The Dex engine at {address} did not answer in time.", cause="timeout"
         )
@@ -770,7 +770,7 @@ async def session_history(*, session_id: str) -> list[StepHistoryEntry]:
         return await read_flow_step_history(
             _connection().flow_service,
             session_id,
-            page_timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]),
+            page_timeout=float(dexagents_setting("ENGINE_TIMEOUT")),
             event_types=_HISTORY_PAYLOADS,
             max_events=_HISTORY_MAX_EVENTS,
         )
@@ -850,7 +850,7 @@ async def session_events_read(
     from dex import LongPollTimeoutError
 
     connection = _connection()
-    limit = wait_seconds + float(settings.DEXAGENTS["ENGINE_TIMEOUT"])
+    limit = wait_seconds + float(dexagents_setting("ENGINE_TIMEOUT"))
     try:
         async with asyncio.timeout(limit):
             message = await connection.client.read_stream(
@@ -1002,7 +1002,7 @@ _gateway_loop = _GatewayLoop()
 
 
 def _timed_out(limit: float) -> EngineUnavailableError:
-    address = settings.DEXAGENTS["DEX_SERVER_ADDRESS"]
+    address = dexagents_setting("DEX_SERVER_ADDRESS")
     return EngineUnavailableError(
         f"The Dex engine at {address} did not answer within {limit:g} seconds.",
         cause="timeout",
@@ -1027,7 +1027,7 @@ async def call(coroutine: Coroutine[Any, Any, T]) -> T:
             ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds (as ``run``).
         Whatever the coroutine raises.
     """
-    limit = float(settings.DEXAGENTS["ENGINE_TIMEOUT"])
+    limit = float(dexagents_setting("ENGINE_TIMEOUT"))
     # Loaded with the ASGI application in a web process; elsewhere (tests) once, here.
     import agents_app.flow  # noqa: F401
 
@@ -1059,7 +1059,7 @@ def run(coroutine: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T
             coroutine is cancelled.
         Whatever the coroutine raises.
     """
-    limit = float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) if timeout is None else timeout
+    limit = float(dexagents_setting("ENGINE_TIMEOUT")) if timeout is None else timeout
     # The first import of the Flow (LiteLLM, the MCP SDK) takes seconds; do it here, outside
     # the engine deadline and off the gateway loop.
     import agents_app.flow  # noqa: F401

@@ -7,8 +7,7 @@ Every session of every agent definition runs as one ``AgentSessionFlow`` of flow
 
 from __future__ import annotations
 
-from django.conf import settings
-
+from agents_app.conf import dexagents_setting
 from agents_app.runner import LiteLLMRunner
 from dex_agents import (
     AgentSessionFlow,
@@ -66,13 +65,13 @@ def build_flow(
         flow_type=FLOW_TYPE,
         options=AgentSessionOptions(
             default_tool_effect=ToolEffect.UNCLASSIFIED,
-            agent_events_capacity_bytes=settings.DEXAGENTS["EVENTS_STREAM_CAPACITY_BYTES"],
+            agent_events_capacity_bytes=dexagents_setting("EVENTS_STREAM_CAPACITY_BYTES"),
             observer=observer,
             steering=True,
             durable_waits=True,
             user_input=True,
             plans=True,
-            max_queued_messages=settings.DEXAGENTS["MAX_QUEUED_MESSAGES"],
+            max_queued_messages=dexagents_setting("MAX_QUEUED_MESSAGES"),
             compaction=CompactionOptions(),
         ),
     )

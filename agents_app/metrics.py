@@ -34,7 +34,6 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
@@ -49,6 +48,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from agents_app.conf import dexagents_setting
 
 TURNS_STARTED = Counter("dexagents_turns_started", "Turns started (first model call).")
 TURNS_COMPLETED = Counter("dexagents_turns_completed", "Turns completed by the model.")
@@ -139,7 +140,7 @@ def metrics_access_allowed(*, request: HttpRequest) -> bool:
     (``REMOTE_ADDR`` 127.0.0.0/8 or ::1) whose request carries no ``X-Forwarded-For`` (a
     reverse proxy on the same host would otherwise make every client look local).
     """
-    token = str(settings.DEXAGENTS.get("METRICS_TOKEN") or "")
+    token = str(dexagents_setting("METRICS_TOKEN") or "")
     if token:
         header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")

@@ -20,12 +20,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from agents_app import dex_gateway, session_index
+from agents_app.conf import dexagents_setting
 from agents_app.models import (
     AgentSession,
     ApprovalDecision,
@@ -254,7 +254,7 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
                 approved=decision.approved,
                 rejection_message=decision.rejection_message or None,
             ),
-            timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) + _RESOLVE_LOCK_RETRY_SECONDS,
+            timeout=float(dexagents_setting("ENGINE_TIMEOUT")) + _RESOLVE_LOCK_RETRY_SECONDS,
         )
     except dex_gateway.EngineUnavailableError as error:
         _note_attempt(ApprovalDecision, decision.pk, str(error))

@@ -1,4 +1,5 @@
-"""Routes of the browser pages (mounted at the site root)."""
+"""Routes of the browser pages, mounted where the host project includes them (the dexagents
+project mounts them at the site root; the page modules find them through base.html)."""
 
 from django.urls import path
 

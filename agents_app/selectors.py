@@ -10,7 +10,6 @@ import logging
 import threading
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
@@ -18,6 +17,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents_app import dex_gateway
+from agents_app.conf import dexagents_setting
 from agents_app.models import (
     AgentDefinition,
     AgentSession,
@@ -25,7 +25,7 @@ from agents_app.models import (
     ApprovalDecision,
     ApprovalRequest,
 )
-from dexagents_site.rest_errors import UnavailablePart
+from agents_app.rest_errors import UnavailablePart
 
 logger = logging.getLogger(__name__)
 
@@ -402,7 +402,7 @@ def health_get() -> dict[str, str]:
 
     When a part is down, ``detail`` (a sentence) and ``unavailable`` (the first part down, in
     the order a request needs them: ``"engine"`` before ``"worker"``) are added: the shape of
-    every 503 (``dexagents_site.rest_errors.ServiceUnavailable``).
+    every 503 (``agents_app.rest_errors.ServiceUnavailable``).
 
     The engine is up when it answers FlowService.HealthCheck within
     ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds; the worker when its heartbeat is fresh
@@ -443,7 +443,7 @@ def _database_check() -> str:
 
 
 def _redis_check() -> str:
-    url = getattr(settings, "REDIS_URL", "")
+    url = dexagents_setting("REDIS_URL")
     if not url:
         return "not_configured"
     import redis

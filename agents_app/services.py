@@ -7,15 +7,17 @@ import logging
 import os
 import uuid
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, models, transaction
 from knox.models import get_digest_token
 from knox.settings import CONSTANTS as KNOX_CONSTANTS
 
+import mcp_registry
 from agents_app import dex_gateway, session_index
+from agents_app.conf import dexagents_setting
 from agents_app.models import (
     AgentDefinition,
     AgentSession,
@@ -138,7 +140,7 @@ def session_message_send(
     """
     from agents_app import outbox, tasks
 
-    limit = int(settings.DEXAGENTS["MAX_QUEUED_MESSAGES"])
+    limit = int(dexagents_setting("MAX_QUEUED_MESSAGES"))
     if OutboxMessage.objects.filter(session=session, delivery=Delivery.PENDING).count() >= limit:
         raise QueueFullError()
     message = OutboxMessage.objects.create(
@@ -277,7 +279,7 @@ def user_input_answer(*, session: AgentSession, call_id: str, answer: str) -> bo
         dex_gateway.session_answer_user_input(
             session_id=session.id, call_id=call_id, answer=answer
         ),
-        timeout=float(settings.DEXAGENTS["ENGINE_TIMEOUT"]) + RESOLVE_LOCK_RETRY_SECONDS,
+        timeout=float(dexagents_setting("ENGINE_TIMEOUT")) + RESOLVE_LOCK_RETRY_SECONDS,
     )
 
 
@@ -584,7 +586,7 @@ def api_token_create(
         ApiTokenLimitError: ``user`` holds ``DEXAGENTS["MAX_API_TOKENS_PER_USER"]`` tokens
             already (counted after ``replace``); nothing is created.
     """
-    limit = int(settings.DEXAGENTS["MAX_API_TOKENS_PER_USER"])
+    limit = int(dexagents_setting("MAX_API_TOKENS_PER_USER"))
     digest, key = get_digest_token()
     with transaction.atomic():
         if replace:
@@ -825,7 +827,7 @@ DEMO_LOOPBACK_PREFIX = "http://127.0.0.1:"
 
 def _follow_demo_model(agent: AgentDefinition) -> None:
     """Point a demo agent still on a loopback demo model at this checkout's demo model."""
-    demo_api_base = settings.DEXAGENTS["DEMO_MODEL_API_BASE"]
+    demo_api_base = dexagents_setting("DEMO_MODEL_API_BASE")
     if agent.api_base.startswith(DEMO_LOOPBACK_PREFIX) and agent.api_base != demo_api_base:
         agent.api_base = demo_api_base
         agent.save(update_fields=["api_base"])
@@ -860,7 +862,6 @@ def demo_seed() -> DemoSeedResult:
     import secrets
     import sys
 
-    from django.conf import settings
     from django.contrib.auth import get_user_model
 
     from mcp_registry.models import McpServer, McpTool
@@ -868,7 +869,10 @@ def demo_seed() -> DemoSeedResult:
     created: list[str] = []
     agent_tools: list[McpTool] = []
     new_server_tools: list[McpTool] = []
-    var_dir = str(settings.VAR_DIR)
+    var_dir = str(dexagents_setting("VAR_DIR"))
+    # The demo servers run as ``python -m mcp_registry.demo_servers.<name>``: from the folder
+    # that holds the package, whether it is this repository or an installed site-packages.
+    package_root = str(Path(mcp_registry.__file__).resolve().parent.parent)
     for demo in DEMO_SERVERS:
         env_values = {DEMO_VAR_DIR_ENV: var_dir} if demo.uses_var_dir else {}
         server, server_created = McpServer.objects.get_or_create(
@@ -877,7 +881,7 @@ def demo_seed() -> DemoSeedResult:
                 "transport": McpServer.Transport.STDIO,
                 "command": sys.executable,
                 "args": demo.args,
-                "cwd": str(settings.BASE_DIR),
+                "cwd": package_root,
                 "env_values": env_values,
                 "trust_annotations": True,
             },
@@ -924,7 +928,7 @@ def demo_seed() -> DemoSeedResult:
             "name": "Demo agent",
             "description": "Answers with the local demo model and can search the (demo) web.",
             "model": DEMO_MODEL,
-            "api_base": settings.DEXAGENTS["DEMO_MODEL_API_BASE"],
+            "api_base": dexagents_setting("DEMO_MODEL_API_BASE"),
             "api_key_env": "",
             "system_prompt": "You are a helpful assistant. Use web_search when it helps.",
         },
@@ -945,7 +949,7 @@ def demo_seed() -> DemoSeedResult:
                 "summarized as the conversation grows (try /big 4)."
             ),
             "model": DEMO_MODEL,
-            "api_base": settings.DEXAGENTS["DEMO_MODEL_API_BASE"],
+            "api_base": dexagents_setting("DEMO_MODEL_API_BASE"),
             "api_key_env": "",
             "system_prompt": "You are a helpful assistant with a small context window.",
             "context_window": DEMO_SMALL_CONTEXT_WINDOW,

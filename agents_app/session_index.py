@@ -34,6 +34,7 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from agents_app import dex_gateway
+from agents_app.conf import dexagents_setting
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest
 from dex_agents import AgentSessionChange, ClosedInterrupt, InterruptOutcome
 
@@ -396,9 +397,8 @@ def session_index_reconcile(*, session_ids: Iterable[str] | None = None) -> Reco
 
 
 def _engine_timeout() -> int:
-    from django.conf import settings
 
-    return int(settings.DEXAGENTS["ENGINE_TIMEOUT"])
+    return int(dexagents_setting("ENGINE_TIMEOUT"))
 
 
 def _reconcile_one(

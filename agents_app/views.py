@@ -74,7 +74,10 @@ def approvals_view(request: HttpRequest) -> HttpResponse:
         # Rendered here rather than raised: Django logs a raised PermissionDenied with its
         # whole traceback, and a user following a link is no server problem.
         return render(
-            request, "403.html", {"exception": "Only staff decide approvals."}, status=403
+            request,
+            "agents_app/403.html",
+            {"exception": "Only staff decide approvals."},
+            status=403,
         )
     return render(
         request,

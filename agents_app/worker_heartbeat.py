@@ -24,7 +24,7 @@ import socket
 import time
 from pathlib import Path
 
-from django.conf import settings
+from agents_app.conf import dexagents_setting
 
 #: Redis sorted set of beats: member worker ID, score Unix time (Redis clock), seconds.
 REDIS_KEY = "dexagents:worker_heartbeats"
@@ -50,20 +50,20 @@ def worker_id() -> str:
     Characters other than letters, digits, ``_``, ``.`` and ``-`` become ``_`` (the ID names
     a file).
     """
-    name = str(settings.DEXAGENTS.get("WORKER_NAME") or "")
+    name = str(dexagents_setting("WORKER_NAME") or "")
     return _UNSAFE.sub("_", name or f"{socket.gethostname()}-{os.getpid()}")
 
 
 def _redis_url() -> str:
-    return str(getattr(settings, "REDIS_URL", "") or "")
+    return str(dexagents_setting("REDIS_URL") or "")
 
 
 def _heartbeat_dir() -> Path:
-    return Path(settings.DEXAGENTS["WORKER_HEARTBEAT_DIR"])
+    return Path(dexagents_setting("WORKER_HEARTBEAT_DIR"))
 
 
 def _max_age() -> float:
-    return float(settings.DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"])
+    return float(dexagents_setting("WORKER_HEARTBEAT_MAX_AGE"))
 
 
 class WorkerHeartbeat:

@@ -155,7 +155,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First, so Django's own HTML error pages under /api/ (no route, 500) become JSON.
-    "dexagents_site.rest_errors.ApiJsonErrorsMiddleware",
+    "agents_app.rest_errors.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files from the ASGI app itself, so `make run` needs no proxy (issue 9).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -310,10 +310,10 @@ else:
     }
 
 REST_FRAMEWORK = {
-    "EXCEPTION_HANDLER": "dexagents_site.rest_errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "agents_app.rest_errors.api_exception_handler",
     # DRF's parsers, with a nesting bound on JSON bodies (a deep body is a 400, not a 500).
     # JSON only (anything else is 415), refusing bodies nested past 64 levels with a 400.
-    "DEFAULT_PARSER_CLASSES": ["dexagents_site.rest_errors.BoundedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agents_app.rest_errors.BoundedJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # `Authorization: Bearer <key>`, and DRF's `Token <key>` (ARCHITECTURE.md "Auth").
         "agents_app.auth.BearerTokenAuthentication",
@@ -458,6 +458,7 @@ DEXAGENTS["LOG_FORMAT"] = DEXAGENTS_LOG_FORMAT
 # Unset: /metrics answers loopback callers only (no proxy header); set: bearer token only.
 DEXAGENTS["METRICS_TOKEN"] = env.str("DEXAGENTS_METRICS_TOKEN", default="").strip()
 DEXAGENTS["WORKER_NAME"] = env.str("DEXAGENTS_WORKER_NAME", default="").strip()
+DEXAGENTS["REDIS_URL"] = REDIS_URL
 
 # First, so every later middleware's and view's log lines carry the request ID.
 MIDDLEWARE.insert(0, "agents_app.log_context.RequestIdMiddleware")

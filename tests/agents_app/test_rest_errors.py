@@ -1,5 +1,5 @@
 """Every ``/api/`` answer is JSON: malformed and deep bodies, unknown paths and odd IDs, 405,
-413 and 500 (``dexagents_site.rest_errors``).
+413 and 500 (``agents_app.rest_errors``).
 
 The write endpoints are read from the URL conf, so a new one cannot be left out.
 """
@@ -97,7 +97,7 @@ def test_a_deeply_nested_body_is_a_400_on_every_write_endpoint(
 def test_nesting_up_to_the_bound_parses_and_one_more_level_does_not(
     staff_owner_client: APIClient,
 ) -> None:
-    from dexagents_site.rest_errors import JSON_MAX_NESTING_DEPTH
+    from agents_app.rest_errors import JSON_MAX_NESTING_DEPTH
 
     path = "/api/v1/sessions/"
 

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from agents_app.conf import dexagents_setting, dexagents_settings
 from agents_app.devstack import ChildSpec, DevStack, StackStartError
 from mcp_registry.services import servers_discovery_enqueue
 
@@ -96,7 +97,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--port", type=int, default=settings.DEXAGENTS["WEB_PORT"])
+        parser.add_argument("--port", type=int, default=dexagents_setting("WEB_PORT"))
         parser.add_argument("--host", default="127.0.0.1")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -175,7 +176,7 @@ class Command(BaseCommand):
 
     def _child_specs(self, host: str, port: int, listener_fd: int) -> list[ChildSpec]:
         python = sys.executable
-        knobs = settings.DEXAGENTS
+        knobs = dexagents_settings()
         specs: list[ChildSpec] = []
         if knobs["EMBEDDED_ENGINE"]:
             specs.append(ChildSpec(

@@ -9,8 +9,9 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+
+from agents_app.conf import dexagents_settings
 
 if TYPE_CHECKING:
     from agents_app.worker_heartbeat import WorkerHeartbeat
@@ -67,7 +68,7 @@ class Command(BaseCommand):
         from mcp_registry.client import McpClientPool
         from mcp_registry.tasks import process_status_record, tools_list_changed_enqueue
 
-        knobs = settings.DEXAGENTS
+        knobs = dexagents_settings()
         address = knobs["DEX_SERVER_ADDRESS"]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -9,6 +9,7 @@
 import { api } from "./api.mjs";
 import { decisionForm } from "./decision_form.mjs";
 import { byId, el, prettyJson, refreshCountdowns, timeElement } from "./dom.mjs";
+import { approvalsApiPath, decisionsApiPath, sessionPagePath } from "./urls.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const POLL_WITHOUT_SOCKET_MS = 2000;
@@ -52,7 +53,7 @@ function cardNode(item) {
       "dl",
       {},
       el("dt", {}, "Session"),
-      el("dd", {}, el("a", { href: `/sessions/${encodeURIComponent(item.session)}/` }, item.session_title || item.session)),
+      el("dd", {}, el("a", { href: sessionPagePath(item.session) }, item.session_title || item.session)),
       el("dt", {}, "Agent"),
       el("dd", {}, item.agent ?? ""),
       el("dt", {}, "Owner"),
@@ -166,7 +167,7 @@ async function loadPending() {
   }
   reading = (async () => {
     try {
-      renderPending((await api("/api/v1/approvals/")) ?? []);
+      renderPending((await api(approvalsApiPath)) ?? []);
       state.lastRead = Date.now();
       setAlert("");
     } catch (error) {
@@ -190,7 +191,7 @@ const NO_DECIDER = { expired: "deadline", withdrawn: "turn ended" };
 async function loadDecisions() {
   const status = byId("decisions-status");
   try {
-    const page = await api(`/api/v1/approvals/decisions/?limit=${DECISIONS_PAGE_SIZE}&offset=${state.decisionsOffset}`);
+    const page = await api(`${decisionsApiPath}?limit=${DECISIONS_PAGE_SIZE}&offset=${state.decisionsOffset}`);
     const rows = Array.isArray(page) ? page : page?.results ?? [];
     const total = Array.isArray(page) ? null : page?.count ?? null;
     const body = byId("decisions-body");
@@ -204,7 +205,7 @@ async function loadDecisions() {
           el("td", { "data-label": "Tool" }, el("code", {}, row.tool_name ?? "")),
           el("td", { "data-label": "By" }, row.decided_by ?? NO_DECIDER[row.decision] ?? "—"),
           el("td", { "data-label": "Message" }, row.message || "—"),
-          el("td", { "data-label": "Session" }, el("a", { href: `/sessions/${encodeURIComponent(row.session)}/` }, row.session_title || row.session), row.owner ? ` (${row.owner})` : ""),
+          el("td", { "data-label": "Session" }, el("a", { href: sessionPagePath(row.session) }, row.session_title || row.session), row.owner ? ` (${row.owner})` : ""),
         ),
       ),
     );

@@ -25,10 +25,11 @@ import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCou
 import { LiveText } from "./live_text.mjs";
 import { MessageQueue } from "./message_queue.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
+import { sessionApiPath } from "./urls.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
-const sessionPath = `/api/v1/sessions/${encodeURIComponent(config.session)}/`;
+const sessionPath = sessionApiPath(config.session);
 const RUNNING = new Set(["starting", "running_model", "running_tools"]);
 // A turn is open while it runs and while its question waits for an answer.
 const TURN_OPEN = new Set([...RUNNING, "waiting_for_user_input"]);

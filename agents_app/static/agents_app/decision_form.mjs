@@ -5,6 +5,7 @@
 
 import { api } from "./api.mjs";
 import { el } from "./dom.mjs";
+import { sessionApiPath } from "./urls.mjs";
 
 /**
  * Build the form for the interrupt `interruptId` of session `sessionId`.
@@ -32,7 +33,7 @@ export function decisionForm({ sessionId, interruptId, onDecided = async () => {
     placeholder: "Optional: tell the model why",
   });
   const result = el("p", { class: "decision-result small", role: "status" });
-  const path = `/api/v1/sessions/${encodeURIComponent(sessionId)}/interrupts/${encodeURIComponent(interruptId)}/`;
+  const path = `${sessionApiPath(sessionId)}interrupts/${encodeURIComponent(interruptId)}/`;
 
   async function decide(approved) {
     approve.disabled = reject.disabled = true;

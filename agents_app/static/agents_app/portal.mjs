@@ -4,6 +4,7 @@
 
 import { api } from "./api.mjs";
 import { byId, isSendShortcut } from "./dom.mjs";
+import { sessionPagePath, sessionsApiPath } from "./urls.mjs";
 
 const form = document.getElementById("portal-form");
 
@@ -39,9 +40,9 @@ async function start(event) {
   failure.hidden = true;
   status.textContent = "Starting the session…";
   try {
-    const session = await api("/api/v1/sessions/", { method: "POST", body });
+    const session = await api(sessionsApiPath, { method: "POST", body });
     status.textContent = "Session started; opening it…";
-    window.location.assign(`/sessions/${encodeURIComponent(session.id)}/`);
+    window.location.assign(sessionPagePath(session.id));
   } catch (error) {
     status.textContent = "";
     failure.textContent = error.message;
