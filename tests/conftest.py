@@ -114,8 +114,9 @@ def heartbeat_file(settings: Any, tmp_path: Path) -> Path:
     """Point worker heartbeats at a private directory (and not at Redis); return the beat
     file of one worker there, which does not exist yet (touching it is a fresh beat)."""
     directory = tmp_path / "workers"
-    settings.REDIS_URL = ""
-    settings.DEXAGENTS = {**settings.DEXAGENTS, "WORKER_HEARTBEAT_DIR": directory}
+    settings.DEXAGENTS = {
+        **settings.DEXAGENTS, "WORKER_HEARTBEAT_DIR": directory, "REDIS_URL": "",
+    }
     directory.mkdir()
     return directory / "worker-a.heartbeat"
 

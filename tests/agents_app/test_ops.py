@@ -23,7 +23,7 @@ from tests.production_services import redis_url  # noqa: F401 (fixture)
 @pytest.fixture
 def redis_heartbeats(settings: Any, redis_url: str) -> str:  # noqa: F811
     """Worker heartbeats in a Redis logical database of this test."""
-    settings.REDIS_URL = redis_url
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "REDIS_URL": redis_url}
     return redis_url
 
 
@@ -96,7 +96,9 @@ def test_readyz_names_each_part(
         "workers": 1,
     }
     # Redis configured but not answering: down, and no worker beat can be read from it.
-    settings.REDIS_URL = f"redis://127.0.0.1:{unused_tcp_port()}/0"
+    settings.DEXAGENTS = {
+        **settings.DEXAGENTS, "REDIS_URL": f"redis://127.0.0.1:{unused_tcp_port()}/0",
+    }
     body = client.get("/readyz").json()
     assert body["checks"]["redis"] == "down"
     assert body["checks"]["worker"] == "down"
