@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -106,6 +110,15 @@ class Processes:
         self.started.append(proc)
         return proc
 
+    def migrate(self) -> None:
+        """Give this stack a migrated database: a copy of ``migrated_template()`` at the
+        SQLite path of ``DATABASE_URL`` (what ``manage.py migrate`` would make there)."""
+        url = self.env["DATABASE_URL"]
+        assert url.startswith("sqlite:///"), url
+        target = Path(url.removeprefix("sqlite:///"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(migrated_template(self.env), target)
+
     def run(self, argv: list[str], timeout: float = 180.0) -> str:
         done = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
@@ -115,6 +128,37 @@ class Processes:
     def stop_all(self) -> None:
         for proc in reversed(self.started):
             proc.stop()
+
+
+_TEMPLATE_DIR: Path | None = None
+
+
+def migrated_template(env: dict[str, str]) -> Path:
+    """A SQLite database that ``manage.py migrate`` made, once per test process.
+
+    Every stack used to run ``migrate`` on its own empty file: a Django start plus every
+    migration, 5-10 s each on a loaded 2-core CI machine, for the same result each time. The
+    stacks copy this file instead (``Processes.migrate``); ``test_dev_stack`` still runs the
+    real ``migrate`` through ``manage.py dev``. ``env`` is a stack's environment (only its
+    database and var dir are replaced). The directory is removed when the process exits.
+    """
+    global _TEMPLATE_DIR
+    if _TEMPLATE_DIR is not None:
+        return _TEMPLATE_DIR / "db.sqlite3"
+    root = Path(tempfile.mkdtemp(prefix="dexagents-migrated-"))
+    database = root / "db.sqlite3"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT,
+        env={**env, "DATABASE_URL": f"sqlite:///{database}", "DEXAGENTS_VAR_DIR": str(root)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, f"migrate failed:\n{done.stdout}\n{done.stderr}"
+    # The database runs in WAL mode: fold the log into the file so one file is the database.
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _TEMPLATE_DIR = root
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return database
 
 
 @dataclass
