@@ -75,9 +75,12 @@ class Proc:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signum)
 
-    def stop(self, timeout: float = 15.0) -> int:
+    def stop(self, timeout: float = 15.0, *, signalled: bool = False) -> int:
+        """SIGTERM the group (unless ``signalled``: the caller sent it already; a second
+        SIGTERM may mean "hurry" to some programs), wait up to ``timeout`` s, then SIGKILL."""
         if self.popen.poll() is None:
-            self.signal_group(signal.SIGTERM)
+            if not signalled:
+                self.signal_group(signal.SIGTERM)
             try:
                 self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -125,9 +128,25 @@ class Processes:
         assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    def stop_all(self) -> None:
-        for proc in reversed(self.started):
-            proc.stop()
+    def stop_all(self, timeout: float = 15.0) -> None:
+        """Stop every process: SIGTERM to all but the engine at once, then the engine.
+
+        One after the other, a stack's teardown took the sum of its processes' clean stops
+        (Celery ~7 s and the Dex worker ~3 s on a loaded machine); together it takes the
+        longest. The engine goes last so the Dex worker can still leave it cleanly. A process
+        still running ``timeout`` seconds after its SIGTERM gets SIGKILL, as ``Proc.stop``.
+        """
+        running = list(reversed(self.started))
+        first = [proc for proc in running if proc.name != "engine"]
+        last = [proc for proc in running if proc.name == "engine"]
+        for batch in (first, last):
+            signalled = [proc.popen.poll() is None for proc in batch]
+            for proc, alive in zip(batch, signalled, strict=True):
+                if alive:
+                    proc.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for proc, alive in zip(batch, signalled, strict=True):
+                proc.stop(timeout=max(0.0, deadline - time.monotonic()), signalled=alive)
 
 
 _TEMPLATE_DIR: Path | None = None
