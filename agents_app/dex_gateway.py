@@ -27,6 +27,8 @@ Errors raised by every function here:
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import dataclasses
 import datetime
 import enum
@@ -995,7 +997,31 @@ class _GatewayLoop:
                 thread.start()
                 self._loop = loop
                 self._pid = os.getpid()
+                atexit.register(_close_gateway_loop, loop, thread, self._pid)
             return self._loop
+
+
+def _close_gateway_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread,
+                        pid: int) -> None:
+    """At interpreter exit: close the gateway loop's engine connections, then stop the loop.
+
+    gRPC channels left open on this loop, whose daemon thread is frozen at exit, made the
+    process hang in its final garbage collection: ``manage.py dexworker`` printed "dexworker
+    stopped" after SIGTERM and then never exited (the e2e tests SIGKILLed it after 15 s; a
+    service manager would wait for its own stop timeout). Each wait is bounded (5 s).
+    """
+    if pid != os.getpid() or loop.is_closed() or not thread.is_alive():
+        return
+
+    async def close_connections() -> None:
+        for connection in list(_connections.get(loop, {}).values()):
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(close_connections(), loop).result(timeout=5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
 
 
 _gateway_loop = _GatewayLoop()

@@ -18,6 +18,27 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def fast_password_hasher() -> Iterator[None]:
+    """Hash passwords with MD5 in this test process (Django's advice for test suites).
+
+    The production hasher (PBKDF2, 1,000,000 rounds) takes ~1.5 s per ``set_password`` or
+    ``check_password`` on a loaded 2-core CI machine, and most tests create two or three users:
+    that alone was several minutes of the suite. The tests check that a password is set and
+    accepted, not how strongly it is hashed. Child processes (e2e stacks) keep the real hasher.
+    """
+    from django.test.utils import override_settings
+
+    # ``override_settings`` (not a plain assignment) sends ``setting_changed``, which clears
+    # Django's cached hasher list.
+    fast = override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"])
+    fast.enable()
+    try:
+        yield
+    finally:
+        fast.disable()
+
+
 @pytest.fixture
 def owner(db: None) -> Any:
     from tests.factories import UserFactory

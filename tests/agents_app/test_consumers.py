@@ -51,7 +51,10 @@ async def refusal_code(path: str, headers: list[tuple[bytes, bytes]]) -> int:
     assert connected
     closing = await communicator.receive_output(timeout=5)
     assert closing["type"] == "websocket.close", closing
-    await communicator.wait()
+    # Answer the close as a browser does (the server then sends websocket.disconnect): the
+    # consumer stops at once and any error it raises surfaces here; ``wait()`` alone would sit
+    # out its 1 s timeout and then cancel the consumer.
+    await communicator.disconnect(code=int(closing["code"]))
     return int(closing["code"])
 
 

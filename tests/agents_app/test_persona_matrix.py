@@ -296,7 +296,9 @@ async def test_every_persona_gets_the_expected_websocket_close_code(
         else:
             message = await communicator.receive_output(timeout=1)
         if message["type"] == "websocket.close":
-            await communicator.wait()
+            # Answer the close as a browser does (the server then sends websocket.disconnect):
+            # the consumer stops at once; ``wait()`` alone would sit out its 1 s timeout.
+            await communicator.disconnect(code=int(message["code"]))
             return int(message["code"])
         await communicator.disconnect()
         return OPEN

@@ -1,9 +1,10 @@
 """The platform as real processes for the websocket relay's tests and ``bench/relay.py``.
 
-``start_stack`` (or ``running_stack``, which also stops it) migrates a fresh database, seeds the
-demo agent, creates the personas (owner, other, staff: API tokens and logged-in session
-cookies), then starts the embedded engine, the demo model, ``manage.py dexworker`` and uvicorn
-serving ``dexagents_site.asgi``, and waits for each one's ready line.
+``start_stack`` (or ``running_stack``, which also stops it) copies a freshly migrated database
+(``Processes.migrate``), seeds the demo agent, creates the personas (owner, other, staff: API
+tokens and logged-in session cookies), then starts the embedded engine, the demo model,
+``manage.py dexworker`` and uvicorn serving ``dexagents_site.asgi``, and waits for each one's
+ready line.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ import httpx
 from dex_agents.testing import free_port
 from tests.e2e.conftest import PYTHON, Proc, Processes
 
+# Seeds the demo agent (``seed_demo``, as ``manage.py dev`` does) and creates the personas in
+# one Django process: each ``manage.py`` start costs seconds on a loaded CI machine.
 PERSONAS_CODE = """
 import json
+from django.core.management import call_command
+call_command("seed_demo")
 from django.contrib.auth import get_user_model
 from django.test import Client
 from agents_app.services import api_token_create
@@ -146,8 +151,7 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
     stack.processes = Processes(stack.env)
     processes = stack.processes
     try:
-        processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
-        processes.run([PYTHON, "manage.py", "seed_demo"])
+        processes.migrate()
         out = processes.run([PYTHON, "manage.py", "shell", "-c", PERSONAS_CODE])
         stack.personas = {
             name: Persona(name, data["token"], data["cookie"])

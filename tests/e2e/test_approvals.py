@@ -69,7 +69,7 @@ def test_staff_approve_and_reject_a_write(
     processes: Processes, ports: Ports, stack_env: dict[str, str]
 ) -> None:
     var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
-    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.migrate()
     processes.run([PYTHON, "manage.py", "seed_demo"])
     owner_token = processes.run(
         [PYTHON, "manage.py", "createtoken", "e2e-owner"]).strip().splitlines()[-1]

@@ -99,7 +99,7 @@ def test_dev_prints_ready_serves_health_and_stops_every_child(
 
 
 def test_healthz_names_what_is_down(processes: Processes, ports: Ports) -> None:
-    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.migrate()
     processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
                             "--host", "127.0.0.1", "--port", str(ports.web)]
                     ).wait_for_line("Application startup complete")
@@ -114,7 +114,7 @@ def test_healthz_names_what_is_down(processes: Processes, ports: Ports) -> None:
 def test_healthz_sees_a_sigkilled_worker_down_within_5_seconds(
     processes: Processes, ports: Ports
 ) -> None:
-    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.migrate()
     engine = processes.start("engine", [
         PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
         "--db", str(Path(processes.env["DEXAGENTS_VAR_DIR"]) / "dex.sqlite3"),

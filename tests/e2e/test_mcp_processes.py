@@ -39,7 +39,7 @@ def _alive(pid: int) -> bool:
 def test_the_worker_reports_its_mcp_server_processes(
     processes: Processes, ports: Ports, stack_env: dict[str, str]
 ) -> None:
-    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.migrate()
     processes.run([PYTHON, "manage.py", "seed_demo"])
     token = processes.run([PYTHON, "manage.py", "createtoken", "e2e-user"]).strip().splitlines()[-1]
     processes.start("engine", [

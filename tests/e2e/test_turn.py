@@ -63,7 +63,7 @@ def _read_agent_events(address: str, session_id: str, cache_dir: Path) -> list[A
 def test_a_turn_with_a_tool_call_survives_an_engine_restart(
     processes: Processes, ports: Ports, stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    processes.migrate()
     processes.run([PYTHON, "manage.py", "seed_demo"])
     token = processes.run([PYTHON, "manage.py", "createtoken", "e2e-user"]).strip().splitlines()[-1]
 
