@@ -13,9 +13,16 @@ def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
     os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as error:
+        # A setting read from the environment is wrong: its message names the variable and
+        # what it takes, which a traceback would bury.
+        sys.stderr.write(f"dexagents: configuration error: {error}\n")
+        sys.exit(2)
 
 
 if __name__ == "__main__":

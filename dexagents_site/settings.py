@@ -36,6 +36,7 @@ import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -195,6 +196,16 @@ _SQLITE_OPTIONS = {
     "timeout": 20,
 }
 if env.str("DATABASE_URL", default=""):
+    # Checked before django-environ parses it: an unknown scheme would otherwise surface later
+    # as Django's "isn't an available database backend". Only the scheme is named in the
+    # error, since the rest may hold a password.
+    _scheme = urlsplit(env.str("DATABASE_URL")).scheme
+    if _scheme not in environ.Env.DB_SCHEMES:
+        raise ImproperlyConfigured(
+            "DATABASE_URL must be a database URL such as "
+            "postgres://user:password@host:5432/name or sqlite:////path/db.sqlite3; "
+            + (f"the scheme {_scheme!r} is not one" if _scheme else "it has no scheme")
+        )
     _database: dict[str, Any] = env.db_url("DATABASE_URL")
 else:
     _database = {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "db.sqlite3"}
@@ -467,9 +478,10 @@ LOGGING["filters"] = {"context": {"()": "agents_app.log_context.ContextFilter"}}
 _logging_formatters: dict[str, Any] = LOGGING["formatters"]  # type: ignore[assignment]
 _logging_formatters["json"] = {
     "()": "pythonjsonlogger.json.JsonFormatter",
-    "format": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(session_id)s",
-    "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-    "timestamp": False,
+    "format": "%(levelname)s %(name)s %(message)s %(request_id)s %(session_id)s",
+    "rename_fields": {"levelname": "level", "name": "logger"},
+    # "time": ISO 8601 in UTC with microseconds (2026-12-02T02:15:00.664715+00:00).
+    "timestamp": "time",
 }
 _logging_handlers: dict[str, Any] = LOGGING["handlers"]  # type: ignore[assignment]
 _logging_handlers["console"] = {

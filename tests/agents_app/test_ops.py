@@ -5,6 +5,7 @@ strict ``DEXAGENTS_LOG_FORMAT`` (agents_app.worker_heartbeat, ops_views, log_con
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import time
@@ -192,6 +193,9 @@ def test_json_log_lines_carry_request_and_session_ids(tmp_path: Path) -> None:
     assert unauthorized[0]["request_id"] == "trace-42"
     assert unauthorized[0]["session_id"] == "ses_0123"
     assert {"time", "level", "message"} <= set(unauthorized[0])
+    # ISO 8601 in UTC.
+    assert datetime.datetime.fromisoformat(unauthorized[0]["time"]).utcoffset() == (
+        datetime.timedelta(0))
     outside = [line for line in lines if line["logger"] == "agents_app.probe"]
     assert outside == [{**outside[0], "request_id": "-", "session_id": "-"}]
 

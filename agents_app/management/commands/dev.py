@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import DatabaseError
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from agents_app.conf import dexagents_setting, dexagents_settings
 from agents_app.devstack import ChildSpec, DevStack, StackStartError
@@ -55,6 +57,15 @@ def _without_credentials(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
+def _where(database: dict[str, Any]) -> str:
+    """The database's vendor and location with no credentials: ``postgresql host:port/name``."""
+    vendor = str(database["ENGINE"]).rsplit(".", 1)[-1]
+    if vendor == "sqlite3":
+        return f"{vendor} {database['NAME']}"
+    return (f"{vendor} {database.get('HOST') or 'localhost'}:{database.get('PORT') or ''}/"
+            f"{database.get('NAME')}")
+
+
 def topology_lines(*, host: str, port: int) -> list[str]:
     """What ``manage.py dev`` runs, one line per part, with no credentials in them.
 
@@ -63,13 +74,6 @@ def topology_lines(*, host: str, port: int) -> list[str]:
     "Redis: redis://127.0.0.1:6379/1 (channel layer, Celery broker and results, cache)"]``.
     """
     knobs = settings.DEXAGENTS
-    database = settings.DATABASES["default"]
-    vendor = str(database["ENGINE"]).rsplit(".", 1)[-1]
-    if vendor == "sqlite3":
-        where = str(database["NAME"])
-    else:
-        where = f"{database.get('HOST') or 'localhost'}:{database.get('PORT') or ''}/" \
-                f"{database.get('NAME')}"
     engine = (f"embedded at {knobs['DEX_SERVER_ADDRESS']}" if knobs["EMBEDDED_ENGINE"]
               else f"Dex server at {knobs['DEX_SERVER_ADDRESS']}")
     if settings.REDIS_URL:
@@ -84,7 +88,7 @@ def topology_lines(*, host: str, port: int) -> list[str]:
         "(one shared socket)",
         f"Dex workers: {knobs['WORKERS']}",
         f"Engine: {engine}",
-        f"Database: {vendor} {where}",
+        f"Database: {_where(settings.DATABASES['default'])}",
         f"Redis: {redis}",
     ]
 
@@ -108,7 +112,23 @@ class Command(BaseCommand):
         for name in ("SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
             os.environ.setdefault(name, "false")
         _prometheus_multiprocess_dir_prepare()
-        call_command("migrate", interactive=False, verbosity=0)
+        if not settings.REDIS_URL and (
+            dexagents_setting("WEB_PROCESSES") > 1 or dexagents_setting("WORKERS") > 1
+        ):
+            self.stderr.write(
+                "Several processes without REDIS_URL: approval notices do not cross web "
+                "processes (dashboards fall back to polling) and Celery uses a filesystem "
+                "broker. Set REDIS_URL for the production topology."
+            )
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+        except DatabaseError as error:
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            self.stderr.write(
+                f"dexagents could not start: the database ({_where(settings.DATABASES['default'])}"
+                f") did not answer: {first_line}"
+            )
+            sys.exit(1)
         seeded = StringIO()
         call_command("seed_demo", stdout=seeded)
         admin_login = [line for line in seeded.getvalue().splitlines()
@@ -118,7 +138,14 @@ class Command(BaseCommand):
         if os.environ.get("DEXAGENTS_MCP_CONFIG"):
             call_command("mcp_import", stdout=self.stdout)
         # Discovery runs in the Celery worker; the broker holds the messages until it starts.
-        discovering = servers_discovery_enqueue()
+        try:
+            discovering = servers_discovery_enqueue()
+        except KombuOperationalError as error:
+            broker = _without_credentials(settings.REDIS_URL)
+            self.stderr.write(
+                f"dexagents could not start: the Celery broker ({broker}) did not answer: {error}"
+            )
+            sys.exit(1)
         token_out = StringIO()
         # Keys are stored hashed, so each start makes a fresh demo token (and revokes the one
         # the previous start printed) to print it here.
