@@ -137,6 +137,11 @@ def snapshot_with_outbox(*, session: AgentSession, snapshot: dict[str, Any]) -> 
     kept = [] if session.status == "stopped" else outbox.outbox_message_pending(session=session)
     queued = [{**entry, "delivery": "delivered"} for entry in snapshot.get("queued_messages", [])]
     steered = [{**entry, "delivery": "delivered"} for entry in snapshot.get("steered_messages", [])]
+    # A message delivered while the snapshot was read (Dex has it, the outbox row is not
+    # marked delivered yet) shows once, as Dex lists it: listed twice under one ID, the page's
+    # rows would jump (a click could land on the next row's button).
+    seen = {entry.get("id") for entry in queued + steered}
+    kept = [item for item in kept if str(item.pk) not in seen]
     queued += [outbox.outbox_message_to_queue_entry(item) for item in kept]
     return {
         **snapshot,

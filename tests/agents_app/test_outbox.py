@@ -78,3 +78,24 @@ def test_finished_messages_are_pruned_after_a_week(session: AgentSession) -> Non
     kept(session, "fresh", delivery="delivered")
     assert outbox.outbox_prune() == 2
     assert sorted(OutboxMessage.objects.values_list("text", flat=True)) == ["fresh", "waits"]
+
+
+def test_a_message_dex_already_lists_is_not_added_again_from_the_outbox(
+    session: AgentSession,
+) -> None:
+    from agents_app.selectors import snapshot_with_outbox
+
+    # Delivered while the snapshot was read: Dex lists it, its row is not marked delivered yet.
+    delivered = kept(session, "delivered meanwhile")
+    waiting = kept(session, "still waiting")
+    snapshot = {
+        "queued_messages": [{"id": delivered.id, "text": delivered.text, "plan_mode": False,
+                             "created_at": None}],
+        "steered_messages": [],
+        "queued_message_count": 1,
+    }
+    shown = snapshot_with_outbox(session=session, snapshot=snapshot)
+    assert [(entry["id"], entry["delivery"]) for entry in shown["queued_messages"]] == [
+        (delivered.id, "delivered"), (waiting.id, "pending"),
+    ]
+    assert shown["queued_message_count"] == 2

@@ -90,9 +90,13 @@ export class MessageQueue {
 
   /** Rows in the order the panel lists them: steered, queued, then messages being sent. */
   rows() {
+    // One row per message ID, the first listing winning (steered before queued): an ID listed
+    // twice would give two rows one key, and the rows would jump under the pointer.
+    const shown = new Set();
+    const once = (entry) => !shown.has(entry.id) && Boolean(shown.add(entry.id));
     return [
-      ...this.steered.map((entry) => row("steered", entry)),
-      ...this.queued.map((entry) => row("queued", entry)),
+      ...this.steered.filter(once).map((entry) => row("steered", entry)),
+      ...this.queued.filter(once).map((entry) => row("queued", entry)),
       ...this.unlisted().map((item) => ({
         ...row("sending", { id: item.id, text: item.text, plan_mode: item.planMode }),
         confirmed: item.confirmedAt !== null,

@@ -90,3 +90,15 @@ test("answers without lists count as empty", () => {
   queue.apply(queue.startRead(), { queued: null, steered: undefined });
   assert.deepEqual(queue.rows(), []);
 });
+
+test("a message listed twice under one ID is one row, the first listing winning", () => {
+  const queue = new MessageQueue();
+  queue.apply(queue.startRead(), {
+    queued: [entry("q1", "first"), entry("q2", "second"), entry("q1", "first")],
+    steered: [entry("q2", "second")],
+  });
+  assert.deepEqual(
+    queue.rows().map((item) => [item.kind, item.id]),
+    [["steered", "q2"], ["queued", "q1"]],
+  );
+});
