@@ -65,11 +65,6 @@ def api_token_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[ApiTok
     return ApiToken.objects.filter(user_id=user.pk).order_by("-created", "-id")
 
 
-def session_snapshot_get(*, session: AgentSession) -> dict[str, Any]:
-    """Read the session's snapshot from Dex (shape: ``dex_gateway.session_snapshot``)."""
-    return dex_gateway.run(dex_gateway.session_snapshot(session_id=session.id))
-
-
 def message_queue_get(*, session: AgentSession) -> dict[str, Any]:
     """The session's queued and steered messages, oldest first: one Dex RPC, then the
     messages the outbox still keeps (accepted while the engine or every worker did not
@@ -149,11 +144,6 @@ def snapshot_with_outbox(*, session: AgentSession, snapshot: dict[str, Any]) -> 
         "steered_messages": steered,
         "queued_message_count": int(snapshot.get("queued_message_count", 0)) + len(kept),
     }
-
-
-def session_history_get(*, session: AgentSession) -> list[dex_gateway.StepHistoryEntry]:
-    """List the session's completed Steps from Dex history, oldest first."""
-    return dex_gateway.run(dex_gateway.session_history(session_id=session.id))
 
 
 def session_get_for_staff(*, session_id: str) -> AgentSession:

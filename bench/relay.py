@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import datetime
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench._django import django_setup
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -246,16 +245,7 @@ def main() -> None:
         args.writes, args.sockets = 100, 50
 
     with tempfile.TemporaryDirectory(prefix="bench-relay-") as root:
-        # This process uses the platform's code (the Flow, the SDK client) but none of its
-        # state: keep its Django var dir out of the repository.
-        os.environ.setdefault("DEXAGENTS_VAR_DIR", str(Path(root) / "bench-var"))
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dexagents_site.settings")
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
-        sys.path.insert(0, str(REPO))
-        import django
-
-        django.setup()
+        django_setup(Path(root))
         from tests.e2e.relay_stack import running_stack
 
         print("starting engine, demo model, worker and web ...", flush=True)

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -38,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench._django import REPO, django_setup
 from bench.relay import percentile
 
-REPO = Path(__file__).resolve().parents[1]
 #: The last commit whose Dex-reading views were synchronous (issue 12's "before").
 BASELINE_REVISION = "a07eef7f62b47c54063652a861c25e903e002016"
 
@@ -332,14 +330,7 @@ def main() -> None:
         args.seconds, args.sessions = 3.0, 8
 
     with tempfile.TemporaryDirectory(prefix="bench-rest-") as root:
-        os.environ.setdefault("DEXAGENTS_VAR_DIR", str(Path(root) / "bench-var"))
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dexagents_site.settings")
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
-        sys.path.insert(0, str(REPO))
-        import django
-
-        django.setup()
+        django_setup(Path(root))
         from tests.e2e.relay_stack import running_stack
 
         baseline = baseline_tree(args.baseline, Path(root) / "baseline")

@@ -25,17 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench._django import django_setup
 from bench.relay import percentile
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -170,14 +167,7 @@ def main() -> None:
     args.database = "PostgreSQL" if args.database_url else "SQLite"
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as root:
-        os.environ.setdefault("DEXAGENTS_VAR_DIR", str(Path(root) / "bench-var"))
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dexagents_site.settings")
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
-        sys.path.insert(0, str(REPO))
-        import django
-
-        django.setup()
+        django_setup(Path(root))
         from tests.e2e.conftest import PYTHON
         from tests.e2e.relay_stack import running_stack
 

@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import venv
 import zipfile
 from collections.abc import Iterator
@@ -36,7 +35,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from dex_agents.testing import free_port
-from tests.e2e.conftest import Proc, wait_until
+from tests.e2e.conftest import Processes, wait_until
 
 pytestmark = [pytest.mark.package, pytest.mark.timeout(1200)]
 
@@ -59,36 +58,6 @@ def _run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> 
                           timeout=timeout, check=False)
     assert done.returncode == 0, f"{argv} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     return done.stdout
-
-
-class _HostProcesses:
-    """Children started from the host project's folder (never this checkout: ``python -m``
-    puts the working directory first on ``sys.path``), stopped at teardown."""
-
-    def __init__(self, *, cwd: Path, env: dict[str, str]) -> None:
-        self.cwd = cwd
-        self.env = env
-        self.started: list[Proc] = []
-
-    def start(self, name: str, argv: list[str]) -> Proc:
-        popen = subprocess.Popen(
-            argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        proc = Proc(name, popen)
-
-        def relay() -> None:
-            assert popen.stdout is not None
-            for raw in popen.stdout:
-                proc.lines.append(raw.decode(errors="replace").rstrip("\n"))
-
-        threading.Thread(target=relay, daemon=True).start()
-        self.started.append(proc)
-        return proc
-
-    def stop_all(self) -> None:
-        for proc in reversed(self.started):
-            proc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +129,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def host(installed: Path, tmp_path: Path) -> Iterator[tuple[_HostProcesses, Path]]:
+def host(installed: Path, tmp_path: Path) -> Iterator[tuple[Processes, Path]]:
     """The host project copied into ``tmp_path/host``, with processes started from there."""
     project = tmp_path / "host"
     shutil.copytree(HOST_PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
@@ -178,7 +147,7 @@ def host(installed: Path, tmp_path: Path) -> Iterator[tuple[_HostProcesses, Path
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "LITELLM_MODE": "PRODUCTION",
     })
-    processes = _HostProcesses(cwd=project, env=env)
+    processes = Processes(env, cwd=project)
     try:
         yield processes, installed
     finally:
@@ -197,7 +166,7 @@ def _installed_location(python: Path, cwd: Path, env: dict[str, str]) -> str:
 
 
 def test_a_host_project_migrates_and_runs_a_demo_turn(
-    host: tuple[_HostProcesses, Path],
+    host: tuple[Processes, Path],
 ) -> None:
     processes, python = host
     project, env = processes.cwd, processes.env

@@ -91,15 +91,20 @@ class Proc:
 
 
 class Processes:
-    """Starts processes in their own groups and stops every one at teardown."""
+    """Starts processes in their own groups and stops every one at teardown.
 
-    def __init__(self, env: dict[str, str]) -> None:
+    ``cwd`` is where every child runs (this checkout unless given: a host project's folder
+    for the package test, since ``python -m`` puts the working directory on ``sys.path``).
+    """
+
+    def __init__(self, env: dict[str, str], *, cwd: Path = ROOT) -> None:
         self.env = env
+        self.cwd = cwd
         self.started: list[Proc] = []
 
     def start(self, name: str, argv: list[str]) -> Proc:
         popen = subprocess.Popen(
-            argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+            argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )
         proc = Proc(name, popen)
@@ -123,7 +128,7 @@ class Processes:
         shutil.copyfile(migrated_template(self.env), target)
 
     def run(self, argv: list[str], timeout: float = 180.0) -> str:
-        done = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
+        done = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
         assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
