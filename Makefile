@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-relay bench-rest bench-scale clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-relay bench-rest bench-scale clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,11 +56,16 @@ pytest: install peers chromium
 test: lint typecheck pytest
 
 bench: install
+	$(PY) -m bench.turn
 	$(PY) -m bench.engine
 	$(PY) -m bench.relay
 	$(PY) -m bench.steer
 	$(PY) -m bench.rest
 	$(PY) -m bench.scale
+
+# One agent turn (3 parallel tools) against LangGraph + SqliteSaver, with its cost breakdown.
+bench-turn: install
+	$(PY) -m bench.turn
 
 # Websocket relay: latency from a Stream write to the frame, and 200 sockets on one web process.
 bench-relay: install

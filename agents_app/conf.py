@@ -9,7 +9,8 @@ the environment; these defaults are the same as its zero-setup ones.
 
 Keys (units in the names' comments):
     DEX_SERVER_ADDRESS (str, ``host:port`` of the Dex FlowService), EMBEDDED_ENGINE (bool,
-    ``manage.py dev`` starts the engine), DEX_PORT (int), DEX_DB_PATH (path), WEB_PORT (int),
+    ``manage.py dev`` starts the engine), DEX_PORT (int), DEX_DB_PATH (path), ENGINE_SYNC
+    (``"normal"`` or ``"full"``, the embedded engine's ``--sync``), WEB_PORT (int),
     ENGINE_TIMEOUT (seconds a request waits for one Dex call before a 503), VAR_DIR (path of
     the apps' run-time files), BLOB_CACHE_DIR (path), BLOB_CACHE_BYTES (int),
     DEMO_MODEL_PORT (int), DEMO_MODEL_API_BASE (URL of the demo model's ``/v1``),
@@ -40,6 +41,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "DEX_SERVER_ADDRESS": "127.0.0.1:8801",
     "EMBEDDED_ENGINE": True,
     "DEX_PORT": 8801,
+    "ENGINE_SYNC": "normal",
     "WEB_PORT": 8000,
     "ENGINE_TIMEOUT": 5,
     "BLOB_CACHE_BYTES": 64 * 1024 * 1024,

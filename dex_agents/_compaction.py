@@ -67,6 +67,7 @@ from dex_agents._records import (
     ReadAgentMessagesRequest,
     message_sequence_key,
 )
+from dex_agents._wire_types import resolve_annotations
 
 if TYPE_CHECKING:
     from dex_agents._flow import AgentSessionFlow
@@ -806,3 +807,6 @@ class CompactContext(Step[CompactionPlan]):
         if not last_chunk:
             return go_to_many(compact_movement(replace(plan, chunk_ends=ends[1:]), committed))
         return go_to_many(run_model_movement(flow, state.message_count, committed))
+
+
+resolve_annotations(globals())

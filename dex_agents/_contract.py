@@ -23,6 +23,7 @@ from dex_agents._records import (
     ToolPolicy,
     TurnMode,
 )
+from dex_agents._wire_types import resolve_annotations
 
 Heartbeat = Callable[[], Awaitable[None]]
 
@@ -312,3 +313,6 @@ def require_user_message(message: object) -> FrameworkMessage:
             f"build_user_message must return role {MessageRole.USER}, got {message.role}"
         )
     return message
+
+
+resolve_annotations(globals())

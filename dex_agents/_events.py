@@ -15,6 +15,8 @@ from typing import Any
 
 from dex import AsyncContext, Stream
 
+from dex_agents._wire_types import resolve_annotations
+
 
 class AgentEventType(StrEnum):
     """Every event type (seed "Events"). Payload keys:
@@ -200,3 +202,6 @@ class AgentEventWriter:
         if self._closed:
             return
         self._stream.write(self._context, event)
+
+
+resolve_annotations(globals())

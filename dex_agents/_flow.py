@@ -93,6 +93,7 @@ from dex_agents._steps import (
     StartAgentSession,
     _now,
 )
+from dex_agents._wire_types import resolve_annotations
 
 #: ``get_agent_snapshot`` returns at most this many of the newest messages.
 SNAPSHOT_MESSAGE_LIMIT = 200
@@ -519,3 +520,6 @@ def _find_queued(context: Context, message_id: str) -> ChannelMessage[AgentUserM
 def _visible_plan(plan: AgentPlan | None) -> AgentPlan | None:
     """The plan a snapshot shows: ``None`` once the model cleared it."""
     return plan if plan is not None and plan.tasks else None
+
+
+resolve_annotations(globals())

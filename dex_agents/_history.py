@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
+from dex_agents._wire_types import resolve_annotations
+
 #: ``StepHistoryEntry.event_type`` values (the ``FlowHistoryEvent`` payload names).
 EXECUTE_COMPLETED_EVENT = "step_execute_completed"
 EXECUTE_FAILED_EVENT = "step_execute_failed"
@@ -89,3 +91,6 @@ async def read_flow_step_history(
             break
         token = response.next_page_token
     return entries
+
+
+resolve_annotations(globals())

@@ -18,6 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from dex_agents._records import AgentInterrupt, AgentStatus
+from dex_agents._wire_types import resolve_annotations
 
 _LOG = logging.getLogger("dex_agents")
 
@@ -91,3 +92,6 @@ async def notify_observer(
         await observer(change)
     except Exception:
         _LOG.exception("session observer failed for %s", change.flow_id)
+
+
+resolve_annotations(globals())

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 from dex import CodecRegistry, Value, WireKind
 
+from dex_agents._wire_types import resolve_annotations
+
 _T = TypeVar("_T")
 _CODECS = CodecRegistry()
 
@@ -756,3 +758,6 @@ class AgentMessagesBeforePage:
     messages: list[AgentMessage]
     next_before_sequence: int | None
     first_retained_sequence: int = 1
+
+
+resolve_annotations(globals())

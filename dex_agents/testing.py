@@ -53,6 +53,7 @@ from dex_agents._history import (
     read_flow_step_history,
 )
 from dex_agents._records import AgentSnapshot
+from dex_agents._worker_tuning import cache_sdk_version
 
 __all__ = [
     "BLOB_CACHE_ENV",
@@ -348,6 +349,9 @@ class AgentTestStack:
     Use as ``async with AgentTestStack(tmp_path, [flow], "tests.my_worker") as stack``. Leaving
     the block kills every Worker and stops the engine.
 
+    ``engine_args`` are extra command-line arguments for the embedded engine
+    (``python -m dex_dev_server``, e.g. ``["--sync", "full"]``); ``dexcli`` ignores them.
+
     Attributes:
         server_address: The engine's ``host:port`` once entered.
         client: An ``AsyncClient`` in pull mode for ``flows``.
@@ -361,8 +365,10 @@ class AgentTestStack:
         *,
         worker_cwd: str | os.PathLike[str] | None = None,
         worker_env: dict[str, str] | None = None,
+        engine_args: Sequence[str] = (),
     ) -> None:
         self.tmp_path = Path(tmp_path)
+        self.engine_args = list(engine_args)
         self.flows = list(flows)
         self.worker_module = worker_module
         self.worker_cwd = Path(worker_cwd) if worker_cwd is not None else Path.cwd()
@@ -373,6 +379,17 @@ class AgentTestStack:
         self._engine_log = self.tmp_path / "engine.log"
         self._workers: list[WorkerProcess] = []
         self._client: AsyncClient | None = None
+
+    @property
+    def engine_pid(self) -> int:
+        """The engine child's process ID.
+
+        Raises:
+            RuntimeError: Outside ``async with``.
+        """
+        if self._engine is None:
+            raise RuntimeError("AgentTestStack is not started")
+        return self._engine.pid
 
     @property
     def client(self) -> AsyncClient:
@@ -489,6 +506,7 @@ class AgentTestStack:
                 "0",
                 "--db",
                 str(self.tmp_path / "dex.sqlite3"),
+                *self.engine_args,
             ]
         self._engine = _spawn(command, self.tmp_path, engine_env, self._engine_log)
         engine = self._engine
@@ -576,6 +594,7 @@ def run_agent_worker(
 
 
 async def _serve(flows: list[Flow[Any]], server_address: str, max_concurrent_tasks: int) -> None:
+    cache_sdk_version()
     registry = Registry(flows, allow_async_handlers=True)
     cache_dir = os.environ.get(BLOB_CACHE_ENV) or tempfile.mkdtemp(prefix="dex-agents-cache-")
     cache = open_blob_cache(BlobCacheConfig(cache_dir, _BLOB_CACHE_BYTES))

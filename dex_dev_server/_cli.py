@@ -1,7 +1,11 @@
 """Command line: serve the engine, or inspect a database.
 
-``python -m dex_dev_server [--host H] [--port P] [--db PATH] [--log-level L]`` serves and
-prints ``dex_dev_server ready on <host>:<port>`` once it accepts calls.
+``python -m dex_dev_server [--host H] [--port P] [--db PATH] [--sync full|normal]
+[--log-level L] [--profile PATH]`` serves and prints ``dex_dev_server ready on <host>:<port>``
+once it accepts calls. ``--sync`` picks the store's durability (``normal``, the default, is
+safe across a killed process but not across a power loss; ``full`` fsyncs every commit; see
+``docs/engine-durability.md``); ``--profile`` writes per-method timings on SIGUSR1
+(``_profile``).
 ``python -m dex_dev_server list [--db PATH] [--table]`` and
 ``python -m dex_dev_server inspect FLOW_ID [--db PATH] [--table]`` print JSON (or a table)
 read straight from the SQLite file; they work while the engine runs.
@@ -26,8 +30,13 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8801, help="0 picks a free port")
     p.add_argument("--db", default=DEFAULT_DB, help="SQLite database path")
+    p.add_argument("--sync", default="normal", choices=["normal", "full"],
+                   help="SQLite synchronous mode: normal survives a killed process, full also "
+                        "a power loss (an fsync per commit)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error", "critical"])
+    p.add_argument("--profile", default=None, metavar="PATH",
+                   help="write per-gRPC-method timings as JSON to PATH on SIGUSR1 and at exit")
     return p
 
 
@@ -46,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(ns.db, ns.host, ns.port))
+            asyncio.run(
+                serve(ns.db, ns.host, ns.port, synchronous=ns.sync, profile_path=ns.profile)
+            )
     except RuntimeError as exc:
         print(f"dex_dev_server: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 
+from ._profile import EngineProfile
 from ._service import Engine, add_services
 from ._store import Store
 
@@ -26,10 +27,23 @@ class EngineServer:
     Use :meth:`start` then :meth:`stop`, or :func:`serve` for the CLI lifecycle.
     """
 
-    def __init__(self, db_path: str | Path, host: str = "127.0.0.1", port: int = 8801) -> None:
+    def __init__(
+        self,
+        db_path: str | Path,
+        host: str = "127.0.0.1",
+        port: int = 8801,
+        *,
+        synchronous: str = "normal",
+        profile_path: str | Path | None = None,
+    ) -> None:
+        """Args: ``synchronous`` is the store's durability, ``"normal"`` or ``"full"``
+        (``_store`` module docstring); ``profile_path`` turns on :class:`EngineProfile`."""
         self.db_path = str(db_path)
         self.host = host
         self.requested_port = port
+        self.synchronous = synchronous
+        self.profile_path = profile_path
+        self.profile: EngineProfile | None = None
         self.port = 0
         self.store: Store | None = None
         self.engine: Engine | None = None
@@ -46,10 +60,14 @@ class EngineServer:
         Raises:
             RuntimeError: if the address cannot be bound.
         """
-        self.store = Store(self.db_path)
+        self.store = Store(self.db_path, synchronous=self.synchronous)
         self.engine = Engine(self.store)
         self.engine.load()
+        if self.profile_path is not None:
+            self.profile = EngineProfile(self.profile_path, self.store.stats)
+            self.profile.instrument(self.engine)
         self.server = grpc.aio.server(
+            interceptors=[self.profile.interceptor()] if self.profile is not None else None,
             options=[
                 ("grpc.max_receive_message_length", _MAX_MESSAGE),
                 ("grpc.max_send_message_length", _MAX_MESSAGE),
@@ -78,6 +96,8 @@ class EngineServer:
             await self.server.stop(grace)
         if self.engine is not None:
             await self.engine.push.close()
+        if self.profile is not None:
+            self.profile.dump()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -88,15 +108,25 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8801,
     on_ready: Callable[[EngineServer], None] | None = None,
+    *,
+    synchronous: str = "normal",
+    profile_path: str | Path | None = None,
 ) -> None:
-    """Run the engine until SIGTERM or SIGINT, then drain and return."""
-    server = EngineServer(db_path, host, port)
+    """Run the engine until SIGTERM or SIGINT, then drain and return.
+
+    With ``profile_path``, SIGUSR1 writes the :class:`EngineProfile` there.
+    """
+    server = EngineServer(
+        db_path, host, port, synchronous=synchronous, profile_path=profile_path
+    )
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    if server.profile is not None:
+        loop.add_signal_handler(signal.SIGUSR1, server.profile.dump)
     if on_ready is not None:
         on_ready(server)
     else:

@@ -14,7 +14,8 @@ Environment variables:
     ``DEXAGENTS_VAR_DIR/secret_key``), ALLOWED_HOSTS (comma list, default the localhost
     names), PORT (web, 8000),
     CSRF_TRUSTED_ORIGINS (comma list), DATABASE_URL, REDIS_URL, DEX_SERVER_ADDRESS,
-    DEX_PORT (default 8801), DEMO_MODEL_PORT (default 8811), DEXAGENTS_VAR_DIR,
+    DEX_PORT (default 8801), DEXAGENTS_ENGINE_SYNC (normal|full, default normal),
+    DEMO_MODEL_PORT (default 8811), DEXAGENTS_VAR_DIR,
     DEXAGENTS_WEB_PROCESSES and DEXAGENTS_WORKERS (processes ``manage.py dev`` runs, 1-64,
     default 1),
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
@@ -376,6 +377,11 @@ SPECTACULAR_SETTINGS = {
 _DEX_PORT = env_int("DEX_PORT", 8801, minimum=1, maximum=65535)
 _DEMO_MODEL_PORT = env_int("DEMO_MODEL_PORT", 8811, minimum=1, maximum=65535)
 _DEX_SERVER_ADDRESS = env.str("DEX_SERVER_ADDRESS", default="").strip()
+_ENGINE_SYNC = env.str("DEXAGENTS_ENGINE_SYNC", default="normal").strip().lower() or "normal"
+if _ENGINE_SYNC not in ("normal", "full"):
+    raise ImproperlyConfigured(
+        f"DEXAGENTS_ENGINE_SYNC must be normal or full, not {_ENGINE_SYNC!r}"
+    )
 
 # The project's own knobs, in one namespaced dict.
 DEXAGENTS: dict[str, Any] = {
@@ -385,6 +391,9 @@ DEXAGENTS: dict[str, Any] = {
     "EMBEDDED_ENGINE": not _DEX_SERVER_ADDRESS,
     "DEX_PORT": _DEX_PORT,
     "DEX_DB_PATH": VAR_DIR / "dex_dev_server.sqlite3",
+    # The embedded engine's SQLite durability: normal survives a killed process, full also a
+    # power loss (an fsync per commit); docs/engine-durability.md.
+    "ENGINE_SYNC": _ENGINE_SYNC,
     # Port of the ASGI web server that `manage.py dev` starts.
     "WEB_PORT": env_int("PORT", 8000, minimum=1, maximum=65535),
     # Web (uvicorn) processes `manage.py dev` runs on that one port, sharing its socket.

@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST_PROJECT = Path(__file__).resolve().parent / "package_host"
 
 #: Distributions that must never be unconditional requirements of the wheel.
-DEV_ONLY = ("mypy", "hypothesis", "dbos", "pytest", "ruff", "schemathesis", "playwright",
-            "django-stubs", "factory-boy", "types-")
+DEV_ONLY = ("mypy", "hypothesis", "dbos", "langgraph", "pytest", "ruff", "schemathesis",
+            "playwright", "django-stubs", "factory-boy", "types-")
 
 
 def _requirement_name(requirement: str) -> str:
@@ -109,7 +109,7 @@ def test_the_wheel_ships_the_apps_and_not_the_project_around_them(wheel: Path) -
         if marker:
             by_extra.setdefault(marker.group(1), set()).add(_requirement_name(requirement))
     assert {"mypy", "hypothesis", "pytest"} <= by_extra["dev"], by_extra
-    assert "dbos" in by_extra["bench"], by_extra
+    assert {"dbos", "langgraph", "langgraph-checkpoint-sqlite"} <= by_extra["bench"], by_extra
 
 
 @pytest.fixture(scope="module")

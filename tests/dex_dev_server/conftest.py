@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,9 +36,10 @@ READY_PREFIX = "dex_dev_server ready on "
 class EngineProcess:
     """The engine as a real ``python -m dex_dev_server`` child process."""
 
-    def __init__(self, db: Path, log: Path) -> None:
+    def __init__(self, db: Path, log: Path, args: Sequence[str] = ()) -> None:
         self.db = db
         self.log = log
+        self.args = list(args)
         # A port never handed out before in this process (see dex_agents.testing.free_port);
         # restarts of this engine keep it.
         self.port = free_port()
@@ -52,7 +53,8 @@ class EngineProcess:
         log = self.log.open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dex_dev_server", "--host", "127.0.0.1",
-             "--port", str(self.port), "--db", str(self.db), "--log-level", "info"],
+             "--port", str(self.port), "--db", str(self.db), "--log-level", "info",
+             *self.args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=log,

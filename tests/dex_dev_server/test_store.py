@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dex_dev_server._store import RunWrite, Store
 
 
@@ -23,3 +25,23 @@ def test_a_message_published_and_consumed_in_one_commit_is_never_stored(tmp_path
         assert store.load_channel_messages() == []
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(("mode", "pragma"), [("normal", 1), ("full", 2)])
+def test_the_sync_mode_sets_the_synchronous_pragma(tmp_path: Path, mode: str, pragma: int) -> None:
+    store = Store(tmp_path / "engine.sqlite3", synchronous=mode)
+    try:
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == pragma
+        assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        store.commit("run-1", RunWrite(history=[(1, b"event")]))
+        store.commit("run-1", RunWrite(history=[(2, b"event")]))
+        assert store.stats.commits == 2
+        assert store.stats.seconds > 0
+    finally:
+        store.close()
+
+
+def test_an_unknown_sync_mode_is_refused_before_the_database_is_opened(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="normal, full"):
+        Store(tmp_path / "engine.sqlite3", synchronous="off")
+    assert not (tmp_path / "engine.sqlite3").exists()

@@ -209,7 +209,8 @@ class Command(BaseCommand):
             specs.append(ChildSpec(
                 name="engine",
                 argv=[python, "-m", "dex_dev_server", "--host", "127.0.0.1",
-                      "--port", str(knobs["DEX_PORT"]), "--db", str(knobs["DEX_DB_PATH"])],
+                      "--port", str(knobs["DEX_PORT"]), "--db", str(knobs["DEX_DB_PATH"]),
+                      "--sync", knobs["ENGINE_SYNC"]],
                 ready_marker="dex_dev_server ready on",
                 # The demo model needs nothing from the engine: both start at once.
                 start_with_next=True,

@@ -65,9 +65,11 @@ class Command(BaseCommand):
 
         from agents_app.flow import build_flow
         from agents_app.session_index import SessionIndexObserver
+        from dex_agents._worker_tuning import cache_sdk_version
         from mcp_registry.client import McpClientPool
         from mcp_registry.tasks import process_status_record, tools_list_changed_enqueue
 
+        cache_sdk_version()
         knobs = dexagents_settings()
         address = knobs["DEX_SERVER_ADDRESS"]
         stop = asyncio.Event()

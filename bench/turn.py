@@ -1,0 +1,301 @@
+"""Benchmark of one durable agent turn: ``dex_agents`` on the embedded engine against LangGraph.
+
+The turn (issue 13): a user message → RunModel asking for three READ tools → three parallel
+CallTool Steps → ResumeTurn → RunModel with the final answer. Ours runs on
+``python -m dex_dev_server`` with one pull worker (``tests/dex_agents/scripted_worker.py``, the
+scripted runner, no network), each turn a fresh session, timed from ``start_session`` until the
+snapshot shows the final answer: the bench waits for the turn's final RunModel Step to complete
+(one ``WaitForStepCompletion`` long poll), then reads the snapshot. ``--observe stream`` follows
+the session's AgentEvents Stream until ``turn_completed`` instead, one ``ReadStream`` per event
+as a page does (that event is written just before the Step's commit, so the snapshot is read
+until it holds the answer).
+
+The peer, in the same run and interleaved turn by turn: the same graph in LangGraph
+(model → three tools via ``Send`` → model) checkpointed by ``SqliteSaver`` on a file
+(``bench/langgraph_peer.py``), each turn a fresh thread. LangGraph without a checkpointer is
+printed too, as the floor of the graph itself.
+
+Equal durability: the engine runs SQLite in WAL with ``synchronous=NORMAL`` by default (safe
+across a killed process, not across a power loss); ``SqliteSaver`` keeps SQLite's default
+``synchronous=FULL``. So ours is measured at both settings (``--sync normal`` and
+``--sync full``), each on its own engine and worker.
+
+Prints p50 / p99 per side, ours as a ratio of LangGraph + SqliteSaver (goal <= 1.0, issue 13
+resolves at <= 2.0), and a per-turn cost breakdown of ours from the engine's profile
+(``python -m dex_dev_server --profile``): wall time, CPU of the engine, the worker and the bench
+client, SQLite commits, and calls and time per gRPC method and per worker frame kind
+(Step results, heartbeats, Stream writes, RPC answers).
+
+Run: ``.venv/bin/python -m bench.turn`` (``--quick`` for a short pass), or ``make bench-turn``.
+Nothing is asserted beyond each turn's answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.relay import percentile
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER_MODULE = "tests.dex_agents.scripted_worker"
+#: The final answer the scripted runner gives for ``bench.langgraph_peer.TURN_MESSAGE``.
+EXPECTED_ANSWER = "; ".join(["lookup=succeeded: lookup ok"] * 3)
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+@dataclass
+class Reading:
+    """One side's cumulative counters at a moment."""
+
+    profile: dict[str, Any]
+    engine_cpu: float
+    worker_cpu: float
+    client_cpu: float
+
+
+@dataclass
+class OurSide:
+    """One engine + worker at a given ``--sync`` setting, and its turns."""
+
+    sync: str
+    stack: Any
+    worker_pid: int
+    profile_path: Path
+    observe: str = "step"
+    seconds: list[float] = field(default_factory=list)
+    client_cpu: float = 0.0
+    snapshot_retries: int = 0
+    #: The bench client's events of the last turn: ``(unix time, label)``.
+    marks: list[tuple[float, str]] = field(default_factory=list)
+
+    async def reading(self) -> Reading:
+        """Ask the engine for its profile (SIGUSR1) and read the CPU counters."""
+        self.profile_path.unlink(missing_ok=True)
+        os.kill(self.stack.engine_pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while not self.profile_path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the engine wrote no profile")
+            await asyncio.sleep(0.01)
+        return Reading(
+            json.loads(self.profile_path.read_text()),
+            _process_cpu(self.stack.engine_pid),
+            _process_cpu(self.worker_pid),
+            self.client_cpu,
+        )
+
+    async def turn(self, flow: Any, session_id: str) -> float:
+        """Run one turn on a fresh session; return its seconds.
+
+        Raises:
+            AssertionError: If the snapshot does not end with the expected answer.
+        """
+        from dex import StepExecutionId, WaitForStepCompletionOptions
+
+        from dex_agents import AgentEventType
+
+        sessions = self.stack.sessions(flow)
+        client = self.stack.client
+        cpu_before = time.process_time()
+        self.marks = [(time.time(), "client: start_session")]
+        started = time.perf_counter()
+        await sessions.start_session(session_id, "tools: lookup, lookup, lookup")
+        self.marks.append((time.time(), "client: started"))
+        if self.observe == "stream":
+            token = ""
+            while True:
+                message = await client.read_stream(
+                    session_id, flow.agent_events, token, timeout=timedelta(seconds=30)
+                )
+                token = message.resume_token
+                self.marks.append((time.time(), f"client: event {message.value.type}"))
+                if message.value.type == AgentEventType.TURN_COMPLETED:
+                    break
+        else:
+            # The turn's second model call gives the final answer.
+            await client.wait_for_step_completion(
+                session_id,
+                StepExecutionId("RunModel", 2),
+                WaitForStepCompletionOptions(request_timeout=timedelta(seconds=30)),
+            )
+            self.marks.append((time.time(), "client: RunModel #2 completed"))
+        # The Stream write comes before the Step's commit: read until the commit shows.
+        deadline = time.monotonic() + 30
+        while True:
+            snapshot = await sessions.get_agent_snapshot(session_id)
+            answer = snapshot.messages[-1].text
+            self.marks.append((time.time(), "client: snapshot"))
+            if answer == EXPECTED_ANSWER or time.monotonic() > deadline:
+                break
+            self.snapshot_retries += 1
+        elapsed = time.perf_counter() - started
+        self.client_cpu += time.process_time() - cpu_before
+        assert answer == EXPECTED_ANSWER, answer
+        self.seconds.append(elapsed)
+        return elapsed
+
+
+def _diff(before: Reading, after: Reading, turns: int) -> dict[str, Any]:
+    """Per-turn costs between two readings."""
+    methods: dict[str, tuple[float, float]] = {}
+    old = before.profile["methods"]
+    for name, entry in after.profile["methods"].items():
+        calls = entry["calls"] - old.get(name, {}).get("calls", 0)
+        seconds = entry["seconds"] - old.get(name, {}).get("seconds", 0.0)
+        if calls:
+            methods[name] = (calls / turns, seconds * 1000 / turns)
+    return {
+        "engine_cpu_ms": (after.engine_cpu - before.engine_cpu) * 1000 / turns,
+        "worker_cpu_ms": (after.worker_cpu - before.worker_cpu) * 1000 / turns,
+        "client_cpu_ms": (after.client_cpu - before.client_cpu) * 1000 / turns,
+        "commits": (after.profile["commits"] - before.profile["commits"]) / turns,
+        "commit_ms": (after.profile["commit_seconds"] - before.profile["commit_seconds"])
+        * 1000
+        / turns,
+        "methods": methods,
+    }
+
+
+def _print_timeline(side: OurSide, reading: Reading) -> None:
+    """The last turn's events, engine and client merged, in ms from its start."""
+    start = side.marks[0][0]
+    events = [(at, f"{label}") for at, label in side.marks]
+    events += [
+        (at, f"engine: {label} ({seconds * 1000:.2f} ms)")
+        for at, seconds, label in reading.profile["trace"]
+        if start <= at <= side.marks[-1][0]
+    ]
+    print(f"\nTimeline of the last turn, --sync {side.sync} (ms from start_session):")
+    for at, label in sorted(events):
+        print(f"  {(at - start) * 1000:8.2f}  {label}")
+
+
+def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
+    p50 = percentile(seconds, 0.5) * 1000
+    p99 = percentile(seconds, 0.99) * 1000
+    ratio = f"  {p50 / peer_p50:5.2f}x" if peer_p50 else ""
+    return f"  {name:<34} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms{ratio}"
+
+
+def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
+    print(f"\nPer-turn cost of ours, --sync {sync} (wall p50 {wall_ms:.1f} ms):")
+    print(f"  CPU: engine {costs['engine_cpu_ms']:.1f} ms, worker {costs['worker_cpu_ms']:.1f} ms,"
+          f" bench client {costs['client_cpu_ms']:.1f} ms")
+    print(f"  SQLite commits: {costs['commits']:.1f} per turn, {costs['commit_ms']:.2f} ms")
+    print("  engine, per gRPC method and per worker frame kind (calls / ms per turn):")
+    ranked = sorted(costs["methods"].items(), key=lambda item: -item[1][1])
+    for name, (calls, ms) in ranked:
+        print(f"    {name:<48} {calls:6.1f} {ms:8.2f}")
+
+
+async def run(turns: int, warmup: int, syncs: list[str], trace: bool, observe: str) -> None:
+    """Start one engine + worker per ``--sync`` value, interleave the sides, print figures."""
+    from bench.langgraph_peer import build_graph, run_turn
+    from dex_agents.testing import AgentTestStack
+    from tests.dex_agents.scripted_agent import FLOW_TYPE, STATE_DIR_ENV, build_flows
+
+    flows = build_flows()
+    flow = next(f for f in flows if f.get_flow_type() == FLOW_TYPE)
+    root = Path(tempfile.mkdtemp(prefix="dexagents-bench-turn-"))
+    sides: list[OurSide] = []
+    try:
+        for sync in syncs:
+            home = root / f"sync-{sync}"
+            (home / "state").mkdir(parents=True)
+            profile_path = home / "profile.json"
+            stack = AgentTestStack(
+                home,
+                flows,
+                WORKER_MODULE,
+                worker_cwd=REPO,
+                worker_env={STATE_DIR_ENV: str(home / "state")},
+                engine_args=["--sync", sync, "--profile", str(profile_path)],
+            )
+            await stack.__aenter__()
+            worker = await stack.start_worker()
+            sides.append(OurSide(sync, stack, worker.pid, profile_path, observe))
+        graph, connection = build_graph(root / "langgraph.sqlite3", root / "langgraph.log")
+        bare, _ = build_graph(None, root / "langgraph-bare.log")
+        peer: list[float] = []
+        floor: list[float] = []
+
+        def peer_turn(index: int) -> None:
+            started = time.perf_counter()
+            run_turn(graph, f"turn-{index}")
+            peer.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            run_turn(bare, f"turn-{index}")
+            floor.append(time.perf_counter() - started)
+
+        for index in range(warmup):
+            for side in sides:
+                await side.turn(flow, f"warmup-{index}")
+            peer_turn(-index - 1)
+        for side in sides:
+            side.seconds.clear()
+        peer.clear()
+        floor.clear()
+        before = [await side.reading() for side in sides]
+        for index in range(turns):
+            for side in sides:
+                await side.turn(flow, f"turn-{index}")
+            peer_turn(index)
+        after = [await side.reading() for side in sides]
+        if connection is not None:
+            connection.close()
+
+        peer_p50 = percentile(peer, 0.5) * 1000
+        print(f"One agent turn (3 parallel READ tools), {turns} turns per side, interleaved,"
+              f" after {warmup} warm-up turns; ratio = p50 / LangGraph + SqliteSaver p50:")
+        print(_summary("LangGraph + SqliteSaver", peer, peer_p50))
+        print(_summary("LangGraph, no checkpointer", floor, peer_p50))
+        for side in sides:
+            print(_summary(f"dex_agents + engine --sync {side.sync}", side.seconds, peer_p50))
+        for side, first, last in zip(sides, before, after, strict=True):
+            _print_breakdown(side.sync, percentile(side.seconds, 0.5) * 1000,
+                             _diff(first, last, turns))
+            if trace:
+                _print_timeline(side, last)
+    finally:
+        for side in sides:
+            await side.stack.close()
+
+
+def main() -> None:
+    """Parse the command line and run the benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=200, help="measured turns per side")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--sync", choices=["normal", "full", "both"], default="both")
+    parser.add_argument("--quick", action="store_true", help="40 turns, 5 warm-up")
+    parser.add_argument(
+        "--observe", choices=["step", "stream"], default="step",
+        help="how the bench sees the turn end: a WaitForStepCompletion long poll on the final"
+             " RunModel (default), or every AgentEvents Stream message as a page reads them")
+    parser.add_argument("--trace", action="store_true",
+                        help="also print the last turn's timeline (engine and client events)")
+    args = parser.parse_args()
+    if args.quick:
+        args.turns, args.warmup = 40, 5
+    syncs = ["normal", "full"] if args.sync == "both" else [args.sync]
+    asyncio.run(run(args.turns, args.warmup, syncs, args.trace, args.observe))
+
+
+if __name__ == "__main__":
+    main()
