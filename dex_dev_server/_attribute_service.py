@@ -30,7 +30,6 @@ class AttributeService(RunEngine):
             ]
         return pb.GetAttributesResponse(attributes=kvs)
 
-
     async def SetAttributes(
         self, request: pb.SetAttributesRequest, context: Any
     ) -> empty_pb2.Empty:
@@ -51,7 +50,6 @@ class AttributeService(RunEngine):
         )
         self.settle(run)
         return empty_pb2.Empty()
-
 
     async def WaitForAttribute(
         self, request: pb.WaitForAttributeRequest, context: Any

@@ -33,7 +33,6 @@ class ChannelService(RunEngine):
         self.settle(run)
         return empty_pb2.Empty()
 
-
     async def GetChannelMessages(
         self, request: pb.GetChannelMessagesRequest, context: Any
     ) -> pb.GetChannelMessagesResponse:
@@ -42,7 +41,6 @@ class ChannelService(RunEngine):
         run = self._existing_run(request.flow_id, request.run_id)
         entries = run.channels.get(request.channel_name, [])
         return pb.GetChannelMessagesResponse(messages=[e.message for e in entries])
-
 
     async def DeleteChannelMessage(
         self, request: pb.DeleteChannelMessageRequest, context: Any

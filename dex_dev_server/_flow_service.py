@@ -33,17 +33,14 @@ class FlowLifecycleService(RunEngine):
             server_engine=pb.SERVER_ENGINE_UNSPECIFIED,
         )
 
-
     async def HealthCheck(self, request: empty_pb2.Empty, context: Any) -> pb.HealthInfo:
         return pb.HealthInfo(condition="OK", hostname=socket.gethostname(), duration=0)
-
 
     async def SyncAttributeIndexes(
         self, request: pb.SyncAttributeIndexRequest, context: Any
     ) -> pb.SyncAttributeIndexResponse:
         self.index_types.update(dict(request.attribute_indexes))
         return pb.SyncAttributeIndexResponse()
-
 
     async def LoadBlobs(self, request: pb.LoadBlobsRequest, context: Any) -> pb.LoadBlobsResponse:
         for entry in request.entries:
@@ -59,7 +56,6 @@ class FlowLifecycleService(RunEngine):
         self, request: pb.StartFlowRequest, context: Any
     ) -> pb.StartFlowResponse:
         return pb.StartFlowResponse(run_id=self.start_flow(request))
-
 
     async def StopFlow(self, request: pb.StopFlowRequest, context: Any) -> empty_pb2.Empty:
         run = self._open_run(request.flow_id, request.run_id)
@@ -80,7 +76,6 @@ class FlowLifecycleService(RunEngine):
         self.pump()
         return empty_pb2.Empty()
 
-
     async def WaitForFlow(self, request: pb.WaitForFlowRequest, context: Any) -> pb.FlowResult:
         self._existing_run(request.flow_id, request.run_id)
         cap = min(float(request.wait_time_seconds or MAX_LONG_POLL), MAX_LONG_POLL)
@@ -99,7 +94,6 @@ class FlowLifecycleService(RunEngine):
                 raise long_poll_timeout("flow is still running")
             await self.notifier.wait(("flow", request.flow_id), left)
 
-
     async def GetFlowSummary(
         self, request: pb.GetFlowSummaryRequest, context: Any
     ) -> pb.GetFlowSummaryResponse:
@@ -117,13 +111,11 @@ class FlowLifecycleService(RunEngine):
             resp.close_time.CopyFrom(timestamp(run.close_ts))
         return resp
 
-
     async def GetFlowState(
         self, request: pb.GetFlowStateRequest, context: Any
     ) -> pb.GetFlowStateResponse:
         run = self._existing_run(request.flow_id, request.run_id)
         return self.flow_state(run)
-
 
     def flow_state(self, run: Run) -> pb.GetFlowStateResponse:
         """The ``GetFlowStateResponse`` of a run (spec section 4.5)."""
@@ -211,14 +203,12 @@ class FlowLifecycleService(RunEngine):
         self.flush(run)
         return empty_pb2.Empty()
 
-
     async def TriggerContinueAsNew(
         self, request: pb.TriggerContinueAsNewRequest, context: Any
     ) -> empty_pb2.Empty:
         run = self._open_run(request.flow_id, request.run_id)
         self.continue_as_new(run)
         return empty_pb2.Empty()
-
 
     async def SearchFlows(
         self, request: pb.SearchFlowsRequest, context: Any

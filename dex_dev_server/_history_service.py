@@ -46,7 +46,6 @@ class HistoryService(RunEngine):
             resp.next_page_token = str(rows[size][0]).encode()
         return resp
 
-
     async def WaitForHistoryEvent(
         self, request: pb.WaitForHistoryEventRequest, context: Any
     ) -> pb.WaitForHistoryEventResponse:
@@ -96,7 +95,6 @@ class HistoryService(RunEngine):
         run = self.time_travel(source, events, cut, request.skip_writes_reapply)
         return pb.ResetFlowResponse(run_id=run.run_id, run_attempt=run.run_attempt)
 
-
     def time_travel(
         self, source: Run, events: list[pb.FlowHistoryEvent], cut: int, skip_writes: bool
     ) -> Run:
@@ -143,7 +141,6 @@ class HistoryService(RunEngine):
             self.replaying = False
         self.settle(run)
         return run
-
 
     def _replay(self, run: Run, event: pb.FlowHistoryEvent) -> None:
         """Apply one recorded event of the source run to the forked run."""
@@ -208,7 +205,6 @@ class HistoryService(RunEngine):
         else:
             self._reapply(run, event)
 
-
     def _quiet(self, run: Run, st: StepExec) -> None:
         """Take a replayed execution out of dispatch before committing its recorded result."""
         self.ready.pop((run.run_id, st.exe_id), None)
@@ -216,7 +212,6 @@ class HistoryService(RunEngine):
         if not st.locks_held and self.lock_keys(st):
             st.locks_held = self.try_lock(run, self.lock_keys(st), st.exe_id)
         st.mstate = "dispatched"
-
 
     def _reapply(self, run: Run, event: pb.FlowHistoryEvent) -> None:
         kind = event.WhichOneof("payload")

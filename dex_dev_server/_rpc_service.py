@@ -66,7 +66,6 @@ class RpcService(RunEngine):
                 if run.is_open:
                     self.settle(run)
 
-
     async def _run_rpc(
         self, run: Run, request: pb.InvokeRPCRequest, context: Any, transactional: bool
     ) -> pb.InvokeRPCResponse:
@@ -113,7 +112,6 @@ class RpcService(RunEngine):
             self._drop_rpc(call)
         return self._commit_rpc(run, request, response, served_by, transactional)
 
-
     async def _run_push_rpc(
         self, run: Run, request: pb.InvokeRPCRequest, budget: float, transactional: bool
     ) -> pb.InvokeRPCResponse:
@@ -137,7 +135,6 @@ class RpcService(RunEngine):
             ) from None
         return self._commit_rpc(run, request, response, "", transactional)
 
-
     def _drop_rpc(self, call: RpcCall) -> None:
         if call in self.rpc_queue:
             self.rpc_queue.remove(call)
@@ -149,7 +146,6 @@ class RpcService(RunEngine):
                         cancel_task=pb.PollWorkerTaskCancelTask(task_id=task_id)
                     )
                 )
-
 
     def _commit_rpc(
         self,

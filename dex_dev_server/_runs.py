@@ -101,7 +101,6 @@ class RunEngine(Dispatcher):
                 self.schedule(("flow-retry", run.run_id), run.retry_at,
                               functools.partial(self._retry_run, run))
 
-
     def _resume(self, run: Run) -> None:
         for st in sorted(run.steps.values(), key=lambda s: s.created_order):
             if st.phase != "waiting" and st.mstate in ("ready", "backoff", "dispatched"):
@@ -189,7 +188,6 @@ class RunEngine(Dispatcher):
         self.loop.call_soon(self.pump)
         _LOG.info("sub-flow %s started for %s", child.flow_id, st.exe_id)
 
-
     def after_close(self, run: Run) -> None:
         """Schedule a flow retry for a failed run, else report it to parent Steps."""
         req = run.start_request
@@ -210,7 +208,6 @@ class RunEngine(Dispatcher):
             return
         self._report_to_parents(run)
 
-
     def _retry_run(self, run: Run) -> None:
         if not run.retry_at or self.latest_run(run.flow_id) is not run:
             return
@@ -223,7 +220,6 @@ class RunEngine(Dispatcher):
             parents=run.parents,
         )
         self.pump()
-
 
     def _report_to_parents(self, run: Run) -> None:
         result = flow_result(run)
@@ -302,7 +298,6 @@ class RunEngine(Dispatcher):
         run = self._new_run(req, first_run_id="", run_attempt=1)
         self.pump()
         return run.run_id
-
 
     def _new_run(
         self,
@@ -391,7 +386,6 @@ class RunEngine(Dispatcher):
         _LOG.info("flow %s (%s) started run %s", run.flow_id, run.flow_type, run_id)
         return run
 
-
     def _open_run(self, flow_id: str, run_id: str = "") -> Run:
         if not flow_id:
             raise invalid("flow_id is required")
@@ -399,7 +393,6 @@ class RunEngine(Dispatcher):
         if run is None or not run.is_open:
             raise not_found(flow_id)
         return run
-
 
     def _existing_run(self, flow_id: str, run_id: str = "") -> Run:
         if not flow_id:

@@ -51,7 +51,6 @@ class StepService(RunEngine):
                 raise long_poll_timeout("step execution is not completed yet")
             await self.notifier.wait(("flow", run.flow_id), left)
 
-
     async def SkipTimer(self, request: pb.SkipTimerRequest, context: Any) -> empty_pb2.Empty:
         if not request.step_execution_id:
             raise invalid("step_execution_id is required")

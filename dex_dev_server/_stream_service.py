@@ -39,7 +39,6 @@ class StreamService(RunEngine):
         )
         return empty_pb2.Empty()
 
-
     async def ReadStream(
         self, request: pb.ReadStreamRequest, context: Any
     ) -> pb.ReadStreamResponse:
@@ -65,7 +64,6 @@ class StreamService(RunEngine):
             if left <= 0:
                 raise long_poll_timeout("no stream message arrived in time")
             await self.notifier.wait(key, left)
-
 
     async def ListStreamMessages(
         self, request: pb.ListStreamMessagesRequest, context: Any

@@ -59,7 +59,6 @@ class WorkerTaskService(RunEngine):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
 
-
     async def _stream_writer(self, stream: Any, context: Any) -> None:
         while True:
             frame = await stream.out.get()
