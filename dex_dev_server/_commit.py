@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dex.dexpb import dex_pb2 as pb
 
 from ._model import Run, StepExec, history_writes
 from ._requests import method_context
-
-if TYPE_CHECKING:
-    from ._engine import EngineState
+from ._steps import StepMachine
 
 
 def commit_wait_for(
-    engine: EngineState, run: Run, st: StepExec, resp: pb.InvokeWaitForMethodResponse
+    engine: StepMachine, run: Run, st: StepExec, resp: pb.InvokeWaitForMethodResponse
 ) -> None:
     """Apply a wait_for result: effects, locals, history, then wait or go to execute."""
     published = engine.apply_effects(
@@ -50,7 +46,7 @@ def commit_wait_for(
 
 
 def commit_execute(
-    engine: EngineState, run: Run, st: StepExec, resp: pb.InvokeExecuteMethodResponse
+    engine: StepMachine, run: Run, st: StepExec, resp: pb.InvokeExecuteMethodResponse
 ) -> None:
     """Apply an execute result: effects, history, then the StepDecision."""
     published = engine.apply_effects(
@@ -82,7 +78,7 @@ def commit_execute(
 
 
 def apply_decision(
-    engine: EngineState,
+    engine: StepMachine,
     run: Run,
     decision: pb.StepDecision,
     from_id: str,

@@ -108,3 +108,19 @@ def channel_message_not_found(message: str) -> ServiceError:
 def uncategorized(code: grpc.StatusCode, message: str) -> ServiceError:
     """Any code with ``UNCATEGORIZED`` sub-status."""
     return ServiceError(code, pb.ERROR_SUB_STATUS_UNCATEGORIZED, message)
+
+
+class WorkerFailed(Exception):
+    """The worker answered an RPC task with a ``WorkerErrorResponse``."""
+
+    def __init__(self, error: pb.WorkerErrorResponse) -> None:
+        super().__init__(error.detail)
+        self.error = error
+
+
+class WorkerLost(Exception):
+    """No worker ran an RPC task to the end (``reason`` is a DispatchTaskErrorReason)."""
+
+    def __init__(self, reason: int) -> None:
+        super().__init__("worker unavailable")
+        self.reason = reason

@@ -5,17 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 from google.rpc import status_pb2
 
-from ._model import Run, StepExec
-
-if TYPE_CHECKING:
-    from ._engine import EngineState, Inflight
+from ._errors import WorkerFailed, WorkerLost
+from ._model import Run
 
 _LOG = logging.getLogger("dex_dev_server")
 _DETAILS_KEY = "grpc-status-details-bin"
@@ -68,16 +67,26 @@ class PushClient:
         self._channels.clear()
 
 
+#: Receives each output of a push call as a pull-style task frame.
+FrameSink = Callable[[pb.PollWorkerTaskFrame], None]
+#: Receives a push call's failure: ``(message, worker error or None, retry_free)``;
+#: ``retry_free`` is true when the worker was at capacity and the attempt does not count.
+FailureSink = Callable[[str, pb.WorkerErrorResponse | None, bool], None]
+
+
 async def run_step(
-    engine: EngineState,
-    run: Run,
-    st: StepExec,
-    inflight: Inflight,
+    stub: Any,
     task: pb.PollWorkerTask,
     seconds: float,
+    on_frame: FrameSink,
+    on_failed: FailureSink,
 ) -> None:
-    """Invoke one Step method on a listening worker and feed its outputs to the engine."""
-    stub = engine.push.stub(run.config.worker_target.address)
+    """Invoke one Step method on a listening worker and feed its outputs to the engine.
+
+    ``stub`` is a ``WorkerServiceStub`` (:meth:`PushClient.stub`), ``seconds`` the method
+    timeout. Every output goes to ``on_frame`` under ``task.task_id``; a call that fails or
+    ends without a result goes to ``on_failed`` once. Never raises except on cancellation.
+    """
     kind = task.WhichOneof("request")
     try:
         if kind == "wait_for":
@@ -85,35 +94,35 @@ async def run_step(
         else:
             call = stub.InvokeExecuteMethod(task.execute, timeout=seconds)
         async for output in call:
-            frame = pb.PollWorkerTaskFrame(task_id=inflight.task_id)
+            frame = pb.PollWorkerTaskFrame(task_id=task.task_id)
             getattr(frame, kind).CopyFrom(output)
-            engine.push_frame(inflight, frame)
+            on_frame(frame)
             if output.WhichOneof("output") == "result":
                 return
-        engine.push_failed(inflight, "worker call ended without a result", None, False)
+        on_failed("worker call ended without a result", None, False)
     except asyncio.CancelledError:
         raise
     except grpc.aio.AioRpcError as error:
         code = error.code()
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-            engine.push_failed(inflight, "worker is at capacity", None, True)
+            on_failed("worker is at capacity", None, True)
             return
         message = error.details() or code.name
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            message = f"{st.phase} method timeout after {int(seconds)}s"
-        engine.push_failed(inflight, message, worker_error_of(error), False)
+            message = f"{kind} method timeout after {int(seconds)}s"
+        on_failed(message, worker_error_of(error), False)
     except Exception as exc:
         _LOG.exception("push invocation failed")
-        engine.push_failed(inflight, f"push invocation failed: {exc}", None, False)
+        on_failed(f"push invocation failed: {exc}", None, False)
 
 
 async def run_rpc(
-    engine: EngineState, run: Run, request: pb.InvokeWorkerRPCRequest, budget: float
+    stub: Any, request: pb.InvokeWorkerRPCRequest, budget: float
 ) -> pb.InvokeWorkerRPCResponse:
-    """Invoke an RPC on a listening worker; raises ``WorkerFailed`` / ``WorkerLost``."""
-    from ._engine import WorkerFailed, WorkerLost
+    """Invoke an RPC on a listening worker (``stub`` from :meth:`PushClient.stub`).
 
-    stub = engine.push.stub(run.config.worker_target.address)
+    Raises ``WorkerFailed`` / ``WorkerLost``, or ``TimeoutError`` after ``budget`` seconds.
+    """
     try:
         response: pb.InvokeWorkerRPCResponse = await stub.InvokeWorkerRPC(request, timeout=budget)
         return response

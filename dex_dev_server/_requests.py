@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dex.dexpb import dex_pb2 as pb
 
+from ._clock import duration, now, timestamp
 from ._model import Run, StepExec, has_kind, null_value
-
-if TYPE_CHECKING:
-    from ._engine import EngineState
+from ._state import DEFAULT_METHOD_TIMEOUT, EngineState
 
 
 def _selectors(st: StepExec) -> tuple[list[str], list[str], list[str]]:
@@ -49,8 +46,6 @@ def build_step_task(
     engine: EngineState, run: Run, st: StepExec, task_id: str, deadline: float
 ) -> pb.PollWorkerTask:
     """The ``PollWorkerTask`` for the current attempt of a Step method."""
-    from ._engine import timestamp
-
     maps, names, cmaps = _selectors(st)
     infos, loaded = engine.channel_view(run, names, cmaps)
     attributes = engine.attributes_for(run, maps)
@@ -122,8 +117,6 @@ def build_rpc_request(
 
 def method_context(run: Run, st: StepExec) -> pb.StepMethodEventContext:
     """``StepMethodEventContext`` of the current method, for history events."""
-    from ._engine import DEFAULT_METHOD_TIMEOUT, duration, now, timestamp
-
     o = st.options
     if st.phase == "wait_for":
         timeout = o.wait_for_timeout_seconds

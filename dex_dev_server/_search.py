@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
+from ._clock import timestamp
 from ._errors import invalid
-
-if TYPE_CHECKING:
-    from ._model import Run
-    from ._service import Engine
+from ._model import Run
+from ._state import EngineState
 
 _STATUS = {
     "running": pb.FLOW_STATUS_RUNNING,
@@ -150,7 +149,7 @@ class _Parser:
         return lambda run: _compare(_field(run, name), op, value)
 
 
-def search_flows(engine: Engine, request: pb.SearchFlowsRequest) -> pb.SearchFlowsResponse:
+def search_flows(engine: EngineState, request: pb.SearchFlowsRequest) -> pb.SearchFlowsResponse:
     """Evaluate a SearchFlows request over the latest run of every flow."""
     if request.page_size < 0:
         raise invalid("page_size must not be negative")
@@ -170,7 +169,6 @@ def search_flows(engine: Engine, request: pb.SearchFlowsRequest) -> pb.SearchFlo
     ]
     runs.sort(key=lambda r: r.start_ts, reverse=True)
     page = runs[offset:offset + size]
-    from ._engine import timestamp
 
     resp = pb.SearchFlowsResponse()
     for run in page:

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import TYPE_CHECKING
+import logging
 
 import grpc
 from dex.dexpb import dex_pb2 as pb
+from google.protobuf import timestamp_pb2
 
+from ._clock import now
 from ._errors import ServiceError, invalid, uncategorized
 from ._model import Run, StepExec
+from ._state import EngineState
 
-if TYPE_CHECKING:
-    from ._engine import EngineState
+_LOG = logging.getLogger("dex_dev_server")
 
 MAX_MESSAGE_BYTES = 1024 * 1024
 DEFAULT_CAPACITY = 64 * 1024 * 1024
@@ -54,8 +56,6 @@ def append(
     capacity: int,
 ) -> int:
     """Append one message, trimming the scope's oldest messages to fit; returns its seq."""
-    from ._engine import now
-
     payload = value.SerializeToString()
     charged = len(payload) + len(flow_id) + len(source) + _OVERHEAD
     capacity = capacity if capacity > 0 else DEFAULT_CAPACITY
@@ -103,8 +103,6 @@ def to_message(
     flow_type: str, stream: str, flow_id: str, row: tuple[int, int, str, bytes]
 ) -> pb.StreamMessage:
     """A ``StreamMessage`` from a ``(id, created_ms, source, value)`` row."""
-    from google.protobuf import timestamp_pb2
-
     seq, created_ms, source, payload = row
     value = pb.Value()
     value.ParseFromString(payload)
@@ -150,8 +148,6 @@ def write_step_stream(
     Best effort: errors are logged and ignored, and the message stays even if the
     attempt later fails (spec section 2.7).
     """
-    from ._engine import _LOG
-
     try:
         append(
             engine,

@@ -1,0 +1,350 @@
+"""In-memory engine state shared by every layer: runs, worker streams, in-flight tasks.
+
+:class:`EngineState` holds the runs and their primitive mutations (attributes, channels,
+history, locks, schedules, the commit to SQLite). The Step lifecycle (``_steps``), the
+dispatcher (``_dispatch``) and the service handlers build on it in that order, so imports
+run one way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dex.dexpb import dex_pb2 as pb
+
+from ._clock import now, timestamp
+from ._model import ChannelEntry, Run, has_kind, null_value, uuid7
+from ._push import PushClient
+from ._store import RunWrite, Store
+
+_LOG = logging.getLogger("dex_dev_server")
+
+DEFAULT_METHOD_TIMEOUT = 7200
+DEFAULT_TOTAL_RETRY = 4 * 3600
+NO_CAPACITY_BACKOFF = 0.2
+USER_CLOSED = (
+    pb.FLOW_STATUS_COMPLETED,
+    pb.FLOW_STATUS_FAILED,
+    pb.FLOW_STATUS_CANCELED,
+    pb.FLOW_STATUS_TERMINATED,
+    pb.FLOW_STATUS_CONTINUED_AS_NEW,
+)
+
+
+class Notifier:
+    """Keyed wake-ups for long polls: ``wait(key, timeout)`` returns after ``notify(key)``."""
+
+    def __init__(self) -> None:
+        self._events: dict[Any, asyncio.Event] = {}
+
+    def notify(self, key: Any) -> None:
+        """Wake every waiter of ``key``."""
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+
+    async def wait(self, key: Any, seconds: float) -> None:
+        """Wait for the next ``notify(key)`` or ``seconds``, whichever comes first."""
+        event = self._events.get(key)
+        if event is None:
+            event = self._events[key] = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), max(0.0, seconds))
+
+
+@dataclass
+class WorkerStream:
+    """One open ``PollWorkerTask`` call (at most one task at a time, spec section 1.4)."""
+
+    sid: int
+    queue: str
+    app_worker_id: str
+    flow_types: frozenset[str]
+    out: asyncio.Queue[pb.PollWorkerTaskResponse | None]
+    task_id: str = ""
+    half_closed: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Whether the stream can take a task now."""
+        return not self.task_id and not self.half_closed
+
+    def serves(self, flow_type: str) -> bool:
+        """Whether tasks of ``flow_type`` may be routed to this stream."""
+        if self.queue == self.app_worker_id:
+            return flow_type in self.flow_types
+        return self.queue == flow_type
+
+
+@dataclass
+class RpcCall:
+    """An InvokeRPC waiting for (or running on) a worker."""
+
+    run: Run
+    request: pb.InvokeRPCRequest
+    future: asyncio.Future[tuple[pb.InvokeWorkerRPCResponse, str]]
+    dispatched: asyncio.Event = field(default_factory=asyncio.Event)
+    excluded: set[str] = field(default_factory=set)
+    budget: float = 60.0
+
+
+@dataclass
+class Inflight:
+    """A task sent to a stream (or a push call) not yet answered with a final frame."""
+
+    task_id: str
+    stream: WorkerStream | None
+    run_id: str
+    exe_id: str = ""
+    rpc: RpcCall | None = None
+    valid: bool = True
+    deadline_handle: asyncio.TimerHandle | None = None
+    frames: int = 0
+    push_task: asyncio.Task[None] | None = None
+
+
+class EngineState:
+    """All runs, indexed by flow ID, plus the dispatcher's worker streams and tasks."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.runs: dict[str, Run] = {}
+        self.flows: dict[str, list[str]] = {}
+        self.run_seq = 0
+        self.streams: dict[int, WorkerStream] = {}
+        self.stream_seq = 0
+        self.inflight: dict[str, Inflight] = {}
+        self.ready: dict[tuple[str, str], None] = {}
+        self.rpc_queue: list[RpcCall] = []
+        # Streams (by sid) that answered NO_CAPACITY, benched until the given time. Only
+        # that stream is benched: it is usually about to retire, while the same worker's
+        # other idle streams can take the task at once.
+        self.declined_until: dict[int, float] = {}
+        self.excluded: dict[tuple[str, str], set[str]] = {}
+        self.notifier = Notifier()
+        self.index_types: dict[str, int] = {}
+        self.stream_totals: dict[tuple[str, str], int] = {}
+        # While replaying history for time travel, recorded message IDs are kept.
+        self.replaying = False
+        self._handles: dict[Any, asyncio.TimerHandle] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.push = PushClient()
+    # Basics -------------------------------------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop running the engine."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def latest_run(self, flow_id: str) -> Run | None:
+        """The newest run of a flow (``None`` if the flow was never started)."""
+        ids = self.flows.get(flow_id)
+        return self.runs[ids[-1]] if ids else None
+
+    def find_run(self, flow_id: str, run_id: str = "") -> Run | None:
+        """The given run of a flow, or its latest run when ``run_id`` is empty."""
+        if run_id:
+            run = self.runs.get(run_id)
+            return run if run is not None and run.flow_id == flow_id else None
+        return self.latest_run(flow_id)
+
+    def schedule(self, key: Any, at: float, fn: Callable[[], None]) -> None:
+        """Call ``fn`` at wall time ``at`` (replacing any earlier schedule under ``key``)."""
+        old = self._handles.pop(key, None)
+        if old is not None:
+            old.cancel()
+
+        def fire() -> None:
+            self._handles.pop(key, None)
+            try:
+                fn()
+            except Exception:
+                _LOG.exception("scheduled engine action failed")
+
+        self._handles[key] = self.loop.call_later(max(0.0, at - now()), fire)
+
+    def rekey_schedules(self, old_run_id: str, new_run_id: str) -> None:
+        """Move schedules keyed by a run ID to the run's new ID (continue-as-new)."""
+        for key in list(self._handles):
+            if isinstance(key, tuple) and len(key) > 1 and key[1] == old_run_id:
+                self._handles[(key[0], new_run_id, *key[2:])] = self._handles.pop(key)
+
+    def unschedule(self, key: Any) -> None:
+        """Cancel a schedule made with :meth:`schedule`."""
+        old = self._handles.pop(key, None)
+        if old is not None:
+            old.cancel()
+
+    def flush(self, run: Run) -> None:
+        """Persist the run's pending changes (one SQLite transaction) and wake long polls."""
+        write = run.write
+        run.write = RunWrite()
+        write.run_row = run.row()
+        self.store.commit(run.run_id, write)
+        self.notifier.notify(("flow", run.flow_id))
+        if (
+            run.is_open
+            and run.can_threshold > 0
+            and not self.replaying
+            and run.next_event_id - 2 >= run.can_threshold
+        ):
+            self.continue_as_new(run)
+
+    def continue_as_new(self, live: Run) -> None:
+        """Carry a run's state into a new run (see :class:`~dex_dev_server._runs.RunEngine`)."""
+
+    def add_history(self, run: Run, **payload: Any) -> None:
+        """Append a history event to the run (written at the next flush)."""
+        event = pb.FlowHistoryEvent(
+            event_id=run.next_event_id,
+            event_time=timestamp(now()),
+            run_attempt=run.run_attempt,
+            **payload,
+        )
+        run.write.history.append((run.next_event_id, event.SerializeToString()))
+        run.next_event_id += 1
+
+    # Attributes and channels -------------------------------------------------------------------
+
+    def set_attribute(self, run: Run, key: str, value: pb.Value) -> None:
+        """Apply one attribute write (``null_value`` deletes)."""
+        if value.WhichOneof("kind") in (None, "null_value"):
+            run.attributes.pop(key, None)
+            run.write.set_attribute(key, None)
+        else:
+            run.attributes[key] = value
+            run.write.set_attribute(key, value.SerializeToString())
+
+    def index_attribute(self, run: Run, write: pb.AttributeWrite, by_key: bool = False) -> None:
+        """Update the run's search field for an indexed write (spec section 9.1 #12).
+
+        ``by_key`` also indexes writes without ``index_config`` whose key is a synced
+        index key (used for StartFlow's initial attributes).
+        """
+        cfg = write.index_config
+        if cfg.enable:
+            name = cfg.index_key or write.key
+        elif by_key and write.key in self.index_types:
+            name = write.key
+        else:
+            return
+        if write.value.WhichOneof("kind") in (None, "null_value"):
+            run.search.pop(name, None)
+        else:
+            run.search[name] = write.value
+
+    def publish(
+        self, run: Run, channel: str, value: pb.Value, message_id: str = ""
+    ) -> pb.ChannelMessage:
+        """Append a message to a channel of the run (a new UUIDv7 unless re-applied)."""
+        if not has_kind(value):
+            value = null_value()
+        message = pb.ChannelMessage(
+            channel_name=channel, value=value, message_id=message_id or uuid7()
+        )
+        run.chan_seq += 1
+        run.channels.setdefault(channel, []).append(ChannelEntry(run.chan_seq, message))
+        run.write.channel_inserts.append(
+            (run.chan_seq, channel, message.message_id, value.SerializeToString())
+        )
+        return message
+
+    def delete_message(self, run: Run, channel: str, message_id: str) -> bool:
+        """Delete one pending message by ID; ``False`` when it does not exist."""
+        entries = run.channels.get(channel, [])
+        for i, entry in enumerate(entries):
+            if entry.message.message_id == message_id:
+                del entries[i]
+                run.write.channel_deletes.append(entry.seq)
+                if not entries:
+                    run.channels.pop(channel, None)
+                return True
+        return False
+
+    def consume(self, run: Run, channel: str, count: int) -> list[pb.Value]:
+        """Remove and return the ``count`` oldest messages of a channel."""
+        entries = run.channels.get(channel, [])
+        taken, rest = entries[:count], entries[count:]
+        for entry in taken:
+            run.write.channel_deletes.append(entry.seq)
+        if rest:
+            run.channels[channel] = rest
+        else:
+            run.channels.pop(channel, None)
+        return [entry.message.value for entry in taken]
+
+    def apply_effects(
+        self,
+        run: Run,
+        writes: Iterable[pb.AttributeWrite],
+        publishes: Iterable[pb.ChannelMessage],
+        deletes: Iterable[pb.ChannelMessageDeletion],
+    ) -> list[pb.ChannelMessage]:
+        """Apply deletions, then attribute writes, then publications (spec section 3.2)."""
+        for deletion in deletes:
+            self.delete_message(run, deletion.channel_name, deletion.message_id)
+        for write in writes:
+            self.set_attribute(run, write.key, write.value)
+            self.index_attribute(run, write)
+        return [
+            self.publish(
+                run, m.channel_name, m.value, m.message_id if self.replaying else ""
+            )
+            for m in publishes
+        ]
+
+    def attributes_for(self, run: Run, selectors: Iterable[str]) -> list[pb.KV]:
+        """Singletons plus the selected AttributeMap instances (spec section 3.1)."""
+        selected = set(selectors)
+        prefixes = tuple(s for s in selected if s.endswith("/"))
+        out = []
+        for key, value in run.attributes.items():
+            if "/" in key and key not in selected and not (prefixes and key.startswith(prefixes)):
+                continue
+            out.append(pb.KV(key=key, value=value))
+        return out
+
+    def channel_view(
+        self, run: Run, names: Iterable[str], map_selectors: Iterable[str]
+    ) -> tuple[dict[str, pb.ChannelInfo], dict[str, pb.ChannelValues]]:
+        """``channel_infos`` for all non-empty channels and the selected pending messages."""
+        infos = {
+            name: pb.ChannelInfo(size=len(entries))
+            for name, entries in run.channels.items()
+            if entries
+        }
+        loaded: dict[str, pb.ChannelValues] = {}
+        exact = set(names)
+        prefixes = []
+        for sel in map_selectors:
+            if sel.endswith("/"):
+                prefixes.append(sel)
+            else:
+                exact.add(sel)
+        for name, entries in run.channels.items():
+            if name in exact or any(name.startswith(p) for p in prefixes):
+                loaded[name] = pb.ChannelValues(messages=[e.message for e in entries])
+        return infos, loaded
+
+    # Locks ---------------------------------------------------------------------------------
+
+    def try_lock(self, run: Run, keys: Iterable[str], owner: str) -> bool:
+        """Take all ``keys`` for ``owner`` or none of them."""
+        keys = list(keys)
+        if any(run.locks.get(k, owner) != owner for k in keys):
+            return False
+        for k in keys:
+            run.locks[k] = owner
+        return True
+
+    def unlock(self, run: Run, owner: str) -> None:
+        """Release every lock held by ``owner``."""
+        for k in [k for k, o in run.locks.items() if o == owner]:
+            del run.locks[k]
