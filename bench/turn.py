@@ -169,6 +169,10 @@ def _diff(before: Reading, after: Reading, turns: int) -> dict[str, Any]:
         * 1000
         / turns,
         "methods": methods,
+        "slow_commits": after.profile["slow_commits"] - before.profile["slow_commits"],
+        "commit_longest_ms": after.profile["commit_longest_seconds"] * 1000,
+        "gc_ms": (after.profile["gc_seconds"] - before.profile["gc_seconds"]) * 1000 / turns,
+        "gc_longest_ms": after.profile["gc_longest_seconds"] * 1000,
     }
 
 
@@ -197,7 +201,11 @@ def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
     print(f"\nPer-turn cost of ours, --sync {sync} (wall p50 {wall_ms:.1f} ms):")
     print(f"  CPU: engine {costs['engine_cpu_ms']:.1f} ms, worker {costs['worker_cpu_ms']:.1f} ms,"
           f" bench client {costs['client_cpu_ms']:.1f} ms")
-    print(f"  SQLite commits: {costs['commits']:.1f} per turn, {costs['commit_ms']:.2f} ms")
+    print(f"  SQLite commits: {costs['commits']:.1f} per turn, {costs['commit_ms']:.2f} ms;"
+          f" {costs['slow_commits']} over 5 ms in the run, longest {costs['commit_longest_ms']:.1f}"
+          " ms")
+    print(f"  engine garbage collection: {costs['gc_ms']:.2f} ms per turn, longest pause"
+          f" {costs['gc_longest_ms']:.1f} ms")
     print("  engine, per gRPC method and per worker frame kind (calls / ms per turn):")
     ranked = sorted(costs["methods"].items(), key=lambda item: -item[1][1])
     for name, (calls, ms) in ranked:

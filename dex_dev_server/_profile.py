@@ -8,7 +8,9 @@ subtract. ``bench/turn.py`` uses it for its per-turn cost breakdown.
 The file's shape::
 
     {"methods": {"<gRPC method>": {"calls": int, "seconds": float}, ...},
-     "commits": int, "commit_seconds": float, "cpu_seconds": float}
+     "commits": int, "commit_seconds": float, "commit_longest_seconds": float,
+     "slow_commits": int, "gc_pauses": int, "gc_seconds": float, "gc_longest_seconds": float,
+     "cpu_seconds": float, "trace": [[unix time, seconds, label], ...]}
 
 A unary method's seconds run from the call reaching the engine to its answer, long-poll waits
 included (``ReadStream``); a streaming method counts calls only, and the frames a worker
@@ -17,6 +19,7 @@ sends on ``PollWorkerTask`` are timed one by one as ``frame:<kind>``.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import os
@@ -40,8 +43,24 @@ class EngineProfile:
         self.path = Path(path)
         self.commits = commits
         self.calls: dict[str, list[float]] = {}
+        self.gc_pauses = 0
+        self.gc_seconds = 0.0
+        self.gc_longest = 0.0
+        self._gc_started = 0.0
+        gc.callbacks.append(self._on_gc)
         #: The last events as ``(unix time at the end, seconds, label)``, for a timeline.
         self.trace: deque[tuple[float, float, str]] = deque(maxlen=_TRACE_EVENTS)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._gc_started
+        self.gc_pauses += 1
+        self.gc_seconds += took
+        self.gc_longest = max(self.gc_longest, took)
+        if took > 0.002:
+            self.trace.append((time.time(), took, f"gc generation {info.get('generation')}"))
 
     def record(self, method: str, seconds: float, detail: str = "") -> None:
         """Add one call of ``method`` that took ``seconds`` (``detail`` goes to the trace)."""
@@ -60,6 +79,11 @@ class EngineProfile:
             },
             "commits": self.commits.commits,
             "commit_seconds": self.commits.seconds,
+            "commit_longest_seconds": self.commits.longest,
+            "slow_commits": self.commits.slow,
+            "gc_pauses": self.gc_pauses,
+            "gc_seconds": self.gc_seconds,
+            "gc_longest_seconds": self.gc_longest,
             "cpu_seconds": times.user + times.system,
             "trace": list(self.trace),
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -103,6 +104,23 @@ class EngineServer:
             self.store = None
 
 
+#: ``gc.set_threshold`` of the engine process (Python's defaults are 700, 10, 10).
+GC_THRESHOLDS = (10_000, 20, 20)
+
+
+def _tune_garbage_collection() -> None:
+    """Fewer, cheaper collections for a process that keeps every live run in memory.
+
+    What was loaded at start-up moves to the permanent generation (``gc.freeze``), so no
+    collection scans it again, and the young generation collects every 10,000 allocations
+    instead of 700: with the defaults the engine spent about 1.5 ms of each agent turn in the
+    collector, with single pauses longer than a Step transition (``bench/turn.py``).
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 async def serve(
     db_path: str | Path,
     host: str = "127.0.0.1",
@@ -120,6 +138,7 @@ async def serve(
         db_path, host, port, synchronous=synchronous, profile_path=profile_path
     )
     await server.start()
+    _tune_garbage_collection()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
