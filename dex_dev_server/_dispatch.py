@@ -49,11 +49,13 @@ class Dispatcher(StepMachine):
                 self.ready.pop(key, None)
                 continue
             if is_push(run):
+                if not self.lock_for_dispatch(run, st):
+                    continue
                 self.ready.pop(key, None)
                 self._push_step(run, st)
                 continue
             stream = self._pick_stream(run, self.excluded.get(key, set()), rpc=False, t=t)
-            if stream is None:
+            if stream is None or not self.lock_for_dispatch(run, st):
                 continue
             self.ready.pop(key, None)
             self._send_step(stream, run, st)
@@ -216,6 +218,9 @@ class Dispatcher(StepMachine):
         if retry_free:
             st.task_id = ""
             st.mstate = "backoff"
+            if st.attempt <= 1:
+                # Not run: as requeue_undelivered, a first attempt waits without its locks.
+                self.release_locks(run, st)
             st.retry_at = now() + NO_CAPACITY_BACKOFF
             self._arm_retry(run, st)
         else:
@@ -302,9 +307,7 @@ class Dispatcher(StepMachine):
         if run is None or st is None or st.task_id != task_id:
             return
         if clean:
-            st.mstate = "ready"
-            st.task_id = ""
-            self.ready[(run.run_id, st.exe_id)] = None
+            self.requeue_undelivered(run, st)
         else:
             message = "worker stream disconnected while the task was running"
             self.fail_attempt(
@@ -420,7 +423,7 @@ class Dispatcher(StepMachine):
         else:
             self.declined_until[stream.sid] = now() + NO_CAPACITY_BACKOFF
             self.loop.call_later(NO_CAPACITY_BACKOFF + 0.01, self.pump)
-        self.ready[key] = None
+        self.requeue_undelivered(run, st)
         self.flush(run)
         self.pump()
 

@@ -125,7 +125,7 @@ class StepExec:
     step_type: str
     movement: pb.StepMovement
     phase: str  # "wait_for" | "waiting" | "execute"
-    mstate: str = "locking"  # "locking" | "ready" | "backoff" | "dispatched"
+    mstate: str = "ready"  # "ready" | "backoff" | "dispatched" | "waiting"
     attempt: int = 1
     first_attempt_ts: float = 0.0
     method_started: float = 0.0

@@ -102,14 +102,12 @@ class RunEngine(Dispatcher):
                               functools.partial(self._retry_run, run))
 
     def _resume(self, run: Run) -> None:
+        # Locks start empty after a restart; each method takes its own again when its task
+        # is dispatched (spec section 7 #2).
         for st in sorted(run.steps.values(), key=lambda s: s.created_order):
-            if st.phase != "waiting" and st.mstate in ("ready", "backoff", "dispatched"):
-                keys = self.lock_keys(st)
-                if keys and self.try_lock(run, keys, st.exe_id):
-                    st.locks_held = True
-                elif keys:
-                    st.mstate = "locking"
-                    continue
+            if st.mstate == "locking":
+                # Written by engines that took locks before dispatch: ready now.
+                st.mstate = "ready"
             if st.mstate == "dispatched":
                 message = "engine restarted while the task was running"
                 self.fail_attempt(

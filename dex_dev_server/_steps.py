@@ -68,7 +68,11 @@ class StepMachine(EngineState):
         self.pump()
 
     def advance(self, run: Run) -> None:
-        """Dequeue movements, take locks, evaluate waits and check graceful completion."""
+        """Dequeue movements, evaluate waits and check graceful completion.
+
+        Locks are not taken here but when a method's task goes to a worker
+        (:meth:`lock_for_dispatch`).
+        """
         progressed = True
         while progressed and run.is_open:
             progressed = False
@@ -87,9 +91,6 @@ class StepMachine(EngineState):
                     min(at for _, at in remaining),
                     functools.partial(self._tick, run),
                 )
-            for st in sorted(run.steps.values(), key=lambda s: s.created_order):
-                if st.mstate == "locking" and st.phase != "waiting":
-                    self._try_start_method(run, st)
             waiting = sorted(
                 (s for s in run.steps.values() if s.phase == "waiting"),
                 key=lambda s: s.wait_order,
@@ -118,15 +119,15 @@ class StepMachine(EngineState):
         self.start_method(run, st, st.phase)
 
     def start_method(self, run: Run, st: StepExec, method: str) -> None:
-        """Begin a fresh method (attempt 1) of a Step execution."""
+        """Begin a fresh method (attempt 1) of a Step execution: it is ready for a worker."""
         st.phase = method
-        st.mstate = "locking"
+        st.mstate = "ready"
         st.attempt = 1
         st.first_attempt_ts = 0.0
         st.method_started = now()
         st.heartbeat = None
         st.last_failure = None
-        self._try_start_method(run, st)
+        self.ready[(run.run_id, st.exe_id)] = None
 
     def lock_keys(self, st: StepExec) -> list[str]:
         """Physical attribute keys the current method must hold."""
@@ -138,14 +139,36 @@ class StepMachine(EngineState):
         )
         return sorted(set(keys))
 
-    def _try_start_method(self, run: Run, st: StepExec) -> None:
+    def lock_for_dispatch(self, run: Run, st: StepExec) -> bool:
+        """Take the current method's locks as its task goes to a worker (spec section 3.1).
+
+        Taken at dispatch rather than when the method becomes ready, so a method that waits
+        for a free worker slot holds nothing and a locking RPC is not refused meanwhile. The
+        locks stay held across the method's retries and go with :meth:`release_locks`.
+        Returns ``False``, taking nothing, while another Step or RPC holds one of the keys;
+        the method stays ready and the dispatcher tries again after the holder releases.
+        """
+        if st.locks_held:
+            return True
         keys = self.lock_keys(st)
-        if keys and not st.locks_held:
-            if not self.try_lock(run, keys, st.exe_id):
-                st.mstate = "locking"
-                return
-            st.locks_held = True
+        if not keys:
+            return True
+        if not self.try_lock(run, keys, st.exe_id):
+            return False
+        st.locks_held = True
+        return True
+
+    def requeue_undelivered(self, run: Run, st: StepExec) -> None:
+        """Put a method whose task never ran (worker at capacity, stream closed before it
+        started) back in line for a worker at the same attempt.
+
+        Locks taken for a first attempt's dispatch are released, as nothing of the method ran
+        under them; a later attempt keeps its locks, which span all retries (spec section 3.1).
+        """
         st.mstate = "ready"
+        st.task_id = ""
+        if st.attempt <= 1:
+            self.release_locks(run, st)
         self.ready[(run.run_id, st.exe_id)] = None
 
     def release_locks(self, run: Run, st: StepExec) -> None:

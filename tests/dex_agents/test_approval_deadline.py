@@ -2,7 +2,8 @@
 
 ``skip_timer`` fires a deadline Timer at an exact moment. In the first test the Worker has two
 task slots: the SDK keeps one for RPCs, so a gated tool holding the only Step slot stops every
-other Step while RPCs are still answered. In the second, ``resolve_interrupt`` of
+other Step while RPCs are still answered, and a Step queued for a slot holds no locks yet (its
+locks are taken when its task goes to the Worker). In the second, ``resolve_interrupt`` of
 ``GatedResolveFlow`` holds PendingInterrupts at a FileGate while the Timer fires, which is the
 seed's race ("Design decisions": "When it resolves an interrupt just as its deadline Timer fires,
 AwaitToolApproval waits again and applies the answer").
@@ -16,8 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
-import pytest
-from dex import RpcLockConflictError, StepExecutionId, TimerId
+from dex import StepExecutionId, TimerId
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
@@ -135,11 +135,16 @@ async def test_deadline_timer_and_locks_with_the_only_step_slot_taken(tmp_path: 
         assert unstarted.state is None
         assert unstarted.messages == []
 
-        # Once the Timer fires, AwaitToolApproval's execute holds PendingInterrupts: the RPC
-        # meets RpcLockConflictError, which AgentSessionClient retries for 5 seconds, then raises.
+        # Once the Timer fires (committed before skip_timer returns), AwaitToolApproval's execute
+        # is queued behind the gated read. It takes PendingInterrupts only when a Worker slot
+        # runs it, so the RPC that locks PendingInterrupts is answered now instead of meeting
+        # RpcLockConflictError (which AgentSessionClient would retry for 5 seconds, then raise).
         await skip_deadline_timer(stack, "waiting", 2)
-        with pytest.raises(RpcLockConflictError):
-            await waiting.resolve_interrupt("waiting", interrupt.interrupt_id, approved=True)
+        assert (await approval_steps(stack, "waiting")).get(
+            "AwaitToolApproval-2"
+        ) == pb.ACTIVE_STEP_PHASE_ACTIVE
+        assert await waiting.resolve_interrupt("waiting", interrupt.interrupt_id, approved=True)
+        assert await executed(stack, "waiting", "AwaitToolApproval") == ["AwaitToolApproval-1"]
 
         gate.release()
         snapshot = await wait_for_idle(expiring, "expiring", message_count=4)
@@ -150,9 +155,7 @@ async def test_deadline_timer_and_locks_with_the_only_step_slot_taken(tmp_path: 
         snapshot = await wait_for_idle(plain, "not-started", message_count=2)
         assert last_text(snapshot) == "echo: hello"
 
-        # The early Timer's execute waited again; the approval still works afterwards.
-        await wait_for_approval_wait(stack, "waiting", 3)
-        assert await waiting.resolve_interrupt("waiting", interrupt.interrupt_id, approved=True)
+        # The early Timer's execute finds the interrupt answered and the answer is applied.
         snapshot = await wait_for_idle(waiting, "waiting", message_count=4)
         assert last_text(snapshot) == "refund=succeeded: refund ok"
         assert invocation_log(tmp_path).count("tool", "refund") == 1

@@ -514,6 +514,51 @@ class ComboFlow(Flow[None]):
 
 # --- Sub-flows and timeout handler ----------------------------------------------------------
 
+# --- LockedFlow: parallel Steps that lock one Attribute for a read-modify-write -----------
+
+tally = Attribute("tally", int)
+bumped = Channel("bumped", int)
+
+
+class LockedFanOut(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        movements: list[StepMovement[int]] = [
+            StepMovement.of(LockedBump, i) for i in range(1, input + 1)
+        ]
+        movements.append(StepMovement.of(LockedJoin, input))
+        return go_to_many(*movements)
+
+
+class LockedBump(Step[int]):
+    """Reads ``tally``, pauses, writes it back plus one: a lost update unless locked."""
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(execute_lock_attributes=(tally.lock(),))
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        value = tally.get(context) or 0
+        await asyncio.sleep(0.2)
+        tally.set(context, value + 1)
+        bumped.publish(context, input)
+        return dead_end()
+
+
+class LockedJoin(Step[int]):
+    async def wait_for(self, context: AsyncContext, input: int) -> Wait:
+        return Wait.until(bumped.for_n(input))
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        return graceful_complete(tally.get(context))
+
+
+class LockedFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(LockedFanOut()).other_steps(LockedBump(), LockedJoin())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(tally, bumped)
+
+
 CHAIN = ChainFlow()
 
 
@@ -616,6 +661,7 @@ HANDLED = HandledFlow()
 COMBO = ComboFlow()
 HOP = HopFlow()
 HEAVY = HeavyFlow()
+LOCKED = LockedFlow()
 
 ALL_FLOWS: list[Flow[Any]] = [
     CHAIN,
@@ -637,4 +683,5 @@ ALL_FLOWS: list[Flow[Any]] = [
     COMBO,
     HOP,
     HEAVY,
+    LOCKED,
 ]

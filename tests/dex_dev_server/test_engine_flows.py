@@ -244,6 +244,14 @@ async def test_rpc_locks_conflict_fast_and_serialize_writes(dex: DexEnv) -> None
     assert result.single_output(int) == 100 + successes
 
 
+async def test_steps_locking_one_attribute_run_one_at_a_time(dex: DexEnv) -> None:
+    # Three Steps are ready at once and the Worker has idle slots for all of them; each takes
+    # the lock when its task is dispatched, so the others wait and no read-modify-write is lost.
+    await dex.client.start_flow(flows.LOCKED, "locked-1", 3)
+    result = await dex.client.wait_for_flow("locked-1", timedelta(seconds=20))
+    assert result.single_output(int) == 3
+
+
 async def test_attribute_maps_set_load_delete(dex: DexEnv) -> None:
     flow = flows.COUNTER
     options = StartFlowOptions().with_attribute(flows.notes, "alpha", "1")
