@@ -212,7 +212,9 @@ def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
         print(f"    {name:<48} {calls:6.1f} {ms:8.2f}")
 
 
-async def run(turns: int, warmup: int, syncs: list[str], trace: bool, observe: str) -> None:
+async def run(
+    turns: int, warmup: int, syncs: list[str], trace: bool, observe: str, profile: bool
+) -> None:
     """Start one engine + worker per ``--sync`` value, interleave the sides, print figures."""
     from bench.langgraph_peer import build_graph, run_turn
     from dex_agents.testing import AgentTestStack
@@ -233,7 +235,9 @@ async def run(turns: int, warmup: int, syncs: list[str], trace: bool, observe: s
                 WORKER_MODULE,
                 worker_cwd=REPO,
                 worker_env={STATE_DIR_ENV: str(home / "state")},
-                engine_args=["--sync", sync, "--profile", str(profile_path)],
+                engine_args=[
+                    "--sync", sync, *(["--profile", str(profile_path)] if profile else [])
+                ],
             )
             await stack.__aenter__()
             worker = await stack.start_worker()
@@ -259,12 +263,12 @@ async def run(turns: int, warmup: int, syncs: list[str], trace: bool, observe: s
             side.seconds.clear()
         peer.clear()
         floor.clear()
-        before = [await side.reading() for side in sides]
+        before = [await side.reading() for side in sides] if profile else []
         for index in range(turns):
             for side in sides:
                 await side.turn(flow, f"turn-{index}")
             peer_turn(index)
-        after = [await side.reading() for side in sides]
+        after = [await side.reading() for side in sides] if profile else []
         if connection is not None:
             connection.close()
 
@@ -275,7 +279,7 @@ async def run(turns: int, warmup: int, syncs: list[str], trace: bool, observe: s
         print(_summary("LangGraph, no checkpointer", floor, peer_p50))
         for side in sides:
             print(_summary(f"dex_agents + engine --sync {side.sync}", side.seconds, peer_p50))
-        for side, first, last in zip(sides, before, after, strict=True):
+        for side, first, last in zip(sides, before, after, strict=False):
             _print_breakdown(side.sync, percentile(side.seconds, 0.5) * 1000,
                              _diff(first, last, turns))
             if trace:
@@ -296,13 +300,17 @@ def main() -> None:
         "--observe", choices=["step", "stream"], default="step",
         help="how the bench sees the turn end: a WaitForStepCompletion long poll on the final"
              " RunModel (default), or every AgentEvents Stream message as a page reads them")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="no cost breakdown (for an engine without --profile)")
     parser.add_argument("--trace", action="store_true",
                         help="also print the last turn's timeline (engine and client events)")
     args = parser.parse_args()
     if args.quick:
         args.turns, args.warmup = 40, 5
     syncs = ["normal", "full"] if args.sync == "both" else [args.sync]
-    asyncio.run(run(args.turns, args.warmup, syncs, args.trace, args.observe))
+    asyncio.run(
+        run(args.turns, args.warmup, syncs, args.trace, args.observe, not args.no_profile)
+    )
 
 
 if __name__ == "__main__":
