@@ -15,11 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import grpc
 import pytest
 from dex import RpcLockConflictError, StepExecutionId, TimerId
-from dex.dexpb import dex_pb2 as pb
-from dex.dexpb import dex_pb2_grpc
 
 from dex_agents import ToolCallStatus
 from dex_agents._steps import DEADLINE_TIMER_ID
@@ -27,7 +24,6 @@ from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
     AgentTestStack,
     FileGate,
-    wait_until,
 )
 from tests.dex_agents.scripted_agent import (
     DEADLINE_FLOW_TYPE,
@@ -47,6 +43,7 @@ from tests.dex_agents.test_agent_session import (
     scripted_stack,
     wait_for_idle,
     wait_for_interrupt,
+    wait_for_step_waiting,
 )
 
 
@@ -62,29 +59,9 @@ async def one_step_slot_stack(tmp_path: Path) -> AsyncIterator[AgentTestStack]:
         yield stack
 
 
-async def approval_steps(stack: AgentTestStack, session_id: str) -> dict[str, int]:
-    """``step_execution_id -> phase`` of the session's active AwaitToolApproval executions."""
-    async with grpc.aio.insecure_channel(stack.server_address) as channel:
-        state = await dex_pb2_grpc.FlowServiceStub(channel).GetFlowState(
-            pb.GetFlowStateRequest(flow_id=session_id), timeout=10
-        )
-    return {
-        step.step_execution_id: step.phase
-        for step in state.active_step_executions
-        if step.step_type == "AwaitToolApproval"
-    }
-
-
 async def wait_for_approval_wait(stack: AgentTestStack, session_id: str, number: int) -> None:
     """Until ``AwaitToolApproval-<number>`` waits on its answer and deadline Timer."""
-    execution_id = f"AwaitToolApproval-{number}"
-
-    async def waiting() -> bool:
-        phases = await approval_steps(stack, session_id)
-        return phases.get(execution_id) == pb.ACTIVE_STEP_PHASE_WAITING
-
-    reached: bool = await wait_until(f"{session_id} {execution_id} waiting", waiting)
-    assert reached
+    await wait_for_step_waiting(stack, session_id, f"AwaitToolApproval-{number}")
 
 
 async def skip_deadline_timer(stack: AgentTestStack, session_id: str, number: int) -> None:
