@@ -8,6 +8,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import grpc
+from dex.dexpb import dex_pb2 as pb
+from dex.dexpb import dex_pb2_grpc
+
 from dex_agents import (
     AgentEventType,
     AgentInterrupt,
@@ -90,6 +94,38 @@ async def wait_for_interrupt(sessions: AgentSessionClient, session_id: str) -> A
     )
 
 
+async def wait_for_step_waiting(
+    stack: AgentTestStack, session_id: str, execution_id: str
+) -> pb.ActiveStepExecutionState:
+    """Until the Step execution ``execution_id`` (``"AwaitToolApproval-1"``) waits: its wait_for
+    committed, so its Timers exist in the engine. Returns the engine's view of that execution.
+
+    The snapshot shows a pending approval, question or durable wait as soon as the Step that
+    raised it commits, before the waiting Step's wait_for has run on a Worker; a test that acts
+    "while the session waits" polls for this first.
+
+    Raises:
+        TimeoutError: If the execution does not wait within the kit's default deadline.
+    """
+
+    async def waiting() -> pb.ActiveStepExecutionState | None:
+        async with grpc.aio.insecure_channel(stack.server_address) as channel:
+            state = await dex_pb2_grpc.FlowServiceStub(channel).GetFlowState(
+                pb.GetFlowStateRequest(flow_id=session_id), timeout=10
+            )
+        for step in state.active_step_executions:
+            if (
+                step.step_execution_id == execution_id
+                and step.phase == pb.ACTIVE_STEP_PHASE_WAITING
+            ):
+                return step
+        return None
+
+    description = f"{session_id} {execution_id} waiting"
+    step: pb.ActiveStepExecutionState = await wait_until(description, waiting)
+    return step
+
+
 def last_text(snapshot: AgentSnapshot) -> str:
     return snapshot.messages[-1].text
 
@@ -116,6 +152,8 @@ async def test_write_survives_a_worker_kill_while_approval_waits(tmp_path: Path)
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert interrupt.tool_name == "refund"
         assert interrupt.deadline is None
+        # The kill lands while the approval waits, not while its wait_for is being set up.
+        await wait_for_step_waiting(stack, "session-1", "AwaitToolApproval-1")
         worker.kill()
         await stack.start_worker()
 

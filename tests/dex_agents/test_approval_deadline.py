@@ -27,7 +27,6 @@ from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
     AgentTestStack,
     FileGate,
-    wait_until,
 )
 from tests.dex_agents.scripted_agent import (
     DEADLINE_FLOW_TYPE,
@@ -47,6 +46,7 @@ from tests.dex_agents.test_agent_session import (
     scripted_stack,
     wait_for_idle,
     wait_for_interrupt,
+    wait_for_step_waiting,
 )
 
 
@@ -77,14 +77,7 @@ async def approval_steps(stack: AgentTestStack, session_id: str) -> dict[str, in
 
 async def wait_for_approval_wait(stack: AgentTestStack, session_id: str, number: int) -> None:
     """Until ``AwaitToolApproval-<number>`` waits on its answer and deadline Timer."""
-    execution_id = f"AwaitToolApproval-{number}"
-
-    async def waiting() -> bool:
-        phases = await approval_steps(stack, session_id)
-        return phases.get(execution_id) == pb.ACTIVE_STEP_PHASE_WAITING
-
-    reached: bool = await wait_until(f"{session_id} {execution_id} waiting", waiting)
-    assert reached
+    await wait_for_step_waiting(stack, session_id, f"AwaitToolApproval-{number}")
 
 
 async def skip_deadline_timer(stack: AgentTestStack, session_id: str, number: int) -> None:

@@ -27,6 +27,7 @@ from tests.dex_agents.test_agent_session import (
     scripted_stack,
     user_texts,
     wait_for_idle,
+    wait_for_step_waiting,
 )
 
 
@@ -69,6 +70,15 @@ async def test_a_durable_wait_fires_once_across_a_worker_kill(tmp_path: Path) ->
         assert before + timedelta(seconds=3590) < timer.fires_at
         assert timer.fires_at < datetime.now(UTC) + timedelta(seconds=3601)
 
+        # The snapshot lists the wait once the Step that raised it commits; the engine's Timer
+        # exists only once DurableWait's wait_for committed too. Kill only then, so the kill
+        # lands on the wait itself.
+        waiting = await wait_for_step_waiting(stack, "session-1", "DurableWait-1")
+        assert [t.condition_id for t in waiting.timers] == [DURABLE_WAIT_TIMER_ID]
+        # Whole seconds from the Worker's clock, rounded up, added to the engine's.
+        firing = waiting.timers[0].firing_unix_timestamp_seconds
+        assert timer.fires_at.timestamp() - 1 <= firing <= timer.fires_at.timestamp() + 10
+
         # A plain queued message never interrupts the wait.
         assert await sessions.send_user_message("session-1", "later")
         worker.kill()
@@ -76,6 +86,7 @@ async def test_a_durable_wait_fires_once_across_a_worker_kill(tmp_path: Path) ->
         snapshot = await sessions.get_agent_snapshot("session-1")
         assert snapshot.pending_timer == timer
         assert snapshot.queued_message_count == 1
+        assert (await wait_for_step_waiting(stack, "session-1", "DurableWait-1")) == waiting
 
         await fire_wait(stack, "session-1")
         snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
@@ -96,6 +107,8 @@ async def test_steer_ends_a_durable_wait_early(tmp_path: Path) -> None:
         await stack.start_worker()
         await sessions.start_session("session-1", "wait: 3600")
         await wait_for_timer(sessions, "session-1")
+        # A steer before DurableWait's wait_for commits skips the wait instead of ending it.
+        await wait_for_step_waiting(stack, "session-1", "DurableWait-1")
         assert await sessions.send_user_message("session-1", "go now", client_id="g")
         assert await sessions.steer_queued_message("session-1", "g")
         snapshot = await wait_for_idle(sessions, "session-1", message_count=5)
@@ -121,7 +134,9 @@ async def test_a_question_is_answered_once_and_cancels_the_other_calls(tmp_path:
         assert snapshot.state is not None
         assert snapshot.state.status is AgentStatus.WAITING_FOR_USER_INPUT
 
-        # A question survives a Worker kill; bad answers change nothing.
+        # A question survives a Worker kill; bad answers change nothing. The kill lands once
+        # AwaitUserInput waits, not while its wait_for is being set up.
+        await wait_for_step_waiting(stack, "session-1", "AwaitUserInput-1")
         worker.kill()
         await stack.start_worker()
         assert not await sessions.answer_user_input("session-1", "call-2", "red")

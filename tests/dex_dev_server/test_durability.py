@@ -115,26 +115,29 @@ async def _is(value: object, expected: str) -> bool:
 async def test_engine_sigkill_and_restart_resumes_everything(dex: DexEnv) -> None:
     engine = dex.engine
     client = dex.client
-    # Flow A: parked in a channel + timer wait.
-    await client.start_flow(flows.DURABLE, "crash-a", "a")
-    await eventually(lambda: _is(_progress(engine.address, "crash-a"), "waiting"), within=10)
-    # Flow B: its Slow Step is mid-execution (attempt 1 sleeps 3 s) when the engine dies.
-    await client.start_flow(flows.DURABLE, "crash-b", "b")
-    await _slow_started(client, "crash-b")
     # Flow C: a long timer that must still be pending after the restart.
     await client.start_flow(flows.TIMER, "crash-c", 300)
     await client.write_stream("crash-c", flows.tokens, "tester", "before-crash")
     async with grpc.aio.insecure_channel(engine.address) as channel:
         stub = dex_pb2_grpc.FlowServiceStub(channel)
 
-        async def timer_registered() -> bool:
+        async def timer_registered() -> pb.GetFlowStateResponse | None:
             state = await stub.GetFlowState(pb.GetFlowStateRequest(flow_id="crash-c"))
-            return bool(state.active_step_executions and state.active_step_executions[0].timers)
+            steps = state.active_step_executions
+            waiting = bool(steps) and steps[0].phase == pb.ACTIVE_STEP_PHASE_WAITING
+            return state if waiting and steps[0].timers else None
 
-        # The timer exists once the Step's wait_for committed; read it only then.
-        await eventually(timer_registered, within=10)
-        before = await stub.GetFlowState(pb.GetFlowStateRequest(flow_id="crash-c"))
-
+        # The timer exists once Sleepy's wait_for committed (the Step waits); a read before
+        # that, on a loaded machine, saw no timer at all.
+        before = await eventually(timer_registered, within=20)
+    # Flow A: parked in a channel + timer wait.
+    await client.start_flow(flows.DURABLE, "crash-a", "a")
+    await eventually(lambda: _is(_progress(engine.address, "crash-a"), "waiting"), within=20)
+    # Flow B: its Slow Step is mid-execution (attempt 1 sleeps 3 s) when the engine dies. It
+    # starts last and the kill follows its start at once: a slow poll for another flow between
+    # the two could let attempt 1 finish and commit first.
+    await client.start_flow(flows.DURABLE, "crash-b", "b")
+    await _slow_started(client, "crash-b")
     engine.kill()
     engine.start()
 

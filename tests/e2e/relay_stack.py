@@ -85,6 +85,22 @@ class Stack:
         return httpx.Client(base_url=self.base_url(),
                             headers=self.personas[persona].bearer(), timeout=30)
 
+    def held_approvals(self, session_id: str) -> list[dict[str, Any]]:
+        """The staff approvals list's pending rows of ``session_id`` that Dex holds too.
+
+        The worker indexes an approval just before the Step that raises it commits (its
+        observer hears of it first), so the list can show a row that Dex does not hold yet;
+        polling this instead waits until the approval really waits in Dex.
+        """
+        with self.api("staff") as staff:
+            listed = [item for item in staff.get("/api/v1/approvals/").json()
+                      if item["session"] == session_id and item["state"] == "pending"]
+            if not listed:
+                return []
+            detail = staff.get(f"/api/v1/sessions/{session_id}/").json()
+        held = {item["interrupt_id"] for item in detail.get("pending_interrupts", [])}
+        return [item for item in listed if item["interrupt_id"] in held]
+
     def django_shell(self, code: str) -> Any:
         """Run ``code`` in ``manage.py shell`` against this stack's database; it prints one
         JSON line last, which is returned decoded."""

@@ -22,14 +22,22 @@ REJECTION = "Not in general, please use random."
 
 
 def _pending_for(staff: httpx.Client, session_id: str, *, seen: set[str]) -> dict[str, Any]:
-    """Poll the staff approvals list until ``session_id`` has an interrupt not in ``seen``."""
+    """Poll the staff approvals list until ``session_id`` has an interrupt not in ``seen``
+    that Dex holds too.
+
+    The worker indexes an approval just before the Step that raises it commits (the observer
+    hears of it first), so the list can show it while Dex does not hold it yet; a decision
+    posted in that window is kept for later delivery (202), not delivered (200).
+    """
 
     def probe() -> dict[str, Any] | None:
         answer = staff.get("/api/v1/approvals/")
         assert answer.status_code == 200, answer.text
         for item in answer.json():
             if item["session"] == session_id and item["interrupt_id"] not in seen:
-                return dict(item)
+                detail = staff.get(f"/api/v1/sessions/{session_id}/").json()
+                held = {pending["interrupt_id"] for pending in detail["pending_interrupts"]}
+                return dict(item) if item["interrupt_id"] in held else None
         return None
 
     return wait_until("a pending approval", probe, timeout=30)

@@ -45,6 +45,36 @@ def snapshot(stack: Stack, session_id: str) -> Any:
     return asyncio.run(read())
 
 
+def wait_for_step_waiting(stack: Stack, session_id: str, execution_id: str) -> None:
+    """Until the engine shows ``execution_id`` (``"DurableWait-1"``) waiting: its wait_for
+    committed, so its Timer or Channel wait is in place.
+
+    The snapshot lists the wait or the question as soon as the Step that raised it commits,
+    before the waiting Step's wait_for has run on the worker; a kill in between would land on
+    that wait_for, not on the wait these tests are about.
+    """
+    import grpc
+    from dex.dexpb import dex_pb2 as pb
+    from dex.dexpb import dex_pb2_grpc
+
+    async def phase() -> int | None:
+        async with grpc.aio.insecure_channel(stack.engine_address) as channel:
+            state = await dex_pb2_grpc.FlowServiceStub(channel).GetFlowState(
+                pb.GetFlowStateRequest(flow_id=session_id), timeout=10
+            )
+        return next(
+            (step.phase for step in state.active_step_executions
+             if step.step_execution_id == execution_id),
+            None,
+        )
+
+    wait_until(
+        f"{execution_id} of {session_id} to wait",
+        lambda: asyncio.run(phase()) == pb.ACTIVE_STEP_PHASE_WAITING,
+        timeout=30,
+    )
+
+
 def replace_worker(stack: Stack) -> None:
     """SIGKILL the running dexworker (its whole process group) and start a new one."""
     worker = next(proc for proc in reversed(stack.processes.started) if proc.name == "worker")
@@ -85,6 +115,7 @@ def test_a_durable_wait_ends_once_after_the_worker_is_killed(stack: Stack) -> No
         "the durable wait", lambda: snapshot(stack, session_id).pending_timer, timeout=30
     )
     assert (timer.duration_seconds, timer.reason) == (3600, "cooling off")
+    wait_for_step_waiting(stack, session_id, "DurableWait-1")
     replace_worker(stack)
     assert snapshot(stack, session_id).pending_timer == timer
 
@@ -114,6 +145,7 @@ def test_a_question_is_answered_once_after_the_worker_is_killed(stack: Stack) ->
         "the question", lambda: snapshot(stack, session_id).pending_input, timeout=30
     )
     assert (question.prompt, question.choices) == ("Which colour?", ["red", "blue"])
+    wait_for_step_waiting(stack, session_id, "AwaitUserInput-1")
     replace_worker(stack)
 
     async def answer(text: str) -> bool:

@@ -51,10 +51,10 @@ def test_the_index_follows_the_worker_and_reconciles_from_dex(stack: Stack) -> N
     created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": POST})
     assert created.status_code == 201, created.text
     session_id = created.json()["id"]
+    # Reconciliation below reads Dex: wait until Dex holds the approval, not only the index.
     pending = wait_until(
-        "the approval in the index",
-        lambda: [item for item in staff.get("/api/v1/approvals/").json()
-                 if item["session"] == session_id],
+        "the approval in the index and in Dex",
+        lambda: stack.held_approvals(session_id),
         timeout=30,
     )
     assert [item["state"] for item in pending] == ["pending"]
@@ -169,14 +169,13 @@ def _stop_in_dex_only(stack: Stack, session_id: str) -> None:
 
 def _waiting_write(stack: Stack) -> tuple[str, str]:
     """Start a session whose first tool call waits for approval: (session ID, interrupt ID)."""
-    owner, staff = stack.api("owner"), stack.api("staff")
+    owner = stack.api("owner")
     created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": NEVER_POSTED})
     assert created.status_code == 201, created.text
     session_id = created.json()["id"]
     pending = wait_until(
-        "the approval in the index",
-        lambda: [item for item in staff.get("/api/v1/approvals/").json()
-                 if item["session"] == session_id],
+        "the approval in the index and in Dex",
+        lambda: stack.held_approvals(session_id),
         timeout=30,
     )
     return session_id, pending[0]["interrupt_id"]
