@@ -67,19 +67,32 @@ class Dispatcher(StepMachine):
     def _pick_stream(
         self, run: Run, excluded: set[str], rpc: bool, t: float
     ) -> WorkerStream | None:
-        fallback: WorkerStream | None = None
-        for stream in self.streams.values():
+        """The idle stream for a task of ``run``: its sticky worker's own queue before the
+        Flow type's queue, and within each a stream that never carried a task, newest first.
+
+        A pull Worker (dex-python-sdk) opens a replacement stream when a task lands on its idle
+        one and retires a stream as soon as its task is done if a replacement is idle, so a
+        stream that just carried a task is the one most likely to be closing: a task sent there
+        comes back rejected and is sent again, a round trip on the Flow's path (issue 13).
+        """
+        best: WorkerStream | None = None
+        best_rank = -1
+        for stream in reversed(self.streams.values()):
             if not stream.idle or not stream.serves(run.flow_type):
                 continue
             if stream.app_worker_id in excluded:
                 continue
             if not rpc and self.declined_until.get(stream.sid, 0) > t:
                 continue
-            if stream.queue == stream.app_worker_id and stream.app_worker_id == run.sticky:
-                return stream
-            if stream.queue != stream.app_worker_id and fallback is None:
-                fallback = stream
-        return fallback
+            own_queue = stream.queue == stream.app_worker_id
+            if own_queue and stream.app_worker_id != run.sticky:
+                continue
+            rank = (2 if stream.served == 0 else 0) + (1 if own_queue else 0)
+            if rank > best_rank:
+                best, best_rank = stream, rank
+                if rank == 3:
+                    break
+        return best
 
     def _failed_too_large(self, run: Run, st: StepExec, task: pb.PollWorkerTask) -> bool:
         """Fail the attempt of a Step whose task is larger than a worker accepts, and say so.
@@ -117,6 +130,7 @@ class Dispatcher(StepMachine):
             call.future.set_exception(refused)
             return
         stream.task_id = task_id
+        stream.served += 1
         self.inflight[task_id] = Inflight(task_id, stream, call.run.run_id, rpc=call)
         call.dispatched.set()
         stream.out.put_nowait(pb.PollWorkerTaskResponse(task=task))
@@ -137,6 +151,7 @@ class Dispatcher(StepMachine):
         else:
             st.served_by = stream.app_worker_id
         stream.task_id = task_id
+        stream.served += 1
         inflight = Inflight(task_id, stream, run.run_id, exe_id=st.exe_id)
         inflight.deadline_handle = self.loop.call_later(
             timeout, lambda: self._on_deadline(task_id, timeout)

@@ -106,6 +106,8 @@ class EngineProfile:
                 return handle(stream, frame)
             finally:
                 detail = f"s{stream.sid} {frame.task_frame.task_id[-12:]}"
+                if frame.WhichOneof("frame") == "reject":
+                    detail = f"s{stream.sid} reason {frame.reject.reason}"
                 self.record(_frame_label(frame), time.perf_counter() - started, detail)
 
         def registered(queue: str, app_worker_id: str, flow_types: Any) -> Any:

@@ -97,6 +97,7 @@ class EngineServer:
             await self.server.stop(grace)
         if self.engine is not None:
             await self.engine.push.close()
+            self.engine.flush_streams()
         if self.profile is not None:
             self.profile.dump()
         if self.store is not None:

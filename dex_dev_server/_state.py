@@ -20,10 +20,12 @@ from dex.dexpb import dex_pb2 as pb
 from ._clock import now, timestamp
 from ._model import ChannelEntry, Run, has_kind, null_value, uuid7
 from ._push import PushClient
-from ._store import RunWrite, Store
+from ._store import RunWrite, Store, StreamAppend
 
 _LOG = logging.getLogger("dex_dev_server")
 
+#: Longest a Step's Stream write waits for a commit to take it along (seconds).
+STREAM_FLUSH_SECONDS = 0.005
 DEFAULT_METHOD_TIMEOUT = 7200
 DEFAULT_TOTAL_RETRY = 4 * 3600
 NO_CAPACITY_BACKOFF = 0.2
@@ -68,6 +70,8 @@ class WorkerStream:
     out: asyncio.Queue[pb.PollWorkerTaskResponse | None]
     task_id: str = ""
     half_closed: bool = False
+    #: Tasks sent on this stream so far.
+    served: int = 0
 
     @property
     def idle(self) -> bool:
@@ -128,7 +132,9 @@ class EngineState:
         self.excluded: dict[tuple[str, str], set[str]] = {}
         self.notifier = Notifier()
         self.index_types: dict[str, int] = {}
-        self.stream_totals: dict[tuple[str, str], int] = {}
+        #: Step Stream writes waiting for the next commit (``queue_stream_append``).
+        self.pending_streams: list[StreamAppend] = []
+        self._streams_flush: asyncio.TimerHandle | None = None
         # While replaying history for time travel, recorded message IDs are kept.
         self.replaying = False
         self._handles: dict[Any, asyncio.TimerHandle] = {}
@@ -183,11 +189,14 @@ class EngineState:
             old.cancel()
 
     def flush(self, run: Run) -> None:
-        """Persist the run's pending changes (one SQLite transaction) and wake long polls."""
+        """Persist the run's pending changes and the queued Stream writes (one SQLite
+        transaction) and wake long polls."""
         write = run.write
         run.write = RunWrite()
         write.run_row = run.row()
-        self.store.commit(run.run_id, write)
+        streams = self.take_stream_appends()
+        self.store.commit(run.run_id, write, streams)
+        self.notify_streams(streams)
         self.notifier.notify(("flow", run.flow_id))
         if (
             run.is_open
@@ -196,6 +205,44 @@ class EngineState:
             and run.next_event_id - 2 >= run.can_threshold
         ):
             self.continue_as_new(run)
+
+    def queue_stream_append(self, item: StreamAppend) -> None:
+        """Store a Step's Stream write with the next commit, or on its own within
+        :data:`STREAM_FLUSH_SECONDS`.
+
+        Step Stream writes are best effort (spec section 2.7) and no one waits for them, so
+        they need no transaction each: a turn writes about 15 of them, each was a commit, and
+        with ``--sync full`` an fsync (issue 13). They stay in their order, and a Step's result
+        commit holds every write the Step made before it.
+        """
+        self.pending_streams.append(item)
+        if self._streams_flush is None:
+            self._streams_flush = self.loop.call_later(STREAM_FLUSH_SECONDS, self.flush_streams)
+
+    def take_stream_appends(self) -> list[StreamAppend]:
+        """The queued Stream writes, now the caller's to commit (cancels the timed flush)."""
+        if self._streams_flush is not None:
+            self._streams_flush.cancel()
+            self._streams_flush = None
+        taken, self.pending_streams = self.pending_streams, []
+        return taken
+
+    def flush_streams(self) -> None:
+        """Commit the queued Stream writes on their own (best effort: a failure is logged)."""
+        streams = self.take_stream_appends()
+        if not streams:
+            return
+        try:
+            self.store.append_streams(streams)
+        except Exception as exc:
+            _LOG.warning("%d step stream writes dropped: %s", len(streams), exc)
+            return
+        self.notify_streams(streams)
+
+    def notify_streams(self, streams: list[StreamAppend]) -> None:
+        """Wake the long polls of each Stream instance that got a message."""
+        for key in {("stream", s.flow_type, s.stream, s.flow_id) for s in streams}:
+            self.notifier.notify(key)
 
     def continue_as_new(self, live: Run) -> None:
         """Carry a run's state into a new run (see :class:`~dex_dev_server._runs.RunEngine`)."""

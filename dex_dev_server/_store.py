@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +96,22 @@ class RunWrite:
         else:
             self.attr_deletes.discard(key)
             self.attr_upserts[key] = value
+
+
+@dataclass(frozen=True)
+class StreamAppend:
+    """One Stream message to store: its scope ``(flow_type, stream)``, instance ``flow_id``,
+    creation time in Unix milliseconds, source, serialized ``Value``, the bytes it is charged
+    against the scope's budget, and that budget (``capacity``, bytes)."""
+
+    flow_type: str
+    stream: str
+    flow_id: str
+    created_ms: int
+    source: str
+    payload: bytes
+    charged: int
+    capacity: int
 
 
 #: The accepted values of ``Store(synchronous=...)`` and the CLI's ``--sync``.
@@ -176,6 +192,8 @@ class Store:
         self.path = str(path)
         self.synchronous = synchronous
         self.stats = CommitStats()
+        #: Bytes charged per Stream scope ``(flow_type, stream)``, read from the table once.
+        self.stream_totals: dict[tuple[str, str], int] = {}
         self._lock: IO[bytes] | None = None
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -231,10 +249,66 @@ class Store:
         if took > SLOW_COMMIT_SECONDS:
             stats.slow += 1
 
-    def commit(self, run_id: str, write: RunWrite) -> None:
-        """Write one run's changes in a single transaction."""
+    def commit(
+        self, run_id: str, write: RunWrite, streams: Sequence[StreamAppend] = ()
+    ) -> None:
+        """Write one run's changes, and ``streams`` first, in a single transaction."""
         with self.transaction() as db:
+            totals = self._append_streams(db, streams)
             self._apply(db, run_id, write)
+        self.stream_totals.update(totals)
+
+    def append_streams(self, streams: Sequence[StreamAppend]) -> list[int]:
+        """Store Stream messages in one transaction, trimming each scope's oldest messages to
+        its budget; returns their sequence numbers, in order."""
+        ids: list[int] = []
+        with self.transaction() as db:
+            totals = self._append_streams(db, streams, ids)
+        self.stream_totals.update(totals)
+        return ids
+
+    def _append_streams(
+        self,
+        db: sqlite3.Connection,
+        streams: Sequence[StreamAppend],
+        ids: list[int] | None = None,
+    ) -> dict[tuple[str, str], int]:
+        """Insert ``streams`` (appending their IDs to ``ids``); returns the scopes' new totals,
+        for the caller to keep once the transaction committed."""
+        totals: dict[tuple[str, str], int] = {}
+        for item in streams:
+            scope = (item.flow_type, item.stream)
+            total = totals.get(scope, self.stream_totals.get(scope))
+            if total is None:
+                (total,) = db.execute(
+                    "SELECT COALESCE(SUM(charged), 0) FROM stream_messages "
+                    "WHERE flow_type=? AND stream=?",
+                    scope,
+                ).fetchone()
+            if total + item.charged > item.capacity:
+                excess = total + item.charged - item.capacity
+                drop = []
+                for row_id, size in db.execute(
+                    "SELECT id, charged FROM stream_messages WHERE flow_type=? AND stream=? "
+                    "ORDER BY id",
+                    scope,
+                ):
+                    if excess <= 0:
+                        break
+                    drop.append((row_id,))
+                    excess -= size
+                    total -= size
+                db.executemany("DELETE FROM stream_messages WHERE id=?", drop)
+            cursor = db.execute(
+                "INSERT INTO stream_messages (flow_type, stream, flow_id, created_ms, source, "
+                "value, charged) VALUES (?,?,?,?,?,?,?)",
+                (item.flow_type, item.stream, item.flow_id, item.created_ms, item.source,
+                 item.payload, item.charged),
+            )
+            if ids is not None:
+                ids.append(int(cursor.lastrowid or 0))
+            totals[scope] = total + item.charged
+        return totals
 
     def commit_many(self, writes: Iterable[tuple[str, RunWrite]]) -> None:
         """Write several runs' changes in a single transaction."""

@@ -18,6 +18,7 @@ from ._clock import now
 from ._errors import ServiceError, invalid, uncategorized
 from ._model import Run, StepExec
 from ._state import EngineState
+from ._store import StreamAppend
 
 _LOG = logging.getLogger("dex_dev_server")
 
@@ -46,6 +47,32 @@ def parse_token(token: str, flow_type: str, stream: str, flow_id: str) -> int:
         raise invalid("malformed resume token") from exc
 
 
+def prepare(
+    flow_type: str,
+    stream: str,
+    flow_id: str,
+    value: pb.Value,
+    source: str,
+    capacity: int,
+) -> StreamAppend:
+    """Check one message against the limits and the scope's budget (``capacity`` bytes, 0 for
+    the default); returns what to store.
+
+    Raises:
+        ServiceError: ``RESOURCE_EXHAUSTED`` if the message alone exceeds 1 MiB or the budget.
+    """
+    payload = value.SerializeToString()
+    charged = len(payload) + len(flow_id) + len(source) + _OVERHEAD
+    capacity = capacity if capacity > 0 else DEFAULT_CAPACITY
+    if len(payload) > MAX_MESSAGE_BYTES or charged > capacity:
+        raise uncategorized(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, "stream message exceeds the stream capacity"
+        )
+    return StreamAppend(
+        flow_type, stream, flow_id, int(now() * 1000), source, payload, charged, capacity
+    )
+
+
 def append(
     engine: EngineState,
     flow_type: str,
@@ -55,48 +82,17 @@ def append(
     source: str,
     capacity: int,
 ) -> int:
-    """Append one message, trimming the scope's oldest messages to fit; returns its seq."""
-    payload = value.SerializeToString()
-    charged = len(payload) + len(flow_id) + len(source) + _OVERHEAD
-    capacity = capacity if capacity > 0 else DEFAULT_CAPACITY
-    if len(payload) > MAX_MESSAGE_BYTES or charged > capacity:
-        raise uncategorized(
-            grpc.StatusCode.RESOURCE_EXHAUSTED, "stream message exceeds the stream capacity"
-        )
-    db = engine.store.db
-    scope = (flow_type, stream)
-    totals = engine.stream_totals
-    with engine.store.transaction():
-        total = totals.get(scope)
-        if total is None:
-            (total,) = db.execute(
-                "SELECT COALESCE(SUM(charged), 0) FROM stream_messages "
-                "WHERE flow_type=? AND stream=?",
-                scope,
-            ).fetchone()
-        if total + charged > capacity:
-            excess = total + charged - capacity
-            drop = []
-            for row_id, size in db.execute(
-                "SELECT id, charged FROM stream_messages WHERE flow_type=? AND stream=? "
-                "ORDER BY id",
-                scope,
-            ):
-                if excess <= 0:
-                    break
-                drop.append((row_id,))
-                excess -= size
-                total -= size
-            db.executemany("DELETE FROM stream_messages WHERE id=?", drop)
-        cur = db.execute(
-            "INSERT INTO stream_messages (flow_type, stream, flow_id, created_ms, source, value, "
-            "charged) VALUES (?,?,?,?,?,?,?)",
-            (flow_type, stream, flow_id, int(now() * 1000), source, payload, charged),
-        )
-        seq = int(cur.lastrowid or 0)
-    totals[scope] = total + charged
-    engine.notifier.notify(("stream", flow_type, stream, flow_id))
-    return seq
+    """Append one message now (after any Step writes still queued, so the order holds),
+    trimming the scope's oldest messages to fit; returns its seq.
+
+    Raises:
+        ServiceError: ``RESOURCE_EXHAUSTED`` (see :func:`prepare`).
+    """
+    item = prepare(flow_type, stream, flow_id, value, source, capacity)
+    queued = engine.take_stream_appends()
+    ids = engine.store.append_streams([*queued, item])
+    engine.notify_streams([*queued, item])
+    return ids[-1]
 
 
 def to_message(
@@ -146,11 +142,12 @@ def write_step_stream(
     """Append a Step's ``stream_write`` output with source ``#<step_execution_id>``.
 
     Best effort: errors are logged and ignored, and the message stays even if the
-    attempt later fails (spec section 2.7).
+    attempt later fails (spec section 2.7). The message is queued, not committed at once: the
+    engine's next commit takes it (a Step's result comes after its writes, so its commit holds
+    them), or a commit of its own a few milliseconds later (``EngineState.queue_stream_append``).
     """
     try:
-        append(
-            engine,
+        item = prepare(
             run.flow_type,
             write.stream_name,
             run.flow_id,
@@ -160,3 +157,5 @@ def write_step_stream(
         )
     except Exception as exc:
         _LOG.warning("step stream write dropped: %s", exc)
+        return
+    engine.queue_stream_append(item)
