@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-relay bench-rest bench-scale clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-relay bench-rest bench-scale bench-first-rpc clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,7 @@ bench: install
 	$(PY) -m bench.steer
 	$(PY) -m bench.rest
 	$(PY) -m bench.scale
+	$(PY) -m bench.first_rpc
 
 # One agent turn (3 parallel tools) against LangGraph + SqliteSaver, with its cost breakdown.
 bench-turn: install
@@ -78,6 +79,10 @@ bench-rest: install
 # 200 active sessions on 3 Dex workers: Steps per second, turn p50 / p99, errors.
 bench-scale: install
 	$(PY) -m bench.scale
+
+# The first message POST after `manage.py dev` says ready against the next 10 (issue 13).
+bench-first-rpc: install
+	$(PY) -m bench.first_rpc
 
 clean:
 	rm -rf var .mypy_cache .ruff_cache .pytest_cache

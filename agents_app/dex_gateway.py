@@ -971,6 +971,13 @@ async def session_events_turn_start_token(*, session_id: str, turn_id: str) -> s
     return "" if found else None
 
 
+async def engine_connection_open() -> None:
+    """Create the running loop's engine connection now, without an RPC: the Dex client,
+    its Flow registry and the gRPC channels (``agents_app.lifespan`` does it at start-up, so
+    the first request does not)."""
+    _connection()
+
+
 async def engine_health_check() -> bool:
     """Return True when the engine answers FlowService.HealthCheck; never raises."""
     try:

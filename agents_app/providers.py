@@ -233,6 +233,25 @@ def load_litellm() -> Any:
     return module
 
 
+def litellm_warm() -> None:
+    """Load what a worker's first model Step would otherwise load on its event loop.
+
+    Imports LiteLLM (seconds of CPU: ~3 s on an idle 2-core machine, far more under load),
+    reads its model information once and makes its token counter load the default tokenizer
+    (tiktoken's ``cl100k_base``, bundled with LiteLLM). Each happened synchronously inside the
+    first RunModel Step's ``context_window`` and ``count_input_tokens`` calls (context
+    compaction), so on the worker's event loop every RPC served meanwhile waited (a message
+    POST right after the first session started waited 4-20 s, past the web's 5 s engine
+    timeout).
+
+    ``manage.py dexworker`` runs it in a thread before it registers with the engine
+    (``agents_app.runner.model_calls_warm``). Safe from any thread and more than once.
+    """
+    litellm = load_litellm()
+    litellm.get_model_info("gpt-4o-mini")
+    litellm.token_counter(model="gpt-4o-mini", messages=[{"role": "user", "content": "warm up"}])
+
+
 def context_window(model: str, configured: int | None = None) -> int | None:
     """The model's context window in tokens.
 

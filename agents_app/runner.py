@@ -49,6 +49,7 @@ stored, logged, or left in an error message.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -78,6 +79,7 @@ from agents_app.providers import (
     choose_api,
     context_window,
     count_tokens,
+    litellm_warm,
     load_litellm,
     resolve_api_key,
 )
@@ -138,6 +140,7 @@ __all__ = [
     "exposed_tool_name",
     "finalize_tool_calls",
     "measure_context",
+    "model_calls_warm",
     "parse_tool_arguments",
     "summary_request_messages",
     "tool_call_delta",
@@ -146,6 +149,31 @@ __all__ = [
 
 _litellm = load_litellm
 """Import LiteLLM lazily (see ``agents_app.providers.load_litellm``)."""
+
+
+async def model_calls_warm() -> None:
+    """Do before a worker serves what its first model Step would do on the event loop.
+
+    LiteLLM's import and tokenizer (:func:`agents_app.providers.litellm_warm`, in a thread),
+    then one streamed Chat Completions call answered by LiteLLM's ``mock_response`` (no
+    network) and read with :func:`read_chat_stream`, which imports what a first real call
+    imports lazily (anyio's asyncio backend, LiteLLM's stream wrapper and logging, OpenAI
+    response types): ~1.5 s of a loaded 2-core machine. Every one of them ran synchronously in
+    the first RunModel Step, blocking every RPC the worker was serving meanwhile.
+
+    Raises:
+        Whatever LiteLLM raises: the worker would fail its model calls the same way.
+    """
+    await asyncio.to_thread(litellm_warm)
+    stream = await _litellm().acompletion(
+        model="openai/dexagents-warm-up",
+        messages=[{"role": "user", "content": "warm up"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        mock_response="ok",
+    )
+    await read_chat_stream(stream, DeltaBuffer(lambda _text: None),
+                           DeltaBuffer(lambda _text: None))
 
 ServerResolver = Callable[[str], Awaitable[McpServerSpec]]
 """``async (server_name) -> McpServerSpec``; supplied by the Django side (reads the registry)."""

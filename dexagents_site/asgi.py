@@ -21,6 +21,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from agents_app.auth import BrowserOriginValidator, TokenAuthMiddlewareStack  # noqa: E402
+from agents_app.lifespan import WebWarmUp  # noqa: E402
 from agents_app.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -30,5 +31,8 @@ application = ProtocolTypeRouter(
         "websocket": BrowserOriginValidator(
             TokenAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
+        # Loads the URLconf and connects to the engine before the server says it serves, so
+        # the first request costs what the later ones do.
+        "lifespan": WebWarmUp(),
     }
 )

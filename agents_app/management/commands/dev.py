@@ -230,6 +230,9 @@ class Command(BaseCommand):
                 name=f"worker-{number}",
                 argv=[python, "manage.py", "dexworker"],
                 ready_marker="dexworker ready",
+                # It loads LiteLLM before its ready line (seconds of CPU, a minute on a
+                # heavily loaded 2-core machine), the slowest child to start.
+                ready_timeout=180.0,
                 start_with_next=True,
             )
             for number in range(1, knobs["WORKERS"] + 1)

@@ -64,6 +64,7 @@ class Command(BaseCommand):
         )
 
         from agents_app.flow import build_flow
+        from agents_app.runner import model_calls_warm
         from agents_app.session_index import SessionIndexObserver
         from dex_agents._worker_tuning import cache_sdk_version
         from mcp_registry.client import McpClientPool
@@ -76,6 +77,13 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
+        # LiteLLM's import, tokenizer and first-call imports take seconds of CPU. Loaded
+        # lazily, they ran inside the first RunModel Step on this event loop, and every RPC
+        # sent meanwhile (the first message POST after `make run` said ready) waited for them,
+        # past the web's 5 s engine timeout on a loaded machine. Loaded here, while the rest
+        # is set up and before the worker registers with the engine, so the engine sends
+        # nothing to a worker that is not warm.
+        warming = asyncio.create_task(model_calls_warm())
 
         # A server that announces a changed tool list gets its catalogue rediscovered; stdio
         # server processes are reported to the admin (mcp_registry.McpServerProcess).
@@ -98,6 +106,9 @@ class Command(BaseCommand):
         heartbeat = WorkerHeartbeat()
         WORKER_TASK_SLOTS.set(max_concurrent_tasks)
         try:
+            await warming
+            if stop.is_set():  # SIGTERM while warming up: never register
+                return
             async with AsyncWorker(registry, cache, worker_options) as worker:
                 serving = asyncio.create_task(worker.start())
                 registered = asyncio.create_task(worker.wait_pull_registered())
