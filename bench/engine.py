@@ -53,6 +53,8 @@ from dex import (
     open_blob_cache,
 )
 
+from dex_agents._worker_tuning import cache_sdk_version
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Invocation times of ChainStep per flow ID, recorded by the in-process worker.
@@ -148,6 +150,9 @@ async def _measure(ns: argparse.Namespace, address: str, pid: int, cache_dir: st
         registry, cache,
         ClientOptions(server_address=address, worker_target=WorkerTarget(pull=True)),
     )
+    # As every Worker of the platform does (dex_agents._worker_tuning): the SDK would read
+    # its own package metadata for each task stream, about a Step transition's worth of CPU.
+    cache_sdk_version()
     worker = AsyncWorker(
         registry, cache,
         WorkerOptions(server_address=address, pull=PullWorkerOptions(max_concurrent_tasks=32)),
