@@ -37,8 +37,15 @@ class EngineServer:
         synchronous: str = "normal",
         profile_path: str | Path | None = None,
     ) -> None:
-        """Args: ``synchronous`` is the store's durability, ``"normal"`` or ``"full"``
-        (``_store`` module docstring); ``profile_path`` turns on :class:`EngineProfile`."""
+        """Configure the engine; nothing opens before :meth:`start`.
+
+        Args:
+            db_path: The SQLite database file.
+            host: Interface to listen on.
+            port: TCP port; 0 picks a free one.
+            synchronous: The store's durability, ``"normal"`` or ``"full"`` (``_store``).
+            profile_path: Where :class:`EngineProfile` writes its figures; ``None`` for none.
+        """
         self.db_path = str(db_path)
         self.host = host
         self.requested_port = port

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,23 @@ def test_an_unknown_sync_mode_is_refused_before_the_database_is_opened(tmp_path:
     with pytest.raises(ValueError, match="normal, full"):
         Store(tmp_path / "engine.sqlite3", synchronous="off")
     assert not (tmp_path / "engine.sqlite3").exists()
+
+
+def test_the_wal_is_checkpointed_by_the_background_thread_not_by_commits(tmp_path: Path) -> None:
+    path = tmp_path / "engine.sqlite3"
+    store = Store(path)
+    try:
+        assert store.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        before = path.stat().st_size
+        for event_id in range(1, 51):
+            store.commit("run-1", RunWrite(history=[(event_id, b"x" * 4000)]))
+        # The commits went to the WAL only; the thread copies them into the database file.
+        deadline = time.monotonic() + 10
+        while path.stat().st_size < before + 50 * 4000:
+            assert time.monotonic() < deadline, "no checkpoint within 10 s"
+            time.sleep(0.05)
+        assert [event_id for event_id, _ in store.history_page("run-1", 1, 100)] == list(
+            range(1, 51)
+        )
+    finally:
+        store.close()
