@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-relay bench-rest bench-scale clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-relay bench-rest bench-scale chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,13 @@ bench-rest: install
 # 200 active sessions on 3 Dex workers: Steps per second, turn p50 / p99, errors.
 bench-scale: install
 	$(PY) -m bench.scale
+
+# Chaos suite (not in CI): SIGKILL workers, the engine and the web under load, count what
+# survived, write docs/reliability.md. The issue's figures by default (long); a small run:
+# make chaos CHAOS_FLAGS=--quick
+CHAOS_FLAGS ?=
+chaos: install
+	$(PY) -m bench.chaos $(CHAOS_FLAGS)
 
 clean:
 	rm -rf var .mypy_cache .ruff_cache .pytest_cache
