@@ -174,6 +174,7 @@ class Platform:
         self.var_dir = Path(stack.env["DEXAGENTS_VAR_DIR"])
         self.workers = [proc for proc in stack.processes.started if proc.name == "worker"]
         self.kills: list[WorkerKill] = []
+        self.exited_unkilled = 0
         while len(self.workers) < workers:
             self.worker_start()
         for proc in self.workers:
@@ -210,6 +211,7 @@ class Platform:
         for proc in gone:
             self.workers.remove(proc)
             self.worker_start()
+        self.exited_unkilled += len(gone)
         return len(gone)
 
     def engine_kill_restart(self) -> float:
@@ -410,8 +412,10 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
     result = ScenarioResult(
         "Dex worker SIGKILL at random moments",
         f"{args.sessions} sessions run turns in a loop on {args.workers} Dex workers while a "
-        f"random ready worker is SIGKILLed {args.kills} times, {args.kill_gap[0]:g} to "
-        f"{args.kill_gap[1]:g} s apart, and a new one is started at once. Each turn calls "
+        f"random worker is SIGKILLed {args.kills} times and a new one is started at once; "
+        f"each kill comes {args.kill_gap[0]:g} to {args.kill_gap[1]:g} s after the previous "
+        "replacement printed its ready line, so at most one worker is down at a time. "
+        "Each turn calls "
         "`search__web_search` (read), `docs__create_document` (idempotent write, keyed by "
         "title) and `slack__post_message` (non-idempotent write, approved by a staff client "
         "polling `GET /api/v1/approvals/`); each call's arguments are unique, so the demo "
@@ -425,18 +429,20 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
     approver = asyncio.create_task(approvals_run(staff, approvals_stop, answers))
     runs = [SessionRun(number) for number in range(args.sessions)]
     drivers = [asyncio.create_task(session_turns(owner, run, stop, args)) for run in runs]
-    ready: list[Any] = []
+    async def all_ready() -> bool:
+        platform.workers_replace_exited()
+        return len(platform.workers_ready()) == len(platform.workers)
 
-    async def some_ready() -> bool:
-        ready[:] = platform.workers_ready()
-        return bool(ready)
-
-    for _ in range(args.kills):
+    while len(platform.kills) < args.kills:
+        # At most one worker is down at a time, so the sessions keep moving between kills
+        # (killing each replacement as soon as it is ready stalled every session on a loaded
+        # machine); a kill lands a random moment after the last replacement became ready.
+        await poll(all_ready, args.turn_timeout, interval=0.2)
         await asyncio.sleep(rng.uniform(*args.kill_gap))
-        await poll(some_ready, args.turn_timeout, interval=0.2)
-        platform.worker_kill(rng.choice(ready))
-        platform.worker_start()
-        print(f"  worker SIGKILL {len(platform.kills)}/{args.kills}", flush=True)
+        if ready := platform.workers_ready():
+            platform.worker_kill(rng.choice(ready))
+            platform.worker_start()
+            print(f"  worker SIGKILL {len(platform.kills)}/{args.kills}", flush=True)
     stop.set()
     await asyncio.gather(*drivers)
     approvals_stop.set()
@@ -508,6 +514,7 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
     result.rows.append(_ratio("sessions finished (every message answered)", sessions_done,
                               args.sessions))
     result.count("worker SIGKILLs", len(platform.kills))
+    result.count("workers that exited without a kill (started again)", platform.exited_unkilled)
     result.count("user messages accepted", sent)
     result.count("turns answered", sum(run.answered for run in runs))
     result.count("turns that ended with an error (`last_turn_error`)",
@@ -957,7 +964,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--worker-slots", type=int, default=32)
     parser.add_argument("--kill-gap", type=float, nargs=2, default=(0.5, 3.0),
-                        metavar=("MIN", "MAX"), help="seconds between worker kills")
+                        metavar=("MIN", "MAX"),
+                        help="seconds from a replacement worker's ready line to the next kill")
     parser.add_argument("--engine-kills", type=int, default=20)
     parser.add_argument("--engine-sessions", type=int, default=5)
     parser.add_argument("--web-kills", type=int, default=5)
