@@ -1,9 +1,9 @@
 """Chaos suite: kill the platform's processes at random moments and count what survived.
 
 Starts what ``make run`` starts, as real processes on a temporary data directory
-(``tests/e2e/relay_stack.py``: the embedded Dex engine, the demo model, uvicorn, Celery, plus
-``--workers`` ``manage.py dexworker`` processes), plays the part of a supervisor (a killed
-process is started again at once), and runs four scenarios:
+(``tests/e2e/relay_stack.py``: the embedded Dex engine, the demo model, uvicorn, a Celery
+worker, plus Celery beat and ``--workers`` ``manage.py dexworker`` processes), plays the part
+of a supervisor (a killed process is started again at once), and runs four scenarios:
 
 1. ``worker``: ``--sessions`` sessions run turns in a loop, each turn calling a read
    (``search__web_search``), an idempotent write (``docs__create_document``, keyed by title) and a
@@ -175,10 +175,17 @@ class Platform:
         self.workers = [proc for proc in stack.processes.started if proc.name == "worker"]
         self.kills: list[WorkerKill] = []
         self.exited_unkilled = 0
+        from tests.e2e.conftest import PYTHON
+
+        # Celery beat, as ``make run`` has it: its periodic sweep delivers an outbox row whose
+        # web process died before the row's first delivery attempt.
+        beat = stack.processes.start("beat", [PYTHON, "-m", "celery", "-A", "dexagents_site",
+                                              "beat", "--loglevel=INFO", "--pidfile="])
         while len(self.workers) < workers:
             self.worker_start()
         for proc in self.workers:
             proc.wait_for_line("dexworker ready", timeout=180)
+        beat.wait_for_line("beat: Starting...", timeout=180)
 
     def worker_start(self) -> Any:
         """Start one more ``manage.py dexworker`` (not waiting for it to be ready)."""
@@ -980,10 +987,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turn-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "reliability.md")
+    if parser.parse_known_args(argv)[0].quick:
+        # Smaller defaults; a figure given on the command line still wins.
+        parser.set_defaults(sessions=6, kills=8, engine_kills=3, web_kills=2, ws_clients=4,
+                            ws_messages=4, mcp_cycles=20)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.sessions, args.kills, args.engine_kills = 6, 8, 3
-        args.web_kills, args.ws_clients, args.ws_messages, args.mcp_cycles = 2, 4, 4, 20
     args.scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
