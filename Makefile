@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-relay bench-rest bench-scale bench-first-rpc clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-relay bench-rest bench-scale bench-first-rpc chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,13 @@ bench-scale: install
 # The first message POST after `manage.py dev` says ready against the next 10 (issue 13).
 bench-first-rpc: install
 	$(PY) -m bench.first_rpc
+
+# Chaos suite (not in CI): SIGKILL workers, the engine and the web under load, count what
+# survived, write docs/reliability.md. The issue's figures by default (long); a small run:
+# make chaos CHAOS_FLAGS=--quick
+CHAOS_FLAGS ?=
+chaos: install
+	$(PY) -m bench.chaos $(CHAOS_FLAGS)
 
 clean:
 	rm -rf var .mypy_cache .ruff_cache .pytest_cache

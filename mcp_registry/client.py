@@ -944,6 +944,11 @@ class _Connection:
             self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
+        if self._ready.done() and not self._ready.cancelled():
+            # A start abandoned at its timeout left its failure here with nobody to await it:
+            # retrieve it, or asyncio logs "Future exception was never retrieved" once the
+            # future is collected.
+            self._ready.exception()
         self._end("stopped", "")
         if self._notification_tasks:
             # Status reports (the last one included) are delivered before close returns.

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -377,6 +378,43 @@ async def test_server_is_not_orphaned_when_the_worker_is_killed(
         if holder.returncode is None:
             holder.kill()
             await holder.wait()
+
+
+async def test_a_server_that_never_answers_initialize_is_abandoned(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    silent = McpServerSpec(
+        name="silent",
+        transport="stdio",
+        command=sys.executable,
+        args=("-c", f"import os, pathlib, time; pathlib.Path({str(pid_file)!r})"
+                    ".write_text(str(os.getpid())); time.sleep(3600)"),
+        startup_timeout=1.0,
+    )
+    with pytest.raises(McpTransportError, match="'silent' did not finish starting within 1 s"):
+        await list_tools(silent)
+    await _wait_until("the silent server to write its pid", pid_file.exists)
+    await _wait_until("the silent server to be stopped",
+                      lambda: _process_gone(int(pid_file.read_text())))
+
+
+def test_an_abandoned_start_leaves_no_unretrieved_failure() -> None:
+    # asyncio reports a failed future nobody awaited when it is collected, here at exit.
+    code = textwrap.dedent("""
+        import asyncio, sys
+        from mcp_registry.client import McpServerSpec, McpTransportError, list_tools
+        spec = McpServerSpec(name="silent", transport="stdio", command=sys.executable,
+                             args=("-c", "import time; time.sleep(3600)"), startup_timeout=0.5)
+        async def main():
+            try:
+                await list_tools(spec)
+            except McpTransportError:
+                print("abandoned")
+        asyncio.run(main())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, "abandoned"), done.stderr
+    assert "never retrieved" not in done.stderr, done.stderr
 
 
 async def test_a_missing_command_raises_a_transport_error(pool: McpClientPool) -> None:
