@@ -202,7 +202,8 @@ def _translate(error: Exception, session_id: str | None) -> Exception:
     if cause == "timeout":
         address = dexagents_setting("DEX_SERVER_ADDRESS")
         return EngineUnavailableError(
-            f"The Dex engine at {address} did not answer in time.", cause="timeout"
+            f"The Dex engine at {address} or its workers did not answer in time.",
+            cause="timeout",
         )
     return error
 
@@ -1037,7 +1038,7 @@ _gateway_loop = _GatewayLoop()
 def _timed_out(limit: float) -> EngineUnavailableError:
     address = dexagents_setting("DEX_SERVER_ADDRESS")
     return EngineUnavailableError(
-        f"The Dex engine at {address} did not answer within {limit:g} seconds.",
+        f"The Dex engine at {address} or its workers did not answer within {limit:g} seconds.",
         cause="timeout",
     )
 

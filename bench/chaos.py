@@ -960,33 +960,58 @@ async def run_scenarios(platform: Platform, args: argparse.Namespace,
         await staff.aclose()
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {value}")
+    return value
+
+
+#: Where the report of a run with the issue's full figures goes; other runs go to ``var/``.
+PUBLISHED_REPORT = REPO / "docs" / "reliability.md"
+
+
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.chaos", description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true",
                         help="a small run of every scenario (a few minutes)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help=f"comma-separated, in order; default {','.join(SCENARIOS)}")
-    parser.add_argument("--sessions", type=int, default=50)
-    parser.add_argument("--kills", type=int, default=100, help="Dex worker SIGKILLs")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--worker-slots", type=int, default=32)
-    parser.add_argument("--kill-gap", type=float, nargs=2, default=(0.5, 3.0),
+    parser.add_argument("--sessions", type=_positive_int, default=50)
+    parser.add_argument("--kills", type=_positive_int, default=100, help="Dex worker SIGKILLs")
+    parser.add_argument("--workers", type=_positive_int, default=2)
+    parser.add_argument("--worker-slots", type=_positive_int, default=32)
+    parser.add_argument("--kill-gap", type=_positive_float, nargs=2, default=(0.5, 3.0),
                         metavar=("MIN", "MAX"),
                         help="seconds from a replacement worker's ready line to the next kill")
-    parser.add_argument("--engine-kills", type=int, default=20)
-    parser.add_argument("--engine-sessions", type=int, default=5)
-    parser.add_argument("--web-kills", type=int, default=5)
-    parser.add_argument("--ws-clients", type=int, default=10)
-    parser.add_argument("--ws-messages", type=int, default=10)
-    parser.add_argument("--mcp-cycles", type=int, default=100)
-    parser.add_argument("--init-timeout", type=float, default=3.0,
+    parser.add_argument("--engine-kills", type=_positive_int, default=20)
+    parser.add_argument("--engine-sessions", type=_positive_int, default=5)
+    parser.add_argument("--web-kills", type=_positive_int, default=5)
+    parser.add_argument("--ws-clients", type=_positive_int, default=10)
+    parser.add_argument("--ws-messages", type=_positive_int, default=10)
+    parser.add_argument("--mcp-cycles", type=_positive_int, default=100)
+    parser.add_argument("--init-timeout", type=_positive_float, default=3.0,
                         help="startup timeout of the server that never answers initialize")
-    parser.add_argument("--orphan-grace", type=float, default=15.0)
-    parser.add_argument("--slow", type=float, default=0.2,
+    parser.add_argument("--orphan-grace", type=_positive_float, default=15.0)
+    parser.add_argument("--slow", type=_positive_float, default=0.2,
                         help="seconds between the demo model's streamed chunks")
-    parser.add_argument("--turn-timeout", type=float, default=600.0)
+    parser.add_argument("--turn-timeout", type=_positive_float, default=600.0)
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--output", type=Path, default=REPO / "docs" / "reliability.md")
+    parser.add_argument(
+        "--output", type=Path, default=None,
+        help="where to write the report; default docs/reliability.md for a run with every"
+             " scenario at the full figures, else var/reliability-<UTC time>.md",
+    )
     if parser.parse_known_args(argv)[0].quick:
         # Smaller defaults; a figure given on the command line still wins.
         parser.set_defaults(sessions=6, kills=8, engine_kills=3, web_kills=2, ws_clients=4,
@@ -996,6 +1021,19 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    if not args.scenarios:
+        parser.error("--scenarios names no scenario")
+    if args.kill_gap[0] > args.kill_gap[1]:
+        parser.error("--kill-gap MIN must not be more than MAX")
+    if args.output is None:
+        # Only a run at the figures replaces the published report.
+        full = not args.quick and args.scenarios == list(SCENARIOS) and all(
+            getattr(args, action.dest) == action.default
+            for action in parser._actions
+            if action.dest not in ("help", "quick", "scenarios", "output", "seed")
+        )
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        args.output = PUBLISHED_REPORT if full else REPO / "var" / f"reliability-{stamp}.md"
     return args
 
 
@@ -1029,9 +1067,11 @@ def main(argv: list[str] | None = None) -> int:
             platform = Platform(stack, workers=args.workers, worker_slots=args.worker_slots)
             asyncio.run(run_scenarios(platform, args, report))
     report.total_seconds = time.monotonic() - started
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report_render(report))
     print(f"wrote {args.output} ({report.total_seconds / 60:.1f} min)")
-    return 0 if all(scenario.goals_met for scenario in report.scenarios) else 1
+    met = bool(report.scenarios) and all(scenario.goals_met for scenario in report.scenarios)
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

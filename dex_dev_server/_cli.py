@@ -25,18 +25,27 @@ from typing import Any
 DEFAULT_DB = "var/dex_dev_server.sqlite3"
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 to 65535, not {value}")
+    return value
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dex_dev_server", description="Embedded Dex engine.")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8801, help="0 picks a free port")
-    p.add_argument("--db", default=DEFAULT_DB, help="SQLite database path")
+    p.add_argument("--port", type=_port, default=8801, help="0 picks a free port (default 8801)")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"SQLite database path (default {DEFAULT_DB}, from the current directory)")
     p.add_argument("--sync", default="normal", choices=["normal", "full"],
-                   help="SQLite synchronous mode: normal survives a killed process, full also "
-                        "a power loss (an fsync per commit)")
+                   help="SQLite synchronous mode: normal (default) survives a killed process, "
+                        "full also a power loss (an fsync per commit)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error", "critical"])
     p.add_argument("--profile", default=None, metavar="PATH",
-                   help="write per-gRPC-method timings as JSON to PATH on SIGUSR1 and at exit")
+                   help="write calls and time per gRPC method and worker frame, commits, GC "
+                        "pauses, CPU and a recent trace as JSON to PATH on SIGUSR1 and at exit")
     return p
 
 

@@ -51,6 +51,12 @@ class EngineProfile:
         #: The last events as ``(unix time at the end, seconds, label)``, for a timeline.
         self.trace: deque[tuple[float, float, str]] = deque(maxlen=_TRACE_EVENTS)
 
+    def reset_gc(self) -> None:
+        """Forget the collections so far (the process's start-up collection)."""
+        self.gc_pauses = 0
+        self.gc_seconds = 0.0
+        self.gc_longest = 0.0
+
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._gc_started = time.perf_counter()

@@ -106,7 +106,10 @@ class EngineServer:
             await self.engine.push.close()
             self.engine.flush_streams()
         if self.profile is not None:
-            self.profile.dump()
+            try:
+                self.profile.dump()
+            except OSError as exc:
+                _LOG.error("cannot write the profile to %s: %s", self.profile.path, exc)
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -129,6 +132,17 @@ def _tune_garbage_collection() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def _on_sigusr1(server: EngineServer) -> None:
+    """Write the profile, or say why there is none (SIGUSR1 would otherwise end the process)."""
+    if server.profile is None:
+        _LOG.warning("SIGUSR1: profiling is off (start the engine with --profile PATH)")
+        return
+    try:
+        server.profile.dump()
+    except OSError as exc:
+        _LOG.error("cannot write the profile to %s: %s", server.profile.path, exc)
+
+
 async def serve(
     db_path: str | Path,
     host: str = "127.0.0.1",
@@ -147,13 +161,14 @@ async def serve(
     )
     await server.start()
     _tune_garbage_collection()
+    if server.profile is not None:
+        server.profile.reset_gc()  # the start-up collection is not a pause of the service
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    if server.profile is not None:
-        loop.add_signal_handler(signal.SIGUSR1, server.profile.dump)
+    loop.add_signal_handler(signal.SIGUSR1, lambda: _on_sigusr1(server))
     if on_ready is not None:
         on_ready(server)
     else:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench.chaos import arguments
+from bench.chaos import PUBLISHED_REPORT, arguments
 
 
 def test_the_default_is_the_issues_configuration() -> None:
@@ -23,3 +25,22 @@ def test_an_unknown_scenario_is_refused(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         arguments(["--scenarios", "worker,disk"])
     assert "unknown scenarios: disk" in capsys.readouterr().err
+
+
+def test_only_a_run_at_the_full_figures_replaces_the_published_report() -> None:
+    assert arguments([]).output == PUBLISHED_REPORT
+    for smaller in (["--quick"], ["--kills", "40"], ["--scenarios", "mcp"]):
+        output = arguments(smaller).output
+        assert output != PUBLISHED_REPORT
+        assert output.parent.name == "var" and output.name.startswith("reliability-")
+    assert arguments(["--quick", "--output", "x.md"]).output == Path("x.md")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--scenarios", ""], ["--kills", "-1"], ["--sessions", "0"],
+             ["--kill-gap", "3", "0.5"], ["--init-timeout", "-5"]],
+)
+def test_nonsense_figures_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        arguments(argv)
+    assert refused.value.code == 2

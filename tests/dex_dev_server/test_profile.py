@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -72,3 +73,32 @@ def test_an_unknown_sync_mode_is_a_usage_error() -> None:
     )
     assert done.returncode == 2
     assert "--sync: invalid choice: 'off'" in done.stderr
+
+
+async def test_sigusr1_without_a_profile_is_logged_and_the_engine_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    engine = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log")
+    engine.start()
+    try:
+        assert engine.proc is not None
+        os.kill(engine.proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while "profiling is off" not in engine.log.read_text():
+            assert engine.proc.poll() is None, "SIGUSR1 ended the engine"
+            assert time.monotonic() < deadline, "nothing logged for SIGUSR1"
+            await asyncio.sleep(0.02)
+        registry = Registry(ALL_FLOWS, allow_async_handlers=True)
+        cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
+        client = AsyncClient(
+            registry,
+            cache,
+            ClientOptions(server_address=engine.address, worker_target=WorkerTarget(pull=True)),
+        )
+        try:
+            assert await client.health_check()
+        finally:
+            await client.close()
+        assert engine.terminate() == 0
+    finally:
+        engine.stop()
