@@ -293,4 +293,5 @@ async def test_asgi_websocket_routing_is_wired() -> None:
     from dexagents_site.asgi import application
 
     assert isinstance(application, ProtocolTypeRouter)
-    assert set(application.application_mapping) == {"http", "websocket"}
+    # lifespan: the start-up warm-up (agents_app.lifespan)
+    assert set(application.application_mapping) == {"http", "websocket", "lifespan"}
