@@ -50,7 +50,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench._cli import positive_float, positive_int
 from bench.chaos_report import ChaosReport, Machine, Row, ScenarioResult, report_render
+from tests.processes import marked_pids
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = ("worker", "engine", "web", "mcp")
@@ -107,18 +109,8 @@ def process_descendants(pid: int) -> list[ProcessId]:
 
 def processes_marked(mark: str) -> list[ProcessId]:
     """Live processes whose environment holds ``RUN_MARK_ENV=mark``."""
-    needle = f"{RUN_MARK_ENV}={mark}".encode()
     found: list[ProcessId] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle not in environ.split(b"\0"):
-            continue
-        pid = int(entry.name)
+    for pid in marked_pids(RUN_MARK_ENV, mark):
         stat = _stat(pid)
         process = ProcessId(pid, stat[2] if stat else 0, _command(pid))
         if process_running(process):
@@ -960,20 +952,6 @@ async def run_scenarios(platform: Platform, args: argparse.Namespace,
         await staff.aclose()
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {value}")
-    return value
-
-
 #: Where the report of a run with the issue's full figures goes; other runs go to ``var/``.
 PUBLISHED_REPORT = REPO / "docs" / "reliability.md"
 
@@ -987,25 +965,25 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a small run of every scenario (a few minutes)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help=f"comma-separated, in order; default {','.join(SCENARIOS)}")
-    parser.add_argument("--sessions", type=_positive_int, default=50)
-    parser.add_argument("--kills", type=_positive_int, default=100, help="Dex worker SIGKILLs")
-    parser.add_argument("--workers", type=_positive_int, default=2)
-    parser.add_argument("--worker-slots", type=_positive_int, default=32)
-    parser.add_argument("--kill-gap", type=_positive_float, nargs=2, default=(0.5, 3.0),
+    parser.add_argument("--sessions", type=positive_int, default=50)
+    parser.add_argument("--kills", type=positive_int, default=100, help="Dex worker SIGKILLs")
+    parser.add_argument("--workers", type=positive_int, default=2)
+    parser.add_argument("--worker-slots", type=positive_int, default=32)
+    parser.add_argument("--kill-gap", type=positive_float, nargs=2, default=(0.5, 3.0),
                         metavar=("MIN", "MAX"),
                         help="seconds from a replacement worker's ready line to the next kill")
-    parser.add_argument("--engine-kills", type=_positive_int, default=20)
-    parser.add_argument("--engine-sessions", type=_positive_int, default=5)
-    parser.add_argument("--web-kills", type=_positive_int, default=5)
-    parser.add_argument("--ws-clients", type=_positive_int, default=10)
-    parser.add_argument("--ws-messages", type=_positive_int, default=10)
-    parser.add_argument("--mcp-cycles", type=_positive_int, default=100)
-    parser.add_argument("--init-timeout", type=_positive_float, default=3.0,
+    parser.add_argument("--engine-kills", type=positive_int, default=20)
+    parser.add_argument("--engine-sessions", type=positive_int, default=5)
+    parser.add_argument("--web-kills", type=positive_int, default=5)
+    parser.add_argument("--ws-clients", type=positive_int, default=10)
+    parser.add_argument("--ws-messages", type=positive_int, default=10)
+    parser.add_argument("--mcp-cycles", type=positive_int, default=100)
+    parser.add_argument("--init-timeout", type=positive_float, default=3.0,
                         help="startup timeout of the server that never answers initialize")
-    parser.add_argument("--orphan-grace", type=_positive_float, default=15.0)
-    parser.add_argument("--slow", type=_positive_float, default=0.2,
+    parser.add_argument("--orphan-grace", type=positive_float, default=15.0)
+    parser.add_argument("--slow", type=positive_float, default=0.2,
                         help="seconds between the demo model's streamed chunks")
-    parser.add_argument("--turn-timeout", type=_positive_float, default=600.0)
+    parser.add_argument("--turn-timeout", type=positive_float, default=600.0)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument(
         "--output", type=Path, default=None,
@@ -1027,10 +1005,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--kill-gap MIN must not be more than MAX")
     if args.output is None:
         # Only a run at the issue's figures replaces the published report.
+        defaults = vars(parser.parse_args([]))
         full = not args.quick and args.scenarios == list(SCENARIOS) and all(
-            getattr(args, action.dest) == action.default
-            for action in parser._actions
-            if action.dest not in ("help", "quick", "scenarios", "output", "seed")
+            getattr(args, name) == value
+            for name, value in defaults.items()
+            if name not in ("quick", "scenarios", "output", "seed")
         )
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         args.output = PUBLISHED_REPORT if full else REPO / "var" / f"reliability-{stamp}.md"

@@ -44,6 +44,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bench._cli import positive_int
 from bench.relay import percentile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -294,22 +295,15 @@ async def run(
             await side.stack.close()
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def main() -> None:
     """Parse the command line and run the benchmark."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.turn", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--turns", type=_positive_int, default=None,
+    parser.add_argument("--turns", type=positive_int, default=None,
                         help="measured turns per side (200; 40 with --quick)")
-    parser.add_argument("--warmup", type=_positive_int, default=None,
+    parser.add_argument("--warmup", type=positive_int, default=None,
                         help="turns per side before measuring (20; 5 with --quick)")
     parser.add_argument("--sync", choices=["normal", "full", "both"], default="both",
                         help="the engine's --sync setting(s) to measure ours at")

@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dex import (
@@ -102,15 +104,29 @@ class DexEnv:
     worker: AsyncWorker
 
 
+def pull_client(registry: Registry, cache: Any, address: str) -> AsyncClient:
+    """An ``AsyncClient`` of the engine at ``address`` whose Flows run on pull workers."""
+    options = ClientOptions(server_address=address, worker_target=WorkerTarget(pull=True))
+    return AsyncClient(registry, cache, options)
+
+
+@asynccontextmanager
+async def engine_client(address: str, cache_dir: Path) -> AsyncIterator[AsyncClient]:
+    """A :func:`pull_client` for the test Flows with its own blob cache, closed afterwards."""
+    cache = open_blob_cache(BlobCacheConfig(str(cache_dir), 16 * 1024 * 1024))
+    client = pull_client(Registry(ALL_FLOWS, allow_async_handlers=True), cache, address)
+    try:
+        yield client
+    finally:
+        await client.close()
+        cache.close()
+
+
 @pytest.fixture
 async def dex(engine: EngineProcess, tmp_path: Path) -> AsyncIterator[DexEnv]:
     registry = Registry(ALL_FLOWS, allow_async_handlers=True)
     cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
-    client = AsyncClient(
-        registry,
-        cache,
-        ClientOptions(server_address=engine.address, worker_target=WorkerTarget(pull=True)),
-    )
+    client = pull_client(registry, cache, engine.address)
     worker = AsyncWorker(
         registry,
         cache,

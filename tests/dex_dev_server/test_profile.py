@@ -8,25 +8,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from dex import AsyncClient, BlobCacheConfig, ClientOptions, Registry, WorkerTarget, open_blob_cache
-
 from . import flows
-from .conftest import REPO, EngineProcess
-from .flows import ALL_FLOWS
+from .conftest import REPO, EngineProcess, engine_client, eventually
 
 
-def _read_profile(engine: EngineProcess, path: Path) -> dict[str, object]:
-    path.unlink(missing_ok=True)
+async def _read_profile(engine: EngineProcess, path: Path) -> dict[str, object]:
+    await asyncio.to_thread(path.unlink, missing_ok=True)
     assert engine.proc is not None
     os.kill(engine.proc.pid, signal.SIGUSR1)
-    deadline = time.monotonic() + 10
-    while not path.exists():
-        assert time.monotonic() < deadline, "the engine wrote no profile after SIGUSR1"
-        time.sleep(0.02)
-    profile: dict[str, object] = json.loads(path.read_text())
+    await eventually(path.exists)
+    profile: dict[str, object] = json.loads(await asyncio.to_thread(path.read_text))
     return profile
 
 
@@ -39,21 +32,12 @@ async def test_sigusr1_writes_per_method_counts_and_commits(tmp_path: Path) -> N
     )
     engine.start()
     try:
-        before = _read_profile(engine, path)
+        before = await _read_profile(engine, path)
         assert before["commits"] == 0
-        registry = Registry(ALL_FLOWS, allow_async_handlers=True)
-        cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
-        client = AsyncClient(
-            registry,
-            cache,
-            ClientOptions(server_address=engine.address, worker_target=WorkerTarget(pull=True)),
-        )
-        try:
+        async with engine_client(engine.address, tmp_path / "blobs") as client:
             await client.start_flow(flows.CHAIN, "profiled-1", 2)
             await client.start_flow(flows.CHAIN, "profiled-2", 2)
-        finally:
-            await client.close()
-        after = _read_profile(engine, path)
+        after = await _read_profile(engine, path)
         methods = after["methods"]
         assert isinstance(methods, dict)
         assert methods["StartFlow"]["calls"] == 2
@@ -83,22 +67,15 @@ async def test_sigusr1_without_a_profile_is_logged_and_the_engine_keeps_serving(
     try:
         assert engine.proc is not None
         os.kill(engine.proc.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + 10
-        while "profiling is off" not in engine.log.read_text():
-            assert engine.proc.poll() is None, "SIGUSR1 ended the engine"
-            assert time.monotonic() < deadline, "nothing logged for SIGUSR1"
-            await asyncio.sleep(0.02)
-        registry = Registry(ALL_FLOWS, allow_async_handlers=True)
-        cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
-        client = AsyncClient(
-            registry,
-            cache,
-            ClientOptions(server_address=engine.address, worker_target=WorkerTarget(pull=True)),
-        )
-        try:
+        proc = engine.proc
+
+        def logged() -> bool:
+            assert proc.poll() is None, "SIGUSR1 ended the engine"
+            return "profiling is off" in engine.log.read_text()
+
+        await eventually(logged)
+        async with engine_client(engine.address, tmp_path / "blobs") as client:
             assert await client.health_check()
-        finally:
-            await client.close()
         assert engine.terminate() == 0
     finally:
         engine.stop()

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from tests.mcp_registry.conftest import DEADLINE_SECONDS, REPO_ROOT, everything_command
+from tests.processes import marked_pids
 
 CYCLES = 100
 BATCH = 10
@@ -94,18 +95,7 @@ HOLDER = textwrap.dedent(
 
 def marked_processes(mark: str) -> list[int]:
     """PIDs of live processes whose environment holds ``ORPHAN_MARK=<mark>``."""
-    needle = f"ORPHAN_MARK={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue  # gone, a zombie, or not ours
-        if needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    return marked_pids("ORPHAN_MARK", mark)
 
 
 async def wait_for_count(mark: str, description: str, predicate: object) -> list[int]:
