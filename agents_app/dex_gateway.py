@@ -104,10 +104,10 @@ class _Connection:
         from dex.dexpb import dex_pb2_grpc
 
         from agents_app.flow import build_flow
-        from dex_agents import AgentSessionClient
+        from dex_agents import AgentCodecRegistry, AgentSessionClient
 
         self.flow = build_flow()
-        registry = Registry([self.flow], allow_async_handlers=True)
+        registry = Registry([self.flow], AgentCodecRegistry(), allow_async_handlers=True)
         self.client = AsyncClient(registry, _blob_cache(), ClientOptions(server_address=address))
         self.sessions = AgentSessionClient(self.client, self.flow)
         # SDK 1.23.0's AsyncClient has no history call, so GetHistoryEvents goes through a

@@ -49,8 +49,16 @@ async def web_warm(*, engine_timeout: float = ENGINE_WARM_TIMEOUT) -> bool:
         return False
 
 
+def _sweep_outbox() -> None:
+    from agents_app import tasks
+
+    tasks.outbox_sweep_schedule()
+
+
 class WebWarmUp:
-    """ASGI application for ``lifespan`` scopes: :func:`web_warm` at start-up.
+    """ASGI application for ``lifespan`` scopes: :func:`web_warm` at start-up, then one outbox
+    sweep queued (``tasks.outbox_sweep_schedule``: rows a killed predecessor kept but did not
+    deliver go out now, not at the next periodic sweep).
 
     Raises:
         ValueError: Called with a scope that is not ``lifespan``.
@@ -68,6 +76,7 @@ class WebWarmUp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await web_warm()
+                await asyncio.to_thread(_sweep_outbox)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})

@@ -89,6 +89,25 @@ def deliver_outbox() -> dict[str, int]:
     return outbox.outbox_deliver_all()
 
 
+def outbox_sweep_schedule() -> bool:
+    """Queue one ``deliver_outbox`` sweep now; the web process does this at start-up.
+
+    A web process killed after it kept a message or a decision but before it delivered or
+    queued it leaves the row pending; the restarted process sweeps at once instead of leaving
+    it to the periodic sweep (every 30 s by default). Delivery is idempotent: a row another
+    process delivers meanwhile is skipped. A broker that does not take the task is logged.
+
+    Returns:
+        Whether the broker took the task.
+    """
+    try:
+        deliver_outbox.apply_async()
+    except Exception as error:
+        logger.warning("Could not queue the start-up outbox sweep: %s", error)
+        return False
+    return True
+
+
 def outbox_delivery_schedule(
     *, session_id: str | None = None, decision_id: int | None = None
 ) -> None:

@@ -465,6 +465,8 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
         posted.setdefault(str(post["text"]), []).append(str(post["posted_at"]))
     statuses: Counter[str] = Counter()
     unknown_by_tool: Counter[str] = Counter()
+    #: ``outcome_unknown`` writes whose effect is in the server's own file, by tool.
+    unknown_done: Counter[str] = Counter()
     succeeded_without_trace = 0
     posts_expected: dict[str, tuple[SessionRun, dict[str, Any]]] = {}
     for run in runs:
@@ -474,6 +476,14 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
             if status == "outcome_unknown":
                 unknown_by_tool[str(call.get("tool_name"))] += 1
             arguments = json.loads(str(call.get("arguments") or "{}"))
+            done = (
+                (call.get("tool_name") == "slack__post_message"
+                and bool(posted.get(str(arguments.get("text")))))
+                or (call.get("tool_name") == "docs__create_document"
+                and str(arguments.get("title")) in documents)
+            )
+            if status == "outcome_unknown" and done:
+                unknown_done[str(call.get("tool_name"))] += 1
             if call.get("tool_name") == "slack__post_message":
                 posts_expected[str(arguments.get("text"))] = (run, call)
                 if status == "succeeded" and not posted.get(str(arguments.get("text"))):
@@ -525,6 +535,8 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
         result.count(f"tool calls `{status}`", count)
     for tool, count in sorted(unknown_by_tool.items()):
         result.count(f"`outcome_unknown` of `{tool}`", count)
+        result.count(f"`outcome_unknown` of `{tool}` that the server's file shows done",
+                     unknown_done[tool])
     result.count("non-idempotent posts (`slack_messages.json`)", len(posts))
     result.count("duplicate posts inside the redelivery window", in_window)
     result.count("duplicate posts outside the redelivery window", outside, 0)

@@ -43,6 +43,9 @@ the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages m
 ``get_agent_snapshot_page`` (``AgentMessageRange``, ``ReadAgentMessagesRequest``,
 ``AgentMessagesSlice``; ``AgentSessionClient.list_agent_messages_before`` returns
 ``AgentMessagesBeforePage``).
+
+Speed (platform addition): ``AgentCodecRegistry`` is the SDK's automatic JSON codec compiled
+once per type, with the same output; pass it to ``Registry`` in workers and clients.
 """
 
 from dex_agents._builtin_tools import (
@@ -55,6 +58,7 @@ from dex_agents._builtin_tools import (
     write_todos_definition,
 )
 from dex_agents._client import AgentSessionClient
+from dex_agents._codecs import AgentCodecRegistry
 from dex_agents._compaction import (
     CompactContext,
     CompactingRunner,
@@ -205,6 +209,7 @@ __all__ = [
     "WAIT_FOR_COMPLETED_EVENT",
     "WAIT_FOR_FAILED_EVENT",
     "WRITE_TODOS_TOOL",
+    "AgentCodecRegistry",
     "AgentContractError",
     "AgentEvent",
     "AgentEventType",

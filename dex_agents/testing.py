@@ -43,6 +43,7 @@ from dex.dexpb import dex_pb2_grpc
 from google.protobuf import empty_pb2
 
 from dex_agents._client import AgentSessionClient
+from dex_agents._codecs import AgentCodecRegistry
 from dex_agents._flow import AgentSessionFlow
 from dex_agents._history import (
     EXECUTE_COMPLETED_EVENT,
@@ -374,7 +375,7 @@ class AgentTestStack:
         self.worker_cwd = Path(worker_cwd) if worker_cwd is not None else Path.cwd()
         self.worker_env = dict(worker_env or {})
         self.server_address = ""
-        self.registry = Registry(self.flows, allow_async_handlers=True)
+        self.registry = Registry(self.flows, AgentCodecRegistry(), allow_async_handlers=True)
         self._engine: subprocess.Popen[bytes] | None = None
         self._engine_log = self.tmp_path / "engine.log"
         self._workers: list[WorkerProcess] = []
@@ -595,7 +596,7 @@ def run_agent_worker(
 
 async def _serve(flows: list[Flow[Any]], server_address: str, max_concurrent_tasks: int) -> None:
     cache_sdk_version()
-    registry = Registry(flows, allow_async_handlers=True)
+    registry = Registry(flows, AgentCodecRegistry(), allow_async_handlers=True)
     cache_dir = os.environ.get(BLOB_CACHE_ENV) or tempfile.mkdtemp(prefix="dex-agents-cache-")
     cache = open_blob_cache(BlobCacheConfig(cache_dir, _BLOB_CACHE_BYTES))
     worker = AsyncWorker(

@@ -468,9 +468,13 @@ class Dispatcher(StepMachine):
             output = tf.wait_for if out == "wait_for" else tf.execute
             which = output.WhichOneof("output")
             if which == "heartbeat":
+                # Its liveness part (the task has produced output) is ``inflight.frames``; only
+                # a changed heartbeat value is state to store (the next attempt reads it).
                 hb = output.heartbeat
-                st.heartbeat = hb.value if hb.HasField("value") else None
-                self.flush(run)
+                value = hb.value if hb.HasField("value") else None
+                if value != st.heartbeat:
+                    st.heartbeat = value
+                    self.flush(run)
                 return
             if which == "stream_write":
                 write_step_stream(self, run, st, output.stream_write)

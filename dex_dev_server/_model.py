@@ -258,6 +258,12 @@ class Run:
     search: dict[str, pb.Value] = field(default_factory=dict)
     can_threshold: int = 0
     parents: list[list[Any]] = field(default_factory=list)  # [run_id, exe_id, index]
+    #: ``(config, start_request, their enc())``: both are set once and never changed in place,
+    #: so every commit of the run reuses their encoding (issue 13: the run row's JSON is a
+    #: tenth of the engine's CPU in an agent turn).
+    _fixed_enc: tuple[Any, Any, str | None, str | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def is_open(self) -> bool:
@@ -271,12 +277,16 @@ class Run:
 
     def header_json(self) -> str:
         """JSON of the run's fixed and close fields."""
+        fixed = self._fixed_enc
+        if fixed is None or fixed[0] is not self.config or fixed[1] is not self.start_request:
+            fixed = (self.config, self.start_request, enc(self.config), enc(self.start_request))
+            self._fixed_enc = fixed
         return json.dumps(
             {
                 "first_run_id": self.first_run_id,
                 "run_attempt": self.run_attempt,
-                "config": enc(self.config),
-                "start": enc(self.start_request),
+                "config": fixed[2],
+                "start": fixed[3],
                 "error_type": self.error_type,
                 "error_message": self.error_message,
                 "results": [enc(r) for r in self.results],

@@ -123,6 +123,19 @@ def unused_tcp_port() -> int:
 
 
 @pytest.fixture
+def eager_celery() -> Iterator[None]:
+    """Run queued tasks in-process, as a Celery worker would."""
+    from dexagents_site import celery_app
+
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
 def engine_down(settings: Any) -> Iterator[str]:
     """Point the web side at an address where no engine listens (a real refused connection)."""
     address = f"127.0.0.1:{unused_tcp_port()}"

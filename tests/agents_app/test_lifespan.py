@@ -6,9 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from agents_app import dex_gateway
 from agents_app.lifespan import WebWarmUp, web_warm
+from agents_app.models import OutboxMessage
+from tests.factories import AgentDefinitionFactory, AgentSessionFactory
 
 
 async def _lifespan(app: WebWarmUp) -> list[dict[str, Any]]:
@@ -39,6 +42,29 @@ async def test_start_up_completes_when_the_engine_is_down(engine_down: str) -> N
     assert await web_warm(engine_timeout=5) is False
     assert await _lifespan(WebWarmUp()) == [{"type": "lifespan.startup.complete"},
                                             {"type": "lifespan.shutdown.complete"}]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("eager_celery")
+async def test_start_up_sweeps_the_outbox_a_killed_process_left(
+    engine_down: str, owner: Any
+) -> None:
+    # A message kept by a web process that was killed before it delivered or queued it.
+    def keep() -> OutboxMessage:
+        session = AgentSessionFactory.create(
+            owner=owner, agent=AgentDefinitionFactory.create(slug="demo"),
+            status="waiting_for_user_message",
+        )
+        return OutboxMessage.objects.create(id="k" * 32, session=session, text="kept")
+
+    message = await sync_to_async(keep)()
+
+    await _lifespan(WebWarmUp())
+
+    # The start-up sweep tried it at once (the engine is down here, so it stays pending).
+    await message.arefresh_from_db()
+    assert (message.delivery, message.attempts) == ("pending", 1)
+    assert engine_down in message.last_error
 
 
 async def test_other_scopes_are_refused() -> None:

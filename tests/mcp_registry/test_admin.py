@@ -1,6 +1,5 @@
 """Admin permissions: only superusers add or change MCP servers and tools."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -148,19 +147,6 @@ def test_anonymous_is_sent_to_login() -> None:
     response = Client().get(reverse("admin:mcp_registry_mcpserver_changelist"))
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
-
-
-@pytest.fixture
-def eager_celery() -> Iterator[None]:
-    """Run queued tasks in-process, as a Celery worker would."""
-    from dexagents_site import celery_app
-
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    try:
-        yield
-    finally:
-        celery_app.conf.task_always_eager = previous
 
 
 @pytest.mark.usefixtures("eager_celery")

@@ -66,6 +66,7 @@ class Command(BaseCommand):
         from agents_app.flow import build_flow
         from agents_app.runner import model_calls_warm
         from agents_app.session_index import SessionIndexObserver
+        from dex_agents import AgentCodecRegistry
         from dex_agents._worker_tuning import cache_sdk_version
         from mcp_registry.client import McpClientPool
         from mcp_registry.tasks import process_status_record, tools_list_changed_enqueue
@@ -92,7 +93,8 @@ class Command(BaseCommand):
             on_process_status=process_status_record,
         )
         observer = SessionIndexObserver()
-        registry = Registry([build_flow(pool=pool, observer=observer)], allow_async_handlers=True)
+        flow = build_flow(pool=pool, observer=observer)
+        registry = Registry([flow], AgentCodecRegistry(), allow_async_handlers=True)
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"
         cache_dir.mkdir(parents=True, exist_ok=True)
         cache = open_blob_cache(BlobCacheConfig(str(cache_dir), 64 * 1024 * 1024))
