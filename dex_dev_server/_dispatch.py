@@ -42,6 +42,9 @@ class Dispatcher(StepMachine):
             if stream is not None:
                 self.rpc_queue.remove(call)
                 self._send_rpc(stream, call)
+        # One commit per run for all of its dispatches (the Steps a go_to_many made ready go
+        # out together), before any of them leaves: the stream writers run after this returns.
+        dispatched: dict[str, Run] = {}
         for key in list(self.ready):
             run = self.runs.get(key[0])
             st = run.steps.get(key[1]) if run is not None else None
@@ -52,13 +55,17 @@ class Dispatcher(StepMachine):
                 if not self.lock_for_dispatch(run, st):
                     continue
                 self.ready.pop(key, None)
-                self._push_step(run, st)
+                if self._push_step(run, st):
+                    dispatched[run.run_id] = run
                 continue
             stream = self._pick_stream(run, self.excluded.get(key, set()), rpc=False, t=t)
             if stream is None or not self.lock_for_dispatch(run, st):
                 continue
             self.ready.pop(key, None)
-            self._send_step(stream, run, st)
+            if self._send_step(stream, run, st):
+                dispatched[run.run_id] = run
+        for run in dispatched.values():
+            self.flush(run)
 
     def serves_flow_type(self, flow_type: str) -> bool:
         """Whether any registered stream serves ``flow_type``."""
@@ -135,7 +142,10 @@ class Dispatcher(StepMachine):
         call.dispatched.set()
         stream.out.put_nowait(pb.PollWorkerTaskResponse(task=task))
 
-    def _send_step(self, stream: WorkerStream, run: Run, st: StepExec) -> None:
+    def _send_step(self, stream: WorkerStream, run: Run, st: StepExec) -> bool:
+        """Queue ``st``'s task on ``stream``; the caller commits ``run`` before it yields to
+        the event loop (which sends it). Returns False when the task was too large (the attempt
+        failed and was committed instead)."""
         task_id = self._new_task_id()
         if st.first_attempt_ts == 0.0:
             st.first_attempt_ts = now()
@@ -143,7 +153,7 @@ class Dispatcher(StepMachine):
         deadline = now() + timeout
         task = build_step_task(self, run, st, task_id, deadline)
         if self._failed_too_large(run, st, task):
-            return
+            return False
         st.mstate = "dispatched"
         st.task_id = task_id
         if st.phase == "wait_for":
@@ -158,16 +168,18 @@ class Dispatcher(StepMachine):
         )
         self.inflight[task_id] = inflight
         stream.out.put_nowait(pb.PollWorkerTaskResponse(task=task))
-        self.flush(run)
+        return True
 
-    def _push_step(self, run: Run, st: StepExec) -> None:
+    def _push_step(self, run: Run, st: StepExec) -> bool:
+        """Start ``st``'s call on its listening worker, as :meth:`_send_step` (the caller
+        commits; the call starts after the caller yields)."""
         task_id = self._new_task_id()
         if st.first_attempt_ts == 0.0:
             st.first_attempt_ts = now()
         timeout = self._method_timeout(st)
         task = build_step_task(self, run, st, task_id, now() + timeout)
         if self._failed_too_large(run, st, task):
-            return
+            return False
         st.mstate = "dispatched"
         st.task_id = task_id
         inflight = Inflight(task_id, None, run.run_id, exe_id=st.exe_id)
@@ -184,7 +196,7 @@ class Dispatcher(StepMachine):
                 functools.partial(self.push_failed, inflight),
             )
         )
-        self.flush(run)
+        return True
 
     @staticmethod
     def _method_timeout(st: StepExec) -> int:
