@@ -31,7 +31,16 @@ class Dispatcher(StepMachine):
     # Pull dispatch ---------------------------------------------------------------------------
 
     def pump(self) -> None:
-        """Match ready tasks (RPCs first, then Steps in readiness order) to idle streams."""
+        """Match ready tasks (RPCs first, then Steps in readiness order) to idle streams, then
+        commit every run a Step result or a dispatch changed (``unflushed``): one commit per
+        run, before any queued task leaves (the stream writers run after this returns)."""
+        try:
+            self._match_tasks()
+        finally:
+            while self.unflushed:
+                self.flush(self.unflushed.pop(next(iter(self.unflushed))))
+
+    def _match_tasks(self) -> None:
         if not self.streams and not any(
             is_push(self.runs[k[0]]) for k in self.ready if k[0] in self.runs
         ):
@@ -42,9 +51,6 @@ class Dispatcher(StepMachine):
             if stream is not None:
                 self.rpc_queue.remove(call)
                 self._send_rpc(stream, call)
-        # One commit per run for all of its dispatches (the Steps a go_to_many made ready go
-        # out together), before any of them leaves: the stream writers run after this returns.
-        dispatched: dict[str, Run] = {}
         for key in list(self.ready):
             run = self.runs.get(key[0])
             st = run.steps.get(key[1]) if run is not None else None
@@ -56,16 +62,14 @@ class Dispatcher(StepMachine):
                     continue
                 self.ready.pop(key, None)
                 if self._push_step(run, st):
-                    dispatched[run.run_id] = run
+                    self.unflushed[run.run_id] = run
                 continue
             stream = self._pick_stream(run, self.excluded.get(key, set()), rpc=False, t=t)
             if stream is None or not self.lock_for_dispatch(run, st):
                 continue
             self.ready.pop(key, None)
             if self._send_step(stream, run, st):
-                dispatched[run.run_id] = run
-        for run in dispatched.values():
-            self.flush(run)
+                self.unflushed[run.run_id] = run
 
     def serves_flow_type(self, flow_type: str) -> bool:
         """Whether any registered stream serves ``flow_type``."""
@@ -498,8 +502,10 @@ class Dispatcher(StepMachine):
                 commit_wait_for(self, run, st, tf.wait_for.result)
             elif out == "execute" and st.phase == "execute":
                 commit_execute(self, run, st, tf.execute.result)
+        # A final frame: the caller pumps next, which commits the run with the dispatches the
+        # result led to.
         self.advance(run)
-        self.flush(run)
+        self.unflushed[run.run_id] = run
 
     def shutdown_streams(self) -> None:
         """Ask every stream to drain and reconnect (engine shutdown)."""

@@ -130,6 +130,9 @@ class EngineState:
         # other idle streams can take the task at once.
         self.declined_until: dict[int, float] = {}
         self.excluded: dict[tuple[str, str], set[str]] = {}
+        #: Runs changed by a Step result or a dispatch, committed once at the end of the
+        #: dispatcher's ``pump`` (before the event loop sends any task it queued).
+        self.unflushed: dict[str, Run] = {}
         self.notifier = Notifier()
         self.index_types: dict[str, int] = {}
         #: Step Stream writes waiting for the next commit (``queue_stream_append``).
