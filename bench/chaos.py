@@ -322,6 +322,38 @@ async def turn_wait(api: Api, session_id: str, text: str, within: float,
     return None
 
 
+async def _stuck_state(api: Api, session_id: str) -> str:
+    """What a session that stopped moving shows: its status, its tool calls' statuses, its
+    pending approvals and queued messages (the outbox's included)."""
+    try:
+        snapshot = await api.get(f"/api/v1/sessions/{session_id}/")
+    except Exception as error:
+        return f"its snapshot could not be read ({type(error).__name__})"
+    calls = Counter(str(call.get("status")) for call in snapshot.get("tool_calls") or [])
+    queued = snapshot.get("queued_messages") or []
+    return (f"status `{snapshot.get('status')}`, tool calls "
+            + (", ".join(f"{status}: {count}" for status, count in sorted(calls.items()))
+               or "none")
+            + f", pending interrupts {len(snapshot.get('pending_interrupts') or [])}, queued "
+            f"messages {len(queued)} ("
+            + ", ".join(str(entry.get("delivery", "delivered")) for entry in queued) + ")")
+
+
+def _helpers_state(platform: Platform) -> tuple[int, list[str]]:
+    """How many of the Celery worker and beat still run, and notes on those that do not."""
+    running, notes = 0, []
+    for proc in platform.stack.processes.started:
+        if proc.name not in ("celery", "beat"):
+            continue
+        if proc.popen.poll() is None:
+            running += 1
+            continue
+        tail = " / ".join(line.strip() for line in list(proc.lines)[-3:])
+        notes.append(f"the Celery {proc.name} process exited ({proc.popen.returncode}); its "
+                     f"last lines: {tail}")
+    return running, notes
+
+
 async def approvals_run(staff: Api, stop: asyncio.Event, answers: Counter[int]) -> None:
     """Approve every pending approval, as a reviewer watching the dashboard would."""
     import httpx
@@ -385,7 +417,8 @@ async def session_turns(owner: Api, run: SessionRun, stop: asyncio.Event,
             phase = f"turn {turn}"
             snapshot = await turn_wait(owner, run.session_id, text, args.turn_timeout, run.calls)
             if snapshot is None:
-                run.error = f"turn {turn} did not finish within {args.turn_timeout:.0f} s"
+                run.error = (f"turn {turn} did not finish within {args.turn_timeout:.0f} s; "
+                             + await _stuck_state(owner, run.session_id))
                 return
             run.answered += 1
             if snapshot.get("last_turn_error"):
@@ -544,6 +577,10 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
                  succeeded_without_trace, 0)
     result.count("MCP server processes left running by killed workers", len(orphans), 0)
     result.count("approval decisions sent", sum(answers.values()))
+    helpers_running, helper_notes = _helpers_state(platform)
+    result.rows.append(_ratio("Celery worker and beat still running at the end",
+                              helpers_running, 2))
+    result.notes += helper_notes
     result.notes += [f"session {run.session_id or run.number}: {run.error}"
                      for run in runs if run.error][:10]
     result.notes += [f"orphan: pid {process.pid} `{process.command}`" for process in orphans]
