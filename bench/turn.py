@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -293,6 +294,7 @@ async def run(
     finally:
         for side in sides:
             await side.stack.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:
