@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 _PR_SET_PDEATHSIG = 1
 _STOP_GRACE_SECONDS = 10.0
@@ -215,26 +215,40 @@ class DevStack:
     async def _supervise(self) -> None:
         restart_delays = {child.spec.name: 1.0 for child in self._children}
         stop_wait = asyncio.create_task(self._stopping.wait())
+        # Children that died are restarted side by side: a web and a worker killed together
+        # each come back after their own backoff and start-up, not one after the other.
+        restarting: dict[str, asyncio.Task[None]] = {}
         try:
             while not self._stopping.is_set():
-                waits = {
+                waits: dict[asyncio.Future[Any], _Child] = {
                     asyncio.create_task(child.process.wait()): child
                     for child in self._children
-                    if child.process is not None
+                    if child.process is not None and child.spec.name not in restarting
                 }
                 done, pending = await asyncio.wait(
-                    {*waits, stop_wait}, return_when=asyncio.FIRST_COMPLETED
+                    {*waits, *restarting.values(), stop_wait},
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 for task in pending:
-                    if task is not stop_wait:
+                    if task in waits:
                         task.cancel()
-                for task in done:
-                    child = waits.get(task)
+                for name, task in list(restarting.items()):
+                    if task.done():
+                        del restarting[name]
+                        if not task.cancelled() and task.exception() is not None:
+                            self._out.write(f"{name:>10} | restart failed: {task.exception()}\n")
+                for finished in done:
+                    child = waits.get(finished)
                     if child is None or self._stopping.is_set():
                         continue
-                    await self._restart(child, restart_delays)
+                    restarting[child.spec.name] = asyncio.create_task(
+                        self._restart(child, restart_delays)
+                    )
         finally:
             stop_wait.cancel()
+            for task in restarting.values():
+                task.cancel()
+            await asyncio.gather(*restarting.values(), return_exceptions=True)
 
     async def _restart(self, child: _Child, delays: dict[str, float]) -> None:
         assert child.process is not None

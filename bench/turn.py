@@ -301,19 +301,19 @@ def main() -> None:
     """Parse the command line and run the benchmark."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.turn", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--turns", type=positive_int, default=None,
                         help="measured turns per side (200; 40 with --quick)")
     parser.add_argument("--warmup", type=positive_int, default=None,
                         help="turns per side before measuring (20; 5 with --quick)")
     parser.add_argument("--sync", choices=["normal", "full", "both"], default="both",
-                        help="the engine's --sync setting(s) to measure ours at")
+                        help="the engine's --sync setting(s) to measure ours at (default: both)")
     parser.add_argument("--quick", action="store_true", help="40 turns, 5 warm-up")
     parser.add_argument(
         "--observe", choices=["step", "stream"], default="step",
         help="how the bench sees the turn end: a WaitForStepCompletion long poll on the final"
-             " RunModel (default), or every AgentEvents Stream message as a page reads them")
+             " RunModel (the default, step), or every AgentEvents Stream message as a page reads"
+             " them (stream)")
     parser.add_argument("--no-profile", action="store_true",
                         help="no cost breakdown (for an engine without --profile)")
     parser.add_argument("--trace", action="store_true",

@@ -6,11 +6,16 @@ new codec on every call, and every decode calls ``typing.get_type_hints`` and wa
 hint again; for an agent turn that is about a fifth of the Dex worker's CPU.
 :class:`AgentCodecRegistry` resolves each type hint once and compiles its encoder and decoder.
 
-The output is the SDK's, byte for byte: the same JSON text for every value (sorted keys,
-compact separators, ``allow_nan=False``) and the same values or errors when decoding, so a
-Dex state written by one codec is read by the other (``tests/dex_agents/test_codecs.py``
-compares them). The SDK's quirks are kept: a ``X | None`` or ``Any`` field decodes to its
-plain JSON value, a dataclass field missing from the JSON raises ``KeyError``.
+The output is the SDK's, byte for byte: the same JSON text for every value the SDK encodes
+(sorted keys, compact separators, ``allow_nan=False``) and the same values or errors when
+decoding, so a Dex state written by one codec is read by the other
+(``tests/dex_agents/test_codecs.py`` compares them). The SDK's quirks are kept: a ``X | None``
+or ``Any`` field decodes to its plain JSON value, a dataclass field missing from the JSON
+raises ``KeyError``. One difference: the SDK copies a value with ``dataclasses.asdict`` before
+encoding, which fails on some objects in an ``Any`` field (a ``Counter``, a ``defaultdict``, a
+``MappingProxyType``); this codec encodes them as the JSON objects they hold. A hint this
+module cannot compile (a bare ``typing.List``, an undefined forward reference) is left to the
+SDK's codec.
 """
 
 from __future__ import annotations
@@ -165,6 +170,19 @@ class _CompiledJsonCodec(JsonCodec[Any]):
         return Value(WireKind.JSON, text)
 
 
+def _compiled_or_none(hint: object) -> _CompiledJsonCodec | None:
+    """The compiled codec of ``hint``, or ``None`` where compiling fails (a bare
+    ``typing.List``, a forward reference not defined yet, ...): the SDK's own codec then
+    decides, at encode or decode time as it does. A failed compile leaves no decoder behind."""
+    before = set(_COMPILED)
+    try:
+        return _CompiledJsonCodec(hint)
+    except Exception:
+        for kind in set(_COMPILED) - before:
+            del _COMPILED[kind]
+        return None
+
+
 def _automatic_json(hint: object) -> bool:
     """Whether the SDK would derive a ``JsonCodec`` for ``hint`` (``_supports_automatic_json``)."""
     return (
@@ -196,11 +214,10 @@ class AgentCodecRegistry(CodecRegistry):
             pass
         except TypeError:  # an unhashable hint: the SDK decides
             return super().resolve(type_hint)
-        codec: Codec[Any]
+        compiled = None
         if type_hint not in self._codecs and _automatic_json(type_hint):
-            codec = _CompiledJsonCodec(type_hint)
-        else:
-            codec = super().resolve(type_hint)
+            compiled = _compiled_or_none(type_hint)
+        codec: Codec[Any] = compiled if compiled is not None else super().resolve(type_hint)
         self._resolved[type_hint] = codec
         return codec
 

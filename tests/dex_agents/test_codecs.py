@@ -182,3 +182,34 @@ def test_registered_and_builtin_codecs_are_kept() -> None:
     for hint in (object, Mapping[str, int]):  # as the SDK: no automatic codec
         with pytest.raises(TypeError, match="no codec"):
             registry.resolve(hint)
+
+
+def test_a_hint_that_does_not_compile_is_left_to_the_sdk_and_poisons_nothing() -> None:
+    import dataclasses as dc
+
+    @dc.dataclass
+    class Outer:
+        name: str = ""
+        inner: Later | None = None  # type: ignore[name-defined]  # noqa: F821 - defined below
+        count: int = 0
+
+    @dc.dataclass
+    class Bare:
+        steps: typing.List = dc.field(default_factory=list)  # noqa: UP006
+        owner: str = ""
+
+    text = Value(WireKind.JSON, '{"count":7,"inner":{"x":1},"name":"kept"}')
+    # Resolving before ``Later`` exists: the SDK's codec, which fails only when decoding.
+    early = AgentCodecRegistry().resolve(Outer)
+    assert type(early) is type(SDK.resolve(Outer))
+    with pytest.raises(NameError):
+        early.decode(text)
+    globals()["Later"] = dict
+    try:
+        assert AgentCodecRegistry().resolve(Outer).decode(text) == Outer("kept", {"x": 1}, 7)
+        assert AgentCodecRegistry().resolve(Outer).decode(text) == SDK.resolve(Outer).decode(text)
+    finally:
+        del globals()["Later"]
+    bare = Value(WireKind.JSON, '{"owner":"alice","steps":[]}')
+    for _ in range(2):  # the SDK decodes an empty bare List; nothing is left cached wrong
+        assert AgentCodecRegistry().resolve(Bare).decode(bare) == Bare([], "alice")

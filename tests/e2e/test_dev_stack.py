@@ -39,6 +39,14 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _command(pid: int) -> set[str]:
+    """The words of a process's command line (empty for one that is gone)."""
+    try:
+        return set(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"))
+    except OSError:
+        return set()
+
+
 def _discovered_servers(database: Path) -> dict[str, tuple[str | None, str]]:
     """``{server name: (last_discovered_at, last_error)}`` read straight from the database file."""
     with sqlite3.connect(database) as connection:
@@ -91,6 +99,36 @@ def test_dev_prints_ready_serves_health_and_stops_every_child(
 
     children = _descendants(dev.popen.pid)
     assert len(children) >= 6, children  # engine, model, worker, celery, beat, web
+
+    # The web process and the Dex worker die together: the supervisor restarts them side by
+    # side, so the worker's restart does not wait for the web's start-up (or the other way).
+    killed = [pid for pid in children if _command(pid).intersection({"dexworker", "uvicorn"})]
+    assert len(killed) == 2, [_command(pid) for pid in children]
+    mark = len(dev.lines)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+
+    def back(name: str, ready: str) -> tuple[int, int] | None:
+        """Line numbers of ``name``'s restart notice and of its ready line after the kill."""
+        lines = dev.lines[mark:]
+        notice = next((i for i, line in enumerate(lines)
+                       if line.strip().startswith(f"{name} | exited with code -9")), None)
+        if notice is None:
+            return None
+        done = next((i for i, line in enumerate(lines[notice:], notice)
+                     if line.strip().startswith(f"{name} |") and ready in line), None)
+        return None if done is None else (notice, done)
+
+    worker, web = wait_until(
+        "the killed worker and web to be restarted",
+        lambda: (lambda w, b: (w, b) if w and b else None)(
+            back("worker-1", "dexworker ready"), back("web-1", "Application startup complete")),
+        timeout=240)
+    # Each one's restart began before the other was ready again.
+    assert worker[0] < web[1] and web[0] < worker[1], dev.lines[mark:]
+    wait_until("/healthz to report every part up again",
+               lambda: httpx.get(f"{base}/healthz", timeout=10).status_code == 200, timeout=60)
+    children = _descendants(dev.popen.pid)
 
     os.kill(dev.popen.pid, signal.SIGTERM)
     assert dev.popen.wait(timeout=60) == 0, dev.output()[-3000:]
