@@ -509,20 +509,18 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
             if status == "outcome_unknown":
                 unknown_by_tool[str(call.get("tool_name"))] += 1
             arguments = json.loads(str(call.get("arguments") or "{}"))
-            done = (
-                (call.get("tool_name") == "slack__post_message"
-                and bool(posted.get(str(arguments.get("text")))))
-                or (call.get("tool_name") == "docs__create_document"
-                and str(arguments.get("title")) in documents)
-            )
-            if status == "outcome_unknown" and done:
-                unknown_done[str(call.get("tool_name"))] += 1
-            if call.get("tool_name") == "slack__post_message":
+            tool = call.get("tool_name")
+            if tool == "slack__post_message":
                 posts_expected[str(arguments.get("text"))] = (run, call)
-                if status == "succeeded" and not posted.get(str(arguments.get("text"))):
-                    succeeded_without_trace += 1
-            if (call.get("tool_name") == "docs__create_document" and status == "succeeded"
-                    and str(arguments.get("title")) not in documents):
+            if tool not in ("slack__post_message", "docs__create_document"):
+                continue
+            # Whether the server's own file shows the write done.
+            done = (bool(posted.get(str(arguments.get("text"))))
+                    if tool == "slack__post_message"
+                    else str(arguments.get("title")) in documents)
+            if status == "outcome_unknown" and done:
+                unknown_done[str(tool)] += 1
+            if status == "succeeded" and not done:
                 succeeded_without_trace += 1
 
     in_window = outside = 0

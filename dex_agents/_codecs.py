@@ -25,13 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from enum import Enum
-
-# The SDK compares a hint's origin with typing's aliases, which no origin equals: a
-# ``Mapping[...]`` or ``Sequence[...]`` hint gets no automatic codec, a field so typed decodes
-# to plain JSON. The same aliases here keep that.
 from typing import Any, get_args, get_origin, get_type_hints
-from typing import Mapping as _SdkMapping  # noqa: UP035
-from typing import Sequence as _SdkSequence  # noqa: UP035
 
 from dex.codec import Codec, CodecRegistry, JsonCodec, Value, WireKind
 
@@ -41,17 +35,18 @@ __all__ = ["AgentCodecRegistry"]
 
 _Decoder = Callable[[Any], Any]
 _SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
-#: Field names of each dataclass seen by the encoder, in definition order.
-_DATACLASS_FIELDS: dict[type, tuple[str, ...]] = {}
+#: Field names of each type the encoder met, in definition order; ``None`` for a type that
+#: is not a dataclass.
+_DATACLASS_FIELDS: dict[type, tuple[str, ...] | None] = {}
 
 
 def _dataclass_fields(kind: type) -> tuple[str, ...] | None:
-    names = _DATACLASS_FIELDS.get(kind)
-    if names is None:
-        if not is_dataclass(kind):
-            return None
-        names = _DATACLASS_FIELDS[kind] = tuple(field.name for field in fields(kind))
-    return names
+    try:
+        return _DATACLASS_FIELDS[kind]
+    except KeyError:
+        names = tuple(field.name for field in fields(kind)) if is_dataclass(kind) else None
+        _DATACLASS_FIELDS[kind] = names
+        return names
 
 
 def _to_json(value: Any) -> Any:
@@ -89,7 +84,7 @@ def _compile(hint: object) -> _Decoder:
     if origin is tuple:
         item = _compile(arguments[0])
         return lambda value: tuple(item(entry) for entry in value)
-    if origin in (dict, _SdkMapping):
+    if origin is dict:  # see _automatic_json on Mapping[...]
         key, item = _compile(arguments[0]), _compile(arguments[1])
         return lambda value: {key(k): item(v) for k, v in value.items()}
     if hint in (str, bool, int, float):
@@ -142,7 +137,7 @@ def _type_check(hint: object) -> Callable[[object], bool]:
     if origin in (list, tuple):
         item = _type_check(arguments[0])
         return lambda value: isinstance(value, origin) and all(item(entry) for entry in value)
-    if origin in (dict, _SdkMapping):
+    if origin is dict:
         key, item = _type_check(arguments[0]), _type_check(arguments[1])
         return lambda value: (
             isinstance(value, Mapping) and all(key(k) and item(v) for k, v in value.items())
@@ -184,10 +179,15 @@ def _compiled_or_none(hint: object) -> _CompiledJsonCodec | None:
 
 
 def _automatic_json(hint: object) -> bool:
-    """Whether the SDK would derive a ``JsonCodec`` for ``hint`` (``_supports_automatic_json``)."""
+    """Whether the SDK would derive a ``JsonCodec`` for ``hint`` (``_supports_automatic_json``).
+
+    The SDK also compares the origin with ``typing.Mapping`` and ``typing.Sequence``, which no
+    origin equals (``get_origin`` gives ``collections.abc`` classes): a ``Mapping[...]`` or
+    ``Sequence[...]`` hint gets no automatic codec, and a field so typed decodes to plain JSON.
+    """
     return (
         isinstance(hint, type) and (is_dataclass(hint) or issubclass(hint, Enum))
-    ) or get_origin(hint) in (list, tuple, dict, _SdkMapping, _SdkSequence)
+    ) or get_origin(hint) in (list, tuple, dict)
 
 
 class AgentCodecRegistry(CodecRegistry):

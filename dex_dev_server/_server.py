@@ -96,6 +96,15 @@ class EngineServer:
         self.port = port
         await self.server.start()
 
+    def dump_profile(self) -> None:
+        """Write the profile (``--profile``); a path that cannot be written is logged."""
+        if self.profile is None:
+            return
+        try:
+            self.profile.dump()
+        except OSError as exc:
+            _LOG.error("cannot write the profile to %s: %s", self.profile.path, exc)
+
     async def stop(self, grace: float = 3.0) -> None:
         """Ask workers to reconnect, finish in-flight calls (up to ``grace`` s), close the DB."""
         if self.engine is not None:
@@ -106,10 +115,7 @@ class EngineServer:
             await self.engine.push.close()
             self.engine.flush_streams()
         if self.profile is not None:
-            try:
-                self.profile.dump()
-            except OSError as exc:
-                _LOG.error("cannot write the profile to %s: %s", self.profile.path, exc)
+            self.dump_profile()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -137,10 +143,7 @@ def _on_sigusr1(server: EngineServer) -> None:
     if server.profile is None:
         _LOG.warning("SIGUSR1: profiling is off (start the engine with --profile PATH)")
         return
-    try:
-        server.profile.dump()
-    except OSError as exc:
-        _LOG.error("cannot write the profile to %s: %s", server.profile.path, exc)
+    server.dump_profile()
 
 
 async def serve(

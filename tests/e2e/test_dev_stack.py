@@ -119,11 +119,12 @@ def test_dev_prints_ready_serves_health_and_stops_every_child(
                      if line.strip().startswith(f"{name} |") and ready in line), None)
         return None if done is None else (notice, done)
 
-    worker, web = wait_until(
-        "the killed worker and web to be restarted",
-        lambda: (lambda w, b: (w, b) if w and b else None)(
-            back("worker-1", "dexworker ready"), back("web-1", "Application startup complete")),
-        timeout=240)
+    def both_back() -> tuple[tuple[int, int], tuple[int, int]] | None:
+        worker = back("worker-1", "dexworker ready")
+        web = back("web-1", "Application startup complete")
+        return (worker, web) if worker and web else None
+
+    worker, web = wait_until("the killed worker and web to be restarted", both_back, timeout=240)
     # Each one's restart began before the other was ready again.
     assert worker[0] < web[1] and web[0] < worker[1], dev.lines[mark:]
     wait_until("/healthz to report every part up again",
