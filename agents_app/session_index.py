@@ -296,6 +296,8 @@ class ReconcileResult:
         stopped: Sessions whose Flow no longer runs in Dex (marked stopped): stopped outside
             the platform, or by a stop whose index write was lost.
         unreadable: Sessions whose snapshot is too large to load (left as indexed).
+        unanswered: Sessions Dex or its workers did not answer for within ``ENGINE_TIMEOUT``
+            (left as indexed until the next run).
     """
 
     checked: int = 0
@@ -305,6 +307,7 @@ class ReconcileResult:
     closed: int = 0
     missing: int = 0
     unreadable: int = 0
+    unanswered: int = 0
 
     @property
     def approvals_changed(self) -> bool:
@@ -315,25 +318,37 @@ class ReconcileResult:
 UNREADABLE: dict[str, Any] = {}
 #: ``_snapshots_read``'s value for a session whose Flow no longer runs.
 FLOW_CLOSED: dict[str, Any] = {}
+#: ``_snapshots_read``'s value for a session Dex or its workers did not answer for in time (a
+#: worker killed during the RPC, every worker busy): it is left as indexed until the next run.
+UNANSWERED: dict[str, Any] = {}
 
 
 async def _snapshots_read(session_ids: list[str]) -> dict[str, dict[str, Any] | None]:
-    """Read snapshots concurrently; ``None`` for a session Dex does not know, ``FLOW_CLOSED``
-    for one whose Flow no longer runs, ``UNREADABLE`` for one it cannot load (too large for a
-    worker message), so one session never stops the others from being reconciled."""
+    """Read snapshots concurrently, ``RECONCILE_CONCURRENCY`` at a time, each within
+    ``ENGINE_TIMEOUT`` seconds; ``None`` for a session Dex does not know, ``FLOW_CLOSED`` for
+    one whose Flow no longer runs, ``UNREADABLE`` for one it cannot load (too large for a worker
+    message), ``UNANSWERED`` for one Dex or its workers did not answer for in time, so one
+    session never stops the others from being reconciled (issue 13: under worker SIGKILLs one
+    slow snapshot RPC made every run time out, and a lost approval stayed unindexed)."""
     gate = asyncio.Semaphore(RECONCILE_CONCURRENCY)
+    limit = float(_engine_timeout())
 
     async def read(session_id: str) -> tuple[str, dict[str, Any] | None]:
         async with gate:
             try:
-                if not await dex_gateway.session_flow_running(session_id=session_id):
-                    return session_id, FLOW_CLOSED
-                return session_id, await dex_gateway.session_snapshot(session_id=session_id)
+                async with asyncio.timeout(limit):
+                    if not await dex_gateway.session_flow_running(session_id=session_id):
+                        return session_id, FLOW_CLOSED
+                    return session_id, await dex_gateway.session_snapshot(session_id=session_id)
             except dex_gateway.SessionNotFoundError:
                 return session_id, None
             except dex_gateway.SessionTooLargeError:
                 logger.info("Session %s is too large to reconcile; left as indexed.", session_id)
                 return session_id, UNREADABLE
+            except (TimeoutError, dex_gateway.EngineUnavailableError) as error:
+                logger.info("Session %s not reconciled this time: %s", session_id,
+                            error or "no answer in time")
+                return session_id, UNANSWERED
 
     pairs = await asyncio.gather(*(read(session_id) for session_id in session_ids))
     return dict(pairs)
@@ -362,17 +377,26 @@ def session_index_reconcile(*, session_ids: Iterable[str] | None = None) -> Reco
     longer runs in Dex is marked stopped (its approvals withdrawn); one Dex does not know, once
     it is older than ``START_ABANDONED_AFTER``.
 
+    A session Dex does not answer for within ``ENGINE_TIMEOUT`` is left as indexed and counted
+    as ``unanswered``; the others are reconciled all the same.
+
     Raises:
-        dex_gateway.EngineUnavailableError: Dex did not answer; nothing was changed.
+        dex_gateway.EngineUnavailableError: Dex answered for none of them; nothing was changed.
     """
     ids = list(session_ids) if session_ids is not None else reconcile_candidates()
     result = ReconcileResult()
     if not ids:
         return result
     read_at = timezone.now()
-    snapshots = dex_gateway.run(
-        _snapshots_read(ids), timeout=float(_engine_timeout()) * max(1, len(ids) // 16 + 1)
-    )
+    # Each read has its own deadline; this one only bounds the whole run (the reads go in
+    # batches of RECONCILE_CONCURRENCY), plus one read's worth of slack.
+    rounds = -(-len(ids) // RECONCILE_CONCURRENCY) + 1
+    snapshots = dex_gateway.run(_snapshots_read(ids), timeout=float(_engine_timeout()) * rounds)
+    if all(snapshot is UNANSWERED for snapshot in snapshots.values()):
+        raise dex_gateway.EngineUnavailableError(
+            f"Dex or its workers answered for none of the {len(ids)} sessions to reconcile.",
+            cause="timeout",
+        )
     sessions = {session.pk: session for session in AgentSession.objects.filter(pk__in=ids)}
     for session_id, snapshot in snapshots.items():
         session = sessions.get(session_id)
@@ -380,6 +404,9 @@ def session_index_reconcile(*, session_ids: Iterable[str] | None = None) -> Reco
             continue
         if snapshot is UNREADABLE:
             result.unreadable += 1
+            continue
+        if snapshot is UNANSWERED:
+            result.unanswered += 1
             continue
         result.checked += 1
         if snapshot is FLOW_CLOSED:

@@ -36,6 +36,7 @@ def reconcile_session_index() -> dict[str, int] | None:
         "closed": result.closed,
         "missing": result.missing,
         "unreadable": result.unreadable,
+        "unanswered": result.unanswered,
     }
 
 

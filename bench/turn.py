@@ -222,7 +222,12 @@ async def run(
     """Start one engine + worker per ``--sync`` value, interleave the sides, print figures."""
     from bench.langgraph_peer import build_graph, run_turn
     from dex_agents.testing import AgentTestStack
-    from tests.dex_agents.scripted_agent import FLOW_TYPE, STATE_DIR_ENV, build_flows
+    from tests.dex_agents.scripted_agent import (
+        FLOW_TYPE,
+        STATE_DIR_ENV,
+        WORKER_FLOW_TYPES_ENV,
+        build_flows,
+    )
 
     flows = build_flows()
     flow = next(f for f in flows if f.get_flow_type() == FLOW_TYPE)
@@ -238,7 +243,7 @@ async def run(
                 flows,
                 WORKER_MODULE,
                 worker_cwd=REPO,
-                worker_env={STATE_DIR_ENV: str(home / "state")},
+                worker_env={STATE_DIR_ENV: str(home / "state"), WORKER_FLOW_TYPES_ENV: FLOW_TYPE},
                 engine_args=[
                     "--sync", sync, *(["--profile", str(profile_path)] if profile else [])
                 ],

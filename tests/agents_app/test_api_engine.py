@@ -4,14 +4,21 @@ Starts the engine as a real process (the ``engine`` fixture). Snapshots and mess
 that need a worker, so they are covered by the end-to-end tests.
 """
 
+import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents_app import dex_gateway
 from agents_app.models import AgentSession
+from agents_app.session_index import (
+    SESSION_STATUS_STOPPED,
+    START_ABANDONED_AFTER,
+    session_index_reconcile,
+)
 from tests.factories import AgentDefinitionFactory
 
 pytestmark = pytest.mark.django_db
@@ -83,3 +90,30 @@ def test_an_rpc_without_a_worker_is_a_503_that_names_the_worker(
         assert set(body) == {"detail", "unavailable"}, body
         assert body["unavailable"] == "worker", body
         assert "worker" in body["detail"], body
+
+
+def test_reconciliation_goes_past_a_session_dex_does_not_answer_for(
+    owner: Any, owner_client: APIClient, engine: str, settings: Any
+) -> None:
+    """One snapshot RPC with no answer (no worker here; in production a killed or busy one)
+    leaves that session as indexed and reconciles the others; only when Dex answers for none
+    does the run fail without changing anything."""
+    settings.DEXAGENTS = {**settings.DEXAGENTS, "ENGINE_TIMEOUT": 1}
+    agent = AgentDefinitionFactory.create(slug="demo")
+    created = owner_client.post("/api/v1/sessions/", {"agent": "demo"}, format="json")
+    assert created.status_code == 201, created.content
+    running_id = created.json()["id"]
+    unknown = AgentSession.objects.create(
+        id="ses_" + "1" * 32, owner=owner, agent=agent, status="running_model"
+    )
+    AgentSession.objects.filter(pk=unknown.pk).update(
+        created_at=timezone.now() - START_ABANDONED_AFTER - datetime.timedelta(minutes=1)
+    )
+
+    result = session_index_reconcile(session_ids=[running_id, unknown.pk])
+
+    assert (result.unanswered, result.missing, result.checked) == (1, 1, 1), result
+    assert AgentSession.objects.get(pk=unknown.pk).status == SESSION_STATUS_STOPPED
+    assert AgentSession.objects.get(pk=running_id).status != SESSION_STATUS_STOPPED
+    with pytest.raises(dex_gateway.EngineUnavailableError, match="answered for none"):
+        session_index_reconcile(session_ids=[running_id])

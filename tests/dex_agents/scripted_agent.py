@@ -108,6 +108,10 @@ INTERRUPT_DEADLINE = timedelta(seconds=3)
 LONG_INTERRUPT_DEADLINE = timedelta(minutes=10)
 #: Worker task slots (``run_agent_worker(max_concurrent_tasks=...)``); 2 leaves one Step slot.
 WORKER_SLOTS_ENV = "SCRIPTED_WORKER_SLOTS"
+#: Comma-separated Flow types the Worker child serves (all of ``build_flows`` when unset). A
+#: benchmark sets the one it measures, as the platform's worker serves its one shared Flow: each
+#: Flow type is a pull queue with its own idle task streams, which the SDK walks per task.
+WORKER_FLOW_TYPES_ENV = "SCRIPTED_WORKER_FLOW_TYPES"
 MODEL_USAGE = AgentUsage(input_tokens=10, output_tokens=5, requests=1)
 
 #: Tools that wait at a FileGate named after themselves.
