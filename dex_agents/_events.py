@@ -41,7 +41,9 @@ class AgentEventType(StrEnum):
     - ``tool_progress``: ``tool_call_id``, ``tool_name``, ``progress`` (float), ``total``
       (float or ``None``), ``message`` (str or ``None``), from MCP ``notifications/progress``;
     - ``tool_log``: ``tool_call_id``, ``tool_name``, ``level`` (MCP logging level), ``data``
-      (any JSON), from MCP ``notifications/message``.
+      (any JSON), from MCP ``notifications/message``; such a message names no request, so the
+      platform writes it only while the call is the one request in flight on its server's
+      connection (``mcp_registry.client``), never into another session.
 
     Platform addition written by a Step when a session has ``AgentSessionOptions.steering``:
 

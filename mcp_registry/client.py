@@ -20,8 +20,11 @@ next call. :func:`list_tools` opens a short-lived session for discovery.
 
 Notifications (MCP specification, "Utilities/Progress", "Server features/Logging" and
 "Server features/Tools/List Changed Notification"): progress for a call goes to that call's
-``on_progress``; a log message goes to the ``on_log`` of every call in flight on the server's
-session (log messages name no request), or to the pool's ``on_log`` when none is; a
+``on_progress``; a log message names no request, so it goes to a call's ``on_log`` only while
+that call is the one request in flight on the server's session, and otherwise to the pool's
+``on_log`` (the worker's log), never to another call: the calls of a session belong to different
+agent sessions and users, so a message written during one user's call must not reach another's
+events. Concurrent calls on one server therefore show no log messages of their own; a
 ``notifications/tools/list_changed`` marks the server's catalogue stale and is passed to the pool's
 ``on_tools_list_changed``.
 
@@ -748,8 +751,10 @@ class _Connection:
     the same task, so a task of its own enters the client, reports readiness, and leaves it
     when ``close`` is called or the transport fails; calls from other tasks share the session.
 
-    ``log_listeners`` holds the ``on_log`` callbacks of the calls in flight; ``on_idle_log``
-    gets log messages that arrive while none is, ``on_tools_list_changed`` the server's name
+    ``requests_in_flight`` counts the pool's requests on the session and ``log_listeners``
+    holds the ``on_log`` callbacks of the calls in flight; a log message goes to the one
+    listener when exactly one request is in flight, else to ``on_idle_log`` (see the module
+    docstring); ``on_tools_list_changed`` gets the server's name
     when it announces a changed tool list. A stdio server's stderr is captured
     (:class:`_StderrCapture`): its tail explains a failed start, and its end (every process of
     the group gone) marks the session broken. ``on_status`` gets :class:`McpProcessStatus`
@@ -770,6 +775,7 @@ class _Connection:
         self.client: Client | None = None
         self.broken = False
         self.log_listeners: list[LogCallback] = []
+        self.requests_in_flight = 0
         self._on_idle_log = on_idle_log
         self._on_tools_list_changed = on_tools_list_changed
         self._on_status = on_status if spec.transport == "stdio" else None
@@ -852,9 +858,10 @@ class _Connection:
             self._report()
 
     async def _log_received(self, params: LoggingMessageNotificationParams) -> None:
-        if self.log_listeners:
-            for listener in list(self.log_listeners):
-                self._spawn(listener, params.level, params.data)
+        # Only an unambiguous owner gets it: with two requests in flight either may have
+        # caused it, and handing it to both leaked one user's tool log into another's session.
+        if self.requests_in_flight == 1 and len(self.log_listeners) == 1:
+            self._spawn(self.log_listeners[0], params.level, params.data)
         elif self._on_idle_log is not None:
             self._spawn(self._on_idle_log, self.spec.name, params.level, params.data)
 
@@ -974,9 +981,10 @@ class McpClientPool:
             Notification"); the worker passes ``mcp_registry.tasks.tools_list_changed_enqueue``
             so discovery refreshes the stored catalogue. The name is also added to
             :attr:`stale_catalogues` either way.
-        on_log: Called as ``on_log(server_name, level, data)`` for log messages that arrive
-            while no call with its own ``on_log`` is in flight; default: this module's logger at
-            INFO.
+        on_log: Called as ``on_log(server_name, level, data)`` for log messages no single call
+            owns: those that arrive while no request, or more than one, is in flight on the
+            server's session, or while the one in flight has no ``on_log``; default: this
+            module's logger at INFO.
         on_process_status: Called with an :class:`McpProcessStatus` whenever a stdio server
             process of the pool starts, becomes ready, stops, exits or fails, and (at most
             twice a second) when it writes to stderr; calls are serialized, in order. The
@@ -1067,6 +1075,7 @@ class McpClientPool:
     ) -> _T:
         """Send one request over ``spec``'s session and map failures to this module's errors."""
         connection, client = await self._ready_client(spec)
+        connection.requests_in_flight += 1
         if on_log is not None:
             connection.log_listeners.append(on_log)
         try:
@@ -1087,6 +1096,7 @@ class McpClientPool:
                 f"{type(_root_cause(error)).__name__}"
             ) from error
         finally:
+            connection.requests_in_flight -= 1
             if on_log is not None:
                 with contextlib.suppress(ValueError):
                     connection.log_listeners.remove(on_log)
@@ -1111,7 +1121,8 @@ class McpClientPool:
 
         ``on_progress(progress, total, message)`` receives the call's progress notifications (a
         progress token is sent only when it is given); ``on_log(level, data)`` receives the
-        server's log messages while the call is in flight (see the module docstring). Both may
+        server's log messages while this call is the only request in flight on the server's
+        session (see the module docstring). Both may
         be plain or async functions; they run in their own tasks, so a slow callback never
         delays the call, and an exception in one is logged and otherwise ignored.
 

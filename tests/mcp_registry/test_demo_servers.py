@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from mcp_registry.builtin_tools import BuiltinToolError, builtin_tool_execute
 from mcp_registry.client import McpClientPool, McpServerSpec, McpToolError, list_tools
 from mcp_registry.effects import effect_from_annotations
-from tests.mcp_registry.conftest import demo_spec
+from tests.mcp_registry.conftest import demo_spec, wait_until
 
 
 def _stored(var_dir: Path, name: str) -> Any:
@@ -119,3 +120,54 @@ async def test_create_document_is_idempotent_by_title_and_readable_as_a_resource
         await builtin_tool_execute(
             name="mcp_list_prompts", arguments={"server": "slack"}, **common
         )
+
+
+async def test_a_log_message_reaches_only_the_call_that_is_alone_in_flight(
+    var_dir: Path,
+) -> None:
+    """MCP log messages name no request, and one server connection carries the calls of
+    many sessions and users: a message written while two calls are in flight goes to the
+    pool's sink, never to the other call (it once reached every call in flight)."""
+    import fcntl
+
+    spec = demo_spec("slack")
+    unowned: list[Any] = []
+    logs: dict[str, list[Any]] = {"first": [], "second": []}
+
+    async def pool_log(server: str, level: str, data: Any) -> None:
+        unowned.append(data)
+
+    def call(pool: McpClientPool, name: str) -> Any:
+        async def on_log(level: str, data: Any) -> None:
+            logs[name].append(data)
+
+        return pool.call_tool(
+            spec, "post_message", {"channel": "general", "text": name}, idempotency_key=None,
+            timeout=None, on_log=on_log,
+        )
+
+    async with McpClientPool(on_log=pool_log) as pool:
+        await pool.call_tool(spec, "search_messages", {"query": "x"}, idempotency_key=None,
+                             timeout=None)
+        connection = pool._connections["slack"]
+        # Hold the server's state lock: neither call can write (and log) before both are in
+        # flight.
+        lock_path = var_dir / "demo_mcp" / "slack_messages.json.lock"
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            first = asyncio.ensure_future(call(pool, "first"))
+            await wait_until("the first call in flight", lambda: connection.requests_in_flight == 1)
+            second = asyncio.ensure_future(call(pool, "second"))
+            await wait_until("both calls in flight", lambda: connection.requests_in_flight == 2)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        await asyncio.gather(first, second)
+        await wait_until("both log messages", lambda: len(
+            unowned + logs["first"] + logs["second"]) >= 2)
+
+    posted = {post["text"]: post["id"] for post in _stored(var_dir, "slack_messages.json")}
+    first_log = f"posted {posted['first']} to #general"
+    second_log = f"posted {posted['second']} to #general"
+    # The call that wrote first logged while the other was in flight: no call gets that one.
+    assert "posted p-1 to #general" in unowned
+    assert first_log not in logs["second"] and second_log not in logs["first"]
+    assert sorted(unowned + logs["first"] + logs["second"]) == sorted([first_log, second_log])
