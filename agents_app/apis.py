@@ -263,10 +263,10 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
     engine_methods = frozenset({"POST"})
 
     class SessionListQuerySerializer(serializers.Serializer):
-        status = serializers.CharField(
+        status = serializers.ChoiceField(
+            choices=[*selectors.SESSION_LIST_STATUSES],
             required=False,
             allow_blank=True,
-            max_length=64,
             help_text="An index status (e.g. waiting_for_user_message, stopped), or "
             "awaiting_approval for sessions with a pending approval.",
         )

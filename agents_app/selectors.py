@@ -26,6 +26,7 @@ from agents_app.models import (
     ApprovalRequest,
 )
 from agents_app.rest_errors import UnavailablePart
+from dex_agents import AgentStatus
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +183,14 @@ SESSION_ORDERINGS = (
 )
 #: The status filter value that selects sessions with a pending approval.
 STATUS_AWAITING_APPROVAL = "awaiting_approval"
+#: What ``session_list_visible`` filters by: the index statuses (``starting``, the AgentState
+#: statuses, ``stopped``) and ``awaiting_approval``.
+SESSION_LIST_STATUSES = (
+    "starting",
+    *(status.value for status in AgentStatus),
+    "stopped",
+    STATUS_AWAITING_APPROVAL,
+)
 
 
 def session_list_visible(

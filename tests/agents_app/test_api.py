@@ -90,6 +90,17 @@ def test_sessions_lists_only_the_callers_sessions(
     assert response.json()["results"][0]["agent"] == "demo"
 
 
+def test_sessions_list_refuses_an_unknown_status_and_filters_by_a_known_one(
+    owner_client: APIClient, owned_session: AgentSession
+) -> None:
+    refused = owner_client.get("/api/v1/sessions/", {"status": "bogus"})
+    assert refused.status_code == 400
+    assert "bogus" in " ".join(refused.json()["status"])
+    listed = owner_client.get("/api/v1/sessions/", {"status": owned_session.status})
+    assert [item["id"] for item in listed.json()["results"]] == [owned_session.id]
+    assert owner_client.get("/api/v1/sessions/", {"status": "stopped"}).json()["results"] == []
+
+
 @pytest.mark.parametrize(
     ("body", "field", "fragment"),
     [
