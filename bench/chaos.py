@@ -1074,8 +1074,15 @@ def configuration(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    # SIGTERM (a supervisor, `timeout`, CI) stops the run as Ctrl-C does: the stack's processes
+    # are stopped on the way out instead of being left running.
+    signal.signal(signal.SIGTERM, _interrupt)
     flags = sys.argv[1:] if argv is None else argv
     command = "make chaos" if not flags else "python -m bench.chaos " + " ".join(flags)
     report = ChaosReport(started_at=datetime.now(UTC), machine=Machine.this(),
@@ -1101,4 +1108,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stopped:
+        print(f"stopped ({stopped or 'Ctrl-C'}); the platform's processes were stopped too",
+              file=sys.stderr)
+        sys.exit(130)
