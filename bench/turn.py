@@ -50,6 +50,7 @@ from bench.relay import percentile
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER_MODULE = "tests.dex_agents.scripted_worker"
+FLOOR_WORKER_MODULE = "bench.turn_floor"
 #: The final answer the scripted runner gives for ``bench.langgraph_peer.TURN_MESSAGE``.
 EXPECTED_ANSWER = "; ".join(["lookup=succeeded: lookup ok"] * 3)
 
@@ -217,10 +218,18 @@ def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
 
 
 async def run(
-    turns: int, warmup: int, syncs: list[str], trace: bool, observe: str, profile: bool
+    turns: int,
+    warmup: int,
+    syncs: list[str],
+    trace: bool,
+    observe: str,
+    profile: bool,
+    floor: bool = True,
 ) -> None:
-    """Start one engine + worker per ``--sync`` value, interleave the sides, print figures."""
+    """Start one engine + worker per ``--sync`` value (and one for the floor), interleave the
+    sides, print figures."""
     from bench.langgraph_peer import build_graph, run_turn
+    from bench.turn_floor import FloorFlow, floor_turn
     from dex_agents.testing import AgentTestStack
     from tests.dex_agents.scripted_agent import (
         FLOW_TYPE,
@@ -233,6 +242,9 @@ async def run(
     flow = next(f for f in flows if f.get_flow_type() == FLOW_TYPE)
     root = Path(tempfile.mkdtemp(prefix="dexagents-bench-turn-"))
     sides: list[OurSide] = []
+    floor_stack: Any = None
+    floor_flow = FloorFlow()
+    floor_seconds: list[float] = []
     try:
         for sync in syncs:
             home = root / f"sync-{sync}"
@@ -251,10 +263,25 @@ async def run(
             await stack.__aenter__()
             worker = await stack.start_worker()
             sides.append(OurSide(sync, stack, worker.pid, profile_path, observe))
+        if floor:
+            floor_stack = AgentTestStack(
+                root / "floor", [floor_flow], FLOOR_WORKER_MODULE, worker_cwd=REPO,
+                engine_args=["--sync", "normal"],
+            )
+            await floor_stack.__aenter__()
+            await floor_stack.start_worker()
+
+        async def floor_run(flow_id: str) -> None:
+            if floor_stack is None:
+                return
+            started = time.perf_counter()
+            await floor_turn(floor_stack.client, floor_flow, flow_id)
+            floor_seconds.append(time.perf_counter() - started)
+
         graph, connection = build_graph(root / "langgraph.sqlite3", root / "langgraph.log")
         bare, _ = build_graph(None, root / "langgraph-bare.log")
         peer: list[float] = []
-        floor: list[float] = []
+        bare_seconds: list[float] = []
 
         def peer_turn(index: int) -> None:
             started = time.perf_counter()
@@ -262,20 +289,23 @@ async def run(
             peer.append(time.perf_counter() - started)
             started = time.perf_counter()
             run_turn(bare, f"turn-{index}")
-            floor.append(time.perf_counter() - started)
+            bare_seconds.append(time.perf_counter() - started)
 
         for index in range(warmup):
             for side in sides:
                 await side.turn(flow, f"warmup-{index}")
+            await floor_run(f"warmup-{index}")
             peer_turn(-index - 1)
         for side in sides:
             side.seconds.clear()
         peer.clear()
-        floor.clear()
+        bare_seconds.clear()
+        floor_seconds.clear()
         before = [await side.reading() for side in sides] if profile else []
         for index in range(turns):
             for side in sides:
                 await side.turn(flow, f"turn-{index}")
+            await floor_run(f"turn-{index}")
             peer_turn(index)
         after = [await side.reading() for side in sides] if profile else []
         if connection is not None:
@@ -288,9 +318,14 @@ async def run(
               f" {os.getloadavg()[0]:.1f}: other work on the machine slows both sides unevenly."
               f"{' With few turns p99 is close to the maximum.' if turns < 100 else ''})")
         print(_summary("LangGraph + SqliteSaver", peer, peer_p50))
-        print(_summary("LangGraph, no checkpointer", floor, peer_p50))
+        print(_summary("LangGraph, no checkpointer", bare_seconds, peer_p50))
         for side in sides:
             print(_summary(f"dex_agents + engine --sync {side.sync}", side.seconds, peer_p50))
+        if floor_seconds:
+            print(_summary("floor: same Steps, empty handlers", floor_seconds, peer_p50))
+            print("  (the floor is the turn's nine Step tasks and one RPC on the same engine, SDK"
+                  " and pull worker\n   at --sync normal, with handlers that do nothing:"
+                  " bench/turn_floor.py)")
         for side, first, last in zip(sides, before, after, strict=False):
             _print_breakdown(side.sync, percentile(side.seconds, 0.5) * 1000,
                              _diff(first, last, turns))
@@ -299,6 +334,8 @@ async def run(
     finally:
         for side in sides:
             await side.stack.close()
+        if floor_stack is not None:
+            await floor_stack.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -321,6 +358,8 @@ def main() -> None:
              " them (stream)")
     parser.add_argument("--no-profile", action="store_true",
                         help="no cost breakdown (for an engine without --profile)")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="do not measure the floor (the same Steps with empty handlers)")
     parser.add_argument("--trace", action="store_true",
                         help="also print the last turn's timeline (engine and client events)")
     args = parser.parse_args()
@@ -331,7 +370,8 @@ def main() -> None:
         args.warmup = 5 if args.quick else 20
     syncs = ["normal", "full"] if args.sync == "both" else [args.sync]
     asyncio.run(
-        run(args.turns, args.warmup, syncs, args.trace, args.observe, not args.no_profile)
+        run(args.turns, args.warmup, syncs, args.trace, args.observe, not args.no_profile,
+            not args.no_floor)
     )
 
 
