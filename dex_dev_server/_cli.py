@@ -46,6 +46,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, metavar="PATH",
                    help="write calls and time per gRPC method and worker frame, commits, GC "
                         "pauses, CPU and a recent trace as JSON to PATH on SIGUSR1 and at exit")
+    p.add_argument("--decline-backoff", type=float, default=None, metavar="SECONDS",
+                   help="how long a pull stream that declined a task (NO_CAPACITY) is passed "
+                        "over; the task goes to another idle stream at once (default 0.2)")
     return p
 
 
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(
-                serve(ns.db, ns.host, ns.port, synchronous=ns.sync, profile_path=ns.profile)
+                serve(ns.db, ns.host, ns.port, synchronous=ns.sync, profile_path=ns.profile,
+                      decline_backoff=ns.decline_backoff)
             )
     except RuntimeError as exc:
         print(f"dex_dev_server: {exc}", file=sys.stderr, flush=True)

@@ -20,7 +20,7 @@ from ._errors import ServiceError, WorkerFailed, WorkerLost, uncategorized
 from ._model import Run, StepExec
 from ._push import is_push, run_step
 from ._requests import build_rpc_request, build_step_task
-from ._state import DEFAULT_METHOD_TIMEOUT, NO_CAPACITY_BACKOFF, Inflight, RpcCall, WorkerStream
+from ._state import DEFAULT_METHOD_TIMEOUT, Inflight, RpcCall, WorkerStream
 from ._steps import StepMachine
 from ._streams import write_step_stream
 
@@ -93,7 +93,7 @@ class Dispatcher(StepMachine):
                 continue
             if stream.app_worker_id in excluded:
                 continue
-            if not rpc and self.declined_until.get(stream.sid, 0) > t:
+            if self.declined_until.get(stream.sid, 0) > t:
                 continue
             own_queue = stream.queue == stream.app_worker_id
             if own_queue and stream.app_worker_id != run.sticky:
@@ -252,7 +252,7 @@ class Dispatcher(StepMachine):
             if st.attempt <= 1:
                 # Not run: as requeue_undelivered, a first attempt waits without its locks.
                 self.release_locks(run, st)
-            st.retry_at = now() + NO_CAPACITY_BACKOFF
+            st.retry_at = now() + self.decline_backoff
             self._arm_retry(run, st)
         else:
             if worker is not None:
@@ -418,8 +418,15 @@ class Dispatcher(StepMachine):
                         )
                     call.dispatched.set()
                     return
+            if not unknown:
+                # As for a Step below: the stream that declined is usually retiring (the SDK's
+                # pull worker retires whichever idle stream it finds surplus, the fresh one
+                # too), so the RPC goes to another idle stream now. It used to wait for the
+                # next pump, up to the whole back-off: the caller's 100-200 ms tail (issue 13).
+                self.declined_until[stream.sid] = now() + self.decline_backoff
+                self.loop.call_later(self.decline_backoff + 0.01, self.pump)
             self.rpc_queue.insert(0, call)
-            self.loop.call_later(NO_CAPACITY_BACKOFF if not unknown else 0, self.pump)
+            self.pump()
             return
         run = self.runs.get(inflight.run_id)
         st = run.steps.get(inflight.exe_id) if run is not None else None
@@ -452,8 +459,8 @@ class Dispatcher(StepMachine):
                 self.settle(run)
                 return
         else:
-            self.declined_until[stream.sid] = now() + NO_CAPACITY_BACKOFF
-            self.loop.call_later(NO_CAPACITY_BACKOFF + 0.01, self.pump)
+            self.declined_until[stream.sid] = now() + self.decline_backoff
+            self.loop.call_later(self.decline_backoff + 0.01, self.pump)
         self.requeue_undelivered(run, st)
         self.flush(run)
         self.pump()

@@ -36,6 +36,7 @@ class EngineServer:
         *,
         synchronous: str = "normal",
         profile_path: str | Path | None = None,
+        decline_backoff: float | None = None,
     ) -> None:
         """Configure the engine; nothing opens before :meth:`start`.
 
@@ -45,8 +46,11 @@ class EngineServer:
             port: TCP port; 0 picks a free one.
             synchronous: The store's durability, ``"normal"`` or ``"full"`` (``_store``).
             profile_path: Where :class:`EngineProfile` writes its figures; ``None`` for none.
+            decline_backoff: Seconds a pull stream that declined a task is passed over;
+                ``None`` keeps ``_state.NO_CAPACITY_BACKOFF`` (0.2).
         """
         self.db_path = str(db_path)
+        self.decline_backoff = decline_backoff
         self.host = host
         self.requested_port = port
         self.synchronous = synchronous
@@ -70,6 +74,8 @@ class EngineServer:
         """
         self.store = Store(self.db_path, synchronous=self.synchronous)
         self.engine = Engine(self.store)
+        if self.decline_backoff is not None:
+            self.engine.decline_backoff = self.decline_backoff
         self.engine.load()
         if self.profile_path is not None:
             self.profile = EngineProfile(self.profile_path, self.store.stats)
@@ -154,13 +160,16 @@ async def serve(
     *,
     synchronous: str = "normal",
     profile_path: str | Path | None = None,
+    decline_backoff: float | None = None,
 ) -> None:
     """Run the engine until SIGTERM or SIGINT, then drain and return.
 
-    With ``profile_path``, SIGUSR1 writes the :class:`EngineProfile` there.
+    With ``profile_path``, SIGUSR1 writes the :class:`EngineProfile` there. The keyword
+    arguments are :class:`EngineServer`'s.
     """
     server = EngineServer(
-        db_path, host, port, synchronous=synchronous, profile_path=profile_path
+        db_path, host, port, synchronous=synchronous, profile_path=profile_path,
+        decline_backoff=decline_backoff,
     )
     await server.start()
     _tune_garbage_collection()

@@ -28,6 +28,8 @@ _LOG = logging.getLogger("dex_dev_server")
 STREAM_FLUSH_SECONDS = 0.005
 DEFAULT_METHOD_TIMEOUT = 7200
 DEFAULT_TOTAL_RETRY = 4 * 3600
+#: Seconds a pull stream that declined a task (``NO_CAPACITY``) is passed over (spec section
+#: 1.4's "short back-off"); ``python -m dex_dev_server --decline-backoff`` changes it.
 NO_CAPACITY_BACKOFF = 0.2
 USER_CLOSED = (
     pb.FLOW_STATUS_COMPLETED,
@@ -117,6 +119,8 @@ class EngineState:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        #: See :data:`NO_CAPACITY_BACKOFF`.
+        self.decline_backoff = NO_CAPACITY_BACKOFF
         self.runs: dict[str, Run] = {}
         self.flows: dict[str, list[str]] = {}
         self.run_seq = 0

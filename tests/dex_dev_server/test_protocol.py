@@ -502,3 +502,49 @@ async def test_skip_timer_sent_before_the_timer_exists_waits_for_it(
             await asyncio.gather(runner, return_exceptions=True)
         await client.close()
         cache.close()
+
+
+async def test_an_rpc_a_stream_declines_goes_to_another_idle_stream_at_once(
+    tmp_path: Path,
+) -> None:
+    """The SDK's pull worker retires whichever idle stream it finds surplus, sometimes one the
+    engine just sent an RPC to, which answers ``NO_CAPACITY``. The RPC goes to another idle
+    stream at once; it used to wait for the next dispatch, up to the whole decline back-off
+    (here a minute, so a wait would fail the call's 10 s)."""
+    engine = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
+                           ["--decline-backoff", "60"])
+    engine.start()
+    registry = Registry(flows.ALL_FLOWS, allow_async_handlers=True)
+    cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
+    client = AsyncClient(registry, cache, ClientOptions(
+        server_address=engine.address, worker_target=WorkerTarget(pull=True)))
+    worker = AsyncWorker(registry, cache, WorkerOptions(
+        server_address=engine.address, pull=PullWorkerOptions(max_concurrent_tasks=4)))
+    runner = asyncio.create_task(worker.start())
+    channel = grpc.aio.insecure_channel(engine.address)
+    try:
+        await worker.wait_pull_registered(timeout=20)
+        flow = flows.COUNTER
+        await client.start_flow(flow, "declined-1", None)
+        # A stream registered after the worker's, never used: the engine's first choice.
+        decliner = dex_pb2_grpc.WorkerTaskServiceStub(channel).PollWorkerTask()
+        await decliner.write(pb.PollWorkerTaskRequest(register=pb.PollWorkerTaskRegister(
+            queue="CounterFlow", app_worker_id="decliner", flow_types=["CounterFlow"])))
+        assert (await decliner.read()).WhichOneof("frame") == "registered"
+
+        answer: asyncio.Future[int] = asyncio.ensure_future(asyncio.wait_for(
+            client.invoke_rpc(flow.read, "declined-1"), timeout=10))
+        task = await asyncio.wait_for(decliner.read(), timeout=10)
+        assert task.WhichOneof("frame") == "task" and task.task.WhichOneof("request") == "rpc"
+        await decliner.write(pb.PollWorkerTaskRequest(reject=pb.PollWorkerTaskReject(
+            task_id=task.task.task_id,
+            reason=pb.POLL_WORKER_TASK_REJECT_REASON_NO_CAPACITY)))
+        assert await answer == 0
+        decliner.cancel()
+    finally:
+        await channel.close()
+        await asyncio.wait_for(worker.stop(), 20)
+        await asyncio.gather(runner, return_exceptions=True)
+        await client.close()
+        cache.close()
+        engine.stop()
