@@ -300,20 +300,34 @@ def user_texts(messages: list[dict[str, Any]]) -> list[str]:
 
 async def turn_wait(api: Api, session_id: str, text: str, within: float,
                     calls: dict[tuple[str, str], dict[str, Any]] | None = None,
-                    interval: float = 1.5) -> dict[str, Any] | None:
+                    interval: float = 1.5,
+                    seen: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Poll the snapshot until the turn that ``text`` started is over; the last snapshot, or
-    None after ``within`` seconds. Tool-call records seen on the way go to ``calls``."""
+    None after ``within`` seconds. Tool-call records seen on the way go to ``calls``; what the
+    polls saw (reads that timed out, the last snapshot's status, its last messages) goes to
+    ``seen``, to explain a turn that did not finish."""
     deadline = time.monotonic() + within
+    seen = {} if seen is None else seen
+    seen.update(polls=0, timeouts=0)
     while time.monotonic() < deadline:
+        seen["polls"] += 1
         try:
             snapshot = await api.get(f"/api/v1/sessions/{session_id}/")
         except TimeoutError:
+            seen["timeouts"] += 1
+            await asyncio.sleep(interval)
             continue
         if calls is not None:
             for call in snapshot.get("tool_calls") or []:
                 calls[(str(call.get("turn_id")), str(call.get("tool_call_id")))] = call
         messages = snapshot.get("messages") or []
         users = user_texts(messages)
+        seen.update(
+            status=snapshot.get("status"),
+            sent_is_last_user_message=bool(users) and users[-1] == text,
+            last_messages=[f"{message.get('role')}: {str(message.get('text'))[:50]!r}"
+                           for message in messages[-3:]],
+        )
         if (snapshot.get("status") == "waiting_for_user_message" and users
                 and users[-1] == text and messages[-1].get("role") == "assistant"
                 and not snapshot.get("queued_messages")):
@@ -415,10 +429,13 @@ async def session_turns(owner: Api, run: SessionRun, stop: asyncio.Event,
         run.sent.append(text)
         while True:
             phase = f"turn {turn}"
-            snapshot = await turn_wait(owner, run.session_id, text, args.turn_timeout, run.calls)
+            seen: dict[str, Any] = {}
+            snapshot = await turn_wait(owner, run.session_id, text, args.turn_timeout, run.calls,
+                                       seen=seen)
             if snapshot is None:
                 run.error = (f"turn {turn} did not finish within {args.turn_timeout:.0f} s; "
-                             + await _stuck_state(owner, run.session_id))
+                             + await _stuck_state(owner, run.session_id)
+                             + f"; its polls: {seen}")
                 return
             run.answered += 1
             if snapshot.get("last_turn_error"):
