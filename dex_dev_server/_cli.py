@@ -32,6 +32,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be 0 to 3600 seconds, not {text}")
+    return value
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dex_dev_server", description="Embedded Dex engine.")
     p.add_argument("--host", default="127.0.0.1")
@@ -46,7 +53,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, metavar="PATH",
                    help="write calls and time per gRPC method and worker frame, commits, GC "
                         "pauses, CPU and a recent trace as JSON to PATH on SIGUSR1 and at exit")
-    p.add_argument("--decline-backoff", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--decline-backoff", type=_seconds, default=None, metavar="SECONDS",
                    help="how long a pull stream that declined a task (NO_CAPACITY) is passed "
                         "over; the task goes to another idle stream at once (default 0.2)")
     return p

@@ -548,3 +548,16 @@ async def test_an_rpc_a_stream_declines_goes_to_another_idle_stream_at_once(
         await client.close()
         cache.close()
         engine.stop()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "soon", "3601"])
+def test_a_bad_decline_backoff_is_refused_at_start(value: str) -> None:
+    import subprocess
+    import sys
+
+    started = subprocess.run(
+        [sys.executable, "-m", "dex_dev_server", "--port", "0", "--decline-backoff", value],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert started.returncode == 2
+    assert "--decline-backoff" in started.stderr
