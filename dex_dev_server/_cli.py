@@ -26,16 +26,23 @@ DEFAULT_DB = "var/dex_dev_server.sqlite3"
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, not {text!r}") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0 to 65535, not {value}")
     return value
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be 0 to 3600 seconds, not {text}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    # Not 0: a stream that declined would be offered the task again at once, in a loop.
+    if not 0.01 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be 0.01 to 3600 seconds, not {text}")
     return value
 
 

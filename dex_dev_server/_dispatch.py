@@ -93,7 +93,7 @@ class Dispatcher(StepMachine):
                 continue
             if stream.app_worker_id in excluded:
                 continue
-            if self.declined_until.get(stream.sid, 0) > t:
+            if (self.rpc_declined_until if rpc else self.declined_until).get(stream.sid, 0) > t:
                 continue
             own_queue = stream.queue == stream.app_worker_id
             if own_queue and stream.app_worker_id != run.sticky:
@@ -311,6 +311,7 @@ class Dispatcher(StepMachine):
         """
         self.streams.pop(stream.sid, None)
         self.declined_until.pop(stream.sid, None)
+        self.rpc_declined_until.pop(stream.sid, None)
         stream.half_closed = True
         task_id = stream.task_id
         stream.task_id = ""
@@ -380,6 +381,7 @@ class Dispatcher(StepMachine):
             stream.task_id = ""
             self.inflight.pop(tf.task_id, None)
             self.declined_until.pop(stream.sid, None)
+            self.rpc_declined_until.pop(stream.sid, None)
         if inflight is not None and inflight.valid:
             if final:
                 inflight.valid = False
@@ -423,7 +425,8 @@ class Dispatcher(StepMachine):
                 # pull worker retires whichever idle stream it finds surplus, the fresh one
                 # too), so the RPC goes to another idle stream now. It used to wait for the
                 # next pump, up to the whole back-off: the caller's 100-200 ms tail (issue 13).
-                self.declined_until[stream.sid] = now() + self.decline_backoff
+                until = now() + self.decline_backoff
+                self.declined_until[stream.sid] = self.rpc_declined_until[stream.sid] = until
                 self.loop.call_later(self.decline_backoff + 0.01, self.pump)
             self.rpc_queue.insert(0, call)
             self.pump()

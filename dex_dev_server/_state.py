@@ -131,8 +131,11 @@ class EngineState:
         self.rpc_queue: list[RpcCall] = []
         # Streams (by sid) that answered NO_CAPACITY, benched until the given time. Only
         # that stream is benched: it is usually about to retire, while the same worker's
-        # other idle streams can take the task at once.
+        # other idle streams can take the task at once. A stream that declined a Step may
+        # still take RPCs (the SDK declines Steps to keep a slot for them); one that declined
+        # an RPC takes neither.
         self.declined_until: dict[int, float] = {}
+        self.rpc_declined_until: dict[int, float] = {}
         self.excluded: dict[tuple[str, str], set[str]] = {}
         #: Runs changed by a Step result or a dispatch, committed once at the end of the
         #: dispatcher's ``pump`` (before the event loop sends any task it queued).

@@ -550,7 +550,46 @@ async def test_an_rpc_a_stream_declines_goes_to_another_idle_stream_at_once(
         engine.stop()
 
 
-@pytest.mark.parametrize("value", ["-1", "nan", "soon", "3601"])
+async def test_a_stream_that_declined_a_step_still_takes_an_rpc(tmp_path: Path) -> None:
+    """The SDK's pull worker declines Steps (NO_CAPACITY) to keep a slot for RPCs, so the stream
+    that declined a Step is passed over for Steps only: an RPC goes to it at once (with a
+    minute's back-off, passing it over would fail the call's 10 s)."""
+    engine = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
+                           ["--decline-backoff", "60"])
+    engine.start()
+    registry = Registry(flows.ALL_FLOWS, allow_async_handlers=True)
+    cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
+    client = AsyncClient(registry, cache, ClientOptions(
+        server_address=engine.address, worker_target=WorkerTarget(pull=True)))
+    channel = grpc.aio.insecure_channel(engine.address)
+    sending: asyncio.Future[None] | None = None
+    try:
+        stream = dex_pb2_grpc.WorkerTaskServiceStub(channel).PollWorkerTask()
+        await stream.write(pb.PollWorkerTaskRequest(register=pb.PollWorkerTaskRegister(
+            queue="SignalFlow", app_worker_id="reserving", flow_types=["SignalFlow"])))
+        assert (await stream.read()).WhichOneof("frame") == "registered"
+        await client.start_flow(flows.SIGNAL, "reserved-1", None)
+        step = await asyncio.wait_for(stream.read(), timeout=10)
+        assert step.task.WhichOneof("request") == "wait_for"
+        await stream.write(pb.PollWorkerTaskRequest(reject=pb.PollWorkerTaskReject(
+            task_id=step.task.task_id, reason=pb.POLL_WORKER_TASK_REJECT_REASON_NO_CAPACITY)))
+
+        sending = asyncio.ensure_future(client.invoke_rpc(flows.SIGNAL.send, "reserved-1", "x"))
+        rpc = await asyncio.wait_for(stream.read(), timeout=10)
+        assert rpc.task.WhichOneof("request") == "rpc"
+        assert rpc.task.rpc.rpc_name == "send"
+        stream.cancel()
+    finally:
+        if sending is not None:
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+        await channel.close()
+        await client.close()
+        cache.close()
+        engine.stop()
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "soon", "3601"])
 def test_a_bad_decline_backoff_is_refused_at_start(value: str) -> None:
     import subprocess
     import sys
