@@ -21,10 +21,13 @@ next call. :func:`list_tools` opens a short-lived session for discovery.
 Notifications (MCP specification, "Utilities/Progress", "Server features/Logging" and
 "Server features/Tools/List Changed Notification"): progress for a call goes to that call's
 ``on_progress``; a log message names no request, so it goes to a call's ``on_log`` only while
-that call is the one request in flight on the server's session, and otherwise to the pool's
-``on_log`` (the worker's log), never to another call: the calls of a session belong to different
-agent sessions and users, so a message written during one user's call must not reach another's
-events. Concurrent calls on one server therefore show no log messages of their own; a
+that call is the one request in flight on the server's session and no earlier request was
+abandoned there (timed out or cancelled on this side while the server may still run it), and
+otherwise to the pool's ``on_log`` (the worker's log), never to another call: the calls of a
+session belong to different agent sessions and users, so a message written during one user's
+call must not reach another's events. Concurrent calls on one server therefore show no log
+messages of their own, nor does any call on a session after an abandoned request until the
+session is reopened; a
 ``notifications/tools/list_changed`` marks the server's catalogue stale and is passed to the pool's
 ``on_tools_list_changed``.
 
@@ -753,8 +756,9 @@ class _Connection:
 
     ``requests_in_flight`` counts the pool's requests on the session and ``log_listeners``
     holds the ``on_log`` callbacks of the calls in flight; a log message goes to the one
-    listener when exactly one request is in flight, else to ``on_idle_log`` (see the module
-    docstring); ``on_tools_list_changed`` gets the server's name
+    listener when exactly one request is in flight and none was abandoned on this session,
+    else to ``on_idle_log`` (see the module docstring); ``on_tools_list_changed`` gets the
+    server's name
     when it announces a changed tool list. A stdio server's stderr is captured
     (:class:`_StderrCapture`): its tail explains a failed start, and its end (every process of
     the group gone) marks the session broken. ``on_status`` gets :class:`McpProcessStatus`
@@ -776,6 +780,9 @@ class _Connection:
         self.broken = False
         self.log_listeners: list[LogCallback] = []
         self.requests_in_flight = 0
+        #: Requests this side stopped waiting for without an answer (a timeout, a cancelled
+        #: call); the server may still run them, so no log message is a single call's after one.
+        self.abandoned_requests = 0
         self._on_idle_log = on_idle_log
         self._on_tools_list_changed = on_tools_list_changed
         self._on_status = on_status if spec.transport == "stdio" else None
@@ -860,7 +867,11 @@ class _Connection:
     async def _log_received(self, params: LoggingMessageNotificationParams) -> None:
         # Only an unambiguous owner gets it: with two requests in flight either may have
         # caused it, and handing it to both leaked one user's tool log into another's session.
-        if self.requests_in_flight == 1 and len(self.log_listeners) == 1:
+        if (
+            self.requests_in_flight == 1
+            and len(self.log_listeners) == 1
+            and not self.abandoned_requests
+        ):
             self._spawn(self.log_listeners[0], params.level, params.data)
         elif self._on_idle_log is not None:
             self._spawn(self._on_idle_log, self.spec.name, params.level, params.data)
@@ -1078,14 +1089,20 @@ class McpClientPool:
         connection.requests_in_flight += 1
         if on_log is not None:
             connection.log_listeners.append(on_log)
+        answered = False
         try:
-            return await send(client)
+            result = await send(client)
+            answered = True
+            return result
         except MCPError as error:
+            # A JSON-RPC error is the server's answer; a timeout is the client giving up.
+            answered = error.code not in (REQUEST_TIMEOUT, CONNECTION_CLOSED)
             failure = _call_failure(spec, what, error)
             if error.code == CONNECTION_CLOSED:
                 await self._drop(connection)
             raise failure from error
         except ValidationError as error:
+            answered = True
             raise McpToolError(
                 f"MCP server {spec.name!r} returned an invalid result for {what}"
             ) from error
@@ -1097,6 +1114,10 @@ class McpClientPool:
             ) from error
         finally:
             connection.requests_in_flight -= 1
+            if not answered:
+                # Timed out or cancelled here: the server may still be running it, and its
+                # log messages may still come (see ``_Connection.abandoned_requests``).
+                connection.abandoned_requests += 1
             if on_log is not None:
                 with contextlib.suppress(ValueError):
                     connection.log_listeners.remove(on_log)

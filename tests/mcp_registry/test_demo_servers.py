@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 from pathlib import Path
 from typing import Any
@@ -128,8 +129,6 @@ async def test_a_log_message_reaches_only_the_call_that_is_alone_in_flight(
     """MCP log messages name no request, and one server connection carries the calls of
     many sessions and users: a message written while two calls are in flight goes to the
     pool's sink, never to the other call (it once reached every call in flight)."""
-    import fcntl
-
     spec = demo_spec("slack")
     unowned: list[Any] = []
     logs: dict[str, list[Any]] = {"first": [], "second": []}
@@ -171,3 +170,43 @@ async def test_a_log_message_reaches_only_the_call_that_is_alone_in_flight(
     assert "posted p-1 to #general" in unowned
     assert first_log not in logs["second"] and second_log not in logs["first"]
     assert sorted(unowned + logs["first"] + logs["second"]) == sorted([first_log, second_log])
+
+
+async def test_after_a_call_times_out_its_log_messages_reach_no_later_call(
+    var_dir: Path,
+) -> None:
+    """A call this side gave up on may still run in the server and log afterwards, while the
+    next call is alone in flight: from then on the session's log messages go to the pool's
+    sink, not to a call (the timed-out call's message once reached the next session's)."""
+    from mcp_registry.client import McpTransportError
+
+    spec = demo_spec("slack")
+    unowned: list[Any] = []
+    later: list[Any] = []
+
+    async def pool_log(server: str, level: str, data: Any) -> None:
+        unowned.append(data)
+
+    async def on_log(level: str, data: Any) -> None:
+        later.append(data)
+
+    async with McpClientPool(on_log=pool_log) as pool:
+        await pool.call_tool(spec, "search_messages", {"query": "x"}, idempotency_key=None,
+                             timeout=None)
+        lock_path = var_dir / "demo_mcp" / "slack_messages.json.lock"
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with pytest.raises((McpTransportError, McpToolError)):
+                await pool.call_tool(spec, "post_message", {"channel": "general", "text": "gone"},
+                                     idempotency_key=None, timeout=0.5)
+            second = asyncio.ensure_future(pool.call_tool(
+                spec, "post_message", {"channel": "general", "text": "next"},
+                idempotency_key=None, timeout=None, on_log=on_log))
+            connection = pool._connections["slack"]
+            await wait_until("the next call in flight", lambda: connection.requests_in_flight == 1)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        await second
+        await wait_until("both log messages", lambda: len(unowned + later) >= 2)
+
+    assert later == []
+    assert sorted(unowned) == ["posted p-1 to #general", "posted p-2 to #general"]
