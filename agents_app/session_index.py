@@ -327,7 +327,8 @@ async def _snapshots_read(session_ids: list[str]) -> dict[str, dict[str, Any] | 
     """Read snapshots concurrently, ``RECONCILE_CONCURRENCY`` at a time, each within
     ``ENGINE_TIMEOUT`` seconds; ``None`` for a session Dex does not know, ``FLOW_CLOSED`` for
     one whose Flow no longer runs, ``UNREADABLE`` for one it cannot load (too large for a worker
-    message), ``UNANSWERED`` for one Dex or its workers did not answer for in time, so one
+    message), ``UNANSWERED`` for one Dex or its workers did not answer for in time (or whose
+    read failed otherwise, logged as a warning), so one
     session never stops the others from being reconciled (issue 13: under worker SIGKILLs one
     slow snapshot RPC made every run time out, and a lost approval stayed unindexed)."""
     gate = asyncio.Semaphore(RECONCILE_CONCURRENCY)
@@ -348,6 +349,11 @@ async def _snapshots_read(session_ids: list[str]) -> dict[str, dict[str, Any] | 
             except (TimeoutError, dex_gateway.EngineUnavailableError) as error:
                 logger.info("Session %s not reconciled this time: %s", session_id,
                             error or "no answer in time")
+                return session_id, UNANSWERED
+            except Exception:
+                # Whatever else one session's read raises, the others still go ahead.
+                logger.warning("Reading session %s to reconcile it failed", session_id,
+                               exc_info=True)
                 return session_id, UNANSWERED
 
     pairs = await asyncio.gather(*(read(session_id) for session_id in session_ids))
