@@ -328,9 +328,12 @@ async def turn_wait(api: Api, session_id: str, text: str, within: float,
             last_messages=[f"{message.get('role')}: {str(message.get('text'))[:50]!r}"
                            for message in messages[-3:]],
         )
-        if (snapshot.get("status") == "waiting_for_user_message" and users
-                and users[-1] == text and messages[-1].get("role") == "assistant"
-                and not snapshot.get("queued_messages")):
+        # Over: answered, or failed (``last_turn_error``; a failure after tools ran appends the
+        # turn-failure note as a user message, so the text sent is then the one before it).
+        if (snapshot.get("status") == "waiting_for_user_message"
+                and not snapshot.get("queued_messages") and text in users[-2:]
+                and ((users[-1] == text and messages[-1].get("role") == "assistant")
+                     or snapshot.get("last_turn_error"))):
             return dict(snapshot)
         await asyncio.sleep(interval * random.uniform(0.7, 1.3))
     return None
@@ -1092,14 +1095,18 @@ def configuration(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    # Once: a second signal must not cut short the stopping of the stack's processes.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     # SIGTERM (a supervisor, `timeout`, CI) stops the run as Ctrl-C does: the stack's processes
-    # are stopped on the way out instead of being left running.
+    # are stopped on the way out instead of being left running, and a second signal is ignored.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     flags = sys.argv[1:] if argv is None else argv
     command = "make chaos" if not flags else "python -m bench.chaos " + " ".join(flags)
     report = ChaosReport(started_at=datetime.now(UTC), machine=Machine.this(),
