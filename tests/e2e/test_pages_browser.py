@@ -524,6 +524,9 @@ def test_keyboard_only_login_start_and_send(contexts: Contexts) -> None:
     page.keyboard.type(PASSWORD)
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Start a session")).to_be_visible()
+    # The heading shows as soon as the HTML is parsed; the shortcut's handler comes with the
+    # page's module, which "load" waits for (on a loaded machine the keys came first).
+    page.wait_for_load_state("load")
 
     message = page.get_by_role("textbox", name="Message")
     message.focus()
