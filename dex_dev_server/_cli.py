@@ -19,31 +19,34 @@ import contextlib
 import json
 import logging
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 DEFAULT_DB = "var/dex_dev_server.sqlite3"
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, not {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0 to 65535, not {value}")
-    return value
+_N = TypeVar("_N", int, float)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
-    # Not 0: a stream that declined would be offered the task again at once, in a loop.
-    if not 0.01 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be 0.01 to 3600 seconds, not {text}")
-    return value
+def _bounded(convert: Callable[[str], _N], low: _N, high: _N, unit: str) -> Callable[[str], _N]:
+    """An argparse ``type`` reading ``convert(text)`` within ``[low, high]`` (NaN refused)."""
+
+    def parse(text: str) -> _N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {unit}, not {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low} to {high}, not {text}")
+        return value
+
+    return parse
+
+
+_port = _bounded(int, 0, 65535, "a port number")
+# Not 0: a stream that declined a task would be offered it again at once, in a loop.
+_seconds = _bounded(float, 0.01, 3600.0, "a number of seconds")
 
 
 def _serve_parser() -> argparse.ArgumentParser:
