@@ -6,8 +6,12 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -36,7 +40,7 @@ from google.protobuf import empty_pb2
 from google.rpc import status_pb2
 
 from . import flows
-from .conftest import DexEnv, EngineProcess, eventually
+from .conftest import DexEnv, EngineProcess, engine_client, eventually
 
 
 async def test_skip_timer_and_wait_for_step_completion(dex: DexEnv) -> None:
@@ -504,96 +508,94 @@ async def test_skip_timer_sent_before_the_timer_exists_waits_for_it(
         cache.close()
 
 
+@pytest.fixture
+def slow_decline_engine(tmp_path: Path) -> Iterator[EngineProcess]:
+    """An engine that passes over a declining stream for a minute, so a task that waited for
+    the back-off instead of going elsewhere at once fails a test's 10 s."""
+    proc = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
+                         ["--decline-backoff", "60"])
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+async def _raw_stream(channel: grpc.aio.Channel, flow_type: str, app_worker_id: str) -> Any:
+    """A pull stream on ``flow_type``'s queue, registered, driven frame by frame by the test."""
+    stream = dex_pb2_grpc.WorkerTaskServiceStub(channel).PollWorkerTask()
+    await stream.write(pb.PollWorkerTaskRequest(register=pb.PollWorkerTaskRegister(
+        queue=flow_type, app_worker_id=app_worker_id, flow_types=[flow_type])))
+    assert (await stream.read()).WhichOneof("frame") == "registered"
+    return stream
+
+
+async def _decline(stream: Any, task_id: str) -> None:
+    await stream.write(pb.PollWorkerTaskRequest(reject=pb.PollWorkerTaskReject(
+        task_id=task_id, reason=pb.POLL_WORKER_TASK_REJECT_REASON_NO_CAPACITY)))
+
+
 async def test_an_rpc_a_stream_declines_goes_to_another_idle_stream_at_once(
-    tmp_path: Path,
+    slow_decline_engine: EngineProcess, tmp_path: Path
 ) -> None:
     """The SDK's pull worker retires whichever idle stream it finds surplus, sometimes one the
     engine just sent an RPC to, which answers ``NO_CAPACITY``. The RPC goes to another idle
-    stream at once; it used to wait for the next dispatch, up to the whole decline back-off
-    (here a minute, so a wait would fail the call's 10 s)."""
-    engine = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
-                           ["--decline-backoff", "60"])
-    engine.start()
+    stream at once; it used to wait for the next dispatch, up to the whole decline back-off."""
+    address = slow_decline_engine.address
     registry = Registry(flows.ALL_FLOWS, allow_async_handlers=True)
-    cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
-    client = AsyncClient(registry, cache, ClientOptions(
-        server_address=engine.address, worker_target=WorkerTarget(pull=True)))
+    cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "worker-blobs"), 16 * 1024 * 1024))
     worker = AsyncWorker(registry, cache, WorkerOptions(
-        server_address=engine.address, pull=PullWorkerOptions(max_concurrent_tasks=4)))
+        server_address=address, pull=PullWorkerOptions(max_concurrent_tasks=4)))
     runner = asyncio.create_task(worker.start())
-    channel = grpc.aio.insecure_channel(engine.address)
     try:
-        await worker.wait_pull_registered(timeout=20)
-        flow = flows.COUNTER
-        await client.start_flow(flow, "declined-1", None)
-        # A stream registered after the worker's, never used: the engine's first choice.
-        decliner = dex_pb2_grpc.WorkerTaskServiceStub(channel).PollWorkerTask()
-        await decliner.write(pb.PollWorkerTaskRequest(register=pb.PollWorkerTaskRegister(
-            queue="CounterFlow", app_worker_id="decliner", flow_types=["CounterFlow"])))
-        assert (await decliner.read()).WhichOneof("frame") == "registered"
-
-        answer: asyncio.Future[int] = asyncio.ensure_future(asyncio.wait_for(
-            client.invoke_rpc(flow.read, "declined-1"), timeout=10))
-        task = await asyncio.wait_for(decliner.read(), timeout=10)
-        assert task.WhichOneof("frame") == "task" and task.task.WhichOneof("request") == "rpc"
-        await decliner.write(pb.PollWorkerTaskRequest(reject=pb.PollWorkerTaskReject(
-            task_id=task.task.task_id,
-            reason=pb.POLL_WORKER_TASK_REJECT_REASON_NO_CAPACITY)))
-        assert await answer == 0
-        decliner.cancel()
+        async with engine_client(address, tmp_path / "blobs") as client, \
+                grpc.aio.insecure_channel(address) as channel:
+            await worker.wait_pull_registered(timeout=20)
+            await client.start_flow(flows.COUNTER, "declined-1", None)
+            # A stream registered after the worker's, never used: the engine's first choice.
+            decliner = await _raw_stream(channel, "CounterFlow", "decliner")
+            answer: asyncio.Future[int] = asyncio.ensure_future(asyncio.wait_for(
+                client.invoke_rpc(flows.COUNTER.read, "declined-1"), timeout=10))
+            task = await asyncio.wait_for(decliner.read(), timeout=10)
+            assert task.WhichOneof("frame") == "task"
+            assert task.task.WhichOneof("request") == "rpc"
+            await _decline(decliner, task.task.task_id)
+            assert await answer == 0
+            decliner.cancel()
     finally:
-        await channel.close()
         await asyncio.wait_for(worker.stop(), 20)
         await asyncio.gather(runner, return_exceptions=True)
-        await client.close()
         cache.close()
-        engine.stop()
 
 
-async def test_a_stream_that_declined_a_step_still_takes_an_rpc(tmp_path: Path) -> None:
+async def test_a_stream_that_declined_a_step_still_takes_an_rpc(
+    slow_decline_engine: EngineProcess, tmp_path: Path
+) -> None:
     """The SDK's pull worker declines Steps (NO_CAPACITY) to keep a slot for RPCs, so the stream
-    that declined a Step is passed over for Steps only: an RPC goes to it at once (with a
-    minute's back-off, passing it over would fail the call's 10 s)."""
-    engine = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
-                           ["--decline-backoff", "60"])
-    engine.start()
-    registry = Registry(flows.ALL_FLOWS, allow_async_handlers=True)
-    cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 16 * 1024 * 1024))
-    client = AsyncClient(registry, cache, ClientOptions(
-        server_address=engine.address, worker_target=WorkerTarget(pull=True)))
-    channel = grpc.aio.insecure_channel(engine.address)
+    that declined a Step is passed over for Steps only: an RPC goes to it at once."""
+    address = slow_decline_engine.address
     sending: asyncio.Future[None] | None = None
-    try:
-        stream = dex_pb2_grpc.WorkerTaskServiceStub(channel).PollWorkerTask()
-        await stream.write(pb.PollWorkerTaskRequest(register=pb.PollWorkerTaskRegister(
-            queue="SignalFlow", app_worker_id="reserving", flow_types=["SignalFlow"])))
-        assert (await stream.read()).WhichOneof("frame") == "registered"
-        await client.start_flow(flows.SIGNAL, "reserved-1", None)
-        step = await asyncio.wait_for(stream.read(), timeout=10)
-        assert step.task.WhichOneof("request") == "wait_for"
-        await stream.write(pb.PollWorkerTaskRequest(reject=pb.PollWorkerTaskReject(
-            task_id=step.task.task_id, reason=pb.POLL_WORKER_TASK_REJECT_REASON_NO_CAPACITY)))
+    async with engine_client(address, tmp_path / "blobs") as client, \
+            grpc.aio.insecure_channel(address) as channel:
+        try:
+            stream = await _raw_stream(channel, "SignalFlow", "reserving")
+            await client.start_flow(flows.SIGNAL, "reserved-1", None)
+            step = await asyncio.wait_for(stream.read(), timeout=10)
+            assert step.task.WhichOneof("request") == "wait_for"
+            await _decline(stream, step.task.task_id)
 
-        sending = asyncio.ensure_future(client.invoke_rpc(flows.SIGNAL.send, "reserved-1", "x"))
-        rpc = await asyncio.wait_for(stream.read(), timeout=10)
-        assert rpc.task.WhichOneof("request") == "rpc"
-        assert rpc.task.rpc.rpc_name == "send"
-        stream.cancel()
-    finally:
-        if sending is not None:
-            sending.cancel()
-            await asyncio.gather(sending, return_exceptions=True)
-        await channel.close()
-        await client.close()
-        cache.close()
-        engine.stop()
+            sending = asyncio.ensure_future(
+                client.invoke_rpc(flows.SIGNAL.send, "reserved-1", "x"))
+            rpc = await asyncio.wait_for(stream.read(), timeout=10)
+            assert rpc.task.WhichOneof("request") == "rpc"
+            assert rpc.task.rpc.rpc_name == "send"
+            stream.cancel()
+        finally:
+            if sending is not None:
+                sending.cancel()
+                await asyncio.gather(sending, return_exceptions=True)
 
 
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "soon", "3601"])
 def test_a_bad_decline_backoff_is_refused_at_start(value: str) -> None:
-    import subprocess
-    import sys
-
     started = subprocess.run(
         [sys.executable, "-m", "dex_dev_server", "--port", "0", "--decline-backoff", value],
         capture_output=True, text=True, timeout=60,
