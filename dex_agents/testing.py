@@ -285,6 +285,8 @@ def free_port() -> int:
     a server that went away stays in backoff for a while: a new server that happened to get the
     same port would see its first calls fail with "connection refused". Never reusing a port
     within one test process avoids that.
+    Every port a test process picks, including one where nothing is meant to listen, comes
+    from here: a port probed elsewhere can be handed out again to an engine.
     """
     while True:
         with socket.socket() as probe:

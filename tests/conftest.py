@@ -2,7 +2,6 @@
 authenticated API clients, after Healthchecks' ``hc/test.py``."""
 
 import os
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,10 +115,14 @@ def anonymous_client(db: None) -> Any:
 
 
 def unused_tcp_port() -> int:
-    """A local TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A local TCP port nothing listens on right now, handed out through
+    ``dex_agents.testing.free_port`` so that no later engine of this test process gets it:
+    this process's gRPC subchannel to a refused port stays in back-off, and an engine that
+    later listened there would see its first calls refused (a CI run lost a test that way).
+    """
+    from dex_agents.testing import free_port
+
+    return free_port()
 
 
 @pytest.fixture

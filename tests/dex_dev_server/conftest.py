@@ -135,10 +135,12 @@ async def dex(engine: EngineProcess, tmp_path: Path) -> AsyncIterator[DexEnv]:
             pull=PullWorkerOptions(max_concurrent_tasks=32),
         ),
     )
-    # AsyncWorker.start() serves until stop(), so it runs as a task.
+    # AsyncWorker.start() serves until stop(), so it runs as a task. Should the worker not
+    # register, the task is still stopped and awaited: a failed task left to the garbage
+    # collector logs its traceback from inside whatever code the collection interrupts.
     runner = asyncio.create_task(worker.start())
-    await worker.wait_pull_registered(timeout=20)
     try:
+        await worker.wait_pull_registered(timeout=20)
         yield DexEnv(engine, registry, client, worker)
     finally:
         await asyncio.wait_for(worker.stop(), 20)

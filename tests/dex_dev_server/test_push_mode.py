@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,20 +23,16 @@ from dex import (
     open_blob_cache,
 )
 
+from dex_agents.testing import free_port
+
 from . import flows
 from .conftest import EngineProcess
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_push_worker_runs_steps_and_rpcs(engine: EngineProcess, tmp_path: Path) -> None:
     registry = Registry(flows.ALL_FLOWS, allow_async_handlers=True)
     cache = open_blob_cache(BlobCacheConfig(str(tmp_path / "blobs"), 1 << 24))
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     worker = AsyncWorker(
         registry, cache, WorkerOptions(server_address=engine.address, bind_address=address)
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dex_agents.testing import free_port
 from mcp_registry.client import McpClientPool, McpServerSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -100,17 +101,12 @@ def everything_spec() -> McpServerSpec:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 @pytest.fixture
 def everything_http_spec() -> Iterator[McpServerSpec]:
     """server-everything serving Streamable HTTP on a free local port."""
     node, script = everything_command()
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [node, script, "streamableHttp"],
         env={**os.environ, "PORT": str(port)},
