@@ -506,7 +506,7 @@ class AgentTestStack:
                 "--host",
                 "127.0.0.1",
                 "--port",
-                "0",
+                str(free_port()),
                 "--db",
                 str(self.tmp_path / "dex.sqlite3"),
                 *self.engine_args,

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from dex import (
     AsyncClient,
@@ -26,6 +28,8 @@ from dex import (
     WorkerTarget,
     open_blob_cache,
 )
+from dex.dexpb import dex_pb2_grpc
+from google.protobuf import empty_pb2
 
 from dex_agents.testing import free_port
 
@@ -71,6 +75,7 @@ class EngineProcess:
                 break
         assert line.startswith(READY_PREFIX), f"engine did not start: {line!r}"
         self.port = int(line.strip().rsplit(":", 1)[1])
+        wait_reachable(self.address, max(deadline - time.monotonic(), 1.0))
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -86,6 +91,41 @@ class EngineProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def wait_reachable(address: str, timeout: float) -> None:
+    """Block until a ``GetServerInfo`` on a new grpc.aio channel to ``address`` succeeds.
+
+    grpc.aio channels of one process share a subchannel per target. While an engine is down,
+    a channel this process holds (the ``dex`` worker's, during a kill and restart on the same
+    port) keeps reconnecting, and the shared subchannel sits in back-off for up to seconds
+    after the new engine listens: a fail-fast call on any channel is refused until then. A
+    ``wait_for_ready`` call waits that back-off out, so calls made after this return are not.
+    The call runs on its own event loop in a thread, as ``start()`` is called from async tests.
+
+    Raises:
+        grpc.RpcError: If the engine does not answer within ``timeout`` seconds.
+    """
+
+    async def call() -> None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            await dex_pb2_grpc.FlowServiceStub(channel).GetServerInfo(
+                empty_pb2.Empty(), timeout=timeout, wait_for_ready=True
+            )
+
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(call())
+        except BaseException as error:  # re-raised in the calling thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="wait-reachable")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 @pytest.fixture

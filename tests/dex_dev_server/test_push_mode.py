@@ -36,12 +36,12 @@ async def test_push_worker_runs_steps_and_rpcs(engine: EngineProcess, tmp_path: 
     worker = AsyncWorker(
         registry, cache, WorkerOptions(server_address=engine.address, bind_address=address)
     )
-    runner = asyncio.create_task(worker.start())
     client = AsyncClient(
         registry,
         cache,
         ClientOptions(server_address=engine.address, worker_target=WorkerTarget(address)),
     )
+    runner = asyncio.create_task(worker.start())
     try:
         await asyncio.sleep(0)
         await client.start_flow(flows.CHAIN, "push-chain", 1)

@@ -101,7 +101,6 @@ def everything_spec() -> McpServerSpec:
     )
 
 
-
 @pytest.fixture
 def everything_http_spec() -> Iterator[McpServerSpec]:
     """server-everything serving Streamable HTTP on a free local port."""
