@@ -312,6 +312,8 @@ else:
     for _celery_dir in (_celery_queue_dir, _celery_processed_dir, _celery_control_dir):
         _celery_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://localhost//"
+    # kombu's transport, writing each message file whole (agents_app/kombu_filesystem.py).
+    CELERY_BROKER_TRANSPORT = "agents_app.kombu_filesystem:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_queue_dir),
         "data_folder_out": str(_celery_queue_dir),

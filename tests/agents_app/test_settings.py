@@ -27,6 +27,7 @@ print(json.dumps({
     "db_options": s.DATABASES["default"].get("OPTIONS", {}),
     "channel_backend": s.CHANNEL_LAYERS["default"]["BACKEND"],
     "broker": s.CELERY_BROKER_URL,
+    "broker_transport": getattr(s, "CELERY_BROKER_TRANSPORT", None),
     "broker_options": s.CELERY_BROKER_TRANSPORT_OPTIONS,
     "result_backend": getattr(s, "CELERY_RESULT_BACKEND", None),
     "cache": s.CACHES["default"],
@@ -97,6 +98,7 @@ def test_zero_setup_defaults(tmp_path: Path) -> None:
     assert options["transaction_mode"] == "IMMEDIATE"
     assert data["channel_backend"] == "channels.layers.InMemoryChannelLayer"
     assert data["broker"] == "filesystem://localhost//"
+    assert data["broker_transport"] == "agents_app.kombu_filesystem:Transport"
     broker_options = data["broker_options"]
     assert isinstance(broker_options, dict)
     assert Path(broker_options["data_folder_in"]).is_dir()
@@ -142,6 +144,7 @@ def test_production_switches(tmp_path: Path) -> None:
     assert data["channel_backend"] == "channels_redis.core.RedisChannelLayer"
     assert data["broker"] == "redis://cache.internal:6379/0"
     assert data["result_backend"] == "redis://cache.internal:6379/0"
+    assert data["broker_transport"] is None
     assert data["cache"] == {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": "redis://cache.internal:6379/0",
@@ -247,6 +250,10 @@ def test_celery_app_is_configured_from_settings() -> None:
 
     assert celery_app.main == "dexagents"
     assert celery_app.conf.broker_url == "filesystem://localhost//"
+    from agents_app.kombu_filesystem import Transport
+
+    with celery_app.connection_for_write() as connection:
+        assert type(connection.transport) is Transport
     celery_app.loader.import_default_modules()
     assert "mcp_registry.discover_server_tools" in celery_app.tasks
 

@@ -101,6 +101,7 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 # Celery: kombu's filesystem transport needs no server (Redis in production).
 _CELERY_DIR = BASE_DIR / "var" / "celery"
 CELERY_BROKER_URL = "filesystem://localhost//"
+CELERY_BROKER_TRANSPORT = "agents_app.kombu_filesystem:Transport"
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "data_folder_in": str(_CELERY_DIR / "queue"),
     "data_folder_out": str(_CELERY_DIR / "queue"),
