@@ -4,12 +4,7 @@ and a Celery worker that meets a file that is not a whole message drops it and g
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import threading
-import time
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +13,8 @@ from kombu import Connection
 from kombu.transport import filesystem
 
 from agents_app.kombu_filesystem import PARTIAL_SUFFIX, Transport
+from tests.e2e.conftest import PYTHON, Proc, Processes
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_SECONDS = 60.0
 # What a producer leaves when it dies after kombu's open and before its write, and a message
 # cut short.
@@ -95,66 +90,33 @@ def test_a_consumer_drops_a_file_that_is_not_a_whole_message(
 
 
 @pytest.fixture
-def celery_worker(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], deque[str], Path]]:
+def celery_worker(tmp_path: Path) -> Iterator[tuple[Processes, Proc]]:
     """A real ``celery -A dexagents_site worker`` on the project's filesystem broker under a
-    private var dir; yields the process, its output lines so far and the var dir."""
+    private var dir (``DEXAGENTS_VAR_DIR`` of the yielded ``Processes``' env), ready."""
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
     env["DEXAGENTS_VAR_DIR"] = str(tmp_path / "var")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "dexagents_site", "worker", "--pool=solo",
-         "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", "kombu-fs@%h"],
-        cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )
-    lines: deque[str] = deque(maxlen=2000)
-
-    def relay() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line.rstrip("\n"))
-
-    threading.Thread(target=relay, daemon=True).start()
+    processes = Processes(env)
     try:
-        _wait_for(lines, process, " ready.")
-        yield process, lines, tmp_path / "var"
+        worker = processes.start("celery", [
+            PYTHON, "-m", "celery", "-A", "dexagents_site", "worker", "--pool=solo",
+            "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", "kombu-fs@%h"])
+        worker.wait_for_line(" ready.", timeout=DEADLINE_SECONDS)
+        yield processes, worker
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_for(lines: deque[str], process: subprocess.Popen[str], marker: str) -> str:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        found = next((line for line in list(lines) if marker in line), None)
-        if found is not None:
-            return found
-        assert process.poll() is None, (
-            f"the Celery worker exited ({process.returncode}):\n" + "\n".join(lines))
-        time.sleep(0.05)
-    raise AssertionError(f"no line with {marker!r} within {DEADLINE_SECONDS} s:\n"
-                         + "\n".join(lines))
+        processes.stop_all()
 
 
 def test_the_celery_worker_goes_past_files_that_are_not_whole_messages(
-    celery_worker: tuple[subprocess.Popen[str], deque[str], Path],
+    celery_worker: tuple[Processes, Proc],
 ) -> None:
-    process, lines, var = celery_worker
-    queue = var / "celery" / "queue"
+    processes, worker = celery_worker
+    queue = Path(processes.env["DEXAGENTS_VAR_DIR"]) / "celery" / "queue"
     for name, content in NOT_WHOLE.items():
         (queue / name).write_bytes(content)
-    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    env["DEXAGENTS_VAR_DIR"] = str(var)
-    subprocess.run(
-        [sys.executable, "-c",
-         "from dexagents_site import celery_app; "
-         "celery_app.send_task('mcp_registry.discover_all_servers')"],
-        cwd=REPO_ROOT, env=env, check=True, timeout=DEADLINE_SECONDS,
-    )
-    _wait_for(lines, process, "Task mcp_registry.discover_all_servers[")
-    dropped = [line for line in list(lines) if "not a whole message" in line]
-    assert len(dropped) == len(NOT_WHOLE), "\n".join(lines)
-    assert process.poll() is None
+    processes.run([PYTHON, "-c", "from dexagents_site import celery_app; "
+                   "celery_app.send_task('mcp_registry.discover_all_servers')"],
+                  timeout=DEADLINE_SECONDS)
+    worker.wait_for_line("Task mcp_registry.discover_all_servers[", timeout=DEADLINE_SECONDS)
+    dropped = [line for line in list(worker.lines) if "not a whole message" in line]
+    assert len(dropped) == len(NOT_WHOLE), worker.output()
+    assert worker.popen.poll() is None
