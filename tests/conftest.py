@@ -114,17 +114,6 @@ def anonymous_client(db: None) -> Any:
     return APIClient()
 
 
-def unused_tcp_port() -> int:
-    """A local TCP port nothing listens on right now, handed out through
-    ``dex_agents.testing.free_port`` so that no later engine of this test process gets it:
-    this process's gRPC subchannel to a refused port stays in back-off, and an engine that
-    later listened there would see its first calls refused (a CI run lost a test that way).
-    """
-    from dex_agents.testing import free_port
-
-    return free_port()
-
-
 @pytest.fixture
 def eager_celery() -> Iterator[None]:
     """Run queued tasks in-process, as a Celery worker would."""
@@ -141,7 +130,12 @@ def eager_celery() -> Iterator[None]:
 @pytest.fixture
 def engine_down(settings: Any) -> Iterator[str]:
     """Point the web side at an address where no engine listens (a real refused connection)."""
-    address = f"127.0.0.1:{unused_tcp_port()}"
+    # From free_port, so that no later engine of this test process gets the port: this
+    # process's gRPC subchannel to a refused port stays in back-off, and an engine that later
+    # listened there would see its first calls refused.
+    from dex_agents.testing import free_port
+
+    address = f"127.0.0.1:{free_port()}"
     settings.DEXAGENTS = {**settings.DEXAGENTS, "DEX_SERVER_ADDRESS": address}
     yield address
 

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from agents_app.worker_heartbeat import REDIS_KEY, WorkerHeartbeat, fresh_workers
+from dex_agents.testing import free_port
 from tests.agents_app.test_settings import load
-from tests.conftest import unused_tcp_port
 from tests.production_services import redis_url  # noqa: F401 (fixture)
 
 
@@ -98,7 +98,7 @@ def test_readyz_names_each_part(
     }
     # Redis configured but not answering: down, and no worker beat can be read from it.
     settings.DEXAGENTS = {
-        **settings.DEXAGENTS, "REDIS_URL": f"redis://127.0.0.1:{unused_tcp_port()}/0",
+        **settings.DEXAGENTS, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
     }
     body = client.get("/readyz").json()
     assert body["checks"]["redis"] == "down"
