@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-relay bench-rest bench-scale bench-first-rpc chaos clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-transport bench-relay bench-rest bench-scale bench-first-rpc chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,7 @@ test: lint typecheck pytest
 
 bench: install
 	$(PY) -m bench.turn
+	$(PY) -m bench.transport
 	$(PY) -m bench.engine
 	$(PY) -m bench.relay
 	$(PY) -m bench.steer
@@ -67,6 +68,10 @@ bench: install
 # One agent turn (3 parallel tools) against LangGraph + SqliteSaver, with its cost breakdown.
 bench-turn: install
 	$(PY) -m bench.turn
+
+# What the turn's gRPC messages cost on their own, between two Python processes: a lower bound.
+bench-transport: install
+	$(PY) -m bench.transport
 
 # Websocket relay: latency from a Stream write to the frame, and 200 sockets on one web process.
 bench-relay: install

@@ -55,9 +55,11 @@ FLOOR_WORKER_MODULE = "bench.turn_floor"
 EXPECTED_ANSWER = "; ".join(["lookup=succeeded: lookup ok"] * 3)
 
 
-def _process_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _process_cpu(pid: int, main_thread: bool = False) -> float:
+    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``), or of its main
+    thread only (``/proc/<pid>/task/<pid>/stat``) with ``main_thread``."""
+    path = f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
 
@@ -70,6 +72,9 @@ class Reading:
     engine_cpu: float
     worker_cpu: float
     client_cpu: float
+    #: The worker's main thread: its event loop, which runs the SDK, grpc.aio's Python side
+    #: and every Step handler one after another (gRPC's own I/O threads are not in it).
+    worker_main_cpu: float = 0.0
 
 
 @dataclass
@@ -101,6 +106,7 @@ class OurSide:
             _process_cpu(self.stack.engine_pid),
             _process_cpu(self.worker_pid),
             self.client_cpu,
+            _process_cpu(self.worker_pid, main_thread=True),
         )
 
     async def turn(self, flow: Any, session_id: str) -> float:
@@ -166,6 +172,7 @@ def _diff(before: Reading, after: Reading, turns: int) -> dict[str, Any]:
     return {
         "engine_cpu_ms": (after.engine_cpu - before.engine_cpu) * 1000 / turns,
         "worker_cpu_ms": (after.worker_cpu - before.worker_cpu) * 1000 / turns,
+        "worker_main_cpu_ms": (after.worker_main_cpu - before.worker_main_cpu) * 1000 / turns,
         "client_cpu_ms": (after.client_cpu - before.client_cpu) * 1000 / turns,
         "commits": (after.profile["commits"] - before.profile["commits"]) / turns,
         "commit_ms": (after.profile["commit_seconds"] - before.profile["commit_seconds"])
@@ -193,6 +200,13 @@ def _print_timeline(side: OurSide, reading: Reading) -> None:
         print(f"  {(at - start) * 1000:8.2f}  {label}")
 
 
+def _main_thread_line(main_ms: float, peer_ms: float) -> str:
+    """The worker main thread's CPU per turn, as a ratio of the peer's whole turn."""
+    return (f"  worker main thread (the SDK's event loop: every Step, frame and Stream write of the"
+            f" turn, one after another): {main_ms:.1f} ms CPU = {main_ms / peer_ms:.2f}x"
+            " LangGraph + SqliteSaver's turn")
+
+
 def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
     p50 = percentile(seconds, 0.5) * 1000
     p99 = percentile(seconds, 0.99) * 1000
@@ -200,10 +214,11 @@ def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
     return f"  {name:<34} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms{ratio}"
 
 
-def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
+def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any], peer_ms: float) -> None:
     print(f"\nPer-turn cost of ours, --sync {sync} (wall p50 {wall_ms:.1f} ms):")
     print(f"  CPU: engine {costs['engine_cpu_ms']:.1f} ms, worker {costs['worker_cpu_ms']:.1f} ms,"
           f" bench client {costs['client_cpu_ms']:.1f} ms")
+    print(_main_thread_line(costs["worker_main_cpu_ms"], peer_ms))
     print(f"  SQLite commits: {costs['commits']:.1f} per turn, {costs['commit_ms']:.2f} ms;"
           f" {costs['slow_commits']} over 5 ms in the run, longest {costs['commit_longest_ms']:.1f}"
           " ms")
@@ -245,6 +260,8 @@ async def run(
     floor_stack: Any = None
     floor_flow = FloorFlow()
     floor_seconds: list[float] = []
+    floor_worker_pid = 0
+    floor_cpu = [0.0, 0.0]
     try:
         for sync in syncs:
             home = root / f"sync-{sync}"
@@ -269,7 +286,7 @@ async def run(
                 engine_args=["--sync", "normal"],
             )
             await floor_stack.__aenter__()
-            await floor_stack.start_worker()
+            floor_worker_pid = (await floor_stack.start_worker()).pid
 
         async def floor_run(flow_id: str) -> None:
             if floor_stack is None:
@@ -302,12 +319,16 @@ async def run(
         bare_seconds.clear()
         floor_seconds.clear()
         before = [await side.reading() for side in sides] if profile else []
+        if floor_stack is not None:
+            floor_cpu = [_process_cpu(floor_worker_pid, main_thread=True)]
         for index in range(turns):
             for side in sides:
                 await side.turn(flow, f"turn-{index}")
             await floor_run(f"turn-{index}")
             peer_turn(index)
         after = [await side.reading() for side in sides] if profile else []
+        if floor_stack is not None:
+            floor_cpu.append(_process_cpu(floor_worker_pid, main_thread=True))
         if connection is not None:
             connection.close()
 
@@ -326,9 +347,14 @@ async def run(
             print("  (the floor is the turn's nine Step tasks and one RPC on the same engine, SDK"
                   " and pull worker\n   at --sync normal, with handlers that do nothing:"
                   " bench/turn_floor.py)")
+            print("  floor" + _main_thread_line(
+                (floor_cpu[1] - floor_cpu[0]) * 1000 / turns, peer_p50
+            ).removeprefix(" "))
+            print("  (a turn takes at least the CPU of the worker's main thread: the unchanged"
+                  " dex-python-sdk, grpc.aio\n   and the Step handlers share that one thread)")
         for side, first, last in zip(sides, before, after, strict=False):
             _print_breakdown(side.sync, percentile(side.seconds, 0.5) * 1000,
-                             _diff(first, last, turns))
+                             _diff(first, last, turns), peer_p50)
             if trace:
                 _print_timeline(side, last)
     finally:
