@@ -442,7 +442,8 @@ async def session_turns(owner: Api, run: SessionRun, stop: asyncio.Event,
                 return
             run.answered += 1
             if snapshot.get("last_turn_error"):
-                run.failed_turns.append(str(snapshot["last_turn_error"])[:200])
+                error = " ".join(str(snapshot["last_turn_error"]).split())
+                run.failed_turns.append(error[:200])
             if stop.is_set():
                 return
             turn += 1
@@ -602,10 +603,18 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
     result.notes += [f"session {run.session_id or run.number}: {run.error}"
                      for run in runs if run.error][:10]
     result.notes += [f"orphan: pid {process.pid} `{process.command}`" for process in orphans]
+    result.notes += failed_turn_notes([text for run in runs for text in run.failed_turns])
     if answers:
         result.notes.append("Approval answers by status: " + ", ".join(
             f"{status}: {count}" for status, count in sorted(answers.items())) + ".")
     return result
+
+
+def failed_turn_notes(errors: list[str]) -> list[str]:
+    """One report note per distinct ``last_turn_error`` text, most frequent first (at most 10),
+    so a failed turn in the table comes with its reason."""
+    return [f"{count} turn{'s' if count > 1 else ''} ended with the error: {text}"
+            for text, count in Counter(errors).most_common(10)]
 
 
 def _ratio(measure: str, done: int, total: int) -> Row:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import PUBLISHED_REPORT, arguments
+from bench.chaos import PUBLISHED_REPORT, arguments, failed_turn_notes
 
 
 def test_the_default_is_the_issues_configuration() -> None:
@@ -44,3 +44,11 @@ def test_nonsense_figures_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as refused:
         arguments(argv)
     assert refused.value.code == 2
+
+
+def test_failed_turns_are_reported_with_their_errors_most_frequent_first() -> None:
+    assert failed_turn_notes(["model down", "timeout", "model down"]) == [
+        "2 turns ended with the error: model down",
+        "1 turn ended with the error: timeout",
+    ]
+    assert failed_turn_notes([]) == []
