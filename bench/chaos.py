@@ -611,10 +611,15 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
 
 
 def failed_turn_notes(errors: list[str]) -> list[str]:
-    """One report note per distinct ``last_turn_error`` text, most frequent first (at most 10),
-    so a failed turn in the table comes with its reason."""
-    return [f"{count} turn{'s' if count > 1 else ''} ended with the error: {text}"
-            for text, count in Counter(errors).most_common(10)]
+    """One report note per distinct ``last_turn_error`` text, most frequent first (10 at most,
+    then one counting the rest), so a failed turn in the table comes with its reason."""
+    counts = Counter(errors).most_common()
+    notes = [f"{count} turn{'s' if count > 1 else ''} ended with the error: {text}"
+             for text, count in counts[:10]]
+    if len(counts) > 10:
+        notes.append(f"{sum(count for _, count in counts[10:])} more turns ended with"
+                     f" {len(counts) - 10} other errors.")
+    return notes
 
 
 def _ratio(measure: str, done: int, total: int) -> Row:

@@ -48,14 +48,17 @@ from bench.relay import percentile
 REPO = Path(__file__).resolve().parents[1]
 #: The unary method the child serves next to ``WorkerTaskService`` (bytes in, bytes out).
 UNARY_METHOD = "/dexagents.bench.Transport/Echo"
-#: Messages of one agent turn (3 parallel READ tools, ``bench/turn.py``), from its breakdown:
-#: ``PollWorkerTask`` streams opened (and closed) per turn; Step tasks and the snapshot RPC task,
-#: each a task frame and a final frame; Stream writes and heartbeats (frames with no answer);
+#: Messages of one agent turn (3 parallel READ tools, ``bench/turn.py``), from its breakdown
+#: (rounded down): ``PollWorkerTask`` streams opened and closed (``register_stream``, 9.2 per
+#: turn); Step tasks and the snapshot RPC task, each a task frame and a final frame (7 execute,
+#: 2 wait_for and 1 RPC result); Stream writes and heartbeats (15 + 3 frames with no answer);
 #: the client's unary calls (StartFlow, WaitForStepCompletion, InvokeRPC). Rejected and resent
 #: tasks are left out, so the counts are a lower bound.
 TURN_COUNTS = {"stream": 9, "round_trip": 10, "one_way": 18, "unary": 3}
 #: Task round trips one after another on the turn's path: StartAgentSession, RunModel, the
-#: last CallTool, ResumeTurn, RunModel, the snapshot RPC (the other tools and the waits overlap).
+#: last CallTool, ResumeTurn, RunModel, the snapshot RPC. The other tools and the waits
+#: overlap them; the streams the worker opens at the fan-out are left out too, so the latency
+#: bound is low.
 CRITICAL_PATH_ROUND_TRIPS = 6
 #: Payload sizes in bytes, about those of the turn: a task's request, a Step result, a Stream
 #: write (one AgentEvent), a unary request and answer.
@@ -63,9 +66,15 @@ TASK_BYTES, RESULT_BYTES, WRITE_BYTES, UNARY_BYTES = 1500, 600, 250, 200
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of every running thread of process ``pid``, to the nanosecond (the sum of
+    ``/proc/<pid>/task/*/schedstat``; the server child's threads live as long as it does)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except FileNotFoundError:  # a thread that ended just now
+            continue
+    return total / 1e9
 
 
 def _value(size: int) -> pb.Value:
@@ -129,7 +138,9 @@ class _Servicer(dex_pb2_grpc.WorkerTaskServiceServicer):
                 await context.write(self._task)
 
 
-async def _serve(port: int) -> None:
+async def _serve() -> None:
+    """Serve on a free loopback port, print ``ready <port>``, stop when stdin is closed (the
+    parent ended, however it ended)."""
     server = grpc.aio.server()
     dex_pb2_grpc.add_WorkerTaskServiceServicer_to_server(_Servicer(), server)
 
@@ -141,10 +152,11 @@ async def _serve(port: int) -> None:
         {"Echo": grpc.unary_unary_rpc_method_handler(echo)},
     )
     server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
+    print(f"ready {port}", flush=True)
+    await asyncio.to_thread(sys.stdin.read)
+    await server.stop(None)
 
 
 @dataclass
@@ -194,7 +206,9 @@ async def _patterns(port: int, server_pid: int, ops: int) -> dict[str, Pattern]:
         await call.write(REGISTER)
         await call.read()
         await call.done_writing()
-        assert await call.read() is grpc.aio.EOF
+        end = await call.read()
+        if end is not grpc.aio.EOF:
+            raise RuntimeError(f"the retired stream answered {end!r}")
 
     held = stub.PollWorkerTask()
     await held.write(REGISTER)
@@ -242,37 +256,42 @@ def _peer_turns(turns: int) -> list[float]:
 
 async def run(ops: int, turns: int) -> None:
     """Start the child server, measure the patterns and the peer, print the bounds."""
-    from dex_agents.testing import free_port
-
-    port = free_port()
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.transport", "--serve", str(port),
-        cwd=REPO, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "bench.transport", "--serve",
+        cwd=REPO, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )
     try:
         assert child.stdout is not None
-        line = await asyncio.wait_for(child.stdout.readline(), 60)
-        if line.strip() != b"ready":
-            raise RuntimeError(f"the server child did not start: {line!r}")
-        patterns = await _patterns(port, child.pid, ops)
+        ready, _, port = (await asyncio.wait_for(child.stdout.readline(), 60)).partition(b" ")
+        if ready != b"ready":
+            raise RuntimeError("the server child did not start")
+        patterns = await _patterns(int(port), child.pid, ops)
     finally:
-        child.terminate()
-        await asyncio.wait_for(child.wait(), 10)
+        if child.returncode is None:
+            assert child.stdin is not None
+            child.stdin.close()
+            try:
+                await asyncio.wait_for(child.wait(), 10)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
     peer = _peer_turns(turns)
     peer_p50 = percentile(peer, 0.5)
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))
 
     print(f"gRPC messages between two Python processes (grpc.aio {grpc.__version__}),"
           f" {ops} operations per pattern; load average {os.getloadavg()[0]:.1f}:")
     print(f"  {'pattern':<32} {'wall p50':>9} {'wall p99':>9} {'CPU client':>11}"
-          f" {'CPU server':>11} {'per turn':>9}")
+          f" {'CPU server':>11} {'count/turn':>11} {'CPU/turn':>9}")
     cpu_per_turn = 0.0
     for key, pattern in patterns.items():
         count = TURN_COUNTS[key]
         cpu_per_turn += count * pattern.cpu_ms
         print(f"  {pattern.name:<32} {percentile(pattern.wall_ms, 0.5):7.3f}ms"
               f" {percentile(pattern.wall_ms, 0.99):7.3f}ms {pattern.client_cpu_ms:9.3f}ms"
-              f" {pattern.server_cpu_ms:9.3f}ms {count:>8}x")
+              f" {pattern.server_cpu_ms:9.3f}ms {count:>11} {count * pattern.cpu_ms:7.2f}ms")
+    print("  (wall: until the client's call returns; for a frame with no answer that is its"
+          " write, not its delivery)")
     latency = (CRITICAL_PATH_ROUND_TRIPS * percentile(patterns["round_trip"].wall_ms, 0.5)
                + TURN_COUNTS["unary"] * percentile(patterns["unary"].wall_ms, 0.5))
     cpu_bound = cpu_per_turn / cores
@@ -299,10 +318,10 @@ def main() -> None:
     parser.add_argument("--turns", type=positive_int, default=None,
                         help="LangGraph turns (300; 50 with --quick)")
     parser.add_argument("--quick", action="store_true", help="a short pass")
-    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve is not None:
-        asyncio.run(_serve(args.serve))
+    if args.serve:
+        asyncio.run(_serve())
         return
     ops = args.ops or (300 if args.quick else 3000)
     turns = args.turns or (50 if args.quick else 300)

@@ -24,7 +24,9 @@ Prints p50 / p99 per side, ours as a ratio of LangGraph + SqliteSaver (goal <= 1
 resolves at <= 2.0), and a per-turn cost breakdown of ours from the engine's profile
 (``python -m dex_dev_server --profile``): wall time, CPU of the engine, the worker and the bench
 client, SQLite commits, and calls and time per gRPC method and per worker frame kind
-(Step results, heartbeats, Stream writes, RPC answers).
+(Step results, heartbeats, Stream writes, RPC answers). It also prints the CPU that the
+worker's main thread, where the SDK runs every Step and frame, spends inside each turn, for ours
+and for the floor: no turn can be shorter (docs/engine-durability.md, "Two lower bounds").
 
 Run: ``.venv/bin/python -m bench.turn`` (``--quick`` for a short pass), or ``make bench-turn``.
 Nothing is asserted beyond each turn's answer.
@@ -55,13 +57,18 @@ FLOOR_WORKER_MODULE = "bench.turn_floor"
 EXPECTED_ANSWER = "; ".join(["lookup=succeeded: lookup ok"] * 3)
 
 
-def _process_cpu(pid: int, main_thread: bool = False) -> float:
-    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``), or of its main
-    thread only (``/proc/<pid>/task/<pid>/stat``) with ``main_thread``."""
-    path = f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat"
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def thread_cpu_ms(pid: int) -> float:
+    """Milliseconds on a CPU of the main thread of process ``pid``, to the nanosecond
+    (``/proc/<pid>/task/<pid>/schedstat``; the threads gRPC starts for its own I/O are not in
+    it)."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e6
 
 
 @dataclass
@@ -72,9 +79,6 @@ class Reading:
     engine_cpu: float
     worker_cpu: float
     client_cpu: float
-    #: The worker's main thread: its event loop, which runs the SDK, grpc.aio's Python side
-    #: and every Step handler one after another (gRPC's own I/O threads are not in it).
-    worker_main_cpu: float = 0.0
 
 
 @dataclass
@@ -89,6 +93,8 @@ class OurSide:
     seconds: list[float] = field(default_factory=list)
     client_cpu: float = 0.0
     snapshot_retries: int = 0
+    #: CPU of the worker's main thread inside each turn's window, in ms (``thread_cpu_ms``).
+    worker_thread_ms: list[float] = field(default_factory=list)
     #: The bench client's events of the last turn: ``(unix time, label)``.
     marks: list[tuple[float, str]] = field(default_factory=list)
 
@@ -106,7 +112,6 @@ class OurSide:
             _process_cpu(self.stack.engine_pid),
             _process_cpu(self.worker_pid),
             self.client_cpu,
-            _process_cpu(self.worker_pid, main_thread=True),
         )
 
     async def turn(self, flow: Any, session_id: str) -> float:
@@ -122,6 +127,7 @@ class OurSide:
         sessions = self.stack.sessions(flow)
         client = self.stack.client
         cpu_before = time.process_time()
+        thread_before = thread_cpu_ms(self.worker_pid)
         self.marks = [(time.time(), "client: start_session")]
         started = time.perf_counter()
         await sessions.start_session(session_id, "tools: lookup, lookup, lookup")
@@ -154,6 +160,7 @@ class OurSide:
                 break
             self.snapshot_retries += 1
         elapsed = time.perf_counter() - started
+        self.worker_thread_ms.append(thread_cpu_ms(self.worker_pid) - thread_before)
         self.client_cpu += time.process_time() - cpu_before
         assert answer == EXPECTED_ANSWER, answer
         self.seconds.append(elapsed)
@@ -172,7 +179,6 @@ def _diff(before: Reading, after: Reading, turns: int) -> dict[str, Any]:
     return {
         "engine_cpu_ms": (after.engine_cpu - before.engine_cpu) * 1000 / turns,
         "worker_cpu_ms": (after.worker_cpu - before.worker_cpu) * 1000 / turns,
-        "worker_main_cpu_ms": (after.worker_main_cpu - before.worker_main_cpu) * 1000 / turns,
         "client_cpu_ms": (after.client_cpu - before.client_cpu) * 1000 / turns,
         "commits": (after.profile["commits"] - before.profile["commits"]) / turns,
         "commit_ms": (after.profile["commit_seconds"] - before.profile["commit_seconds"])
@@ -200,11 +206,11 @@ def _print_timeline(side: OurSide, reading: Reading) -> None:
         print(f"  {(at - start) * 1000:8.2f}  {label}")
 
 
-def _main_thread_line(main_ms: float, peer_ms: float) -> str:
-    """The worker main thread's CPU per turn, as a ratio of the peer's whole turn."""
-    return (f"  worker main thread (the SDK's event loop: every Step, frame and Stream write of the"
-            f" turn, one after another): {main_ms:.1f} ms CPU = {main_ms / peer_ms:.2f}x"
-            " LangGraph + SqliteSaver's turn")
+def _thread_line(name: str, thread_ms: list[float], peer_p50: float) -> str:
+    """The worker main thread's CPU inside each turn, p50, as a ratio of the peer's p50."""
+    p50 = percentile(thread_ms, 0.5)
+    return (f"  {name:<34} p50 {p50:7.2f} ms   p99 {percentile(thread_ms, 0.99):7.2f} ms"
+            f"  {p50 / peer_p50:5.2f}x")
 
 
 def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
@@ -214,11 +220,10 @@ def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
     return f"  {name:<34} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms{ratio}"
 
 
-def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any], peer_ms: float) -> None:
+def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
     print(f"\nPer-turn cost of ours, --sync {sync} (wall p50 {wall_ms:.1f} ms):")
     print(f"  CPU: engine {costs['engine_cpu_ms']:.1f} ms, worker {costs['worker_cpu_ms']:.1f} ms,"
           f" bench client {costs['client_cpu_ms']:.1f} ms")
-    print(_main_thread_line(costs["worker_main_cpu_ms"], peer_ms))
     print(f"  SQLite commits: {costs['commits']:.1f} per turn, {costs['commit_ms']:.2f} ms;"
           f" {costs['slow_commits']} over 5 ms in the run, longest {costs['commit_longest_ms']:.1f}"
           " ms")
@@ -260,8 +265,8 @@ async def run(
     floor_stack: Any = None
     floor_flow = FloorFlow()
     floor_seconds: list[float] = []
+    floor_thread_ms: list[float] = []
     floor_worker_pid = 0
-    floor_cpu = [0.0, 0.0]
     try:
         for sync in syncs:
             home = root / f"sync-{sync}"
@@ -291,9 +296,11 @@ async def run(
         async def floor_run(flow_id: str) -> None:
             if floor_stack is None:
                 return
+            thread_before = thread_cpu_ms(floor_worker_pid)
             started = time.perf_counter()
             await floor_turn(floor_stack.client, floor_flow, flow_id)
             floor_seconds.append(time.perf_counter() - started)
+            floor_thread_ms.append(thread_cpu_ms(floor_worker_pid) - thread_before)
 
         graph, connection = build_graph(root / "langgraph.sqlite3", root / "langgraph.log")
         bare, _ = build_graph(None, root / "langgraph-bare.log")
@@ -315,20 +322,18 @@ async def run(
             peer_turn(-index - 1)
         for side in sides:
             side.seconds.clear()
+            side.worker_thread_ms.clear()
+        floor_thread_ms.clear()
         peer.clear()
         bare_seconds.clear()
         floor_seconds.clear()
         before = [await side.reading() for side in sides] if profile else []
-        if floor_stack is not None:
-            floor_cpu = [_process_cpu(floor_worker_pid, main_thread=True)]
         for index in range(turns):
             for side in sides:
                 await side.turn(flow, f"turn-{index}")
             await floor_run(f"turn-{index}")
             peer_turn(index)
         after = [await side.reading() for side in sides] if profile else []
-        if floor_stack is not None:
-            floor_cpu.append(_process_cpu(floor_worker_pid, main_thread=True))
         if connection is not None:
             connection.close()
 
@@ -347,14 +352,20 @@ async def run(
             print("  (the floor is the turn's nine Step tasks and one RPC on the same engine, SDK"
                   " and pull worker\n   at --sync normal, with handlers that do nothing:"
                   " bench/turn_floor.py)")
-            print("  floor" + _main_thread_line(
-                (floor_cpu[1] - floor_cpu[0]) * 1000 / turns, peer_p50
-            ).removeprefix(" "))
-            print("  (a turn takes at least the CPU of the worker's main thread: the unchanged"
-                  " dex-python-sdk, grpc.aio\n   and the Step handlers share that one thread)")
+        print("CPU of the worker's main thread inside each turn (from start_session to the"
+              " snapshot; ratio = p50 / LangGraph + SqliteSaver p50):")
+        for side in sides:
+            print(_thread_line(f"dex_agents, --sync {side.sync}", side.worker_thread_ms,
+                               peer_p50))
+        if floor_thread_ms:
+            print(_thread_line("floor", floor_thread_ms, peer_p50))
+        print("  (that thread runs the unchanged dex-python-sdk's event loop: the Python side of"
+              " the worker's gRPC\n   messages, the SDK's decoding and encoding, and every Step"
+              " handler, one after another;\n   a turn cannot be shorter than the CPU this"
+              " thread spends inside it)")
         for side, first, last in zip(sides, before, after, strict=False):
             _print_breakdown(side.sync, percentile(side.seconds, 0.5) * 1000,
-                             _diff(first, last, turns), peer_p50)
+                             _diff(first, last, turns))
             if trace:
                 _print_timeline(side, last)
     finally:

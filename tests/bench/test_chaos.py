@@ -52,3 +52,6 @@ def test_failed_turns_are_reported_with_their_errors_most_frequent_first() -> No
         "1 turn ended with the error: timeout",
     ]
     assert failed_turn_notes([]) == []
+    many = failed_turn_notes([f"error {n}" for n in range(12)] + ["error 0"])
+    assert many[0] == "2 turns ended with the error: error 0"
+    assert len(many) == 11 and many[-1] == "2 more turns ended with 2 other errors."
