@@ -50,6 +50,23 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def cpu_ms(pid: int, main_thread_only: bool = False) -> float:
+    """Milliseconds on a CPU, to the nanosecond, of the running threads of process ``pid``, or
+    of its main thread alone (``/proc/<pid>/task/<tid>/schedstat``, first field). Threads that
+    have ended are not counted: read it across a span in which the threads counted live on."""
+    tasks = [Path(f"/proc/{pid}/task/{pid}")] if main_thread_only else [
+        *Path(f"/proc/{pid}/task").iterdir()
+    ]
+    total = 0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except FileNotFoundError:  # a thread that ended just now
+            if main_thread_only:
+                raise
+    return total / 1e6
+
+
 async def latency(stack: Any, writes: int) -> tuple[list[float], list[float]]:
     """Write ``writes`` events one by one; time the relay's frame and a direct read of each."""
     from websockets.asyncio.client import connect

@@ -11,11 +11,11 @@ This benchmark times those four message patterns between two Python processes wi
 and this process plays the worker and the client.
 
 For each pattern it prints the wall time and the CPU of each side per operation (client
-``time.process_time``, server ``/proc/<pid>/stat``), then multiplies by the counts of one agent
-turn, as ``python -m bench.turn`` reports them in its breakdown (``TURN_COUNTS``), and sets the
-result beside LangGraph + ``SqliteSaver`` running the same turn in this process
-(``bench/langgraph_peer.py``). Two lower bounds for our turn follow, before the engine commits
-anything or the SDK and ``dex_agents`` run a line:
+``time.process_time``, server ``bench.relay.cpu_ms``: every thread, to the nanosecond), then
+multiplies by the counts of one agent turn, as ``python -m bench.turn`` reports them in its
+breakdown (``TURN_COUNTS``), and sets the result beside LangGraph + ``SqliteSaver`` running the
+same turn in this process (``bench/langgraph_peer.py``). Two lower bounds for our turn follow,
+before the engine commits anything or the SDK and ``dex_agents`` run a line:
 
 * CPU: the transport CPU of one turn, spread perfectly over the machine's cores;
 * latency: the turn's critical path, which waits for ``CRITICAL_PATH_ROUND_TRIPS`` task round
@@ -43,7 +43,7 @@ from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
 from bench._cli import positive_int
-from bench.relay import percentile
+from bench.relay import cpu_ms, percentile
 
 REPO = Path(__file__).resolve().parents[1]
 #: The unary method the child serves next to ``WorkerTaskService`` (bytes in, bytes out).
@@ -63,18 +63,6 @@ CRITICAL_PATH_ROUND_TRIPS = 6
 #: Payload sizes in bytes, about those of the turn: a task's request, a Step result, a Stream
 #: write (one AgentEvent), a unary request and answer.
 TASK_BYTES, RESULT_BYTES, WRITE_BYTES, UNARY_BYTES = 1500, 600, 250, 200
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU seconds of every running thread of process ``pid``, to the nanosecond (the sum of
-    ``/proc/<pid>/task/*/schedstat``; the server child's threads live as long as it does)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except FileNotFoundError:  # a thread that ended just now
-            continue
-    return total / 1e9
 
 
 def _value(size: int) -> pb.Value:
@@ -180,13 +168,14 @@ async def _measure(
     for _ in range(max(20, ops // 10)):
         await op()
     walls: list[float] = []
-    client_before, server_before = time.process_time(), _cpu_seconds(server_pid)
+    # The server child's threads live as long as it does, so cpu_ms counts all of its work.
+    client_before, server_before = time.process_time(), cpu_ms(server_pid)
     for _ in range(ops):
         started = time.perf_counter()
         await op()
         walls.append((time.perf_counter() - started) * 1000)
     client = (time.process_time() - client_before) * 1000 / ops
-    server = (_cpu_seconds(server_pid) - server_before) * 1000 / ops
+    server = (cpu_ms(server_pid) - server_before) / ops
     return Pattern(name, walls, client, server)
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._cli import positive_int
-from bench.relay import percentile
+from bench.relay import cpu_ms, percentile
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER_MODULE = "tests.dex_agents.scripted_worker"
@@ -65,10 +65,9 @@ def _process_cpu(pid: int) -> float:
 
 
 def thread_cpu_ms(pid: int) -> float:
-    """Milliseconds on a CPU of the main thread of process ``pid``, to the nanosecond
-    (``/proc/<pid>/task/<pid>/schedstat``; the threads gRPC starts for its own I/O are not in
-    it)."""
-    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e6
+    """Milliseconds on a CPU of the main thread of process ``pid`` (``bench.relay.cpu_ms``; the
+    threads gRPC starts for its own I/O are not in it)."""
+    return cpu_ms(pid, main_thread_only=True)
 
 
 @dataclass
