@@ -21,7 +21,8 @@ Keys (units in the names' comments):
     ``json``), REDIS_URL (the Redis that carries worker heartbeats; none when empty),
     EVENTS_STREAM_CAPACITY_BYTES, EVENTS_SEND_QUEUE_FRAMES, EVENTS_SEND_QUEUE_BYTES,
     MAX_QUEUED_MESSAGES, MAX_API_TOKENS_PER_USER (ints), API_PATH_PREFIX (the URL prefix
-    whose error answers are JSON, ``/api/``).
+    whose error answers are JSON, ``/api/``), MCP_MAX_PROCESSES (stdio MCP server processes
+    one Dex worker runs at once).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -52,6 +53,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "EVENTS_SEND_QUEUE_BYTES": 1024 * 1024,
     "MAX_QUEUED_MESSAGES": 20,
     "MAX_API_TOKENS_PER_USER": 50,
+    "MCP_MAX_PROCESSES": 32,
     "API_PATH_PREFIX": "/api/",
     "WEB_PROCESSES": 1,
     "WORKERS": 1,

@@ -21,7 +21,9 @@ through ``turn.agent_config`` and ``call.agent_config``)::
                                     # context window (4 characters a token), else 100,000
      "compaction_model": "openai/gpt-4o-mini",  # the summarizer's model; default: "model"
      "message_retention_limit": 2000,           # read by the session, not the runner
-     "compaction_trigger_fraction": 0.85, "compaction_keep_fraction": 0.10}
+     "compaction_trigger_fraction": 0.85, "compaction_keep_fraction": 0.10,
+     # whom MCP requests are made for (a server's "user" isolation): the session owner's ID
+     "owner_id": "7"}
 
 Every ``framework_item`` is an OpenAI Chat Completions message dict (``role``, ``content``,
 ``tool_calls``, ``tool_call_id``), plus what a provider needs replayed verbatim on later calls:
@@ -116,6 +118,7 @@ from mcp_registry.builtin_tools import (
 )
 from mcp_registry.client import (
     McpClientPool,
+    McpScope,
     McpServerSpec,
     McpToolError,
 )
@@ -354,6 +357,7 @@ class AgentModelConfig:
     reasoning_effort: str | None = None
     tool_result_max_chars: int | None = None
     compaction_model: str | None = None
+    owner_id: str | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> AgentModelConfig:
@@ -398,6 +402,7 @@ class AgentModelConfig:
             reasoning_effort=str(effort) if effort else None,
             tool_result_max_chars=cut,
             compaction_model=str(config.get("compaction_model") or "") or None,
+            owner_id=str(config["owner_id"]) if config.get("owner_id") is not None else None,
         )
 
     def for_turn_mode(self, mode: TurnMode) -> AgentModelConfig:
@@ -411,6 +416,11 @@ class AgentModelConfig:
         else:
             tools = tuple(entry for entry in self.tools if entry.name != WRITE_TODOS_TOOL)
         return replace(self, tools=tools)
+    def scope(self, session_id: str) -> McpScope:
+        """Whom the session's MCP requests are made for: the session and its owner (sessions
+        started before ``owner_id`` was recorded count as their own user)."""
+        return McpScope(session_id=session_id, user_id=self.owner_id)
+
     def window(self) -> int | None:
         """The context window in tokens: the agent's, else LiteLLM's (imports LiteLLM)."""
         return context_window(self.model, self.context_window)
@@ -1177,6 +1187,7 @@ class LiteLLMRunner:
                     pool=self._pool,
                     server_names=sorted({tool.server for tool in config.tools if tool.server}),
                     resolve_server=self._server_resolver,
+                    scope=config.scope(call.flow_id),
                 )
             except BuiltinToolError as error:
                 raise ToolExecutionError(error.message) from error
@@ -1198,7 +1209,7 @@ class LiteLLMRunner:
         try:
             output = await self._pool.call_tool(
                 spec, entry.tool, arguments, idempotency_key=call.idempotency_key, timeout=None,
-                on_progress=on_progress, on_log=on_log,
+                on_progress=on_progress, on_log=on_log, scope=config.scope(call.flow_id),
             )
         except McpToolError as error:
             raise ToolExecutionError(error.message) from error

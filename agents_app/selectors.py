@@ -8,6 +8,7 @@ import collections
 import datetime
 import logging
 import threading
+from collections.abc import Collection
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -26,6 +27,7 @@ from agents_app.models import (
     ApprovalRequest,
 )
 from agents_app.rest_errors import UnavailablePart
+from agents_app.session_index import SESSION_STATUS_STOPPED
 from dex_agents import AgentStatus
 
 logger = logging.getLogger(__name__)
@@ -144,6 +146,19 @@ def snapshot_with_outbox(*, session: AgentSession, snapshot: dict[str, Any]) -> 
         "queued_messages": queued,
         "steered_messages": steered,
         "queued_message_count": int(snapshot.get("queued_message_count", 0)) + len(kept),
+    }
+
+
+def sessions_stopped(*, session_ids: Collection[str]) -> set[str]:
+    """Which of ``session_ids`` the index shows as stopped, or no longer has (deleted)."""
+    wanted = set(session_ids)
+    present = dict(
+        AgentSession.objects.filter(pk__in=wanted).values_list("pk", "status")
+    )
+    return {
+        session_id
+        for session_id in wanted
+        if session_id not in present or present[session_id] == SESSION_STATUS_STOPPED
     }
 
 

@@ -72,6 +72,8 @@ def session_create(
         raise ValueError("Sessions belong to a saved user.")
     session_id = session_id_new()
     config = agent.agent_config(tool_names=tool_names)
+    # Whom the session's MCP requests are made for (a server's "user" isolation).
+    config["owner_id"] = str(owner_pk)
     title = (message.strip().splitlines() or [""])[0][:TITLE_MAX_CHARS] or agent.name
     session = AgentSession.objects.create(
         id=session_id, owner_id=owner_pk, agent=agent, title=title

@@ -206,12 +206,14 @@ background_heartbeat = _background_heartbeat
 
 
 def _recovery_detail(context: AsyncContext) -> str:
+    """The error text a failure route records, which the model reads
+    (``describe_tool_call_outcome``): the failure's own message only. The Worker's error
+    type is a Python class path (``mcp_registry.client.McpTransportError``), which tells a
+    model nothing, so it is left out."""
     error = context.recovery_error
     if error is None:
         return "the Step failed"
-    if error.error_type and error.detail:
-        return f"{error.error_type}: {error.detail}"
-    return error.detail or error.error_type or "the Step failed"
+    return error.detail or "the Step failed without a message"
 
 
 def _load_all(context: AsyncContext) -> dict[str, AgentToolCall]:

@@ -439,6 +439,11 @@ DEXAGENTS: dict[str, Any] = {
     "MAX_API_TOKENS_PER_USER": env_int(
         "DEXAGENTS_MAX_API_TOKENS_PER_USER", 50, minimum=1, maximum=10_000
     ),
+    # stdio MCP server processes one Dex worker runs at once (one per agent session and
+    # server under the default isolation); past it the least recently used idle one closes.
+    "MCP_MAX_PROCESSES": env_int(
+        "DEXAGENTS_MCP_MAX_PROCESSES", 32, minimum=1, maximum=10_000
+    ),
 }
 
 LOGGING = {

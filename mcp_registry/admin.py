@@ -5,8 +5,10 @@ the worker machine, and a tool's overrides decide whether a write waits for appr
 Staff with the view permission may look.
 
 A server's page shows its processes as the Dex workers last reported them (state, PIDs,
-restarts, the last lines of stderr; ``McpServerProcess``) and the time and outcome of its
-last discovery. Saving a stdio server whose command is not found on this machine warns.
+scope, restarts, how a crashed one ended and the last lines of its stderr;
+``McpServerProcess``), the HTTP sessions workers hold open, what its isolation level lets
+cross between sessions, and the time and outcome of its last discovery. Saving a stdio
+server whose command is not found on this machine warns.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from mcp_registry.models import McpServer, McpServerProcess, McpTool
+from mcp_registry.client import exit_status_text
+from mcp_registry.models import ISOLATION_CROSSES, McpServer, McpServerProcess, McpTool
 from mcp_registry.selectors import server_command_problems
 from mcp_registry.services import server_discovery_enqueue
 
@@ -33,16 +36,40 @@ def _when(moment: datetime) -> str:
 
 
 def process_describe(process: McpServerProcess, *, short: bool = False) -> str:
-    """One line for a process: ``running, PID 41 (guard 40), 1 restart, on worker host:12``;
-    ``short`` leaves out the guard and the worker (the server list)."""
-    parts = [process.get_state_display()]
+    """One line for a process: ``exited with code 3, PID 41 (guard 40), 1 restart, for
+    session ses_1, on worker host:12``; ``short`` leaves out the guard, the scope and the
+    worker (the server list)."""
+    if process.state == McpServerProcess.State.EXITED:
+        parts = [exit_status_text(process.exit_code)]
+    else:
+        parts = [process.get_state_display()]
     if process.server_pid is not None:
         guard = f" (guard {process.guard_pid})" if process.guard_pid and not short else ""
         parts.append(f"PID {process.server_pid}{guard}")
     parts.append(f"{process.restarts} restart{'' if process.restarts == 1 else 's'}")
     if not short:
+        parts.append(f"for {process.scope}" if process.scope != "shared" else "shared")
         parts.append(f"on worker {process.worker}")
     return ", ".join(parts)
+
+
+def processes_summarize(processes: list[McpServerProcess]) -> str:
+    """The server list's short form: how many run, and the newest crash or failed start
+    (``2 running; last crash: exited with code 3 at <time>``)."""
+    live = [p for p in processes if p.state in (p.State.STARTING, p.State.RUNNING)]
+    parts = [f"{len(live)} running"]
+    ended = [
+        p for p in processes if p.state in (p.State.EXITED, p.State.FAILED) and p.ended_at
+    ]
+    if ended:
+        last = max(ended, key=lambda process: process.ended_at or process.updated_at)
+        what = (
+            exit_status_text(last.exit_code)
+            if last.state == McpServerProcess.State.EXITED
+            else "failed to start"
+        )
+        parts.append(f"last crash: {what} at {_when(last.ended_at or last.updated_at)}")
+    return "; ".join(parts)
 
 
 def discovery_describe(server: McpServer) -> str:
@@ -133,6 +160,7 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "enabled",
+        "isolation",
         "process_summary",
         "last_discovery",
         "short_error",
@@ -147,6 +175,7 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
         "last_error",
         "last_error_at",
         "process_table",
+        "isolation_effect",
         "created_at",
         "updated_at",
     )
@@ -155,6 +184,7 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
         ("stdio", {"fields": ("command", "args", "cwd", "env_names", "env_values")}),
         ("Streamable HTTP", {"fields": ("url", "header_env")}),
         ("Limits", {"fields": ("startup_timeout", "call_timeout", "retries")}),
+        ("Isolation", {"fields": ("isolation", "isolation_effect", "idle_timeout")}),
         ("Processes", {"fields": ("process_table",)}),
         (
             "Discovery",
@@ -175,7 +205,9 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     actions = ("discover_tools",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:
-        return super().get_queryset(request).prefetch_related("processes", "tools")
+        return (
+            super().get_queryset(request).prefetch_related("processes", "tools", "http_sessions")
+        )
 
     def save_model(
         self, request: HttpRequest, obj: McpServer, form: ModelForm[McpServer], change: bool
@@ -197,19 +229,44 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     def last_discovery(self, obj: McpServer) -> str:
         return discovery_describe(obj)
 
+    @admin.display(description="what crosses between agent sessions")
+    def isolation_effect(self, obj: McpServer) -> SafeString:
+        current = obj.isolation or McpServer.Isolation.SESSION
+        return format_html_join(
+            "",
+            "<p>{}<strong>{}</strong>: {}</p>",
+            (
+                ("\u2192 " if level == current else "", level, text)
+                for level, text in ISOLATION_CROSSES.items()
+            ),
+        )
+
     @admin.display(description="processes")
     def process_summary(self, obj: McpServer) -> str:
-        processes = list(obj.processes.all())
         if obj.transport != McpServer.Transport.STDIO:
-            return "-"
+            count = len(obj.http_sessions.all())
+            return f"{count} HTTP session{'' if count == 1 else 's'} open"
+        processes = list(obj.processes.all())
         if not processes:
             return "not started by a worker"
-        return "; ".join(process_describe(process, short=True) for process in processes)
+        return processes_summarize(processes)
 
     @admin.display(description="processes (as the Dex workers last reported them)")
     def process_table(self, obj: McpServer) -> SafeString | str:
-        if obj.pk is None or obj.transport != McpServer.Transport.STDIO:
+        if obj.pk is None:
             return "-"
+        if obj.transport != McpServer.Transport.STDIO:
+            sessions = list(obj.http_sessions.all())
+            if not sessions:
+                return "No worker holds an HTTP session with this server."
+            return format_html_join(
+                "",
+                "<p>Mcp-Session-Id {} for {}, opened {} by worker {}</p>",
+                (
+                    (row.session_id, row.scope, _when(row.opened_at), row.worker)
+                    for row in sessions
+                ),
+            )
         processes = list(obj.processes.all())
         if not processes:
             return "No worker has started this server yet."
@@ -265,6 +322,7 @@ class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
         "title",
         "description",
         "input_schema",
+        "output_schema",
         "parameters",
         "quarantine",
         "annotations",
@@ -283,6 +341,7 @@ class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
         "title",
         "description",
         "input_schema",
+        "output_schema",
         "parameters",
         "quarantine",
         "annotations",

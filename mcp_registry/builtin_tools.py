@@ -27,7 +27,13 @@ from typing import Any
 
 from mcp.types import BlobResourceContents, TextResourceContents
 
-from mcp_registry.client import McpClientPool, McpServerSpec, McpToolError, render_block
+from mcp_registry.client import (
+    McpClientPool,
+    McpScope,
+    McpServerSpec,
+    McpToolError,
+    render_block,
+)
 
 BUILTIN_TOOL_EFFECT = "read"
 """The effect of every built-in tool (a ``dex_agents.ToolEffect`` value)."""
@@ -173,6 +179,7 @@ async def builtin_tool_execute(
     pool: McpClientPool,
     server_names: Sequence[str],
     resolve_server: ServerResolver,
+    scope: McpScope | None = None,
 ) -> str:
     """Run the built-in tool ``name`` and return the text for the model's tool message.
 
@@ -182,6 +189,9 @@ async def builtin_tool_execute(
         pool: The worker's MCP client pool (sessions are shared with tool calls).
         server_names: The servers the agent may use; any other ``server`` is refused.
         resolve_server: Loads a server's connection spec by name.
+        scope: The agent session the call belongs to: resources and prompts are read on that
+            session's connection (the server's isolation decides which), so one session never
+            reads state another session's calls created there.
 
     Returns:
         Lists: a JSON object ``{"resources" | "resource_templates" | "prompts": [...],
@@ -205,32 +215,36 @@ async def builtin_tool_execute(
         )
     spec = await resolve_server(server_name)
     try:
-        return await _run(name, arguments, pool, spec)
+        return await _run(name, arguments, pool, spec, scope)
     except McpToolError as error:
         raise BuiltinToolError(error.message) from error
 
 
 async def _run(
-    name: str, arguments: Mapping[str, Any], pool: McpClientPool, spec: McpServerSpec
+    name: str,
+    arguments: Mapping[str, Any],
+    pool: McpClientPool,
+    spec: McpServerSpec,
+    scope: McpScope | None,
 ) -> str:
     cursor = _string(arguments, "cursor", required=False)
     if name == LIST_RESOURCES:
-        resources = await pool.list_resources(spec, cursor=cursor)
+        resources = await pool.list_resources(spec, cursor=cursor, scope=scope)
         return _page([_dump(r) for r in resources.resources], resources.next_cursor, "resources")
     if name == LIST_RESOURCE_TEMPLATES:
-        templates = await pool.list_resource_templates(spec, cursor=cursor)
+        templates = await pool.list_resource_templates(spec, cursor=cursor, scope=scope)
         return _page(
             [_dump(t) for t in templates.resource_templates],
             templates.next_cursor,
             "resource_templates",
         )
     if name == LIST_PROMPTS:
-        prompts = await pool.list_prompts(spec, cursor=cursor)
+        prompts = await pool.list_prompts(spec, cursor=cursor, scope=scope)
         return _page([_dump(p) for p in prompts.prompts], prompts.next_cursor, "prompts")
     if name == READ_RESOURCE:
         uri = _string(arguments, "uri", required=True)
         assert uri is not None
-        result = await pool.read_resource(spec, uri)
+        result = await pool.read_resource(spec, uri, scope=scope)
         parts: list[str] = []
         for contents in result.contents:
             if isinstance(contents, TextResourceContents):
@@ -248,7 +262,7 @@ async def _run(
         isinstance(value, str) for value in prompt_arguments.values()
     ):
         raise BuiltinToolError("'arguments' must be an object of strings.")
-    prompt = await pool.get_prompt(spec, prompt_name, dict(prompt_arguments))
+    prompt = await pool.get_prompt(spec, prompt_name, dict(prompt_arguments), scope=scope)
     lines = [prompt.description] if prompt.description else []
     lines.extend(f"{message.role}: {render_block(message.content)}" for message in prompt.messages)
     return "\n".join(lines)

@@ -7,34 +7,52 @@ one from its ``McpServer`` row) and this module does the protocol work through t
 * ``stdio``: the server command runs as a child process in its own process group (a new session).
   A small guard process sits between the worker and the server: it watches the worker and, should
   the worker die without closing the connection (even by SIGKILL), stops the whole group, SIGTERM
-  first and SIGKILL two seconds later. Normal shutdown follows the SDK: close stdin, wait, then
-  SIGTERM and SIGKILL the group.
+  first and SIGKILL two seconds later. It also reports how the server ended (exit code or
+  signal). Normal shutdown follows the SDK: close stdin, wait, then SIGTERM and SIGKILL the group.
 * ``streamable_http``: the server URL, with headers whose values are read from the environment.
+  A clean close ends the server's MCP session with ``DELETE`` (MCP specification, "Transports/
+  Session Management").
 
 Credentials are referenced by environment-variable name in the spec and read from ``os.environ``
 only when a connection opens; values are never stored on the spec, logged, or put in errors.
 
-:class:`McpClientPool` keeps one long-lived session per server per worker process (per event
-loop) and multiplexes concurrent calls over it; a broken session is dropped and reopened on the
-next call. :func:`list_tools` opens a short-lived session for discovery.
+Connections are opened with the ``initialize`` handshake first (every released server answers
+it); only a server that refuses it as a modern-only server (error -32022) is probed with
+``server/discover``.
+
+Isolation (ARCHITECTURE.md, "MCP state belongs to one agent session"): :class:`McpClientPool`
+keeps one connection per server per *scope key*. Every request names an :class:`McpScope` (the
+agent session and its owner), and the server's ``isolation`` decides the key: ``session`` (the
+default: one connection, so one stdio process or one Streamable-HTTP ``Mcp-Session-Id``, per
+agent session), ``user`` (one per owner, shared by that user's sessions) or ``shared`` (one for
+the whole worker). A connection opens on its scope's first request and closes when it has been
+idle for the server's ``idle_timeout``, when its agent session has ended (``sessions_ended``),
+when the pool needs its slot for another (``max_processes`` bounds live stdio processes; the
+least recently used idle one is closed first) or when the pool closes.
+:func:`list_tools` opens a short-lived connection of its own for discovery.
 
 Notifications (MCP specification, "Utilities/Progress", "Server features/Logging" and
 "Server features/Tools/List Changed Notification"): progress for a call goes to that call's
-``on_progress``; a log message names no request, so it goes to a call's ``on_log`` only while
-that call is the one request in flight on the server's session and no earlier request was
-abandoned there (timed out or cancelled on this side while the server may still run it), and
-otherwise to the pool's ``on_log`` (the worker's log), never to another call: the calls of a
-session belong to different agent sessions and users, so a message written during one user's
-call must not reach another's events. Concurrent calls on one server therefore show no log
-messages of their own, nor does any call on a session after an abandoned request until the
-session is reopened; a
-``notifications/tools/list_changed`` marks the server's catalogue stale and is passed to the pool's
-``on_tools_list_changed``.
+``on_progress``. A log message names no request: on a ``session`` connection it goes to the
+oldest call in flight (every call on it belongs to the same agent session); on a ``user`` or
+``shared`` connection it goes to a call's ``on_log`` only while that call is the one request in
+flight and no earlier request was abandoned there, since calls of different sessions share it.
+Otherwise it goes to the pool's ``on_log`` (the worker's log), never to another session's call.
+A ``notifications/tools/list_changed`` marks the server's catalogue stale and is passed to the
+pool's ``on_tools_list_changed``.
 
-Errors: :class:`McpToolError` carries a model-readable message (an ``isError`` result, or a JSON-RPC
-error the server answered with); :class:`McpTransportError` means no answer was obtained (the
-server could not start, timed out, or the connection dropped), which a caller should treat as a
-retryable failure rather than something to show the model.
+Results: a ``tools/call`` result that arrived is the call's outcome, whatever happens to the
+connection afterwards. Structured content is validated against the output schema stored at
+discovery (``McpServerSpec.tool_output_schemas``), never by asking the server for its tool list
+in the middle of a call.
+
+Errors: :class:`McpToolError` carries a model-readable message (an ``isError`` result, a
+JSON-RPC error the server answered with, a result that breaks its schema, or a call that was
+not sent because the pool was full); :class:`McpTransportError` means no answer was obtained
+(the server could not start, timed out, crashed or dropped the connection), which a caller
+should treat as a retryable failure. Every message is plain prose: it names the server, the
+request, how long a timeout waited, and for a crashed stdio server its exit code or signal and
+the last lines of its stderr; never a Python class.
 """
 
 from __future__ import annotations
@@ -45,8 +63,10 @@ import functools
 import json
 import logging
 import os
+import signal
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -76,12 +96,19 @@ from mcp.types import (
     TextResourceContents,
     ToolListChangedNotification,
 )
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, RequestParamsMeta
+from mcp_types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    RequestParamsMeta,
+)
 from pydantic import ValidationError
 
 logger = logging.getLogger(__name__)
 
 Transport = Literal["stdio", "streamable_http"]
+Isolation = Literal["session", "user", "shared"]
+ISOLATION_LEVELS: tuple[Isolation, ...] = ("session", "user", "shared")
 
 IDEMPOTENCY_KEY_META = "dexagents/idempotency_key"
 """The request ``_meta`` key that carries a tool call's idempotency key to the server."""
@@ -113,7 +140,8 @@ _HTTP_READ_TIMEOUT = 300.0
 # Runs as ``python -I -c _GUARD_SOURCE <worker pid> <command> [args...]`` in the server's new
 # process group. It starts the server with the inherited stdin/stdout, drops its own copies of
 # those pipes, and stops the group when the worker is gone, when it is asked to stop (SIGTERM),
-# or once the server exits, so no member of the group outlives the connection.
+# or once the server exits, so no member of the group outlives the connection. When the server
+# exits it first writes a marker line with the exit status (negative: killed by that signal).
 _GUARD_SOURCE = """
 import os, signal, subprocess, sys, threading, time
 worker = int(sys.argv[1])
@@ -146,7 +174,9 @@ devnull = os.open(os.devnull, os.O_RDWR)
 os.dup2(devnull, 0)
 os.dup2(devnull, 1)
 threading.Thread(target=watch_worker, daemon=True).start()
-server.wait()
+code = server.wait()
+sys.stderr.write("\\0dexagents-mcp-exit %d\\n" % code)
+sys.stderr.flush()
 os.killpg(0, signal.SIGKILL)
 """
 
@@ -172,6 +202,12 @@ class McpServerSpec:
         startup_timeout: Seconds allowed to spawn or connect and finish the MCP handshake.
         call_timeout: Default seconds allowed for one request (``tools/call``, one
             ``tools/list`` page).
+        isolation: Which requests share a connection (see the module docstring): ``session``
+            (one per agent session, the default), ``user`` (one per owner) or ``shared``.
+        idle_timeout: Seconds a connection may stay unused before the pool closes it.
+        tool_output_schemas: Tool name -> the output schema stored at discovery (``None``: the
+            tool declared none). A result's structured content is checked against it. Not part
+            of the connection's identity (:meth:`fingerprint`).
     """
 
     name: str
@@ -185,10 +221,20 @@ class McpServerSpec:
     header_env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout: float = 30.0
     call_timeout: float = 60.0
+    isolation: Isolation = "session"
+    idle_timeout: float = 300.0
+    tool_output_schemas: Mapping[str, dict[str, Any] | None] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     def fingerprint(self) -> str:
-        """A stable string identifying this configuration (names only, no secret values)."""
+        """A stable string identifying this configuration (names only, no secret values).
+
+        A connection opened for one fingerprint is replaced when its server's configuration
+        changes; the stored output schemas and the idle timeout do not count.
+        """
         fields = asdict(self)
+        del fields["tool_output_schemas"], fields["idle_timeout"]
         fields["args"] = list(self.args)
         fields["env_names"] = list(self.env_names)
         fields["env"] = dict(self.env)
@@ -208,6 +254,7 @@ class DiscoveredTool:
         annotations: The tool annotations with wire names (``readOnlyHint``,
             ``destructiveHint``, ``idempotentHint``, ``openWorldHint``, ``title``); unset hints
             are omitted.
+        output_schema: The JSON Schema its structured content follows, or ``None``.
     """
 
     name: str
@@ -215,6 +262,38 @@ class DiscoveredTool:
     description: str
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class McpScope:
+    """Whom a request is made for, which decides the connection it travels on.
+
+    Attributes:
+        session_id: The agent session (Dex Flow ID) the request belongs to.
+        user_id: The session owner's ID, as text; ``None`` when unknown, in which case a
+            ``user``-isolated server treats the session as its own user.
+    """
+
+    session_id: str
+    user_id: str | None = None
+
+    def key(self, isolation: Isolation) -> str:
+        """The connection key under ``isolation``: ``session <id>``, ``user <id>`` or
+        ``shared``."""
+        if isolation == "shared":
+            return "shared"
+        if isolation == "user" and self.user_id:
+            return f"user {self.user_id}"
+        return f"session {self.session_id}"
+
+
+def scope_key(spec: McpServerSpec, scope: McpScope | None) -> str:
+    """The key of the connection a request for ``scope`` to ``spec``'s server travels on.
+
+    A request that names no scope (discovery-like work, tests) uses the ``shared`` one.
+    """
+    return "shared" if scope is None else scope.key(spec.isolation)
 
 
 @dataclass(frozen=True)
@@ -335,6 +414,12 @@ class McpTransportError(McpClientError):
     dropped connection. The call may or may not have reached the server."""
 
 
+class McpPoolFullError(McpToolError):
+    """The request was not sent: the pool already runs ``max_processes`` stdio servers and none
+    became idle within the server's startup timeout. Nothing reached the server, so the
+    caller may record it as a plain failure the model can read (it never runs twice)."""
+
+
 def _server_environment(spec: McpServerSpec) -> dict[str, str]:
     environment = dict(spec.env)
     missing = [name for name in spec.env_names if name not in os.environ]
@@ -405,6 +490,7 @@ STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX_CHARS = 500
 _STDERR_BUFFER_MAX_BYTES = 64 * 1024
 _PID_MARKER = "\0dexagents-mcp-pids "
+_EXIT_MARKER = "\0dexagents-mcp-exit "
 _STDERR_EOF_WAIT_SECONDS = 2.0
 
 
@@ -414,7 +500,8 @@ class _StderrCapture:
     Each line is echoed to the worker's stderr prefixed with ``[mcp <server>]`` and the last
     :data:`STDERR_TAIL_LINES` are kept (at most 500 characters each), with the values of the
     server's secret references replaced by ``[NAME]``. The guard's PID line is consumed, not
-    kept. ``on_line`` and ``on_eof`` are called from the reading thread.
+    kept, nor is its exit-status line (:attr:`exit_code`). ``on_line`` and ``on_eof`` are
+    called from the reading thread.
     """
 
     def __init__(
@@ -428,6 +515,8 @@ class _StderrCapture:
         self.writer: TextIO = os.fdopen(write_fd, "w")
         self.guard_pid: int | None = None
         self.server_pid: int | None = None
+        #: The server's exit status as the guard reported it (negative: killed by that signal).
+        self.exit_code: int | None = None
         self._read_fd = read_fd
         self._name = spec.name
         self._secrets = sorted(
@@ -483,6 +572,9 @@ class _StderrCapture:
             with contextlib.suppress(ValueError):
                 guard, server = text[len(_PID_MARKER):].split()
                 self.guard_pid, self.server_pid = int(guard), int(server)
+        elif text.startswith(_EXIT_MARKER):
+            with contextlib.suppress(ValueError):
+                self.exit_code = int(text[len(_EXIT_MARKER):])
         else:
             for name, value in self._secrets:
                 text = text.replace(value, f"[{name}]")
@@ -497,6 +589,21 @@ class _StderrCapture:
 
 
 ProcessState = Literal["starting", "running", "stopped", "exited", "failed"]
+
+
+def exit_status_text(code: int | None) -> str:
+    """How a process ended, from its exit status: ``exited with code 3``, ``was killed by
+    signal 9 (SIGKILL)``, or ``exited`` when the status is unknown (negative: signal number,
+    as ``subprocess`` reports it)."""
+    if code is None:
+        return "exited"
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-code}{name}"
 
 
 @dataclass(frozen=True)
@@ -515,6 +622,9 @@ class McpProcessStatus:
         ended_at: When it stopped, exited or failed (UTC); ``None`` while alive.
         stderr_tail: Its last stderr lines, secret values replaced by ``[NAME]``.
         error: Why it failed or exited; ``""`` otherwise.
+        scope: The connection's scope key (``session <id>``, ``user <id>``, ``shared``).
+        exit_code: The server's exit status once it exited on its own (negative: the
+            signal that killed it); ``None`` while it runs, or when it was stopped.
     """
 
     server: str
@@ -526,6 +636,8 @@ class McpProcessStatus:
     ended_at: datetime | None
     stderr_tail: tuple[str, ...]
     error: str = ""
+    scope: str = "shared"
+    exit_code: int | None = None
 
 
 ProcessStatusCallback = Callable[[McpProcessStatus], Awaitable[None] | None]
@@ -540,10 +652,18 @@ async def _open_client(
     logging_callback: LoggingFnT | None = None,
     message_handler: MessageHandlerFnT | None = None,
     errlog: TextIO | None = None,
+    on_http_session_id: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to ``spec`` and complete the MCP handshake; close everything on exit.
 
-    ``errlog`` receives a stdio server's stderr (default: this process's stderr).
+    The ``initialize`` handshake goes first: a server that ignores the ``server/discover``
+    probe (most released servers do, until ``initialize``) would otherwise hold the start for
+    the probe's whole timeout. A server that answers ``initialize`` with -32022 (unsupported
+    protocol version: a modern-only server) is connected again with the SDK's negotiation.
+
+    ``errlog`` receives a stdio server's stderr (default: this process's stderr);
+    ``on_http_session_id`` gets a Streamable-HTTP server's ``Mcp-Session-Id`` once it assigns
+    one.
 
     Raises McpTransportError for configuration problems (an unset secret reference
     included); the SDK's own exceptions otherwise (OSError when the process cannot be spawned).
@@ -555,26 +675,52 @@ async def _open_client(
         "log_level": _LOG_LEVEL,
     }
     async with AsyncExitStack() as stack:
-        if spec.transport == "stdio":
-            transport = stdio_client(_stdio_parameters(spec), errlog=errlog or _server_errlog())
-            client = Client(transport, **callbacks)
-        elif spec.transport == "streamable_http":
+        http_client: httpx2.AsyncClient | None = None
+        if spec.transport == "streamable_http":
             if not spec.url:
                 raise McpTransportError(f"MCP server {spec.name!r}: no URL configured")
+            hooks: dict[str, list[Callable[..., Any]]] = {}
+            if on_http_session_id is not None:
+                report = on_http_session_id
+
+                async def session_id_seen(response: httpx2.Response) -> None:
+                    session_id = response.headers.get("mcp-session-id")
+                    if session_id:
+                        report(session_id)
+
+                hooks["response"] = [session_id_seen]
             http_client = await stack.enter_async_context(
                 httpx2.AsyncClient(
                     headers=_http_headers(spec),
                     timeout=httpx2.Timeout(_HTTP_CONNECT_TIMEOUT, read=_HTTP_READ_TIMEOUT),
+                    event_hooks=hooks,
                 )
             )
-            client = Client(
-                streamable_http_client(spec.url, http_client=http_client), **callbacks
-            )
-        else:
+        elif spec.transport != "stdio":
             raise McpTransportError(
                 f"MCP server {spec.name!r}: unknown transport {spec.transport!r}"
             )
-        yield await stack.enter_async_context(client)
+
+        def client_for(mode: Literal["legacy", "auto"]) -> Client:
+            if http_client is None:
+                transport = stdio_client(
+                    _stdio_parameters(spec), errlog=errlog or _server_errlog()
+                )
+                return Client(transport, mode=mode, **callbacks)
+            return Client(
+                streamable_http_client(spec.url, http_client=http_client), mode=mode, **callbacks
+            )
+
+        try:
+            client = await stack.enter_async_context(client_for("legacy"))
+        except Exception as error:
+            refused = _root_cause(error)
+            if not (
+                isinstance(refused, MCPError) and refused.code == UNSUPPORTED_PROTOCOL_VERSION
+            ):
+                raise
+            client = await stack.enter_async_context(client_for("auto"))
+        yield client
 
 
 def _root_cause(error: BaseException) -> BaseException:
@@ -590,6 +736,26 @@ def _with_stderr(message: str, tail: Sequence[str]) -> str:
     return f"{message}. Last lines of its stderr:\n" + "\n".join(tail[-10:])
 
 
+def connection_failure_text(error: BaseException) -> str:
+    """A short, class-free description of an unexpected connection failure, for messages a
+    model or an administrator reads (``could not connect``, ``HTTP status 502``, ...)."""
+    error = _root_cause(error)
+    if isinstance(error, httpx2.HTTPStatusError):
+        return f"HTTP status {error.response.status_code}"
+    if isinstance(error, httpx2.ConnectError):
+        return "could not connect"
+    if isinstance(error, httpx2.TimeoutException):
+        return "the HTTP request timed out"
+    if isinstance(error, httpx2.HTTPError):
+        return "the HTTP exchange failed"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    if isinstance(error, MCPError):
+        return error.message
+    logger.info("MCP connection failure: %r", error)
+    return "the connection failed unexpectedly"
+
+
 def _startup_failure(
     spec: McpServerSpec, error: BaseException, stderr_tail: Sequence[str] = ()
 ) -> McpTransportError:
@@ -603,12 +769,10 @@ def _startup_failure(
     else:
         if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
             reason = "the process closed the connection before the MCP handshake finished"
-        elif isinstance(error, MCPError):
-            reason = error.message
         elif isinstance(error, OSError):
             reason = str(error)  # "[Errno 2] No such file or directory: '/srv/x'"
         else:
-            reason = type(error).__name__
+            reason = connection_failure_text(error)
         message = f"MCP server {spec.name!r} could not be started: {reason}"
     return McpTransportError(_with_stderr(message, stderr_tail))
 
@@ -668,6 +832,7 @@ def _discovered(tool: Any) -> DiscoveredTool:
         description=tool.description or "",
         input_schema=dict(tool.input_schema),
         annotations=annotations,
+        output_schema=dict(tool.output_schema) if tool.output_schema else None,
     )
 
 
@@ -703,7 +868,7 @@ async def list_tools(spec: McpServerSpec) -> list[DiscoveredTool]:
         try:
             return await _list_all_tools(client, spec)
         except MCPError as error:
-            failure = _call_failure(spec, "tools/list", error)
+            failure = _call_failure(spec, "tools/list", error, None)
             if isinstance(failure, McpTransportError):
                 await connection.close()
                 failure = McpTransportError(
@@ -719,7 +884,7 @@ async def list_tools(spec: McpServerSpec) -> list[DiscoveredTool]:
             raise McpTransportError(
                 _with_stderr(
                     f"MCP server {spec.name!r} connection failed during tools/list: "
-                    f"{type(_root_cause(error)).__name__}",
+                    f"{connection_failure_text(error)}",
                     await connection._stderr_tail_after_exit(),
                 )
             ) from error
@@ -727,11 +892,48 @@ async def list_tools(spec: McpServerSpec) -> list[DiscoveredTool]:
         await connection.close()
 
 
-def _call_failure(spec: McpServerSpec, what: str, error: MCPError) -> McpClientError:
+async def http_session_end(
+    spec: McpServerSpec, *, session_id: str, protocol_version: str | None = None
+) -> bool:
+    """End a Streamable-HTTP MCP session this side no longer holds a connection for (one a
+    killed worker left open): ``DELETE`` to the server URL with its ``Mcp-Session-Id`` and the
+    server's headers (MCP specification, "Transports/Session Management").
+
+    Returns:
+        ``True`` when the server answered 2xx, or 404 (the session had already ended);
+        ``False`` for any other answer, an unreachable server, or an unset header variable.
+        Never raises for those.
+    """
+    try:
+        headers = _http_headers(spec)
+    except McpTransportError as error:
+        logger.warning("Cannot end MCP session of %r: %s", spec.name, error.message)
+        return False
+    headers["mcp-session-id"] = session_id
+    if protocol_version:
+        headers["mcp-protocol-version"] = protocol_version
+    try:
+        async with httpx2.AsyncClient(timeout=spec.startup_timeout) as http:
+            response = await http.delete(spec.url, headers=headers)
+    except httpx2.HTTPError as error:
+        logger.warning(
+            "Cannot end MCP session of %r: %s", spec.name, connection_failure_text(error)
+        )
+        return False
+    return response.is_success or response.status_code == 404
+
+
+def _call_failure(
+    spec: McpServerSpec, what: str, error: MCPError, timeout: float | None
+) -> McpClientError:
     if error.code == CONNECTION_CLOSED:
         return McpTransportError(f"MCP server {spec.name!r} closed the connection during {what}")
     if error.code == REQUEST_TIMEOUT:
-        return McpTransportError(f"MCP server {spec.name!r} did not answer {what} in time")
+        waited = spec.call_timeout if timeout is None else timeout
+        return McpTransportError(
+            f"MCP server {spec.name!r} did not answer {what} within {waited:g} s; "
+            "the request was cancelled"
+        )
     return McpToolError(
         f"MCP server {spec.name!r} rejected {what}: {error.message} (error code {error.code})"
     )
@@ -747,51 +949,89 @@ async def _invoke(callback: Callable[..., Awaitable[None] | None], *args: Any) -
         logger.exception("MCP notification callback %r failed", callback)
 
 
+@dataclass(frozen=True)
+class McpHttpSession:
+    """A Streamable-HTTP MCP session a pool opened or closed (MCP specification,
+    "Transports/Session Management"), for a record that outlives the worker.
+
+    A worker killed by SIGKILL cannot send ``DELETE``; a record of the sessions it held lets
+    the next worker end them (``mcp_registry.services.http_sessions_orphaned_close``).
+
+    Attributes:
+        server: The server's registry name.
+        session_id: The ``Mcp-Session-Id`` the server assigned.
+        scope: The connection's scope key (``session <id>``, ``user <id>``, ``shared``).
+        protocol_version: The protocol version negotiated on it (sent with a later ``DELETE``).
+        open: ``True`` when the session was opened, ``False`` when this side closed it.
+    """
+
+    server: str
+    session_id: str
+    scope: str
+    protocol_version: str | None
+    open: bool
+
+
+HttpSessionCallback = Callable[[McpHttpSession], Awaitable[None] | None]
+"""``on_http_session(session)``: a Streamable-HTTP session was opened or closed."""
+
+
 class _Connection:
-    """One long-lived session, owned by a dedicated task.
+    """One long-lived MCP session (a stdio process or an HTTP session), owned by a task.
 
     The SDK's client holds anyio task groups and cancel scopes that must be entered and left by
     the same task, so a task of its own enters the client, reports readiness, and leaves it
-    when ``close`` is called or the transport fails; calls from other tasks share the session.
+    when ``close`` is called or the transport fails; requests from other tasks share it.
 
-    ``requests_in_flight`` counts the pool's requests on the session and ``log_listeners``
-    holds the ``on_log`` callbacks of the calls in flight; a log message goes to the one
-    listener when exactly one request is in flight and none was abandoned on this session,
-    else to ``on_idle_log`` (see the module docstring); ``on_tools_list_changed`` gets the
-    server's name
+    ``key`` is its scope key (``session <id>``, ``user <id>``, ``shared``). ``requests`` maps
+    each request task in flight to its scope, in the order they started, and
+    ``log_listeners`` holds the ``on_log`` callbacks of the calls in flight; see the module
+    docstring for where a log message goes. ``on_tools_list_changed`` gets the server's name
     when it announces a changed tool list. A stdio server's stderr is captured
-    (:class:`_StderrCapture`): its tail explains a failed start, and its end (every process of
-    the group gone) marks the session broken. ``on_status`` gets :class:`McpProcessStatus`
-    reports, one at a time under ``status_lock``.
+    (:class:`_StderrCapture`): its tail explains a failed start or a crash, and its end (every
+    process of the group gone) marks the connection broken with the exit status. ``on_status``
+    gets :class:`McpProcessStatus` reports, one at a time under ``status_lock``;
+    ``on_http_session`` gets the :class:`McpHttpSession` opened and closed.
     """
 
     def __init__(
         self,
         spec: McpServerSpec,
         *,
+        key: str = "shared",
         on_idle_log: Callable[[str, str, Any], Awaitable[None] | None] | None = None,
         on_tools_list_changed: Callable[[str], Awaitable[None] | None] | None = None,
         on_status: ProcessStatusCallback | None = None,
+        on_http_session: HttpSessionCallback | None = None,
         status_lock: asyncio.Lock | None = None,
         restarts: int = 0,
     ) -> None:
         self.spec = spec
+        self.key = key
         self.client: Client | None = None
         self.broken = False
         self.log_listeners: list[LogCallback] = []
+        self.requests: dict[asyncio.Task[Any], McpScope | None] = {}
+        #: Requests admitted on this connection and not finished (including the wait for its
+        #: start); a connection with none is idle and may be closed.
         self.requests_in_flight = 0
         #: Requests this side stopped waiting for without an answer (a timeout, a cancelled
-        #: call); the server may still run them, so no log message is a single call's after one.
+        #: call); the server may still run them, so on a connection that several agent
+        #: sessions share, no log message is a single call's after one.
         self.abandoned_requests = 0
+        self.last_used = time.monotonic()
+        self.http_session_id: str | None = None
         self._on_idle_log = on_idle_log
         self._on_tools_list_changed = on_tools_list_changed
         self._on_status = on_status if spec.transport == "stdio" else None
+        self._on_http_session = on_http_session if spec.transport == "streamable_http" else None
         self._status_lock = status_lock or asyncio.Lock()
         self._restarts = restarts
         self._state: ProcessState = "starting"
         self._started_at = datetime.now(UTC)
         self._ended_at: datetime | None = None
         self._error = ""
+        self._exit_code: int | None = None
         self._report_pending = False
         self._closing = False
         self._notification_tasks: set[asyncio.Task[None]] = set()
@@ -807,6 +1047,11 @@ class _Connection:
             )
         self._task = asyncio.create_task(self._own(), name=f"mcp-connection-{spec.name}")
 
+    @property
+    def single_session(self) -> bool:
+        """Whether every request on this connection belongs to one agent session."""
+        return self.key.startswith("session ")
+
     def _from_thread(self, callback: Callable[[], None]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
             self._loop.call_soon_threadsafe(callback)
@@ -814,7 +1059,7 @@ class _Connection:
     def _spawn(self, callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
         # Callbacks may write events or touch a database: never run them in the session's
         # reader, which would stall every response behind them.
-        task = asyncio.get_running_loop().create_task(_invoke(callback, *args))
+        task = self._loop.create_task(_invoke(callback, *args))
         self._notification_tasks.add(task)
         task.add_done_callback(self._notification_tasks.discard)
 
@@ -831,6 +1076,8 @@ class _Connection:
             ended_at=self._ended_at,
             stderr_tail=capture.tail() if capture else (),
             error=self._error,
+            scope=self.key,
+            exit_code=self._exit_code,
         )
 
     async def _deliver(self, status: McpProcessStatus) -> None:
@@ -853,7 +1100,9 @@ class _Connection:
     def _stderr_ended(self) -> None:
         # Every process of the group closed its stderr: the server is gone.
         if self._state == "running" and not self._closing:
-            self._end("exited", "the server process exited")
+            code = self.stderr.exit_code if self.stderr else None
+            self._exit_code = code
+            self._end("exited", f"the server process {exit_status_text(code)}")
             self.broken = True
             self._stop.set()
 
@@ -864,15 +1113,54 @@ class _Connection:
             self._error = error
             self._report()
 
+    async def ended_on_its_own(self) -> bool:
+        """After a dropped connection: whether the stdio server exited (its guard reported an
+        exit status within a bounded wait), recording the exit for the admin first. Always
+        ``False`` for an HTTP server."""
+        if self.stderr is None:
+            return False
+        await asyncio.to_thread(self.stderr.wait_eof, _STDERR_EOF_WAIT_SECONDS)
+        if self.stderr.exit_code is None:
+            return False
+        self._stderr_ended()
+        return True
+
+    def _http_session_seen(self, session_id: str) -> None:
+        self.http_session_id = session_id
+
+    def _report_http_session(self, *, open: bool) -> None:
+        if self._on_http_session is None or self.http_session_id is None:
+            return
+        client = self.client
+        version: str | None = None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                version = client.protocol_version
+        self._spawn(
+            self._on_http_session,
+            McpHttpSession(
+                server=self.spec.name,
+                session_id=self.http_session_id,
+                scope=self.key,
+                protocol_version=version,
+                open=open,
+            ),
+        )
+
     async def _log_received(self, params: LoggingMessageNotificationParams) -> None:
-        # Only an unambiguous owner gets it: with two requests in flight either may have
-        # caused it, and handing it to both leaked one user's tool log into another's session.
-        if (
+        listeners = self.log_listeners
+        if self.single_session and listeners:
+            # Every call here belongs to the same agent session: the oldest in flight gets it.
+            self._spawn(listeners[0], params.level, params.data)
+        elif (
+            # A connection several sessions share: only an unambiguous owner gets it. With two
+            # requests in flight either may have caused it, and after an abandoned request the
+            # server may still be logging for that one.
             self.requests_in_flight == 1
-            and len(self.log_listeners) == 1
+            and len(listeners) == 1
             and not self.abandoned_requests
         ):
-            self._spawn(self.log_listeners[0], params.level, params.data)
+            self._spawn(listeners[0], params.level, params.data)
         elif self._on_idle_log is not None:
             self._spawn(self._on_idle_log, self.spec.name, params.level, params.data)
 
@@ -890,6 +1178,7 @@ class _Connection:
                 logging_callback=self._log_received,
                 message_handler=self._message_received,
                 errlog=self.stderr.writer if self.stderr else None,
+                on_http_session_id=self._http_session_seen,
             ) as client:
                 if self.stderr is not None:
                     # The child holds its own copy; once every process of its group exits,
@@ -898,8 +1187,14 @@ class _Connection:
                 self.client = client
                 self._state = "running"
                 self._report()
+                self._report_http_session(open=True)
                 self._ready.set_result(None)
-                await self._stop.wait()
+                try:
+                    await self._stop.wait()
+                finally:
+                    # Reported before the transport sends DELETE: a worker killed in between
+                    # leaves no record, the session then expires on the server.
+                    self._report_http_session(open=False)
         except asyncio.CancelledError:
             if not self._ready.done():
                 self._ready.set_exception(TimeoutError())
@@ -908,10 +1203,9 @@ class _Connection:
             if not self._ready.done():
                 self._ready.set_exception(error)
             else:
-                logger.warning(
-                    "MCP server %r session ended: %s", self.spec.name, type(error).__name__
-                )
-                self._end("exited", f"the session ended: {type(error).__name__}")
+                reason = connection_failure_text(error)
+                logger.warning("MCP server %r session ended: %s", self.spec.name, reason)
+                self._end("exited", f"the session ended: {reason}")
         finally:
             self.broken = True
             self.client = None
@@ -977,14 +1271,90 @@ async def _log_idle_message(server: str, level: str, data: Any) -> None:
     logger.info("MCP server %r log (%s): %s", server, level, data)
 
 
+def _skip_sdk_result_check(client: Client, tool_name: str) -> None:
+    """Keep the SDK from asking the server for its tool list in the middle of a call.
+
+    ``mcp`` 2.3 checks a result's structured content against the tool's output schema and,
+    for a tool it has not listed on this connection, sends ``tools/list`` first; a server that
+    answered the call and then failed that request turned an answered call into a failure
+    (retried, so the tool ran again). The client checks the schema stored at discovery
+    itself (:func:`structured_content_problem`), so the SDK is told the tool has none. The
+    SDK keeps that table in a private attribute; should it move, the SDK's own check runs as
+    before and the tests of this behaviour fail.
+    """
+    schemas = getattr(client.session, "_tool_output_schemas", None)
+    if isinstance(schemas, dict):
+        schemas[tool_name] = None
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_validator(schema_json: str) -> Any:
+    import jsonschema
+
+    schema = json.loads(schema_json)
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
+def structured_content_problem(
+    schema: Mapping[str, Any] | None, result: CallToolResult
+) -> str | None:
+    """Why ``result``'s structured content breaks the tool's output ``schema``, or ``None``.
+
+    MCP ("Tools/Output Schema"): a tool that declares an output schema must return structured
+    content that conforms to it, and clients should check. ``None`` when the tool declared no
+    schema, the result is an error, or the stored schema is itself invalid (logged; a bad
+    schema is the server's bug, not the call's).
+    """
+    if not schema or result.is_error:
+        return None
+    import jsonschema
+
+    try:
+        validator = _schema_validator(json.dumps(schema, sort_keys=True))
+    except (jsonschema.SchemaError, TypeError, ValueError) as error:
+        logger.warning("The stored output schema is invalid and is not checked: %s", error)
+        return None
+    if result.structured_content is None:
+        return "it returned no structured content although the tool declares an output schema"
+    mismatch = jsonschema.exceptions.best_match(
+        validator.iter_errors(result.structured_content)
+    )
+    if mismatch is None:
+        return None
+    where = "/".join(str(part) for part in mismatch.absolute_path)
+    at = f" at {where}" if where else ""
+    return f"its structured content does not match the output schema{at}: {mismatch.message}"
+
+
+class _CancelledBySessionEnd(Exception):
+    """A request this pool cancelled because its agent session ended."""
+
+
+def _crash_message(spec: McpServerSpec, what: str, connection: _Connection) -> str:
+    capture = connection.stderr
+    code = capture.exit_code if capture else None
+    return _with_stderr(
+        f"MCP server {spec.name!r} {exit_status_text(code)} during {what}",
+        capture.tail() if capture else (),
+    )
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class McpClientPool:
-    """Long-lived MCP sessions, one per server, shared by every call in one event loop.
+    """Long-lived MCP connections, one per server and scope key, in one event loop.
 
     Create one per worker process and ``await pool.aclose()`` on shutdown, or use it as an
     async context manager. The pool binds to the event loop of its first call; using it from
-    another loop raises ``RuntimeError``. Concurrent calls to one server share its
-    session; the first call connects, a failed or dropped session is reopened by the next call,
-    and a changed spec for the same server name replaces the old session.
+    another loop raises ``RuntimeError``. A request names its :class:`McpScope`; the server's
+    ``isolation`` decides which connection it travels on (module docstring). The first
+    request of a scope connects; a failed or dropped connection is reopened by the next one,
+    and a changed spec for the same server replaces it.
 
     Args:
         on_tools_list_changed: Called with the server's name for every
@@ -992,15 +1362,26 @@ class McpClientPool:
             Notification"); the worker passes ``mcp_registry.tasks.tools_list_changed_enqueue``
             so discovery refreshes the stored catalogue. The name is also added to
             :attr:`stale_catalogues` either way.
-        on_log: Called as ``on_log(server_name, level, data)`` for log messages no single call
-            owns: those that arrive while no request, or more than one, is in flight on the
-            server's session, or while the one in flight has no ``on_log``; default: this
-            module's logger at INFO.
+        on_log: Called as ``on_log(server_name, level, data)`` for log messages no call
+            owns (module docstring); default: this module's logger at INFO.
         on_process_status: Called with an :class:`McpProcessStatus` whenever a stdio server
             process of the pool starts, becomes ready, stops, exits or fails, and (at most
             twice a second) when it writes to stderr; calls are serialized, in order. The
             worker passes ``mcp_registry.tasks.process_status_record``, which keeps the rows
             the admin shows.
+        on_http_session: Called with an :class:`McpHttpSession` when a Streamable-HTTP
+            session opens or this side closes it (``mcp_registry.tasks.http_session_record``).
+        sessions_ended: ``await sessions_ended(session_ids)`` returns which of the given agent
+            session IDs have ended (stopped); their connections are closed and their requests
+            in flight cancelled (``notifications/cancelled``). Asked every
+            ``ended_check_interval`` seconds while such connections are open.
+        max_processes: At most this many stdio server processes run at once. A new one
+            closes the least recently used idle one; when every one is busy, the request
+            waits up to the server's ``startup_timeout`` for one to become idle, then fails
+            with :class:`McpPoolFullError` without reaching the server.
+        reap_interval: Seconds between checks for connections idle past their server's
+            ``idle_timeout``.
+        ended_check_interval: Seconds between ``sessions_ended`` checks.
     """
 
     def __init__(
@@ -1009,11 +1390,26 @@ class McpClientPool:
         on_tools_list_changed: ToolsChangedCallback | None = None,
         on_log: Callable[[str, str, Any], Awaitable[None] | None] | None = None,
         on_process_status: ProcessStatusCallback | None = None,
+        on_http_session: HttpSessionCallback | None = None,
+        sessions_ended: Callable[[set[str]], Awaitable[set[str]]] | None = None,
+        max_processes: int = 32,
+        reap_interval: float = 5.0,
+        ended_check_interval: float = 15.0,
     ) -> None:
-        self._connections: dict[str, _Connection] = {}
+        if max_processes < 1:
+            raise ValueError("max_processes must be at least 1")
+        self._connections: dict[tuple[str, str], _Connection] = {}
         self._on_process_status = on_process_status
+        self._on_http_session = on_http_session
+        self._sessions_ended = sessions_ended
+        self._max_processes = max_processes
+        self._reap_interval = reap_interval
+        self._ended_check_interval = ended_check_interval
         self._status_lock: asyncio.Lock | None = None
-        self._starts: dict[str, int] = {}
+        self._admission: asyncio.Lock | None = None
+        self._slot_freed: asyncio.Event | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._starts: dict[tuple[str, str], int] = {}
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_tools_list_changed = on_tools_list_changed
@@ -1027,100 +1423,249 @@ class McpClientPool:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    def open_connections(self, server_name: str | None = None) -> list[str]:
+        """The scope keys of the open connections (of ``server_name`` only, when given)."""
+        return sorted(
+            key
+            for (name, key), connection in self._connections.items()
+            if not connection.broken and (server_name is None or name == server_name)
+        )
+
     async def _tools_list_changed(self, server_name: str) -> None:
         self.stale_catalogues.add(server_name)
         if self._on_tools_list_changed is not None:
             await _invoke(self._on_tools_list_changed, server_name)
 
-    async def _connection(self, spec: McpServerSpec) -> _Connection:
+    def _bind_loop(self) -> None:
         if self._closed:
             raise McpTransportError("the MCP client pool is closed")
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
+            self._status_lock = asyncio.Lock()
+            self._admission = asyncio.Lock()
+            self._slot_freed = asyncio.Event()
         elif self._loop is not loop:
             # Sessions are owned by tasks of the first loop; they cannot serve another one.
             raise RuntimeError("an McpClientPool serves the event loop it was first used in")
-        key = spec.fingerprint()
-        connection = self._connections.get(spec.name)
-        if connection is not None and (connection.broken or connection.spec.fingerprint() != key):
-            del self._connections[spec.name]
-            await connection.close()
-            connection = self._connections.get(spec.name)
-        if connection is None:
-            if self._status_lock is None:
-                self._status_lock = asyncio.Lock()
-            starts = self._starts.get(spec.name, 0)
-            self._starts[spec.name] = starts + 1
-            connection = _Connection(
-                spec,
-                on_idle_log=self._on_log,
-                on_tools_list_changed=self._tools_list_changed,
-                on_status=self._on_process_status,
-                status_lock=self._status_lock,
-                restarts=starts,
-            )
-            self._connections[spec.name] = connection
-        return connection
+        if self._reaper is None or self._reaper.done():
+            self._reaper = loop.create_task(self._reap(), name="mcp-pool-reaper")
+
+    async def _admit(self, spec: McpServerSpec) -> None:
+        """Make room for one more stdio process (caller holds ``_admission``)."""
+        assert self._slot_freed is not None
+        deadline = time.monotonic() + spec.startup_timeout
+        while True:
+            live = [
+                connection
+                for connection in self._connections.values()
+                if connection.spec.transport == "stdio"
+            ]
+            if len(live) < self._max_processes:
+                return
+            idle = [connection for connection in live if connection.requests_in_flight == 0]
+            if idle:
+                await self._drop(min(idle, key=lambda connection: connection.last_used))
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise McpPoolFullError(
+                    f"MCP server {spec.name!r} was not called: this worker already runs "
+                    f"{len(live)} MCP server processes (its limit) and none became free "
+                    f"within {spec.startup_timeout:g} s. Nothing was sent; try again later."
+                )
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._slot_freed.wait()
+
+    async def _connection(self, spec: McpServerSpec, scope: McpScope | None) -> _Connection:
+        """The connection for ``scope``, opened if needed, with one request admitted on it
+        (the caller must ``_release`` it)."""
+        self._bind_loop()
+        assert self._admission is not None and self._status_lock is not None
+        key = (spec.name, scope_key(spec, scope))
+        async with self._admission:
+            connection = self._connections.get(key)
+            if connection is not None and (
+                connection.broken or connection.spec.fingerprint() != spec.fingerprint()
+            ):
+                await self._drop(connection)
+                connection = None
+            if connection is None:
+                if spec.transport == "stdio":
+                    await self._admit(spec)
+                if self._closed:
+                    raise McpTransportError("the MCP client pool is closed")
+                starts = self._starts.get(key, 0)
+                self._starts[key] = starts + 1
+                connection = _Connection(
+                    spec,
+                    key=key[1],
+                    on_idle_log=self._on_log,
+                    on_tools_list_changed=self._tools_list_changed,
+                    on_status=self._on_process_status,
+                    on_http_session=self._on_http_session,
+                    status_lock=self._status_lock,
+                    restarts=starts,
+                )
+                self._connections[key] = connection
+            else:
+                # Later requests use the newest stored schemas without reconnecting.
+                connection.spec = spec
+            connection.requests_in_flight += 1
+            connection.last_used = time.monotonic()
+            return connection
+
+    def _release(self, connection: _Connection) -> None:
+        connection.requests_in_flight -= 1
+        connection.last_used = time.monotonic()
+        if connection.requests_in_flight == 0 and self._slot_freed is not None:
+            self._slot_freed.set()
 
     async def _drop(self, connection: _Connection) -> None:
-        if self._connections.get(connection.spec.name) is connection:
-            del self._connections[connection.spec.name]
+        key = (connection.spec.name, connection.key)
+        if self._connections.get(key) is connection:
+            del self._connections[key]
         await connection.close()
+        if self._slot_freed is not None:
+            self._slot_freed.set()
 
-    async def _ready_client(self, spec: McpServerSpec) -> tuple[_Connection, Client]:
-        connection = await self._connection(spec)
+    async def _reap(self) -> None:
+        """Close connections idle past their ``idle_timeout``, and those of ended sessions."""
+        next_ended_check = time.monotonic() + self._ended_check_interval
+        while not self._closed:
+            await asyncio.sleep(self._reap_interval)
+            now = time.monotonic()
+            for connection in list(self._connections.values()):
+                if (
+                    connection.requests_in_flight == 0
+                    and now - connection.last_used >= connection.spec.idle_timeout
+                ):
+                    logger.info(
+                        "Closing MCP server %r connection (%s): idle for %.0f s",
+                        connection.spec.name, connection.key, now - connection.last_used,
+                    )
+                    await self._drop(connection)
+            if self._sessions_ended is not None and now >= next_ended_check:
+                next_ended_check = now + self._ended_check_interval
+                await self._close_ended_sessions()
+
+    async def _close_ended_sessions(self) -> None:
+        assert self._sessions_ended is not None
+        candidates = {
+            scope.session_id
+            for connection in self._connections.values()
+            for scope in connection.requests.values()
+            if scope is not None
+        } | {
+            connection.key.removeprefix("session ")
+            for connection in self._connections.values()
+            if connection.single_session
+        }
+        if not candidates:
+            return
         try:
-            return connection, await connection.wait_ready()
-        except McpTransportError:
-            await self._drop(connection)
-            raise
+            ended = await self._sessions_ended(candidates)
+        except Exception:
+            logger.exception("Could not learn which agent sessions ended")
+            return
+        for session_id in ended:
+            await self.session_close(session_id)
+
+    async def session_close(self, session_id: str) -> int:
+        """Cancel the requests of agent session ``session_id`` and close its connections.
+
+        Each cancelled request sends ``notifications/cancelled`` (MCP specification,
+        "Utilities/Cancellation") and fails with :class:`McpTransportError`; a ``session``
+        connection is closed (its stdio process stopped, its HTTP session ended with
+        ``DELETE``). Connections other sessions share stay open.
+
+        Returns:
+            How many requests were cancelled.
+        """
+        cancelled = 0
+        for connection in list(self._connections.values()):
+            for task, scope in list(connection.requests.items()):
+                if scope is not None and scope.session_id == session_id and not task.done():
+                    task.cancel(_CancelledBySessionEnd.__name__)
+                    cancelled += 1
+            if connection.key == f"session {session_id}":
+                with contextlib.suppress(Exception):
+                    await asyncio.wait(set(connection.requests), timeout=5.0)
+                await self._drop(connection)
+        return cancelled
 
     async def _request(
         self,
         spec: McpServerSpec,
+        scope: McpScope | None,
         what: str,
         send: Callable[[Client], Awaitable[_T]],
         *,
         on_log: LogCallback | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> _T:
-        """Send one request over ``spec``'s session and map failures to this module's errors."""
-        connection, client = await self._ready_client(spec)
-        connection.requests_in_flight += 1
-        if on_log is not None:
-            connection.log_listeners.append(on_log)
-        answered = False
+        """Send one request for ``scope`` and map failures to this module's errors."""
+        connection = await self._connection(spec, scope)
         try:
-            result = await send(client)
-            answered = True
-            return result
-        except MCPError as error:
-            # A JSON-RPC error is the server's answer; a timeout is the client giving up.
-            answered = error.code not in (REQUEST_TIMEOUT, CONNECTION_CLOSED)
-            failure = _call_failure(spec, what, error)
-            if error.code == CONNECTION_CLOSED:
+            try:
+                client = await connection.wait_ready()
+            except McpTransportError:
                 await self._drop(connection)
-            raise failure from error
-        except ValidationError as error:
-            answered = True
-            raise McpToolError(
-                f"MCP server {spec.name!r} returned an invalid result for {what}"
-            ) from error
-        except Exception as error:
-            await self._drop(connection)
-            raise McpTransportError(
-                f"MCP server {spec.name!r} connection failed during {what}: "
-                f"{type(_root_cause(error)).__name__}"
-            ) from error
-        finally:
-            connection.requests_in_flight -= 1
-            if not answered:
-                # Timed out or cancelled here: the server may still be running it, and its
-                # log messages may still come (see ``_Connection.abandoned_requests``).
-                connection.abandoned_requests += 1
+                raise
             if on_log is not None:
-                with contextlib.suppress(ValueError):
-                    connection.log_listeners.remove(on_log)
+                connection.log_listeners.append(on_log)
+            request = asyncio.ensure_future(send(client))
+            connection.requests[request] = scope
+            answered = False
+            try:
+                result = await asyncio.shield(request)
+                answered = True
+                return result
+            except asyncio.CancelledError:
+                if request.cancelled() and not _current_task_cancelling():
+                    # session_close cancelled the request itself, not the caller.
+                    raise McpTransportError(
+                        f"MCP server {spec.name!r}: {what} was cancelled because its agent "
+                        "session ended"
+                    ) from None
+                request.cancel()
+                raise
+            except MCPError as error:
+                # A JSON-RPC error is the server's answer; a timeout is the client giving up.
+                answered = error.code not in (REQUEST_TIMEOUT, CONNECTION_CLOSED)
+                failure = _call_failure(spec, what, error, timeout)
+                if error.code == CONNECTION_CLOSED:
+                    if await connection.ended_on_its_own():
+                        failure = McpTransportError(_crash_message(spec, what, connection))
+                    await self._drop(connection)
+                raise failure from error
+            except ValidationError as error:
+                answered = True
+                raise McpToolError(
+                    f"MCP server {spec.name!r} returned an invalid result for {what}"
+                ) from error
+            except Exception as error:
+                crashed = await connection.ended_on_its_own()
+                await self._drop(connection)
+                if crashed:
+                    raise McpTransportError(_crash_message(spec, what, connection)) from error
+                raise McpTransportError(
+                    f"MCP server {spec.name!r} connection failed during {what}: "
+                    f"{connection_failure_text(error)}"
+                ) from error
+            finally:
+                connection.requests.pop(request, None)
+                if not answered:
+                    # Timed out or cancelled here: the server may still be running it, and
+                    # its log messages may still come (see ``_Connection.abandoned_requests``).
+                    connection.abandoned_requests += 1
+                if on_log is not None:
+                    with contextlib.suppress(ValueError):
+                        connection.log_listeners.remove(on_log)
+        finally:
+            self._release(connection)
 
     async def call_tool(
         self,
@@ -1133,29 +1678,39 @@ class McpClientPool:
         timeout: float | None,  # noqa: ASYNC109
         on_progress: ProgressCallback | None = None,
         on_log: LogCallback | None = None,
+        scope: McpScope | None = None,
     ) -> McpToolOutput:
         """Call ``tool_name`` on ``spec``'s server with ``arguments`` (a JSON object).
 
+        ``scope`` names the agent session (and owner) the call is made for, which decides its
+        connection (module docstring); ``None`` uses the server's shared one.
         ``idempotency_key`` is sent in the request ``_meta`` under ``dexagents/idempotency_key``.
-        ``timeout`` is in seconds (``None``: ``spec.call_timeout``); opening the session is
-        bounded separately by ``spec.startup_timeout``.
+        ``timeout`` is in seconds (``None``: ``spec.call_timeout``); at the timeout the request
+        is cancelled (``notifications/cancelled``). Opening the connection is bounded
+        separately by ``spec.startup_timeout``.
 
         ``on_progress(progress, total, message)`` receives the call's progress notifications (a
         progress token is sent only when it is given); ``on_log(level, data)`` receives the
-        server's log messages while this call is the only request in flight on the server's
-        session (see the module docstring). Both may
-        be plain or async functions; they run in their own tasks, so a slow callback never
-        delays the call, and an exception in one is logged and otherwise ignored.
+        server's log messages the module docstring attributes to this call. Both may be plain
+        or async functions; they run in their own tasks, so a slow callback never delays the
+        call, and an exception in one is logged and otherwise ignored.
+
+        Once the result has arrived it is the call's outcome: nothing sent afterwards on the
+        connection can turn it into a failure. Its structured content is checked against
+        ``spec.tool_output_schemas[tool_name]``.
 
         Returns:
             ``McpToolOutput(text, structured_content, resource_links)``; give the model
             ``output.for_model()``.
 
         Raises:
-            McpToolError: The result has ``isError`` set (``message`` is its text), or the server
-                answered with a JSON-RPC error or an invalid result.
-            McpTransportError: The server could not be started or reached, the call timed out,
-                or the connection dropped (the session is then reopened by the next call).
+            McpToolError: The result has ``isError`` set (``message`` is its text), its
+                structured content breaks the stored output schema (the message quotes its
+                text), or the server answered with a JSON-RPC error or an invalid result.
+            McpPoolFullError: Not sent: every stdio slot of the pool stayed busy.
+            McpTransportError: The server could not be started or reached, the call timed out
+                (the message says after how long), the server crashed (its exit status and
+                last stderr lines) or the connection dropped; the next call reopens it.
         """
         meta: RequestParamsMeta | None = None
         if idempotency_key is not None:
@@ -1173,17 +1728,19 @@ class McpClientPool:
                 progress_tasks.add(task)
                 task.add_done_callback(progress_tasks.discard)
 
-        result = await self._request(
-            spec,
-            f"the call to tool {tool_name!r}",
-            lambda client: client.call_tool(
+        async def send(client: Client) -> CallToolResult:
+            _skip_sdk_result_check(client, tool_name)
+            return await client.call_tool(
                 tool_name,
                 dict(arguments),
                 read_timeout_seconds=call_timeout,
                 progress_callback=progress_callback,
                 meta=meta,
-            ),
-            on_log=on_log,
+            )
+
+        what = f"the call to tool {tool_name!r}"
+        result = await self._request(
+            spec, scope, what, send, on_log=on_log, timeout=call_timeout
         )
         if on_progress is not None and progress_tasks:
             # Deliver every progress event before the result, in arrival order.
@@ -1194,6 +1751,13 @@ class McpClientPool:
                 text or f"Tool {tool_name!r} failed without a message.",
                 structured_content=result.structured_content,
             )
+        problem = structured_content_problem(spec.tool_output_schemas.get(tool_name), result)
+        if problem is not None:
+            quoted = f" Its text content was:\n{text}" if text else ""
+            raise McpToolError(
+                f"MCP server {spec.name!r} answered {what}, but {problem}.{quoted}",
+                structured_content=result.structured_content,
+            )
         return McpToolOutput(
             text=text,
             structured_content=result.structured_content,
@@ -1201,20 +1765,22 @@ class McpClientPool:
         )
 
     async def list_resources(
-        self, spec: McpServerSpec, *, cursor: str | None = None
+        self, spec: McpServerSpec, *, cursor: str | None = None, scope: McpScope | None = None
     ) -> ListResourcesResult:
-        """One page of ``resources/list`` (MCP specification, "Resources/Listing Resources").
+        """One page of ``resources/list`` (MCP specification, "Resources/Listing Resources"),
+        on ``scope``'s connection.
 
         Raises McpToolError or McpTransportError as :meth:`call_tool` does.
         """
         return await self._request(
             spec,
+            scope,
             "resources/list",
             lambda client: client.list_resources(cursor=cursor, cache_mode="bypass"),
         )
 
     async def list_resource_templates(
-        self, spec: McpServerSpec, *, cursor: str | None = None
+        self, spec: McpServerSpec, *, cursor: str | None = None, scope: McpScope | None = None
     ) -> ListResourceTemplatesResult:
         """One page of ``resources/templates/list`` ("Resources/Resource Templates").
 
@@ -1222,23 +1788,27 @@ class McpClientPool:
         """
         return await self._request(
             spec,
+            scope,
             "resources/templates/list",
             lambda client: client.list_resource_templates(cursor=cursor, cache_mode="bypass"),
         )
 
-    async def read_resource(self, spec: McpServerSpec, uri: str) -> ReadResourceResult:
+    async def read_resource(
+        self, spec: McpServerSpec, uri: str, *, scope: McpScope | None = None
+    ) -> ReadResourceResult:
         """``resources/read`` of ``uri`` ("Resources/Reading Resources").
 
         Raises McpToolError (unknown resource, invalid result) or McpTransportError.
         """
         return await self._request(
             spec,
+            scope,
             f"resources/read of {uri!r}",
             lambda client: client.read_resource(uri, cache_mode="bypass"),
         )
 
     async def list_prompts(
-        self, spec: McpServerSpec, *, cursor: str | None = None
+        self, spec: McpServerSpec, *, cursor: str | None = None, scope: McpScope | None = None
     ) -> ListPromptsResult:
         """One page of ``prompts/list`` (MCP specification, "Prompts/Listing Prompts").
 
@@ -1246,12 +1816,18 @@ class McpClientPool:
         """
         return await self._request(
             spec,
+            scope,
             "prompts/list",
             lambda client: client.list_prompts(cursor=cursor, cache_mode="bypass"),
         )
 
     async def get_prompt(
-        self, spec: McpServerSpec, name: str, arguments: Mapping[str, str] | None = None
+        self,
+        spec: McpServerSpec,
+        name: str,
+        arguments: Mapping[str, str] | None = None,
+        *,
+        scope: McpScope | None = None,
     ) -> GetPromptResult:
         """``prompts/get`` of ``name`` with string ``arguments`` ("Prompts/Getting a Prompt").
 
@@ -1259,13 +1835,20 @@ class McpClientPool:
         """
         return await self._request(
             spec,
+            scope,
             f"prompts/get of {name!r}",
             lambda client: client.get_prompt(name, dict(arguments or {})),
         )
 
     async def aclose(self) -> None:
-        """Close every session and stop stdio servers. Later calls raise McpTransportError."""
+        """Close every connection and stop stdio servers. Later calls raise
+        McpTransportError."""
         self._closed = True
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and not reaper.done():
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reaper
         connections = list(self._connections.values())
         self._connections.clear()
         await asyncio.gather(*(connection.close() for connection in connections))

@@ -16,6 +16,8 @@ The file declares servers the way an administrator would enter them in Django ad
         startup_timeout: 30              # seconds (default 30)
         call_timeout: 60                 # seconds per call (default 60)
         retries: 2                       # extra attempts for read / idempotent_write (default 2)
+        isolation: session               # session | user | shared (default session)
+        idle_timeout: 300                # seconds before an unused connection closes (300)
         enabled: true                    # default true
         tools:                           # optional per-tool overrides, by the server's tool name
           post_message: {requires_approval: true, effect: non_idempotent_write,
@@ -56,6 +58,8 @@ SERVER_KEYS = {
     "startup_timeout",
     "call_timeout",
     "retries",
+    "isolation",
+    "idle_timeout",
     "enabled",
     "tools",
 }
@@ -99,6 +103,19 @@ def _non_negative_int(value: Any, where: str, key: str) -> int:
     if value < 0:
         raise McpConfigError(f"{where}: {key} must not be negative")
     return int(value)
+
+
+def _positive_int(value: Any, where: str, key: str) -> int:
+    number = _non_negative_int(value, where, key)
+    if number < 1:
+        raise McpConfigError(f"{where}: {key} must be at least 1")
+    return number
+
+
+def _isolation(value: Any, where: str) -> str:
+    if value not in ("session", "user", "shared"):
+        raise McpConfigError(f"{where}: isolation must be session, user or shared, not {value!r}")
+    return str(value)
 
 
 def _tool_overrides(raw: Any, where: str) -> ToolOverrides:
@@ -191,6 +208,8 @@ def _server(raw: Any, index: int) -> ServerDeclaration:
         ),
         "call_timeout": _non_negative_int(raw.get("call_timeout", 60), where, "call_timeout"),
         "retries": _non_negative_int(raw.get("retries", 2), where, "retries"),
+        "isolation": _isolation(raw.get("isolation", "session"), where),
+        "idle_timeout": _positive_int(raw.get("idle_timeout", 300), where, "idle_timeout"),
         "enabled": _expect(raw.get("enabled", True), bool, where, "enabled must be a bool"),
     }
     tools_raw = raw.get("tools") or {}

@@ -26,7 +26,36 @@ from mcp_registry.function_specs import EXPOSED_NAME_SEPARATOR, exposed_name_bui
 SERVER_NAME_RE = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-__all__ = ["EXPOSED_NAME_SEPARATOR", "McpServer", "McpServerProcess", "McpTool"]
+__all__ = [
+    "EXPOSED_NAME_SEPARATOR",
+    "ISOLATION_CROSSES",
+    "McpHttpSession",
+    "McpServer",
+    "McpServerProcess",
+    "McpTool",
+]
+
+#: What each isolation level lets cross from one agent session to another (shown in admin and
+#: docs/mcp-registry.md).
+ISOLATION_CROSSES = {
+    "session": (
+        "Nothing. Every agent session gets its own connection: its own stdio process, or its "
+        "own Streamable-HTTP session (Mcp-Session-Id). Server-side state, resources, log "
+        "messages and progress stay within the session. Costs one process per active session "
+        "for a stdio server, until the session is idle for the idle timeout."
+    ),
+    "user": (
+        "Server-side state between the sessions of one user: they share one connection, so a "
+        "file or resource one of them created is visible to the others. A log message reaches "
+        "a call only while that call is alone in flight. Nothing crosses between users."
+    ),
+    "shared": (
+        "Everything the server keeps: every user's calls share one connection, so state one "
+        "user's call created is visible to every other user. Only for servers that keep no "
+        "per-client state. A log message reaches a call only while that call is alone in "
+        "flight; otherwise it goes to the worker log."
+    ),
+}
 
 
 def validate_string_list(value: Any) -> None:
@@ -96,6 +125,11 @@ class McpServer(models.Model):
         STDIO = "stdio", "stdio (child process)"
         STREAMABLE_HTTP = "streamable_http", "Streamable HTTP"
 
+    class Isolation(models.TextChoices):
+        SESSION = "session", "session: one connection per agent session"
+        USER = "user", "user: one connection per user"
+        SHARED = "shared", "shared: one connection for everyone"
+
     name = models.CharField(
         max_length=64,
         unique=True,
@@ -151,6 +185,24 @@ class McpServer(models.Model):
     call_timeout = models.PositiveIntegerField(default=60, help_text="Seconds per tool call.")
     retries = models.PositiveSmallIntegerField(
         default=2, help_text="Extra attempts for read and idempotent_write calls."
+    )
+    isolation = models.CharField(
+        max_length=16,
+        choices=Isolation.choices,
+        default=Isolation.SESSION,
+        help_text=(
+            "Which calls share a connection (a stdio process or an HTTP session), and so the "
+            "server's state: session (the default) keeps every agent session apart; user and "
+            "shared are for servers that keep no per-client state."
+        ),
+    )
+    idle_timeout = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "Seconds a connection may stay unused before the worker closes it (a stdio "
+            "process stops, an HTTP session is ended)."
+        ),
     )
     enabled = models.BooleanField(default=True)
     last_discovered_at = models.DateTimeField(null=True, blank=True)
@@ -232,6 +284,15 @@ class McpTool(models.Model):
         help_text="Why the input schema cannot be offered to models; empty when it can.",
     )
     annotations = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
+    output_schema = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=(
+            "The JSON Schema the tool's structured results follow, as discovered; results are "
+            "checked against it."
+        ),
+    )
     enabled = models.BooleanField(default=True)
     available = models.BooleanField(
         default=True,
@@ -337,13 +398,16 @@ class McpTool(models.Model):
 
 
 class McpServerProcess(models.Model):
-    """A stdio server process run by one Dex worker, as that worker last reported it.
+    """A stdio server process run by one Dex worker for one scope, as the worker last
+    reported it (one row per process start, so a crash stays readable after a restart).
 
     The worker's MCP client pool reports every start, handshake, stop, exit and failure, and
     new stderr lines (``mcp_registry.tasks.process_status_record``); the admin shows the rows
-    of each server. ``worker`` is ``<host>:<pid>`` of the worker process. ``stderr_tail``
-    holds the last lines, with the values of secret references replaced by ``[NAME]``; no
-    environment value is stored here.
+    of each server. ``worker`` is ``<host>:<pid>`` of the worker process, ``scope`` the
+    connection's scope key (``session <id>``, ``user <id>``, ``shared``). ``exit_code`` is the
+    server's exit status when it exited on its own (negative: killed by that signal).
+    ``stderr_tail`` holds the last lines, with the values of secret references replaced by
+    ``[NAME]``; no environment value is stored here.
     """
 
     class State(models.TextChoices):
@@ -355,6 +419,11 @@ class McpServerProcess(models.Model):
 
     server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="processes")
     worker = models.CharField(max_length=300, help_text="<host>:<pid> of the Dex worker.")
+    scope = models.CharField(
+        max_length=300,
+        default="shared",
+        help_text="Whose calls the process serves: session <id>, user <id> or shared.",
+    )
     state = models.CharField(max_length=16, choices=State.choices)
     guard_pid = models.PositiveIntegerField(
         null=True, blank=True, help_text="The guard process, leader of the process group."
@@ -367,18 +436,55 @@ class McpServerProcess(models.Model):
     )
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="Exit status when it exited on its own; negative: killed by that signal.",
+    )
     stderr_tail = models.TextField(blank=True)
     error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ("server__name", "worker")
+        ordering = ("server__name", "-updated_at")
         verbose_name = "MCP server process"
         constraints = [
             models.UniqueConstraint(
-                fields=("server", "worker"), name="mcp_server_process_unique_per_worker"
+                fields=("server", "worker", "scope", "started_at"),
+                name="mcp_server_process_unique_per_start",
             ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.server.name} on {self.worker}: {self.state}"
+        return f"{self.server.name} ({self.scope}) on {self.worker}: {self.state}"
+
+
+class McpHttpSession(models.Model):
+    """A Streamable-HTTP MCP session a Dex worker holds open (MCP specification,
+    "Transports/Session Management").
+
+    The worker records each session its pool opens and deletes the row when it ends it with
+    ``DELETE``. A worker killed by SIGKILL leaves its rows; the next worker started on the
+    same host ends those sessions (``services.http_sessions_orphaned_close``). ``session_id``
+    is the ``Mcp-Session-Id`` the server assigned; it is a handle, not a credential the
+    server's own authentication headers replace.
+    """
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="http_sessions")
+    worker = models.CharField(max_length=300, help_text="<host>:<pid> of the Dex worker.")
+    scope = models.CharField(max_length=300)
+    session_id = models.CharField(max_length=300)
+    protocol_version = models.CharField(max_length=40, blank=True)
+    opened_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("server__name", "opened_at")
+        verbose_name = "MCP HTTP session"
+        constraints = [
+            models.UniqueConstraint(
+                fields=("server", "session_id"), name="mcp_http_session_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server.name} session {self.session_id} ({self.scope})"

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from mcp_registry.models import McpServer, McpTool
 
 if TYPE_CHECKING:
-    from mcp_registry.client import McpServerSpec, Transport
+    from mcp_registry.client import Isolation, McpServerSpec, Transport
 
 
 def server_spec_build(*, server: McpServer) -> "McpServerSpec":
@@ -17,9 +17,11 @@ def server_spec_build(*, server: McpServer) -> "McpServerSpec":
 
     Returns:
         ``McpServerSpec(name, transport, command, args, cwd, env_names, env, url,
-        header_env, startup_timeout, call_timeout)``; timeouts are seconds; ``env_names``
-        and header values are variable NAMES resolved by the client in the worker's
-        environment, ``env`` the plain non-secret values.
+        header_env, startup_timeout, call_timeout, isolation, idle_timeout,
+        tool_output_schemas)``; timeouts are seconds; ``env_names`` and header values are
+        variable NAMES resolved by the client in the worker's environment, ``env`` the plain
+        non-secret values; ``tool_output_schemas`` maps each tool's name to the output schema
+        stored at its last discovery (``None``: none declared).
     """
     from mcp_registry.client import McpServerSpec
 
@@ -35,6 +37,9 @@ def server_spec_build(*, server: McpServer) -> "McpServerSpec":
         header_env=dict(server.header_env),
         startup_timeout=float(server.startup_timeout),
         call_timeout=float(server.call_timeout),
+        isolation=cast("Isolation", server.isolation),
+        idle_timeout=float(server.idle_timeout),
+        tool_output_schemas=dict(server.tools.values_list("name", "output_schema")),
     )
 
 

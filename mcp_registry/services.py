@@ -15,10 +15,11 @@ from mcp_registry.function_specs import (
     exposed_names_assign,
     function_parameters_build,
 )
-from mcp_registry.models import McpServer, McpServerProcess, McpTool
+from mcp_registry.models import McpHttpSession, McpServer, McpServerProcess, McpTool
 from mcp_registry.selectors import server_command_problems, server_spec_build
 
 if TYPE_CHECKING:
+    from mcp_registry.client import McpHttpSession as McpHttpSessionEvent
     from mcp_registry.client import McpProcessStatus
     from mcp_registry.config import ServerDeclaration
 
@@ -72,9 +73,9 @@ def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> lis
     usable. Exposed names are then reassigned across every tool (``tools_expose``).
 
     Args:
-        discovered: Objects with ``name``, ``title``, ``description``, ``input_schema`` and
-            ``annotations`` attributes (``mcp_registry.client.DiscoveredTool``). A repeated
-            name keeps the last entry.
+        discovered: Objects with ``name``, ``title``, ``description``, ``input_schema``,
+            ``annotations`` and optionally ``output_schema`` attributes
+            (``mcp_registry.client.DiscoveredTool``). A repeated name keeps the last entry.
 
     Returns:
         The server's available (listed and not quarantined) tools, ordered by name.
@@ -97,6 +98,7 @@ def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> lis
             "description": found.description or "",
             "input_schema": input_schema if isinstance(input_schema, dict) else {},
             "annotations": dict(found.annotations or {}),
+            "output_schema": _output_schema(found),
             "parameters": parameters,
             "quarantine_reason": quarantine_reason,
             "available": not quarantine_reason,
@@ -117,6 +119,11 @@ def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> lis
     server.last_error_at = None
     server.save(update_fields=["last_discovered_at", "last_error", "last_error_at", "updated_at"])
     return list(McpTool.objects.filter(server=server, available=True).order_by("name"))
+
+
+def _output_schema(found: Any) -> dict[str, Any] | None:
+    schema = getattr(found, "output_schema", None)
+    return dict(schema) if isinstance(schema, dict) and schema else None
 
 
 def tools_expose() -> int:
@@ -315,12 +322,19 @@ PROCESS_STDERR_MAX_CHARS = 8000
 _workers_pruned = False
 
 
-def process_status_record(*, status: "McpProcessStatus", worker: str) -> McpServerProcess | None:
-    """Upsert the row of the stdio server process that ``worker`` (``<host>:<pid>``) reports.
+#: Ended process rows kept per server, of each kind (stopped; exited or failed to start).
+PROCESS_ENDED_ROWS_KEPT = 20
 
-    The first call in a process also deletes the rows of workers on the same host whose
-    process is gone (a worker killed without a chance to report), so the admin does not show
-    them as running.
+
+def process_status_record(*, status: "McpProcessStatus", worker: str) -> McpServerProcess | None:
+    """Upsert the row of the stdio server process that ``worker`` (``<host>:<pid>``) reports
+    for one scope (``status.scope``).
+
+    The first call in a process also deletes the live rows of workers on the same host whose
+    process is gone (a worker killed without a chance to report; its guard stopped the
+    server), so the admin does not show them as running. Ended rows are kept, the newest
+    :data:`PROCESS_ENDED_ROWS_KEPT` per server of each kind (stopped; exited or failed), so a
+    crash stays readable while per-session processes come and go.
 
     Returns:
         The row, or ``None`` when no server has ``status.server`` as its name (it was
@@ -336,28 +350,107 @@ def process_status_record(*, status: "McpProcessStatus", worker: str) -> McpServ
     row, _ = McpServerProcess.objects.update_or_create(
         server=server,
         worker=worker,
+        scope=status.scope[:300],
+        started_at=status.started_at,
         defaults={
             "state": status.state,
             "guard_pid": status.guard_pid,
             "server_pid": status.server_pid,
             "restarts": status.restarts,
-            "started_at": status.started_at,
             "ended_at": status.ended_at,
+            "exit_code": status.exit_code,
             "stderr_tail": "\n".join(status.stderr_tail)[-PROCESS_STDERR_MAX_CHARS:],
             "error": status.error[:LAST_ERROR_MAX_CHARS],
         },
     )
+    if status.ended_at is not None:
+        _ended_processes_prune(server=server)
     return row
 
 
-def _dead_workers_prune(*, host: str) -> None:
+def _ended_processes_prune(*, server: McpServer) -> None:
+    for states in (
+        [McpServerProcess.State.STOPPED],
+        [McpServerProcess.State.EXITED, McpServerProcess.State.FAILED],
+    ):
+        stale = McpServerProcess.objects.filter(server=server, state__in=states).order_by(
+            "-updated_at", "-pk"
+        )[PROCESS_ENDED_ROWS_KEPT:]
+        stale_ids = list(stale.values_list("pk", flat=True))
+        if stale_ids:
+            McpServerProcess.objects.filter(pk__in=stale_ids).delete()
+
+
+def _worker_gone(worker: str, host: str) -> bool:
+    """Whether ``worker`` (``<host>:<pid>``) ran on ``host`` and its process is gone."""
     import os
 
-    for row in McpServerProcess.objects.filter(worker__startswith=f"{host}:"):
-        try:
-            pid = int(row.worker.rpartition(":")[2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
+    worker_host, _, pid_text = worker.rpartition(":")
+    if worker_host != host:
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, PermissionError):
+        return False
+    return False
+
+
+def _dead_workers_prune(*, host: str) -> None:
+    live = [McpServerProcess.State.STARTING, McpServerProcess.State.RUNNING]
+    for row in McpServerProcess.objects.filter(worker__startswith=f"{host}:", state__in=live):
+        if _worker_gone(row.worker, host):
             row.delete()
-        except (ValueError, PermissionError):
-            continue
+
+
+def http_session_record(*, session: "McpHttpSessionEvent", worker: str) -> None:
+    """Keep the record of a Streamable-HTTP session ``worker`` opened (``session.open``), or
+    drop it once the worker ended the session. A server that no longer exists is ignored."""
+    server = McpServer.objects.filter(name=session.server).first()
+    if server is None:
+        return
+    if session.open:
+        McpHttpSession.objects.update_or_create(
+            server=server,
+            session_id=session.session_id[:300],
+            defaults={
+                "worker": worker,
+                "scope": session.scope[:300],
+                "protocol_version": (session.protocol_version or "")[:40],
+            },
+        )
+    else:
+        McpHttpSession.objects.filter(server=server, session_id=session.session_id).delete()
+
+
+def http_sessions_orphaned(*, host: str) -> list[McpHttpSession]:
+    """The recorded HTTP sessions of workers on ``host`` whose process is gone."""
+    rows = McpHttpSession.objects.select_related("server").filter(worker__startswith=f"{host}:")
+    return [row for row in rows if _worker_gone(row.worker, host)]
+
+
+async def http_sessions_orphaned_close(*, host: str) -> int:
+    """End the HTTP sessions that workers on ``host`` left open when they died (SIGKILL,
+    power loss): ``DELETE`` each with its ``Mcp-Session-Id`` (MCP specification,
+    "Transports/Session Management"), then drop its record, whatever the server answered.
+    A worker calls it once at start. Sessions of dead workers on other hosts are left to
+    their own host's next worker, or to the server's own expiry.
+
+    Returns:
+        How many sessions the servers confirmed ended (2xx, or 404: already gone).
+    """
+    from asgiref.sync import sync_to_async
+
+    from mcp_registry.client import http_session_end
+
+    rows = await sync_to_async(http_sessions_orphaned, thread_sensitive=False)(host=host)
+    ended = 0
+    for row in rows:
+        spec = await sync_to_async(server_spec_build, thread_sensitive=False)(server=row.server)
+        if await http_session_end(
+            spec, session_id=row.session_id, protocol_version=row.protocol_version or None
+        ):
+            ended += 1
+        await sync_to_async(row.delete, thread_sensitive=False)()
+    return ended

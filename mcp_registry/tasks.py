@@ -14,7 +14,7 @@ from mcp_registry.services import (
 )
 
 if TYPE_CHECKING:
-    from mcp_registry.client import McpProcessStatus
+    from mcp_registry.client import McpHttpSession, McpProcessStatus
 
 logger = logging.getLogger(__name__)
 
@@ -85,3 +85,20 @@ async def process_status_record(status: "McpProcessStatus") -> None:
         await sync_to_async(record, thread_sensitive=False)(status=status, worker=worker_id())
     except Exception:
         logger.exception("Could not record the process status of MCP server %s", status.server)
+
+
+async def http_session_record(session: "McpHttpSession") -> None:
+    """Keep the record of a Streamable-HTTP session the worker opened or closed
+    (``services.http_session_record``), so a later worker can end what a killed one left.
+
+    Pass it to the worker's pool: ``McpClientPool(on_http_session=...)``. A failure is logged,
+    never raised into the worker.
+    """
+    from asgiref.sync import sync_to_async
+
+    from mcp_registry.services import http_session_record as record
+
+    try:
+        await sync_to_async(record, thread_sensitive=False)(session=session, worker=worker_id())
+    except Exception:
+        logger.exception("Could not record the HTTP session of MCP server %s", session.server)

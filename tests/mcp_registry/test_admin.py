@@ -33,6 +33,8 @@ def server_form(**overrides: Any) -> dict[str, Any]:
         "startup_timeout": "30",
         "call_timeout": "60",
         "retries": "2",
+        "isolation": "session",
+        "idle_timeout": "300",
         "tools-TOTAL_FORMS": "0",
         "tools-INITIAL_FORMS": "0",
         "tools-MIN_NUM_FORMS": "0",

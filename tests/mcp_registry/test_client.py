@@ -153,7 +153,7 @@ def _process_gone(pid: int) -> bool:
     """True once ``pid`` no longer runs (reaped, or a zombie waiting for its reaper)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH while the process goes
         return True
     return any(
         line.split()[1:2] == ["Z"] for line in status.splitlines() if line.startswith("State:")

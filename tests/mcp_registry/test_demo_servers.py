@@ -148,7 +148,7 @@ async def test_a_log_message_reaches_only_the_call_that_is_alone_in_flight(
     async with McpClientPool(on_log=pool_log) as pool:
         await pool.call_tool(spec, "search_messages", {"query": "x"}, idempotency_key=None,
                              timeout=None)
-        connection = pool._connections["slack"]
+        connection = pool._connections[("slack", "shared")]
         # Hold the server's state lock: neither call can write (and log) before both are in
         # flight.
         lock_path = var_dir / "demo_mcp" / "slack_messages.json.lock"
@@ -202,7 +202,7 @@ async def test_after_a_call_times_out_its_log_messages_reach_no_later_call(
             second = asyncio.ensure_future(pool.call_tool(
                 spec, "post_message", {"channel": "general", "text": "next"},
                 idempotency_key=None, timeout=None, on_log=on_log))
-            connection = pool._connections["slack"]
+            connection = pool._connections[("slack", "shared")]
             await wait_until("the next call in flight", lambda: connection.requests_in_flight == 1)
             fcntl.flock(lock, fcntl.LOCK_UN)
         await second

@@ -188,6 +188,8 @@ def _server_form(**overrides: Any) -> dict[str, Any]:
         "startup_timeout": "30",
         "call_timeout": "60",
         "retries": "2",
+        "isolation": "session",
+        "idle_timeout": "300",
         "tools-TOTAL_FORMS": "0",
         "tools-INITIAL_FORMS": "0",
         "tools-MIN_NUM_FORMS": "0",
@@ -395,14 +397,18 @@ def test_admin_shows_process_state_stderr_and_last_discovery(
             return page.content, listing.content
 
     page, listing = asyncio.run(scenario())
-    row = McpServerProcess.objects.get()
+    # One row per process start: the killed one keeps how it ended.
+    killed, row = McpServerProcess.objects.order_by("started_at")
+    assert (killed.state, killed.exit_code) == ("exited", -signal.SIGKILL)
+    assert killed.error == "the server process was killed by signal 9 (SIGKILL)"
     assert row.state == "stopped" and row.ended_at is not None
     for content in (page, listing):
         assert "ok at" in content.decode() and "9 tools available" in content.decode()
-    assert f"running, PID {row.server_pid}, 1 restart" in listing.decode()
+    assert "1 running; last crash: was killed by signal 9 (SIGKILL) at" in listing.decode()
     assert (
-        f"running, PID {row.server_pid} (guard {row.guard_pid}), 1 restart, "
+        f"running, PID {row.server_pid} (guard {row.guard_pid}), 1 restart, shared, "
         f"on worker {socket.gethostname()}:{os.getpid()}"
     ) in page.decode()
+    assert "was killed by signal 9 (SIGKILL), PID" in page.decode()
     assert "Knowledge Graph MCP Server running on stdio" in page.decode()
     assert "Last lines of its stderr" in page.decode()

@@ -69,7 +69,11 @@ class Command(BaseCommand):
         from dex_agents import AgentCodecRegistry
         from dex_agents._worker_tuning import cache_sdk_version
         from mcp_registry.client import McpClientPool
-        from mcp_registry.tasks import process_status_record, tools_list_changed_enqueue
+        from mcp_registry.tasks import (
+            http_session_record,
+            process_status_record,
+            tools_list_changed_enqueue,
+        )
 
         cache_sdk_version()
         knobs = dexagents_settings()
@@ -87,10 +91,15 @@ class Command(BaseCommand):
         warming = asyncio.create_task(model_calls_warm())
 
         # A server that announces a changed tool list gets its catalogue rediscovered; stdio
-        # server processes are reported to the admin (mcp_registry.McpServerProcess).
+        # server processes are reported to the admin (mcp_registry.McpServerProcess), HTTP
+        # sessions recorded so a later worker can end what this one leaves if it is killed;
+        # the connections of stopped sessions close.
         pool = McpClientPool(
             on_tools_list_changed=tools_list_changed_enqueue,
             on_process_status=process_status_record,
+            on_http_session=http_session_record,
+            sessions_ended=_sessions_ended,
+            max_processes=knobs["MCP_MAX_PROCESSES"],
         )
         observer = SessionIndexObserver()
         flow = build_flow(pool=pool, observer=observer)
@@ -127,10 +136,12 @@ class Command(BaseCommand):
                 beating = asyncio.create_task(_beat(heartbeat, worker))
                 # Index writes a previous worker lost (killed between a Step and its write)
                 # are repaired from Dex; the tasks it left are being redelivered meanwhile.
+                # MCP sessions a killed predecessor on this host left open are ended.
                 reconciling = asyncio.create_task(_reconcile_index())
+                ending = asyncio.create_task(_end_orphaned_mcp_sessions())
                 await asyncio.wait({serving, asyncio.create_task(stop.wait())},
                                    return_when=asyncio.FIRST_COMPLETED)
-                for task in (beating, reconciling):
+                for task in (beating, reconciling, ending):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
@@ -162,6 +173,33 @@ async def _reconcile_index() -> None:
         log.warning("Index reconciliation at start failed (%s); Celery beat retries it", error)
     else:
         log.info("Index reconciled at start: %s", result)
+
+
+async def _sessions_ended(session_ids: set[str]) -> set[str]:
+    """Which of ``session_ids`` have stopped, per the Django index (the MCP pool closes their
+    connections)."""
+    from asgiref.sync import sync_to_async
+
+    from agents_app.selectors import sessions_stopped
+
+    return await sync_to_async(sessions_stopped, thread_sensitive=False)(session_ids=session_ids)
+
+
+async def _end_orphaned_mcp_sessions() -> None:
+    """End the Streamable-HTTP MCP sessions that dead workers on this host left open."""
+    import logging
+    import socket
+
+    from mcp_registry.services import http_sessions_orphaned_close
+
+    log = logging.getLogger("agents_app.dexworker")
+    try:
+        ended = await http_sessions_orphaned_close(host=socket.gethostname())
+    except Exception as error:
+        log.warning("Could not end the MCP sessions dead workers left open: %s", error)
+    else:
+        if ended:
+            log.info("Ended %d MCP HTTP session(s) that dead workers left open", ended)
 
 
 def _slots_in_use(worker: Any) -> int | None:

@@ -1,0 +1,114 @@
+"""A stdio MCP server of a few lines that misbehaves on request, for the client's tests.
+
+It speaks newline-delimited JSON-RPC by hand (no SDK), so it can do what a real SDK would not:
+answer a call and exit, never answer ``tools/list``, ignore ``server/discover``, exit with a
+code in the middle of a call. Run it as ``python tests/mcp_registry/stub_server.py OPTIONS``:
+
+``--journal PATH``      append one JSON line per request received (method, id, params)
+``--exit-after-call``   exit (code 0) right after answering the first ``tools/call``
+``--ignore-list``       never answer ``tools/list``
+``--answer-discover``   answer ``server/discover`` with "method not found" (default: ignore it)
+``--crash-in-call N``   during ``tools/call``, write two stderr lines and exit with code N
+``--hang-call``         never answer ``tools/call`` (it is still journalled; so is a cancel)
+``--output-schema``     list ``echo`` with an output schema and answer with structured content
+``--bad-structured``    answer ``echo`` with structured content that breaks that schema
+
+Its one tool, ``echo``, answers ``{"text": <arguments.text>}``; ``pid`` answers its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--journal")
+    parser.add_argument("--exit-after-call", action="store_true")
+    parser.add_argument("--ignore-list", action="store_true")
+    parser.add_argument("--answer-discover", action="store_true")
+    parser.add_argument("--crash-in-call", type=int)
+    parser.add_argument("--hang-call", action="store_true")
+    parser.add_argument("--output-schema", action="store_true")
+    parser.add_argument("--bad-structured", action="store_true")
+    options = parser.parse_args()
+
+    def journal(message: dict[str, Any]) -> None:
+        if options.journal:
+            with open(options.journal, "a", encoding="utf-8") as file:
+                file.write(json.dumps(message) + "\n")
+
+    def send(message: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    def answer(request_id: Any, result: dict[str, Any]) -> None:
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    tool: dict[str, Any] = {
+        "name": "echo",
+        "description": "Echo the text.",
+        "inputSchema": SCHEMA,
+        "annotations": {"readOnlyHint": True},
+    }
+    if options.output_schema or options.bad_structured:
+        tool["outputSchema"] = SCHEMA
+    pid_tool = {"name": "pid", "inputSchema": {"type": "object"}}
+
+    for line in sys.stdin:
+        message = json.loads(line)
+        journal(message)
+        method = message.get("method")
+        request_id = message.get("id")
+        if request_id is None:
+            continue  # a notification
+        if method == "initialize":
+            answer(request_id, {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}, "logging": {}},
+                "serverInfo": {"name": "stub", "version": "1"},
+            })
+        elif method == "server/discover":
+            if options.answer_discover:
+                send({"jsonrpc": "2.0", "id": request_id,
+                      "error": {"code": -32601, "message": "Method not found"}})
+        elif method == "tools/list":
+            if not options.ignore_list:
+                answer(request_id, {"tools": [tool, pid_tool]})
+        elif method == "tools/call":
+            name = message["params"]["name"]
+            arguments = message["params"].get("arguments") or {}
+            if options.crash_in_call is not None:
+                sys.stderr.write("stub: about to fail\nstub: disk is on fire\n")
+                sys.stderr.flush()
+                os._exit(options.crash_in_call)
+            if options.hang_call:
+                continue
+            if name == "pid":
+                answer(request_id, {"content": [{"type": "text", "text": str(os.getpid())}]})
+            else:
+                text = str(arguments.get("text", ""))
+                result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+                if options.bad_structured:
+                    result["structuredContent"] = {"text": 42}
+                elif options.output_schema:
+                    result["structuredContent"] = {"text": text}
+                answer(request_id, result)
+            if options.exit_after_call:
+                sys.stdout.flush()
+                os._exit(0)
+        elif method == "ping":
+            answer(request_id, {})
+        else:
+            send({"jsonrpc": "2.0", "id": request_id,
+                  "error": {"code": -32601, "message": "Method not found"}})
+
+
+if __name__ == "__main__":
+    main()
