@@ -76,13 +76,21 @@ from typing import Any, Literal, TextIO, TypeVar, cast
 
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.session import IncomingMessage, LoggingFnT, MessageHandlerFnT
+from mcp.client.session import (
+    ClientRequestContext,
+    ElicitationFnT,
+    IncomingMessage,
+    LoggingFnT,
+    MessageHandlerFnT,
+)
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import (
     AudioContent,
     CallToolResult,
     ContentBlock,
+    ElicitRequestParams,
+    ElicitResult,
     EmbeddedResource,
     GetPromptResult,
     ImageContent,
@@ -132,9 +140,18 @@ LogCallback = Callable[[str, Any], Awaitable[None] | None]
 ``level`` is a syslog level name (``debug`` ... ``emergency``), ``data`` any JSON value
 (MCP specification, "Server features/Logging"). May be a plain or an async function."""
 
+ElicitCallback = Callable[[ElicitRequestParams], Awaitable[ElicitResult]]
+"""``await on_elicit(params)``: the server asks the user something during a call
+(``elicitation/create``, MCP specification "Client features/Elicitation"); ``params`` is a
+form request (``message``, ``requested_schema``) or a URL request (``message``, ``url``,
+``elicitation_id``); the answer is ``ElicitResult(action="accept" | "decline" | "cancel",
+content=...)``. While it runs, the call's timeout stands still."""
+
 ToolsChangedCallback = Callable[[str], Awaitable[None] | None]
 """``on_tools_list_changed(server_name)``: the server sent ``notifications/tools/list_changed``."""
 _HTTP_CONNECT_TIMEOUT = 30.0
+# A tools/call is bounded by the pool's own call clock, not by the SDK's request timeout.
+_NO_SDK_TIMEOUT = 30 * 24 * 3600.0
 _HTTP_READ_TIMEOUT = 300.0
 
 # Runs as ``python -I -c _GUARD_SOURCE <worker pid> <command> [args...]`` in the server's new
@@ -653,6 +670,7 @@ async def _open_client(
     message_handler: MessageHandlerFnT | None = None,
     errlog: TextIO | None = None,
     on_http_session_id: Callable[[str], None] | None = None,
+    elicitation_callback: ElicitationFnT | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to ``spec`` and complete the MCP handshake; close everything on exit.
 
@@ -663,7 +681,8 @@ async def _open_client(
 
     ``errlog`` receives a stdio server's stderr (default: this process's stderr);
     ``on_http_session_id`` gets a Streamable-HTTP server's ``Mcp-Session-Id`` once it assigns
-    one.
+    one; ``elicitation_callback``, when given, declares the elicitation capability and answers
+    the server's ``elicitation/create`` requests.
 
     Raises McpTransportError for configuration problems (an unset secret reference
     included); the SDK's own exceptions otherwise (OSError when the process cannot be spawned).
@@ -674,6 +693,8 @@ async def _open_client(
         "message_handler": message_handler,
         "log_level": _LOG_LEVEL,
     }
+    if elicitation_callback is not None:
+        callbacks["elicitation_callback"] = elicitation_callback
     async with AsyncExitStack() as stack:
         http_client: httpx2.AsyncClient | None = None
         if spec.transport == "streamable_http":
@@ -1011,7 +1032,8 @@ class _Connection:
         self.client: Client | None = None
         self.broken = False
         self.log_listeners: list[LogCallback] = []
-        self.requests: dict[asyncio.Task[Any], McpScope | None] = {}
+        self.elicit_handlers: list[ElicitCallback] = []
+        self.requests: dict[asyncio.Future[Any], McpScope | None] = {}
         #: Requests admitted on this connection and not finished (including the wait for its
         #: start); a connection with none is idle and may be closed.
         self.requests_in_flight = 0
@@ -1164,6 +1186,27 @@ class _Connection:
         elif self._on_idle_log is not None:
             self._spawn(self._on_idle_log, self.spec.name, params.level, params.data)
 
+    async def _elicitation_received(
+        self, context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult:
+        # The same rule as log messages: a request names no call, so the question goes to a
+        # call of the one session this connection serves, or to the one call in flight.
+        handlers = self.elicit_handlers
+        owned = (self.single_session and handlers) or (
+            self.requests_in_flight == 1 and len(handlers) == 1
+        )
+        handler = handlers[0] if owned else None
+        if handler is None:
+            logger.info(
+                "MCP server %r asked a question no call can take; declined", self.spec.name
+            )
+            return ElicitResult(action="decline")
+        try:
+            return await handler(params)
+        except Exception:
+            logger.exception("Answering MCP server %r's question failed", self.spec.name)
+            return ElicitResult(action="cancel")
+
     async def _message_received(self, message: IncomingMessage) -> None:
         if (
             isinstance(message, ToolListChangedNotification)
@@ -1179,6 +1222,7 @@ class _Connection:
                 message_handler=self._message_received,
                 errlog=self.stderr.writer if self.stderr else None,
                 on_http_session_id=self._http_session_seen,
+                elicitation_callback=self._elicitation_received,
             ) as client:
                 if self.stderr is not None:
                     # The child holds its own copy; once every process of its group exits,
@@ -1330,6 +1374,64 @@ def structured_content_problem(
 
 class _CancelledBySessionEnd(Exception):
     """A request this pool cancelled because its agent session ended."""
+
+
+class _CallTimedOut(Exception):
+    """The call clock ran out; the request was cancelled."""
+
+
+class _CallClock:
+    """The time a call may wait for its answer, ``limit`` seconds, not counting the time a
+    user spends answering the server's questions (elicitation), which has its own bound."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self._started = time.monotonic()
+        self._paused_for = 0.0
+        self._pauses = 0
+        self._paused_at = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self._pauses > 0
+
+    def pause(self) -> None:
+        if self._pauses == 0:
+            self._paused_at = time.monotonic()
+        self._pauses += 1
+
+    def resume(self) -> None:
+        self._pauses -= 1
+        if self._pauses == 0:
+            self._paused_for += time.monotonic() - self._paused_at
+
+    def remaining(self) -> float:
+        """Seconds left; while paused, what was left when the pause began."""
+        now = self._paused_at if self.paused else time.monotonic()
+        return self.limit - (now - self._started - self._paused_for)
+
+
+async def _await_request(request: asyncio.Future[_T], clock: _CallClock | None) -> _T:
+    """Wait for ``request`` within ``clock``; at its end cancel the request (the SDK then
+    sends ``notifications/cancelled``) and raise :class:`_CallTimedOut`. A cancelled caller
+    cancels the request too."""
+    try:
+        while True:
+            if clock is None:
+                return await asyncio.shield(request)
+            wait = 1.0 if clock.paused else clock.remaining()
+            if wait <= 0:
+                request.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await request
+                raise _CallTimedOut
+            done, _ = await asyncio.wait({request}, timeout=wait)
+            if done:
+                return request.result()
+    except asyncio.CancelledError:
+        if not request.cancelled() or _current_task_cancelling():
+            request.cancel()
+        raise
 
 
 def _crash_message(spec: McpServerSpec, what: str, connection: _Connection) -> str:
@@ -1604,9 +1706,15 @@ class McpClientPool:
         send: Callable[[Client], Awaitable[_T]],
         *,
         on_log: LogCallback | None = None,
+        on_elicit: ElicitCallback | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
+        clock: _CallClock | None = None,
     ) -> _T:
-        """Send one request for ``scope`` and map failures to this module's errors."""
+        """Send one request for ``scope`` and map failures to this module's errors.
+
+        ``clock``, when given, bounds the wait for the answer (its time stands still while
+        the user answers an elicitation); ``timeout`` only words the SDK's own timeouts.
+        """
         connection = await self._connection(spec, scope)
         try:
             try:
@@ -1616,13 +1724,20 @@ class McpClientPool:
                 raise
             if on_log is not None:
                 connection.log_listeners.append(on_log)
+            if on_elicit is not None:
+                connection.elicit_handlers.append(on_elicit)
             request = asyncio.ensure_future(send(client))
             connection.requests[request] = scope
             answered = False
             try:
-                result = await asyncio.shield(request)
+                result = await _await_request(request, clock)
                 answered = True
                 return result
+            except _CallTimedOut:
+                raise McpTransportError(
+                    f"MCP server {spec.name!r} did not answer {what} within "
+                    f"{clock.limit if clock else 0:g} s; the request was cancelled"
+                ) from None
             except asyncio.CancelledError:
                 if request.cancelled() and not _current_task_cancelling():
                     # session_close cancelled the request itself, not the caller.
@@ -1664,6 +1779,9 @@ class McpClientPool:
                 if on_log is not None:
                     with contextlib.suppress(ValueError):
                         connection.log_listeners.remove(on_log)
+                if on_elicit is not None:
+                    with contextlib.suppress(ValueError):
+                        connection.elicit_handlers.remove(on_elicit)
         finally:
             self._release(connection)
 
@@ -1678,6 +1796,7 @@ class McpClientPool:
         timeout: float | None,  # noqa: ASYNC109
         on_progress: ProgressCallback | None = None,
         on_log: LogCallback | None = None,
+        on_elicit: ElicitCallback | None = None,
         scope: McpScope | None = None,
     ) -> McpToolOutput:
         """Call ``tool_name`` on ``spec``'s server with ``arguments`` (a JSON object).
@@ -1693,7 +1812,10 @@ class McpClientPool:
         progress token is sent only when it is given); ``on_log(level, data)`` receives the
         server's log messages the module docstring attributes to this call. Both may be plain
         or async functions; they run in their own tasks, so a slow callback never delays the
-        call, and an exception in one is logged and otherwise ignored.
+        call, and an exception in one is logged and otherwise ignored. ``on_elicit(params)``
+        answers the questions (``elicitation/create``) the server asks during the call, routed
+        as log messages are; the call's ``timeout`` does not run while it waits. Without it, a
+        question is declined.
 
         Once the result has arrived it is the call's outcome: nothing sent afterwards on the
         connection can turn it into a failure. Its structured content is checked against
@@ -1728,19 +1850,34 @@ class McpClientPool:
                 progress_tasks.add(task)
                 task.add_done_callback(progress_tasks.discard)
 
+        clock = _CallClock(call_timeout)
+        elicit: ElicitCallback | None = None
+        if on_elicit is not None:
+            answer = on_elicit
+
+            async def elicit(params: ElicitRequestParams) -> ElicitResult:
+                clock.pause()
+                try:
+                    return await answer(params)
+                finally:
+                    clock.resume()
+
         async def send(client: Client) -> CallToolResult:
             _skip_sdk_result_check(client, tool_name)
             return await client.call_tool(
                 tool_name,
                 dict(arguments),
-                read_timeout_seconds=call_timeout,
+                # The call clock bounds the wait (it stands still while the user answers a
+                # question); the SDK's own timeout would not.
+                read_timeout_seconds=_NO_SDK_TIMEOUT,
                 progress_callback=progress_callback,
                 meta=meta,
             )
 
         what = f"the call to tool {tool_name!r}"
         result = await self._request(
-            spec, scope, what, send, on_log=on_log, timeout=call_timeout
+            spec, scope, what, send, on_log=on_log, on_elicit=elicit, timeout=call_timeout,
+            clock=clock,
         )
         if on_progress is not None and progress_tasks:
             # Deliver every progress event before the result, in arrival order.
