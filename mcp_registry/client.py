@@ -208,6 +208,8 @@ class DiscoveredTool:
         annotations: The tool annotations with wire names (``readOnlyHint``,
             ``destructiveHint``, ``idempotentHint``, ``openWorldHint``, ``title``); unset hints
             are omitted.
+        task_support: ``execution.taskSupport`` (``"forbidden"``, ``"optional"`` or
+            ``"required"``), ``None`` when the tool does not say.
     """
 
     name: str
@@ -215,6 +217,7 @@ class DiscoveredTool:
     description: str
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
+    task_support: str | None = None
 
 
 @dataclass(frozen=True)
@@ -668,6 +671,7 @@ def _discovered(tool: Any) -> DiscoveredTool:
         description=tool.description or "",
         input_schema=dict(tool.input_schema),
         annotations=annotations,
+        task_support=tool.execution.task_support if tool.execution else None,
     )
 
 

@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 # Keep stored errors short: they are shown in the admin list.
 LAST_ERROR_MAX_CHARS = 2000
 DISCOVERY_TASK_NAME = "mcp_registry: discover the tools of every enabled MCP server"
+#: ``McpTool.quarantine_reason`` of a tool listed with ``execution.taskSupport: "required"``.
+TASK_REQUIRED_REASON = (
+    "requires MCP task augmentation (execution.taskSupport: required), which this client "
+    "does not support yet"
+)
 
 
 class ToolDiscoveryError(Exception):
@@ -66,15 +71,19 @@ def server_discover_tools(*, server: McpServer) -> list[McpTool]:
 def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> list[McpTool]:
     """Upsert the discovered catalogue of ``server`` (see ``server_discover_tools``).
 
-    Each input schema is converted with ``function_specs.function_parameters_build``; a tool
-    whose schema cannot be made valid is stored with ``quarantine_reason`` set and
-    ``available=False``, so models are not offered it while the server's other tools stay
-    usable. Exposed names are then reassigned across every tool (``tools_expose``).
+    Each input schema is converted with ``function_specs.function_parameters_build``. A tool
+    is stored with ``quarantine_reason`` set and ``available=False``, so models are not
+    offered it while the server's other tools stay usable, when its schema cannot be made
+    valid, or when it requires MCP task augmentation (``execution.taskSupport: "required"``,
+    MCP specification 2025-11-25 "Tasks"): the ``mcp`` client has no task API, so every
+    call of such a tool fails with -32601. Tools whose task support is ``"optional"`` or
+    ``"forbidden"`` are called normally and stay available. Exposed names are then
+    reassigned across every tool (``tools_expose``).
 
     Args:
         discovered: Objects with ``name``, ``title``, ``description``, ``input_schema`` and
-            ``annotations`` attributes (``mcp_registry.client.DiscoveredTool``). A repeated
-            name keeps the last entry.
+            ``annotations`` attributes, and optionally ``task_support``
+            (``mcp_registry.client.DiscoveredTool``). A repeated name keeps the last entry.
 
     Returns:
         The server's available (listed and not quarantined) tools, ordered by name.
@@ -83,12 +92,16 @@ def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> lis
     existing = {tool.name: tool for tool in McpTool.objects.filter(server=server)}
     for name, found in by_name.items():
         input_schema = found.input_schema if found.input_schema is not None else {}
+        reasons: list[str] = []
         try:
             parameters = function_parameters_build(input_schema)
-            quarantine_reason = ""
         except ToolSchemaError as error:
             parameters = {}
-            quarantine_reason = str(error)
+            reasons.append(str(error))
+        if getattr(found, "task_support", None) == "required":
+            reasons.append(TASK_REQUIRED_REASON)
+        quarantine_reason = "; ".join(reasons)
+        if quarantine_reason:
             logger.warning(
                 "MCP tool %s of server %s quarantined: %s", name, server.name, quarantine_reason
             )
