@@ -167,6 +167,35 @@ def server_discovery_enqueue(*, server: McpServer) -> None:
     transaction.on_commit(lambda: discover_server_tools.delay(server_id))
 
 
+@dataclass(frozen=True)
+class ServerSaveResult:
+    """What ``server_save`` did: whether discovery was queued (``discovery_queued``) and what
+    would keep the server from starting on this machine (``command_problems``, sentences of
+    ``selectors.server_command_problems``)."""
+
+    discovery_queued: bool
+    command_problems: list[str]
+
+
+def server_save(*, server: McpServer) -> ServerSaveResult:
+    """Save ``server`` (created or changed in admin, already validated by its form) and, when
+    it is enabled, queue its tool discovery once the transaction commits
+    (``server_discovery_enqueue``), so the discovery sees the committed row and whatever else
+    the same transaction saves (admin's tool inlines). A stdio command that is not found on
+    this machine is reported, not refused: the worker may run elsewhere.
+
+    Raises:
+        kombu.exceptions.OperationalError: The Celery broker did not take the task (raised
+            when the transaction commits, the server row saved).
+    """
+    server.save()
+    if server.enabled:
+        server_discovery_enqueue(server=server)
+    return ServerSaveResult(
+        discovery_queued=server.enabled, command_problems=server_command_problems(server=server)
+    )
+
+
 def servers_discovery_enqueue() -> list[str]:
     """Queue tool discovery for every enabled server (``manage.py dev`` does this at start).
 
@@ -220,13 +249,15 @@ class ServersImportError(Exception):
 
 @dataclass
 class ServersImportResult:
-    """What ``servers_import`` did, by server name, and what looks wrong (``warnings``:
-    sentences such as ``"server 'git': command 'uvx' is not on PATH ..."``)."""
+    """What ``servers_import`` did, by server name: created, updated, unchanged, whose
+    discovery it queued (``discovery_queued``), and what looks wrong (``warnings``: sentences
+    such as ``"server 'git': command 'uvx' is not on PATH ..."``)."""
 
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    discovery_queued: list[str] = field(default_factory=list)
 
 
 def _tool_overrides_apply(*, server: McpServer, declaration: "ServerDeclaration") -> bool:
@@ -319,6 +350,7 @@ def servers_import(
             result.unchanged.append(server.name)
         if changed and discover and server.enabled:
             server_discovery_enqueue(server=server)
+            result.discovery_queued.append(server.name)
     if result.created or result.updated:
         tools_expose()
     return result
