@@ -160,7 +160,12 @@ def server_record_discovery_error(*, server: McpServer, message: str) -> None:
 
 
 def server_discovery_enqueue(*, server: McpServer) -> None:
-    """Queue ``tasks.discover_server_tools`` for ``server`` once the transaction commits."""
+    """Queue ``tasks.discover_server_tools`` for ``server`` once the transaction commits.
+
+    The task goes to the Celery queue that ``CELERY_TASK_ROUTES`` names for it (``discovery``
+    in the dexagents project), which a worker of its own consumes, so a server that hangs
+    delays no outbox delivery.
+    """
     from mcp_registry.tasks import discover_server_tools
 
     server_id = server.pk
