@@ -6,9 +6,11 @@ Starts each part of the platform as its own supervised child process, in depende
    another server;
 2. the local demo model (``python -m agents_app.demo_model``);
 3. the Dex workers (``python manage.py dexworker``, ``DEXAGENTS_WORKERS`` of them);
-4. a Celery worker on the broker configured in settings (Redis when ``REDIS_URL`` is set, else
-   kombu's filesystem transport, which needs no server);
-5. Celery beat, which queues the periodic tasks (MCP tool discovery);
+4. two Celery workers on the broker configured in settings (Redis when ``REDIS_URL`` is set,
+   else kombu's filesystem transport, which needs no server): one on the default queue
+   (outbox deliveries, housekeeping) and one on the ``discovery`` queue (MCP tool discovery,
+   which may wait on a hanging server for its whole start-up timeout);
+5. Celery beat, which queues the periodic tasks (MCP tool discovery, the outbox sweep);
 6. the ASGI web servers (uvicorn serving ``dexagents_site.asgi``, ``DEXAGENTS_WEB_PROCESSES`` of
    them, all accepting on one listening socket that the supervisor opens and keeps).
 

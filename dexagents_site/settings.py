@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -297,6 +298,18 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# MCP tool discovery waits on third-party servers, for up to a server's start-up and call
+# timeouts when one hangs: it has a queue of its own, consumed by a worker of its own
+# (`manage.py dev` starts one, deploy/ runs one), so the worker of the default queue (outbox
+# deliveries, notices, housekeeping) never waits behind it. `discover_all_servers` only queues
+# and stays on the default queue. A worker started without -Q consumes both queues.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+_discovery_queue = "discovery"
+CELERY_TASK_QUEUES = tuple(
+    Queue(name, Exchange(name), routing_key=name)
+    for name in (CELERY_TASK_DEFAULT_QUEUE, _discovery_queue)
+)
+CELERY_TASK_ROUTES = {"mcp_registry.discover_server_tools": {"queue": _discovery_queue}}
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}

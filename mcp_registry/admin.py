@@ -7,7 +7,8 @@ Staff with the view permission may look.
 A server's page shows its processes as the Dex workers last reported them (state, PIDs,
 scope, restarts, how a crashed one ended and the last lines of its stderr;
 ``McpServerProcess``), the HTTP sessions workers hold open, what its isolation level lets
-cross between sessions, and the time and outcome of its last discovery. Saving a stdio
+cross between sessions, and the time and outcome of its last discovery. Saving an enabled
+server queues its tool discovery (``services.server_save``) and says so; saving a stdio
 server whose command is not found on this machine warns.
 """
 
@@ -17,18 +18,18 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IS_POPUP_VAR
 from django.db import models
 from django.db.models import QuerySet
 from django.forms import ModelForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from mcp_registry.client import exit_status_text
 from mcp_registry.models import ISOLATION_CROSSES, McpServer, McpServerProcess, McpTool
-from mcp_registry.selectors import server_command_problems
-from mcp_registry.services import server_discovery_enqueue
+from mcp_registry.services import server_discovery_enqueue, server_save
 
 
 def _when(moment: datetime) -> str:
@@ -212,13 +213,42 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     def save_model(
         self, request: HttpRequest, obj: McpServer, form: ModelForm[McpServer], change: bool
     ) -> None:
-        super().save_model(request, obj, form, change)
-        for problem in server_command_problems(server=obj):
+        for problem in server_save(server=obj).command_problems:
             self.message_user(
                 request,
                 f"Saved, but {problem} on this machine: the worker will not be able to start "
                 "it unless its machine has it.",
                 messages.WARNING,
+            )
+
+    def response_add(
+        self, request: HttpRequest, obj: McpServer, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        response = super().response_add(request, obj, post_url_continue)
+        self._discovery_message(request, obj)
+        return response
+
+    def response_change(self, request: HttpRequest, obj: McpServer) -> HttpResponse:
+        response = super().response_change(request, obj)
+        self._discovery_message(request, obj)
+        return response
+
+    def _discovery_message(self, request: HttpRequest, obj: McpServer) -> None:
+        """Follow Django's "saved successfully" with what ``server_save`` did about discovery."""
+        if IS_POPUP_VAR in request.POST:
+            return
+        if obj.enabled:
+            self.message_user(
+                request,
+                f"Discovery of the tools of “{obj.name}” is queued: it runs in the background, "
+                "and the server's last discovery shows the outcome once it ends.",
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(
+                request,
+                f"“{obj.name}” is disabled, so its tools are not discovered.",
+                messages.INFO,
             )
 
     @admin.display(description="last error")

@@ -272,6 +272,8 @@ class DiscoveredTool:
             ``destructiveHint``, ``idempotentHint``, ``openWorldHint``, ``title``); unset hints
             are omitted.
         output_schema: The JSON Schema its structured content follows, or ``None``.
+        task_support: ``execution.taskSupport`` (``"forbidden"``, ``"optional"`` or
+            ``"required"``), ``None`` when the tool does not say.
     """
 
     name: str
@@ -280,6 +282,7 @@ class DiscoveredTool:
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
     output_schema: dict[str, Any] | None = None
+    task_support: str | None = None
 
 
 @dataclass(frozen=True)
@@ -854,6 +857,7 @@ def _discovered(tool: Any) -> DiscoveredTool:
         input_schema=dict(tool.input_schema),
         annotations=annotations,
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
+        task_support=tool.execution.task_support if tool.execution else None,
     )
 
 

@@ -254,8 +254,10 @@ class McpTool(models.Model):
     """One tool of an MCP server, as last discovered, plus the administrator's overrides.
 
     ``available`` is false when the last discovery no longer listed the tool, or listed it
-    with an input schema that cannot be offered to a model (``quarantine_reason`` then says
-    why); the row is kept so overrides and agent links survive a tool that comes back.
+    with an input schema that cannot be offered to a model or as requiring MCP task
+    augmentation, which the client cannot do (``quarantine_reason`` then says why;
+    ``services.server_tools_replace``); the row is kept so overrides and agent links survive
+    a tool that comes back.
     ``exposed_name`` is the function name models see (``mcp_registry.function_specs``);
     ``parameters`` is ``input_schema`` converted for OpenAI-style function calling.
     """

@@ -28,6 +28,11 @@ logger = logging.getLogger(__name__)
 # Keep stored errors short: they are shown in the admin list.
 LAST_ERROR_MAX_CHARS = 2000
 DISCOVERY_TASK_NAME = "mcp_registry: discover the tools of every enabled MCP server"
+#: ``McpTool.quarantine_reason`` of a tool listed with ``execution.taskSupport: "required"``.
+TASK_REQUIRED_REASON = (
+    "requires MCP task augmentation (execution.taskSupport: required), which this client "
+    "does not support yet"
+)
 
 
 class ToolDiscoveryError(Exception):
@@ -67,14 +72,18 @@ def server_discover_tools(*, server: McpServer) -> list[McpTool]:
 def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> list[McpTool]:
     """Upsert the discovered catalogue of ``server`` (see ``server_discover_tools``).
 
-    Each input schema is converted with ``function_specs.function_parameters_build``; a tool
-    whose schema cannot be made valid is stored with ``quarantine_reason`` set and
-    ``available=False``, so models are not offered it while the server's other tools stay
-    usable. Exposed names are then reassigned across every tool (``tools_expose``).
+    Each input schema is converted with ``function_specs.function_parameters_build``. A tool
+    is stored with ``quarantine_reason`` set and ``available=False``, so models are not
+    offered it while the server's other tools stay usable, when its schema cannot be made
+    valid, or when it requires MCP task augmentation (``execution.taskSupport: "required"``,
+    MCP specification 2025-11-25 "Tasks"): the ``mcp`` client has no task API, so every
+    call of such a tool fails with -32601. Tools whose task support is ``"optional"`` or
+    ``"forbidden"`` are called normally and stay available. Exposed names are then
+    reassigned across every tool (``tools_expose``).
 
     Args:
         discovered: Objects with ``name``, ``title``, ``description``, ``input_schema``,
-            ``annotations`` and optionally ``output_schema`` attributes
+            ``annotations`` and optionally ``output_schema`` and ``task_support`` attributes
             (``mcp_registry.client.DiscoveredTool``). A repeated name keeps the last entry.
 
     Returns:
@@ -84,12 +93,16 @@ def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> lis
     existing = {tool.name: tool for tool in McpTool.objects.filter(server=server)}
     for name, found in by_name.items():
         input_schema = found.input_schema if found.input_schema is not None else {}
+        reasons: list[str] = []
         try:
             parameters = function_parameters_build(input_schema)
-            quarantine_reason = ""
         except ToolSchemaError as error:
             parameters = {}
-            quarantine_reason = str(error)
+            reasons.append(str(error))
+        if getattr(found, "task_support", None) == "required":
+            reasons.append(TASK_REQUIRED_REASON)
+        quarantine_reason = "; ".join(reasons)
+        if quarantine_reason:
             logger.warning(
                 "MCP tool %s of server %s quarantined: %s", name, server.name, quarantine_reason
             )
@@ -154,11 +167,45 @@ def server_record_discovery_error(*, server: McpServer, message: str) -> None:
 
 
 def server_discovery_enqueue(*, server: McpServer) -> None:
-    """Queue ``tasks.discover_server_tools`` for ``server`` once the transaction commits."""
+    """Queue ``tasks.discover_server_tools`` for ``server`` once the transaction commits.
+
+    The task goes to the Celery queue that ``CELERY_TASK_ROUTES`` names for it (``discovery``
+    in the dexagents project), which a worker of its own consumes, so a server that hangs
+    delays no outbox delivery.
+    """
     from mcp_registry.tasks import discover_server_tools
 
     server_id = server.pk
     transaction.on_commit(lambda: discover_server_tools.delay(server_id))
+
+
+@dataclass(frozen=True)
+class ServerSaveResult:
+    """What ``server_save`` did: whether discovery was queued (``discovery_queued``) and what
+    would keep the server from starting on this machine (``command_problems``, sentences of
+    ``selectors.server_command_problems``)."""
+
+    discovery_queued: bool
+    command_problems: list[str]
+
+
+def server_save(*, server: McpServer) -> ServerSaveResult:
+    """Save ``server`` (created or changed in admin, already validated by its form) and, when
+    it is enabled, queue its tool discovery once the transaction commits
+    (``server_discovery_enqueue``), so the discovery sees the committed row and whatever else
+    the same transaction saves (admin's tool inlines). A stdio command that is not found on
+    this machine is reported, not refused: the worker may run elsewhere.
+
+    Raises:
+        kombu.exceptions.OperationalError: The Celery broker did not take the task (raised
+            when the transaction commits, the server row saved).
+    """
+    server.save()
+    if server.enabled:
+        server_discovery_enqueue(server=server)
+    return ServerSaveResult(
+        discovery_queued=server.enabled, command_problems=server_command_problems(server=server)
+    )
 
 
 def servers_discovery_enqueue() -> list[str]:
@@ -214,13 +261,15 @@ class ServersImportError(Exception):
 
 @dataclass
 class ServersImportResult:
-    """What ``servers_import`` did, by server name, and what looks wrong (``warnings``:
-    sentences such as ``"server 'git': command 'uvx' is not on PATH ..."``)."""
+    """What ``servers_import`` did, by server name: created, updated, unchanged, whose
+    discovery it queued (``discovery_queued``), and what looks wrong (``warnings``: sentences
+    such as ``"server 'git': command 'uvx' is not on PATH ..."``)."""
 
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    discovery_queued: list[str] = field(default_factory=list)
 
 
 def _tool_overrides_apply(*, server: McpServer, declaration: "ServerDeclaration") -> bool:
@@ -313,6 +362,7 @@ def servers_import(
             result.unchanged.append(server.name)
         if changed and discover and server.enabled:
             server_discovery_enqueue(server=server)
+            result.discovery_queued.append(server.name)
     if result.created or result.updated:
         tools_expose()
     return result

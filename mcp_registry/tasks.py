@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 def discover_server_tools(server_id: int) -> int | None:
     """Discover the tools of the server with primary key ``server_id``.
 
+    Routed to the Celery queue ``discovery`` (``CELERY_TASK_ROUTES``): it may wait on a
+    hanging server for the server's whole start-up timeout, and must not hold the worker that
+    delivers the outbox.
+
     Returns:
         The number of available tools, or ``None`` when the server is gone or discovery
         failed (the failure is stored on the server row, so it is not raised again here).
@@ -41,6 +45,9 @@ def discover_server_tools(server_id: int) -> int | None:
 def discover_all_servers() -> list[str]:
     """Queue discovery of every enabled server; django-celery-beat runs this periodically
     (PeriodicTask created by migration 0003, interval editable in admin).
+
+    It only queues (``services.servers_discovery_enqueue``), so it stays on the default Celery
+    queue; each ``discover_server_tools`` it queues goes to the discovery queue.
 
     Returns:
         The names of the servers whose discovery was queued.

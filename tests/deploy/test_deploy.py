@@ -1,7 +1,8 @@
 """``deploy/``: the compose file against the Compose Specification schema (vendored here as
 ``compose-spec.json``, Apache-2.0, see ``compose-spec.LICENSE``; from compose-spec/compose-spec
 commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6), the services and commands it names, the
-Procfile, and the settings table of ``docs/deploy.md``.
+Procfile (a Celery worker for the default queue and one for MCP tool discovery), and the
+settings table of ``docs/deploy.md``.
 
 ``docker compose config`` runs too where the Compose plugin is installed; elsewhere that one
 test is skipped with the reason.
@@ -99,6 +100,19 @@ def check_command(argv: list[str], commands: set[str]) -> None:
                 assert option in parser._option_string_actions, option
 
 
+def check_celery_workers(workers: dict[str, list[str]]) -> None:
+    """The ``celery`` worker consumes the default queue alone and the ``discovery`` worker the
+    queue that settings route MCP tool discovery to (``CELERY_TASK_ROUTES``), each with ``-Q``,
+    so a discovery that hangs on a server never holds the worker of outbox deliveries."""
+    from agents_app.management.commands.dev import celery_queues
+
+    default_queue, discovery_queue = celery_queues()
+    for name, queue in (("celery", default_queue), ("discovery", discovery_queue)):
+        argv = workers[name]
+        assert argv[3] == "worker", argv
+        assert argv.count("-Q") == 1 and argv[argv.index("-Q") + 1] == queue, argv
+
+
 def test_compose_file_matches_the_compose_specification() -> None:
     schema = json.loads(SCHEMA.read_text())
     document = compose_document()
@@ -121,14 +135,15 @@ def test_the_schema_check_can_fail() -> None:
 def test_compose_topology_and_commands(db: None) -> None:
     document = interpolate(compose_document(), REQUIRED_ENV)
     services: dict[str, Any] = document["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "celery", "beat"}
+    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "celery",
+                             "discovery", "beat"}
     for name, service in services.items():
         for dependency in service.get("depends_on", {}):
             assert dependency in services, (name, dependency)
         for volume in service.get("volumes", []):
             assert volume.split(":", 1)[0] in document["volumes"], (name, volume)
     commands = management_commands()
-    for name in ("migrate", "web", "worker", "celery", "beat"):
+    for name in ("migrate", "web", "worker", "celery", "discovery", "beat"):
         service = services[name]
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
         assert (DEPLOY / service["build"]["context"]).resolve() == ROOT
@@ -139,6 +154,7 @@ def test_compose_topology_and_commands(db: None) -> None:
         assert env["DEX_SERVER_ADDRESS"] == REQUIRED_ENV["DEX_SERVER_ADDRESS"]
     assert services["beat"]["deploy"]["replicas"] == 1
     assert services["worker"]["deploy"]["replicas"] == "2"
+    check_celery_workers({name: services[name]["command"] for name in ("celery", "discovery")})
 
 
 def test_procfile_names_real_programs(db: None) -> None:
@@ -147,9 +163,10 @@ def test_procfile_names_real_programs(db: None) -> None:
         line.split(":", 1) for line in (DEPLOY / "Procfile").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     )
-    assert set(entries) == {"release", "web", "worker", "celery", "beat"}
+    assert set(entries) == {"release", "web", "worker", "celery", "discovery", "beat"}
     for argv in entries.values():
         check_command(shlex.split(argv), commands)
+    check_celery_workers({name: shlex.split(entries[name]) for name in ("celery", "discovery")})
 
 
 def test_dockerfile_copies_what_it_installs() -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, wait_until
+from tests.production_services import redis_url  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -45,6 +46,35 @@ def _command(pid: int) -> set[str]:
         return set(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"))
     except OSError:
         return set()
+
+
+def _celery_worker_queues(pid: int) -> list[str]:
+    """The ``-Q`` queue of every Celery worker below ``pid``, sorted (``""`` for a worker that
+    consumes every queue)."""
+    queues: list[str] = []
+    for child in _descendants(pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if argv[1:3] == ["-m", "celery"] and "worker" in argv:
+            queues.append(argv[argv.index("-Q") + 1] if "-Q" in argv else "")
+    return sorted(queues)
+
+
+def _discovery_runs_on_its_own_worker(dev: Proc) -> None:
+    """Wait until the stack's ``discovery`` child ran an MCP tool discovery (``manage.py dev``
+    queues one per enabled server at start), and check that the ``celery`` child ran none."""
+
+    def ran(child: str) -> list[str]:
+        return [line for line in list(dev.lines) if line.strip().startswith(f"{child} |")
+                and "Task mcp_registry.discover_server_tools[" in line]
+
+    wait_until("the discovery worker to run a tool discovery",
+               lambda: any("succeeded" in line for line in ran("discovery")), timeout=90)
+    assert ran("celery") == [], ran("celery")
+    assert "Celery: a worker on queue celery (outbox deliveries, housekeeping), a worker on " \
+        "queue discovery (MCP tool discovery), beat" in dev.output()
 
 
 def _discovered_servers(database: Path) -> dict[str, tuple[str | None, str]]:
@@ -96,9 +126,12 @@ def test_dev_prints_ready_serves_health_and_stops_every_child(
         lambda: _discovered_servers(database).get("search", (None, ""))[0], timeout=60)
     assert discovered
     assert _discovered_servers(database)["search"][1] == ""
+    # On a Celery worker of its own: one consumes the default queue, the other discovery.
+    assert _celery_worker_queues(dev.popen.pid) == ["celery", "discovery"]
+    _discovery_runs_on_its_own_worker(dev)
 
     children = _descendants(dev.popen.pid)
-    assert len(children) >= 6, children  # engine, model, worker, celery, beat, web
+    assert len(children) >= 7, children  # engine, model, worker, celery, discovery, beat, web
 
     # The web process and the Dex worker die together: the supervisor restarts them side by
     # side, so the worker's restart does not wait for the web's start-up (or the other way).
@@ -178,3 +211,16 @@ def test_healthz_sees_a_sigkilled_worker_down_within_5_seconds(
     )
     assert body["unavailable"] == "worker"
     assert body["engine"] == "up"
+
+
+def test_dev_with_redis_runs_discovery_on_its_own_worker(
+    processes: Processes, ports: Ports, stack_env: dict[str, str],
+    redis_url: str,  # noqa: F811
+) -> None:
+    stack_env["REDIS_URL"] = redis_url
+    dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(ports.web)])
+    dev.wait_for_line("dexagents is ready at", timeout=180)
+    assert f"Redis: {redis_url} (channel layer" in dev.output()
+    assert _celery_worker_queues(dev.popen.pid) == ["celery", "discovery"]
+    _discovery_runs_on_its_own_worker(dev)
+    assert not (Path(stack_env["DEXAGENTS_VAR_DIR"]) / "celery").exists()

@@ -1,14 +1,17 @@
 """Admin permissions: only superusers add or change MCP servers and tools."""
 
+import sys
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
 from mcp_registry.models import McpServer
 from tests.factories import McpServerFactory, McpToolFactory
+from tests.mcp_registry.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -172,6 +175,57 @@ def test_discover_action_queues_discovery(
         )
     assert response.status_code == 302
     assert [tool.exposed_name for tool in server.tools.all()] == ["search__web_search"]
+
+
+@pytest.mark.usefixtures("eager_celery")
+def test_saving_an_enabled_server_queues_its_discovery_once_committed(
+    superuser: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = logged_in(superuser)
+    form = server_form(
+        name="search",
+        command=sys.executable,
+        args='["-m", "mcp_registry.demo_servers.search"]',
+        cwd=str(REPO_ROOT),
+        env_names="[]",
+    )
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post(reverse("admin:mcp_registry_mcpserver_add"), form)
+    assert response.status_code == 302, response.content
+    server = McpServer.objects.get(name="search")
+    # Nothing ran inside the admin's transaction: the discovery waits for the commit.
+    assert len(callbacks) == 1
+    assert (server.last_discovered_at, server.last_error) == (None, "")
+    notes = [str(message) for message in get_messages(response.wsgi_request)]
+    assert "was added successfully" in notes[-2], notes
+    assert notes[-1].startswith("Discovery of the tools of “search” is queued"), notes
+    callbacks[0]()
+    server.refresh_from_db()
+    assert server.last_discovered_at is not None
+    assert [tool.exposed_name for tool in server.tools.all()] == ["search__web_search"]
+
+    # A change is discovered again.
+    first = server.last_discovered_at
+    change = reverse("admin:mcp_registry_mcpserver_change", args=[server.pk])
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(change, {**form, "startup_timeout": "20"})
+    assert response.status_code == 302, response.content
+    assert len(callbacks) == 1
+    server.refresh_from_db()
+    assert server.startup_timeout == 20
+    assert server.last_discovered_at > first
+    notes = [str(message) for message in get_messages(response.wsgi_request)]
+    assert "was changed successfully" in notes[-2], notes
+    assert notes[-1].startswith("Discovery of the tools of “search” is queued"), notes
+
+    # A disabled server is not discovered, and the message says so.
+    disabled = {key: value for key, value in form.items() if key != "enabled"}
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(change, disabled)
+    assert response.status_code == 302, response.content
+    assert callbacks == []
+    notes = [str(message) for message in get_messages(response.wsgi_request)]
+    assert notes[-1] == "“search” is disabled, so its tools are not discovered.", notes
 
 
 def test_staff_cannot_run_discovery(staff_with_all_mcp_permissions: Any) -> None:

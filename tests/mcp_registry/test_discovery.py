@@ -15,9 +15,15 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
+from mcp_registry.client import DiscoveredTool
 from mcp_registry.models import McpServer, McpTool
 from mcp_registry.selectors import tool_list_exposable
-from mcp_registry.services import ToolDiscoveryError, server_discover_tools
+from mcp_registry.services import (
+    TASK_REQUIRED_REASON,
+    ToolDiscoveryError,
+    server_discover_tools,
+    server_tools_replace,
+)
 from tests.factories import McpServerFactory, McpToolFactory
 from tests.mcp_registry.conftest import REPO_ROOT
 
@@ -85,6 +91,40 @@ def test_a_tool_with_an_unusable_schema_is_quarantined_and_the_rest_stay_usable(
     client.force_login(superuser)
     page = client.get(reverse("admin:mcp_registry_mcptool_change", args=[bad.pk]))
     assert "points outside the schema" in page.content.decode()
+
+
+def test_only_tools_that_require_task_augmentation_are_quarantined() -> None:
+    server = McpServerFactory.create(name="tasks")
+    schema = {"type": "object", "properties": {}}
+
+    def listing(**task_support: str | None) -> list[DiscoveredTool]:
+        return [DiscoveredTool(name=name, title=None, description="", input_schema=schema,
+                               annotations={}, task_support=support)
+                for name, support in task_support.items()]
+
+    available = server_tools_replace(server=server, discovered=listing(
+        plain=None, forbidden="forbidden", optional="optional", required="required"))
+    assert [tool.name for tool in available] == ["forbidden", "optional", "plain"]
+    required = McpTool.objects.get(server=server, name="required")
+    assert (required.available, required.quarantine_reason) == (False, TASK_REQUIRED_REASON)
+    assert [tool.exposed_name for tool in tool_list_exposable()] == [
+        "tasks__forbidden", "tasks__optional", "tasks__plain"]
+
+    # The server stops requiring tasks: the tool is offered again, with its overrides.
+    McpTool.objects.filter(pk=required.pk).update(requires_approval_override=False)
+    server_tools_replace(server=server, discovered=listing(required="optional"))
+    required.refresh_from_db()
+    assert (required.available, required.quarantine_reason) == (True, "")
+    assert required.requires_approval_override is False
+
+    # Both reasons are kept when the schema cannot be offered either.
+    server_tools_replace(server=server, discovered=[DiscoveredTool(
+        name="required", title=None, description="", annotations={}, task_support="required",
+        input_schema={"type": "object", "properties": {"a": {"$ref": "https://x/y"}}})])
+    required.refresh_from_db()
+    assert required.available is False
+    assert "points outside the schema" in required.quarantine_reason
+    assert required.quarantine_reason.endswith(f"; {TASK_REQUIRED_REASON}")
 
 
 def test_a_server_hung_in_initialize_keeps_its_catalogue_and_shows_the_error(

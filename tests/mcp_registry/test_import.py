@@ -63,9 +63,11 @@ def test_import_creates_servers_and_importing_twice_changes_nothing(
     config_file: Path, django_capture_on_commit_callbacks: Any
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:
-        assert "Created: docs, remote" in _import(config_file)
-    # Discovery is queued for the created, enabled server only.
+        output = _import(config_file)
+    assert "Created: docs, remote" in output
+    # Discovery is queued for the created, enabled server only, once the import commits.
     assert len(callbacks) == 1
+    assert "Discovery queued for: docs (" in output
     docs = McpServer.objects.get(name="docs")
     assert docs.env_names == ["DEXAGENTS_VAR_DIR"]
     assert docs.trust_annotations is True
@@ -78,8 +80,10 @@ def test_import_creates_servers_and_importing_twice_changes_nothing(
 
     before = _snapshot()
     with django_capture_on_commit_callbacks() as callbacks:
-        assert "Unchanged: docs, remote" in _import(config_file)
+        output = _import(config_file)
+    assert "Unchanged: docs, remote" in output
     assert callbacks == []
+    assert "Discovery queued" not in output
     assert _snapshot() == before
 
 

@@ -4,10 +4,14 @@ the latter over stdio and over Streamable HTTP."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 
 from mcp_registry.builtin_tools import builtin_tool_execute
 from mcp_registry.client import (
@@ -16,9 +20,9 @@ from mcp_registry.client import (
     McpToolError,
     list_tools,
 )
-from mcp_registry.models import McpServer
-from mcp_registry.services import server_discover_tools
-from tests.factories import McpServerFactory
+from mcp_registry.models import McpServer, McpTool
+from mcp_registry.services import TASK_REQUIRED_REASON, server_discover_tools
+from tests.factories import AgentDefinitionFactory, McpServerFactory
 from tests.mcp_registry.conftest import wait_until
 
 
@@ -72,6 +76,43 @@ def test_everything_discovery_maps_each_annotation_pattern(
     } == {"unclassified"}
 
 
+@pytest.mark.django_db
+def test_a_tool_that_requires_task_augmentation_is_kept_from_models(
+    everything_spec: McpServerSpec, superuser: Any
+) -> None:
+    """server-everything's ``simulate-research-query`` is listed with ``execution.taskSupport:
+    "required"``: a plain ``tools/call`` of it fails with -32601, so no model is offered it."""
+    server = _server_row(everything_spec)
+    available = {tool.name for tool in server_discover_tools(server=server)}
+    assert "simulate-research-query" not in available
+    assert {"echo", "get-sum", "trigger-long-running-operation"} <= available
+    assert len(available) == McpTool.objects.filter(server=server).count() - 1
+    research = McpTool.objects.get(server=server, name="simulate-research-query")
+    assert research.available is False
+    assert research.quarantine_reason == TASK_REQUIRED_REASON
+    assert "execution.taskSupport: required" in research.quarantine_reason
+    # Its schema is fine: the row keeps its parameters for the day the client can run it.
+    assert research.parameters["type"] == "object"
+
+    agent = AgentDefinitionFactory.create(slug="researcher")
+    agent.tools.set(McpTool.objects.filter(server=server))
+    offered = [tool["name"] for tool in agent.agent_config()["tools"]]
+    assert "everything__simulate-research-query" not in offered
+    assert "everything__echo" in offered
+    assert len(offered) == len(available)
+
+    client = Client()
+    client.force_login(superuser)
+    page = client.get(reverse("admin:mcp_registry_mcptool_change", args=[research.pk]))
+    assert TASK_REQUIRED_REASON in page.content.decode()
+    listing = client.get(reverse("admin:mcp_registry_mcptool_changelist"))
+    assert TASK_REQUIRED_REASON in listing.content.decode()
+    discovered = io.StringIO()
+    call_command("mcp_discover", "everything", stdout=discovered)
+    assert (f"everything__simulate-research-query  QUARANTINED: {TASK_REQUIRED_REASON}"
+            in discovered.getvalue())
+
+
 async def test_time_call_and_error_result(pool: McpClientPool, time_spec: McpServerSpec) -> None:
     output = await pool.call_tool(
         time_spec, "get_current_time", {"timezone": "Europe/Paris"},
@@ -102,6 +143,9 @@ async def test_everything_lists_tools(everything: McpServerSpec) -> None:
     tools = {tool.name: tool for tool in await list_tools(everything)}
     assert {"echo", "get-sum", "trigger-long-running-operation"} <= set(tools)
     assert tools["echo"].annotations["readOnlyHint"] is True
+    # execution.taskSupport: the TypeScript SDK lists every plain tool as "forbidden".
+    assert tools["simulate-research-query"].task_support == "required"
+    assert tools["echo"].task_support == "forbidden"
 
 
 async def test_everything_call_reports_progress(

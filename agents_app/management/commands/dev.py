@@ -66,12 +66,42 @@ def _where(database: dict[str, Any]) -> str:
             f"{database.get('NAME')}")
 
 
+#: The Celery task whose queue the discovery worker consumes (``CELERY_TASK_ROUTES``).
+DISCOVERY_TASK = "mcp_registry.discover_server_tools"
+
+
+def celery_queues() -> tuple[str, str]:
+    """``(default queue, discovery queue)`` as settings name them: ``CELERY_TASK_DEFAULT_QUEUE``
+    and the queue ``CELERY_TASK_ROUTES`` sends MCP tool discovery to (``("celery",
+    "discovery")``).
+
+    Raises:
+        KeyError: The settings route no queue for ``DISCOVERY_TASK``.
+    """
+    return (settings.CELERY_TASK_DEFAULT_QUEUE,
+            settings.CELERY_TASK_ROUTES[DISCOVERY_TASK]["queue"])
+
+
+def celery_worker_argv(*, queue: str, node: str, python: str = sys.executable) -> list[str]:
+    """The Celery worker ``manage.py dev`` runs for ``queue`` alone (``-Q``), named ``node``
+    (Celery's ``-n``, e.g. ``discovery-41@%h``), with the solo pool: one task at a time.
+
+    One worker per queue keeps a discovery that waits on a hanging MCP server (up to its
+    start-up timeout) from delaying the default queue's outbox deliveries.
+    """
+    return [python, "-m", "celery", "-A", "dexagents_site", "worker", "-Q", queue,
+            "--pool=solo", "--loglevel=INFO", "--without-mingle", "--without-gossip",
+            "-n", node]
+
+
 def topology_lines(*, host: str, port: int) -> list[str]:
     """What ``manage.py dev`` runs, one line per part, with no credentials in them.
 
     Shape: ``["Web: 2 processes on http://127.0.0.1:8000 (one shared socket)", "Dex workers:
-    3", "Engine: embedded at 127.0.0.1:8801", "Database: postgresql 127.0.0.1:5432/name",
-    "Redis: redis://127.0.0.1:6379/1 (channel layer, Celery broker and results, cache)"]``.
+    3", "Celery: a worker on queue celery (outbox deliveries, housekeeping), a worker on queue
+    discovery (MCP tool discovery), beat", "Engine: embedded at 127.0.0.1:8801", "Database:
+    postgresql 127.0.0.1:5432/name", "Redis: redis://127.0.0.1:6379/1 (channel layer, Celery
+    broker and results, cache)"]``.
     """
     knobs = settings.DEXAGENTS
     engine = (f"embedded at {knobs['DEX_SERVER_ADDRESS']}" if knobs["EMBEDDED_ENGINE"]
@@ -83,10 +113,13 @@ def topology_lines(*, host: str, port: int) -> list[str]:
         redis = ("none (in-memory channel layer, filesystem Celery broker under "
                  f"{knobs['VAR_DIR']}/celery, per-process cache)")
     web = knobs["WEB_PROCESSES"]
+    default_queue, discovery_queue = celery_queues()
     return [
         f"Web: {web} process{'es' if web > 1 else ''} on http://{host}:{port} "
         "(one shared socket)",
         f"Dex workers: {knobs['WORKERS']}",
+        f"Celery: a worker on queue {default_queue} (outbox deliveries, housekeeping), a worker "
+        f"on queue {discovery_queue} (MCP tool discovery), beat",
         f"Engine: {engine}",
         f"Database: {_where(settings.DATABASES['default'])}",
         f"Redis: {redis}",
@@ -96,8 +129,9 @@ def topology_lines(*, host: str, port: int) -> list[str]:
 class Command(BaseCommand):
     help = (
         "Migrate, create the demo data (and import DEXAGENTS_MCP_CONFIG when set), then run "
-        "the Dex engine, the demo model, DEXAGENTS_WORKERS Dex workers, a Celery worker, "
-        "Celery beat and DEXAGENTS_WEB_PROCESSES ASGI web servers as supervised processes."
+        "the Dex engine, the demo model, DEXAGENTS_WORKERS Dex workers, a Celery worker, a "
+        "Celery worker for MCP tool discovery, Celery beat and DEXAGENTS_WEB_PROCESSES ASGI "
+        "web servers as supervised processes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -137,7 +171,7 @@ class Command(BaseCommand):
                       if line.startswith("Demo login:")]
         if os.environ.get("DEXAGENTS_MCP_CONFIG"):
             call_command("mcp_import", stdout=self.stdout)
-        # Discovery runs in the Celery worker; the broker holds the messages until it starts.
+        # Discovery runs in the discovery worker; the broker holds the messages until it starts.
         try:
             discovering = servers_discovery_enqueue()
         except KombuOperationalError as error:
@@ -237,12 +271,21 @@ class Command(BaseCommand):
             )
             for number in range(1, knobs["WORKERS"] + 1)
         ]
+        default_queue, discovery_queue = celery_queues()
         specs += [
             ChildSpec(
                 name="celery",
-                argv=[python, "-m", "celery", "-A", "dexagents_site", "worker",
-                      "--pool=solo", "--loglevel=INFO", "--without-mingle",
-                      "--without-gossip", "-n", f"dexagents-{os.getpid()}@%h"],
+                argv=celery_worker_argv(queue=default_queue, node=f"dexagents-{os.getpid()}@%h",
+                                        python=python),
+                ready_marker=" ready.",
+                start_with_next=True,
+            ),
+            # MCP tool discovery on a worker of its own: a server that hangs holds it for up
+            # to its start-up timeout, and outbox deliveries on the worker above go on.
+            ChildSpec(
+                name="discovery",
+                argv=celery_worker_argv(queue=discovery_queue,
+                                        node=f"discovery-{os.getpid()}@%h", python=python),
                 ready_marker=" ready.",
                 start_with_next=True,
             ),

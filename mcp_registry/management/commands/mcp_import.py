@@ -2,8 +2,10 @@
 
 FILE defaults to ``$DEXAGENTS_MCP_CONFIG``; the format is in ``mcp_registry.config``. The
 import is all or nothing, importing the same file twice changes nothing, and discovery is
-queued for every created or changed server. A stdio command that is neither on PATH nor an
-existing file (or a missing working directory) is imported with a warning on stderr.
+queued for every created or changed enabled server once the import is committed (printed as
+``Discovery queued for: NAME, ...``; ``--no-discover`` leaves it to the periodic run). A
+stdio command that is neither on PATH nor an existing file (or a missing working directory) is
+imported with a warning on stderr.
 """
 
 import os
@@ -49,5 +51,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{label}: {', '.join(names)}")
         if not (result.created or result.updated or result.unchanged):
             self.stdout.write("No servers declared.")
+        if result.discovery_queued:
+            self.stdout.write(
+                f"Discovery queued for: {', '.join(result.discovery_queued)} (it runs in the "
+                "background once the import is saved)"
+            )
         for warning in result.warnings:
             self.stderr.write(f"Warning: {warning}.")
