@@ -34,10 +34,12 @@ least recently used idle one is closed first) or when the pool closes.
 Notifications (MCP specification, "Utilities/Progress", "Server features/Logging" and
 "Server features/Tools/List Changed Notification"): progress for a call goes to that call's
 ``on_progress``. A log message names no request: on a ``session`` connection it goes to the
-oldest call in flight (every call on it belongs to the same agent session); on a ``user`` or
-``shared`` connection it goes to a call's ``on_log`` only while that call is the one request in
-flight and no earlier request was abandoned there, since calls of different sessions share it.
-Otherwise it goes to the pool's ``on_log`` (the worker's log), never to another session's call.
+oldest call in flight (every call on it belongs to the same agent session); on a ``user``
+connection to a call's ``on_log`` only while that call is the one request in flight and no
+earlier request was abandoned there; on a ``shared`` connection to no call, since any user's
+earlier request may have caused it. Otherwise it goes to the pool's ``on_log`` (the worker's
+log), never to another user's call. A server's question (``elicitation/create``) is routed the
+same way, and declined when no call owns it.
 A ``notifications/tools/list_changed`` marks the server's catalogue stale and is passed to the
 pool's ``on_tools_list_changed``.
 
@@ -127,6 +129,7 @@ _MAX_TOOL_PAGES = 1000
 _LOG_LEVEL = "info"
 
 _T = TypeVar("_T")
+_H = TypeVar("_H")
 
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None] | None]
 """``on_progress(progress, total, message)``: one MCP progress notification of a call.
@@ -1173,20 +1176,30 @@ class _Connection:
             ),
         )
 
-    async def _log_received(self, params: LoggingMessageNotificationParams) -> None:
-        listeners = self.log_listeners
-        if self.single_session and listeners:
-            # Every call here belongs to the same agent session: the oldest in flight gets it.
-            self._spawn(listeners[0], params.level, params.data)
-        elif (
-            # A connection several sessions share: only an unambiguous owner gets it. With two
-            # requests in flight either may have caused it, and after an abandoned request the
-            # server may still be logging for that one.
-            self.requests_in_flight == 1
-            and len(listeners) == 1
+    def _sole_owner(self, handlers: Sequence[_H]) -> _H | None:
+        """The in-flight call a server message that names no request belongs to, if any.
+
+        On a ``session`` connection every call is the same agent session's: the oldest in
+        flight. On a ``user`` connection only an unambiguous owner: the one request in flight,
+        with no request abandoned earlier (the server may still be working, and writing, for
+        that one). On a ``shared`` connection nobody: the message may come from any user's
+        earlier request.
+        """
+        if self.single_session:
+            return handlers[0] if handlers else None
+        if (
+            self.key.startswith("user ")
+            and self.requests_in_flight == 1
+            and len(handlers) == 1
             and not self.abandoned_requests
         ):
-            self._spawn(listeners[0], params.level, params.data)
+            return handlers[0]
+        return None
+
+    async def _log_received(self, params: LoggingMessageNotificationParams) -> None:
+        owner = self._sole_owner(self.log_listeners)
+        if owner is not None:
+            self._spawn(owner, params.level, params.data)
         elif self._on_idle_log is not None:
             self._spawn(self._on_idle_log, self.spec.name, params.level, params.data)
 
@@ -1194,12 +1207,8 @@ class _Connection:
         self, context: ClientRequestContext, params: ElicitRequestParams
     ) -> ElicitResult:
         # The same rule as log messages: a request names no call, so the question goes to a
-        # call of the one session this connection serves, or to the one call in flight.
-        handlers = self.elicit_handlers
-        owned = (self.single_session and handlers) or (
-            self.requests_in_flight == 1 and len(handlers) == 1
-        )
-        handler = handlers[0] if owned else None
+        # call of the one session this connection serves, or to an unambiguous owner.
+        handler = self._sole_owner(self.elicit_handlers)
         if handler is None:
             logger.info(
                 "MCP server %r asked a question no call can take; declined", self.spec.name

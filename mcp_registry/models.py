@@ -46,14 +46,15 @@ ISOLATION_CROSSES = {
     ),
     "user": (
         "Server-side state between the sessions of one user: they share one connection, so a "
-        "file or resource one of them created is visible to the others. A log message reaches "
-        "a call only while that call is alone in flight. Nothing crosses between users."
+        "file or resource one of them created is visible to the others, and a log message or "
+        "question of the server reaches a call only while it is that user's one call in "
+        "flight. Nothing crosses between users."
     ),
     "shared": (
         "Everything the server keeps: every user's calls share one connection, so state one "
         "user's call created is visible to every other user. Only for servers that keep no "
-        "per-client state. A log message reaches a call only while that call is alone in "
-        "flight; otherwise it goes to the worker log."
+        "per-client state. Log messages go to the worker log, never to a session, and the "
+        "server's questions (elicitation) are declined."
     ),
 }
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mcp_registry.builtin_tools import BuiltinToolError, builtin_tool_execute
-from mcp_registry.client import McpClientPool, McpServerSpec, McpToolError, list_tools
+from mcp_registry.client import McpClientPool, McpScope, McpServerSpec, McpToolError, list_tools
 from mcp_registry.effects import effect_from_annotations
 from tests.mcp_registry.conftest import demo_spec, wait_until
 
@@ -53,7 +53,7 @@ async def test_post_message_writes_every_call_and_reports_progress_and_logs(
     arguments = {"channel": "#engineering", "text": "Release notes are out"}
     first = await pool.call_tool(
         spec, "post_message", arguments, idempotency_key="k1", timeout=None,
-        on_progress=on_progress, on_log=on_log,
+        on_progress=on_progress, on_log=on_log, scope=McpScope("ses_1", "7"),
     )
     await pool.call_tool(spec, "post_message", arguments, idempotency_key="k2", timeout=None)
     assert [message["id"] for message in _stored(var_dir, "slack_messages.json")] == [
@@ -126,10 +126,10 @@ async def test_create_document_is_idempotent_by_title_and_readable_as_a_resource
 async def test_a_log_message_reaches_only_the_call_that_is_alone_in_flight(
     var_dir: Path,
 ) -> None:
-    """MCP log messages name no request, and one server connection carries the calls of
-    many sessions and users: a message written while two calls are in flight goes to the
-    pool's sink, never to the other call (it once reached every call in flight)."""
-    spec = demo_spec("slack")
+    """MCP log messages name no request, and a ``user``-isolated connection carries the calls
+    of several sessions: a message written while two calls are in flight goes to the pool's
+    sink, never to the other call (it once reached every call in flight)."""
+    spec = demo_spec("slack", isolation="user")
     unowned: list[Any] = []
     logs: dict[str, list[Any]] = {"first": [], "second": []}
 
@@ -142,13 +142,13 @@ async def test_a_log_message_reaches_only_the_call_that_is_alone_in_flight(
 
         return pool.call_tool(
             spec, "post_message", {"channel": "general", "text": name}, idempotency_key=None,
-            timeout=None, on_log=on_log,
+            timeout=None, on_log=on_log, scope=McpScope(f"ses_{name}", "7"),
         )
 
     async with McpClientPool(on_log=pool_log) as pool:
         await pool.call_tool(spec, "search_messages", {"query": "x"}, idempotency_key=None,
-                             timeout=None)
-        connection = pool._connections[("slack", "shared")]
+                             timeout=None, scope=McpScope("ses_first", "7"))
+        connection = pool._connections[("slack", "user 7")]
         # Hold the server's state lock: neither call can write (and log) before both are in
         # flight.
         lock_path = var_dir / "demo_mcp" / "slack_messages.json.lock"
@@ -176,11 +176,12 @@ async def test_after_a_call_times_out_its_log_messages_reach_no_later_call(
     var_dir: Path,
 ) -> None:
     """A call this side gave up on may still run in the server and log afterwards, while the
-    next call is alone in flight: from then on the session's log messages go to the pool's
+    next call is alone in flight: from then on the connection's log messages go to the pool's
     sink, not to a call (the timed-out call's message once reached the next session's)."""
     from mcp_registry.client import McpTransportError
 
-    spec = demo_spec("slack")
+    spec = demo_spec("slack", isolation="user")
+    first, nxt = McpScope("ses_first", "7"), McpScope("ses_next", "7")
     unowned: list[Any] = []
     later: list[Any] = []
 
@@ -192,17 +193,17 @@ async def test_after_a_call_times_out_its_log_messages_reach_no_later_call(
 
     async with McpClientPool(on_log=pool_log) as pool:
         await pool.call_tool(spec, "search_messages", {"query": "x"}, idempotency_key=None,
-                             timeout=None)
+                             timeout=None, scope=first)
         lock_path = var_dir / "demo_mcp" / "slack_messages.json.lock"
         with lock_path.open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             with pytest.raises((McpTransportError, McpToolError)):
                 await pool.call_tool(spec, "post_message", {"channel": "general", "text": "gone"},
-                                     idempotency_key=None, timeout=0.5)
+                                     idempotency_key=None, timeout=0.5, scope=first)
             second = asyncio.ensure_future(pool.call_tool(
                 spec, "post_message", {"channel": "general", "text": "next"},
-                idempotency_key=None, timeout=None, on_log=on_log))
-            connection = pool._connections[("slack", "shared")]
+                idempotency_key=None, timeout=None, on_log=on_log, scope=nxt))
+            connection = pool._connections[("slack", "user 7")]
             await wait_until("the next call in flight", lambda: connection.requests_in_flight == 1)
             fcntl.flock(lock, fcntl.LOCK_UN)
         await second
