@@ -22,6 +22,8 @@ from mcp.types import ToolAnnotations
 
 LOG_ENV = "FAILING_MCP_LOG"
 HANG_SECONDS = 3600
+#: This file, to run as the server's command (``python SCRIPT``).
+SCRIPT = Path(__file__).resolve()
 
 server = MCPServer("dexagents-test-failing")
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)

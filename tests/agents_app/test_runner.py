@@ -57,11 +57,11 @@ from dex_agents import (
 from dex_agents.testing import wait_until
 from mcp_registry.client import McpClientPool, McpServerSpec, McpTransportError
 from tests.agents_app.failing_mcp_server import LOG_ENV as FAILING_LOG_ENV
+from tests.agents_app.failing_mcp_server import SCRIPT as FAILING_SERVER
 from tests.agents_app.failing_mcp_server import calls_count
 from tests.agents_app.test_demo_model import start_demo_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAILING_SERVER = REPO_ROOT / "tests" / "agents_app" / "failing_mcp_server.py"
 
 SEARCH_TOOL = {
     "name": "search__web_search",
