@@ -225,7 +225,15 @@ def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``{exposed tool name: ToolPolicy(ToolEffect(effect), requires_approval,
-        approval_deadline_seconds)}``.
+        approval_deadline_seconds, timeout_seconds=step_timeout_seconds, retries=retries)}``:
+        each attempt of the call's Step is cut off at the tool's ``step_timeout_seconds``
+        (longer than its MCP request timeout, which the runner enforces itself), and a read or
+        idempotent_write call runs ``retries + 1`` attempts (``AgentDefinition.agent_config``).
+        A snapshot taken before these limits existed gives ``None`` for both: the seed's
+        defaults.
+
+    Raises:
+        ValueError: A limit in the snapshot that ``ToolPolicy`` refuses.
     """
     from dex_agents import ToolEffect, ToolPolicy
 
@@ -234,6 +242,8 @@ def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
             ToolEffect(tool["effect"]),
             tool["requires_approval"],
             tool.get("approval_deadline_seconds"),
+            timeout_seconds=tool.get("step_timeout_seconds"),
+            retries=tool.get("retries"),
         )
         for tool in agent_config.get("tools", [])
     }

@@ -128,9 +128,12 @@ class AgentDefinition(models.Model):
             ``{"agent", "model", "api_base" (or None), "api_key_env" (or None),
             "system_prompt", "tools": [{"name" (<server>__<tool>), "server", "tool",
             "description", "parameters" (JSON Schema), "effect", "requires_approval",
-            "approval_deadline_seconds" (int or None)}]}``, plus ``context_window``,
-            ``message_retention_limit`` and ``tool_result_max_chars`` when set (context
-            compaction).
+            "approval_deadline_seconds" (int or None), "timeout_seconds" (the MCP request
+            timeout of one call), "retries" (extra attempts of a read or idempotent_write
+            call), "step_timeout_seconds" (each attempt's Dex Step limit)}]}`` (the limits are
+            ``McpTool.effective_timeout``, ``effective_retries`` and ``step_timeout``), plus
+            ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` when
+            set (context compaction).
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
@@ -154,6 +157,9 @@ class AgentDefinition(models.Model):
                     "effect": tool.effective_effect,
                     "requires_approval": tool.effective_requires_approval,
                     "approval_deadline_seconds": self.approval_deadline_for(tool),
+                    "timeout_seconds": tool.effective_timeout,
+                    "retries": tool.effective_retries,
+                    "step_timeout_seconds": tool.step_timeout,
                 }
                 for tool in tools
             ],

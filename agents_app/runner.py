@@ -8,7 +8,10 @@ through ``turn.agent_config`` and ``call.agent_config``)::
      "system_prompt": "...",
      "tools": [{"name": "search__web_search", "server": "search", "tool": "web_search",
                 "description": "...", "parameters": {...JSON schema...},
-                "effect": "read", "requires_approval": False}],
+                "effect": "read", "requires_approval": False,
+                # optional, absent from older sessions' snapshots (issue 23):
+                "timeout_seconds": 60,       # the MCP request timeout of one call
+                "retries": 2, "step_timeout_seconds": 100}],  # for the session's ToolPolicy
      # optional:
      "context_window": 128000,      # tokens; default: LiteLLM's model information
      "api": "chat" | "responses" | None,   # None = auto: Responses for ``openai/`` models
@@ -243,6 +246,9 @@ class AgentToolEntry:
         requires_approval: The platform's per-tool approval setting, if any.
         builtin: One of ``mcp_registry.builtin_tools`` (resources and prompts of the agent's
             servers) rather than a server's own tool; ``server`` is then empty.
+        timeout_seconds: Seconds one call's MCP request may take (``McpTool.effective_timeout``
+            when the session started); ``None`` (absent, or not a positive number): the
+            server's ``call_timeout`` at call time.
     """
 
     name: str
@@ -253,6 +259,7 @@ class AgentToolEntry:
     effect: ToolEffect | None = None
     requires_approval: bool | None = None
     builtin: bool = False
+    timeout_seconds: float | None = None
 
     @classmethod
     def builtins_for(cls, servers: Sequence[str]) -> tuple[AgentToolEntry, ...]:
@@ -309,6 +316,9 @@ class AgentToolEntry:
         effect_value = item.get("effect")
         effect = ToolEffect(effect_value) if effect_value in {e.value for e in ToolEffect} else None
         requires_approval = item.get("requires_approval")
+        timeout = item.get("timeout_seconds")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            timeout = None
         return cls(
             name=str(item.get("name") or exposed_tool_name(server, tool)),
             server=server,
@@ -317,6 +327,7 @@ class AgentToolEntry:
             parameters=dict(item.get("parameters") or {"type": "object", "properties": {}}),
             effect=effect,
             requires_approval=requires_approval if isinstance(requires_approval, bool) else None,
+            timeout_seconds=None if timeout is None else float(timeout),
         )
 
     def as_openai_tool(self) -> dict[str, Any]:
@@ -1164,8 +1175,9 @@ class LiteLLMRunner:
             ToolExecutionError: Unknown tool, arguments that are not a JSON object (both
                 checked before any server is contacted), or an MCP tool error (``isError`` or
                 a server error response): recorded ``failed`` for the model to see.
-            McpTransportError: The server could not be reached or timed out (Step failure, so
-                read and idempotent-write calls are retried).
+            McpTransportError: The server could not be reached, or the request took longer than
+                the tool's ``timeout_seconds`` (else the server's ``call_timeout``): a Step
+                failure, so read and idempotent-write calls are retried as their policy says.
             AgentConfigError: The session has no agent config.
         """
         config = self._config(call.agent_config)
@@ -1208,8 +1220,9 @@ class LiteLLMRunner:
         spec = await self._server_resolver(entry.server)
         try:
             output = await self._pool.call_tool(
-                spec, entry.tool, arguments, idempotency_key=call.idempotency_key, timeout=None,
-                on_progress=on_progress, on_log=on_log, scope=config.scope(call.flow_id),
+                spec, entry.tool, arguments, idempotency_key=call.idempotency_key,
+                timeout=entry.timeout_seconds, on_progress=on_progress, on_log=on_log,
+                scope=config.scope(call.flow_id),
             )
         except McpToolError as error:
             raise ToolExecutionError(error.message) from error

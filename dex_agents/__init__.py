@@ -14,8 +14,10 @@ AgentState → ``AGENT_STATE``, AgentMessages → ``AGENT_MESSAGES``, FrameworkR
 type). Platform additions to the seed: the ``AGENT_CONFIG`` Attribute (AgentConfig), the
 ``agent_config`` and ``tool_policies`` start inputs, ``AgentTurnContext.agent_config``,
 ``DeferredToolExecution.agent_config``, ``AgentSnapshot.last_turn_error`` and
-``AgentSnapshot.queued_messages``, ``ToolPolicy.approval_deadline_seconds``, and the session
-observer (``AgentSessionOptions.observer``, ``AgentSessionChange``).
+``AgentSnapshot.queued_messages``, ``ToolPolicy.approval_deadline_seconds``, the per-tool
+limits ``ToolPolicy.timeout_seconds`` and ``ToolPolicy.retries`` (kept on ``AgentToolCall``; they
+set the tool Step's ``execute_method_timeout`` and, for a retrying effect, its attempts), and the
+session observer (``AgentSessionOptions.observer``, ``AgentSessionChange``).
 
 Steer (platform addition, ``AgentSessionOptions.steering``; lifts the seed's limit "a running
 turn cannot be steered"): the ``STEERED_USER_MESSAGES`` Channel and ``STEERED_FOR_TURN``
@@ -45,7 +47,8 @@ the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages m
 ``AgentMessagesBeforePage``).
 
 Speed (platform addition): ``AgentCodecRegistry`` is the SDK's automatic JSON codec compiled
-once per type, with the same output; pass it to ``Registry`` in workers and clients.
+once per type, with the same output; pass it to ``Registry`` in workers and clients. It also
+reads records stored before a field with a default was added (the field takes its default).
 """
 
 from dex_agents._builtin_tools import (

@@ -10,19 +10,28 @@ The output is the SDK's, byte for byte: the same JSON text for every value the S
 (sorted keys, compact separators, ``allow_nan=False``) and the same values or errors when
 decoding, so a Dex state written by one codec is read by the other
 (``tests/dex_agents/test_codecs.py`` compares them). The SDK's quirks are kept: a ``X | None``
-or ``Any`` field decodes to its plain JSON value, a dataclass field missing from the JSON
-raises ``KeyError``. One difference: the SDK copies a value with ``dataclasses.asdict`` before
-encoding, which fails on some objects in an ``Any`` field (a ``Counter``, a ``defaultdict``, a
-``MappingProxyType``); this codec encodes them as the JSON objects they hold. A hint this
-module cannot compile (a bare ``typing.List``, an undefined forward reference) is left to the
-SDK's codec.
+or ``Any`` field decodes to its plain JSON value, a required dataclass field missing from the
+JSON raises ``KeyError``. Two differences:
+
+- A field with a default that is missing from the JSON takes its default, where the SDK raises
+  ``KeyError``. This is how the package adds a field to a stored record (platform addition):
+  a record written before the field existed, such as an ``AgentToolCall`` or a ``ToolPolicy``
+  without ``timeout_seconds`` and ``retries``, still decodes, in a running session's state or
+  on a Worker that reads what an older one wrote. Every reader of agent state must therefore
+  use this registry (the platform's worker and web client and ``dex_agents.testing`` do).
+- The SDK copies a value with ``dataclasses.asdict`` before encoding, which fails on some
+  objects in an ``Any`` field (a ``Counter``, a ``defaultdict``, a ``MappingProxyType``); this
+  codec encodes them as the JSON objects they hold.
+
+A hint this module cannot compile (a bare ``typing.List``, an undefined forward reference) is
+left to the SDK's codec.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any, get_args, get_origin, get_type_hints
@@ -93,17 +102,31 @@ def _compile(hint: object) -> _Decoder:
 
 
 def _compile_dataclass(kind: type) -> _Decoder:
-    decoders: list[tuple[str, _Decoder]] = []
+    # (name, decoder, required): a field with a default may be missing from the JSON.
+    decoders: list[tuple[str, _Decoder, bool]] = []
 
     def decode(value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise TypeError(f"{kind.__qualname__} requires a JSON object")
-        return kind(**{name: field_decoder(value[name]) for name, field_decoder in decoders})
+        return kind(
+            **{
+                name: field_decoder(value[name])
+                for name, field_decoder, required in decoders
+                if required or name in value
+            }
+        )
 
     # Filled after ``decode`` exists, so a dataclass that refers to itself compiles.
     _COMPILED[kind] = decode
     hints = get_type_hints(kind)
-    decoders.extend((field.name, _compile(hints[field.name])) for field in fields(kind))
+    decoders.extend(
+        (
+            field.name,
+            _compile(hints[field.name]),
+            field.default is MISSING and field.default_factory is MISSING,
+        )
+        for field in fields(kind)
+    )
     return decode
 
 

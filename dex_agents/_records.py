@@ -9,6 +9,7 @@ or ``datetime`` inside an ``X | None`` field, so the few such fields convert the
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -56,7 +57,7 @@ class ToolEffect(StrEnum):
 
     @property
     def retries(self) -> bool:
-        """True for effects that run in ``CallTool`` with up to three attempts."""
+        """True for effects that run in ``CallTool``, which retries (3 attempts by default)."""
         return self in (ToolEffect.READ, ToolEffect.IDEMPOTENT_WRITE)
 
     @property
@@ -209,11 +210,42 @@ class ToolPolicy:
         approval_deadline_seconds: Platform addition: how long an approval of this tool may wait
             before it counts as rejected, in seconds; ``None`` uses
             ``AgentSessionOptions.interrupt_deadline``.
+        timeout_seconds: Platform addition: how long one attempt of the call's Step may run,
+            in seconds (its ``execute_method_timeout``, rounded up to whole seconds because Dex
+            counts whole seconds). A runner that enforces a limit of its own, such as an MCP
+            request timeout, sets this a little longer, so that its own error comes first and
+            this is the backstop. ``None``: no Step timeout is set (the engine's default
+            applies), as in the seed.
+        retries: Platform addition: extra attempts after the first for a ``read`` or
+            ``idempotent_write`` call (``CallTool`` runs ``retries + 1`` attempts). ``None``:
+            the seed's three attempts. A ``non_idempotent_write`` or ``unclassified`` call
+            runs one attempt whatever this says: the seed's effect table never repeats such a
+            call.
+
+    Raises:
+        ValueError: ``timeout_seconds`` is not a positive finite number, or ``retries`` is not
+            a non-negative integer.
     """
 
     effect: ToolEffect
     requires_approval: bool | None = None
     approval_deadline_seconds: float | None = None
+    timeout_seconds: float | None = None
+    retries: int | None = None
+
+    def __post_init__(self) -> None:
+        timeout, retries = self.timeout_seconds, self.retries
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ValueError(f"timeout_seconds must be a positive number, got {timeout!r}")
+        if retries is not None and (
+            isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
+        ):
+            raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
 
     @property
     def is_approval_required(self) -> bool:
@@ -316,6 +348,11 @@ class AgentToolCall:
         rejection_message: The reviewer's message for ``rejected``.
         deferral_order: Zero-based model order within the turn.
         turn_id: The turn that requested the call.
+        timeout_seconds, retries: Platform addition: the ``ToolPolicy`` limits the call was
+            deferred with, so that every path that starts its Step (RunModel, and
+            AwaitToolApproval after an approval) builds the same options. ``None``: the seed's
+            defaults; a record stored before these fields existed decodes with ``None``
+            (``AgentCodecRegistry``).
     """
 
     tool_call_id: str
@@ -329,6 +366,8 @@ class AgentToolCall:
     output: str | None = None
     error: str | None = None
     rejection_message: str | None = None
+    timeout_seconds: float | None = None
+    retries: int | None = None
 
 
 def is_approval_required(policy: ToolPolicy) -> bool:

@@ -286,22 +286,51 @@ def approval_options(tool_call_id: str) -> StepOptions:
     return _approval_step_options(**_record_load(tool_call_id))
 
 
-def _tool_step_options(effect: ToolEffect, **loads: Any) -> StepOptions:
-    failure_options = _sync_options(**loads)
+def _tool_step_options(
+    effect: ToolEffect,
+    *,
+    retries: int | None = None,
+    timeout_seconds: float | None = None,
+    **loads: Any,
+) -> StepOptions:
+    route: type[Step[str]]
     if effect.retries:
-        return _sync_options(
-            heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT, execute_retry=_TOOL_RETRY, **loads
-        ).on_execute_failure_proceed_to(RecordToolFailure, failure_options)
+        retry = _TOOL_RETRY
+        if retries is not None:
+            retry = replace(_TOOL_RETRY, maximum_attempts=retries + 1)
+        route = RecordToolFailure
+    else:
+        retry, route = _SINGLE_ATTEMPT, RecordToolOutcomeUnknown
+    timeout = None if timeout_seconds is None else timedelta(seconds=math.ceil(timeout_seconds))
     return _sync_options(
-        heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT, execute_retry=_SINGLE_ATTEMPT, **loads
-    ).on_execute_failure_proceed_to(RecordToolOutcomeUnknown, failure_options)
+        heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT,
+        execute_method_timeout=timeout,
+        execute_retry=retry,
+        **loads,
+    ).on_execute_failure_proceed_to(route, _sync_options(**loads))
 
 
-def tool_options(tool_call_id: str, effect: ToolEffect) -> StepOptions:
-    """``CallTool`` (3 attempts, then RecordToolFailure) or ``CallSingleAttemptTool`` (1, then
-    RecordToolOutcomeUnknown); both heartbeat-supervised with a 2 minute timeout, and both (with
-    their failure route) loading only the call's own ``AGENT_TOOL_CALLS`` instance."""
-    return _tool_step_options(effect, **_record_load(tool_call_id))
+def tool_options(
+    tool_call_id: str,
+    effect: ToolEffect,
+    *,
+    retries: int | None = None,
+    timeout_seconds: float | None = None,
+) -> StepOptions:
+    """The options of one tool call's Step (seed "Effects and policies"), for its movement.
+
+    ``read`` and ``idempotent_write``: ``CallTool``, ``retries + 1`` attempts (``None``: the
+    seed's 3) with backoff from 1 s doubling up to 30 s, then RecordToolFailure.
+    ``non_idempotent_write`` and ``unclassified``: ``CallSingleAttemptTool``, always 1 attempt
+    (``retries`` is ignored: such a call is never repeated), then RecordToolOutcomeUnknown.
+    Both are heartbeat-supervised with a 2 minute timeout; ``timeout_seconds`` (platform
+    addition, ``ToolPolicy.timeout_seconds``), rounded up to whole seconds, is each attempt's
+    ``execute_method_timeout`` (``None`` sets none). Both, with their failure route, load only
+    the call's own ``AGENT_TOOL_CALLS`` instance.
+    """
+    return _tool_step_options(
+        effect, retries=retries, timeout_seconds=timeout_seconds, **_record_load(tool_call_id)
+    )
 
 
 def deadline_timer_seconds(deadline: datetime, now: datetime) -> int:
@@ -319,10 +348,16 @@ def _tool_step(effect: ToolEffect) -> type[Step[str]]:
 
 
 def _tool_movement(record: AgentToolCall) -> StepMovement[str]:
+    """The call's tool Step with the limits its record kept from the policy."""
     return StepMovement.of(
         _tool_step(record.effect),
         record.tool_call_id,
-        options=tool_options(record.tool_call_id, record.effect),
+        options=tool_options(
+            record.tool_call_id,
+            record.effect,
+            retries=record.retries,
+            timeout_seconds=record.timeout_seconds,
+        ),
     )
 
 
@@ -954,6 +989,8 @@ class RunModel(_SessionStep, Step[None]):
                 ),
                 deferral_order=order,
                 turn_id=state.turn_id,
+                timeout_seconds=call.policy.timeout_seconds,
+                retries=call.policy.retries,
             )
             AGENT_TOOL_CALLS.set(context, record.tool_call_id, record)
             events.write_event(
@@ -1115,11 +1152,12 @@ class AwaitToolApproval(_SessionStep, Step[str]):
 
 
 class CallTool(_SessionStep, Step[str]):
-    """Runs one read or idempotent_write call: 3 attempts, failure route RecordToolFailure."""
+    """Runs one read or idempotent_write call: 3 attempts (``ToolPolicy.retries`` + 1 when
+    set), failure route RecordToolFailure."""
 
     def get_step_options(self) -> StepOptions:
         """SYNC, 2 minute heartbeat timeout, 3 attempts, failure route RecordToolFailure;
-        movements (``tool_options``) add the call's own record load."""
+        movements (``tool_options``) add the call's own record load and its policy's limits."""
         return _tool_step_options(ToolEffect.READ)
 
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]

@@ -10,6 +10,11 @@ scope, restarts, how a crashed one ended and the last lines of its stderr;
 cross between sessions, and the time and outcome of its last discovery. Saving an enabled
 server queues its tool discovery (``services.server_save``) and says so; saving a stdio
 server whose command is not found on this machine warns.
+
+Every tool shows its effective effect, approval, timeout and attempts with the rule or
+setting that decided each (``mcp_registry.effects``); a tool's page adds the limit of each
+attempt's Dex Step. The help texts of the limits say what they mean here, so no migration
+is needed to reword them.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from mcp_registry.client import exit_status_text
+from mcp_registry.effects import STEP_TIMEOUT_MARGIN_SECONDS
 from mcp_registry.models import ISOLATION_CROSSES, McpServer, McpServerProcess, McpTool
 from mcp_registry.services import server_discovery_enqueue, server_save
 
@@ -85,6 +91,71 @@ def discovery_describe(server: McpServer) -> str:
     return f"failed at {stamp}: {server.last_error.splitlines()[0] if server.last_error else ''}"
 
 
+def timeout_describe(tool: McpTool) -> str:
+    """``"5 s (tool override)"`` or ``"60 s (server call timeout)"``."""
+    decision = tool.timeout_decision
+    return f"{decision.value} s ({decision.reason})"
+
+
+def attempts_describe(tool: McpTool) -> str:
+    """``"3 attempts (server retries 2)"``, ``"1 attempt (retries override 0)"`` or ``"1 attempt
+    (non_idempotent_write calls are never retried)"``."""
+    decision = tool.attempts_decision
+    return f"{decision.value} attempt{'' if decision.value == 1 else 's'} ({decision.reason})"
+
+
+def step_limit_describe(tool: McpTool) -> str:
+    """``"45 s per attempt: 5 s call + 30 s server startup + 10 s margin"``."""
+    return (
+        f"{tool.step_timeout} s per attempt: {tool.effective_timeout} s call + "
+        f"{tool.server.startup_timeout} s server startup + {STEP_TIMEOUT_MARGIN_SECONDS} s margin"
+    )
+
+
+class McpServerForm(ModelForm):
+    """The server form, with help texts that say what the limits do (the admin adds the
+    other fields of its fieldsets)."""
+
+    class Meta:
+        model = McpServer
+        fields = ("startup_timeout", "call_timeout", "retries")
+        help_texts = {
+            "startup_timeout": (
+                "Seconds allowed to start the server (or reach it) and finish the MCP "
+                "handshake."
+            ),
+            "call_timeout": (
+                "Seconds one tool call may take, for tools without their own timeout. A call "
+                "that takes longer gets no answer, like a dropped connection."
+            ),
+            "retries": (
+                "Extra attempts after the first for read and idempotent_write calls that get "
+                "no answer (the server cannot be started or reached, drops the connection, or "
+                "times out): 2 means up to 3 attempts. A tool may set its own. "
+                "non_idempotent_write and unclassified calls are never retried, and an error "
+                "the tool itself returns goes to the model without a retry."
+            ),
+        }
+
+
+class McpToolForm(ModelForm):
+    """The tool form, with help texts that say what the overrides do (the admin adds the
+    other fields it shows)."""
+
+    class Meta:
+        model = McpTool
+        fields = ("timeout_override", "retries_override")
+        help_texts = {
+            "timeout_override": (
+                "Seconds one call of this tool may take. Empty: the server's call timeout."
+            ),
+            "retries_override": (
+                "Extra attempts after the first when a call gets no answer; read and "
+                "idempotent_write tools only. Empty: the server's retries."
+            ),
+        }
+
+
 class SuperuserWriteMixin:
     """Allow add, change and delete to superusers only."""
 
@@ -117,6 +188,14 @@ class ToolDecisionsMixin:
     def approval_reason(self, obj: McpTool) -> str:
         return obj.approval_decision.reason
 
+    @admin.display(description="timeout per call")
+    def effective_timeout(self, obj: McpTool) -> str:
+        return timeout_describe(obj)
+
+    @admin.display(description="attempts")
+    def effective_attempts(self, obj: McpTool) -> str:
+        return attempts_describe(obj)
+
     @admin.display(description="quarantined because")
     def quarantine(self, obj: McpTool) -> str:
         return obj.quarantine_reason or "-"
@@ -124,6 +203,7 @@ class ToolDecisionsMixin:
 
 class McpToolInline(SuperuserWriteMixin, ToolDecisionsMixin, admin.TabularInline):
     model = McpTool
+    form = McpToolForm
     extra = 0
     can_delete = False
     fields = (
@@ -137,7 +217,9 @@ class McpToolInline(SuperuserWriteMixin, ToolDecisionsMixin, admin.TabularInline
         "approval_reason",
         "effect_override",
         "requires_approval_override",
+        "effective_timeout",
         "timeout_override",
+        "effective_attempts",
         "retries_override",
     )
     readonly_fields = (
@@ -148,6 +230,8 @@ class McpToolInline(SuperuserWriteMixin, ToolDecisionsMixin, admin.TabularInline
         "effect_reason",
         "effective_requires_approval",
         "approval_reason",
+        "effective_timeout",
+        "effective_attempts",
     )
     show_change_link = True
 
@@ -158,6 +242,7 @@ class McpToolInline(SuperuserWriteMixin, ToolDecisionsMixin, admin.TabularInline
 
 @admin.register(McpServer)
 class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
+    form = McpServerForm
     list_display = (
         "name",
         "enabled",
@@ -332,6 +417,7 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
 
 @admin.register(McpTool)
 class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
+    form = McpToolForm
     list_display = (
         "exposed_name",
         "available",
@@ -340,6 +426,8 @@ class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
         "effect_reason",
         "effective_requires_approval",
         "approval_reason",
+        "effective_timeout",
+        "effective_attempts",
         "quarantine",
     )
     list_filter = ("server", "enabled", "available", "effect_override")
@@ -361,6 +449,9 @@ class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
         "effect_reason",
         "effective_requires_approval",
         "approval_reason",
+        "effective_timeout",
+        "effective_attempts",
+        "step_limit",
         "created_at",
         "updated_at",
     )
@@ -383,8 +474,11 @@ class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
         "effective_requires_approval",
         "approval_reason",
         "requires_approval_override",
+        "effective_timeout",
         "timeout_override",
+        "effective_attempts",
         "retries_override",
+        "step_limit",
         "approval_deadline_override",
         "created_at",
         "updated_at",
@@ -392,3 +486,7 @@ class McpToolAdmin(SuperuserWriteMixin, ToolDecisionsMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @admin.display(description="Dex Step limit")
+    def step_limit(self, obj: McpTool) -> str:
+        return step_limit_describe(obj)

@@ -22,6 +22,8 @@ The file declares servers the way an administrator would enter them in Django ad
         tools:                           # optional per-tool overrides, by the server's tool name
           post_message: {requires_approval: true, effect: non_idempotent_write,
                          timeout: 10, retries: 0, enabled: true}
+                                         # timeout: seconds per call, retries: extra attempts;
+                                         #   absent: the server's (docs/mcp-registry.md)
       - name: remote
         transport: streamable_http
         url: https://mcp.example.com/mcp

@@ -18,6 +18,14 @@ when the server is trusted to annotate honestly:
 Approval (:func:`approval_decide`): every effect but ``read`` waits for approval on this
 platform; the reason names a destructive tool as such. An administrator's override always
 wins over this mapping.
+
+Limits (:func:`timeout_decide`, :func:`attempts_decide`, :func:`step_timeout_seconds`): one
+call's MCP request may take the tool's ``timeout_override``, else the server's
+``call_timeout``; a ``read`` or ``idempotent_write`` call runs ``retries + 1`` attempts (the
+tool's ``retries_override``, else the server's ``retries``), any other effect one attempt.
+Each attempt's Dex Step is cut off at the request timeout plus the server's
+``startup_timeout`` plus ``STEP_TIMEOUT_MARGIN_SECONDS``: the MCP client gives up first, with
+an error the session records, and the Step timeout is only the backstop.
 """
 
 from collections.abc import Mapping
@@ -145,3 +153,59 @@ def approval_required_by_default(*, effect: str) -> bool:
     (ARCHITECTURE.md, "Approvals"); this is stricter than the library's default table.
     """
     return effect != ToolEffect.READ
+
+
+#: Seconds a tool call's Dex Step allows beyond the MCP request timeout and the server's startup
+#: timeout: the Step's own work around the request (its events and heartbeat, reading the
+#: server's settings) on a loaded machine.
+STEP_TIMEOUT_MARGIN_SECONDS = 10
+
+#: The effects whose calls are retried (seed dex-agents-0.1.0, "Effects and policies").
+RETRYING_EFFECTS = frozenset({ToolEffect.READ, ToolEffect.IDEMPOTENT_WRITE})
+
+
+def timeout_decide(*, call_timeout: int, override: int | None) -> Decision:
+    """Decide how long one call of a tool may take, and say why.
+
+    Args:
+        call_timeout: The server's ``call_timeout``, in seconds.
+        override: The tool's ``timeout_override`` in seconds, or ``None`` for none.
+
+    Returns:
+        ``Decision(value=seconds, reason)``, the reason ``"tool override"`` or
+        ``"server call timeout"``.
+    """
+    if override is not None:
+        return Decision(override, "tool override")
+    return Decision(call_timeout, "server call timeout")
+
+
+def attempts_decide(*, effect: str, retries: int, override: int | None) -> Decision:
+    """Decide how many attempts a call of a tool with ``effect`` gets, and say why.
+
+    Args:
+        effect: The tool's effective effect (a ``ToolEffect`` value).
+        retries: The server's ``retries`` (extra attempts after the first).
+        override: The tool's ``retries_override``, or ``None`` for none.
+
+    Returns:
+        ``Decision(value=attempts, reason)``: ``retries + 1`` for ``read`` and
+        ``idempotent_write`` (reason ``"retries override N"`` or ``"server retries N"``), and
+        1 for any other effect, whose calls are never repeated (seed dex-agents-0.1.0,
+        "Effects and policies").
+    """
+    if effect not in RETRYING_EFFECTS:
+        return Decision(1, f"{effect} calls are never retried")
+    if override is not None:
+        return Decision(override + 1, f"retries override {override}")
+    return Decision(retries + 1, f"server retries {retries}")
+
+
+def step_timeout_seconds(*, call_timeout: int, startup_timeout: int) -> int:
+    """Seconds each attempt of a tool call's Dex Step may run (``ToolPolicy.timeout_seconds``).
+
+    ``call_timeout`` (the tool's effective MCP request timeout) plus ``startup_timeout`` (the
+    server's, for a call that first has to start or reach it) plus
+    ``STEP_TIMEOUT_MARGIN_SECONDS``, so the MCP client times out first.
+    """
+    return call_timeout + startup_timeout + STEP_TIMEOUT_MARGIN_SECONDS

@@ -18,7 +18,10 @@ from mcp_registry.effects import (
     ToolEffect,
     annotations_destructive,
     approval_decide,
+    attempts_decide,
     effect_decide,
+    step_timeout_seconds,
+    timeout_decide,
 )
 from mcp_registry.function_specs import EXPOSED_NAME_SEPARATOR, exposed_name_build
 
@@ -386,11 +389,17 @@ class McpTool(models.Model):
         return bool(self.approval_decision.value)
 
     @property
+    def timeout_decision(self) -> Decision:
+        """Seconds one call's MCP request may take and where that comes from
+        (``effects.timeout_decide``)."""
+        return timeout_decide(
+            call_timeout=self.server.call_timeout, override=self.timeout_override
+        )
+
+    @property
     def effective_timeout(self) -> int:
         """Seconds allowed for one call of this tool."""
-        if self.timeout_override is not None:
-            return self.timeout_override
-        return self.server.call_timeout
+        return int(self.timeout_decision.value)
 
     @property
     def effective_retries(self) -> int:
@@ -398,6 +407,24 @@ class McpTool(models.Model):
         if self.retries_override is not None:
             return self.retries_override
         return self.server.retries
+
+    @property
+    def attempts_decision(self) -> Decision:
+        """How many attempts one call gets and why (``effects.attempts_decide``): writes that
+        may not be repeated get one, whatever the retries say."""
+        return attempts_decide(
+            effect=self.effective_effect,
+            retries=self.server.retries,
+            override=self.retries_override,
+        )
+
+    @property
+    def step_timeout(self) -> int:
+        """Seconds each attempt of a call's Dex Step may run: the call timeout, the server's
+        startup timeout and a margin (``effects.step_timeout_seconds``)."""
+        return step_timeout_seconds(
+            call_timeout=self.effective_timeout, startup_timeout=self.server.startup_timeout
+        )
 
 
 class McpServerProcess(models.Model):

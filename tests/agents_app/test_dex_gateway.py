@@ -229,12 +229,23 @@ def test_tool_policies_follow_the_agent_config() -> None:
                 "requires_approval": True,
                 "approval_deadline_seconds": 90,
             },
+            {
+                "name": "docs__fetch",
+                "effect": "read",
+                "requires_approval": False,
+                "timeout_seconds": 5,
+                "retries": 0,
+                "step_timeout_seconds": 45,
+            },
         ]
     }
     assert dex_gateway.tool_policies_build(agent_config=config) == {
+        # Snapshots without limits (sessions started before issue 23): the seed's defaults.
         "search__web_search": ToolPolicy(ToolEffect.READ, False),
         "files__write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, False),
         "slack__post": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, True, 90),
+        # The Step gets the backstop limit; the runner enforces the MCP request's 5 s itself.
+        "docs__fetch": ToolPolicy(ToolEffect.READ, False, timeout_seconds=45, retries=0),
     }
 
 

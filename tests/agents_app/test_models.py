@@ -43,6 +43,8 @@ def test_agent_config_snapshots_model_prompt_and_exposable_tools() -> None:
         approval_deadline_seconds=600,
     )
     write.approval_deadline_override = 30
+    write.timeout_override = 5
+    write.retries_override = 0
     write.save()
     agent.tools.add(web_search, write, disabled, gone, on_disabled_server)
 
@@ -62,6 +64,9 @@ def test_agent_config_snapshots_model_prompt_and_exposable_tools() -> None:
                 "effect": "idempotent_write",
                 "requires_approval": True,
                 "approval_deadline_seconds": 30,
+                "timeout_seconds": 5,
+                "retries": 0,
+                "step_timeout_seconds": 5 + 30 + 10,  # + startup timeout + margin
             },
             {
                 "name": "search__web_search",
@@ -72,6 +77,9 @@ def test_agent_config_snapshots_model_prompt_and_exposable_tools() -> None:
                 "effect": "read",
                 "requires_approval": False,
                 "approval_deadline_seconds": 600,
+                "timeout_seconds": 60,  # the server's defaults
+                "retries": 2,
+                "step_timeout_seconds": 60 + 30 + 10,
             },
         ],
     }

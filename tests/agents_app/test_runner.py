@@ -5,6 +5,7 @@ The end-to-end run through the real Flow and engine lives with the coordinator's
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import sys
@@ -20,6 +21,7 @@ from agents_app.runner import (
     REJECTED_CALL_POLICY,
     AgentConfigError,
     AgentModelConfig,
+    AgentToolEntry,
     LiteLLMRunner,
     ModelResponseError,
     ToolCallAccumulator,
@@ -53,7 +55,10 @@ from dex_agents import (
     TurnMode,
 )
 from dex_agents.testing import wait_until
-from mcp_registry.client import McpClientPool, McpServerSpec
+from mcp_registry.client import McpClientPool, McpServerSpec, McpTransportError
+from tests.agents_app.failing_mcp_server import LOG_ENV as FAILING_LOG_ENV
+from tests.agents_app.failing_mcp_server import SCRIPT as FAILING_SERVER
+from tests.agents_app.failing_mcp_server import calls_count
 from tests.agents_app.test_demo_model import start_demo_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -693,6 +698,52 @@ async def test_unknown_tool_becomes_a_tool_execution_error(
 ) -> None:
     with pytest.raises(ToolExecutionError, match="not enabled"):
         await search_runner.execute_deferred_tool_call(execution("search__delete_all", "{}"))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(5, 5.0), (2.5, 2.5), (None, None), ("5", None), (True, None), (0, None), (-1, None)],
+)
+def test_a_tool_entry_takes_a_positive_timeout_from_the_snapshot(
+    value: object, expected: float | None
+) -> None:
+    item = {**SEARCH_TOOL, "timeout_seconds": value}
+    assert AgentToolEntry.from_config(item).timeout_seconds == expected
+    assert AgentToolEntry.from_config(SEARCH_TOOL).timeout_seconds is None  # older snapshots
+
+
+async def test_a_tools_timeout_bounds_its_mcp_request_not_the_servers_call_timeout(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: the snapshot's ``timeout_seconds`` reaches ``McpClientPool.call_tool``; the
+    server allows 600 s, so only the tool's 1 s ends the hanging call within the deadline."""
+    log = tmp_path / "calls.log"
+    spec = McpServerSpec(
+        name="failing",
+        transport="stdio",
+        command=sys.executable,
+        args=(str(FAILING_SERVER),),
+        env={FAILING_LOG_ENV: str(log)},
+        call_timeout=600.0,
+    )
+
+    async def resolver(name: str) -> McpServerSpec:
+        return spec
+
+    hang = {
+        "name": "failing__hang", "server": "failing", "tool": "hang", "effect": "read",
+        "requires_approval": False, "timeout_seconds": 1,
+    }
+    call = dataclasses.replace(
+        execution("failing__hang", "{}"), agent_config=agent_config(tools=[hang])
+    )
+    runner = LiteLLMRunner(resolver, pool=McpClientPool())
+    try:
+        with pytest.raises(McpTransportError, match="did not answer the call to tool 'hang'"):
+            await asyncio.wait_for(runner.execute_deferred_tool_call(call), timeout=60)
+    finally:
+        await runner.aclose()
+    assert calls_count(log, "hang") == 1
 
 
 def test_responses_requests_are_stateless_and_ask_for_reasoning_only_where_supported() -> None:

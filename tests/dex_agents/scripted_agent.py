@@ -36,7 +36,8 @@ Steered messages (``turn.steered_messages``) are appended after the tool results
 the answer as ``steered=[...]``.
 
 Tools record each real run in the ``InvocationLog`` of ``SCRIPTED_STATE_DIR`` and some wait at a
-``FileGate`` named after the tool, so a test can kill the Worker mid-call.
+``FileGate`` named after the tool, so a test can kill the Worker mid-call; ``crash_read`` and
+``crash_write`` raise on every attempt, and ``hang_read`` sleeps for ``HANG_SECONDS``.
 """
 
 from __future__ import annotations
@@ -130,9 +131,12 @@ TOOL_POLICIES = {
     "crash_read": ToolPolicy(ToolEffect.READ),
     "crash_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
     "huge": ToolPolicy(ToolEffect.READ),
+    "hang_read": ToolPolicy(ToolEffect.READ),
 }
 #: Tools that raise an exception other than ToolExecutionError on every attempt.
 CRASHING_TOOLS = frozenset({"crash_read", "crash_write"})
+#: How long ``hang_read`` sleeps: longer than any test waits, so only a timeout ends its call.
+HANG_SECONDS = 600
 
 
 def state_dir() -> Path:
@@ -385,6 +389,8 @@ class ScriptedRunner:
             raise ToolExecutionError("the broken tool always fails")
         if name == "huge":
             return ToolExecutionResult(HUGE_RESULT)
+        if name == "hang_read":
+            await asyncio.sleep(HANG_SECONDS)
         return ToolExecutionResult(f"{name} ok")
 
 

@@ -491,6 +491,51 @@ async def test_tool_retries_end_in_record_tool_failure_and_ids_repeat_in_a_later
         assert keys == ["lookup session-1/turn-2/call-1 attempt=1"]
 
 
+async def test_a_sessions_tool_limits_set_the_attempts_and_timeout_of_its_tool_steps(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: ``ToolPolicy.retries`` and ``timeout_seconds`` reach the tool Steps, on the
+    RunModel fan-out and after an approval alike; the engine enforces them."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session(
+            "session-1",
+            "tools: crash_read, crash_write, hang_read",
+            tool_policies={
+                "crash_read": ToolPolicy(ToolEffect.READ, retries=0),
+                "crash_write": ToolPolicy(
+                    ToolEffect.IDEMPOTENT_WRITE, requires_approval=True, retries=1
+                ),
+                "hang_read": ToolPolicy(ToolEffect.READ, timeout_seconds=1, retries=1),
+            },
+        )
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        limits = {
+            call.tool_name: (call.retries, call.timeout_seconds) for call in snapshot.tool_calls
+        }
+        assert limits == {"crash_read": (0, None), "crash_write": (1, None), "hang_read": (1, 1)}
+        assert await sessions.resolve_interrupt("session-1", interrupt.interrupt_id, approved=True)
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+
+        outcomes = {
+            message.framework_item["tool_call_id"]: (message.framework_item["status"], message.text)
+            for message in snapshot.messages
+            if message.role is MessageRole.TOOL
+        }
+        status, text = outcomes["call-1"]  # crash_read, no retry
+        assert status == "failed" and text.endswith("crash_read crashed on attempt 1")
+        status, text = outcomes["call-2"]  # crash_write, approved, one retry
+        assert status == "outcome_unknown" and "crash_write crashed on attempt 2" in text
+        status, text = outcomes["call-3"]  # hang_read, a one-second limit per attempt
+        assert (status, text) == ("failed", "Tool call failed: execute method timeout after 1s")
+        log = invocation_log(tmp_path)
+        assert log.count("tool", "crash_read") == 1
+        assert log.count("tool", "crash_write") == 2
+        assert log.count("tool", "hang_read") == 2
+
+
 async def test_snapshot_keeps_the_last_200_messages_and_pages_clamp_to_200(
     tmp_path: Path,
 ) -> None:

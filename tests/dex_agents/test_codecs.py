@@ -20,7 +20,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dex_agents._codecs import AgentCodecRegistry
-from dex_agents._records import AgentMessage, AgentQueuedMessage, MessageRole, ToolEffect
+from dex_agents._records import (
+    AgentMessage,
+    AgentQueuedMessage,
+    AgentSessionConfig,
+    AgentToolCall,
+    MessageRole,
+    ToolCallStatus,
+    ToolEffect,
+    ToolPolicy,
+)
 from tests.dex_agents.test_wire_types import _package_dataclasses
 
 SDK = CodecRegistry()
@@ -213,3 +222,44 @@ def test_a_hint_that_does_not_compile_is_left_to_the_sdk_and_poisons_nothing() -
     bare = Value(WireKind.JSON, '{"owner":"alice","steps":[]}')
     for _ in range(2):  # the SDK decodes an empty bare List; nothing is left cached wrong
         assert AgentCodecRegistry().resolve(Bare).decode(bare) == Bare([], "alice")
+
+
+def test_a_record_stored_before_a_defaulted_field_existed_decodes_with_its_default() -> None:
+    """Wire compatibility of the per-tool limits (issue 23): ``AgentToolCall``, ``ToolPolicy``
+    and the session config as an older Worker stored them, without ``timeout_seconds`` and
+    ``retries``. The SDK's codec refuses them; a required field missing still fails as there."""
+    old_call = Value(
+        WireKind.JSON,
+        '{"arguments":"{}","deferral_order":0,"effect":"read","error":null,'
+        '"output":null,"rejection_message":null,"requires_approval":false,'
+        '"status":"pending","tool_call_id":"c1","tool_name":"lookup","turn_id":"turn-1"}',
+    )
+    decoded = OURS.resolve(AgentToolCall).decode(old_call)
+    assert decoded == AgentToolCall(
+        "c1", "lookup", "{}", ToolEffect.READ, False, ToolCallStatus.PENDING, 0, "turn-1"
+    )
+    assert (decoded.timeout_seconds, decoded.retries) == (None, None)
+    with pytest.raises(KeyError, match="timeout_seconds"):
+        SDK.resolve(AgentToolCall).decode(old_call)
+
+    old_config = Value(
+        WireKind.JSON,
+        '{"agent_config":{"model":"m"},"tool_policies":{"files__write":'
+        '{"approval_deadline_seconds":90,"effect":"idempotent_write","requires_approval":true}}}',
+    )
+    config = OURS.resolve(AgentSessionConfig).decode(old_config)
+    assert config.tool_policies == {
+        "files__write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, True, 90)
+    }
+    assert config.tool_policies["files__write"].retries is None
+
+    # What a newer Worker writes, an older reader (extra keys ignored) and this one both read.
+    new = ToolPolicy(ToolEffect.READ, timeout_seconds=40.0, retries=0)
+    text = OURS.resolve(ToolPolicy).encode(new)
+    assert text == SDK.resolve(ToolPolicy).encode(new)
+    assert OURS.resolve(ToolPolicy).decode(text) == new
+
+    missing_required = Value(WireKind.JSON, '{"requires_approval":true}')
+    assert _failure(OURS, "decode", ToolPolicy, missing_required) == _failure(
+        SDK, "decode", ToolPolicy, missing_required
+    )

@@ -31,7 +31,13 @@ from dex_agents import (
 
 
 def record(
-    tool_call_id: str, status: ToolCallStatus, order: int, **fields: str | None
+    tool_call_id: str,
+    status: ToolCallStatus,
+    order: int,
+    *,
+    output: str | None = None,
+    error: str | None = None,
+    rejection_message: str | None = None,
 ) -> AgentToolCall:
     return AgentToolCall(
         tool_call_id=tool_call_id,
@@ -42,7 +48,9 @@ def record(
         status=status,
         deferral_order=order,
         turn_id="turn-3",
-        **fields,
+        output=output,
+        error=error,
+        rejection_message=rejection_message,
     )
 
 

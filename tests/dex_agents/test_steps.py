@@ -6,6 +6,7 @@ StepOptions each Step and movement sends, and the pure checks RunModel applies t
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -38,11 +39,14 @@ from dex_agents._steps import (
     RESUME_TURN_OPTIONS,
     STEERING_RESUME_TURN_OPTIONS,
     AwaitUserInput,
+    CallSingleAttemptTool,
+    CallTool,
     DurableWait,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
     RecordTurnFailure,
     _builtin_movement,
+    _tool_movement,
     _validate_tool_calls,
     approval_options,
     deadline_timer_seconds,
@@ -134,6 +138,102 @@ def test_tool_movements_retry_route_and_load_only_their_own_record(
     approval = approval_options("c1")
     assert approval.wait_for_load_attribute_map_instances == own
     assert approval.execute_load_attribute_map_instances == own
+
+
+@pytest.mark.parametrize(
+    ("effect", "retries", "attempts"),
+    [
+        (ToolEffect.READ, None, 3),
+        (ToolEffect.READ, 0, 1),
+        (ToolEffect.READ, 4, 5),
+        (ToolEffect.IDEMPOTENT_WRITE, None, 3),
+        (ToolEffect.IDEMPOTENT_WRITE, 0, 1),
+        (ToolEffect.IDEMPOTENT_WRITE, 1, 2),
+        # The seed's effect table wins: a write that may not be repeated runs once.
+        (ToolEffect.NON_IDEMPOTENT_WRITE, None, 1),
+        (ToolEffect.NON_IDEMPOTENT_WRITE, 5, 1),
+        (ToolEffect.UNCLASSIFIED, None, 1),
+        (ToolEffect.UNCLASSIFIED, 2, 1),
+    ],
+)
+def test_a_policys_retries_set_the_attempts_of_a_retrying_effect_only(
+    effect: ToolEffect, retries: int | None, attempts: int
+) -> None:
+    option = tool_options("c1", effect, retries=retries)
+    assert option.execute_retry is not None
+    assert option.execute_retry.maximum_attempts == attempts
+    if effect.retries:
+        # The seed's backoff stays whatever the attempt count.
+        assert option.execute_retry.initial_interval == timedelta(seconds=1)
+        assert option.execute_retry.backoff_coefficient == 2.0
+        assert option.execute_retry.maximum_interval == timedelta(seconds=30)
+    assert option._execute_failure_target is (
+        RecordToolFailure if effect.retries else RecordToolOutcomeUnknown
+    )
+    assert option.execute_method_timeout is None
+    assert option.heartbeat_timeout == timedelta(minutes=2)
+
+
+@pytest.mark.parametrize("effect", list(ToolEffect))
+@pytest.mark.parametrize(("timeout", "expected"), [(None, None), (40, 40), (12.2, 13)])
+def test_a_policys_timeout_is_each_attempts_method_timeout_in_whole_seconds(
+    effect: ToolEffect, timeout: float | None, expected: int | None
+) -> None:
+    option = tool_options("c1", effect, timeout_seconds=timeout)
+    assert option.execute_method_timeout == (
+        None if expected is None else timedelta(seconds=expected)
+    )
+    failure = option._execute_failure_options
+    assert failure is not None and failure.execute_method_timeout is None
+
+
+def test_the_tool_movement_takes_the_limits_its_record_kept() -> None:
+    record = AgentToolCall(
+        "c1",
+        "t",
+        "{}",
+        ToolEffect.READ,
+        True,
+        ToolCallStatus.APPROVED,
+        0,
+        "turn-1",
+        timeout_seconds=35.0,
+        retries=0,
+    )
+    movement = _tool_movement(record)
+    assert movement.step is CallTool
+    assert movement.options is not None
+    assert movement.options.execute_retry is not None
+    assert movement.options.execute_retry.maximum_attempts == 1
+    assert movement.options.execute_method_timeout == timedelta(seconds=35)
+    assert movement.options.execute_load_attribute_map_instances == (AGENT_TOOL_CALLS.load("c1"),)
+    write = dataclasses.replace(record, effect=ToolEffect.NON_IDEMPOTENT_WRITE, retries=3)
+    single = _tool_movement(write)
+    assert single.step is CallSingleAttemptTool
+    assert single.options is not None and single.options.execute_retry is not None
+    assert single.options.execute_retry.maximum_attempts == 1
+    # A record stored before the limits existed: the seed's options.
+    old = dataclasses.replace(record, timeout_seconds=None, retries=None)
+    assert _tool_movement(old).options == tool_options("c1", ToolEffect.READ)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"timeout_seconds": 0},
+        {"timeout_seconds": -1.5},
+        {"timeout_seconds": float("inf")},
+        {"timeout_seconds": float("nan")},
+        {"timeout_seconds": True},
+        {"timeout_seconds": "30"},
+        {"retries": -1},
+        {"retries": 1.5},
+        {"retries": True},
+    ],
+)
+def test_a_policy_refuses_limits_that_mean_nothing(limits: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=next(iter(limits))):
+        ToolPolicy(ToolEffect.READ, **limits)  # type: ignore[arg-type]
 
 
 def test_tool_steps_own_options_carry_the_same_policy() -> None:

@@ -643,6 +643,58 @@ class HeavyFlow(Flow[str]):
         return PersistenceSchema.of(cargo)
 
 
+# --- MovementOptionsFlow: one Step type whose movements carry their own retry and timeout ---
+# The registered options allow five attempts and no method timeout; each movement narrows
+# them, as dex_agents' tool Steps do per tool policy (issue 23).
+
+_ONE_SECOND = timedelta(seconds=1)
+
+
+def _bounded_movement(input: str, options: StepOptions) -> StepMovement[str]:
+    return StepMovement.of(
+        Bounded, input, options=options.on_execute_failure_proceed_to(BoundedFailed)
+    )
+
+
+class BoundedStart(Step[str]):
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        once = StepOptions(execute_retry=RetryPolicy(_ONE_SECOND, maximum_attempts=1))
+        return go_to_many(_bounded_movement("once", once))
+
+
+class Bounded(Step[str]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(_ONE_SECOND, backoff_coefficient=1.0, maximum_attempts=5)
+        ).on_execute_failure_proceed_to(BoundedFailed)
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        if input == "once":
+            raise RuntimeError(f"once failed on attempt {context.attempt}")
+        if context.attempt < 3:
+            await asyncio.sleep(30)  # cut off by the movement's 1 s method timeout
+        # Reached only if the engine ran the Step's registered options (no timeout, 5 attempts).
+        return graceful_complete(f"slow done on attempt {context.attempt}")
+
+
+class BoundedFailed(Step[str]):
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        error = context.recovery_error
+        detail = error.detail if error is not None else "none"
+        if input == "slow":
+            return graceful_complete(f"slow failed: {detail}")
+        slow = StepOptions(
+            execute_method_timeout=_ONE_SECOND,
+            execute_retry=RetryPolicy(_ONE_SECOND, maximum_attempts=2),
+        )
+        return go_to_many(_bounded_movement("slow", slow))
+
+
+class MovementOptionsFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(BoundedStart()).other_steps(Bounded(), BoundedFailed())
+
+
 SIGNAL = SignalFlow()
 TIMER = TimerFlow()
 FAN_OUT = FanOutFlow()
@@ -662,6 +714,7 @@ COMBO = ComboFlow()
 HOP = HopFlow()
 HEAVY = HeavyFlow()
 LOCKED = LockedFlow()
+MOVEMENT_OPTIONS = MovementOptionsFlow()
 
 ALL_FLOWS: list[Flow[Any]] = [
     CHAIN,
@@ -684,4 +737,5 @@ ALL_FLOWS: list[Flow[Any]] = [
     HOP,
     HEAVY,
     LOCKED,
+    MOVEMENT_OPTIONS,
 ]

@@ -335,6 +335,31 @@ async def test_method_timeout_retries_with_heartbeat_checkpoint(dex: DexEnv) -> 
     assert "timeout" in ctx.last_failure_info.backend_error
 
 
+async def test_a_movements_own_retry_and_method_timeout_win_over_the_steps(
+    dex: DexEnv,
+) -> None:
+    """Spec 2.4 StepMovement.step_options: the engine applies the options a movement carries,
+    not the Step's registered ones (5 attempts, no timeout): ``once`` gets 1 attempt, ``slow``
+    2 attempts of 1 s each, then each goes to its failure route."""
+    await dex.client.start_flow(flows.MOVEMENT_OPTIONS, "movement-1", "go")
+    result = await dex.client.wait_for_flow("movement-1", timedelta(seconds=30))
+    assert result.status is FlowStatus.COMPLETED
+    assert result.single_output(str) == "slow failed: execute method timeout after 1s"
+    events = await _history(dex, "movement-1")
+    failed = {
+        e.step_execute_failed.context.step_execution_id: e.step_execute_failed
+        for e in events
+        if e.WhichOneof("payload") == "step_execute_failed"
+    }
+    assert list(failed) == ["Bounded-1", "Bounded-2"]
+    assert failed["Bounded-1"].output.failure.attempt == 1
+    assert "once failed on attempt 1" in (
+        failed["Bounded-1"].output.failure.details.original_worker_error_detail
+    )
+    assert failed["Bounded-2"].output.failure.attempt == 2
+    assert failed["Bounded-2"].output.failure.backend_error == "execute method timeout after 1s"
+
+
 async def test_canceling_steps_and_wait_for_proceed(dex: DexEnv) -> None:
     await dex.client.start_flow(flows.RACE, "race-1", None)
     await dex.client.start_flow(flows.PROCEED, "proceed-1", None)

@@ -73,3 +73,43 @@ def test_staff_viewers_see_errors_and_reasons_but_cannot_add(staff: Any) -> None
     client = Client()
     client.force_login(staff)
     assert client.get(reverse("admin:mcp_registry_mcpserver_add")).status_code == 403
+
+
+def test_tools_show_their_timeout_and_attempts_and_where_they_come_from(superuser: Any) -> None:
+    server = McpServerFactory.create(
+        name="docs", trust_annotations=True, call_timeout=60, startup_timeout=30, retries=2
+    )
+    McpToolFactory.create(server=server, name="search", annotations={"readOnlyHint": True})
+    fetch = McpToolFactory.create(
+        server=server,
+        name="fetch",
+        annotations={"readOnlyHint": True},
+        timeout_override=5,
+        retries_override=0,
+    )
+    McpToolFactory.create(
+        server=server, name="post", annotations={"readOnlyHint": False}, retries_override=4
+    )
+    listing = page(superuser, reverse("admin:mcp_registry_mcptool_changelist"))
+    assert "timeout per call" in listing
+    assert "60 s (server call timeout)" in listing
+    assert "3 attempts (server retries 2)" in listing
+    assert "5 s (tool override)" in listing
+    assert "1 attempt (retries override 0)" in listing
+    # A write that may not be repeated runs once, whatever its retries say.
+    assert "1 attempt (non_idempotent_write calls are never retried)" in listing
+    assert "5 attempts" not in listing
+
+    detail = page(superuser, reverse("admin:mcp_registry_mcptool_change", args=[fetch.pk]))
+    assert "5 s (tool override)" in detail
+    assert "1 attempt (retries override 0)" in detail
+    assert "dex step limit" in detail
+    assert "45 s per attempt: 5 s call + 30 s server startup + 10 s margin" in detail
+    assert "empty: the server's call timeout" in detail
+    assert "empty: the server's retries" in detail
+
+    server_page = page(superuser, reverse("admin:mcp_registry_mcpserver_change", args=[server.pk]))
+    assert "1 attempt (retries override 0)" in server_page
+    assert "60 s (server call timeout)" in server_page
+    assert "2 means up to 3 attempts" in server_page
+    assert "non_idempotent_write and unclassified calls are never retried" in server_page

@@ -8,8 +8,11 @@ from mcp_registry.effects import (
     ToolEffect,
     approval_decide,
     approval_required_by_default,
+    attempts_decide,
     effect_decide,
     effect_from_annotations,
+    step_timeout_seconds,
+    timeout_decide,
 )
 from tests.factories import McpServerFactory, McpToolFactory
 
@@ -163,3 +166,38 @@ def test_approval_decision_says_which_rule_decided(
 ) -> None:
     decision = approval_decide(effect=effect, override=override)
     assert (decision.value, decision.reason) == (expected, reason)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected", "reason"),
+    [(None, 60, "server call timeout"), (5, 5, "tool override")],
+)
+def test_timeout_decision_says_where_it_comes_from(
+    override: int | None, expected: int, reason: str
+) -> None:
+    decision = timeout_decide(call_timeout=60, override=override)
+    assert (decision.value, decision.reason) == (expected, reason)
+
+
+@pytest.mark.parametrize(
+    ("effect", "override", "expected", "reason"),
+    [
+        (READ, None, 3, "server retries 2"),
+        (IDEMPOTENT, None, 3, "server retries 2"),
+        (READ, 0, 1, "retries override 0"),
+        (IDEMPOTENT, 4, 5, "retries override 4"),
+        # The seed's effect table wins over any retries setting.
+        (WRITE, None, 1, "non_idempotent_write calls are never retried"),
+        (WRITE, 3, 1, "non_idempotent_write calls are never retried"),
+        (UNCLASSIFIED, 3, 1, "unclassified calls are never retried"),
+    ],
+)
+def test_attempts_decision_retries_only_what_may_be_repeated(
+    effect: ToolEffect, override: int | None, expected: int, reason: str
+) -> None:
+    decision = attempts_decide(effect=effect, retries=2, override=override)
+    assert (decision.value, decision.reason) == (expected, reason)
+
+
+def test_a_steps_limit_outlasts_the_request_and_the_server_start() -> None:
+    assert step_timeout_seconds(call_timeout=5, startup_timeout=30) == 5 + 30 + 10

@@ -27,8 +27,10 @@ servers:
     env: [DEXAGENTS_VAR_DIR]
     trust_annotations: true
     startup_timeout: 20
+    call_timeout: 45
+    retries: 1
     tools:
-      create_document: {{requires_approval: false, timeout: 5}}
+      create_document: {{requires_approval: false, timeout: 5, retries: 0}}
   - name: remote
     transport: streamable_http
     url: https://mcp.example.com/mcp
@@ -74,8 +76,10 @@ def test_import_creates_servers_and_importing_twice_changes_nothing(
     remote = McpServer.objects.get(name="remote")
     assert remote.header_env == {"Authorization": "REMOTE_MCP_TOKEN"}
     assert remote.enabled is False
+    assert (docs.startup_timeout, docs.call_timeout, docs.retries) == (20, 45, 1)
     override = McpTool.objects.get(server=docs, name="create_document")
     assert (override.requires_approval_override, override.timeout_override) == (False, 5)
+    assert override.retries_override == 0
     assert override.available is False  # waits for discovery
 
     before = _snapshot()
@@ -115,6 +119,10 @@ def test_discovery_runs_on_import(
     assert tool.effective_effect == "idempotent_write"
     assert tool.effective_requires_approval is False
     assert tool.approval_decision.reason == "administrator override"
+    # ... and its limits, which reach the session snapshot (AgentDefinition.agent_config).
+    assert tool.timeout_decision.reason == "tool override"
+    assert (tool.effective_timeout, tool.effective_retries) == (5, 0)
+    assert tool.attempts_decision.value == 1
 
 
 @pytest.mark.parametrize(

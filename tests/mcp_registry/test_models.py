@@ -79,10 +79,15 @@ def test_transport_requires_its_fields() -> None:
 
 
 def test_timeouts_and_retries_fall_back_to_the_server() -> None:
-    tool = McpToolFactory.create(server=McpServerFactory.create(call_timeout=42, retries=4))
+    server = McpServerFactory.create(call_timeout=42, retries=4, startup_timeout=20)
+    tool = McpToolFactory.create(server=server, annotations={"readOnlyHint": True})
     assert (tool.effective_timeout, tool.effective_retries) == (42, 4)
+    assert (tool.attempts_decision.value, tool.step_timeout) == (5, 42 + 20 + 10)
     tool.timeout_override, tool.retries_override = 7, 0
     assert (tool.effective_timeout, tool.effective_retries) == (7, 0)
+    assert (tool.attempts_decision.value, tool.step_timeout) == (1, 7 + 20 + 10)
+    tool.effect_override, tool.retries_override = "non_idempotent_write", 3
+    assert (tool.effective_retries, tool.attempts_decision.value) == (3, 1)
 
 
 def test_server_spec_get_builds_the_client_spec_without_values() -> None:
