@@ -1404,6 +1404,12 @@ class _CallClock:
         self._pauses = 0
         self._paused_at = 0.0
 
+    def start(self) -> None:
+        """Start counting now (when the request is sent: opening the connection has its own
+        bound, the startup timeout)."""
+        self._started = time.monotonic()
+        self._paused_for = 0.0
+
     @property
     def paused(self) -> bool:
         return self._pauses > 0
@@ -1739,6 +1745,8 @@ class McpClientPool:
                 connection.log_listeners.append(on_log)
             if on_elicit is not None:
                 connection.elicit_handlers.append(on_elicit)
+            if clock is not None:
+                clock.start()
             request = asyncio.ensure_future(send(client))
             connection.requests[request] = scope
             answered = False

@@ -143,7 +143,7 @@ def _tool_overrides(raw: Any, where: str) -> ToolOverrides:
         enabled=enabled,
         effect=effect,
         requires_approval=approval,
-        timeout=None if timeout is None else _non_negative_int(timeout, where, "timeout"),
+        timeout=None if timeout is None else _positive_int(timeout, where, "timeout"),
         retries=None if retries is None else _non_negative_int(retries, where, "retries"),
     )
 
@@ -205,10 +205,10 @@ def _server(raw: Any, index: int) -> ServerDeclaration:
         "trust_annotations": _expect(
             raw.get("trust_annotations", False), bool, where, "trust_annotations must be a bool"
         ),
-        "startup_timeout": _non_negative_int(
+        "startup_timeout": _positive_int(
             raw.get("startup_timeout", 30), where, "startup_timeout"
         ),
-        "call_timeout": _non_negative_int(raw.get("call_timeout", 60), where, "call_timeout"),
+        "call_timeout": _positive_int(raw.get("call_timeout", 60), where, "call_timeout"),
         "retries": _non_negative_int(raw.get("retries", 2), where, "retries"),
         "isolation": _isolation(raw.get("isolation", "session"), where),
         "idle_timeout": _positive_int(raw.get("idle_timeout", 300), where, "idle_timeout"),

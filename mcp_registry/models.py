@@ -185,8 +185,12 @@ class McpServer(models.Model):
         default=False,
         help_text="Map tool annotations to effects; otherwise every tool is unclassified.",
     )
-    startup_timeout = models.PositiveIntegerField(default=30, help_text="Seconds.")
-    call_timeout = models.PositiveIntegerField(default=60, help_text="Seconds per tool call.")
+    startup_timeout = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1)], help_text="Seconds."
+    )
+    call_timeout = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="Seconds per tool call."
+    )
     retries = models.PositiveSmallIntegerField(
         default=2, help_text="Extra attempts for read and idempotent_write calls."
     )
@@ -287,7 +291,10 @@ class McpTool(models.Model):
     quarantine_reason = models.TextField(
         blank=True,
         editable=False,
-        help_text="Why the input schema cannot be offered to models; empty when it can.",
+        help_text=(
+            "Why the tool cannot be offered to models (an input schema that cannot be made "
+            "valid, or a required MCP task augmentation); empty when it can."
+        ),
     )
     annotations = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
     output_schema = models.JSONField(
@@ -302,7 +309,10 @@ class McpTool(models.Model):
     enabled = models.BooleanField(default=True)
     available = models.BooleanField(
         default=True,
-        help_text="Listed by the server at the last discovery, with a usable input schema.",
+        help_text=(
+            "Listed by the server at the last discovery, and not quarantined (see "
+            "'quarantined because')."
+        ),
     )
     # NULL means "no override", which an empty string would not say as clearly.
     effect_override = models.CharField(
@@ -311,7 +321,9 @@ class McpTool(models.Model):
     requires_approval_override = models.BooleanField(
         null=True, blank=True, help_text="Empty: every effect but read requires approval."
     )
-    timeout_override = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds.")
+    timeout_override = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Seconds."
+    )
     retries_override = models.PositiveSmallIntegerField(null=True, blank=True)
     approval_deadline_override = models.PositiveIntegerField(
         null=True,
