@@ -9,6 +9,7 @@ Two users: alice with two sessions (``A1``, ``A2``) and bob (``B``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -198,7 +199,7 @@ async def test_http_sessions_are_recorded_and_ended_with_delete(
     assert closed == {event.session_id for event in opened}
     for session_id in closed:
         await wait_until(f"DELETE of {session_id}",
-                         lambda session_id=session_id: http_everything.terminated(session_id))
+                         functools.partial(http_everything.terminated, session_id))
 
 
 # Opens an HTTP session in a process of its own, prints its Mcp-Session-Id, then waits to be

@@ -54,7 +54,7 @@ def status(scope: str, *, state: str = "running", minutes: int = 0, **extra: Any
 
 
 def test_each_process_start_of_each_scope_has_its_row() -> None:
-    McpServerFactory(name="files")
+    McpServerFactory.create(name="files")
     process_status_record(status=status("session ses_1"), worker=LIVE_WORKER)
     process_status_record(status=status("session ses_2"), worker=LIVE_WORKER)
     process_status_record(
@@ -73,7 +73,7 @@ def test_each_process_start_of_each_scope_has_its_row() -> None:
 
 
 def test_ended_rows_are_bounded_per_server_and_kind() -> None:
-    McpServerFactory(name="files")
+    McpServerFactory.create(name="files")
     for minute in range(PROCESS_ENDED_ROWS_KEPT + 5):
         process_status_record(status=status(f"session ses_{minute}", state="stopped",
                                             minutes=minute), worker=LIVE_WORKER)
@@ -84,7 +84,7 @@ def test_ended_rows_are_bounded_per_server_and_kind() -> None:
 
 
 def test_http_sessions_are_kept_while_open_and_orphans_are_the_dead_workers() -> None:
-    server = McpServerFactory(name="remote", transport="streamable_http",
+    server = McpServerFactory.create(name="remote", transport="streamable_http",
                               url="http://127.0.0.1:9/mcp")
     dead_worker = f"{HOST}:{dead_pid()}"
 
@@ -112,7 +112,7 @@ def test_orphaned_http_sessions_are_ended_and_forgotten(tmp_path: Any) -> None:
 
     everything = HttpEverything(tmp_path / "log")
     try:
-        server = McpServerFactory(name="everything", transport="streamable_http",
+        server = McpServerFactory.create(name="everything", transport="streamable_http",
                                   url=everything.spec.url)
 
         async def open_and_abandon() -> str:
@@ -152,7 +152,7 @@ def test_sessions_stopped_names_stopped_and_unknown_sessions() -> None:
 
 
 def test_admin_shows_isolation_and_crashes(superuser: Any) -> None:
-    server = McpServerFactory(name="files", isolation=McpServer.Isolation.USER)
+    server = McpServerFactory.create(name="files", isolation=McpServer.Isolation.USER)
     process_status_record(
         status=status("session ses_1", state="exited", exit_code=3,
                       error="the server process exited with code 3",
