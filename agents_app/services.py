@@ -707,6 +707,9 @@ class DemoServer:
     # The state of slack and docs lives in var/: they get DEXAGENTS_VAR_DIR as a plain value
     # (``McpServer.env_values``), set to this installation's var directory on every seed.
     uses_var_dir: bool = False
+    # search keeps no per-client state (its results are a pure function of the query), so one
+    # process serves every session; slack and docs keep the default, one per session.
+    isolation: str = "session"
 
     @property
     def args(self) -> list[str]:
@@ -737,6 +740,7 @@ DEMO_SERVERS = (
     DemoServer(
         name="search",
         module="mcp_registry.demo_servers.search",
+        isolation="shared",
         tools=(
             DemoTool(
                 name="web_search",
@@ -886,6 +890,7 @@ def demo_seed() -> DemoSeedResult:
                 "cwd": package_root,
                 "env_values": env_values,
                 "trust_annotations": True,
+                "isolation": demo.isolation,
             },
         )
         if server_created:
