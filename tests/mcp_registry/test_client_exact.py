@@ -2,16 +2,19 @@
 timeouts say what happened, abandoned calls are cancelled, and the pool is bounded.
 
 Each test runs ``tests/mcp_registry/stub_server.py`` (a hand-written stdio MCP server that
-misbehaves on request) as a real subprocess and reads its journal of received requests.
+misbehaves on request) or its HTTP twin ``stub_http_server.py`` as a real subprocess and reads
+its journal of received requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +278,59 @@ async def test_an_idle_connection_closes_after_the_servers_idle_timeout(tmp_path
         again = int((await pool.call_tool(spec, "pid", {}, idempotency_key=None, timeout=None,
                                           scope=McpScope("ses_1"))).text)
         assert again != pid
+
+
+# --- the same over Streamable HTTP --------------------------------------------------------
+
+HTTP_STUB = Path(__file__).with_name("stub_http_server.py")
+
+
+@contextlib.asynccontextmanager
+async def http_stub(journal: Path, *flags: str, **overrides: Any) -> AsyncIterator[McpServerSpec]:
+    """``stub_http_server.py`` as a real process, and the spec that reaches it."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, str(HTTP_STUB), "--journal", str(journal), *flags,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(await asyncio.wait_for(server.stdout.readline(), timeout=20))
+        values: dict[str, Any] = {
+            "name": "stub", "transport": "streamable_http", "url": f"http://127.0.0.1:{port}/mcp",
+            "startup_timeout": 20.0, "call_timeout": 20.0,
+        }
+        values.update(overrides)
+        yield McpServerSpec(**values)
+    finally:
+        server.kill()
+        await server.wait()
+
+
+async def test_over_http_an_answered_call_does_not_wait_on_tools_list(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    async with http_stub(journal, "--ignore-list", "--ignore-discover", call_timeout=5.0,
+                         startup_timeout=5.0) as spec, McpClientPool() as pool:
+        started = time.monotonic()
+        assert (await echo(pool, spec, scope=McpScope("ses_1"))).text == "hi"
+        assert time.monotonic() - started < 4.0
+    assert methods(journal)[:3] == ["initialize", "notifications/initialized", "tools/call"]
+    assert "tools/list" not in methods(journal) and "server/discover" not in methods(journal)
+
+
+async def test_over_http_a_timed_out_call_is_cancelled_and_the_session_deleted(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "journal"
+    async with http_stub(journal, "--hang-call") as spec:
+        async with McpClientPool() as pool:
+            with pytest.raises(McpTransportError, match="within 1 s; the request was cancelled"):
+                await echo(pool, spec, timeout=1.0, scope=McpScope("ses_1"))
+            await wait_until("the cancellation",
+                             lambda: "notifications/cancelled" in methods(journal))
+        await wait_until("the DELETE", lambda: "DELETE" in methods(journal))
+    entries = received(journal)
+    call = next(entry for entry in entries if entry["method"] == "tools/call")
+    cancel = next(entry for entry in entries if entry["method"] == "notifications/cancelled")
+    delete = next(entry for entry in entries if entry["method"] == "DELETE")
+    assert cancel["params"]["requestId"] == call["id"]
+    assert delete["session"] == call["session"] is not None
