@@ -1530,6 +1530,7 @@ class McpClientPool:
         self._admission: asyncio.Lock | None = None
         self._slot_freed: asyncio.Event | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._starts: dict[tuple[str, str], int] = {}
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -1586,7 +1587,9 @@ class McpClientPool:
                 return
             idle = [connection for connection in live if connection.requests_in_flight == 0]
             if idle:
-                await self._drop(min(idle, key=lambda connection: connection.last_used))
+                # Closed in the background: stopping a process may take seconds, which the
+                # new request need not wait for.
+                self._drop_soon(min(idle, key=lambda connection: connection.last_used))
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -1606,12 +1609,16 @@ class McpClientPool:
         self._bind_loop()
         assert self._admission is not None and self._status_lock is not None
         key = (spec.name, scope_key(spec, scope))
+        connection = self._connections.get(key)
+        if self._usable(connection, spec):
+            # The common case takes no lock: a start or an eviction elsewhere never delays a
+            # request on a connection that is already open.
+            assert connection is not None
+            return self._admitted(connection, spec)
         async with self._admission:
             connection = self._connections.get(key)
-            if connection is not None and (
-                connection.broken or connection.spec.fingerprint() != spec.fingerprint()
-            ):
-                await self._drop(connection)
+            if connection is not None and not self._usable(connection, spec):
+                self._drop_soon(connection)
                 connection = None
             if connection is None:
                 if spec.transport == "stdio":
@@ -1631,18 +1638,37 @@ class McpClientPool:
                     restarts=starts,
                 )
                 self._connections[key] = connection
-            else:
-                # Later requests use the newest stored schemas without reconnecting.
-                connection.spec = spec
-            connection.requests_in_flight += 1
-            connection.last_used = time.monotonic()
-            return connection
+            return self._admitted(connection, spec)
+
+    @staticmethod
+    def _usable(connection: _Connection | None, spec: McpServerSpec) -> bool:
+        return (
+            connection is not None
+            and not connection.broken
+            and connection.spec.fingerprint() == spec.fingerprint()
+        )
+
+    @staticmethod
+    def _admitted(connection: _Connection, spec: McpServerSpec) -> _Connection:
+        # Later requests use the newest stored schemas and idle timeout without reconnecting.
+        connection.spec = spec
+        connection.requests_in_flight += 1
+        connection.last_used = time.monotonic()
+        return connection
 
     def _release(self, connection: _Connection) -> None:
         connection.requests_in_flight -= 1
         connection.last_used = time.monotonic()
         if connection.requests_in_flight == 0 and self._slot_freed is not None:
             self._slot_freed.set()
+
+    def _drop_soon(self, connection: _Connection) -> None:
+        key = (connection.spec.name, connection.key)
+        if self._connections.get(key) is connection:
+            del self._connections[key]
+        task = asyncio.get_running_loop().create_task(self._drop(connection))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _drop(self, connection: _Connection) -> None:
         key = (connection.spec.name, connection.key)
@@ -2009,4 +2035,6 @@ class McpClientPool:
                 await reaper
         connections = list(self._connections.values())
         self._connections.clear()
-        await asyncio.gather(*(connection.close() for connection in connections))
+        await asyncio.gather(
+            *(connection.close() for connection in connections), *list(self._closing)
+        )
