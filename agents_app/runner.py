@@ -948,6 +948,11 @@ class LiteLLMRunner:
         self._default_config = dict(default_config) if default_config is not None else None
         self._media_limits = media_limits or MediaLimits()
 
+    @property
+    def media_limits(self) -> MediaLimits:
+        """The bounds of the images a tool result attaches (``accept_images`` is per agent)."""
+        return self._media_limits
+
     def _config(self, agent_config: Mapping[str, Any] | None) -> AgentModelConfig:
         return AgentModelConfig.parse(
             agent_config if agent_config is not None else self._default_config

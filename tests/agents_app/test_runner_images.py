@@ -173,6 +173,17 @@ def test_litellm_says_which_models_accept_images_and_the_agent_may_override() ->
         AgentModelConfig.parse(agent_config(supports_images="yes"))
 
 
+def test_the_platform_flow_takes_its_image_bounds_from_the_settings() -> None:
+    from django.test import override_settings
+
+    from agents_app.flow import build_flow as build_platform_flow
+
+    knobs = {"TOOL_IMAGE_MAX_BYTES": 1234, "TOOL_RESULT_IMAGES_MAX_BYTES": 5678}
+    with override_settings(DEXAGENTS=knobs):
+        runner = cast(LiteLLMRunner, build_platform_flow().runner)
+    assert runner.media_limits == MediaLimits(image_max_bytes=1234, result_images_max_bytes=5678)
+
+
 # Through the demo model over HTTP -------------------------------------------------------------
 
 
