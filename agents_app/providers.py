@@ -2,8 +2,8 @@
 whether it accepts images.
 
 Django-free and cheap to import: LiteLLM is imported lazily by :func:`load_litellm`, only when a
-context window or a token count is asked for (the worker does that; the web process only calls
-:func:`provider_status`, which never imports LiteLLM).
+context window, a token count or image support is asked for (the worker does that; the web
+process only calls :func:`provider_status`, which never imports LiteLLM).
 
 Providers (issue 6, "Providers"; reference ``ai-agent-features.md`` §1 and §4):
 
