@@ -597,7 +597,9 @@ def build_model_input(
     (a system message, once a compaction ran), every stored message ``turn.messages`` holds,
     then ``turn_items``, each as stored (provider keys included; see :func:`chat_message` and
     ``responses_input`` for the wire forms) except that a tool result longer than
-    ``config.tool_result_limit()`` is cut in ``messages``; ``turn_items`` are the items this
+    ``config.tool_result_limit()`` is cut in ``messages`` and, for a model that accepts images,
+    a tool result of this turn whose record holds images carries them there as ``image_url``
+    parts (:func:`attach_tool_images`); ``turn_items`` are the items this
     turn produced after its user message (empty on the first call; restored from the run state
     plus one tool result per requested call, rendered with ``describe_tool_call_outcome``, when
     resuming), followed by the turn's steered user messages (``turn.steered_messages``, Steer),
