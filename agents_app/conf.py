@@ -22,7 +22,9 @@ Keys (units in the names' comments):
     EVENTS_STREAM_CAPACITY_BYTES, EVENTS_SEND_QUEUE_FRAMES, EVENTS_SEND_QUEUE_BYTES,
     MAX_QUEUED_MESSAGES, MAX_API_TOKENS_PER_USER (ints), API_PATH_PREFIX (the URL prefix
     whose error answers are JSON, ``/api/``), MCP_MAX_PROCESSES (stdio MCP server processes
-    one Dex worker runs at once).
+    one Dex worker runs at once), TOOL_IMAGE_MAX_BYTES and TOOL_RESULT_IMAGES_MAX_BYTES (the
+    largest image, and the most image bytes, one tool result sends to a model that accepts
+    images; decoded bytes).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -54,6 +56,8 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "MAX_QUEUED_MESSAGES": 20,
     "MAX_API_TOKENS_PER_USER": 50,
     "MCP_MAX_PROCESSES": 32,
+    "TOOL_IMAGE_MAX_BYTES": 1024 * 1024,
+    "TOOL_RESULT_IMAGES_MAX_BYTES": 1024 * 1024,
     "API_PATH_PREFIX": "/api/",
     "WEB_PROCESSES": 1,
     "WORKERS": 1,

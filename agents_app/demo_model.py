@@ -13,7 +13,12 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
 
 * When the request ends with tool results (``role="tool"`` messages, or Responses
   ``function_call_output`` items), the answer is a final text that quotes each result's text,
-  in order.
+  in order, then one line per image the results carried: ``[received image image/png, 4033
+  bytes, sha256 <first 12 hex digits>]``. Images count wherever OpenAI-compatible clients put
+  them: as ``image_url`` parts of a tool message, as ``input_image`` items of a
+  ``function_call_output``, or in the user message LiteLLM inserts after the tool messages
+  (OpenAI allows only text in tool messages); such a user message is part of the results,
+  not the latest user message.
 * Otherwise the latest user message is read line by line. Directive lines:
 
   - ``/tool <name> <json-arguments>``: one tool call per line, all in one response, in line
@@ -173,6 +178,52 @@ def message_text(content: Any) -> str:
     return str(content)
 
 
+_MEDIA_PART_TYPES = ("image_url", "input_image", "file", "input_file", "input_audio")
+
+
+def media_parts(content: Any) -> list[Mapping[str, Any]]:
+    """The non-text parts (images, files, audio) of a ``content`` list; ``[]`` for text."""
+    if not isinstance(content, list):
+        return []
+    return [
+        part
+        for part in content
+        if isinstance(part, Mapping) and part.get("type") in _MEDIA_PART_TYPES
+    ]
+
+
+def is_tool_media_message(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
+    """Whether ``messages[index]`` is the user message a client inserted after tool messages
+    to carry their images (LiteLLM does so for OpenAI-compatible providers)."""
+    message = messages[index]
+    return (
+        index > 0
+        and message.get("role") == "user"
+        and messages[index - 1].get("role") == "tool"
+        and bool(media_parts(message.get("content")))
+    )
+
+
+def describe_media(part: Mapping[str, Any]) -> str:
+    """One received media part as ``[received image image/png, 4033 bytes, sha256 <12 hex>]``
+    (a data URL is decoded; any other URL is named as it is)."""
+    kind = str(part.get("type"))
+    if kind in ("image_url", "input_image"):
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else image
+        url = str(url or "")
+        match = re.match(r"data:(?P<mime>[^;,]+)(?:;[^,]*)?;base64,(?P<data>.*)$", url, re.S)
+        if match is None:
+            return f"[received image {url[:80]}]"
+        try:
+            raw = base64.b64decode(match.group("data"), validate=True)
+        except ValueError:
+            return f"[received image {match.group('mime')}, invalid base64]"
+        digest = hashlib.sha256(raw).hexdigest()[:12]
+        return f"[received image {match.group('mime')}, {len(raw)} bytes, sha256 {digest}]"
+    return f"[received {kind} part]"
+
+
 def big_text(kilobytes: float) -> str:
     """``kilobytes`` KB (1,024 characters each) of filler words, for ``/big``."""
     size = int(min(kilobytes, _MAX_BIG_KB) * 1024)
@@ -223,9 +274,10 @@ def plan_reply(
         return summary_reply(messages, max_tokens)
     user_text = next(
         (
-            message_text(message.get("content"))
-            for message in reversed(messages)
-            if message.get("role") == "user"
+            message_text(messages[index].get("content"))
+            for index in reversed(range(len(messages)))
+            if messages[index].get("role") == "user"
+            and not is_tool_media_message(messages, index)
         ),
         "",
     )
@@ -285,10 +337,15 @@ def plan_reply(
     }
 
     trailing_results: list[str] = []
-    for message in reversed(messages):
-        if message.get("role") != "tool":
+    received: list[str] = []
+    for index in reversed(range(len(messages))):
+        message = messages[index]
+        if message.get("role") != "tool" and not is_tool_media_message(messages, index):
             break
-        trailing_results.append(message_text(message.get("content")))
+        parts = [describe_media(part) for part in media_parts(message.get("content"))]
+        received[:0] = parts
+        if message.get("role") == "tool":
+            trailing_results.append(message_text(message.get("content")))
     mode, plan = plan_from_prompt(messages)
     if mode == "planning":
         return _planning_reply(user_text, bool(trailing_results), earlier_calls, common)
@@ -296,7 +353,7 @@ def plan_reply(
         return _executing_reply(plan, bool(trailing_results), earlier_calls, common)
     if trailing_results:
         trailing_results.reverse()
-        quoted = "\n".join(f"- {result}" for result in trailing_results)
+        quoted = "\n".join(f"- {result}" for result in [*trailing_results, *received])
         return DemoReply(text=f"Here is what the tools returned:\n{quoted}", **common)
     if tool_calls:
         return DemoReply(tool_calls=tool_calls, **common)
@@ -505,9 +562,11 @@ def responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Convert a Responses request's ``instructions`` and ``input`` to Chat Completions
     messages, so one script serves both APIs.
 
-    ``message`` items (or items with a ``role``) keep their role and text; ``function_call``
-    items join the preceding assistant message's ``tool_calls``; ``function_call_output``
-    items become ``role="tool"`` messages; ``reasoning`` items are skipped.
+    ``message`` items (or items with a ``role``) keep their role and text (content parts when
+    they hold images); ``function_call`` items join the preceding assistant message's
+    ``tool_calls``; ``function_call_output`` items become ``role="tool"`` messages (a list
+    output becomes content parts, ``input_image`` as ``image_url``); ``reasoning`` items are
+    skipped.
 
     Raises:
         ValueError: If ``input`` is neither a string nor a list of objects.
@@ -526,7 +585,7 @@ def responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "message":
             role = str(item.get("role") or "user")
-            messages.append({"role": role, "content": message_text(item.get("content"))})
+            messages.append({"role": role, "content": _chat_content(item.get("content"))})
         elif kind == "function_call":
             if not messages or messages[-1].get("role") != "assistant":
                 messages.append({"role": "assistant", "content": None})
@@ -539,14 +598,31 @@ def responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         elif kind == "function_call_output":
             output = item.get("output")
+            content: Any = output if isinstance(output, str) else json.dumps(output)
+            if isinstance(output, list):
+                content = _chat_content(output)
             messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": item.get("call_id"),
-                    "content": output if isinstance(output, str) else json.dumps(output),
-                }
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": content}
             )
     return messages
+
+
+def _chat_content(content: Any) -> Any:
+    """Responses content as Chat Completions content: its text, or text and ``image_url``
+    parts when it holds images."""
+    if not media_parts(content):
+        return message_text(content)
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if not isinstance(part, Mapping):
+            continue
+        if part.get("type") in ("text", "input_text", "output_text"):
+            parts.append({"type": "text", "text": str(part.get("text") or "")})
+        elif part.get("type") == "input_image":
+            parts.append({"type": "image_url", "image_url": {"url": part.get("image_url")}})
+        elif part.get("type") in _MEDIA_PART_TYPES:
+            parts.append(dict(part))
+    return parts
 
 
 def _responses_usage(prompt_tokens: int, reply: DemoReply) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from dex_agents import (
     StepHistoryEntry,
     read_flow_step_history,
 )
+from mcp_registry.content import tool_result_text
 
 logger = logging.getLogger(__name__)
 
@@ -574,7 +575,9 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
         last turn does (``chat``, ``planning`` or ``executing``). ``status`` is the AgentState
         status, or ``"starting"`` while the state is None (seed "Design decisions"). Framework
         items are left out. ``summary`` (context compaction) is ``summary_to_data``, or None
-        until a compaction ran; ``has_older_messages`` counts retained messages only.
+        until a compaction ran; ``has_older_messages`` counts retained messages only. A tool
+        call's ``output`` is its text (``mcp_registry.content.tool_result_text``): the images
+        a result attached for the model appear as their labels, never as base64.
     """
     try:
         snapshot = await _connection().sessions.get_agent_snapshot(session_id)
@@ -603,7 +606,7 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
         "messages": messages,
         "pending_interrupts": pending,
         "awaiting_approval": bool(pending),
-        "tool_calls": plain_data(list(tool_calls)),
+        "tool_calls": [tool_call_to_data(call) for call in tool_calls],
         "usage": plain_data(getattr(snapshot, "usage", None)),
         "queued_message_count": int(getattr(snapshot, "queued_message_count", 0) or 0),
         "queued_messages": [
@@ -623,6 +626,15 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
         "turn_mode": (plain_data(getattr(state, "turn_mode", None)) if state else None) or "chat",
         "summary": summary_to_data(summary),
     }
+
+
+def tool_call_to_data(record: Any) -> Any:
+    """One tool call record as plain data, its ``output`` reduced to the text people read
+    (``tool_result_text``: an attached image is its label, not its base64)."""
+    data = plain_data(record)
+    if isinstance(data, dict) and isinstance(data.get("output"), str):
+        data["output"] = tool_result_text(data["output"])
+    return data
 
 
 def pending_input_to_data(pending: Any) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from dex_agents import (
     ToolEffect,
 )
 from mcp_registry.client import McpClientPool, McpServerSpec
+from mcp_registry.content import MediaLimits
 
 FLOW_TYPE = "AgentSession"
 
@@ -57,9 +58,18 @@ def build_flow(
         plans (a ``plan_mode`` message plans with ``write_todos``; ``execute_plan`` runs it).
         Context compaction is on (``CompactionOptions`` defaults; an agent definition's
         ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` override
-        them through its ``agent_config``).
+        them through its ``agent_config``). Tool results' images go to models that accept
+        them within ``DEXAGENTS["TOOL_IMAGE_MAX_BYTES"]`` and
+        ``DEXAGENTS["TOOL_RESULT_IMAGES_MAX_BYTES"]``.
     """
-    runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
+    runner = LiteLLMRunner(
+        server_resolver=_resolve_server,
+        pool=pool or McpClientPool(),
+        media_limits=MediaLimits(
+            image_max_bytes=dexagents_setting("TOOL_IMAGE_MAX_BYTES"),
+            result_images_max_bytes=dexagents_setting("TOOL_RESULT_IMAGES_MAX_BYTES"),
+        ),
+    )
     return AgentSessionFlow(
         runner,
         flow_type=FLOW_TYPE,

@@ -482,9 +482,10 @@ def responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[di
     """Convert Chat Completions messages to Responses ``(instructions, input)``.
 
     System messages become ``instructions`` (joined by blank lines). Per message: a tool result
-    becomes ``function_call_output``; an assistant message gives its stored ``reasoning_items``
-    first (replayed verbatim, stateless), then its text as a ``message``, then one
-    ``function_call`` per tool call; a user message becomes a ``message``.
+    becomes ``function_call_output`` (its ``output`` the text, or for content parts with images
+    a list of ``input_text`` and ``input_image`` items); an assistant message gives its stored
+    ``reasoning_items`` first (replayed verbatim, stateless), then its text as a ``message``,
+    then one ``function_call`` per tool call; a user message becomes a ``message``.
 
     Raises:
         ValueError: A tool message without ``tool_call_id``.
@@ -502,7 +503,12 @@ def responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[di
             call_id = message.get("tool_call_id")
             if not call_id:
                 raise ValueError("a tool message has no tool_call_id")
-            items.append({"type": "function_call_output", "call_id": call_id, "output": text})
+            output: str | list[dict[str, Any]] = text
+            if isinstance(content, list) and any(
+                isinstance(part, Mapping) and part.get("type") == "image_url" for part in content
+            ):
+                output = responses_content_parts(content)
+            items.append({"type": "function_call_output", "call_id": call_id, "output": output})
         elif role == "assistant":
             items.extend(dict(item) for item in message.get("reasoning_items") or ())
             if text:
@@ -520,6 +526,25 @@ def responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[di
         else:
             items.append({"type": "message", "role": "user", "content": text})
     return "\n\n".join(instructions), items
+
+
+def responses_content_parts(parts: Sequence[Any]) -> list[dict[str, Any]]:
+    """Chat Completions content parts as Responses input items: ``text`` becomes
+    ``input_text``, ``image_url`` becomes ``input_image`` with the URL as ``image_url`` and
+    ``detail`` ``auto`` (OpenAI Responses API, "Function calling / function_call_output");
+    other parts are dropped."""
+    items: list[dict[str, Any]] = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            continue
+        if part.get("type") == "text":
+            items.append({"type": "input_text", "text": str(part.get("text") or "")})
+        elif part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            if isinstance(url, str) and url:
+                items.append({"type": "input_image", "image_url": url, "detail": "auto"})
+    return items
 
 
 def _content_text(content: Any) -> str:

@@ -80,6 +80,15 @@ class AgentDefinition(models.Model):
             "Empty: a quarter of the context window."
         ),
     )
+    supports_images = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Whether the model accepts images: a tool result's images are then sent to it "
+            "(within the worker's size bounds); otherwise it reads a placeholder. Empty: "
+            "LiteLLM's model information (false for models it does not know)."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -133,7 +142,7 @@ class AgentDefinition(models.Model):
             call), "step_timeout_seconds" (each attempt's Dex Step limit)}]}`` (the limits are
             ``McpTool.effective_timeout``, ``effective_retries`` and ``step_timeout``), plus
             ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` when
-            set (context compaction).
+            set (context compaction), and ``supports_images`` when set (tool results' images).
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
@@ -164,7 +173,10 @@ class AgentDefinition(models.Model):
                 for tool in tools
             ],
         }
-        for name in ("context_window", "message_retention_limit", "tool_result_max_chars"):
+        for name in (
+            "context_window", "message_retention_limit", "tool_result_max_chars",
+            "supports_images",
+        ):
             value = getattr(self, name)
             if value is not None:
                 config[name] = value

@@ -1,8 +1,9 @@
-"""Model providers: which API a model uses, where its key comes from, and its context window.
+"""Model providers: which API a model uses, where its key comes from, its context window and
+whether it accepts images.
 
 Django-free and cheap to import: LiteLLM is imported lazily by :func:`load_litellm`, only when a
-context window or a token count is asked for (the worker does that; the web process only calls
-:func:`provider_status`, which never imports LiteLLM).
+context window, a token count or image support is asked for (the worker does that; the web
+process only calls :func:`provider_status`, which never imports LiteLLM).
 
 Providers (issue 6, "Providers"; reference ``ai-agent-features.md`` §1 and §4):
 
@@ -273,6 +274,27 @@ def _model_window(model: str) -> int | None:
         return None
     value = info.get("max_input_tokens") or info.get("max_tokens")
     return int(value) if value else None
+
+
+def supports_images(model: str, configured: bool | None = None) -> bool:
+    """Whether ``model`` accepts images in its input.
+
+    ``configured`` (the agent definition's ``supports_images``) wins; otherwise LiteLLM's
+    model information (``litellm.supports_vision``), which is false for a model it does not
+    know (a local server's model, the demo model). Imports LiteLLM.
+    """
+    if configured is not None:
+        return configured
+    return _model_vision(model)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_vision(model: str) -> bool:
+    """LiteLLM's ``supports_vision`` of ``model`` (its bundled model map does not change)."""
+    try:
+        return bool(load_litellm().supports_vision(model=model))
+    except Exception:  # LiteLLM raises several types for unmapped models
+        return False
 
 
 def count_tokens(

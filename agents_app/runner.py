@@ -18,6 +18,7 @@ through ``turn.agent_config`` and ``call.agent_config``)::
                                            # with no custom api_base, Chat Completions otherwise
      "stream": True,                # False makes one whole (non-streamed) call
      "reasoning_effort": "low" | "medium" | "high" | None,
+     "supports_images": True | False | None,  # None: LiteLLM's model information
      # context compaction (the platform Flow compacts; see dex_agents._compaction):
      "tool_result_max_chars": 4000, # a longer tool result is cut in the model input (the
                                     # stored copy stays whole); default: a quarter of the
@@ -27,6 +28,15 @@ through ``turn.agent_config`` and ``call.agent_config``)::
      "compaction_trigger_fraction": 0.85, "compaction_keep_fraction": 0.10,
      # whom MCP requests are made for (a server's "user" isolation): the session owner's ID
      "owner_id": "7"}
+
+Images (issue 23 point 11; ``mcp_registry.content``): for a model that accepts images
+(``supports_images``, else ``litellm.supports_vision``) a tool Step attaches the result's
+images within the runner's ``MediaLimits`` and stores them with the text as one string in the
+tool call record (``ToolResultContent.encode``). Every model call of that turn sends them as
+``image_url`` content parts of the tool message (LiteLLM moves them where each provider wants
+them); the turn's stored messages keep the text with its image labels only, so images leave
+Dex state when the turn's records do. Other models read a placeholder naming the MIME type
+and size.
 
 Every ``framework_item`` is an OpenAI Chat Completions message dict (``role``, ``content``,
 ``tool_calls``, ``tool_call_id``), plus what a provider needs replayed verbatim on later calls:
@@ -87,6 +97,7 @@ from agents_app.providers import (
     litellm_warm,
     load_litellm,
     resolve_api_key,
+    supports_images,
 )
 from dex_agents import (
     WRITE_TODOS_TOOL,
@@ -101,6 +112,7 @@ from dex_agents import (
     MessageRole,
     SummarizeRequest,
     ToolCallsRequested,
+    ToolCallStatus,
     ToolEffect,
     ToolExecutionError,
     ToolExecutionResult,
@@ -116,8 +128,8 @@ from dex_agents import (
 from mcp_registry.builtin_tools import (
     BUILTIN_TOOL_EFFECT,
     BuiltinToolError,
+    builtin_tool_content,
     builtin_tool_definitions,
-    builtin_tool_execute,
 )
 from mcp_registry.client import (
     McpClientPool,
@@ -125,6 +137,7 @@ from mcp_registry.client import (
     McpServerSpec,
     McpToolError,
 )
+from mcp_registry.content import MediaLimits, ToolResultContent, replace_encoded_results
 
 __all__ = [
     "DEMO_API_KEY",
@@ -138,6 +151,7 @@ __all__ = [
     "PreparedToolCall",
     "ServerResolver",
     "ToolCallAccumulator",
+    "attach_tool_images",
     "build_model_input",
     "chat_message",
     "cut_tool_result",
@@ -214,6 +228,11 @@ SUMMARY_INSTRUCTIONS = (
 )
 """The summarizer's system message (the demo model recognises its first words)."""
 _SUMMARY_MIN_MESSAGE_CHARS = 200
+DEX_TOOL_CALL_KEY = "dex_tool_call_id"
+"""Key of a tool message item naming the Dex record whose images the turn's model calls
+attach (set only on results with images; providers never see it, ``chat_message`` drops it)."""
+TURN_FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
+"""First line of ``dex_agents.build_turn_failure_note`` (seed "RecordTurnFailure")."""
 
 
 class AgentConfigError(ValueError):
@@ -369,6 +388,7 @@ class AgentModelConfig:
     tool_result_max_chars: int | None = None
     compaction_model: str | None = None
     owner_id: str | None = None
+    supports_images: bool | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> AgentModelConfig:
@@ -376,7 +396,7 @@ class AgentModelConfig:
 
         Raises:
             AgentConfigError: If ``config`` is ``None``, has no ``model``, or has an invalid
-                ``api`` or ``context_window``.
+                ``api``, ``context_window``, ``tool_result_max_chars`` or ``supports_images``.
         """
         if not config:
             raise AgentConfigError("the session has no agent_config")
@@ -397,6 +417,9 @@ class AgentModelConfig:
             raise AgentConfigError(
                 "agent_config 'tool_result_max_chars' must be a positive integer"
             )
+        images = config.get("supports_images")
+        if images is not None and not isinstance(images, bool):
+            raise AgentConfigError("agent_config 'supports_images' must be true, false or null")
         tools = tuple(AgentToolEntry.from_config(item) for item in config.get("tools") or ())
         servers = sorted({entry.server for entry in tools})
         return cls(
@@ -414,6 +437,7 @@ class AgentModelConfig:
             tool_result_max_chars=cut,
             compaction_model=str(config.get("compaction_model") or "") or None,
             owner_id=str(config["owner_id"]) if config.get("owner_id") is not None else None,
+            supports_images=images,
         )
 
     def for_turn_mode(self, mode: TurnMode) -> AgentModelConfig:
@@ -444,6 +468,11 @@ class AgentModelConfig:
         if window is None:
             return DEFAULT_TOOL_RESULT_MAX_CHARS
         return max(1000, int(window * TOOL_RESULT_WINDOW_SHARE) * CHARS_PER_TOKEN)
+
+    def accepts_images(self) -> bool:
+        """Whether the model is sent images: ``supports_images``, else LiteLLM's model
+        information (imports LiteLLM)."""
+        return supports_images(self.model, self.supports_images)
 
     def tool(self, name: str) -> AgentToolEntry | None:
         """The enabled tool with exposed ``name``, or ``None``."""
@@ -506,7 +535,10 @@ def tool_result_items(
     """One ``role="tool"`` message per call of ``assistant_item``, from the turn's final records.
 
     ``dex_ids[i]`` is the Dex tool call ID of the ``i``-th call; the message carries the
-    provider's ``id`` so the provider can pair them.
+    provider's ``id`` so the provider can pair them. Its ``content`` is the text of the outcome
+    (``describe_tool_call_outcome``; a result with images gives its text, image labels
+    included, and the item names its record under ``DEX_TOOL_CALL_KEY`` so
+    :func:`attach_tool_images` can add the images to the turn's model calls).
 
     Raises:
         KeyError: If the turn has no record for one of the calls.
@@ -515,14 +547,18 @@ def tool_result_items(
     calls = list(assistant_item.get("tool_calls") or ())
     if len(calls) != len(dex_ids):
         raise ValueError("framework run state does not match its tool request")
-    return [
-        {
-            "role": "tool",
-            "tool_call_id": call["id"],
-            "content": describe_tool_call_outcome(turn.recorded_tool_call(dex_id)),
-        }
-        for call, dex_id in zip(calls, dex_ids, strict=True)
-    ]
+    items: list[dict[str, Any]] = []
+    for call, dex_id in zip(calls, dex_ids, strict=True):
+        record = turn.recorded_tool_call(dex_id)
+        outcome = describe_tool_call_outcome(record)
+        item: dict[str, Any] = {"role": "tool", "tool_call_id": call["id"], "content": outcome}
+        if record.status is ToolCallStatus.SUCCEEDED:
+            content = ToolResultContent.decode(outcome)
+            item["content"] = content.text
+            if content.images:
+                item[DEX_TOOL_CALL_KEY] = dex_id
+        items.append(item)
+    return items
 
 
 def encode_run_state(turn_items: Sequence[Mapping[str, Any]], tool_call_ids: Sequence[str]) -> str:
@@ -572,7 +608,9 @@ def build_model_input(
     (a system message, once a compaction ran), every stored message ``turn.messages`` holds,
     then ``turn_items``, each as stored (provider keys included; see :func:`chat_message` and
     ``responses_input`` for the wire forms) except that a tool result longer than
-    ``config.tool_result_limit()`` is cut in ``messages``; ``turn_items`` are the items this
+    ``config.tool_result_limit()`` is cut in ``messages`` and, for a model that accepts images,
+    a tool result of this turn whose record holds images carries them there as ``image_url``
+    parts (:func:`attach_tool_images`); ``turn_items`` are the items this
     turn produced after its user message (empty on the first call; restored from the run state
     plus one tool result per requested call, rendered with ``describe_tool_call_outcome``, when
     resuming), followed by the turn's steered user messages (``turn.steered_messages``, Steer),
@@ -603,7 +641,34 @@ def build_model_input(
     )
     messages.extend(turn_items)
     limit = config.tool_result_limit()
-    return [cut_tool_result(item, limit) for item in messages], turn_items
+    cut = [cut_tool_result(item, limit) for item in messages]
+    if turn_items and config.accepts_images():
+        first = len(cut) - len(turn_items)
+        cut[first:] = [attach_tool_images(item, turn) for item in cut[first:]]
+    return cut, turn_items
+
+
+def attach_tool_images(item: dict[str, Any], turn: AgentTurnContext) -> dict[str, Any]:
+    """``item``, or for a tool message of this turn whose record holds images, a copy whose
+    ``content`` is its text followed by one ``image_url`` part per image
+    (``ToolResultContent.chat_content``). The item itself is never changed; a record that is
+    gone (an earlier turn) leaves the text alone."""
+    dex_id = item.get(DEX_TOOL_CALL_KEY)
+    text = item.get("content")
+    if item.get("role") != "tool" or not isinstance(dex_id, str) or not isinstance(text, str):
+        return item
+    record = turn.tool_calls.get(dex_id)
+    if (
+        record is None
+        or record.turn_id != turn.turn_id
+        or record.status is not ToolCallStatus.SUCCEEDED
+        or not record.output
+    ):
+        return item
+    content = ToolResultContent.decode(record.output)
+    if not content.images:
+        return item
+    return {**item, "content": content.chat_content(text)}
 
 
 def cut_tool_result(item: Mapping[str, Any], limit: int) -> dict[str, Any]:
@@ -878,6 +943,9 @@ class LiteLLMRunner:
             should see, e.g. a server that was disabled).
         pool: The MCP session pool; a new one by default. ``aclose()`` closes it.
         default_config: An ``agent_config`` dict for sessions that carry none.
+        media_limits: The bounds of the images a tool result attaches for a model that
+            accepts them (``accept_images`` is decided per agent); the defaults of
+            ``mcp_registry.content`` when omitted.
     """
 
     def __init__(
@@ -886,10 +954,17 @@ class LiteLLMRunner:
         *,
         pool: McpClientPool | None = None,
         default_config: Mapping[str, Any] | None = None,
+        media_limits: MediaLimits | None = None,
     ) -> None:
         self._server_resolver = server_resolver
         self._pool = pool if pool is not None else McpClientPool()
         self._default_config = dict(default_config) if default_config is not None else None
+        self._media_limits = media_limits or MediaLimits()
+
+    @property
+    def media_limits(self) -> MediaLimits:
+        """The bounds of the images a tool result attaches (``accept_images`` is per agent)."""
+        return self._media_limits
 
     def _config(self, agent_config: Mapping[str, Any] | None) -> AgentModelConfig:
         return AgentModelConfig.parse(
@@ -897,7 +972,13 @@ class LiteLLMRunner:
         )
 
     def build_user_message(self, text: str) -> FrameworkMessage:
-        """A user message: ``framework_item={"role": "user", "content": text}``."""
+        """A user message: ``framework_item={"role": "user", "content": text}``.
+
+        The note of a failed turn (``TURN_FAILURE_NOTE_HEADER``) quotes each record's output;
+        a result with images is replaced by its text there, so no image data is stored in a
+        message or shown to people."""
+        if text.startswith(TURN_FAILURE_NOTE_HEADER):
+            text = replace_encoded_results(text)
         return FrameworkMessage(
             role=MessageRole.USER, framework_item={"role": "user", "content": text}, text=text
         )
@@ -1169,7 +1250,9 @@ class LiteLLMRunner:
 
         Returns:
             The model-visible result: the tool's text, its resource links and its structured
-            content (``McpToolOutput.for_model``).
+            content in one form, with the images the runner's ``MediaLimits`` allow when the
+            model accepts images (``McpToolOutput.for_model_content``,
+            ``ToolResultContent.encode``).
 
         Raises:
             ToolExecutionError: Unknown tool, arguments that are not a JSON object (both
@@ -1191,19 +1274,21 @@ class LiteLLMRunner:
             raise ToolExecutionError(
                 f"{error}. Call the tool again with a JSON object as its arguments."
             ) from error
+        limits = replace(self._media_limits, accept_images=config.accepts_images())
         if entry.builtin:
             try:
-                text = await builtin_tool_execute(
+                content = await builtin_tool_content(
                     name=entry.name,
                     arguments=arguments,
                     pool=self._pool,
                     server_names=sorted({tool.server for tool in config.tools if tool.server}),
                     resolve_server=self._server_resolver,
                     scope=config.scope(call.flow_id),
+                    media=limits,
                 )
             except BuiltinToolError as error:
                 raise ToolExecutionError(error.message) from error
-            return ToolExecutionResult(text)
+            return ToolExecutionResult(content.encode())
 
         def on_progress(progress: float, total: float | None, message: str | None) -> None:
             call.events.write_event(AgentEventType.TOOL_PROGRESS, {
@@ -1226,7 +1311,7 @@ class LiteLLMRunner:
             )
         except McpToolError as error:
             raise ToolExecutionError(error.message) from error
-        return ToolExecutionResult(output.for_model())
+        return ToolExecutionResult(output.for_model_content(limits).encode())
 
     async def aclose(self) -> None:
         """Close the MCP sessions this runner opened."""

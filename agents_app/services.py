@@ -852,7 +852,8 @@ def demo_seed() -> DemoSeedResult:
     ``-m mcp_registry.demo_servers.<name>`` in the project root, annotations trusted; ``slack``
     and ``docs`` get ``DEXAGENTS_VAR_DIR`` so their state files land in ``var/demo_mcp``), their
     tool rows while no discovery has run, the ``demo`` agent on the local demo model
-    (``DEXAGENTS["DEMO_MODEL_API_BASE"]``) with ``search__web_search``,
+    (``DEXAGENTS["DEMO_MODEL_API_BASE"]``, ``supports_images`` on: the demo model takes image
+    content parts) with ``search__web_search``,
     ``slack__search_messages``, ``slack__post_message``, ``docs__search_documents`` and
     ``docs__create_document``, the ``demo-small`` agent (the same model with a 4,000-token
     context window and the search and docs tools, to show context compaction), the user ``demo``
@@ -938,6 +939,8 @@ def demo_seed() -> DemoSeedResult:
             "api_base": dexagents_setting("DEMO_MODEL_API_BASE"),
             "api_key_env": "",
             "system_prompt": "You are a helpful assistant. Use web_search when it helps.",
+            # The demo model takes image content parts (LiteLLM does not know it).
+            "supports_images": True,
         },
     )
     if agent_created:
@@ -960,6 +963,7 @@ def demo_seed() -> DemoSeedResult:
             "api_key_env": "",
             "system_prompt": "You are a helpful assistant with a small context window.",
             "context_window": DEMO_SMALL_CONTEXT_WINDOW,
+            "supports_images": True,
         },
     )
     if small_created:

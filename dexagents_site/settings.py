@@ -457,6 +457,16 @@ DEXAGENTS: dict[str, Any] = {
     "MCP_MAX_PROCESSES": env_int(
         "DEXAGENTS_MCP_MAX_PROCESSES", 32, minimum=1, maximum=10_000
     ),
+    # Images of a tool result sent to a model that accepts images: the largest one and the
+    # most one result attaches (decoded bytes). They stay in the tool call's Dex record for
+    # the rest of the turn, inside the 4 MiB a worker can load at once.
+    "TOOL_IMAGE_MAX_BYTES": env_int(
+        "DEXAGENTS_TOOL_IMAGE_MAX_BYTES", 1024 * 1024, minimum=0, maximum=3 * 1024 * 1024
+    ),
+    "TOOL_RESULT_IMAGES_MAX_BYTES": env_int(
+        "DEXAGENTS_TOOL_RESULT_IMAGES_MAX_BYTES", 1024 * 1024, minimum=0,
+        maximum=3 * 1024 * 1024,
+    ),
 }
 
 LOGGING = {

@@ -14,9 +14,10 @@ functions, each taking the registry name of a server the agent may use:
 
 They only read, so their effect is ``read`` and they never wait for approval. Their names
 hold no ``__``, so they cannot collide with a ``<server>__<tool>`` name. Definitions are
-OpenAI-style function specs (chat completions shape); :func:`builtin_tool_execute` runs one
-call through the worker's :class:`~mcp_registry.client.McpClientPool` and returns the text
-for the tool message. Django-free.
+OpenAI-style function specs (chat completions shape); :func:`builtin_tool_content` runs one
+call through the worker's :class:`~mcp_registry.client.McpClientPool` and returns what the
+tool message carries (text, plus the images of a resource read by a model that accepts
+images; :mod:`mcp_registry.content`), :func:`builtin_tool_execute` its text. Django-free.
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from mcp.types import BlobResourceContents, TextResourceContents
-
 from mcp_registry.client import (
     McpClientPool,
     McpScope,
     McpServerSpec,
     McpToolError,
+)
+from mcp_registry.content import (
+    MediaLimits,
+    ToolResultContent,
     render_block,
+    render_resource_contents,
 )
 
 BUILTIN_TOOL_EFFECT = "read"
@@ -181,7 +185,31 @@ async def builtin_tool_execute(
     resolve_server: ServerResolver,
     scope: McpScope | None = None,
 ) -> str:
-    """Run the built-in tool ``name`` and return the text for the model's tool message.
+    """Run the built-in tool ``name`` and return the text for the model's tool message: the
+    text of :func:`builtin_tool_content` with no image attached (same arguments, results and
+    errors)."""
+    content = await builtin_tool_content(
+        name=name,
+        arguments=arguments,
+        pool=pool,
+        server_names=server_names,
+        resolve_server=resolve_server,
+        scope=scope,
+    )
+    return content.text
+
+
+async def builtin_tool_content(
+    *,
+    name: str,
+    arguments: Mapping[str, Any],
+    pool: McpClientPool,
+    server_names: Sequence[str],
+    resolve_server: ServerResolver,
+    scope: McpScope | None = None,
+    media: MediaLimits | None = None,
+) -> ToolResultContent:
+    """Run the built-in tool ``name`` and return what the model's tool message carries.
 
     Args:
         name: One of ``BUILTIN_TOOL_NAMES``.
@@ -192,12 +220,17 @@ async def builtin_tool_execute(
         scope: The agent session the call belongs to: resources and prompts are read on that
             session's connection (the server's isolation decides which), so one session never
             reads state another session's calls created there.
+        media: Whether the images of a read resource are attached, and their bounds
+            (``None``: never; :class:`~mcp_registry.content.MediaLimits`).
 
     Returns:
-        Lists: a JSON object ``{"resources" | "resource_templates" | "prompts": [...],
-        "next_cursor"?}`` with MCP's wire field names. A read: each content's text verbatim
-        (binary contents as ``[binary <mimeType> <uri>, N base64 characters]``), separated by
-        blank lines. A prompt: its description, then each message as ``<role>: <text>``.
+        ``ToolResultContent(text, images)``. Lists: text of a JSON object ``{"resources" |
+        "resource_templates" | "prompts": [...], "next_cursor"?}`` with MCP's wire field
+        names. A read: each content's text verbatim, a blob of a textual MIME type decoded,
+        an image blob attached as ``media`` allows, any other blob a placeholder
+        (``[binary resource <uri>: <mime type>, <size>]``), separated by blank lines
+        (:func:`~mcp_registry.content.render_resource_contents`). A prompt: its description,
+        then each message as ``<role>: <text>``. Only a read attaches images.
 
     Raises:
         BuiltinToolError: Unknown built-in, bad arguments, a server outside ``server_names``,
@@ -215,7 +248,12 @@ async def builtin_tool_execute(
         )
     spec = await resolve_server(server_name)
     try:
-        return await _run(name, arguments, pool, spec, scope)
+        if name == READ_RESOURCE:
+            uri = _string(arguments, "uri", required=True)
+            assert uri is not None
+            result = await pool.read_resource(spec, uri, scope=scope)
+            return render_resource_contents(result.contents, media)
+        return ToolResultContent(await _run(name, arguments, pool, spec, scope))
     except McpToolError as error:
         raise BuiltinToolError(error.message) from error
 
@@ -241,20 +279,6 @@ async def _run(
     if name == LIST_PROMPTS:
         prompts = await pool.list_prompts(spec, cursor=cursor, scope=scope)
         return _page([_dump(p) for p in prompts.prompts], prompts.next_cursor, "prompts")
-    if name == READ_RESOURCE:
-        uri = _string(arguments, "uri", required=True)
-        assert uri is not None
-        result = await pool.read_resource(spec, uri, scope=scope)
-        parts: list[str] = []
-        for contents in result.contents:
-            if isinstance(contents, TextResourceContents):
-                parts.append(contents.text)
-            elif isinstance(contents, BlobResourceContents):
-                parts.append(
-                    f"[binary {contents.mime_type or 'data'} {contents.uri}, "
-                    f"{len(contents.blob)} base64 characters]"
-                )
-        return "\n\n".join(parts) if parts else "(empty resource)"
     prompt_name = _string(arguments, "name", required=True)
     assert prompt_name is not None
     prompt_arguments = arguments.get("arguments") or {}

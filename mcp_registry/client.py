@@ -70,7 +70,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -88,22 +88,15 @@ from mcp.client.session import (
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import (
-    AudioContent,
     CallToolResult,
-    ContentBlock,
     ElicitRequestParams,
     ElicitResult,
-    EmbeddedResource,
     GetPromptResult,
-    ImageContent,
     ListPromptsResult,
     ListResourcesResult,
     ListResourceTemplatesResult,
     LoggingMessageNotificationParams,
     ReadResourceResult,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
     ToolListChangedNotification,
 )
 from mcp_types import (
@@ -113,6 +106,14 @@ from mcp_types import (
     RequestParamsMeta,
 )
 from pydantic import ValidationError
+
+# Rendering for the model lives in mcp_registry.content; these names stay importable from here.
+from mcp_registry.content import McpResourceLink as McpResourceLink
+from mcp_registry.content import McpToolOutput as McpToolOutput
+from mcp_registry.content import render_block as render_block
+from mcp_registry.content import render_content as render_content
+from mcp_registry.content import resource_links as _resource_links
+from mcp_registry.content import structured_adds_information as structured_adds_information
 
 logger = logging.getLogger(__name__)
 
@@ -317,98 +318,6 @@ def scope_key(spec: McpServerSpec, scope: McpScope | None) -> str:
     A request that names no scope (discovery-like work, tests) uses the ``shared`` one.
     """
     return "shared" if scope is None else scope.key(spec.isolation)
-
-
-@dataclass(frozen=True)
-class McpResourceLink:
-    """A ``resource_link`` content block of a tool result (MCP specification, "Tools/Resource
-    Links"): a resource the model may read with the ``mcp_read_resource`` built-in tool."""
-
-    uri: str
-    name: str
-    description: str | None = None
-    mime_type: str | None = None
-
-
-@dataclass(frozen=True)
-class McpToolOutput:
-    """A successful ``tools/call`` result.
-
-    Attributes:
-        text: Model-readable text of the content blocks (see :func:`render_content`).
-        structured_content: The result's ``structuredContent`` (any JSON value) or ``None``.
-        resource_links: The result's ``resource_link`` blocks, in order.
-    """
-
-    text: str
-    structured_content: Any = None
-    resource_links: tuple[McpResourceLink, ...] = ()
-
-    def for_model(self) -> str:
-        """The result as one string for the model's tool message, in ONE form.
-
-        MCP asks servers to mirror ``structuredContent`` in a text block ("Tools/Structured
-        Content"), so sending both would make the model read the result twice. The rendered
-        content is sent when there is no structured content or when the structured content
-        adds nothing to it (:func:`structured_adds_information`); otherwise the structured
-        content alone is sent as JSON, followed by the result's resource links, one per line
-        (they are not part of the JSON). An empty result reads ``(no content)``.
-        """
-        if self.structured_content is None or not structured_adds_information(
-            self.text, self.structured_content
-        ):
-            return self.text or "(no content)"
-        rendered = json.dumps(self.structured_content, ensure_ascii=False, sort_keys=True)
-        links = [_resource_link_line(link) for link in self.resource_links]
-        return "\n".join([rendered, *links])
-
-
-def _resource_link_line(link: McpResourceLink) -> str:
-    line = f"[resource link] {link.name} <{link.uri}>"
-    if link.mime_type:
-        line += f" ({link.mime_type})"
-    if link.description:
-        line += f": {link.description}"
-    return line
-
-
-def _scalars(value: Any) -> Iterator[Any]:
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _scalars(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _scalars(item)
-    else:
-        yield value
-
-
-def structured_adds_information(text: str, structured: Any) -> bool:
-    """Whether ``structured`` (a ``structuredContent`` JSON value) says more than ``text``.
-
-    It adds nothing when ``text`` parses as the same JSON value, or when every string of it
-    (at any depth) occurs in ``text`` and every number and boolean occurs there as JSON
-    (``3.5``, ``true``); object keys and ``null`` are layout, not information. So
-    ``{"content": "<file text>"}`` next to the file text adds nothing, while
-    ``{"temperature": 21}`` next to "It is mild" does.
-    """
-    if not text:
-        return True
-    try:
-        if json.loads(text) == structured:
-            return False
-    except ValueError:
-        pass
-    lowered = text.lower()
-    for scalar in _scalars(structured):
-        if scalar is None or scalar == "":
-            continue
-        if isinstance(scalar, str):
-            if scalar not in text:
-                return True
-        elif json.dumps(scalar).lower() not in lowered:
-            return True
-    return False
 
 
 class McpClientError(Exception):
@@ -802,51 +711,6 @@ def _startup_failure(
             reason = connection_failure_text(error)
         message = f"MCP server {spec.name!r} could not be started: {reason}"
     return McpTransportError(_with_stderr(message, stderr_tail))
-
-
-def render_block(block: ContentBlock) -> str:
-    """Render one MCP content block as a line (or lines) of model-readable text.
-
-    Text and embedded text resources appear verbatim; a resource link becomes
-    ``[resource link] <name> <uri> (<mime type>): <description>`` so the model can read it with
-    ``mcp_read_resource``; images, audio and binary resources become short bracketed
-    placeholders (their bytes are not shown to the model).
-    """
-    if isinstance(block, TextContent):
-        return block.text
-    if isinstance(block, EmbeddedResource):
-        if isinstance(block.resource, TextResourceContents):
-            return block.resource.text
-        mime = f" ({block.resource.mime_type})" if block.resource.mime_type else ""
-        return f"[binary resource {block.resource.uri}{mime}]"
-    if isinstance(block, ResourceLink):
-        line = f"[resource link] {block.name} <{block.uri}>"
-        if block.mime_type:
-            line += f" ({block.mime_type})"
-        if block.description:
-            line += f": {block.description}"
-        return line
-    if isinstance(block, ImageContent | AudioContent):
-        return f"[{block.type} {block.mime_type}]"
-    return f"[{block.type} content]"
-
-
-def render_content(result: CallToolResult) -> str:
-    """Render a result's content blocks with :func:`render_block`, one block per line."""
-    return "\n".join(render_block(block) for block in result.content)
-
-
-def _resource_links(result: CallToolResult) -> tuple[McpResourceLink, ...]:
-    return tuple(
-        McpResourceLink(
-            uri=str(block.uri),
-            name=block.name,
-            description=block.description,
-            mime_type=block.mime_type,
-        )
-        for block in result.content
-        if isinstance(block, ResourceLink)
-    )
 
 
 def _discovered(tool: Any) -> DiscoveredTool:
@@ -1946,6 +1810,7 @@ class McpClientPool:
             text=text,
             structured_content=result.structured_content,
             resource_links=_resource_links(result),
+            content=tuple(result.content),
         )
 
     async def list_resources(

@@ -119,6 +119,7 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config["model"] == "openai/dexagents-demo"
     assert config["api_base"] == f"http://127.0.0.1:{settings.DEXAGENTS['DEMO_MODEL_PORT']}/v1"
     assert config["api_key_env"] is None
+    assert config["supports_images"] is True  # the demo model takes image content parts
     assert [(t["name"], t["effect"], t["requires_approval"]) for t in config["tools"]] == [
         ("docs__create_document", "idempotent_write", True),
         ("docs__search_documents", "read", False),

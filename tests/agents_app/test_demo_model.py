@@ -7,6 +7,8 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
+import base64
+import hashlib
 import json
 import selectors
 import subprocess
@@ -26,6 +28,7 @@ from agents_app.demo_model import (
     SUMMARY_REQUEST_PREFIX,
     big_text,
     plan_reply,
+    responses_messages,
     split_text,
 )
 from agents_app.runner import SUMMARY_INSTRUCTIONS, summary_request_messages
@@ -314,6 +317,42 @@ def test_directives_also_apply_to_the_answer_after_tool_results() -> None:
     reply = plan_reply(messages)
     assert reply.text == "Here is what the tools returned:\n- ok"
     assert reply.reasoning is not None
+
+
+_PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
+_PNG_URL = "data:image/png;base64," + base64.b64encode(_PNG).decode()
+_PNG_SEEN = (
+    f"[received image image/png, {len(_PNG)} bytes, sha256 {hashlib.sha256(_PNG).hexdigest()[:12]}]"
+)
+
+
+def test_images_of_tool_results_are_reported_wherever_the_client_put_them() -> None:
+    call = {"id": "call_1", "function": {"name": "a__b"}}
+    asked: list[dict[str, Any]] = [{"role": "user", "content": "/think\n/tool a__b {}"},
+                                   {"role": "assistant", "tool_calls": [call]}]
+    in_tool_message = plan_reply([*asked, {
+        "role": "tool", "tool_call_id": "call_1",
+        "content": [{"type": "text", "text": "a logo"},
+                    {"type": "image_url", "image_url": {"url": _PNG_URL}}],
+    }])
+    assert in_tool_message.text == f"Here is what the tools returned:\n- a logo\n- {_PNG_SEEN}"
+    # LiteLLM's form for OpenAI: the images move to a user message after the tool messages,
+    # which is part of the results, not the latest user message (its directives still apply).
+    hoisted = plan_reply([
+        *asked,
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "a logo"}]},
+        {"role": "user", "content": [{"type": "text", "text": "[images follow]"},
+                                     {"type": "image_url", "image_url": {"url": _PNG_URL}}]},
+    ])
+    assert hoisted.text == in_tool_message.text
+    assert hoisted.reasoning is not None
+    converted = responses_messages({"input": [
+        {"type": "function_call", "call_id": "call_1", "name": "a__b", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [
+            {"type": "input_text", "text": "a logo"},
+            {"type": "input_image", "image_url": _PNG_URL, "detail": "auto"}]},
+    ]})
+    assert plan_reply(converted).text == in_tool_message.text
 
 
 async def test_fail_answers_500_n_times_then_the_same_request_succeeds(

@@ -93,6 +93,14 @@ def test_agent_config_keeps_api_base_and_blank_key_env_as_none() -> None:
     assert config["api_base"] == "http://127.0.0.1:8811/v1"
     assert config["api_key_env"] is None
     assert config["tools"] == []
+    assert "supports_images" not in config  # unset: LiteLLM's model information decides
+
+
+def test_agent_config_carries_whether_the_model_accepts_images() -> None:
+    assert AgentDefinitionFactory.create(supports_images=True).agent_config()[
+        "supports_images"] is True
+    assert AgentDefinitionFactory.create(supports_images=False).agent_config()[
+        "supports_images"] is False
 
 
 def test_sessions_are_listed_newest_first_per_owner() -> None:
