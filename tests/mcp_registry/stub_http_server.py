@@ -91,6 +91,9 @@ def main() -> None:
     app = Starlette(routes=[Route("/mcp", mcp, methods=["GET", "POST", "DELETE"])])
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    # Listening before the port is printed: a client that connects before uvicorn has started
+    # waits in the backlog instead of being refused.
+    sock.listen(128)
     print(sock.getsockname()[1], flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     asyncio.run(server.serve(sockets=[sock]))
