@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
