@@ -22,7 +22,8 @@ Keys (units in the names' comments):
     EVENTS_STREAM_CAPACITY_BYTES, EVENTS_SEND_QUEUE_FRAMES, EVENTS_SEND_QUEUE_BYTES,
     MAX_QUEUED_MESSAGES, MAX_API_TOKENS_PER_USER (ints), API_PATH_PREFIX (the URL prefix
     whose error answers are JSON, ``/api/``), MCP_MAX_PROCESSES (stdio MCP server processes
-    one Dex worker runs at once).
+    one Dex worker runs at once), ELICITATION_TIMEOUT (seconds a user may take to answer an MCP
+    server's question during a tool call, unless the agent sets its own).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -54,6 +55,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "MAX_QUEUED_MESSAGES": 20,
     "MAX_API_TOKENS_PER_USER": 50,
     "MCP_MAX_PROCESSES": 32,
+    "ELICITATION_TIMEOUT": 600,
     "API_PATH_PREFIX": "/api/",
     "WEB_PROCESSES": 1,
     "WORKERS": 1,

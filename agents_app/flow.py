@@ -10,6 +10,7 @@ from __future__ import annotations
 from agents_app.conf import dexagents_setting
 from agents_app.runner import LiteLLMRunner
 from dex_agents import (
+    AgentSessionClient,
     AgentSessionFlow,
     AgentSessionObserver,
     AgentSessionOptions,
@@ -32,6 +33,15 @@ async def _resolve_server(name: str) -> McpServerSpec:
     from mcp_registry.selectors import server_spec_get
 
     return await sync_to_async(server_spec_get, thread_sensitive=False)(name=name)
+
+
+def _session_client() -> AgentSessionClient:
+    """The session Flow's client for the running loop (the worker's): tool Steps put MCP
+    servers' questions to the user through the session's own RPCs."""
+    from agents_app import dex_gateway
+
+    sessions: AgentSessionClient = dex_gateway.session_client()
+    return sessions
 
 
 def build_flow(
@@ -57,9 +67,15 @@ def build_flow(
         plans (a ``plan_mode`` message plans with ``write_todos``; ``execute_plan`` runs it).
         Context compaction is on (``CompactionOptions`` defaults; an agent definition's
         ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` override
-        them through its ``agent_config``).
+        them through its ``agent_config``). A question an MCP server asks during a tool call
+        waits for the session owner's answer (``elicitation_timeout_seconds`` of the
+        ``agent_config``) through this process's Dex client (``dex_gateway.session_client``).
     """
-    runner = LiteLLMRunner(server_resolver=_resolve_server, pool=pool or McpClientPool())
+    runner = LiteLLMRunner(
+        server_resolver=_resolve_server,
+        pool=pool or McpClientPool(),
+        session_client=_session_client,
+    )
     return AgentSessionFlow(
         runner,
         flow_type=FLOW_TYPE,

@@ -21,7 +21,8 @@ Environment variables:
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
     DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES, DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES,
     DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_QUEUED_MESSAGES (default 20),
-    DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50),
+    DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50), DEXAGENTS_ELICITATION_TIMEOUT (seconds a
+    user may take to answer an MCP server's question, default 600),
     LOG_LEVEL (default INFO), DEXAGENTS_LOG_FORMAT (plain|json, default plain),
     DEXAGENTS_METRICS_TOKEN (bearer token for /metrics; unset: loopback callers only),
     DEXAGENTS_WORKER_NAME (heartbeat ID of a Dex worker; default host-pid),
@@ -443,6 +444,11 @@ DEXAGENTS: dict[str, Any] = {
     # server under the default isolation); past it the least recently used idle one closes.
     "MCP_MAX_PROCESSES": env_int(
         "DEXAGENTS_MCP_MAX_PROCESSES", 32, minimum=1, maximum=10_000
+    ),
+    # Seconds a user may take to answer a question an MCP server asks during a tool call
+    # (an agent definition may set its own); unanswered, the server is told "cancel".
+    "ELICITATION_TIMEOUT": env_int(
+        "DEXAGENTS_ELICITATION_TIMEOUT", 600, minimum=1, maximum=30 * 24 * 3600
     ),
 }
 

@@ -1,12 +1,14 @@
 """The gateway's conversions and error translation (no engine needed)."""
 
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from agents_app import dex_gateway
 from dex_agents import (
+    AgentElicitation,
     AgentInterrupt,
     AgentMessage,
     AgentPlan,
@@ -202,6 +204,72 @@ def test_snapshot_to_data_shapes_questions_waits_and_plans() -> None:
     assert data["plan_execution_requested"] is True
 
 
+def test_snapshot_to_data_shapes_the_questions_of_mcp_servers() -> None:
+    asked = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    form = AgentElicitation(
+        elicitation_id="turn-1.call_1.0123456789abcdef",
+        tool_call_id="call_1",
+        tool_name="everything__trigger-elicitation-request",
+        turn_id="turn-1",
+        server_name="everything",
+        mode="form",
+        message="Who are you?",
+        requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+        url="",
+        server_elicitation_id="",
+        requested_at=asked,
+        deadline=asked + timedelta(minutes=10),
+    )
+    link = replace(
+        form,
+        elicitation_id="turn-1.call_2.fedcba9876543210",
+        tool_call_id="call_2",
+        mode="url",
+        message="Sign in",
+        requested_schema=None,
+        url="https://example.com/sign-in",
+        server_elicitation_id="sign-in-1",
+    )
+    snapshot = AgentSnapshot(
+        state=AgentState(status=AgentStatus.RUNNING_TOOLS, turn_number=1, turn_id="turn-1"),
+        messages=[],
+        pending_interrupts=[],
+        tool_calls=[],
+        usage=AgentUsage(),
+        queued_message_count=0,
+        pending_elicitations=[form, link],
+    )
+    data = dex_gateway.snapshot_to_data(snapshot)
+    assert data["pending_elicitations"] == [
+        {
+            "kind": "elicitation",
+            "elicitation_id": "turn-1.call_1.0123456789abcdef",
+            "call_id": "call_1",
+            "tool_name": "everything__trigger-elicitation-request",
+            "server": "everything",
+            "mode": "form",
+            "message": "Who are you?",
+            "requested_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "url": None,
+            "requested_at": "2026-01-01T12:00:00+00:00",
+            "deadline": "2026-01-01T12:10:00+00:00",
+        },
+        {
+            "kind": "elicitation",
+            "elicitation_id": "turn-1.call_2.fedcba9876543210",
+            "call_id": "call_2",
+            "tool_name": "everything__trigger-elicitation-request",
+            "server": "everything",
+            "mode": "url",
+            "message": "Sign in",
+            "requested_schema": None,
+            "url": "https://example.com/sign-in",
+            "requested_at": "2026-01-01T12:00:00+00:00",
+            "deadline": "2026-01-01T12:10:00+00:00",
+        },
+    ]
+
+
 def test_snapshot_before_start_reports_starting() -> None:
     snapshot = AgentSnapshot(
         state=None,
@@ -216,6 +284,7 @@ def test_snapshot_before_start_reports_starting() -> None:
     assert data["turn_mode"] == "chat"
     assert data["pending_input"] is data["pending_timer"] is data["plan"] is None
     assert data["plan_execution_requested"] is False
+    assert data["pending_elicitations"] == []
 
 
 def test_tool_policies_follow_the_agent_config() -> None:
