@@ -38,7 +38,8 @@ the answer as ``steered=[...]``.
 Tools record each real run in the ``InvocationLog`` of ``SCRIPTED_STATE_DIR`` and some wait at a
 ``FileGate`` named after the tool, so a test can kill the Worker mid-call.
 
-``ask_form`` (a read) and ``ask_form_once`` (a single-attempt write) put ``ASK_FORM_SCHEMA``
+``ask_form`` (a read), ``ask_form_gated`` (a read that waits at its FileGate after the answer)
+and ``ask_form_once`` (a single-attempt write) put ``ASK_FORM_SCHEMA``
 to the user the way an MCP server's ``elicitation/create`` does
 (``dex_agents.ToolCallElicitations``, through a Dex client of the Worker's own), waiting
 ``elicitation_timeout`` seconds of the agent config (default 600), and return the outcome:
@@ -149,6 +150,7 @@ TOOL_POLICIES = {
     "crash_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
     "huge": ToolPolicy(ToolEffect.READ),
     "ask_form": ToolPolicy(ToolEffect.READ),
+    "ask_form_gated": ToolPolicy(ToolEffect.READ),
     "ask_form_once": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False),
 }
 #: The form the ``ask_form`` tools ask for.
@@ -161,7 +163,7 @@ ASK_FORM_SCHEMA = {
     },
     "required": ["name"],
 }
-ELICITING_TOOLS = frozenset({"ask_form", "ask_form_once"})
+ELICITING_TOOLS = frozenset({"ask_form", "ask_form_gated", "ask_form_once"})
 
 #: Tools that raise an exception other than ToolExecutionError on every attempt.
 CRASHING_TOOLS = frozenset({"crash_read", "crash_write"})
@@ -455,6 +457,10 @@ class ScriptedRunner:
             mode="form", message=ASK_FORM_MESSAGE, requested_schema=ASK_FORM_SCHEMA
         )
         invocation_log().record("asked", f"{outcome.action} attempt={call.attempt}")
+        if call.tool_call.tool_name == "ask_form_gated":
+            gate = FileGate(state_dir(), "ask_form_gated")
+            gate.reach()
+            await gate.wait_for_release()
         text = f"{outcome.action} {json.dumps(outcome.content, sort_keys=True)}"
         return ToolExecutionResult(f"{text} {outcome.note}".strip())
 

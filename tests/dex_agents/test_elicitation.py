@@ -21,7 +21,7 @@ from dex_agents import (
     ElicitationStatus,
     ToolCallStatus,
 )
-from dex_agents.testing import AgentTestStack, wait_for_agent_snapshot, wait_until
+from dex_agents.testing import AgentTestStack, FileGate, wait_for_agent_snapshot, wait_until
 from tests.dex_agents.scripted_agent import (
     ASK_FORM_MESSAGE,
     ASK_FORM_SCHEMA,
@@ -212,3 +212,38 @@ async def test_a_killed_worker_leaves_the_question_to_the_retried_attempt(
         assert json.dumps(again.requested_schema, sort_keys=True) == json.dumps(
             ASK_FORM_SCHEMA, sort_keys=True
         )
+
+
+async def test_an_answer_given_before_a_worker_died_is_reused_by_the_retry(
+    tmp_path: Path,
+) -> None:
+    """The server got the answer, then the Worker died before the call's result was stored:
+    the retried attempt's server asks the same question again and gets the same answer at
+    once, without asking the user."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        worker = await stack.start_worker()
+        gate = FileGate(tmp_path, "ask_form_gated")
+        await sessions.start_session(SESSION, "tools: ask_form_gated")
+        question = await pending_question(sessions, SESSION)
+        answered = await sessions.answer_elicitation(
+            SESSION, question.elicitation_id, "accept", {"name": "Ada", "age": 36}
+        )
+        assert answered.accepted, answered
+        await gate.wait_until_reached()
+        worker.kill()
+        gate.release()
+        await stack.start_worker()
+
+        snapshot = await wait_for_idle(sessions, SESSION, message_count=4)
+        assert 'ask_form_gated=succeeded: accept {"age": 36, "name": "Ada"}' in last_text(
+            snapshot
+        )
+        assert asked(tmp_path) == ["accept attempt=1", "accept attempt=2"]
+        events = await event_types(stack, SESSION)
+        assert [kind for kind, _ in events].count("elicitation_requested") == 1
+        closed = [data for kind, data in events if kind == "elicitation_closed"]
+        assert [(item["status"], item["reused"]) for item in closed] == [
+            ("accepted", False),
+            ("accepted", True),
+        ]
