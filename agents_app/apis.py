@@ -439,6 +439,11 @@ SNAPSHOT_SCHEMA = inline_serializer(
                     "number, integer, boolean and enum properties, with required); null in "
                     "URL mode.",
                 ),
+                "field_order": serializers.ListField(
+                    child=serializers.CharField(),
+                    help_text="The form's property names in the server's order (empty in URL "
+                    "mode); a JSON reader may not keep the order of requested_schema's keys.",
+                ),
                 "url": serializers.CharField(allow_null=True, help_text="URL mode only."),
                 "requested_at": serializers.DateTimeField(),
                 "deadline": serializers.DateTimeField(

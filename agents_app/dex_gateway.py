@@ -671,8 +671,16 @@ def elicitation_to_data(item: Any) -> dict[str, Any]:
     """A question an MCP server asks during a running tool call (``AgentElicitation``) as
     ``{"kind": "elicitation", "elicitation_id", "call_id" (the tool call), "tool_name",
     "server", "mode" ("form" | "url"), "message", "requested_schema" (the form's restricted JSON
-    Schema, or None in URL mode), "url" (the page to open in URL mode, or None),
-    "requested_at", "deadline" (ISO 8601 UTC)}``."""
+    Schema, its properties in the server's order, or None in URL mode), "field_order" (the
+    property names in that order: JSON readers may reorder keys), "url" (the page to open in
+    URL mode, or None), "requested_at", "deadline" (ISO 8601 UTC)}``."""
+    schema = plain_data(item.requested_schema) if item.mode == "form" else None
+    order = [name for name in getattr(item, "field_order", None) or [] if name in
+             ((schema or {}).get("properties") or {})]
+    if schema is not None and isinstance(schema.get("properties"), dict):
+        properties = schema["properties"]
+        order += [name for name in properties if name not in order]
+        schema = {**schema, "properties": {name: properties[name] for name in order}}
     return {
         "kind": "elicitation",
         "elicitation_id": item.elicitation_id,
@@ -681,7 +689,8 @@ def elicitation_to_data(item: Any) -> dict[str, Any]:
         "server": item.server_name,
         "mode": item.mode,
         "message": item.message,
-        "requested_schema": plain_data(item.requested_schema) if item.mode == "form" else None,
+        "requested_schema": schema,
+        "field_order": order,
         "url": item.url if item.mode == "url" else None,
         "requested_at": plain_data(item.requested_at),
         "deadline": plain_data(item.deadline),

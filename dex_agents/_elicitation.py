@@ -194,6 +194,7 @@ def _question(
         server_elicitation_id=request.server_elicitation_id,
         requested_at=now,
         deadline=now + timedelta(seconds=seconds),
+        field_order=list(request.field_order) if request.mode == "form" else [],
     )
 
 
@@ -435,6 +436,7 @@ class ToolCallElicitations:
             server_name=self._server_name,
             occurrence=self._asked[key],
             timeout_seconds=self._timeout.total_seconds(),
+            field_order=[str(name) for name in (requested_schema or {}).get("properties", {})],
         )
         flow_id = self._call.flow_id
         state = await self._sessions.open_elicitation(flow_id, request)

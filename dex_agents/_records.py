@@ -583,7 +583,8 @@ class AgentElicitation:
         mode: ``form`` (fill ``requested_schema``) or ``url`` (open ``url`` out of band).
         message: The server's text for the user.
         requested_schema: The form's restricted JSON Schema (flat object of primitive
-            properties); ``None`` in URL mode.
+            properties); ``None`` in URL mode. Dex stores JSON with sorted keys, so the
+            properties' order is in ``field_order``.
         url: The page to open, in URL mode; empty in form mode.
         server_elicitation_id: The server's own ID of a URL-mode request, or empty.
         requested_at: When the session recorded it (UTC, Worker clock).
@@ -592,6 +593,7 @@ class AgentElicitation:
         content: The accepted form's values (field name to value); ``None`` otherwise.
         closed_at: When it left ``pending``, or ``None``.
         reason: Why a ``withdrawn`` question was taken back; empty otherwise.
+        field_order: The form's property names in the order the server listed them.
     """
 
     elicitation_id: str
@@ -610,6 +612,7 @@ class AgentElicitation:
     content: dict[str, Any] | None = None
     closed_at: datetime | None = None
     reason: str = ""
+    field_order: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requested_at", _coerce_datetime(self.requested_at))
@@ -634,6 +637,8 @@ class ElicitationRequest:
         occurrence: How many times this attempt of the call asked this same question so far,
             this one included (1 for the first).
         timeout_seconds: How long the user may take, in seconds, from when it is first asked.
+        field_order: The form's property names in the server's order (the RPC's JSON input
+            sorts the schema's keys).
     """
 
     tool_call_id: str
@@ -645,6 +650,7 @@ class ElicitationRequest:
     server_name: str = ""
     occurrence: int = 1
     timeout_seconds: float = 600.0
+    field_order: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

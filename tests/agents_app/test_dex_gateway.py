@@ -240,6 +240,14 @@ def test_snapshot_to_data_shapes_the_questions_of_mcp_servers() -> None:
         pending_elicitations=[form, link],
     )
     data = dex_gateway.snapshot_to_data(snapshot)
+    # Dex keeps JSON keys sorted; the server's order of the properties comes back.
+    ordered = replace(
+        form,
+        requested_schema={"properties": {"a": {"type": "string"}, "b": {"type": "string"}}},
+        field_order=["b", "a"],
+    )
+    shaped = dex_gateway.elicitation_to_data(ordered)
+    assert list(shaped["requested_schema"]["properties"]) == shaped["field_order"] == ["b", "a"]
     assert data["pending_elicitations"] == [
         {
             "kind": "elicitation",
@@ -250,6 +258,7 @@ def test_snapshot_to_data_shapes_the_questions_of_mcp_servers() -> None:
             "mode": "form",
             "message": "Who are you?",
             "requested_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "field_order": ["name"],
             "url": None,
             "requested_at": "2026-01-01T12:00:00+00:00",
             "deadline": "2026-01-01T12:10:00+00:00",
@@ -263,6 +272,7 @@ def test_snapshot_to_data_shapes_the_questions_of_mcp_servers() -> None:
             "mode": "url",
             "message": "Sign in",
             "requested_schema": None,
+            "field_order": [],
             "url": "https://example.com/sign-in",
             "requested_at": "2026-01-01T12:00:00+00:00",
             "deadline": "2026-01-01T12:10:00+00:00",

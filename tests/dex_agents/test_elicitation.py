@@ -68,6 +68,7 @@ async def test_a_question_waits_for_a_valid_answer_which_the_call_gets_once(
         question = await pending_question(sessions, SESSION)
         assert question.message == ASK_FORM_MESSAGE
         assert question.requested_schema == ASK_FORM_SCHEMA
+        assert question.field_order == ["name", "age"]
         assert question.mode == "form"
         assert question.tool_name == "ask_form"
         assert question.server_name == "scripted"

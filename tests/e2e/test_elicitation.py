@@ -7,7 +7,9 @@ The ``asker`` agent has server-everything's ``trigger-elicitation-request`` (a f
 field kind, set to ``read`` so a retry asks again) and ``trigger-url-elicitation`` (URL mode,
 a single-attempt write as the server's annotations say), both without approval;
 ``asker-quick`` is the same with a 3-second answer deadline. The demo model calls a tool with
-``/tool <name> <json>``. Personas: owner, another user, staff, anonymous.
+``/tool <name> <json>``. Personas: owner, another user, staff, anonymous. One test answers the
+form on the chat page in Chromium (Playwright) and saves screenshots at 1280 and 390 px
+(``var/screenshots/``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from dex_agents import EXECUTE_COMPLETED_EVENT
+from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
 from tests.e2e.relay_stack import Stack, running_stack
 from tests.e2e.test_durable_kill import replace_worker
+from tests.e2e.test_pages_browser import NARROW, WIDE, screenshot
 from tests.e2e.test_queue import events_until, snapshot_when
 from tests.mcp_registry.conftest import everything_command
 
@@ -139,6 +144,9 @@ def test_the_form_waits_refuses_bad_content_and_goes_on_with_the_owners_answer(
         assert question["url"] is None
         schema = question["requested_schema"]
         assert schema["required"] == ["name"]
+        # The server's order of the fields (Dex keeps JSON keys sorted).
+        assert question["field_order"][:4] == ["name", "check", "firstLine", "email"]
+        assert list(schema["properties"]) == question["field_order"]
         assert schema["properties"]["integer"]["maximum"] == 100
         deadline = datetime.datetime.fromisoformat(question["deadline"])
         assert before + datetime.timedelta(seconds=590) <= deadline
@@ -301,3 +309,106 @@ def test_a_killed_worker_leaves_the_question_waiting_for_the_retried_call(stack:
         ("elicitation_requested", 2),
         ("elicitation_closed", 2),
     ]
+
+
+# ---------------------------------------------------------------- the chat page, in Chromium
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = chromium_path()
+    if executable is None:
+        pytest.fail(MISSING_CHROMIUM)
+    with sync_playwright() as driver:
+        launched = driver.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        launched.close()
+
+
+def page_as(browser: Browser, stack: Stack, persona: str, viewport: dict[str, int],
+            errors: list[str]) -> Page:
+    """A page of a new context logged in as ``persona`` (its session cookie)."""
+    context = browser.new_context(base_url=stack.base_url(), viewport=viewport)  # type: ignore[arg-type]
+    context.add_cookies([{"name": "sessionid", "value": stack.personas[persona].cookie,
+                          "url": stack.base_url()}])
+    context.on("weberror", lambda error: errors.append(str(error.error)))
+    return context.new_page()
+
+
+def test_the_chat_page_answers_a_servers_form(stack: Stack, browser: Browser) -> None:
+    errors: list[str] = []
+    with stack.api("owner") as owner:
+        session_id = start(owner, ASK_FORM)
+        question_of(owner, session_id)
+        linked = start(owner, f"/tool {URL_TOOL} " + json.dumps(
+            {"url": "https://example.com/authorize?client=dexagents",
+             "message": "Sign in to Example, then press Done."}))
+        question_of(owner, linked)
+    for viewport in (WIDE, NARROW):
+        page = page_as(browser, stack, "owner", viewport, errors)
+        page.goto(f"/sessions/{linked}/")
+        card = page.get_by_role("region", name="Sign in to Example, then press Done.")
+        link = card.get_by_role("link", name="https://example.com/authorize?client=dexagents")
+        expect(link).to_have_attribute("target", "_blank")
+        expect(card.get_by_role("button", name="Done")).to_be_focused()
+        screenshot(page, "chat-elicitation-url", screen_too=True)
+        page.context.close()
+
+    narrow = page_as(browser, stack, "owner", NARROW, errors)
+    narrow.goto(f"/sessions/{session_id}/")
+    expect(narrow.get_by_role("textbox", name="String (required)")).to_be_focused()
+    screenshot(narrow, "chat-elicitation-form", screen_too=True)
+    narrow.context.close()
+
+    reviewer = page_as(browser, stack, "staff", WIDE, errors)
+    reviewer.goto(f"/sessions/{session_id}/")
+    staff_view = reviewer.get_by_role("region", name=FORM_MESSAGE)
+    expect(staff_view).to_contain_text("Waiting for owner's answer.")
+    expect(staff_view.get_by_role("textbox", name="String (required)")).to_be_disabled()
+    expect(staff_view.get_by_role("button", name="Submit")).to_have_count(0)
+
+    page = page_as(browser, stack, "owner", WIDE, errors)
+    page.goto(f"/sessions/{session_id}/")
+    form = page.get_by_role("region", name=FORM_MESSAGE)
+    expect(form).to_contain_text("everything asks")
+    name = form.get_by_role("textbox", name="String (required)")
+    expect(name).to_be_focused()
+    expect(page.get_by_role("textbox", name="Message", exact=True)).to_be_hidden()
+    expect(page.locator("#chat-status")).to_have_text("Waiting for an answer")
+    expect(form.get_by_role("spinbutton", name="Integer")).to_have_value("42")
+    expect(form.get_by_role("combobox", name="Untitled Single Select Enum")).to_have_value(
+        "Monica")
+    expect(form.get_by_role("checkbox", name="Guitar")).to_be_checked()
+    # Bad values: the server's messages show next to their fields; nothing is lost.
+    form.get_by_role("textbox", name="String with email format").fill("nope")
+    form.get_by_role("spinbutton", name="Integer").fill("500")
+    form.get_by_role("button", name="Submit").click()
+    expect(form.locator("[data-name='name'] .field-error")).to_have_text(
+        "This field is required.")
+    expect(form.locator("[data-name='email'] .field-error")).to_have_text(
+        "Enter a valid email address.")
+    expect(form.locator("[data-name='integer'] .field-error")).to_have_text(
+        "Enter a number of at most 100.")
+    expect(name).to_be_focused()
+    expect(name).to_have_attribute("aria-invalid", "true")
+    screenshot(page, "chat-elicitation-errors", screen_too=True)
+
+    # With the keyboard: type, tick, and Enter submits.
+    name.fill("Ada Lovelace")
+    form.get_by_role("textbox", name="String with email format").fill("ada@example.com")
+    form.get_by_role("spinbutton", name="Integer").fill("7")
+    form.get_by_role("checkbox", name="Boolean").press("Space")
+    name.press("Enter")
+    expect(form).to_be_hidden()
+    tool_text = page.get_by_role("region", name="Conversation").locator(
+        ".message-tool .message-text")
+    expect(tool_text).to_contain_text("- Name: Ada Lovelace")
+    expect(tool_text).to_contain_text("- Agreed to terms: true")
+    activity = page.get_by_role("region", name="Activity")
+    expect(activity).to_contain_text("Question from everything")
+    expect(activity).to_contain_text("Answered the server got the answer")
+    expect(page.get_by_role("textbox", name="Message", exact=True)).to_be_visible()
+    expect(staff_view).to_be_hidden()
+    assert not errors, errors
