@@ -263,6 +263,19 @@ def test_a_url_question_shows_its_link_and_done_accepts_it(stack: Stack) -> None
         assert "Elicitation ID: e2e-url" in result
 
 
+def test_a_stopped_session_takes_no_answer(stack: Stack) -> None:
+    with stack.api("owner") as owner:
+        session_id = start(owner, ASK_FORM)
+        question = question_of(owner, session_id)
+        assert owner.post(f"/api/v1/sessions/{session_id}/stop/").status_code == 202
+        snapshot = owner.get(f"/api/v1/sessions/{session_id}/").json()
+        assert snapshot["status"] == "stopped"
+        assert snapshot["pending_elicitations"] == []
+        late = answer(owner, session_id, question, {"action": "decline"})
+        assert late.status_code == 409, late.text
+        assert late.json()["reason"] == "session_stopped"
+
+
 def test_a_killed_worker_leaves_the_question_waiting_for_the_retried_call(stack: Stack) -> None:
     """The form tool is a read: its Step retries on a new worker, whose server process asks
     the same question, which keeps its ID and deadline and takes the answer. The URL tool is a
