@@ -2,6 +2,10 @@
 
 The Flow ID is the session ID. The session never completes by itself; stop it with
 ``AsyncClient.stop_flow`` (``AgentSessionClient.stop_session``).
+
+One piece past 600 lines because Dex binds every RPC to the Flow class: the session's RPCs are
+its methods, each a thin call into the module that owns its logic (``_steps``, ``_compaction``,
+``_elicitation``).
 """
 
 from __future__ import annotations
