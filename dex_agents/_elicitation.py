@@ -156,6 +156,7 @@ def open_question(
         return ElicitationState(
             _closed(ghost, ElicitationStatus.WITHDRAWN, now, reason=WITHDRAWN_NOT_RUNNING),
             version(context),
+            created=True,
         )
     question = _question(request, record, record.turn_id, now)
     items = [item for item in questions(context) if item.turn_id == record.turn_id]
@@ -173,7 +174,7 @@ def open_question(
     if steer_pending:
         question = _closed(question, ElicitationStatus.WITHDRAWN, now, reason=WITHDRAWN_STEERED)
     items.append(question)
-    return ElicitationState(question, store_questions(context, items))
+    return ElicitationState(question, store_questions(context, items), created=True)
 
 
 def _question(
@@ -332,12 +333,13 @@ def _seconds(delta: timedelta) -> str:
     return f"{delta.total_seconds():g} s"
 
 
-def _note(item: AgentElicitation, timeout: timedelta) -> str:
+def _note(item: AgentElicitation) -> str:
     """The model-readable note on a question the user did not answer, or ``""``."""
     what = f"The MCP server's question {item.message!r}"
     if item.status is ElicitationStatus.EXPIRED:
+        waited = _seconds(item.deadline - item.requested_at)
         return (
-            f"{what} expired: the user did not answer within {_seconds(timeout)}, so the "
+            f"{what} expired: the user did not answer within {waited}, so the "
             "server was told the question was cancelled."
         )
     if item.status is ElicitationStatus.WITHDRAWN:
@@ -442,8 +444,9 @@ class ToolCallElicitations:
         state = await self._sessions.open_elicitation(flow_id, request)
         item = state.elicitation
         assert item is not None
-        reused = item.status is not ElicitationStatus.PENDING
-        if not reused:
+        # Answered before this attempt asked: an earlier attempt's user gave it.
+        reused = not state.created and item.status is not ElicitationStatus.PENDING
+        if item.status is ElicitationStatus.PENDING:
             self._write(AgentEventType.ELICITATION_REQUESTED, item)
         final = await self._wait(flow_id, item, state.version)
         if final is None:  # the session stopped
@@ -451,7 +454,7 @@ class ToolCallElicitations:
             self.notes.append(note)
             return ElicitationOutcome("cancel", elicitation=item, note=note)
         self._write(AgentEventType.ELICITATION_CLOSED, final, reused=reused)
-        note = _note(final, self._timeout)
+        note = _note(final)
         if note:
             self.notes.append(note)
         return ElicitationOutcome(

@@ -662,10 +662,13 @@ class ElicitationState:
         elicitation: The question, or ``None`` when the session has no such question.
         version: ``ELICITATION_VERSION`` read in the same invocation; it grows with every
             change to any question of the session, so a waiter can wait for it to pass this.
+        created: ``open_elicitation`` made this question now (it is not one an earlier
+            attempt of the call asked).
     """
 
     elicitation: AgentElicitation | None
     version: int = 0
+    created: bool = False
 
     def __post_init__(self) -> None:
         if self.elicitation is not None:
