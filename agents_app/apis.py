@@ -22,7 +22,7 @@ from drf_spectacular.utils import (
 )
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import IsAdminUser
 from rest_framework.renderers import JSONRenderer
@@ -416,6 +416,44 @@ SNAPSHOT_SCHEMA = inline_serializer(
             },
             allow_null=True,
             help_text="The question the model asked (request_user_input), or null.",
+        ),
+        "pending_elicitations": inline_serializer(
+            "PendingElicitation",
+            {
+                "kind": serializers.ChoiceField(choices=["elicitation"]),
+                "elicitation_id": serializers.CharField(
+                    help_text="POST .../elicitations/<elicitation_id>/ answers it."
+                ),
+                "call_id": serializers.CharField(help_text="The tool call that asks."),
+                "tool_name": serializers.CharField(),
+                "server": serializers.CharField(help_text="The MCP server that asks."),
+                "mode": serializers.ChoiceField(
+                    choices=["form", "url"],
+                    help_text="form: fill requested_schema; url: open url yourself, then "
+                    "answer accept (done), decline or cancel.",
+                ),
+                "message": serializers.CharField(help_text="The server's text for the user."),
+                "requested_schema": serializers.DictField(
+                    allow_null=True,
+                    help_text="The form (MCP's restricted JSON Schema: a flat object of string, "
+                    "number, integer, boolean and enum properties, with required); null in "
+                    "URL mode.",
+                ),
+                "field_order": serializers.ListField(
+                    child=serializers.CharField(),
+                    help_text="The form's property names in the server's order (empty in URL "
+                    "mode); a JSON reader may not keep the order of requested_schema's keys.",
+                ),
+                "url": serializers.CharField(allow_null=True, help_text="URL mode only."),
+                "requested_at": serializers.DateTimeField(),
+                "deadline": serializers.DateTimeField(
+                    help_text="Unanswered by then, the server is told the question was "
+                    "cancelled."
+                ),
+            },
+            many=True,
+            help_text="Questions MCP servers ask during the running turn's tool calls, oldest "
+            "first; each call waits for its answer.",
         ),
         "pending_timer": inline_serializer(
             "PendingTimer",
@@ -936,6 +974,104 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
         ):
             raise UserInputNotPending()
         return Response({"answered": True}, status=status.HTTP_202_ACCEPTED)
+
+
+#: What a refused answer to an MCP server's question (``dex_agents.ElicitationAnswerResult``)
+#: means.
+ELICITATION_REFUSALS = {
+    "not_pending": (
+        "This question no longer waits for an answer: it was answered, it expired, or the "
+        "session withdrew it (a steered message, the tool call ended)."
+    ),
+    "expired": "This question expired before the answer arrived; the server was told cancel.",
+    "session_stopped": SESSION_STOPPED_DETAIL,
+}
+
+
+class ElicitationNotPending(APIException):
+    """409 ``{"detail", "reason"}``: the question does not wait for an answer."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "elicitation_not_pending"
+
+    def __init__(self, reason: str) -> None:
+        detail = ELICITATION_REFUSALS.get(reason, ELICITATION_REFUSALS["not_pending"])
+        super().__init__({"detail": detail, "reason": reason})
+
+
+#: The key of messages about an answer's content as a whole (DRF's own name for them).
+NON_FIELD_ERRORS = "non_field_errors"
+
+
+class SessionElicitationAnswerApi(SessionOwnedMixin, APIView):
+    """``POST /api/v1/sessions/<id>/elicitations/<elicitation_id>/`` (owner only)
+    ``{"action", "content"?}``: answer a question an MCP server asks during one of the
+    session's running tool calls (the snapshot's ``pending_elicitations``).
+
+    ``action`` is ``accept`` (a form: with ``content``, the values by field name, checked
+    against the server's ``requested_schema``; URL mode: "done", without content),
+    ``decline`` or ``cancel``. 202 ``{"answered": true, "action"}``: the call goes on with the
+    answer (``elicitation_closed``). 400 with messages per field, under ``content`` (messages
+    about the content as a whole under ``content.non_field_errors``); the question keeps
+    waiting. 409 ``{"detail", "reason"}`` when it no longer waits (``not_pending``,
+    ``expired``, ``session_stopped``); 403 for staff on someone else's session, 404 for other
+    users; 503 when the engine or the worker does not answer.
+    """
+
+    class ElicitationAnswerSerializer(serializers.Serializer):
+        action = serializers.ChoiceField(
+            choices=["accept", "decline", "cancel"],
+            help_text="accept: the values in content (a form) or done (URL mode); decline: "
+            "no; cancel: dismiss the question.",
+        )
+        content = serializers.DictField(
+            required=False,
+            allow_null=True,
+            help_text="accept on a form only: {field name: value}; text, number, boolean, or "
+            "a list of choices for a multiple-choice field.",
+        )
+
+    @extend_schema(
+        request=ElicitationAnswerSerializer,
+        responses={
+            202: inline_serializer(
+                "ElicitationAnswered",
+                {
+                    "answered": serializers.BooleanField(),
+                    "action": serializers.ChoiceField(choices=["accept", "decline", "cancel"]),
+                },
+            ),
+            409: inline_serializer(
+                "ElicitationNotPendingError",
+                {
+                    "detail": serializers.CharField(),
+                    "reason": serializers.ChoiceField(choices=sorted(ELICITATION_REFUSALS)),
+                },
+            ),
+        },
+    )
+    def post(self, request: Request, session_id: str, elicitation_id: str) -> Response:
+        session = self.session_get_for_owner(request, session_id)
+        serializer = self.ElicitationAnswerSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if session.status == SESSION_STATUS_STOPPED:
+            raise ElicitationNotPending("session_stopped")
+        action = serializer.validated_data["action"]
+        result = services.elicitation_answer(
+            session=session,
+            elicitation_id=elicitation_id,
+            action=action,
+            content=serializer.validated_data.get("content"),
+        )
+        if result.reason == "invalid":
+            errors = {
+                (name or NON_FIELD_ERRORS): list(messages)
+                for name, messages in result.errors.items()
+            }
+            raise ValidationError({"content": errors})
+        if not result.accepted:
+            raise ElicitationNotPending(result.reason)
+        return Response({"answered": True, "action": action}, status=status.HTTP_202_ACCEPTED)
 
 
 #: What a refused plan execution's ``reason`` (``dex_agents.PlanExecutionResult``) means.

@@ -24,7 +24,8 @@ Keys (units in the names' comments):
     whose error answers are JSON, ``/api/``), MCP_MAX_PROCESSES (stdio MCP server processes
     one Dex worker runs at once), TOOL_IMAGE_MAX_BYTES and TOOL_RESULT_IMAGES_MAX_BYTES (the
     largest image, and the most image bytes, one tool result sends to a model that accepts
-    images; decoded bytes).
+    images; decoded bytes), ELICITATION_TIMEOUT (seconds a user may take to answer an MCP
+    server's question during a tool call, unless the agent sets its own).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -58,6 +59,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "MCP_MAX_PROCESSES": 32,
     "TOOL_IMAGE_MAX_BYTES": 1024 * 1024,
     "TOOL_RESULT_IMAGES_MAX_BYTES": 1024 * 1024,
+    "ELICITATION_TIMEOUT": 600,
     "API_PATH_PREFIX": "/api/",
     "WEB_PROCESSES": 1,
     "WORKERS": 1,

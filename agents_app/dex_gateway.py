@@ -155,6 +155,20 @@ def _connection() -> _Connection:
     return connection
 
 
+def session_client() -> Any:
+    """The running loop's ``dex_agents.AgentSessionClient`` of the shared Flow, created on
+    first use from ``DEXAGENTS["DEX_SERVER_ADDRESS"]``.
+
+    For code that runs on a loop of its own and speaks to the session Flow directly: a Dex
+    worker's tool Steps put MCP servers' questions to the user through it
+    (``agents_app.runner.LiteLLMRunner``), on the worker's loop. SDK errors are not translated.
+
+    Returns:
+        An ``AgentSessionClient`` (typed ``Any``: the class is imported lazily).
+    """
+    return _connection().sessions
+
+
 def _unavailable_cause(error: BaseException) -> str | None:
     """``"unreachable"`` or ``"timeout"`` when ``error`` (or one of its causes) says the engine
     did not answer, else None (the request itself failed)."""
@@ -228,7 +242,9 @@ def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
         ``{exposed tool name: ToolPolicy(ToolEffect(effect), requires_approval,
         approval_deadline_seconds, timeout_seconds=step_timeout_seconds, retries=retries)}``:
         each attempt of the call's Step is cut off at the tool's ``step_timeout_seconds``
-        (longer than its MCP request timeout, which the runner enforces itself), and a read or
+        (longer than its MCP request timeout, which the runner enforces itself) plus the
+        session's ``elicitation_timeout_seconds`` (the MCP request's clock stands still while
+        the user answers a server's question; the Step's does not), and a read or
         idempotent_write call runs ``retries + 1`` attempts (``AgentDefinition.agent_config``).
         A snapshot taken before these limits existed gives ``None`` for both: the seed's
         defaults.
@@ -238,12 +254,20 @@ def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
     """
     from dex_agents import ToolEffect, ToolPolicy
 
+    # A server's question stops the MCP request's clock but not the Step's: the Step limit
+    # makes room for the user's answer.
+    answer_allowance = agent_config.get("elicitation_timeout_seconds") or 0
+
+    def step_limit(tool: Mapping[str, Any]) -> Any:
+        limit = tool.get("step_timeout_seconds")
+        return None if limit is None else limit + answer_allowance
+
     return {
         tool["name"]: ToolPolicy(
             ToolEffect(tool["effect"]),
             tool["requires_approval"],
             tool.get("approval_deadline_seconds"),
-            timeout_seconds=tool.get("step_timeout_seconds"),
+            timeout_seconds=step_limit(tool),
             retries=tool.get("retries"),
         )
         for tool in agent_config.get("tools", [])
@@ -542,6 +566,37 @@ async def session_answer_user_input(*, session_id: str, call_id: str, answer: st
         raise _translate(error, session_id) from error
 
 
+async def session_answer_elicitation(
+    *, session_id: str, elicitation_id: str, action: str, content: dict[str, Any] | None
+) -> Any:
+    """Answer a question an MCP server asks during a running tool call
+    (``answer_elicitation``): ``action`` ``accept`` (with ``content`` for a form), ``decline``
+    or ``cancel``. The waiting tool Step wakes, answers the server and announces
+    ``elicitation_closed``.
+
+    Returns:
+        The ``dex_agents.ElicitationAnswerResult``: ``accepted``, or ``reason``
+        (``not_pending``, ``expired``, ``invalid`` with ``errors`` per field, ``bad_action``).
+
+    Raises:
+        EngineUnavailableError: Dex did not answer, or the session's questions stayed locked
+            for the client's retry window (about 5 seconds).
+        SessionNotFoundError: Dex has no such session, or it is stopped.
+    """
+    from dex import RpcLockConflictError
+
+    try:
+        return await _connection().sessions.answer_elicitation(
+            session_id, elicitation_id, action, content
+        )
+    except RpcLockConflictError as error:
+        raise EngineUnavailableError(
+            "The session is busy with its questions; try again shortly.", cause="busy"
+        ) from error
+    except Exception as error:
+        raise _translate(error, session_id) from error
+
+
 async def session_execute_plan(*, session_id: str, revision: int) -> PlanExecutionResult:
     """Execute (or continue) the session's plan at ``revision`` through ``execute_plan``.
 
@@ -568,10 +623,13 @@ async def session_snapshot(*, session_id: str) -> dict[str, Any]:
         "text", "turn_id", "tool_calls"?, "tool_call_id"?}], "pending_interrupts",
         "awaiting_approval", "tool_calls", "usage", "queued_message_count", "queued_messages",
         "steered_messages", "last_turn_error", "has_older_messages", "pending_input",
-        "pending_timer", "plan", "plan_execution_requested", "turn_mode"}``; queued and steered
+        "pending_timer", "plan", "plan_execution_requested", "turn_mode",
+        "pending_elicitations"}``; queued and steered
         entries are ``queued_message_to_data``, oldest first; ``pending_input``,
         ``pending_timer`` and ``plan`` are shaped by ``pending_input_to_data``,
-        ``pending_timer_to_data`` and ``plan_to_data``; ``turn_mode`` is what the running or
+        ``pending_timer_to_data`` and ``plan_to_data``, each pending elicitation (an MCP
+        server's question during a tool call) by ``elicitation_to_data``, oldest first;
+        ``turn_mode`` is what the running or
         last turn does (``chat``, ``planning`` or ``executing``). ``status`` is the AgentState
         status, or ``"starting"`` while the state is None (seed "Design decisions"). Framework
         items are left out. ``summary`` (context compaction) is ``summary_to_data``, or None
@@ -625,6 +683,40 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
         "plan_execution_requested": bool(getattr(snapshot, "plan_execution_requested", False)),
         "turn_mode": (plain_data(getattr(state, "turn_mode", None)) if state else None) or "chat",
         "summary": summary_to_data(summary),
+        "pending_elicitations": [
+            elicitation_to_data(item)
+            for item in getattr(snapshot, "pending_elicitations", None) or []
+        ],
+    }
+
+
+def elicitation_to_data(item: Any) -> dict[str, Any]:
+    """A question an MCP server asks during a running tool call (``AgentElicitation``) as
+    ``{"kind": "elicitation", "elicitation_id", "call_id" (the tool call), "tool_name",
+    "server", "mode" ("form" | "url"), "message", "requested_schema" (the form's restricted JSON
+    Schema, its properties in the server's order, or None in URL mode), "field_order" (the
+    property names in that order: JSON readers may reorder keys), "url" (the page to open in
+    URL mode, or None), "requested_at", "deadline" (ISO 8601 UTC)}``."""
+    schema = plain_data(item.requested_schema) if item.mode == "form" else None
+    order = [name for name in getattr(item, "field_order", None) or [] if name in
+             ((schema or {}).get("properties") or {})]
+    if schema is not None and isinstance(schema.get("properties"), dict):
+        properties = schema["properties"]
+        order += [name for name in properties if name not in order]
+        schema = {**schema, "properties": {name: properties[name] for name in order}}
+    return {
+        "kind": "elicitation",
+        "elicitation_id": item.elicitation_id,
+        "call_id": item.tool_call_id,
+        "tool_name": item.tool_name,
+        "server": item.server_name,
+        "mode": item.mode,
+        "message": item.message,
+        "requested_schema": schema,
+        "field_order": order,
+        "url": item.url if item.mode == "url" else None,
+        "requested_at": plain_data(item.requested_at),
+        "deadline": plain_data(item.deadline),
     }
 
 
@@ -999,6 +1091,14 @@ async def engine_connection_open() -> None:
     its Flow registry and the gRPC channels (``agents_app.lifespan`` does it at start-up, so
     the first request does not)."""
     _connection()
+
+
+async def engine_connections_close() -> None:
+    """Close the running loop's engine connections (a Dex worker's, at its stop), so no gRPC
+    channel outlives the loop it is bound to; the next call opens a new one."""
+    for connection in list(_connections.pop(asyncio.get_running_loop(), {}).values()):
+        with contextlib.suppress(Exception):
+            await connection.close()
 
 
 async def engine_health_check() -> bool:

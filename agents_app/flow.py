@@ -10,6 +10,7 @@ from __future__ import annotations
 from agents_app.conf import dexagents_setting
 from agents_app.runner import LiteLLMRunner
 from dex_agents import (
+    AgentSessionClient,
     AgentSessionFlow,
     AgentSessionObserver,
     AgentSessionOptions,
@@ -33,6 +34,15 @@ async def _resolve_server(name: str) -> McpServerSpec:
     from mcp_registry.selectors import server_spec_get
 
     return await sync_to_async(server_spec_get, thread_sensitive=False)(name=name)
+
+
+def _session_client() -> AgentSessionClient:
+    """The session Flow's client for the running loop (the worker's): tool Steps put MCP
+    servers' questions to the user through the session's own RPCs."""
+    from agents_app import dex_gateway
+
+    sessions: AgentSessionClient = dex_gateway.session_client()
+    return sessions
 
 
 def build_flow(
@@ -60,7 +70,9 @@ def build_flow(
         ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` override
         them through its ``agent_config``). Tool results' images go to models that accept
         them within ``DEXAGENTS["TOOL_IMAGE_MAX_BYTES"]`` and
-        ``DEXAGENTS["TOOL_RESULT_IMAGES_MAX_BYTES"]``.
+        ``DEXAGENTS["TOOL_RESULT_IMAGES_MAX_BYTES"]``. A question an MCP server asks during a
+        tool call waits for the session owner's answer (``elicitation_timeout_seconds`` of the
+        ``agent_config``) through this process's Dex client (``dex_gateway.session_client``).
     """
     runner = LiteLLMRunner(
         server_resolver=_resolve_server,
@@ -69,6 +81,7 @@ def build_flow(
             image_max_bytes=dexagents_setting("TOOL_IMAGE_MAX_BYTES"),
             result_images_max_bytes=dexagents_setting("TOOL_RESULT_IMAGES_MAX_BYTES"),
         ),
+        session_client=_session_client,
     )
     return AgentSessionFlow(
         runner,

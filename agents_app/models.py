@@ -55,6 +55,16 @@ class AgentDefinition(models.Model):
             "approvals wait until someone decides. A tool's own deadline overrides this."
         ),
     )
+    elicitation_timeout_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "Seconds a user may take to answer a question an MCP server asks during a tool "
+            "call; unanswered, the server is told the question was cancelled. Empty: the "
+            "platform default (DEXAGENTS_ELICITATION_TIMEOUT, 600)."
+        ),
+    )
     # Context compaction (dex_agents AgentSessionOptions.compaction); empty: the defaults.
     context_window = models.PositiveIntegerField(
         null=True,
@@ -142,7 +152,9 @@ class AgentDefinition(models.Model):
             call), "step_timeout_seconds" (each attempt's Dex Step limit)}]}`` (the limits are
             ``McpTool.effective_timeout``, ``effective_retries`` and ``step_timeout``), plus
             ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` when
-            set (context compaction), and ``supports_images`` when set (tool results' images).
+            set (context compaction), ``supports_images`` when set (tool results' images), and
+            ``elicitation_timeout_seconds`` (this agent's, else
+            ``DEXAGENTS["ELICITATION_TIMEOUT"]``: how long MCP servers' questions wait).
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
@@ -180,6 +192,11 @@ class AgentDefinition(models.Model):
             value = getattr(self, name)
             if value is not None:
                 config[name] = value
+        from agents_app.conf import dexagents_setting
+
+        config["elicitation_timeout_seconds"] = self.elicitation_timeout_seconds or int(
+            dexagents_setting("ELICITATION_TIMEOUT")
+        )
         return config
 
 

@@ -27,7 +27,9 @@ through ``turn.agent_config`` and ``call.agent_config``)::
      "message_retention_limit": 2000,           # read by the session, not the runner
      "compaction_trigger_fraction": 0.85, "compaction_keep_fraction": 0.10,
      # whom MCP requests are made for (a server's "user" isolation): the session owner's ID
-     "owner_id": "7"}
+     "owner_id": "7",
+     # seconds a user may take to answer an MCP server's question (elicitation); default 600
+     "elicitation_timeout_seconds": 600}
 
 Images (issue 23 point 11; ``mcp_registry.content``): for a model that accepts images
 (``supports_images``, else ``litellm.supports_vision``) a tool Step attaches the result's
@@ -50,7 +52,10 @@ turn) and the run state keeps the mapping.
 for tools, the turn's own items from the run state and each tool call's final record), makes
 exactly one LiteLLM call (``acompletion`` or ``aresponses``, ``store=False``, LiteLLM retries
 off so Dex owns retries) and returns ``ToolCallsRequested`` or ``TurnCompleted``.
-``execute_deferred_tool_call`` runs one tool through the MCP client pool.
+``execute_deferred_tool_call`` runs one tool through the MCP client pool. A question the server
+asks during the call (``elicitation/create``) becomes a question of the session
+(``dex_agents.ToolCallElicitations``): the user answers it in the browser or the API while the
+call waits, and the server gets ``accept`` with the form's values, ``decline`` or ``cancel``.
 
 The runner is also a ``dex_agents.CompactingRunner``: it counts the input it would send with
 LiteLLM's token counter against the window (agent definition, else LiteLLM's model
@@ -69,7 +74,10 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal, cast
+
+from mcp.types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult
 
 from agents_app.log_context import bind_session
 from agents_app.metrics import TOOL_CALLS, TURNS_COMPLETED, TURNS_FAILED, TURNS_STARTED
@@ -103,6 +111,7 @@ from dex_agents import (
     WRITE_TODOS_TOOL,
     AgentEventType,
     AgentMessage,
+    AgentSessionClient,
     AgentTurnContext,
     AgentTurnOutcome,
     ContextWindowExceededError,
@@ -111,6 +120,7 @@ from dex_agents import (
     FrameworkMessage,
     MessageRole,
     SummarizeRequest,
+    ToolCallElicitations,
     ToolCallsRequested,
     ToolCallStatus,
     ToolEffect,
@@ -132,6 +142,7 @@ from mcp_registry.builtin_tools import (
     builtin_tool_definitions,
 )
 from mcp_registry.client import (
+    ElicitCallback,
     McpClientPool,
     McpScope,
     McpServerSpec,
@@ -197,6 +208,13 @@ async def model_calls_warm() -> None:
 
 ServerResolver = Callable[[str], Awaitable[McpServerSpec]]
 """``async (server_name) -> McpServerSpec``; supplied by the Django side (reads the registry)."""
+
+SessionClientFactory = Callable[[], AgentSessionClient]
+"""``() -> AgentSessionClient`` of the session Flow on the same engine, usable on the running
+event loop (the Worker's); tool calls put MCP servers' questions to the user through it."""
+
+DEFAULT_ELICITATION_TIMEOUT = 600.0
+"""Seconds a user may take to answer an MCP server's question when the agent config names none."""
 
 RUN_STATE_VERSION = 2
 DEMO_API_KEY = LOCAL_SERVER_KEY
@@ -389,6 +407,7 @@ class AgentModelConfig:
     compaction_model: str | None = None
     owner_id: str | None = None
     supports_images: bool | None = None
+    elicitation_timeout: float = DEFAULT_ELICITATION_TIMEOUT
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> AgentModelConfig:
@@ -396,7 +415,8 @@ class AgentModelConfig:
 
         Raises:
             AgentConfigError: If ``config`` is ``None``, has no ``model``, or has an invalid
-                ``api``, ``context_window``, ``tool_result_max_chars`` or ``supports_images``.
+                ``api``, ``context_window``, ``tool_result_max_chars``, ``supports_images`` or
+                ``elicitation_timeout_seconds``.
         """
         if not config:
             raise AgentConfigError("the session has no agent_config")
@@ -420,6 +440,11 @@ class AgentModelConfig:
         images = config.get("supports_images")
         if images is not None and not isinstance(images, bool):
             raise AgentConfigError("agent_config 'supports_images' must be true, false or null")
+        waits = config.get("elicitation_timeout_seconds", DEFAULT_ELICITATION_TIMEOUT)
+        if isinstance(waits, bool) or not isinstance(waits, int | float) or waits <= 0:
+            raise AgentConfigError(
+                "agent_config 'elicitation_timeout_seconds' must be a positive number"
+            )
         tools = tuple(AgentToolEntry.from_config(item) for item in config.get("tools") or ())
         servers = sorted({entry.server for entry in tools})
         return cls(
@@ -438,6 +463,7 @@ class AgentModelConfig:
             compaction_model=str(config.get("compaction_model") or "") or None,
             owner_id=str(config["owner_id"]) if config.get("owner_id") is not None else None,
             supports_images=images,
+            elicitation_timeout=float(waits),
         )
 
     def for_turn_mode(self, mode: TurnMode) -> AgentModelConfig:
@@ -946,6 +972,9 @@ class LiteLLMRunner:
         media_limits: The bounds of the images a tool result attaches for a model that
             accepts them (``accept_images`` is decided per agent); the defaults of
             ``mcp_registry.content`` when omitted.
+        session_client: Gives a client of the session Flow for the running loop; a server's
+            questions during a call wait for the user's answer through it. ``None``: every
+            question is declined (the MCP client's default).
     """
 
     def __init__(
@@ -955,11 +984,13 @@ class LiteLLMRunner:
         pool: McpClientPool | None = None,
         default_config: Mapping[str, Any] | None = None,
         media_limits: MediaLimits | None = None,
+        session_client: SessionClientFactory | None = None,
     ) -> None:
         self._server_resolver = server_resolver
         self._pool = pool if pool is not None else McpClientPool()
         self._default_config = dict(default_config) if default_config is not None else None
         self._media_limits = media_limits or MediaLimits()
+        self._session_client = session_client
 
     @property
     def media_limits(self) -> MediaLimits:
@@ -1246,13 +1277,15 @@ class LiteLLMRunner:
 
         MCP progress notifications and server log messages received during the call become
         ``tool_progress`` and ``tool_log`` events. Built-in tools (resources and prompts) run
-        through the same pool.
+        through the same pool. The server's questions (``elicitation/create``) wait for the
+        user's answer as questions of the session (``_elicit_handler``).
 
         Returns:
             The model-visible result: the tool's text, its resource links and its structured
             content in one form, with the images the runner's ``MediaLimits`` allow when the
             model accepts images (``McpToolOutput.for_model_content``,
-            ``ToolResultContent.encode``).
+            ``ToolResultContent.encode``), followed by a note on each of the server's questions
+            the user did not answer (expired, withdrawn, declined unasked).
 
         Raises:
             ToolExecutionError: Unknown tool, arguments that are not a JSON object (both
@@ -1303,16 +1336,66 @@ class LiteLLMRunner:
             })
 
         spec = await self._server_resolver(entry.server)
+        asker, on_elicit = self._elicit_handler(call, config, entry.server)
         try:
             output = await self._pool.call_tool(
                 spec, entry.tool, arguments, idempotency_key=call.idempotency_key,
                 timeout=entry.timeout_seconds, on_progress=on_progress, on_log=on_log,
-                scope=config.scope(call.flow_id),
+                on_elicit=on_elicit, scope=config.scope(call.flow_id),
             )
         except McpToolError as error:
-            raise ToolExecutionError(error.message) from error
-        return ToolExecutionResult(output.for_model_content(limits).encode())
+            raise ToolExecutionError(_with_notes(error.message, asker)) from error
+        content = output.for_model_content(limits)
+        content = replace(content, text=_with_notes(content.text, asker))
+        return ToolExecutionResult(content.encode())
+
+    def _elicit_handler(
+        self, call: DeferredToolExecution, config: AgentModelConfig, server: str
+    ) -> tuple[ToolCallElicitations | None, ElicitCallback | None]:
+        """The MCP client's ``on_elicit`` for one attempt of ``call``, and the asker that keeps
+        its notes; ``(None, None)`` without a session client (questions are then declined).
+
+        Form mode shows the server's form, URL mode its message and URL (never opened for
+        the user); the answer, or ``cancel`` once ``config.elicitation_timeout`` seconds pass
+        or the session withdraws the question, goes back to the server.
+        """
+        if self._session_client is None:
+            return None, None
+        asker = ToolCallElicitations(
+            self._session_client(),
+            call,
+            server_name=server,
+            timeout=timedelta(seconds=config.elicitation_timeout),
+        )
+
+        async def on_elicit(params: ElicitRequestParams) -> ElicitResult:
+            if isinstance(params, ElicitRequestURLParams):
+                outcome = await asker.ask(
+                    mode="url",
+                    message=params.message,
+                    url=params.url,
+                    server_elicitation_id=params.elicitation_id or "",
+                )
+            else:
+                outcome = await asker.ask(
+                    mode="form",
+                    message=params.message,
+                    requested_schema=dict(params.requested_schema),
+                )
+            action = cast(Literal["accept", "decline", "cancel"], outcome.action)
+            return ElicitResult(action=action, content=outcome.content)
+
+        return asker, on_elicit
 
     async def aclose(self) -> None:
         """Close the MCP sessions this runner opened."""
         await self._pool.aclose()
+
+
+def _with_notes(text: str, asker: ToolCallElicitations | None) -> str:
+    """``text`` followed by the notes on the server's questions the user did not answer (one
+    line each, marked ``[dexagents]``), so the model knows why the server got ``cancel``."""
+    if asker is None or not asker.notes:
+        return text
+    notes = "\n".join(f"[dexagents] {note}" for note in asker.notes)
+    return f"{text}\n\n{notes}" if text else notes

@@ -583,6 +583,7 @@ def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
         # Its turn will never go on: no question to answer, no wait, no plan execution.
         "pending_input": None,
         "pending_timer": None,
+        "pending_elicitations": [],
         "plan_execution_requested": False,
     }
 

@@ -27,7 +27,7 @@ from agents_app.models import (
     Delivery,
     OutboxMessage,
 )
-from dex_agents import AgentStatus, PlanExecutionResult
+from dex_agents import AgentStatus, ElicitationAnswerResult, PlanExecutionResult
 
 _AGENT_STATUSES = frozenset(status.value for status in AgentStatus)
 
@@ -283,6 +283,38 @@ def user_input_answer(*, session: AgentSession, call_id: str, answer: str) -> bo
         ),
         timeout=float(dexagents_setting("ENGINE_TIMEOUT")) + RESOLVE_LOCK_RETRY_SECONDS,
     )
+
+
+def elicitation_answer(
+    *,
+    session: AgentSession,
+    elicitation_id: str,
+    action: str,
+    content: dict[str, Any] | None,
+) -> ElicitationAnswerResult:
+    """Answer a question an MCP server asks during one of the session's tool calls (the
+    snapshot's ``pending_elicitations``): ``accept`` (with the form's ``content``),
+    ``decline`` or ``cancel``; the waiting call goes on with it.
+
+    The session's Flow checks the content against the server's schema, so a refusal and its
+    messages come from the same commit that would have stored the answer.
+
+    Returns:
+        ``accepted``, or ``reason``: ``not_pending`` (answered, expired or withdrawn
+        already, or never asked), ``expired`` (its deadline passed just now), ``invalid``
+        (``errors`` per field name, ``""`` for the content as a whole), ``bad_action``.
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    # answer_elicitation retries a held ELICITATIONS lock for a while; leave room for it.
+    result: ElicitationAnswerResult = dex_gateway.run(
+        dex_gateway.session_answer_elicitation(
+            session_id=session.id, elicitation_id=elicitation_id, action=action, content=content
+        ),
+        timeout=float(dexagents_setting("ENGINE_TIMEOUT")) + RESOLVE_LOCK_RETRY_SECONDS,
+    )
+    return result
 
 
 def plan_execute(*, session: AgentSession, revision: int) -> PlanExecutionResult:

@@ -10,6 +10,7 @@ from agents_app.apis import (
     QueuedMessageApi,
     QueuedMessageSteerApi,
     SessionDetailApi,
+    SessionElicitationAnswerApi,
     SessionHistoryApi,
     SessionListCreateApi,
     SessionMessageApi,
@@ -47,6 +48,11 @@ urlpatterns = [
         name="session-queued-message-steer",
     ),
     path("sessions/<str:session_id>/input/", SessionUserInputApi.as_view(), name="session-input"),
+    path(
+        "sessions/<str:session_id>/elicitations/<str:elicitation_id>/",
+        SessionElicitationAnswerApi.as_view(),
+        name="session-elicitation",
+    ),
     path(
         "sessions/<str:session_id>/plan/execute/",
         SessionPlanExecuteApi.as_view(),

@@ -32,6 +32,14 @@ Built-in tools (platform additions, ``AgentSessionOptions.durable_waits`` / ``us
 (``PENDING_USER_INPUT``, ``USER_INPUT_ANSWERS``, ``USER_INPUT_ANSWER``); ResumeTurn ends either
 early for a steered message (``BUILTIN_WAKEUPS``).
 
+MCP elicitation (platform addition, ``dex_agents._elicitation``): a question an MCP server asks
+during a running tool call is recorded by ``open_elicitation`` in ``ELICITATIONS``
+(``AgentElicitation``, ``ELICITATION_VERSION``), listed in ``AgentSnapshot.pending_elicitations``,
+answered through ``answer_elicitation`` (``ElicitationAnswer``, checked against the server's
+restricted schema: ``elicitation_form``, ``elicitation_content_check``) and waited for by the
+tool Step's runner with ``ToolCallElicitations``; events ``elicitation_requested`` and
+``elicitation_closed``.
+
 Plans (platform addition, ``AgentSessionOptions.plans``): ``AgentUserMessage.plan_mode`` starts a
 ``planning`` turn in which only the session's ``write_todos`` runs (``AGENT_PLAN``, replaced
 whole, revision increasing); ``execute_plan`` (``PLAN_EXECUTIONS``) starts an ``executing`` turn
@@ -87,6 +95,19 @@ from dex_agents._contract import (
     build_turn_failure_note,
     describe_tool_call_outcome,
 )
+from dex_agents._elicitation import (
+    DEFAULT_ELICITATION_TIMEOUT,
+    ElicitationOutcome,
+    ToolCallElicitations,
+    elicitation_id_for,
+)
+from dex_agents._elicitation_schema import (
+    ElicitationField,
+    ElicitationForm,
+    ElicitationSchemaError,
+    elicitation_content_check,
+    elicitation_form,
+)
 from dex_agents._events import AgentEvent, AgentEventType, AgentEventWriter
 from dex_agents._flow import AgentSessionFlow, AgentSessionOptions
 from dex_agents._history import (
@@ -111,6 +132,8 @@ from dex_agents._persistence import (
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
     CONTEXT_SUMMARY,
+    ELICITATION_VERSION,
+    ELICITATIONS,
     FRAMEWORK_RUN_STATE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
@@ -125,6 +148,8 @@ from dex_agents._persistence import (
     USER_INPUT_ANSWERS,
 )
 from dex_agents._records import (
+    ELICITATION_ACTIONS,
+    AgentElicitation,
     AgentInterrupt,
     AgentInterruptResolution,
     AgentMessage,
@@ -145,6 +170,12 @@ from dex_agents._records import (
     AgentUserMessage,
     CompactionPlan,
     ContextSummary,
+    ElicitationAnswer,
+    ElicitationAnswerResult,
+    ElicitationRef,
+    ElicitationRequest,
+    ElicitationState,
+    ElicitationStatus,
     ListAgentMessagesRequest,
     MessageRole,
     PendingTimer,
@@ -193,7 +224,11 @@ __all__ = [
     "AGENT_USAGE",
     "CANCELLED_BY_STEER_OUTPUT",
     "CONTEXT_SUMMARY",
+    "DEFAULT_ELICITATION_TIMEOUT",
     "DURABLE_WAIT_TOOL",
+    "ELICITATIONS",
+    "ELICITATION_ACTIONS",
+    "ELICITATION_VERSION",
     "EXECUTE_COMPLETED_EVENT",
     "EXECUTE_FAILED_EVENT",
     "FRAMEWORK_RUN_STATE",
@@ -214,6 +249,7 @@ __all__ = [
     "WRITE_TODOS_TOOL",
     "AgentCodecRegistry",
     "AgentContractError",
+    "AgentElicitation",
     "AgentEvent",
     "AgentEventType",
     "AgentEventWriter",
@@ -259,6 +295,16 @@ __all__ = [
     "DeferredToolCall",
     "DeferredToolExecution",
     "DurableWait",
+    "ElicitationAnswer",
+    "ElicitationAnswerResult",
+    "ElicitationField",
+    "ElicitationForm",
+    "ElicitationOutcome",
+    "ElicitationRef",
+    "ElicitationRequest",
+    "ElicitationSchemaError",
+    "ElicitationState",
+    "ElicitationStatus",
     "FrameworkMessage",
     "InterruptOutcome",
     "ListAgentMessagesRequest",
@@ -283,6 +329,7 @@ __all__ = [
     "StepHistoryEntry",
     "SummarizeRequest",
     "ToolCallCompleted",
+    "ToolCallElicitations",
     "ToolCallStatus",
     "ToolCallsRequested",
     "ToolEffect",
@@ -296,6 +343,9 @@ __all__ = [
     "build_turn_failure_note",
     "describe_tool_call_outcome",
     "durable_wait_definition",
+    "elicitation_content_check",
+    "elicitation_form",
+    "elicitation_id_for",
     "idempotency_key",
     "interrupt_id_for",
     "is_approval_required",

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
-from dex import AsyncClient, RPCInvokeOptions, RpcLockConflictError
+from dex import (
+    AsyncClient,
+    AttributeMatch,
+    RequestTimeoutError,
+    RPCInvokeOptions,
+    RpcLockConflictError,
+    WaitForAttributeOptions,
+)
 
 from dex_agents._compaction import MAX_READ_MESSAGES, message_loads
 from dex_agents._flow import AgentSessionFlow
-from dex_agents._persistence import ACCEPTED_CLIENT_IDS
+from dex_agents._persistence import ACCEPTED_CLIENT_IDS, ELICITATION_VERSION
 from dex_agents._records import (
     AgentMessageQueue,
     AgentMessageRange,
@@ -20,6 +28,11 @@ from dex_agents._records import (
     AgentSessionStartInput,
     AgentSnapshot,
     AgentUserMessage,
+    ElicitationAnswer,
+    ElicitationAnswerResult,
+    ElicitationRef,
+    ElicitationRequest,
+    ElicitationState,
     ListAgentMessagesRequest,
     PlanExecutionRequest,
     PlanExecutionResult,
@@ -115,6 +128,89 @@ class AgentSessionClient:
             self.flow.answer_user_input, session_id, UserInputAnswer(tool_call_id, answer)
         )
 
+    async def open_elicitation(
+        self, session_id: str, request: ElicitationRequest
+    ) -> ElicitationState:
+        """Platform addition (MCP elicitation): record a question an MCP server asks during
+        the running tool call ``request.tool_call_id``, or find the same question an earlier
+        attempt of the call asked (``AgentSessionFlow.open_elicitation``).
+
+        Retries ``RpcLockConflictError`` (another question or answer being stored) for 5
+        seconds.
+
+        Raises:
+            RpcLockConflictError: If ``ELICITATIONS`` stayed locked that long.
+            FlowNotActiveOrNotFoundError: The session is stopped or unknown.
+        """
+        return await self._invoke_locked(self.flow.open_elicitation, session_id, request)
+
+    async def answer_elicitation(
+        self,
+        session_id: str,
+        elicitation_id: str,
+        action: str,
+        content: dict[str, Any] | None = None,
+    ) -> ElicitationAnswerResult:
+        """Platform addition: answer a pending question of an MCP server with ``action``
+        (``accept``, ``decline`` or ``cancel``) and, for ``accept`` on a form, ``content``;
+        see ``ElicitationAnswerResult`` for refusals (a second answer is ``not_pending``).
+
+        Retries ``RpcLockConflictError`` for 5 seconds.
+
+        Raises:
+            RpcLockConflictError: If ``ELICITATIONS`` stayed locked that long.
+            FlowNotActiveOrNotFoundError: The session is stopped or unknown.
+        """
+        return await self._invoke_locked(
+            self.flow.answer_elicitation,
+            session_id,
+            ElicitationAnswer(elicitation_id, action, content),
+        )
+
+    async def get_elicitation(self, session_id: str, elicitation_id: str) -> ElicitationState:
+        """Platform addition: one question of the session (``None`` when it has none by that
+        ID) and the current ``ELICITATION_VERSION``, read in one RPC."""
+        state: ElicitationState = await self.client.invoke_rpc(
+            self.flow.get_elicitation, session_id, ElicitationRef(elicitation_id)
+        )
+        return state
+
+    async def close_elicitation(self, session_id: str, elicitation_id: str) -> ElicitationState:
+        """Platform addition: expire a question that is pending past its deadline (the Worker
+        clock decides) and return it as it then stands.
+
+        Raises:
+            RpcLockConflictError: If ``ELICITATIONS`` stayed locked for 5 seconds.
+        """
+        return await self._invoke_locked(
+            self.flow.close_elicitation, session_id, ElicitationRef(elicitation_id)
+        )
+
+    async def wait_for_elicitation_change(
+        self,
+        session_id: str,
+        seen_version: int,
+        *,
+        timeout: timedelta,  # noqa: ASYNC109 - the engine's long-poll budget
+    ) -> bool:
+        """Platform addition: wait until ``ELICITATION_VERSION`` passes ``seen_version``
+        (a long poll the engine answers without a Worker); ``False`` after ``timeout`` (whole
+        seconds, at least one) without a change.
+
+        Raises:
+            FlowNotActiveOrNotFoundError: The session stopped (or is unknown).
+        """
+        try:
+            await self.client.wait_for_attribute_match(
+                session_id,
+                ELICITATION_VERSION,
+                AttributeMatch.greater_than(seen_version),
+                WaitForAttributeOptions(request_timeout=timeout),
+            )
+        except RequestTimeoutError:
+            return False
+        return True
+
     async def execute_plan(self, session_id: str, revision: int) -> PlanExecutionResult:
         """Platform addition: execute (or continue) the plan at ``revision``; see
         ``AgentSessionFlow.execute_plan`` for when it is refused."""
@@ -200,17 +296,17 @@ class AgentSessionClient:
             self.flow.resolve_interrupt, session_id, request
         )
 
-    async def _invoke_retrying_lock_conflicts(
+    async def _invoke_locked(
         self,
         rpc: Any,
         session_id: str,
         request: Any,
         *,
         options: RPCInvokeOptions | None = None,
-    ) -> bool:
-        """Invoke a boolean RPC that locks an Attribute a Step (or another call) may hold,
-        retrying ``RpcLockConflictError`` for ``LOCK_CONFLICT_RETRY_SECONDS``; ``options`` adds
-        per-call map-instance locks and loads.
+    ) -> Any:
+        """Invoke an RPC that locks an Attribute a Step (or another call) may hold, retrying
+        ``RpcLockConflictError`` for ``LOCK_CONFLICT_RETRY_SECONDS``; ``options`` adds
+        per-call map-instance locks and loads. Returns the RPC's output.
 
         Raises:
             RpcLockConflictError: If the lock stays taken that long.
@@ -219,14 +315,24 @@ class AgentSessionClient:
         give_up_at = loop.time() + LOCK_CONFLICT_RETRY_SECONDS
         while True:
             try:
-                result: bool = await self.client.invoke_rpc(
+                return await self.client.invoke_rpc(
                     rpc, session_id, request, options=options or RPCInvokeOptions()
                 )
-                return result
             except RpcLockConflictError:
                 if loop.time() >= give_up_at:
                     raise
                 await asyncio.sleep(_LOCK_CONFLICT_PAUSE_SECONDS)
+
+    async def _invoke_retrying_lock_conflicts(
+        self,
+        rpc: Any,
+        session_id: str,
+        request: Any,
+        *,
+        options: RPCInvokeOptions | None = None,
+    ) -> bool:
+        """``_invoke_locked`` for the boolean RPCs."""
+        return bool(await self._invoke_locked(rpc, session_id, request, options=options))
 
     async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
         """The session's snapshot; works for retained closed sessions too.

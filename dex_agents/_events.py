@@ -58,6 +58,16 @@ class AgentEventType(StrEnum):
     - ``user_input_requested``: ``tool_call_id``, ``prompt`` (str), ``choices`` (list of str);
     - ``user_input_answered``: ``tool_call_id``.
 
+    Platform additions written by a tool Step while an MCP server's question waits for the
+    user (``dex_agents._elicitation.ToolCallElicitations``):
+
+    - ``elicitation_requested``: ``tool_call_id``, ``tool_name``, ``elicitation_id``,
+      ``server``, ``mode`` (``form`` or ``url``), ``message``, ``deadline`` (ISO-8601 UTC);
+    - ``elicitation_closed``: ``tool_call_id``, ``tool_name``, ``elicitation_id``, ``server``,
+      ``status`` (``ElicitationStatus``: ``accepted``, ``declined``, ``cancelled``,
+      ``expired`` or ``withdrawn``), ``reason`` (why it was withdrawn, else empty),
+      ``reused`` (bool: an earlier attempt of the call got this answer).
+
     Platform additions written by Steps of a session with ``AgentSessionOptions.plans``:
 
     - ``plan_updated``: ``revision`` (int), ``status`` (``PlanStatus``), ``task_count`` (int);
@@ -97,6 +107,8 @@ class AgentEventType(StrEnum):
     DURABLE_WAIT_STARTED = "durable_wait_started"
     USER_INPUT_REQUESTED = "user_input_requested"
     USER_INPUT_ANSWERED = "user_input_answered"
+    ELICITATION_REQUESTED = "elicitation_requested"
+    ELICITATION_CLOSED = "elicitation_closed"
     PLAN_UPDATED = "plan_updated"
     PLAN_STARTED = "plan_started"
     USAGE_RECORDED = "usage_recorded"

@@ -2,6 +2,10 @@
 
 The Flow ID is the session ID. The session never completes by itself; stop it with
 ``AsyncClient.stop_flow`` (``AgentSessionClient.stop_session``).
+
+One piece past 600 lines because Dex binds every RPC to the Flow class: the session's RPCs are
+its methods, each a thin call into the module that owns its logic (``_steps``, ``_compaction``,
+``_elicitation``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ from dex_agents._compaction import (
     snapshot_summary,
 )
 from dex_agents._contract import AgentFrameworkRunner
+from dex_agents._elicitation import (
+    answer_question,
+    expire_question,
+    open_question,
+    pending_questions,
+    state_of,
+)
 from dex_agents._events import AgentEvent
 from dex_agents._observer import AgentSessionObserver
 from dex_agents._persistence import (
@@ -42,6 +53,7 @@ from dex_agents._persistence import (
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
     COMPACTION_DEFINITIONS,
+    ELICITATIONS,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
     PENDING_TIMER,
@@ -67,6 +79,11 @@ from dex_agents._records import (
     AgentStatus,
     AgentUsage,
     AgentUserMessage,
+    ElicitationAnswer,
+    ElicitationAnswerResult,
+    ElicitationRef,
+    ElicitationRequest,
+    ElicitationState,
     ListAgentMessagesRequest,
     PlanExecutionRequest,
     PlanExecutionResult,
@@ -92,6 +109,7 @@ from dex_agents._steps import (
     RunModel,
     StartAgentSession,
     _now,
+    _steer_pending,
 )
 from dex_agents._wire_types import resolve_annotations
 
@@ -254,6 +272,64 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         USER_INPUT_ANSWERS.publish(context, f"{pending.turn_id}.{pending.tool_call_id}", answer)
         return RPCResult(True)
 
+    # --- MCP elicitation (platform addition; dex_agents._elicitation) ---------------------------
+
+    @rpc(lock_attributes=(ELICITATIONS.lock(),), load_attribute_maps=(AGENT_TOOL_CALLS,))
+    def open_elicitation(
+        self, context: Context, request: ElicitationRequest
+    ) -> RPCResult[ElicitationState]:
+        """Platform addition: record a question an MCP server asks during the running tool
+        call ``request.tool_call_id`` (``dex_agents._elicitation.open_question``).
+
+        Locks ELICITATIONS. The same question asked by an earlier attempt of the call comes
+        back as it stands (answered or not); a new one is pending until its deadline
+        (``timeout_seconds`` from now, Worker clock), or withdrawn at once while a steered
+        message waits. A call that is not running gets a withdrawn question that is not kept.
+        """
+        state = AGENT_STATE.get(context)
+        record = AGENT_TOOL_CALLS.get(context, request.tool_call_id)
+        return RPCResult(
+            open_question(
+                context,
+                request,
+                record,
+                turn_id=state.turn_id if state is not None else None,
+                steer_pending=_steer_pending(self, context),
+            )
+        )
+
+    @rpc(lock_attributes=(ELICITATIONS.lock(),))
+    def answer_elicitation(
+        self, context: Context, answer: ElicitationAnswer
+    ) -> RPCResult[ElicitationAnswerResult]:
+        """Platform addition: the user's answer to a pending question of an MCP server.
+
+        Locks ELICITATIONS; checks the action, the deadline and (``accept`` on a form) the
+        content against the server's schema, then stores the answer and bumps
+        ``ELICITATION_VERSION`` in one commit, which wakes the waiting tool Step. Refused
+        (nothing changes, except that a question past its deadline is expired):
+        ``not_pending``, ``expired``, ``invalid`` with messages per field, ``bad_action``.
+        """
+        state = AGENT_STATE.get(context)
+        return RPCResult(
+            answer_question(context, answer, turn_id=state.turn_id if state is not None else None)
+        )
+
+    @rpc
+    def get_elicitation(
+        self, context: Context, request: ElicitationRef
+    ) -> RPCResult[ElicitationState]:
+        """Platform addition: one question by ID and ``ELICITATION_VERSION`` (read-only)."""
+        return RPCResult(state_of(context, request.elicitation_id))
+
+    @rpc(lock_attributes=(ELICITATIONS.lock(),))
+    def close_elicitation(
+        self, context: Context, request: ElicitationRef
+    ) -> RPCResult[ElicitationState]:
+        """Platform addition: expire a question still pending past its deadline (Worker
+        clock); the waiting tool Step calls it at the deadline. Locks ELICITATIONS."""
+        return RPCResult(expire_question(context, request.elicitation_id))
+
     @rpc(is_transactional=True)
     def execute_plan(
         self, context: Context, request: PlanExecutionRequest
@@ -411,6 +487,11 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 plan=_visible_plan(AGENT_PLAN.get(context)),
                 plan_execution_requested=PLAN_EXECUTIONS.size(context) > 0,
                 summary=snapshot_summary(context),
+                pending_elicitations=pending_questions(
+                    context,
+                    state.turn_id if state is not None else None,
+                    {record.tool_call_id: record for record in tool_calls},
+                ),
             )
         )
 

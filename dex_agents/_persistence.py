@@ -11,6 +11,7 @@ from typing import cast
 from dex import Attribute, AttributeMap, Channel, ChannelMap
 
 from dex_agents._records import (
+    AgentElicitation,
     AgentInterrupt,
     AgentInterruptResolution,
     AgentMessage,
@@ -78,6 +79,19 @@ INTERRUPT_RESOLUTIONS: ChannelMap[AgentInterruptResolution] = ChannelMap(
 #: ``ToolCallResults`` Channel (internal).
 TOOL_CALL_RESULTS: Channel[ToolCallCompleted] = Channel("TOOL_CALL_RESULTS", ToolCallCompleted)
 
+#: The questions MCP servers asked during the running turn's tool calls, open and answered
+#: (platform addition, MCP elicitation): an answered one is kept until the turn ends, so a
+#: retried attempt of the call that asks the same question gets the same answer. Every writer
+#: holds its lock: the elicitation RPCs, ResumeTurn of a steering session and the tool failure
+#: routes; the Steps that end a turn delete it.
+ELICITATIONS: Attribute[list[AgentElicitation]] = Attribute(
+    "ELICITATIONS", cast(type[list[AgentElicitation]], list[AgentElicitation])
+)
+#: Grows by one with every change to ``ELICITATIONS`` (platform addition): a tool Step waiting
+#: for an answer waits for it to pass the value it saw (``wait_for_attribute_match``) instead of
+#: polling.
+ELICITATION_VERSION: Attribute[int] = Attribute("ELICITATION_VERSION", int)
+
 #: Sender IDs (``AgentUserMessage.client_id``) of the user messages ``send_user_message``
 #: accepted, each with its acceptance time as ISO 8601 UTC (platform addition): a message sent
 #: again under the same ID is not queued twice, so a sender may retry a send whose answer it
@@ -106,6 +120,8 @@ SHARED_DEFINITIONS = (
     AGENT_PLAN,
     PLAN_EXECUTIONS,
     ACCEPTED_CLIENT_IDS,
+    ELICITATIONS,
+    ELICITATION_VERSION,
 )
 
 #: ``ContextSummary`` Attribute (platform addition, ``AgentSessionOptions.compaction``): the

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dex import (
     AsyncContext,
+    Context,
     RetryPolicy,
     Step,
     StepDecision,
@@ -68,6 +69,12 @@ from dex_agents._contract import (
     build_turn_failure_note,
     require_user_message,
 )
+from dex_agents._elicitation import (
+    WITHDRAWN_CALL_ENDED,
+    WITHDRAWN_STEERED,
+    clear_questions,
+    withdraw_questions,
+)
 from dex_agents._events import AgentEventType, AgentEventWriter
 from dex_agents._observer import (
     AgentSessionChange,
@@ -83,6 +90,7 @@ from dex_agents._persistence import (
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
     BUILTIN_WAKEUPS,
+    ELICITATIONS,
     FRAMEWORK_RUN_STATE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
@@ -237,7 +245,7 @@ STEER_DRAIN_LIMIT = 1000
 SUPERSEDED_BY_STEER_MESSAGE = "Withdrawn: a steered user message superseded this tool call."
 
 
-def _steer_pending(flow: AgentSessionFlow, context: AsyncContext) -> bool:
+def _steer_pending(flow: AgentSessionFlow, context: Context) -> bool:
     """True when the session steers and a steered message waits to reach the model (platform
     addition): one still in ``STEERED_USER_MESSAGES``, or one a Step already took."""
     if not flow.options.steering:
@@ -293,6 +301,8 @@ def _tool_step_options(
     timeout_seconds: float | None = None,
     **loads: Any,
 ) -> StepOptions:
+    # The failure routes withdraw the call's pending MCP elicitations (platform addition).
+    failure_options = _sync_options(execute_lock_attributes=(ELICITATIONS.lock(),), **loads)
     route: type[Step[str]]
     if effect.retries:
         retry = _TOOL_RETRY
@@ -307,7 +317,7 @@ def _tool_step_options(
         execute_method_timeout=timeout,
         execute_retry=retry,
         **loads,
-    ).on_execute_failure_proceed_to(route, _sync_options(**loads))
+    ).on_execute_failure_proceed_to(route, failure_options)
 
 
 def tool_options(
@@ -384,10 +394,11 @@ COMPACTING_RUN_MODEL_OPTIONS = replace(
     RUN_MODEL_OPTIONS, execute_load_attribute_maps=(AGENT_TOOL_CALLS,)
 )
 RESUME_TURN_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALLS,))
-#: ResumeTurn of a steering session: it may withdraw approvals, so it locks PendingInterrupts.
+#: ResumeTurn of a steering session: it may withdraw approvals and MCP elicitations, so it
+#: locks PendingInterrupts and Elicitations.
 STEERING_RESUME_TURN_OPTIONS = _sync_options(
     execute_load_attribute_maps=(AGENT_TOOL_CALLS,),
-    execute_lock_attributes=(PENDING_INTERRUPTS.lock(),),
+    execute_lock_attributes=(PENDING_INTERRUPTS.lock(), ELICITATIONS.lock()),
 )
 
 
@@ -838,6 +849,7 @@ class RunModel(_SessionStep, Step[None]):
             FRAMEWORK_RUN_STATE.delete(context)
         for tool_call_id in recorded:
             AGENT_TOOL_CALLS.delete(context, tool_call_id)
+        clear_questions(context)
         AGENT_STATE.set(
             context,
             replace(
@@ -1216,10 +1228,16 @@ def _record_recovery(
 ) -> StepDecision:
     """Make a tool call's open record final after its Step failed (seed "Effects and
     policies"): ``status_for(record)`` with the recovery detail in ``error``, then publish.
-    A record that is already final ends the Step without publishing again."""
+    A record that is already final ends the Step without publishing again. Questions of MCP
+    servers the call left pending (a Worker killed while one waited) are withdrawn."""
     record = _open_record(context, tool_call_id)
     if record is None:
         return dead_end()
+    withdraw_questions(
+        context,
+        lambda item: item.turn_id == record.turn_id and item.tool_call_id == tool_call_id,
+        WITHDRAWN_CALL_ENDED,
+    )
     events = AgentEventWriter(flow.agent_events, context, record.turn_id)
     try:
         final = replace(record, status=status_for(record), error=_recovery_detail(context))
@@ -1276,6 +1294,9 @@ class ResumeTurn(_SessionStep, Step[int]):
         """Keep ``steered`` for the next model call and withdraw the turn's pending approvals."""
         STEERED_FOR_TURN.set(context, list(STEERED_FOR_TURN.get(context) or []) + steered)
         turn_id = state.turn_id if state is not None else None
+        # Questions of MCP servers the turn's running calls wait on end cancelled; their
+        # Steps wake on the version change and answer the servers.
+        withdraw_questions(context, lambda item: item.turn_id == turn_id, WITHDRAWN_STEERED)
         for record in _load_all(context).values():
             if not record.status.is_final and record.tool_name in _WAITING_BUILTINS:
                 # Ends a durable wait or an open question early (its Step records the outcome).
@@ -1357,6 +1378,7 @@ class RecordTurnFailure(_SessionStep, Step[None]):
         for pending in (PENDING_TIMER, PENDING_USER_INPUT):
             if pending.get(context) is not None:
                 pending.delete(context)
+        clear_questions(context)
         if taken:
             # Steered messages no model call saw: steered again, so they start the next turn.
             for item in taken:

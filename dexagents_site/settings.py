@@ -21,7 +21,8 @@ Environment variables:
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
     DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES, DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES,
     DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_QUEUED_MESSAGES (default 20),
-    DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50),
+    DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50), DEXAGENTS_ELICITATION_TIMEOUT (seconds a
+    user may take to answer an MCP server's question, default 600),
     LOG_LEVEL (default INFO), DEXAGENTS_LOG_FORMAT (plain|json, default plain),
     DEXAGENTS_METRICS_TOKEN (bearer token for /metrics; unset: loopback callers only),
     DEXAGENTS_WORKER_NAME (heartbeat ID of a Dex worker; default host-pid),
@@ -466,6 +467,11 @@ DEXAGENTS: dict[str, Any] = {
     "TOOL_RESULT_IMAGES_MAX_BYTES": env_int(
         "DEXAGENTS_TOOL_RESULT_IMAGES_MAX_BYTES", 1024 * 1024, minimum=0,
         maximum=3 * 1024 * 1024,
+    ),
+    # Seconds a user may take to answer a question an MCP server asks during a tool call
+    # (an agent definition may set its own); unanswered, the server is told "cancel".
+    "ELICITATION_TIMEOUT": env_int(
+        "DEXAGENTS_ELICITATION_TIMEOUT", 600, minimum=1, maximum=30 * 24 * 3600
     ),
 }
 

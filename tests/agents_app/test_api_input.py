@@ -121,3 +121,37 @@ def test_message_page_query_is_checked(
     response = owner_client.get(f"{MESSAGES}?{query}")
     assert response.status_code == 400
     assert list(response.json()) == [query.split("=", 1)[0]]
+
+
+ELICITATION = f"/api/v1/sessions/{SESSION_ID}/elicitations/turn-1.call_1.0123456789abcdef/"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "action"),
+        ({"action": "maybe"}, "action"),
+        ({"action": 1}, "action"),
+        ({"action": "accept", "content": ["Ada"]}, "content"),
+        ({"action": "accept", "content": "Ada"}, "content"),
+    ],
+)
+def test_an_elicitation_answer_is_an_action_and_an_object(
+    owner_client: APIClient, owned_session: Any, body: dict[str, Any], field: str
+) -> None:
+    response = owner_client.post(ELICITATION, body, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [field]
+
+
+def test_only_the_owner_answers_an_mcp_servers_question(
+    owned_session: Any, staff_client: APIClient, other_client: APIClient,
+    anonymous_client: APIClient, owner_client: APIClient,
+) -> None:
+    """Checked before Dex is asked: the engine is down, so an allowed request answers 503."""
+    body = {"action": "decline"}
+    assert anonymous_client.post(ELICITATION, body, format="json").status_code == 401
+    assert other_client.post(ELICITATION, body, format="json").status_code == 404
+    refused = staff_client.post(ELICITATION, body, format="json")
+    assert refused.status_code == 403, refused.content
+    assert owner_client.post(ELICITATION, body, format="json").status_code == 503

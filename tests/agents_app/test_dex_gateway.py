@@ -1,12 +1,14 @@
 """The gateway's conversions and error translation (no engine needed)."""
 
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from agents_app import dex_gateway
 from dex_agents import (
+    AgentElicitation,
     AgentInterrupt,
     AgentMessage,
     AgentPlan,
@@ -202,6 +204,82 @@ def test_snapshot_to_data_shapes_questions_waits_and_plans() -> None:
     assert data["plan_execution_requested"] is True
 
 
+def test_snapshot_to_data_shapes_the_questions_of_mcp_servers() -> None:
+    asked = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    form = AgentElicitation(
+        elicitation_id="turn-1.call_1.0123456789abcdef",
+        tool_call_id="call_1",
+        tool_name="everything__trigger-elicitation-request",
+        turn_id="turn-1",
+        server_name="everything",
+        mode="form",
+        message="Who are you?",
+        requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+        url="",
+        server_elicitation_id="",
+        requested_at=asked,
+        deadline=asked + timedelta(minutes=10),
+    )
+    link = replace(
+        form,
+        elicitation_id="turn-1.call_2.fedcba9876543210",
+        tool_call_id="call_2",
+        mode="url",
+        message="Sign in",
+        requested_schema=None,
+        url="https://example.com/sign-in",
+        server_elicitation_id="sign-in-1",
+    )
+    snapshot = AgentSnapshot(
+        state=AgentState(status=AgentStatus.RUNNING_TOOLS, turn_number=1, turn_id="turn-1"),
+        messages=[],
+        pending_interrupts=[],
+        tool_calls=[],
+        usage=AgentUsage(),
+        queued_message_count=0,
+        pending_elicitations=[form, link],
+    )
+    data = dex_gateway.snapshot_to_data(snapshot)
+    # Dex keeps JSON keys sorted; the server's order of the properties comes back.
+    ordered = replace(
+        form,
+        requested_schema={"properties": {"a": {"type": "string"}, "b": {"type": "string"}}},
+        field_order=["b", "a"],
+    )
+    shaped = dex_gateway.elicitation_to_data(ordered)
+    assert list(shaped["requested_schema"]["properties"]) == shaped["field_order"] == ["b", "a"]
+    assert data["pending_elicitations"] == [
+        {
+            "kind": "elicitation",
+            "elicitation_id": "turn-1.call_1.0123456789abcdef",
+            "call_id": "call_1",
+            "tool_name": "everything__trigger-elicitation-request",
+            "server": "everything",
+            "mode": "form",
+            "message": "Who are you?",
+            "requested_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "field_order": ["name"],
+            "url": None,
+            "requested_at": "2026-01-01T12:00:00+00:00",
+            "deadline": "2026-01-01T12:10:00+00:00",
+        },
+        {
+            "kind": "elicitation",
+            "elicitation_id": "turn-1.call_2.fedcba9876543210",
+            "call_id": "call_2",
+            "tool_name": "everything__trigger-elicitation-request",
+            "server": "everything",
+            "mode": "url",
+            "message": "Sign in",
+            "requested_schema": None,
+            "field_order": [],
+            "url": "https://example.com/sign-in",
+            "requested_at": "2026-01-01T12:00:00+00:00",
+            "deadline": "2026-01-01T12:10:00+00:00",
+        },
+    ]
+
+
 def test_snapshot_before_start_reports_starting() -> None:
     snapshot = AgentSnapshot(
         state=None,
@@ -216,6 +294,7 @@ def test_snapshot_before_start_reports_starting() -> None:
     assert data["turn_mode"] == "chat"
     assert data["pending_input"] is data["pending_timer"] is data["plan"] is None
     assert data["plan_execution_requested"] is False
+    assert data["pending_elicitations"] == []
 
 
 def test_tool_policies_follow_the_agent_config() -> None:
@@ -247,6 +326,12 @@ def test_tool_policies_follow_the_agent_config() -> None:
         # The Step gets the backstop limit; the runner enforces the MCP request's 5 s itself.
         "docs__fetch": ToolPolicy(ToolEffect.READ, False, timeout_seconds=45, retries=0),
     }
+    # A user answering the server's question stops the request's clock, not the Step's.
+    with_questions = dex_gateway.tool_policies_build(
+        agent_config={**config, "elicitation_timeout_seconds": 600}
+    )
+    assert with_questions["docs__fetch"].timeout_seconds == 645
+    assert with_questions["search__web_search"].timeout_seconds is None
 
 
 def test_run_turns_a_missed_deadline_into_engine_unavailable() -> None:

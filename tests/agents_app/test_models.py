@@ -82,9 +82,13 @@ def test_agent_config_snapshots_model_prompt_and_exposable_tools() -> None:
                 "step_timeout_seconds": 60 + 30 + 10,
             },
         ],
+        "elicitation_timeout_seconds": 600,
     }
     narrowed = agent.agent_config(tool_names=["search__web_search", "off__anything"])
     assert [tool["name"] for tool in narrowed["tools"]] == ["search__web_search"]
+    # MCP servers' questions wait the agent's own time when it sets one.
+    agent.elicitation_timeout_seconds = 90
+    assert agent.agent_config()["elicitation_timeout_seconds"] == 90
 
 
 def test_agent_config_keeps_api_base_and_blank_key_env_as_none() -> None:

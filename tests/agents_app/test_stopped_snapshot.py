@@ -10,6 +10,7 @@ def test_open_tool_calls_of_a_stopped_session_end_as_they_will() -> None:
     snapshot: dict[str, Any] = {
         "status": "running_tools",
         "pending_interrupts": [{"interrupt_id": "turn-1.call_1"}],
+        "pending_elicitations": [{"kind": "elicitation", "call_id": "call_2"}],
         "tool_calls": [
             {"id": "call_1", "status": "awaiting_approval"},
             {"id": "call_2", "status": "pending"},
@@ -21,6 +22,8 @@ def test_open_tool_calls_of_a_stopped_session_end_as_they_will() -> None:
     stopped = snapshot_as_stopped(snapshot=snapshot)
     assert stopped["status"] == "stopped"
     assert stopped["pending_interrupts"] == []
+    # Nobody waits for the answer of an MCP server's question any more.
+    assert stopped["pending_elicitations"] == []
     assert [call["status"] for call in stopped["tool_calls"]] == [
         "cancelled", "outcome_unknown", "outcome_unknown", "succeeded", "rejected",
     ]

@@ -38,6 +38,13 @@ the answer as ``steered=[...]``.
 Tools record each real run in the ``InvocationLog`` of ``SCRIPTED_STATE_DIR`` and some wait at a
 ``FileGate`` named after the tool, so a test can kill the Worker mid-call; ``crash_read`` and
 ``crash_write`` raise on every attempt, and ``hang_read`` sleeps for ``HANG_SECONDS``.
+
+``ask_form`` (a read), ``ask_form_gated`` (a read that waits at its FileGate after the answer)
+and ``ask_form_once`` (a single-attempt write) put ``ASK_FORM_SCHEMA``
+to the user the way an MCP server's ``elicitation/create`` does
+(``dex_agents.ToolCallElicitations``, through a Dex client of the Worker's own), waiting
+``elicitation_timeout`` seconds of the agent config (default 600), and return the outcome:
+``"<action> <content as JSON>"`` and the note for the model, if any.
 """
 
 from __future__ import annotations
@@ -50,15 +57,26 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from dex import Context, RPCResult, rpc
+from dex import (
+    AsyncClient,
+    BlobCacheConfig,
+    ClientOptions,
+    Context,
+    Registry,
+    RPCResult,
+    open_blob_cache,
+    rpc,
+)
 
 from dex_agents import (
     DURABLE_WAIT_TOOL,
     PENDING_INTERRUPTS,
     REQUEST_USER_INPUT_TOOL,
     WRITE_TODOS_TOOL,
+    AgentCodecRegistry,
     AgentMessage,
     AgentSessionChange,
+    AgentSessionClient,
     AgentSessionFlow,
     AgentSessionOptions,
     AgentTurnContext,
@@ -73,6 +91,7 @@ from dex_agents import (
     PlanTaskStatus,
     ResolveInterruptRequest,
     SummarizeRequest,
+    ToolCallElicitations,
     ToolCallsRequested,
     ToolEffect,
     ToolExecutionError,
@@ -132,7 +151,22 @@ TOOL_POLICIES = {
     "crash_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
     "huge": ToolPolicy(ToolEffect.READ),
     "hang_read": ToolPolicy(ToolEffect.READ),
+    "ask_form": ToolPolicy(ToolEffect.READ),
+    "ask_form_gated": ToolPolicy(ToolEffect.READ),
+    "ask_form_once": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False),
 }
+#: The form the ``ask_form`` tools ask for.
+ASK_FORM_MESSAGE = "Who are you?"
+ASK_FORM_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
+    "required": ["name"],
+}
+ELICITING_TOOLS = frozenset({"ask_form", "ask_form_gated", "ask_form_once"})
+
 #: Tools that raise an exception other than ToolExecutionError on every attempt.
 CRASHING_TOOLS = frozenset({"crash_read", "crash_write"})
 #: How long ``hang_read`` sleeps: longer than any test waits, so only a timeout ends its call.
@@ -171,8 +205,30 @@ def inputs_path(directory: Path | None = None) -> Path:
     return (directory or state_dir()) / "inputs.jsonl"
 
 
+_SESSION_CLIENTS: dict[tuple[int, str], AgentSessionClient] = {}
+
+
+def session_client(flow_type: str) -> AgentSessionClient:
+    """A client of the Flow ``flow_type`` on the Worker's engine (``DEX_SERVER_ADDRESS``), one
+    per event loop: what a tool Step asks the session's own RPCs through."""
+    key = (id(asyncio.get_running_loop()), flow_type)
+    if key not in _SESSION_CLIENTS:
+        flow = build_flow(flow_type)
+        cache = open_blob_cache(BlobCacheConfig(str(state_dir() / "tool-client-cache"), 1 << 24))
+        client = AsyncClient(
+            Registry([flow], AgentCodecRegistry(), allow_async_handlers=True),
+            cache,
+            ClientOptions(server_address=os.environ["DEX_SERVER_ADDRESS"]),
+        )
+        _SESSION_CLIENTS[key] = AgentSessionClient(client, flow)
+    return _SESSION_CLIENTS[key]
+
+
 class ScriptedRunner:
     """Stateless: everything comes from the turn's messages, run state and records."""
+
+    def __init__(self, flow_type: str = FLOW_TYPE) -> None:
+        self.flow_type = flow_type
 
     # --- CompactingRunner (context compaction) -------------------------------------------
 
@@ -391,7 +447,28 @@ class ScriptedRunner:
             return ToolExecutionResult(HUGE_RESULT)
         if name == "hang_read":
             await asyncio.sleep(HANG_SECONDS)
+        if name in ELICITING_TOOLS:
+            return await self._ask_form(call)
         return ToolExecutionResult(f"{name} ok")
+
+    async def _ask_form(self, call: DeferredToolExecution) -> ToolExecutionResult:
+        seconds = (call.agent_config or {}).get("elicitation_timeout", 600)
+        asker = ToolCallElicitations(
+            session_client(self.flow_type),
+            call,
+            server_name="scripted",
+            timeout=timedelta(seconds=float(seconds)),
+        )
+        outcome = await asker.ask(
+            mode="form", message=ASK_FORM_MESSAGE, requested_schema=ASK_FORM_SCHEMA
+        )
+        invocation_log().record("asked", f"{outcome.action} attempt={call.attempt}")
+        if call.tool_call.tool_name == "ask_form_gated":
+            gate = FileGate(state_dir(), "ask_form_gated")
+            gate.reach()
+            await gate.wait_for_release()
+        text = f"{outcome.action} {json.dumps(outcome.content, sort_keys=True)}"
+        return ToolExecutionResult(f"{text} {outcome.note}".strip())
 
 
 def execute_plan_step(turn: AgentTurnContext) -> AgentTurnOutcome:
@@ -514,7 +591,7 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
     }.get(flow_type)
     flow_class = GatedResolveFlow if flow_type == GATED_RESOLVE_FLOW_TYPE else AgentSessionFlow
     return flow_class(
-        ScriptedRunner(),
+        ScriptedRunner(flow_type),
         flow_type=flow_type,
         options=AgentSessionOptions(
             tool_policies=TOOL_POLICIES,

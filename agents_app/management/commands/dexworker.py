@@ -155,6 +155,10 @@ class Command(BaseCommand):
             WORKER_TASK_SLOTS.set(0)
             await observer.aclose()
             await pool.aclose()
+            # The Dex client the tool Steps asked MCP servers' questions through.
+            from agents_app.dex_gateway import engine_connections_close
+
+            await engine_connections_close()
         self.stdout.write("dexworker stopped")
 
 

@@ -18,9 +18,16 @@
 // / Continue plan posts .../plan/execute/, an answer .../input/. The snapshot is re-read on
 // their events (user_input_requested, user_input_answered, durable_wait_started, plan_updated,
 // plan_started) and after every write.
+//
+// A question an MCP server asks during a running tool call (the snapshot's
+// pending_elicitations, oldest first) shows in the elicitation panel (elicitation_form.mjs):
+// the server's form or link, Submit (or Done), Decline and Cancel, which post
+// .../elicitations/<id>/; a 400 puts the server-checked messages next to their fields. It is
+// re-read on elicitation_requested and elicitation_closed.
 
 import { api } from "./api.mjs";
 import { decisionForm } from "./decision_form.mjs";
+import { contentFrom, elicitationCard, fieldErrors, fieldNodes, rawValues, showFieldErrors } from "./elicitation_form.mjs";
 import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
 import { MessageQueue } from "./message_queue.mjs";
@@ -66,7 +73,9 @@ const state = {
   planRequestedBefore: 0, // snapshot reads started before an accepted execution show it requested
   question: null, // call_id of the question the panel shows
   answering: null, // call_id of an answer in flight or sent
-  composeInstead: null, // call_id of the question the owner chose to write a message instead of
+  composeInstead: null, // call_id (or elicitation ID) the owner chose to write a message instead of
+  elicitation: null, // the elicitation card the panel shows
+  elicitationSending: null, // ID of the elicitation whose answer is in flight or sent
   socket: null,
 };
 
@@ -396,6 +405,10 @@ function describe(event) {
     }
     case "user_input_answered":
       return { kind: "Answered", detail: "the turn goes on with the answer", tone: "ok" };
+    case "elicitation_requested":
+      return { kind: `Question from ${data.server || "the MCP server"}`, detail: `${data.message ?? ""}${data.mode === "url" ? " (a link to open)" : ""}`, tone: "warn" };
+    case "elicitation_closed":
+      return elicitationClosedRow(data);
     case "durable_wait_started": {
       const until = data.fires_at ? new Date(data.fires_at) : null;
       const when = until && !Number.isNaN(until.getTime()) ? `until ${clockTime(until)}` : `${data.duration_seconds ?? "?"} s`;
@@ -416,6 +429,28 @@ function describe(event) {
     default:
       return null;
   }
+}
+
+const ELICITATION_ENDINGS = {
+  accepted: { kind: "Answered", tone: "ok", detail: "the server got the answer" },
+  declined: { kind: "Declined", tone: "warn", detail: "the server was told no" },
+  cancelled: { kind: "Question cancelled", tone: "muted", detail: "the server was told cancel" },
+  expired: { kind: "Question expired", tone: "warn", detail: "no answer before the deadline; the server was told cancel" },
+  withdrawn: { kind: "Question withdrawn", tone: "muted", detail: "the server was told cancel" },
+};
+const WITHDRAWN_REASONS = {
+  steered: "a steered message superseded it",
+  call_ended: "the tool call ended",
+  superseded: "the server asked something else",
+  not_running: "the tool call was not running",
+};
+
+function elicitationClosedRow(data) {
+  const ending = ELICITATION_ENDINGS[data.status] ?? { kind: "Question closed", tone: "muted", detail: data.status ?? "" };
+  let detail = ending.detail;
+  if (data.status === "withdrawn" && data.reason) detail = `${WITHDRAWN_REASONS[data.reason] ?? data.reason}; ${detail}`;
+  if (data.reused) detail = `${detail} (the answer given before the call was retried)`;
+  return { kind: ending.kind, detail, tone: ending.tone };
 }
 
 const QUEUE_CHANGES = {
@@ -821,9 +856,12 @@ function showComposer() {
   if (!composer) return;
   const canSend = Boolean(state.snapshot?.can_send ?? config.canSend);
   const asking = state.question !== null && state.composeInstead !== state.question;
-  composer.hidden = !canSend || asking;
+  const eliciting = state.elicitation !== null && state.composeInstead !== state.elicitation.id;
+  composer.hidden = !canSend || asking || eliciting;
   const alternative = document.querySelector("#user-input .input-alternative");
   if (alternative) alternative.hidden = !asking;
+  const elsewhere = document.querySelector("#elicitation .input-alternative");
+  if (elsewhere) elsewhere.hidden = !eliciting;
 }
 
 /** Answer the open question (POST .../input/). */
@@ -864,6 +902,117 @@ function onChoiceClick(event) {
 /** Show the composer while a question is open; the next question hides it again. */
 function composeInstead() {
   state.composeInstead = state.question;
+  showComposer();
+  document.getElementById("composer-text")?.focus();
+}
+
+// ---------------------------------------------------------------- questions of MCP servers
+
+/** Show the oldest question an MCP server waits on (or hide the panel); a new one gets a
+ * fresh form and the focus. */
+function renderElicitation() {
+  const snapshot = state.snapshot;
+  const pending = snapshot?.status === "stopped" ? [] : (snapshot?.pending_elicitations ?? []);
+  const card = elicitationCard(pending[0] ?? null);
+  const panel = byId("elicitation");
+  const isNew = card !== null && card.id !== state.elicitation?.id;
+  state.elicitation = card;
+  if (!card) {
+    const hadFocus = !panel.hidden && panel.contains(document.activeElement);
+    panel.hidden = true;
+    state.elicitationSending = null;
+    showComposer();
+    if (hadFocus) document.getElementById("composer-text")?.focus({ preventScroll: true });
+    return;
+  }
+  panel.hidden = false;
+  const form = document.getElementById("elicitation-form");
+  if (isNew) {
+    panel.dataset.elicitation = card.id;
+    panel.dataset.mode = card.mode;
+    byId("elicitation-server").textContent = card.server;
+    byId("elicitation-tool").textContent = card.toolName;
+    byId("elicitation-heading").textContent = card.message;
+    const deadline = byId("elicitation-deadline");
+    if (card.deadline) deadline.dataset.deadline = card.deadline;
+    else delete deadline.dataset.deadline;
+    const link = byId("elicitation-link");
+    link.hidden = card.mode !== "url";
+    const anchor = byId("elicitation-url");
+    anchor.href = card.mode === "url" ? card.url : "about:blank";
+    anchor.textContent = card.url;
+    byId("elicitation-fields").replaceChildren(...fieldNodes(card.fields, "elicitation-field", { disabled: !form }));
+    if (form) {
+      byId("elicitation-submit").textContent = card.mode === "url" ? "Done" : "Submit";
+      showElicitationError("");
+      byId("elicitation-state").textContent = "";
+    }
+  }
+  const more = pending.length - 1;
+  byId("elicitation-more").textContent = more > 0 ? `${more} more question${more === 1 ? "" : "s"} wait after this one.` : "";
+  refreshCountdowns(panel);
+  const sending = state.elicitationSending === card.id;
+  if (form) for (const button of form.querySelectorAll("button")) button.disabled = sending;
+  showComposer();
+  if (isNew && form && state.composeInstead !== card.id) {
+    const target = form.querySelector("input, select") ?? byId("elicitation-submit");
+    target.focus({ preventScroll: true });
+  }
+}
+
+function showElicitationError(text) {
+  const node = document.getElementById("elicitation-error");
+  if (!node) return;
+  node.textContent = text;
+  node.hidden = !text;
+}
+
+const ELICITATION_SENT = { accept: "Answer sent.", decline: "Declined.", cancel: "Cancelled." };
+
+/** Answer the shown question with `action` (POST .../elicitations/<id>/): `accept` sends the
+ * form's values (none in URL mode). A 400 shows the server's messages next to their fields. */
+async function answerElicitation(action) {
+  const card = state.elicitation;
+  if (!card || state.elicitationSending === card.id) return;
+  const form = byId("elicitation-form");
+  const body = { action };
+  if (action === "accept" && card.mode === "form") body.content = contentFrom(card.fields, rawValues(card.fields, form));
+  state.elicitationSending = card.id;
+  showElicitationError("");
+  showFieldErrors(card.fields, form, { fields: {}, form: [] });
+  renderElicitation();
+  const note = byId("elicitation-state");
+  note.textContent = "Sending…";
+  try {
+    await api(`${sessionPath}elicitations/${encodeURIComponent(card.id)}/`, { method: "POST", body });
+    note.textContent = ELICITATION_SENT[action];
+  } catch (error) {
+    state.elicitationSending = null;
+    note.textContent = "";
+    renderElicitation();
+    if (error.status === 400) {
+      const errors = fieldErrors(card.fields, error.body);
+      const first = showFieldErrors(card.fields, form, errors);
+      showElicitationError(errors.form.length ? errors.form.join(" ") : "Some answers need a change: see the messages under their fields.");
+      first?.focus();
+    } else if (error.status === 409) {
+      showElicitationError("This question no longer waits for an answer: it was answered, expired or withdrawn.");
+    } else {
+      showElicitationError(`Not sent: ${error.message}`);
+    }
+  }
+  loadSnapshot();
+}
+
+function onElicitationClick(event) {
+  const button = event.target.closest("button[data-action]");
+  if (!button || button.disabled) return;
+  answerElicitation(button.dataset.action);
+}
+
+/** Show the composer while a server's question is open; a new question hides it again. */
+function composeInsteadOfElicitation() {
+  state.composeInstead = state.elicitation?.id ?? null;
   showComposer();
   document.getElementById("composer-text")?.focus();
 }
@@ -933,6 +1082,7 @@ function applySnapshot(snapshot, queueRead, snapshotRead) {
       renderTimer();
       renderSummary(snapshot.summary);
       renderQuestion();
+      renderElicitation();
     },
     { force: first },
   );
@@ -1051,6 +1201,8 @@ function onEvent(frame) {
       hintStatus("waiting_for_user_input");
       scheduleSnapshot();
       break;
+    case "elicitation_requested":
+    case "elicitation_closed":
     case "user_input_answered":
     case "durable_wait_started":
     case "plan_updated":
@@ -1221,6 +1373,15 @@ if (answerForm) {
   byId("user-input-choices").addEventListener("click", onChoiceClick);
   byId("user-input-compose").addEventListener("click", composeInstead);
 }
+const elicitationForm = document.getElementById("elicitation-form");
+if (elicitationForm) {
+  elicitationForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    answerElicitation("accept");
+  });
+  elicitationForm.addEventListener("click", onElicitationClick);
+  byId("elicitation-compose").addEventListener("click", composeInsteadOfElicitation);
+}
 byId("plan-execute").addEventListener("click", executePlan);
 byId("load-older").addEventListener("click", loadOlder);
 byId("queue-list").addEventListener("click", onQueueClick);
@@ -1244,6 +1405,7 @@ setInterval(() => {
 }, FALLBACK_REFRESH_MS);
 setInterval(() => {
   if (state.snapshot?.pending_timer) renderTimer();
+  if (state.elicitation) refreshCountdowns(byId("elicitation"));
   const list = byId("pending-approval-list");
   refreshCountdowns(list);
   // Dex refuses a decision after the deadline, so expired calls offer none.

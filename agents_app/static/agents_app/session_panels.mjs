@@ -10,10 +10,14 @@ const PLAN_STATUS_TEXT = { draft: "Draft", active: "Active", completed: "Complet
 
 /**
  * The header badge: `{key, text}`, where `key` names the CSS class (`status-<key>`). A pending
- * approval and a running durable wait say more than the status alone ("Running tools").
+ * approval, a question of an MCP server and a running durable wait say more than the status
+ * alone ("Running tools").
  */
 export function statusBadge(status, snapshot, labels = {}) {
   if (status !== "stopped" && snapshot?.awaiting_approval) return { key: "awaiting_approval", text: "Waiting for approval" };
+  if (status === "running_tools" && snapshot?.pending_elicitations?.length) {
+    return { key: "waiting_for_user_input", text: labels.waiting_for_user_input ?? "Waiting for an answer" };
+  }
   if (status === "running_tools" && snapshot?.pending_timer) return { key: "waiting_for_timer", text: "Waiting on a timer" };
   return { key: status, text: labels[status] ?? status };
 }

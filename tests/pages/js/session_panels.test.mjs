@@ -126,6 +126,9 @@ test("the status badge names a pending approval and a durable wait", () => {
   assert.deepEqual(statusBadge("running_tools", { awaiting_approval: true }, labels), { key: "awaiting_approval", text: "Waiting for approval" });
   assert.deepEqual(statusBadge("running_tools", { pending_timer: { fires_at: "x" } }, labels), { key: "waiting_for_timer", text: "Waiting on a timer" });
   assert.deepEqual(statusBadge("waiting_for_user_input", {}, labels), { key: "waiting_for_user_input", text: "Waiting for an answer" });
+  // A tool call waits for the answer to an MCP server's question.
+  assert.deepEqual(statusBadge("running_tools", { pending_elicitations: [{ elicitation_id: "e" }] }, labels), { key: "waiting_for_user_input", text: "Waiting for an answer" });
+  assert.deepEqual(statusBadge("running_tools", { pending_elicitations: [] }, labels), { key: "running_tools", text: labels.running_tools });
   assert.deepEqual(statusBadge("stopped", { awaiting_approval: true }, { stopped: "Stopped" }), { key: "stopped", text: "Stopped" });
   assert.deepEqual(statusBadge("mystery", null, labels), { key: "mystery", text: "mystery" });
 });
