@@ -20,8 +20,10 @@ from mcp.types import (
 )
 
 from dex_agents import elicitation_content_check, elicitation_form
-from mcp_registry.client import McpClientPool, McpServerSpec
+from mcp_registry.client import McpClientPool, McpScope, McpServerSpec
 
+# A question goes to a call of the agent session its connection serves.
+SESSION = McpScope("ses_asking", "7")
 FORM_TOOL = "trigger-elicitation-request"
 URL_TOOL = "trigger-url-elicitation"
 
@@ -48,7 +50,7 @@ async def test_a_form_question_reaches_on_elicit_and_its_answer_the_tool_result(
     async with McpClientPool() as pool:
         output = await pool.call_tool(
             everything_spec, FORM_TOOL, {}, idempotency_key=None, timeout=None,
-            on_elicit=on_elicit,
+            on_elicit=on_elicit, scope=SESSION,
         )
     [params] = asked
     assert isinstance(params, ElicitRequestFormParams)
@@ -101,7 +103,7 @@ async def test_decline_and_cancel_reach_the_server(
     async with McpClientPool() as pool:
         output = await pool.call_tool(
             everything_spec, FORM_TOOL, {}, idempotency_key=None, timeout=None,
-            on_elicit=on_elicit,
+            on_elicit=on_elicit, scope=SESSION,
         )
     assert expected in output.text
     assert raw_result(output.text) == {"action": action}
@@ -122,7 +124,7 @@ async def test_a_url_question_carries_its_url_and_id(everything_spec: McpServerS
              "elicitationId": "sign-in-1"},
             idempotency_key=None,
             timeout=None,
-            on_elicit=on_elicit,
+            on_elicit=on_elicit, scope=SESSION,
         )
     [params] = asked
     assert isinstance(params, ElicitRequestURLParams)
@@ -138,4 +140,26 @@ async def test_without_on_elicit_the_question_is_declined(everything_spec: McpSe
         output = await pool.call_tool(
             everything_spec, FORM_TOOL, {}, idempotency_key=None, timeout=None
         )
+    assert raw_result(output.text) == {"action": "decline"}
+
+
+async def test_a_question_on_a_shared_connection_is_declined(
+    everything_spec: McpServerSpec,
+) -> None:
+    """On a connection every user's calls share, a question may come from any user's earlier
+    call: it is declined, never shown to whoever is calling now."""
+    from dataclasses import replace
+
+    asked: list[ElicitRequestParams] = []
+
+    async def on_elicit(params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params)
+        return ElicitResult(action="accept", content={"name": "Ada Lovelace"})
+
+    async with McpClientPool() as pool:
+        output = await pool.call_tool(
+            replace(everything_spec, isolation="shared"), FORM_TOOL, {}, idempotency_key=None,
+            timeout=None, on_elicit=on_elicit, scope=SESSION,
+        )
+    assert asked == []
     assert raw_result(output.text) == {"action": "decline"}
