@@ -73,6 +73,10 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
         401, 401, 404, ENGINE, 403,
     ),
     ("api/v1/sessions/<str:session_id>/input/", "POST"): (401, 401, 404, 400, 403),
+    # Only the owner answers an MCP server's question (staff may read it, not answer).
+    ("api/v1/sessions/<str:session_id>/elicitations/<str:elicitation_id>/", "POST"): (
+        401, 401, 404, 400, 403,
+    ),
     ("api/v1/sessions/<str:session_id>/plan/execute/", "POST"): (401, 401, 404, 400, 403),
     ("api/v1/sessions/<str:session_id>/history/", "GET"): (401, 401, 404, ENGINE, ENGINE),
     # Owner or staff may stop a session.
@@ -206,6 +210,7 @@ def path_values(owner: Any) -> dict[str, Callable[[], str]]:
         "session_id": lambda: SESSION_ID,
         "message_id": lambda: "0190f5c2-7a1b-7c3d-8e4f-000000000001",
         "interrupt_id": lambda: "turn_1.call_1",
+        "elicitation_id": lambda: "turn-1.call_1.0123456789abcdef",
         "token_id": lambda: str(api_token_create(user=owner, name="target")[0].pk),
     }
 
@@ -254,7 +259,7 @@ def test_staff_writes_to_someone_elses_session_say_why(world: dict[str, Any]) ->
     values = path_values(world["owner"])
     owner_only = [row for row, expected in MATRIX.items() if expected[3:] == (400, 403)
                   or (expected[3] == ENGINE and expected[4] == 403)]
-    assert len(owner_only) == 6
+    assert len(owner_only) == 7
     for route, method in owner_only:
         response = world["clients"]["staff"].generic(
             method, fill(route, values), "{}", "application/json"

@@ -28,6 +28,7 @@ PATH_ARGUMENTS = {
     "session_id": SESSION_ID,
     "message_id": "01920000-0000-7000-8000-000000000001",
     "interrupt_id": "turn-1.call_1",
+    "elicitation_id": "turn-1.call_1.0123456789abcdef",
     "token_id": "1",
 }
 
