@@ -401,13 +401,17 @@ class Connection:
             self._loop.call_later(0.5, self._report)
 
     def _stderr_ended(self) -> None:
-        # Every process of the group closed its stderr: the server is gone.
+        # Every process of the group closed its stderr: the server is gone. No new request
+        # may use the connection; one in flight may still get the answer the server wrote
+        # before it exited (its stdout is read to the end, in order), so the connection is
+        # left to the transport's own end of file, and closed once nothing is in flight.
         if self._state == "running" and not self._closing:
             code = self.stderr.exit_code if self.stderr else None
             self._exit_code = code
             self._end("exited", f"the server process {exit_status_text(code)}")
             self.broken = True
-            self._stop.set()
+            if self.requests_in_flight == 0:
+                self._stop.set()
 
     def _end(self, state: ProcessState, error: str) -> None:
         if self._state in ("starting", "running"):

@@ -568,8 +568,13 @@ class McpClientPool:
     def _release(self, connection: Connection) -> None:
         connection.requests_in_flight -= 1
         connection.last_used = time.monotonic()
-        if connection.requests_in_flight == 0 and self._slot_freed is not None:
-            self._slot_freed.set()
+        if connection.requests_in_flight == 0:
+            key = (connection.spec.name, connection.key)
+            if connection.broken and self._connections.get(key) is connection:
+                # A server that exited while a request was in flight is closed now.
+                self._drop_soon(connection)
+            if self._slot_freed is not None:
+                self._slot_freed.set()
 
     def _drop_soon(self, connection: Connection) -> None:
         key = (connection.spec.name, connection.key)
@@ -594,7 +599,9 @@ class McpClientPool:
             await asyncio.sleep(self._reap_interval)
             now = time.monotonic()
             for connection in list(self._connections.values()):
-                if (
+                if connection.requests_in_flight == 0 and connection.broken:
+                    await self._drop(connection)
+                elif (
                     connection.requests_in_flight == 0
                     and now - connection.last_used >= connection.spec.idle_timeout
                 ):

@@ -5,13 +5,16 @@ answer a call and exit, never answer ``tools/list``, ignore ``server/discover``,
 code in the middle of a call. Run it as ``python tests/mcp_registry/stub_server.py OPTIONS``:
 
 ``--journal PATH``      append one JSON line per request received (method, id, params)
-``--exit-after-call``   exit (code 0) right after answering the first ``tools/call``
+``--exit-after-call``   exit (code 0) right after answering the first ``tools/call`` (journalled
+                        as the method ``exit``)
 ``--ignore-list``       never answer ``tools/list``
 ``--answer-discover``   answer ``server/discover`` with "method not found" (default: ignore it)
 ``--crash-in-call N``   during ``tools/call``, write two stderr lines and exit with code N
 ``--hang-call``         never answer ``tools/call`` (it is still journalled; so is a cancel)
 ``--output-schema``     list ``echo`` with an output schema and answer with structured content
 ``--bad-structured``    answer ``echo`` with structured content that breaks that schema
+``--pad N``             answer ``echo`` with its text followed by N more characters
+``--delay S``           wait S seconds before answering ``tools/call``
 
 Its one tool, ``echo``, answers ``{"text": <arguments.text>}``; ``pid`` answers its PID.
 """
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
 SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
@@ -37,6 +41,8 @@ def main() -> None:
     parser.add_argument("--hang-call", action="store_true")
     parser.add_argument("--output-schema", action="store_true")
     parser.add_argument("--bad-structured", action="store_true")
+    parser.add_argument("--pad", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0)
     options = parser.parse_args()
 
     def journal(message: dict[str, Any]) -> None:
@@ -90,10 +96,12 @@ def main() -> None:
                 os._exit(options.crash_in_call)
             if options.hang_call:
                 continue
+            if options.delay:
+                time.sleep(options.delay)
             if name == "pid":
                 answer(request_id, {"content": [{"type": "text", "text": str(os.getpid())}]})
             else:
-                text = str(arguments.get("text", ""))
+                text = str(arguments.get("text", "")) + "." * options.pad
                 result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
                 if options.bad_structured:
                     result["structuredContent"] = {"text": 42}
@@ -102,6 +110,7 @@ def main() -> None:
                 answer(request_id, result)
             if options.exit_after_call:
                 sys.stdout.flush()
+                journal({"method": "exit"})
                 os._exit(0)
         elif method == "ping":
             answer(request_id, {})

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,27 @@ async def test_an_answered_call_is_its_outcome_whatever_the_connection_does_next
         assert output.text == "hi"
     assert methods(journal).count("tools/call") == 1
     assert "tools/list" not in methods(journal)
+
+
+async def test_an_answer_is_read_although_the_servers_exit_is_seen_first(
+    tmp_path: Path,
+) -> None:
+    """The server answers and exits while the worker's event loop is busy: when the loop runs
+    again, the end of the server's stderr (it exited) is handled before its answer on stdout.
+    That end used to close the connection under the call, which then failed and ran again."""
+    journal = tmp_path / "journal"
+    spec = stub_spec(journal, "--exit-after-call", "--delay", "0.5")
+    async with McpClientPool() as pool:
+        call = asyncio.ensure_future(echo(pool, spec, scope=McpScope("ses_1")))
+        await wait_until("the call to reach the server", lambda: "tools/call" in methods(journal))
+        # Keep the loop busy (blocked on purpose, not waiting for something) until the server
+        # has answered and exited, and a little longer for its guard to end its stderr.
+        deadline = time.monotonic() + 20
+        while "exit" not in methods(journal) and time.monotonic() < deadline:
+            time.sleep(0.01)  # noqa: ASYNC251
+        time.sleep(0.5)  # noqa: ASYNC251
+        assert (await call).text == "hi"
+    assert methods(journal).count("tools/call") == 1
 
 
 async def test_structured_content_is_checked_against_the_schema_stored_at_discovery(
