@@ -246,7 +246,7 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "enabled",
-        "isolation",
+        "isolation_level",
         "process_summary",
         "last_discovery",
         "short_error",
@@ -343,6 +343,10 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
     @admin.display(description="last discovery")
     def last_discovery(self, obj: McpServer) -> str:
         return discovery_describe(obj)
+
+    @admin.display(description="isolation", ordering="isolation")
+    def isolation_level(self, obj: McpServer) -> str:
+        return obj.isolation
 
     @admin.display(description="what crosses between agent sessions")
     def isolation_effect(self, obj: McpServer) -> SafeString:
