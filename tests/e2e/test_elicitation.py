@@ -425,3 +425,7 @@ def test_the_chat_page_answers_a_servers_form(stack: Stack, browser: Browser) ->
     expect(page.get_by_role("textbox", name="Message", exact=True)).to_be_visible()
     expect(staff_view).to_be_hidden()
     assert not errors, errors
+    # Leave no call waiting on a question: the worker's stop would drain it until killed.
+    with stack.api("owner") as owner:
+        assert answer(owner, linked, question_of(owner, linked),
+                      {"action": "cancel"}).status_code == 202
