@@ -21,7 +21,8 @@ through ``turn.agent_config`` and ``call.agent_config``)::
      "supports_images": True | False | None,  # None: LiteLLM's model information
      # context compaction (the platform Flow compacts; see dex_agents._compaction):
      "tool_result_max_chars": 4000, # a longer tool result is cut in the model input (the
-                                    # stored copy stays whole); default: a quarter of the
+                                    # stored copy stays whole up to
+                                    # TOOL_RESULT_MAX_STORED_BYTES); default: a quarter of the
                                     # context window (4 characters a token), else 100,000
      "compaction_model": "openai/gpt-4o-mini",  # the summarizer's model; default: "model"
      "message_retention_limit": 2000,           # read by the session, not the runner
@@ -236,6 +237,11 @@ DEFAULT_TOOL_RESULT_MAX_CHARS = 100_000
 """How much of one tool result the model sees when neither the agent nor the window says."""
 TOOL_RESULT_WINDOW_SHARE = 0.25
 """Without ``tool_result_max_chars``: one tool result may fill this share of the window."""
+TOOL_RESULT_MAX_STORED_BYTES = 1024 * 1024
+"""The most UTF-8 bytes of one tool result's text (or error) a session stores. Results live in
+Dex state, and one value past the 4 MiB a worker loads at once left a session unreadable; a
+longer text is cut here with a note for the model (the model sees at most
+``tool_result_max_chars`` of it anyway)."""
 CHARS_PER_TOKEN = 4
 SUMMARY_INSTRUCTIONS = (
     "Summarize the conversation for context compaction. Merge the previous summary and the "
@@ -1320,8 +1326,8 @@ class LiteLLMRunner:
                     media=limits,
                 )
             except BuiltinToolError as error:
-                raise ToolExecutionError(error.message) from error
-            return ToolExecutionResult(content.encode())
+                raise ToolExecutionError(stored_text(error.message)) from error
+            return ToolExecutionResult(replace(content, text=stored_text(content.text)).encode())
 
         def on_progress(progress: float, total: float | None, message: str | None) -> None:
             call.events.write_event(AgentEventType.TOOL_PROGRESS, {
@@ -1344,9 +1350,9 @@ class LiteLLMRunner:
                 on_elicit=on_elicit, scope=config.scope(call.flow_id),
             )
         except McpToolError as error:
-            raise ToolExecutionError(_with_notes(error.message, asker)) from error
+            raise ToolExecutionError(stored_text(_with_notes(error.message, asker))) from error
         content = output.for_model_content(limits)
-        content = replace(content, text=_with_notes(content.text, asker))
+        content = replace(content, text=stored_text(_with_notes(content.text, asker)))
         return ToolExecutionResult(content.encode())
 
     def _elicit_handler(
@@ -1390,6 +1396,21 @@ class LiteLLMRunner:
     async def aclose(self) -> None:
         """Close the MCP sessions this runner opened."""
         await self._pool.aclose()
+
+
+def stored_text(text: str, limit: int = TOOL_RESULT_MAX_STORED_BYTES) -> str:
+    """``text`` as a session stores it: whole when its UTF-8 form fits in ``limit`` bytes, else
+    its first part (cut between characters) followed by a note saying how much was left out.
+    """
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", errors="ignore")
+    return (
+        f"{kept}\n\n[dexagents] The result was cut to its first {len(kept):,} of "
+        f"{len(text):,} characters ({limit:,} bytes) to fit the session's storage; ask the tool "
+        "for a smaller part if you need the rest."
+    )
 
 
 def _with_notes(text: str, asker: ToolCallElicitations | None) -> str:

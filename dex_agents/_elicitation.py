@@ -29,6 +29,7 @@ import asyncio
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -374,7 +375,10 @@ class ToolCallElicitations:
         sessions: A client of the same Flow on the same engine, usable on the Worker's loop.
         call: The running call (session, record, events).
         server_name: The MCP server, shown to the user.
-        timeout: How long the user may take per question (from when it is first asked).
+        timeout: How long the user may take, in all, to answer the questions of this attempt:
+            each question gets what is left when it is asked (the tool Step's time limit
+            makes room for this much). A question asked once it is used up is declined
+            without asking, with a note for the model.
         wait_cap: The longest single long poll.
     """
 
@@ -391,6 +395,7 @@ class ToolCallElicitations:
         self._call = call
         self._server_name = server_name
         self._timeout = timeout
+        self._left = timeout.total_seconds()
         self._wait_cap = wait_cap
         self._asked: dict[str, int] = {}
         self.notes: list[str] = []
@@ -425,6 +430,12 @@ class ToolCallElicitations:
                 return self._unusable(message, problem)
         else:
             return self._unusable(message, f"its mode {mode!r} is unknown")
+        if self._left <= 0:
+            return self._unusable(
+                message,
+                f"the call's time for questions ({self._timeout.total_seconds():g} s in all) "
+                "is used up",
+            )
         key = json.dumps([mode, message, requested_schema, url, server_elicitation_id],
                          sort_keys=True)
         self._asked[key] = self._asked.get(key, 0) + 1
@@ -437,7 +448,7 @@ class ToolCallElicitations:
             server_elicitation_id=server_elicitation_id,
             server_name=self._server_name,
             occurrence=self._asked[key],
-            timeout_seconds=self._timeout.total_seconds(),
+            timeout_seconds=self._left,
             field_order=[str(name) for name in (requested_schema or {}).get("properties", {})],
         )
         flow_id = self._call.flow_id
@@ -448,7 +459,11 @@ class ToolCallElicitations:
         reused = not state.created and item.status is not ElicitationStatus.PENDING
         if item.status is ElicitationStatus.PENDING:
             self._write(AgentEventType.ELICITATION_REQUESTED, item)
-        final = await self._wait(flow_id, item, state.version)
+        waiting_since = time.monotonic()
+        try:
+            final = await self._wait(flow_id, item, state.version)
+        finally:
+            self._left -= time.monotonic() - waiting_since
         if final is None:  # the session stopped
             note = f"The MCP server's question {message!r} ended unanswered: the session stopped."
             self.notes.append(note)

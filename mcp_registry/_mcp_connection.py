@@ -210,27 +210,53 @@ def startup_failure(
     error = root_cause(error)
     if isinstance(error, McpTransportError):
         return error
+    remote = spec.transport == "streamable_http"
     if isinstance(error, TimeoutError):
-        message = (
-            f"MCP server {spec.name!r} did not finish starting within {spec.startup_timeout:g} s"
-        )
+        what = "answer the MCP handshake" if remote else "finish starting"
+        message = f"MCP server {spec.name!r} did not {what} within {spec.startup_timeout:g} s"
     else:
-        if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
-            reason = "the process closed the connection before the MCP handshake finished"
-        elif isinstance(error, OSError):
+        if isinstance(error, MCPError) and raised_here(error) == "closed":
+            closer = "the server" if remote else "the process"
+            reason = f"{closer} closed the connection before the MCP handshake finished"
+        elif isinstance(error, OSError) and not remote:
             reason = str(error)  # "[Errno 2] No such file or directory: '/srv/x'"
         else:
             reason = connection_failure_text(error)
-        message = f"MCP server {spec.name!r} could not be started: {reason}"
+        started = "reached" if remote else "started"
+        message = f"MCP server {spec.name!r} could not be {started}: {reason}"
     return McpTransportError(with_stderr(message, stderr_tail))
+
+
+def raised_here(error: MCPError) -> str | None:
+    """``"closed"`` or ``"timeout"`` when the SDK raised ``error`` itself (the connection
+    closed, or its request timeout passed), ``None`` when the server sent it.
+
+    The SDK reports both with JSON-RPC codes a server may also send (-32000 and -32001, in
+    the implementation-defined range), so the code alone would take a server's answer for
+    "no answer" and run the call again. The SDK's own errors carry no data and fixed
+    messages (``mcp.shared.jsonrpc_dispatcher``).
+    """
+    if error.data is not None:
+        return None
+    if error.code == CONNECTION_CLOSED and error.message == "Connection closed":
+        return "closed"
+    if (
+        error.code == REQUEST_TIMEOUT
+        and error.message.startswith("Request ")
+        and error.message.endswith(" timed out")
+    ):
+        return "timeout"
+    return None
 
 
 def call_failure(
     spec: McpServerSpec, what: str, error: MCPError, timeout: float | None
 ) -> McpClientError:
-    if error.code == CONNECTION_CLOSED:
+    """The error a caller gets for an ``MCPError`` of ``what`` (see :func:`raised_here`)."""
+    cause = raised_here(error)
+    if cause == "closed":
         return McpTransportError(f"MCP server {spec.name!r} closed the connection during {what}")
-    if error.code == REQUEST_TIMEOUT:
+    if cause == "timeout":
         waited = spec.call_timeout if timeout is None else timeout
         return McpTransportError(
             f"MCP server {spec.name!r} did not answer {what} within {waited:g} s; "
@@ -318,10 +344,6 @@ class Connection:
         #: Requests admitted on this connection and not finished (including the wait for its
         #: start); a connection with none is idle and may be closed.
         self.requests_in_flight = 0
-        #: Requests this side stopped waiting for without an answer (a timeout, a cancelled
-        #: call); the server may still run them, so on a connection that several agent
-        #: sessions share, no log message is a single call's after one.
-        self.abandoned_requests = 0
         self.last_used = time.monotonic()
         self.http_session_id: str | None = None
         self._on_idle_log = on_idle_log
@@ -458,19 +480,15 @@ class Connection:
         """The in-flight call a server message that names no request belongs to, if any.
 
         On a ``session`` connection every call is the same agent session's: the oldest in
-        flight. On a ``user`` connection only an unambiguous owner: the one request in flight,
-        with no request abandoned earlier (the server may still be working, and writing, for
-        that one). On a ``shared`` connection nobody: the message may come from any user's
-        earlier request.
+        flight. On a ``user`` connection the one request in flight, if there is one: every
+        request there is the same user's (a request of theirs that was abandoned earlier may
+        still be running, so the message may belong to another of their sessions, which the
+        level allows). On a ``shared`` connection nobody: the message may come from any
+        user's request.
         """
         if self.single_session:
             return handlers[0] if handlers else None
-        if (
-            self.key.startswith("user ")
-            and self.requests_in_flight == 1
-            and len(handlers) == 1
-            and not self.abandoned_requests
-        ):
+        if self.key.startswith("user ") and self.requests_in_flight == 1 and len(handlers) == 1:
             return handlers[0]
         return None
 

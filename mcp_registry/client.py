@@ -23,7 +23,7 @@ Connections are opened with the ``initialize`` handshake first (every released s
 it); only a server that refuses it as a modern-only server (error -32022) is probed with
 ``server/discover``.
 
-Isolation (ARCHITECTURE.md, "MCP state belongs to one agent session"): :class:`McpClientPool`
+Isolation (docs/mcp-registry.md, "Isolation"): :class:`McpClientPool`
 keeps one connection per server per *scope key*. Every request names an :class:`McpScope` (the
 agent session and its owner), and the server's ``isolation`` decides the key: ``session`` (the
 default: one connection, so one stdio process or one Streamable-HTTP ``Mcp-Session-Id``, per
@@ -38,9 +38,9 @@ Notifications (MCP specification, "Utilities/Progress", "Server features/Logging
 "Server features/Tools/List Changed Notification"): progress for a call goes to that call's
 ``on_progress``. A log message names no request: on a ``session`` connection it goes to the
 oldest call in flight (every call on it belongs to the same agent session); on a ``user``
-connection to a call's ``on_log`` only while that call is the one request in flight and no
-earlier request was abandoned there; on a ``shared`` connection to no call, since any user's
-earlier request may have caused it. Otherwise it goes to the pool's ``on_log`` (the worker's
+connection to a call's ``on_log`` only while that call is the one request in flight (every
+request there is the same user's); on a ``shared`` connection to no call, since any user's
+request may have caused it. Otherwise it goes to the pool's ``on_log`` (the worker's
 log), never to another user's call. A server's question (``elicitation/create``) is routed the
 same way, and declined when no call owns it.
 A ``notifications/tools/list_changed`` marks the server's catalogue stale and is passed to the
@@ -84,14 +84,18 @@ from mcp.types import (
     ReadResourceResult,
 )
 from mcp_types import (
-    CONNECTION_CLOSED,
-    REQUEST_TIMEOUT,
     RequestParamsMeta,
 )
 from pydantic import ValidationError
 
 # The client's parts live in private modules; this module is their public face.
-from mcp_registry._mcp_connection import Connection, call_failure, invoke, log_idle_message
+from mcp_registry._mcp_connection import (
+    Connection,
+    call_failure,
+    invoke,
+    log_idle_message,
+    raised_here,
+)
 from mcp_registry._mcp_connection import ElicitCallback as ElicitCallback
 from mcp_registry._mcp_connection import HttpSessionCallback as HttpSessionCallback
 from mcp_registry._mcp_connection import LogCallback as LogCallback
@@ -691,11 +695,8 @@ class McpClientPool:
                 clock.start()
             request = asyncio.ensure_future(send(client))
             connection.requests[request] = scope
-            answered = False
             try:
-                result = await _await_request(request, clock)
-                answered = True
-                return result
+                return await _await_request(request, clock)
             except _CallTimedOut:
                 raise McpTransportError(
                     f"MCP server {spec.name!r} did not answer {what} within "
@@ -712,15 +713,14 @@ class McpClientPool:
                 raise
             except MCPError as error:
                 # A JSON-RPC error is the server's answer; a timeout is the client giving up.
-                answered = error.code not in (REQUEST_TIMEOUT, CONNECTION_CLOSED)
+                cause = raised_here(error)
                 failure = call_failure(spec, what, error, timeout)
-                if error.code == CONNECTION_CLOSED:
+                if cause == "closed":
                     if await connection.ended_on_its_own():
                         failure = McpTransportError(_crash_message(spec, what, connection))
                     await self._drop(connection)
                 raise failure from error
             except ValidationError as error:
-                answered = True
                 raise McpToolError(
                     f"MCP server {spec.name!r} returned an invalid result for {what}"
                 ) from error
@@ -735,10 +735,6 @@ class McpClientPool:
                 ) from error
             finally:
                 connection.requests.pop(request, None)
-                if not answered:
-                    # Timed out or cancelled here: the server may still be running it, and
-                    # its log messages may still come (see ``Connection.abandoned_requests``).
-                    connection.abandoned_requests += 1
                 if on_log is not None:
                     with contextlib.suppress(ValueError):
                         connection.log_listeners.remove(on_log)

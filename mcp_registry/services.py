@@ -61,7 +61,13 @@ def server_discover_tools(*, server: McpServer) -> list[McpTool]:
     try:
         discovered = async_to_sync(list_tools)(spec)
     except Exception as error:
-        message = f"{type(error).__name__}: {error}"[:LAST_ERROR_MAX_CHARS]
+        from mcp_registry.client import McpClientError
+
+        # The client's own errors are prose already; anything else names its kind.
+        text = error.message if isinstance(error, McpClientError) else (
+            f"{type(error).__name__}: {error}"
+        )
+        message = text[:LAST_ERROR_MAX_CHARS]
         server_record_discovery_error(server=server, message=message)
         logger.warning("Tool discovery failed for MCP server %s: %s", server.name, message)
         raise ToolDiscoveryError(message) from error

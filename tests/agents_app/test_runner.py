@@ -936,3 +936,44 @@ async def test_summarize_and_context_window_errors_through_the_demo_model(
     turn = make_turn(config, [user_message(1, "/context 3\nfar too many words here", "turn-2")])
     with pytest.raises(ContextWindowExceededError, match="maximum context length"):
         await runner.run_model_step(turn)
+
+
+
+STUB_SERVER = Path(__file__).resolve().parents[1] / "mcp_registry" / "stub_server.py"
+
+
+def test_a_stored_tool_result_is_bounded_with_a_note() -> None:
+    from agents_app.runner import stored_text
+
+    assert stored_text("short") == "short"
+    cut = stored_text("é" * 10, limit=7)  # 2 bytes each: three whole characters fit
+    assert cut.startswith("ééé\n\n[dexagents] The result was cut to its first 3 of 10 ")
+    assert "(7 bytes) to fit the session's storage" in cut
+
+
+async def test_a_huge_mcp_result_is_stored_cut_not_whole(tmp_path: Path) -> None:
+    """A 3 MB result (and the model's echo of it) once left the session past what one Dex
+    read can load: unreadable, stuck. The runner stores at most 1 MiB of it."""
+    from agents_app.runner import TOOL_RESULT_MAX_STORED_BYTES
+
+    spec = McpServerSpec(
+        name="stub", transport="stdio", command=sys.executable,
+        args=(str(STUB_SERVER), "--pad", "3000000"), call_timeout=60.0,
+    )
+
+    async def resolver(name: str) -> McpServerSpec:
+        return spec
+
+    echo = {"name": "stub__echo", "server": "stub", "tool": "echo", "effect": "read",
+            "requires_approval": False}
+    call = dataclasses.replace(
+        execution("stub__echo", '{"text": "hi"}'), agent_config=agent_config(tools=[echo])
+    )
+    runner = LiteLLMRunner(resolver, pool=McpClientPool())
+    try:
+        result = await runner.execute_deferred_tool_call(call)
+    finally:
+        await runner.aclose()
+    assert len(result.output.encode()) < TOOL_RESULT_MAX_STORED_BYTES + 500
+    assert result.output.startswith("hi...")
+    assert "cut to its first 1,048,576 of 3,000,002 characters" in result.output

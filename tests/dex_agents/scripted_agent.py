@@ -39,8 +39,9 @@ Tools record each real run in the ``InvocationLog`` of ``SCRIPTED_STATE_DIR`` an
 ``FileGate`` named after the tool, so a test can kill the Worker mid-call; ``crash_read`` and
 ``crash_write`` raise on every attempt, and ``hang_read`` sleeps for ``HANG_SECONDS``.
 
-``ask_form`` (a read), ``ask_form_gated`` (a read that waits at its FileGate after the answer)
-and ``ask_form_once`` (a single-attempt write) put ``ASK_FORM_SCHEMA``
+``ask_form`` (a read), ``ask_form_gated`` (a read that waits at its FileGate after the answer),
+``ask_form_twice`` (a read that asks a second question after the first) and ``ask_form_once``
+(a single-attempt write) put ``ASK_FORM_SCHEMA``
 to the user the way an MCP server's ``elicitation/create`` does
 (``dex_agents.ToolCallElicitations``, through a Dex client of the Worker's own), waiting
 ``elicitation_timeout`` seconds of the agent config (default 600), and return the outcome:
@@ -153,6 +154,7 @@ TOOL_POLICIES = {
     "hang_read": ToolPolicy(ToolEffect.READ),
     "ask_form": ToolPolicy(ToolEffect.READ),
     "ask_form_gated": ToolPolicy(ToolEffect.READ),
+    "ask_form_twice": ToolPolicy(ToolEffect.READ),
     "ask_form_once": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False),
 }
 #: The form the ``ask_form`` tools ask for.
@@ -165,7 +167,7 @@ ASK_FORM_SCHEMA = {
     },
     "required": ["name"],
 }
-ELICITING_TOOLS = frozenset({"ask_form", "ask_form_gated", "ask_form_once"})
+ELICITING_TOOLS = frozenset({"ask_form", "ask_form_gated", "ask_form_once", "ask_form_twice"})
 
 #: Tools that raise an exception other than ToolExecutionError on every attempt.
 CRASHING_TOOLS = frozenset({"crash_read", "crash_write"})
@@ -468,7 +470,12 @@ class ScriptedRunner:
             gate.reach()
             await gate.wait_for_release()
         text = f"{outcome.action} {json.dumps(outcome.content, sort_keys=True)}"
-        return ToolExecutionResult(f"{text} {outcome.note}".strip())
+        if call.tool_call.tool_name == "ask_form_twice":
+            again = await asker.ask(
+                mode="form", message="And once more?", requested_schema=ASK_FORM_SCHEMA
+            )
+            text += f" | {again.action} {json.dumps(again.content, sort_keys=True)}"
+        return ToolExecutionResult(f"{text} {' '.join(asker.notes)}".strip())
 
 
 def execute_plan_step(turn: AgentTurnContext) -> AgentTurnOutcome:

@@ -148,6 +148,26 @@ async def test_decline_and_an_expired_question_answer_the_server(tmp_path: Path)
         assert [item["status"] for item in closed] == ["expired"]
 
 
+async def test_the_questions_of_one_call_share_its_time_for_questions(tmp_path: Path) -> None:
+    """The tool Step's limit makes room for one elicitation timeout, so all the questions of
+    one attempt share it: once the first used it up, the second is declined unasked and the
+    model reads why (it used to be asked, and the Step's limit cut the call off mid-answer)."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session(
+            SESSION, "tools: ask_form_twice", agent_config={"elicitation_timeout": 2}
+        )
+        await pending_question(sessions, SESSION)
+        snapshot = await wait_for_idle(sessions, SESSION, message_count=4)
+        text = last_text(snapshot)
+        assert "ask_form_twice=succeeded: cancel null | decline null" in text
+        assert "the call's time for questions (2 s in all) is used up" in text
+        requested = [data for kind, data in await event_types(stack, SESSION)
+                     if kind == "elicitation_requested"]
+        assert [item["message"] for item in requested] == ["Who are you?"]
+
+
 async def test_a_steered_message_withdraws_the_question(tmp_path: Path) -> None:
     async with scripted_stack(tmp_path) as stack:
         sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))

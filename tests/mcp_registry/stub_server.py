@@ -15,6 +15,7 @@ code in the middle of a call. Run it as ``python tests/mcp_registry/stub_server.
 ``--bad-structured``    answer ``echo`` with structured content that breaks that schema
 ``--pad N``             answer ``echo`` with its text followed by N more characters
 ``--delay S``           wait S seconds before answering ``tools/call``
+``--error-code N``      answer ``tools/call`` with a JSON-RPC error of code N
 
 Its one tool, ``echo``, answers ``{"text": <arguments.text>}``; ``pid`` answers its PID.
 """
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--bad-structured", action="store_true")
     parser.add_argument("--pad", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--error-code", type=int)
     options = parser.parse_args()
 
     def journal(message: dict[str, Any]) -> None:
@@ -98,6 +100,10 @@ def main() -> None:
                 continue
             if options.delay:
                 time.sleep(options.delay)
+            if options.error_code is not None:
+                send({"jsonrpc": "2.0", "id": request_id,
+                      "error": {"code": options.error_code, "message": "the stub refuses"}})
+                continue
             if name == "pid":
                 answer(request_id, {"content": [{"type": "text", "text": str(os.getpid())}]})
             else:

@@ -119,6 +119,26 @@ async def test_an_answer_is_read_although_the_servers_exit_is_seen_first(
     assert methods(journal).count("tools/call") == 1
 
 
+@pytest.mark.parametrize("code", [-32000, -32001, -32603])
+async def test_an_error_the_server_sends_is_its_answer_whatever_its_code(
+    tmp_path: Path, code: int
+) -> None:
+    """-32000 and -32001 are also the codes the SDK uses for "connection closed" and "timed
+    out"; a server may send them too (implementation-defined range), and that is an answer:
+    one call, the connection kept, and an error the model reads."""
+    journal = tmp_path / "journal"
+    spec = stub_spec(journal, "--error-code", str(code))
+    async with McpClientPool() as pool:
+        with pytest.raises(McpToolError) as raised:
+            await echo(pool, spec, scope=McpScope("ses_1"))
+        assert pool.open_connections("stub") == ["session ses_1"]
+    assert raised.value.message == (
+        f"MCP server 'stub' rejected the call to tool 'echo': the stub refuses (error code "
+        f"{code})"
+    )
+    assert methods(journal).count("tools/call") == 1
+
+
 async def test_structured_content_is_checked_against_the_schema_stored_at_discovery(
     tmp_path: Path,
 ) -> None:

@@ -176,12 +176,13 @@ async def test_after_a_call_times_out_its_log_messages_reach_no_later_call(
     var_dir: Path,
 ) -> None:
     """A call this side gave up on may still run in the server and log afterwards, while the
-    next call is alone in flight: from then on the connection's log messages go to the pool's
-    sink, not to a call (the timed-out call's message once reached the next session's)."""
+    next call is alone in flight: on a connection every user shares, that message goes to the
+    pool's sink, never to a call (the timed-out call's message once reached the next
+    session's, of another user)."""
     from mcp_registry.client import McpTransportError
 
-    spec = demo_spec("slack", isolation="user")
-    first, nxt = McpScope("ses_first", "7"), McpScope("ses_next", "7")
+    spec = demo_spec("slack", isolation="shared")
+    first, nxt = McpScope("ses_first", "7"), McpScope("ses_next", "8")
     unowned: list[Any] = []
     later: list[Any] = []
 
@@ -203,7 +204,7 @@ async def test_after_a_call_times_out_its_log_messages_reach_no_later_call(
             second = asyncio.ensure_future(pool.call_tool(
                 spec, "post_message", {"channel": "general", "text": "next"},
                 idempotency_key=None, timeout=None, on_log=on_log, scope=nxt))
-            connection = pool._connections[("slack", "user 7")]
+            connection = pool._connections[("slack", "shared")]
             await wait_until("the next call in flight", lambda: connection.requests_in_flight == 1)
             fcntl.flock(lock, fcntl.LOCK_UN)
         await second

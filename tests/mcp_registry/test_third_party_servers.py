@@ -243,7 +243,7 @@ def test_plain_values_reach_the_server_and_an_unset_secret_reference_fails_disco
         server_discover_tools(server=server)
     server.refresh_from_db()
     assert server.last_error == (
-        "McpTransportError: MCP server 'memory': environment variable MEMORY_API_TOKEN "
+        "MCP server 'memory': environment variable MEMORY_API_TOKEN "
         "(listed in its secret references) is not set in the worker's environment"
     )
     assert server.tools.filter(available=True).count() == 9  # the last good catalogue
