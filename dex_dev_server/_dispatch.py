@@ -78,13 +78,18 @@ class Dispatcher(StepMachine):
     def _pick_stream(
         self, run: Run, excluded: set[str], rpc: bool, t: float
     ) -> WorkerStream | None:
-        """The idle stream for a task of ``run``: its sticky worker's own queue before the
-        Flow type's queue, and within each a stream that never carried a task, newest first.
+        """The idle stream for a task of ``run``: a stream of its sticky worker (the one that
+        served the Flow's previous task, spec "Routing") before any other worker's, its own
+        queue before the Flow type's queue, and within each a stream that never carried a task,
+        newest first.
 
-        A pull Worker (dex-python-sdk) opens a replacement stream when a task lands on its idle
-        one and retires a stream as soon as its task is done if a replacement is idle, so a
-        stream that just carried a task is the one most likely to be closing: a task sent there
-        comes back rejected and is sent again, a round trip on the Flow's path (issue 13).
+        Stickiness comes first because a worker keeps per-session state a task of the same
+        session should find again (the MCP connections of an agent session, one per worker):
+        a Flow-type stream of another worker is used only when the sticky worker has no idle
+        stream. A pull Worker (dex-python-sdk) opens a replacement stream when a task lands on
+        its idle one and retires a stream as soon as its task is done if a replacement is idle,
+        so a stream that just carried a task is the one most likely to be closing: a task sent
+        there comes back rejected and is sent again, a round trip on the Flow's path (issue 13).
         """
         best: WorkerStream | None = None
         best_rank = -1
@@ -98,10 +103,14 @@ class Dispatcher(StepMachine):
             own_queue = stream.queue == stream.app_worker_id
             if own_queue and stream.app_worker_id != run.sticky:
                 continue
-            rank = (2 if stream.served == 0 else 0) + (1 if own_queue else 0)
+            rank = (
+                (4 if run.sticky and stream.app_worker_id == run.sticky else 0)
+                + (2 if stream.served == 0 else 0)
+                + (1 if own_queue else 0)
+            )
             if rank > best_rank:
                 best, best_rank = stream, rank
-                if rank == 3:
+                if rank == 7:
                     break
         return best
 
