@@ -37,6 +37,9 @@ from mcp_registry.effects import STEP_TIMEOUT_MARGIN_SECONDS
 from mcp_registry.models import ISOLATION_CROSSES, McpServer, McpServerProcess, McpTool
 from mcp_registry.services import server_discovery_enqueue, server_save
 
+#: Processes a server's page lists (running first, then the newest ended).
+PROCESSES_SHOWN = 10
+
 
 def _when(moment: datetime) -> str:
     return formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT")
@@ -389,6 +392,14 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
         processes = list(obj.processes.all())
         if not processes:
             return "No worker has started this server yet."
+        # Running ones first, then the newest ended ones: one process per session adds up.
+        processes.sort(
+            key=lambda process: (process.ended_at is not None, -process.updated_at.timestamp())
+        )
+        shown, hidden = processes[:PROCESSES_SHOWN], len(processes) - PROCESSES_SHOWN
+        more = (
+            format_html("<p>and {} older ended processes.</p>", hidden) if hidden > 0 else ""
+        )
         return format_html_join(
             "",
             '<section class="mcp-process"><p><strong>{}</strong></p>'
@@ -406,9 +417,9 @@ class McpServerAdmin(SuperuserWriteMixin, admin.ModelAdmin):
                     if process.stderr_tail
                     else format_html("<p>{}</p>", "Nothing on stderr."),
                 )
-                for process in processes
+                for process in shown
             ),
-        )
+        ) + more
 
     @admin.action(description="Discover tools (in the background)", permissions=["change"])
     def discover_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:

@@ -143,7 +143,7 @@ class McpServer(models.Model):
                 "Use lower-case letters and digits joined by single '-' or '_'.",
             )
         ],
-        help_text="Prefix of every tool name the model sees: <server>__<tool>.",
+        help_text="Prefix of every tool name the model sees: SERVER__TOOL.",
     )
     transport = models.CharField(max_length=32, choices=Transport.choices)
     command = models.CharField(
@@ -277,7 +277,7 @@ class McpTool(models.Model):
         blank=True,
         db_index=True,
         editable=False,
-        help_text="The function name models see: <server>__<tool>, at most 64 characters.",
+        help_text="The function name models see: SERVER__TOOL, at most 64 characters.",
     )
     title = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)
