@@ -3,7 +3,9 @@ and a Celery worker that meets a file that is not a whole message drops it and g
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +122,69 @@ def test_the_celery_worker_goes_past_files_that_are_not_whole_messages(
     dropped = [line for line in list(worker.lines) if "not a whole message" in line]
     assert len(dropped) == len(NOT_WHOLE), worker.output()
     assert worker.popen.poll() is None
+
+
+@pytest.mark.parametrize(("transport", "survives"), [(Transport, True),
+                                                     (filesystem.Transport, False)])
+def test_an_empty_exchange_table_is_an_exchange_with_no_queues(
+    folder: Path, transport: type[filesystem.Transport], survives: bool
+) -> None:
+    """What another process's declare leaves for an instant (kombu creates the table file and
+    writes it later); kombu's own transport is the control and raises."""
+    name = _queue_name()
+    table = folder.parent / "control" / f"{name}.exchange"
+    table.write_bytes(b"")
+    with _connection(folder, transport) as connection:
+        if not survives:
+            with pytest.raises(ValueError):
+                connection.SimpleQueue(name)
+            return
+        queue = connection.SimpleQueue(name)
+        try:
+            queue.put({"n": 3})
+            assert queue.get(timeout=5).payload == {"n": 3}
+        finally:
+            queue.close()
+    assert [row[2] for row in json.loads(table.read_text())] == [name]
+
+
+_BIND = """
+import os
+import sys
+from kombu import Connection, Exchange, Queue
+from agents_app.kombu_filesystem import Transport
+options = {"data_folder_in": sys.argv[1], "data_folder_out": sys.argv[1],
+           "control_folder": sys.argv[2], "store_processed": False}
+with Connection("filesystem://localhost//", transport=Transport,
+                transport_options=options) as connection:
+    channel = connection.channel()
+    print("ready", flush=True)
+    while not os.path.exists(sys.argv[5]):  # all start binding together
+        pass
+    for n in range(int(sys.argv[4])):
+        Queue(f"{sys.argv[3]}-{n}", Exchange(f"shared{n}", type="direct"),
+              routing_key=sys.argv[3])(channel).declare()
+"""
+
+
+def test_processes_declaring_queues_at_once_keep_every_binding(folder: Path) -> None:
+    """Four processes each bind a queue to the same new exchanges at the same time; none fails
+    and every table lists the four queues (kombu's transport could read a table another had
+    just created empty, or truncate another's entry)."""
+    control = folder.parent / "control"
+    per_process = 100
+    go = folder.parent / "go"
+    processes = [subprocess.Popen([PYTHON, "-c", _BIND, str(folder), str(control), f"p{index}",
+                                   str(per_process), str(go)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for index in range(4)]
+    for process in processes:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "ready\n", process.communicate(timeout=5)
+    go.touch()
+    for process in processes:
+        _, stderr = process.communicate(timeout=DEADLINE_SECONDS)
+        assert process.returncode == 0, stderr
+    for n in range(per_process):
+        queues = {row[2] for row in json.loads((control / f"shared{n}.exchange").read_text())}
+        assert queues == {f"p{index}-{n}" for index in range(4)}, n
