@@ -10,18 +10,27 @@ the session's AgentEvents Stream until ``turn_completed`` instead, one ``ReadStr
 as a page does (that event is written just before the Step's commit, so the snapshot is read
 until it holds the answer).
 
-The peer, in the same run and interleaved turn by turn: the same graph in LangGraph
+The peers, in the same run and interleaved turn by turn: the same graph in LangGraph
 (model → three tools via ``Send`` → model) checkpointed by ``SqliteSaver`` on a file
-(``bench/langgraph_peer.py``), each turn a fresh thread. LangGraph without a checkpointer is
-printed too, as the floor of the graph itself.
+(``bench/langgraph_peer.py``), each turn a fresh thread; LangGraph without a checkpointer, as
+the floor of the graph itself; and the same turn as a DBOS workflow of five durable steps (the
+three tool steps concurrent) on DBOS's SQLite system database at its defaults, in its own
+process (``bench/dbos_turn_peer.py``), each turn a fresh workflow.
 
 Equal durability: the engine runs SQLite in WAL with ``synchronous=NORMAL`` by default (safe
 across a killed process, not across a power loss); ``SqliteSaver`` keeps SQLite's default
-``synchronous=FULL``. So ours is measured at both settings (``--sync normal`` and
-``--sync full``), each on its own engine and worker.
+``synchronous=FULL``; DBOS keeps SQLite's rollback journal (``journal_mode=DELETE``) with
+``synchronous=FULL``, which survives a power loss as WAL with FULL does, at more fsyncs per
+commit. So ours is measured at both settings (``--sync normal`` and ``--sync full``), each on
+its own engine and worker, and ``--sync full`` is the one compared with DBOS (issue 24).
+
+CPU per turn is printed for every side with all of its processes: ours is the engine, the
+worker and the bench client (``/proc/<pid>/stat``, every thread, over the measured turns);
+DBOS its own process; LangGraph the bench process's CPU inside its turns.
 
 Prints p50 / p99 per side, ours as a ratio of LangGraph + SqliteSaver (goal <= 1.0, issue 13
-resolves at <= 2.0), and a per-turn cost breakdown of ours from the engine's profile
+resolves at <= 2.0) and of DBOS (issue 24: turn p50 at ``--sync full`` <= 1.2x DBOS, CPU per
+turn <= 1.5x DBOS; goal 1.0x), and a per-turn cost breakdown of ours from the engine's profile
 (``python -m dex_dev_server --profile``): wall time, CPU of the engine, the worker and the bench
 client, SQLite commits, and calls and time per gRPC method and per worker frame kind
 (Step results, heartbeats, Stream writes, RPC answers). It also prints the CPU that the
@@ -80,6 +89,60 @@ class Reading:
     client_cpu: float
 
 
+class DbosSide:
+    """The DBOS peer process (``bench.dbos_turn_peer``) and its turns."""
+
+    def __init__(self, root: Path) -> None:
+        import subprocess
+        import sys
+
+        self.log_path = root / "dbos.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.dbos_turn_peer", str(root / "dbos.sqlite3"),
+             str(self.log_path)],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        self.seconds: list[float] = []
+        line = self._line()
+        if line != "ready":
+            raise RuntimeError(f"the DBOS peer did not start: {line!r}")
+
+    def _line(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the DBOS peer exited ({self.process.wait()})")
+        return line.strip()
+
+    def cpu(self) -> float:
+        """CPU seconds of the peer process so far, every thread."""
+        return _process_cpu(self.process.pid)
+
+    def turn(self, workflow_id: str) -> float:
+        """Run one turn as a fresh workflow; return its seconds as the peer measured them.
+
+        Raises:
+            AssertionError: If the workflow's answer is not the expected one.
+        """
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"turn {workflow_id}\n")
+        self.process.stdin.flush()
+        result = json.loads(self._line())
+        assert result["answer"] == EXPECTED_ANSWER, result
+        self.seconds.append(result["seconds"])
+        return float(result["seconds"])
+
+    def close(self) -> None:
+        """End the peer (end of its input) and wait for it."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except Exception:
+            self.process.kill()
+            self.process.wait()
+
+
 @dataclass
 class OurSide:
     """One engine + worker at a given ``--sync`` setting, and its turns."""
@@ -96,6 +159,11 @@ class OurSide:
     worker_thread_ms: list[float] = field(default_factory=list)
     #: The bench client's events of the last turn: ``(unix time, label)``.
     marks: list[tuple[float, str]] = field(default_factory=list)
+
+    def cpu(self) -> float:
+        """CPU seconds of the engine, the worker and this side's bench client so far."""
+        return (_process_cpu(self.stack.engine_pid) + _process_cpu(self.worker_pid)
+                + self.client_cpu)
 
     async def reading(self) -> Reading:
         """Ask the engine for its profile (SIGUSR1) and read the CPU counters."""
@@ -219,6 +287,32 @@ def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
     return f"  {name:<34} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms{ratio}"
 
 
+def _print_dbos_comparison(
+    sides: list[OurSide], cpu_ms: list[float], dbos: DbosSide, dbos_cpu_ms: float,
+    langgraph_cpu_ms: float,
+) -> None:
+    """Turn p50 / p99 and CPU per turn of every side against DBOS (issue 24's targets)."""
+    dbos_p50 = percentile(dbos.seconds, 0.5) * 1000
+    print("\nAgainst DBOS (issue 24; durability: ours --sync full = SQLite WAL + synchronous FULL,"
+          " DBOS = rollback\n journal + synchronous FULL: both survive a power loss; --sync"
+          " normal survives a killed process only):")
+    print(f"  {'side':<34} {'p50 ms':>8} {'x DBOS':>7} {'p99 ms':>8} {'p99/p50':>8}"
+          f" {'CPU ms/turn':>12} {'x DBOS':>7}")
+    rows = [("DBOS", dbos.seconds, dbos_cpu_ms)]
+    rows += [(f"dex_agents --sync {side.sync}", side.seconds, cpu)
+             for side, cpu in zip(sides, cpu_ms, strict=True)]
+    for name, seconds, cpu in rows:
+        p50 = percentile(seconds, 0.5) * 1000
+        p99 = percentile(seconds, 0.99) * 1000
+        print(f"  {name:<34} {p50:8.2f} {p50 / dbos_p50:6.2f}x {p99:8.2f} {p99 / p50:7.2f}x"
+              f" {cpu:12.2f} {cpu / dbos_cpu_ms:6.2f}x")
+    print(f"  {'LangGraph + SqliteSaver (in-process)':<34} {'':>8} {'':>7} {'':>8} {'':>8}"
+          f" {langgraph_cpu_ms:12.2f} {langgraph_cpu_ms / dbos_cpu_ms:6.2f}x")
+    print("  (targets: --sync full p50 <= 1.2x DBOS, p99 <= 2x its own p50, CPU per turn <= 1.5x"
+          " DBOS;\n   goal 1.0x. CPU: ours = engine + worker + bench client, DBOS = its process,"
+          " every thread)")
+
+
 def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
     print(f"\nPer-turn cost of ours, --sync {sync} (wall p50 {wall_ms:.1f} ms):")
     print(f"  CPU: engine {costs['engine_cpu_ms']:.1f} ms, worker {costs['worker_cpu_ms']:.1f} ms,"
@@ -244,6 +338,7 @@ async def run(
     observe: str,
     profile: bool,
     floor: bool = True,
+    dbos: bool = True,
 ) -> None:
     """Start one engine + worker per ``--sync`` value (and one for the floor), interleave the
     sides, print figures."""
@@ -266,7 +361,10 @@ async def run(
     floor_seconds: list[float] = []
     floor_thread_ms: list[float] = []
     floor_worker_pid = 0
+    dbos_side: DbosSide | None = None
     try:
+        if dbos:
+            dbos_side = DbosSide(root)
         for sync in syncs:
             home = root / f"sync-{sync}"
             (home / "state").mkdir(parents=True)
@@ -305,11 +403,16 @@ async def run(
         bare, _ = build_graph(None, root / "langgraph-bare.log")
         peer: list[float] = []
         bare_seconds: list[float] = []
+        peer_cpu = [0.0]
 
         def peer_turn(index: int) -> None:
+            cpu_before = time.process_time()
             started = time.perf_counter()
             run_turn(graph, f"turn-{index}")
             peer.append(time.perf_counter() - started)
+            peer_cpu[0] += time.process_time() - cpu_before
+            if dbos_side is not None:
+                dbos_side.turn(f"turn-{index}")
             started = time.perf_counter()
             run_turn(bare, f"turn-{index}")
             bare_seconds.append(time.perf_counter() - started)
@@ -326,12 +429,21 @@ async def run(
         peer.clear()
         bare_seconds.clear()
         floor_seconds.clear()
+        peer_cpu[0] = 0.0
+        if dbos_side is not None:
+            dbos_side.seconds.clear()
+        cpu_before = [side.cpu() for side in sides]
+        dbos_cpu_before = dbos_side.cpu() if dbos_side is not None else 0.0
         before = [await side.reading() for side in sides] if profile else []
         for index in range(turns):
             for side in sides:
                 await side.turn(flow, f"turn-{index}")
             await floor_run(f"turn-{index}")
             peer_turn(index)
+        cpu_ms = [(side.cpu() - first) * 1000 / turns
+                  for side, first in zip(sides, cpu_before, strict=True)]
+        dbos_cpu_ms = ((dbos_side.cpu() - dbos_cpu_before) * 1000 / turns
+                       if dbos_side is not None else 0.0)
         after = [await side.reading() for side in sides] if profile else []
         if connection is not None:
             connection.close()
@@ -344,6 +456,8 @@ async def run(
               f"{' With few turns p99 is close to the maximum.' if turns < 100 else ''})")
         print(_summary("LangGraph + SqliteSaver", peer, peer_p50))
         print(_summary("LangGraph, no checkpointer", bare_seconds, peer_p50))
+        if dbos_side is not None:
+            print(_summary("DBOS, SQLite DELETE+FULL", dbos_side.seconds, peer_p50))
         for side in sides:
             print(_summary(f"dex_agents + engine --sync {side.sync}", side.seconds, peer_p50))
         if floor_seconds:
@@ -351,6 +465,9 @@ async def run(
             print("  (the floor is the turn's nine Step tasks and one RPC on the same engine, SDK"
                   " and pull worker\n   at --sync normal, with handlers that do nothing:"
                   " bench/turn_floor.py)")
+        if dbos_side is not None:
+            _print_dbos_comparison(sides, cpu_ms, dbos_side, dbos_cpu_ms,
+                                   peer_cpu[0] * 1000 / turns)
         print("CPU of the worker's main thread inside each turn (from start_session to the"
               " snapshot; ratio = p50 / LangGraph + SqliteSaver p50):")
         for side in sides:
@@ -372,6 +489,8 @@ async def run(
             await side.stack.close()
         if floor_stack is not None:
             await floor_stack.close()
+        if dbos_side is not None:
+            dbos_side.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -396,6 +515,8 @@ def main() -> None:
                         help="no cost breakdown (for an engine without --profile)")
     parser.add_argument("--no-floor", action="store_true",
                         help="do not measure the floor (the same Steps with empty handlers)")
+    parser.add_argument("--no-dbos", action="store_true",
+                        help="do not measure the DBOS peer (bench/dbos_turn_peer.py)")
     parser.add_argument("--trace", action="store_true",
                         help="also print the last turn's timeline (engine and client events)")
     args = parser.parse_args()
@@ -407,7 +528,7 @@ def main() -> None:
     syncs = ["normal", "full"] if args.sync == "both" else [args.sync]
     asyncio.run(
         run(args.turns, args.warmup, syncs, args.trace, args.observe, not args.no_profile,
-            not args.no_floor)
+            not args.no_floor, not args.no_dbos)
     )
 
 
