@@ -8,14 +8,21 @@ call a selector or service, and shape the answer; Dex errors map to 503
 """
 
 import asyncio
+import contextlib
+import json
+import math
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from django.http import HttpRequest, JsonResponse
+from django.db import connections
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    OpenApiResponse,
     extend_schema,
     extend_schema_field,
     inline_serializer,
@@ -25,12 +32,12 @@ from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import IsAdminUser
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import dex_gateway, selectors, services
+from agents_app import dex_gateway, selectors, services, session_events
 from agents_app.api_async import AsyncAPIView, db
 from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
 from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
@@ -532,6 +539,129 @@ class SessionOwnedMixin(DexErrorsMixin):
         return session
 
 
+class EventStreamRenderer(BaseRenderer):
+    """``text/event-stream``: what a client that wants Server-Sent Events asks for. The
+    streams themselves are ``StreamingHttpResponse``; this renderer only answers errors
+    before a stream starts (JSON text, which ``ApiJsonErrorsMiddleware`` labels
+    ``application/json``)."""
+
+    media_type = "text/event-stream"
+    format = "event-stream"
+    charset = None
+
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: Mapping[str, Any] | None = None) -> bytes:
+        return JSONRenderer().render(data)
+
+
+def _wants_event_stream(request: Request) -> bool:
+    return getattr(request.accepted_renderer, "format", "") == EventStreamRenderer.format
+
+
+def event_stream_response(frames: Any) -> StreamingHttpResponse:
+    """A ``text/event-stream`` answer streaming ``frames`` (bytes, ``session_events``): not
+    cached, not buffered by proxies that honour ``X-Accel-Buffering``."""
+    response = StreamingHttpResponse(frames, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def release_database() -> None:
+    """Close this request's database connections before a long wait, so a waiting request
+    holds none (the next ORM call opens one again)."""
+    await db(connections.close_all)()
+
+
+class WaitQuerySerializer(serializers.Serializer):
+    wait = serializers.FloatField(
+        required=False,
+        min_value=0,
+        help_text="Seconds the request may wait (at most DEXAGENTS_MAX_WAIT_SECONDS, 300 by "
+        "default).",
+    )
+
+    def validate_wait(self, value: float) -> float:
+        limit = float(dexagents_setting("MAX_WAIT_SECONDS"))
+        if not math.isfinite(value) or value > limit:
+            raise serializers.ValidationError(f"Give a number of seconds up to {limit:g}.")
+        return value
+
+
+class SnapshotWaitQuerySerializer(WaitQuerySerializer):
+    events_after = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=512,
+        help_text="With wait: answer as soon as the session's events go past this token "
+        "(the events_after of the snapshot the client has).",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "wait" in attrs and "events_after" not in attrs:
+            raise serializers.ValidationError(
+                {"events_after": ["Give the events_after of your last snapshot with wait."]}
+            )
+        return attrs
+
+
+async def snapshot_read(request: Request, session: AgentSession) -> dict[str, Any]:
+    """The ``GET /api/v1/sessions/<id>/`` answer for ``session`` (``SessionDetailApi``).
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
+    events_after = await dex_gateway.call(
+        dex_gateway.session_events_tail_token(session_id=session.id)
+    )
+    read_at = timezone.now()
+    snapshot_read = dex_gateway.call(dex_gateway.session_snapshot(session_id=session.id))
+    flow_running = None
+    if session.status == SESSION_STATUS_STOPPED:
+        snapshot = await snapshot_read
+    else:
+        # A Flow stopped behind the index's back keeps its last status in the snapshot;
+        # both reads at once: one engine round trip instead of two.
+        snapshot, flow_running = await asyncio.gather(
+            snapshot_read,
+            dex_gateway.call(dex_gateway.session_flow_running(session_id=session.id)),
+        )
+    answer: dict[str, Any] = await db(SessionDetailApi.answer)(
+        request=request,
+        session=session,
+        snapshot=snapshot,
+        read_at=read_at,
+        flow_running=flow_running,
+        events_after=events_after,
+    )
+    return answer
+
+
+#: How long send-and-wait re-reads a snapshot that does not show the turn's end yet (the
+#: turn_completed event is written just before its Step commits).
+TURN_END_SETTLE_SECONDS = 2.0
+
+
+async def snapshot_after_turn(
+    request: Request, session: AgentSession, outcome: session_events.TurnOutcome | None
+) -> dict[str, Any]:
+    """``snapshot_read``; when ``outcome`` says a turn ended, read again (briefly, with
+    backoff) until the snapshot no longer shows that turn running."""
+    snapshot = await snapshot_read(request, session)
+    if outcome is None:
+        return snapshot
+    deadline = asyncio.get_running_loop().time() + TURN_END_SETTLE_SECONDS
+    delay = 0.005
+    while snapshot.get("turn_id") == outcome.turn_id and snapshot.get("status") != "stopped":
+        if asyncio.get_running_loop().time() + delay > deadline:
+            break
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.25)
+        snapshot = await snapshot_read(request, session)
+    return snapshot
+
+
 class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     """``GET /api/v1/sessions/<id>/`` (owner or staff): the session's live snapshot from Dex.
 
@@ -542,40 +672,46 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     ``live_events_after`` (before the running turn's first event, else ``events_after``).
     A stopped session reports ``status`` ``stopped``, no running turn and no pending approval
     (its Flow no longer runs, so nothing can be decided).
+
+    Long-poll: ``?wait=<seconds>&events_after=<token>`` answers as soon as the session's
+    AgentEvents go past ``events_after`` (the ``events_after`` of the snapshot the client
+    has), or when ``wait`` runs out, with the snapshot as then; a token that is not this
+    session's answers at once. The request holds no database connection while it waits. An
+    event is written just before its Step commits, so a snapshot read right after it can, for
+    a few milliseconds, lack that Step's change; its ``events_after`` is then past that event,
+    and the change shows on the next read.
     """
 
-    @extend_schema(responses={200: SNAPSHOT_SCHEMA})
+    @extend_schema(
+        parameters=[SnapshotWaitQuerySerializer],
+        responses={
+            200: SNAPSHOT_SCHEMA,
+            400: error_response(
+                400,
+                field_errors_serializer(SnapshotWaitQuerySerializer, name="SnapshotQueryError"),
+                "A bad wait, or wait without events_after.",
+            ),
+        },
+    )
     async def get(self, request: Request, session_id: str) -> Response:
         session = await db(self.session_get)(request, session_id)
-        # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
-        events_after = await dex_gateway.call(
-            dex_gateway.session_events_tail_token(session_id=session.id)
-        )
-        read_at = timezone.now()
-        snapshot_read = dex_gateway.call(dex_gateway.session_snapshot(session_id=session.id))
-        flow_running = None
-        if session.status == SESSION_STATUS_STOPPED:
-            snapshot = await snapshot_read
-        else:
-            # A Flow stopped behind the index's back keeps its last status in the snapshot;
-            # both reads at once: one engine round trip instead of two.
-            snapshot, flow_running = await asyncio.gather(
-                snapshot_read,
-                dex_gateway.call(dex_gateway.session_flow_running(session_id=session.id)),
-            )
-        return Response(
-            await db(self._answer)(
-                request=request,
-                session=session,
-                snapshot=snapshot,
-                read_at=read_at,
-                flow_running=flow_running,
-                events_after=events_after,
-            )
-        )
+        query = SnapshotWaitQuerySerializer(data=query_values(request))
+        query.is_valid(raise_exception=True)
+        wait = query.validated_data.get("wait")
+        if wait:
+            # Long-poll: answer once the session's events go past the client's token.
+            await release_database()
+            # A token that is not this session's answers at once, with a fresh one.
+            with contextlib.suppress(dex_gateway.EventsTokenInvalidError):
+                await session_events.change_wait(
+                    session_id=session.id,
+                    after=query.validated_data["events_after"],
+                    seconds=wait,
+                )
+        return Response(await snapshot_read(request, session))
 
     @staticmethod
-    def _answer(
+    def answer(
         *,
         request: Request,
         session: AgentSession,
@@ -603,6 +739,96 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         }
 
 
+MESSAGE_QUEUED = inline_serializer(
+    "MessageQueued",
+    {
+        "queued": serializers.BooleanField(),
+        "id": serializers.CharField(
+            help_text="The message's ID, the same before and after delivery; "
+            "the queue endpoints take it."
+        ),
+        "delivery": DELIVERY_FIELD,
+        "turn": inline_serializer(
+            "MessageTurn",
+            {
+                "finished": serializers.BooleanField(),
+                "turn_id": serializers.CharField(
+                    allow_null=True,
+                    help_text="null while no turn has taken the message yet.",
+                ),
+                "status": serializers.ChoiceField(
+                    choices=["completed", "failed"], allow_null=True
+                ),
+            },
+            required=False,
+            help_text="With wait: the turn that took the message, and whether it "
+            "ended within the wait.",
+        ),
+        "session": serializers.DictField(
+            required=False,
+            help_text="With wait: the session's snapshot (as GET "
+            "/api/v1/sessions/<id>/ answers) when the turn ended or the wait ran "
+            "out.",
+        ),
+    },
+)
+
+
+class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
+    """``GET /api/v1/sessions/<id>/events/`` (owner or staff): the session's AgentEvents as
+    Server-Sent Events, the websocket relay's frames over plain HTTP.
+
+    Each Stream message is one SSE message: ``id:`` its resume token, ``data:`` the
+    websocket's frame (``{"type": "event", "token", "event"}``). ``{"type":
+    "snapshot_required"}`` (no ``id``) says events were lost to the client: reload the
+    snapshot, and the stream goes on. A ``: heartbeat`` comment comes after 15 s without an
+    event. Resume with the ``Last-Event-ID`` header (browsers' ``EventSource`` sends it) or
+    ``?after=<token>`` (the snapshot's ``events_after``); the header wins; neither starts at
+    the oldest retained message. The stream holds no database connection and survives an
+    engine restart (it waits and resumes). It ends after ``DEXAGENTS_MAX_WAIT_SECONDS`` (300 s
+    by default) with a ``: reconnect`` comment; the client resumes with ``Last-Event-ID``
+    (``EventSource`` does so by itself, after the ``retry:`` 2 s the stream announces).
+    """
+
+    renderer_classes = [EventStreamRenderer, JSONRenderer]
+
+    class EventsQuerySerializer(serializers.Serializer):
+        after = serializers.CharField(
+            required=False, allow_blank=True, max_length=512,
+            help_text="Resume after this token (ignored when Last-Event-ID is sent).",
+        )
+
+    @extend_schema(
+        parameters=[EventsQuerySerializer],
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(
+                response=OpenApiTypes.STR,
+                description="Server-Sent Events: id = resume token, data = a websocket frame."
+            ),
+            400: error_response(
+                400,
+                field_errors_serializer(EventsQuerySerializer, name="EventsQueryError"),
+                "A bad after.",
+            ),
+        },
+    )
+    async def get(self, request: Request, session_id: str) -> StreamingHttpResponse:
+        session = await db(self.session_get)(request, session_id)
+        query = self.EventsQuerySerializer(data=query_values(request))
+        query.is_valid(raise_exception=True)
+        after = request.headers.get("Last-Event-ID", "").strip() or query.validated_data.get(
+            "after", ""
+        )
+        await release_database()
+        return event_stream_response(
+            session_events.sse_frames(
+                session_events.read_messages(session.id, after),
+                first=b"retry: 2000\n\n",
+                max_seconds=float(dexagents_setting("MAX_WAIT_SECONDS")),
+            )
+        )
+
+
 class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
     """``/api/v1/sessions/<id>/messages/``.
 
@@ -621,6 +847,20 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
     (``delivery`` ``pending``; its ``id`` works with the queue endpoints before and after
     delivery). Staff reading someone else's session get 403; a stopped session or a full queue
     409.
+
+    Send and wait, ``?wait=<seconds>`` (up to ``DEXAGENTS_MAX_WAIT_SECONDS``): the request
+    is held until the turn that takes the message ends, then answers 200 with the body above
+    plus ``"turn": {"finished": true, "turn_id", "status": "completed"|"failed"}`` and
+    ``"session"`` (the snapshot, as ``GET /api/v1/sessions/<id>/`` answers); when the wait runs
+    out first, 202 with ``finished`` false (``turn_id`` null while no turn has taken it). It
+    waits on the session's events, holding no database connection and no worker slot; a
+    client that leaves mid-wait loses nothing (the message was accepted before the wait).
+
+    ``Accept: text/event-stream``: 200 and Server-Sent Events: first ``{"type":
+    "message_accepted", "queued", "id", "delivery"}``, then the events of the turn that takes
+    the message (websocket frames, ``id:`` = resume token) up to its ``turn_completed`` /
+    ``turn_failed``, then the stream ends; ``wait`` (or ``DEXAGENTS_MAX_WAIT_SECONDS``) bounds
+    it, after which ``GET .../events/`` with ``Last-Event-ID`` follows on.
     """
 
     class MessageInputSerializer(serializers.Serializer):
@@ -673,19 +913,28 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             )
         return Response({**page, "next": following})
 
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, EventStreamRenderer]
+
     @extend_schema(
         request=MessageInputSerializer,
+        parameters=[WaitQuerySerializer],
         responses={
-            202: inline_serializer(
-                "MessageQueued",
-                {
-                    "queued": serializers.BooleanField(),
-                    "id": serializers.CharField(
-                        help_text="The message's ID, the same before and after delivery; "
-                        "the queue endpoints take it."
-                    ),
-                    "delivery": DELIVERY_FIELD,
-                },
+            (202, "application/json"): MESSAGE_QUEUED,
+            (200, "application/json"): OpenApiResponse(
+                response=MESSAGE_QUEUED,
+                description="With wait, the turn that took the message ended within it "
+                "(turn.finished true).",
+            ),
+            (200, "text/event-stream"): OpenApiResponse(
+                response=OpenApiTypes.STR,
+                description="With Accept: text/event-stream: a message_accepted frame, then "
+                "the events of the turn that takes the message (websocket frames as SSE "
+                "data, id = resume token), ending with turn_completed or turn_failed."
+            ),
+            400: error_response(
+                400,
+                field_errors_serializer(WaitQuerySerializer, name="MessageWaitQueryError"),
+                "A bad text, plan_mode or wait.",
             ),
             409: error_response(
                 409,
@@ -695,10 +944,59 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             ),
         },
     )
-    async def post(self, request: Request, session_id: str) -> Response:
+    async def post(self, request: Request, session_id: str) -> Response | StreamingHttpResponse:
+        query = WaitQuerySerializer(data=query_values(request))
+        query.is_valid(raise_exception=True)
+        wait = query.validated_data.get("wait")
+        stream = _wants_event_stream(request)
+        after = ""
+        if wait or stream:
+            session = await db(self.session_get_for_owner)(request, session_id)
+            # Where the turn that takes the message will be found: read before sending.
+            try:
+                after = await dex_gateway.call(
+                    dex_gateway.session_events_tail_token(session_id=session.id)
+                )
+            except dex_gateway.EngineUnavailableError:
+                after = ""  # the message goes to the outbox; its turn is found from the start
         # A write: the outbox and Dex's answer decide together, so it stays one sync unit.
         response: Response = await db(self._post)(request, session_id)
-        return response
+        if not (wait or stream):
+            return response
+        accepted = dict(response.data)
+        await release_database()
+        if stream:
+            opening = session_events.sse_event(
+                json.dumps({"type": "message_accepted", **accepted}, separators=(",", ":"))
+            )
+            return event_stream_response(
+                session_events.sse_frames(
+                    session_events.turn_events(session.id, after, accepted["id"]),
+                    first=b"retry: 2000\n\n" + opening,
+                    max_seconds=wait or float(dexagents_setting("MAX_WAIT_SECONDS")),
+                )
+            )
+        assert wait is not None
+        try:
+            outcome = await session_events.turn_wait(
+                session_id=session.id, after=after, client_id=accepted["id"], seconds=wait
+            )
+        except dex_gateway.EventsTokenInvalidError:
+            outcome = None
+        finished = outcome is not None and outcome.finished
+        snapshot = await snapshot_after_turn(request, session, outcome if finished else None)
+        body = {
+            **accepted,
+            "turn": {
+                "finished": finished,
+                "turn_id": outcome.turn_id if outcome is not None else None,
+                "status": outcome.status if finished and outcome is not None else None,
+            },
+            "session": snapshot,
+        }
+        return Response(
+            body, status=status.HTTP_200_OK if finished else status.HTTP_202_ACCEPTED
+        )
 
     def _post(self, request: Request, session_id: str) -> Response:
         session = self.session_get_for_owner(request, session_id)

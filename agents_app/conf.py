@@ -25,7 +25,8 @@ Keys (units in the names' comments):
     one Dex worker runs at once), TOOL_IMAGE_MAX_BYTES and TOOL_RESULT_IMAGES_MAX_BYTES (the
     largest image, and the most image bytes, one tool result sends to a model that accepts
     images; decoded bytes), ELICITATION_TIMEOUT (seconds a user may take to answer an MCP
-    server's question during a tool call, unless the agent sets its own).
+    server's question during a tool call, unless the agent sets its own), MAX_WAIT_SECONDS
+    (the longest ``?wait=`` a request may ask for: send-and-wait and the snapshot's long-poll).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -60,6 +61,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "TOOL_IMAGE_MAX_BYTES": 1024 * 1024,
     "TOOL_RESULT_IMAGES_MAX_BYTES": 1024 * 1024,
     "ELICITATION_TIMEOUT": 600,
+    "MAX_WAIT_SECONDS": 300,
     "API_PATH_PREFIX": "/api/",
     "WEB_PROCESSES": 1,
     "WORKERS": 1,

@@ -45,13 +45,8 @@ import asyncio
 import collections
 import contextlib
 import datetime
-import functools
-import json
 import logging
-import random
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -62,16 +57,16 @@ from django.core.exceptions import PermissionDenied
 # application keeps that off the event loop of the first websocket (dex_gateway builds the
 # Flow for its client on first use).
 import agents_app.flow  # noqa: F401
-from agents_app import dex_gateway, selectors
+from agents_app import dex_gateway, selectors, session_events
 from agents_app.conf import dexagents_setting
 from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
 from agents_app.models import AgentSession
+from agents_app.session_events import SNAPSHOT_REQUIRED_FRAME, event_frame
 from agents_app.session_index import APPROVALS_GROUP, approval_index_version
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -79,15 +74,6 @@ CLOSE_UNKNOWN_SESSION = 4404
 CLOSE_SLOW_CLIENT = 4408
 CLOSE_INTERNAL_ERROR = 1011
 
-#: Seconds one ReadStream long poll may wait for a write (Dex caps it at 60).
-LONG_POLL_SECONDS = 25.0
-#: Backoff while the engine is unreachable: first delay, cap (seconds).
-RETRY_FIRST_SECONDS = 0.25
-RETRY_MAX_SECONDS = 5.0
-#: How often the reader checks that the position it read from was still retained (seconds).
-VERIFY_INTERVAL_SECONDS = 1.0
-
-SNAPSHOT_REQUIRED_FRAME = json.dumps({"type": "snapshot_required"})
 
 # Relay tasks of this process that have not finished (``live_relay_count``).
 _live_relays: set[asyncio.Task[None]] = set()
@@ -159,14 +145,6 @@ def _observe_relay_lag(message: dex_gateway.SessionEventMessage) -> None:
         return
     lag = (datetime.datetime.now(datetime.UTC) - written).total_seconds()
     EVENT_RELAY_LAG.observe(max(0.0, lag))
-
-
-def event_frame(message: dex_gateway.SessionEventMessage) -> str:
-    """The ``{"type": "event", "token", "event"}`` text frame of one Stream message."""
-    return json.dumps(
-        {"type": "event", "token": message.token, "event": message.event},
-        separators=(",", ":"),
-    )
 
 
 async def accept_authenticated(consumer: AsyncJsonWebsocketConsumer) -> Any | None:
@@ -275,73 +253,14 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             counts["sent"] += 1
 
     async def _read(self, session_id: str, after: str, queue: SendQueue) -> None:
-        """Long-poll the Stream from ``after`` and queue one frame per message, forever.
-
-        Dex resumes a trimmed token at the next newer message without saying so, so the
-        reader checks retention itself: ``after`` before the first read, then, right after
-        a read and at most every ``VERIFY_INTERVAL_SECONDS``, the oldest position it read
-        from since the last check. Trimming is oldest-first, so a position still retained
-        proves that every read since was gap-free; one that is gone puts
-        ``snapshot_required`` before the frame just read.
-        """
-        position = after
-        if after and not await self._retained(session_id, after):
-            queue.put(SNAPSHOT_REQUIRED_FRAME)
-            position = ""
-        unverified_from = ""
-        verified_at = time.monotonic()
-        while True:
-            read_from = position
-            message = await self._engine(
-                functools.partial(
-                    dex_gateway.session_events_read,
-                    session_id=session_id,
-                    after=read_from,
-                    wait_seconds=LONG_POLL_SECONDS,
-                )
-            )
-            if message is not None and read_from and not unverified_from:
-                unverified_from = read_from
-            # An idle long poll is a free moment to settle a pending check.
-            due = message is None or time.monotonic() - verified_at >= VERIFY_INTERVAL_SECONDS
-            if unverified_from and due:
-                if not await self._retained(session_id, unverified_from):
-                    logger.warning("Session %s: events were trimmed before the relay read "
-                                   "them; the client must reload the snapshot.", session_id)
-                    queue.put(SNAPSHOT_REQUIRED_FRAME)
-                unverified_from = ""
-                verified_at = time.monotonic()
-            if message is not None:
-                queue.put(event_frame(message))
-                _observe_relay_lag(message)
-                position = message.token
-
-    async def _retained(self, session_id: str, token: str) -> bool:
-        return await self._engine(
-            functools.partial(
-                dex_gateway.session_events_after_retained, session_id=session_id, after=token
-            )
-        )
-
-    async def _engine(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Await ``call()``, retrying with jittered exponential backoff while the engine is
-        unreachable, so a Dex restart does not close the socket."""
-        delay = RETRY_FIRST_SECONDS
-        failing_since = 0.0
-        while True:
-            try:
-                result = await call()
-            except dex_gateway.EngineUnavailableError as error:
-                if not failing_since:
-                    failing_since = time.monotonic()
-                    logger.warning("Events relay waits for the engine: %s", error)
-                await asyncio.sleep(random.uniform(delay / 2, delay))
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
+        """Queue one frame per Stream message after ``after``, forever
+        (``session_events.read_messages``: lost events become ``snapshot_required``)."""
+        async for message in session_events.read_messages(session_id, after):
+            if message is None:
+                queue.put(SNAPSHOT_REQUIRED_FRAME)
                 continue
-            if failing_since:
-                logger.info("Events relay reached the engine again after %.1f s.",
-                            time.monotonic() - failing_since)
-            return result
+            queue.put(event_frame(message))
+            _observe_relay_lag(message)
 
 
 #: Seconds between two reads of the approvals index version (the fallback for lost notices).

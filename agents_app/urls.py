@@ -11,6 +11,7 @@ from agents_app.apis import (
     QueuedMessageSteerApi,
     SessionDetailApi,
     SessionElicitationAnswerApi,
+    SessionEventsApi,
     SessionHistoryApi,
     SessionListCreateApi,
     SessionMessageApi,
@@ -35,6 +36,9 @@ urlpatterns = [
         "sessions/<str:session_id>/messages/",
         SessionMessageApi.as_view(),
         name="session-messages",
+    ),
+    path(
+        "sessions/<str:session_id>/events/", SessionEventsApi.as_view(), name="session-events"
     ),
     path("sessions/<str:session_id>/queue/", SessionQueueApi.as_view(), name="session-queue"),
     path(

@@ -21,7 +21,9 @@ from dex_agents._wire_types import resolve_annotations
 class AgentEventType(StrEnum):
     """Every event type (seed "Events"). Payload keys:
 
-    - ``turn_started``: ``sequence`` (int, the turn's user message);
+    - ``turn_started``: ``sequence`` (int, the turn's user message); platform addition:
+      ``client_ids`` (list of str), the ``AgentUserMessage.client_id`` of each message the turn
+      took as it started, present only when a sender gave one;
     - ``turn_completed``: ``message_count`` (int, stored messages after the turn's commit);
     - ``turn_failed``: ``error`` (str, as stored in ``last_turn_error``);
     - ``text_delta``, ``reasoning_delta``: ``text`` (str);
@@ -48,7 +50,8 @@ class AgentEventType(StrEnum):
     Platform addition written by a Step when a session has ``AgentSessionOptions.steering``:
 
     - ``steer_applied``: ``message_count`` (int, steered messages the turn took),
-      ``withdrawn_interrupt_ids`` (list of str, approvals the steer withdrew).
+      ``withdrawn_interrupt_ids`` (list of str, approvals the steer withdrew), ``client_ids``
+      (list of str, the steered messages' ``client_id``; present only when a sender gave one).
 
     Platform additions written by Steps of a session with built-in tools
     (``AgentSessionOptions.durable_waits`` / ``user_input``):

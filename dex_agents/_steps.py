@@ -454,11 +454,15 @@ async def _start_turn(
     text: str,
     *,
     plan_mode: bool = False,
+    client_ids: Sequence[str] = (),
 ) -> StepDecision:
     """Store the user message as the turn's first message and move to RunModel.
 
     With ``AgentSessionOptions.plans``, a ``plan_mode`` message starts a ``planning`` turn and
-    any other a ``chat`` turn.
+    any other a ``chat`` turn. ``client_ids`` (platform addition): the non-empty
+    ``AgentUserMessage.client_id`` of every message the turn takes as it starts; written into
+    ``turn_started`` as ``client_ids`` when there is one, so a sender can tell which turn
+    answers its message.
     """
     message = require_user_message(flow.runner.build_user_message(text))
     number = state.turn_number + 1
@@ -482,7 +486,10 @@ async def _start_turn(
         ),
     )
     events = AgentEventWriter(flow.agent_events, context, turn_id)
-    events.write_event(AgentEventType.TURN_STARTED, {"sequence": sequence})
+    started: dict[str, Any] = {"sequence": sequence}
+    if any(client_ids):
+        started["client_ids"] = [client_id for client_id in client_ids if client_id]
+    events.write_event(AgentEventType.TURN_STARTED, started)
     events.close()
     await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
     return next_model_call(flow, context)
@@ -704,7 +711,8 @@ class AwaitUserMessage(_SessionStep, Step[None]):
                     STEERED_FOR_TURN.set(context, steered[1:])
                 first = steered[0]
                 return await _start_turn(
-                    self._flow, context, state, first.text, plan_mode=first.plan_mode
+                    self._flow, context, state, first.text, plan_mode=first.plan_mode,
+                    client_ids=[message.client_id for message in steered],
                 )
         if self._flow.options.plans:
             requests = PLAN_EXECUTIONS.results(context)
@@ -721,7 +729,8 @@ class AwaitUserMessage(_SessionStep, Step[None]):
         if not messages or not messages[0].text.strip():
             return go_to(AwaitUserMessage, None)
         return await _start_turn(
-            self._flow, context, state, messages[0].text, plan_mode=messages[0].plan_mode
+            self._flow, context, state, messages[0].text, plan_mode=messages[0].plan_mode,
+            client_ids=[messages[0].client_id],
         )
 
 
@@ -1319,13 +1328,13 @@ class ResumeTurn(_SessionStep, Step[int]):
                     ),
                 )
         events = AgentEventWriter(self._flow.agent_events, context, turn_id)
-        events.write_event(
-            AgentEventType.STEER_APPLIED,
-            {
-                "message_count": len(steered),
-                "withdrawn_interrupt_ids": [item.interrupt_id for item in withdrawn],
-            },
-        )
+        applied: dict[str, Any] = {
+            "message_count": len(steered),
+            "withdrawn_interrupt_ids": [item.interrupt_id for item in withdrawn],
+        }
+        if any(message.client_id for message in steered):
+            applied["client_ids"] = [message.client_id for message in steered if message.client_id]
+        events.write_event(AgentEventType.STEER_APPLIED, applied)
         events.close()
         if withdrawn:
             await _observe(

@@ -23,6 +23,7 @@ Environment variables:
     DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_QUEUED_MESSAGES (default 20),
     DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50), DEXAGENTS_ELICITATION_TIMEOUT (seconds a
     user may take to answer an MCP server's question, default 600),
+    DEXAGENTS_MAX_WAIT_SECONDS (the longest ?wait= of a request, default 300),
     LOG_LEVEL (default INFO), DEXAGENTS_LOG_FORMAT (plain|json, default plain),
     DEXAGENTS_METRICS_TOKEN (bearer token for /metrics; unset: loopback callers only),
     DEXAGENTS_WORKER_NAME (heartbeat ID of a Dex worker; default host-pid),
@@ -473,6 +474,8 @@ DEXAGENTS: dict[str, Any] = {
     "ELICITATION_TIMEOUT": env_int(
         "DEXAGENTS_ELICITATION_TIMEOUT", 600, minimum=1, maximum=30 * 24 * 3600
     ),
+    # The longest ?wait= a request may ask for (send-and-wait, the snapshot's long-poll).
+    "MAX_WAIT_SECONDS": env_int("DEXAGENTS_MAX_WAIT_SECONDS", 300, minimum=1, maximum=3600),
 }
 
 LOGGING = {

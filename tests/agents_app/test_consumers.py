@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from agents_app import consumers, dex_gateway
+from agents_app import consumers, dex_gateway, session_events
 from agents_app.models import AgentSession
 from dex_agents import AgentEvent, AgentEventType
 from tests.conftest import api_token_key
@@ -122,7 +122,7 @@ async def test_a_gap_the_relay_could_not_read_becomes_snapshot_required(
     session = await asyncio.to_thread(session_of, owner)
     headers = await asyncio.to_thread(token_headers, owner)
     # Check every read at once, so the check follows the read it covers.
-    monkeypatch.setattr(consumers, "VERIFY_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr(session_events, "VERIFY_INTERVAL_SECONDS", 0.0)
 
     def event(marker: int, text: str = "") -> AgentEvent:
         return AgentEvent(AgentEventType.TOOL_LOG, None, "relay-test", 1,

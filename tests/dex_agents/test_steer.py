@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dex_agents import (
     CANCELLED_BY_STEER_OUTPUT,
+    AgentEventType,
     AgentSessionClient,
     AgentSnapshot,
     ToolCallStatus,
@@ -111,6 +112,16 @@ async def test_a_send_repeated_under_its_client_id_queues_the_message_once(
         snapshot = await wait_for_idle(sessions, "session-1", message_count=10)
         assert user_texts(snapshot)[-3:] == ["once", "raced", "after"]
         assert user_texts(snapshot).count("once") == 1
+        # Each turn's turn_started names the client_id of the message it took (none for the
+        # start message, which had none), so a sender can find the turn that answers it.
+        events = await stack.client.list_stream_messages(
+            "session-1", flow_of(stack, STEERING_FLOW_TYPE).agent_events, 200
+        )
+        started = [message.value.payload for message in reversed(events.messages)
+                   if message.value.type == AgentEventType.TURN_STARTED]
+        assert [item.get("client_ids") for item in started] == [
+            None, ["outbox-1"], ["outbox-2"], ["outbox-3"]
+        ]
 
 
 async def test_steer_cancels_unstarted_calls_withdraws_approvals_and_reaches_the_model(

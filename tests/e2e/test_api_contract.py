@@ -133,6 +133,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContractStack]:
         # A loaded CI machine may take more than the default 5 s to answer an RPC; a 503 is
         # then served correctly but would count as a server error.
         "DEXAGENTS_ENGINE_TIMEOUT": "30",
+        # Generated ?wait= values hold requests up to this long; keep the run short.
+        "DEXAGENTS_MAX_WAIT_SECONDS": "1",
     })
     processes = Processes(env)
     try:

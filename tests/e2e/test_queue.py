@@ -241,6 +241,7 @@ def test_steer_reaches_the_model_and_withdraws_the_pending_approval(stack: Stack
         assert applied["data"] == {
             "message_count": 1,
             "withdrawn_interrupt_ids": [pending["interrupt_id"]],
+            "client_ids": [steer],
         }
         finished = [event["data"] for event in events if event["type"] == "tool_call_finished"]
         assert [(item["tool_name"], item["status"]) for item in finished] == [

@@ -1,0 +1,315 @@
+"""Reading a session's AgentEvents Dex Stream for clients: frames, turn outcomes, SSE.
+
+One reader serves every way a client follows a session without polling the snapshot: the
+websocket relay (``consumers.SessionEventsConsumer``), Server-Sent Events
+(``GET /api/v1/sessions/<id>/events/``, ``sse_frames``) and the requests that wait for a turn
+(``POST .../messages/?wait=``, ``turn_wait``) or for any change (``GET .../?wait=``,
+``change_wait``). Frames are the websocket's (``event_frame``, ``SNAPSHOT_REQUIRED_FRAME``).
+
+Nothing here holds a database connection or a worker slot: it long-polls the engine
+(``ReadStream``, at most ``LONG_POLL_SECONDS`` per call) on the caller's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from agents_app import dex_gateway
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds one ReadStream long poll may wait for a write (Dex caps it at 60).
+LONG_POLL_SECONDS = 25.0
+#: Backoff while the engine is unreachable: first delay, cap (seconds).
+RETRY_FIRST_SECONDS = 0.25
+RETRY_MAX_SECONDS = 5.0
+#: How often the reader checks that the position it read from was still retained (seconds).
+VERIFY_INTERVAL_SECONDS = 1.0
+#: Seconds between two SSE heartbeat comments while no event comes.
+SSE_HEARTBEAT_SECONDS = 15.0
+
+SNAPSHOT_REQUIRED_FRAME = json.dumps({"type": "snapshot_required"})
+#: Event types that end a turn.
+TURN_END_TYPES = frozenset({"turn_completed", "turn_failed"})
+
+
+def event_frame(message: dex_gateway.SessionEventMessage) -> str:
+    """The ``{"type": "event", "token", "event"}`` text frame of one Stream message."""
+    return json.dumps(
+        {"type": "event", "token": message.token, "event": message.event},
+        separators=(",", ":"),
+    )
+
+
+async def engine_retry(call: Callable[[], Awaitable[T]]) -> T:
+    """Await ``call()``, retrying with jittered exponential backoff (``RETRY_FIRST_SECONDS``
+    doubling to ``RETRY_MAX_SECONDS``) while the engine is unreachable, so a Dex restart does
+    not end a reader. Any other error passes through."""
+    delay = RETRY_FIRST_SECONDS
+    failing_since = 0.0
+    while True:
+        try:
+            result = await call()
+        except dex_gateway.EngineUnavailableError as error:
+            if not failing_since:
+                failing_since = time.monotonic()
+                logger.warning("Events reader waits for the engine: %s", error)
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+            continue
+        if failing_since:
+            logger.info("Events reader reached the engine again after %.1f s.",
+                        time.monotonic() - failing_since)
+        return result
+
+
+async def _retained(session_id: str, token: str) -> bool:
+    return await engine_retry(
+        functools.partial(
+            dex_gateway.session_events_after_retained, session_id=session_id, after=token
+        )
+    )
+
+
+async def read_messages(
+    session_id: str, after: str
+) -> AsyncIterator[dex_gateway.SessionEventMessage | None]:
+    """Yield the session's Stream messages after ``after``, in order, forever; ``None`` in
+    place of a message means events were lost to the reader (send ``snapshot_required``).
+
+    Dex resumes a trimmed token at the next newer message without saying so, so the reader
+    checks retention itself: ``after`` before the first read, then, right after a read and
+    at most every ``VERIFY_INTERVAL_SECONDS``, the oldest position it read from since the last
+    check. Trimming is oldest-first, so a position still retained proves that every read
+    since was gap-free; one that is gone yields ``None`` before the message just read.
+    ``after`` ``""`` starts at the oldest retained message.
+
+    Raises:
+        dex_gateway.EventsTokenInvalidError: A token of the reader's own was refused.
+    """
+    position = after
+    if after and not await _retained(session_id, after):
+        yield None
+        position = ""
+    unverified_from = ""
+    verified_at = time.monotonic()
+    while True:
+        read_from = position
+        message = await engine_retry(
+            functools.partial(
+                dex_gateway.session_events_read,
+                session_id=session_id,
+                after=read_from,
+                wait_seconds=LONG_POLL_SECONDS,
+            )
+        )
+        if message is not None and read_from and not unverified_from:
+            unverified_from = read_from
+        # An idle long poll is a free moment to settle a pending check.
+        due = message is None or time.monotonic() - verified_at >= VERIFY_INTERVAL_SECONDS
+        if unverified_from and due:
+            if not await _retained(session_id, unverified_from):
+                logger.warning("Session %s: events were trimmed before the reader read "
+                               "them; the client must reload the snapshot.", session_id)
+                yield None
+            unverified_from = ""
+            verified_at = time.monotonic()
+        if message is not None:
+            yield message
+            position = message.token
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnOutcome:
+    """The turn that took a message, and how it ended (``turn_wait``).
+
+    Attributes:
+        turn_id: The turn (``turn-<n>``).
+        status: ``completed`` or ``failed`` (the ``turn_completed`` / ``turn_failed`` event),
+            or ``running`` when the wait ran out first.
+        token: The resume token of the last event of the turn read.
+        event: That event (``SessionEventMessage.event``).
+    """
+
+    turn_id: str
+    status: str
+    token: str
+    event: dict[str, Any]
+
+    @property
+    def finished(self) -> bool:
+        """Whether the turn ended (``completed`` or ``failed``)."""
+        return self.status != "running"
+
+
+def takes_message(event: dict[str, Any], client_id: str) -> bool:
+    """Whether ``event`` says its turn took the message sent under ``client_id``:
+    ``turn_started`` or ``steer_applied`` naming it in ``client_ids``; with ``client_id``
+    ``""``, any ``turn_started`` (a session's first turn, started with the session)."""
+    kind = event.get("type")
+    if kind not in ("turn_started", "steer_applied"):
+        return False
+    if not client_id:
+        return kind == "turn_started"
+    return client_id in ((event.get("data") or {}).get("client_ids") or [])
+
+
+async def turn_events(
+    session_id: str, after: str, client_id: str
+) -> AsyncIterator[dex_gateway.SessionEventMessage | None]:
+    """The Stream messages of the turn that takes the message sent under ``client_id``
+    (``takes_message``), read from ``after`` (a token read before the message was sent):
+    nothing until that turn starts, then every message of the turn, ending with its
+    ``turn_completed`` / ``turn_failed``. ``None`` as in ``read_messages`` (events lost: the
+    caller should reload the snapshot). Runs until that end; bound it with a timeout.
+
+    A steered message joins the running turn: its messages start at ``steer_applied``.
+
+    Raises:
+        dex_gateway.EventsTokenInvalidError: ``after`` is not a token of this Stream.
+    """
+    turn_id = ""
+    async for message in read_messages(session_id, after):
+        if message is None:
+            yield None
+            continue
+        event = message.event
+        if not turn_id:
+            if not takes_message(event, client_id):
+                continue
+            turn_id = str(event.get("turn_id") or "")
+        if event.get("turn_id") != turn_id:
+            continue
+        yield message
+        if event.get("type") in TURN_END_TYPES:
+            return
+
+
+async def turn_wait(
+    *, session_id: str, after: str, client_id: str, seconds: float
+) -> TurnOutcome | None:
+    """Wait up to ``seconds`` for the end of the turn that takes the message sent under
+    ``client_id`` (``turn_events``).
+
+    Returns:
+        The outcome (``status`` ``running`` when the turn started but did not end in time),
+        or None when no turn took the message in time.
+
+    Raises:
+        dex_gateway.EventsTokenInvalidError: ``after`` is not a token of this Stream.
+    """
+    latest: TurnOutcome | None = None
+    try:
+        async with asyncio.timeout(seconds):
+            async for message in turn_events(session_id, after, client_id):
+                if message is None:
+                    continue
+                kind = str(message.event.get("type"))
+                latest = TurnOutcome(
+                    turn_id=str(message.event.get("turn_id") or ""),
+                    status=kind.removeprefix("turn_") if kind in TURN_END_TYPES else "running",
+                    token=message.token,
+                    event=message.event,
+                )
+                if latest.finished:
+                    return latest
+    except TimeoutError:
+        pass
+    return latest
+
+
+async def change_wait(*, session_id: str, after: str, seconds: float) -> bool:
+    """Wait up to ``seconds`` for the first Stream message after ``after``.
+
+    Returns:
+        True when one came (or events after ``after`` were lost: the session changed), False
+        when the wait ran out.
+
+    Raises:
+        dex_gateway.EventsTokenInvalidError: ``after`` is not a token of this Stream.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            async for _ in read_messages(session_id, after):
+                return True
+    except TimeoutError:
+        return False
+    return False
+
+
+def sse_event(frame: str, token: str = "") -> bytes:
+    """One Server-Sent Events message carrying ``frame`` (one line of JSON) as its ``data``,
+    with ``id: <token>`` when given (the ``Last-Event-ID`` a client resumes from)."""
+    head = f"id: {token}\n" if token else ""
+    return f"{head}data: {frame}\n\n".encode()
+
+
+SSE_HEARTBEAT = b": heartbeat\n\n"
+SSE_RECONNECT = b": reconnect\n\n"
+
+
+async def sse_frames(
+    messages: AsyncIterator[dex_gateway.SessionEventMessage | None],
+    *,
+    first: bytes = b"",
+    heartbeat_seconds: float = SSE_HEARTBEAT_SECONDS,
+    max_seconds: float | None = None,
+) -> AsyncIterator[bytes]:
+    """Server-Sent Events for ``messages`` (``read_messages`` or ``turn_events``): each
+    message as ``sse_event(event_frame, token)``, ``None`` as ``snapshot_required`` (no id),
+    a ``: heartbeat`` comment after ``heartbeat_seconds`` without one. ``first`` goes out
+    before anything else (an ``retry:`` hint or an opening frame). Ends when ``messages``
+    ends, or after ``max_seconds`` (then with a ``: reconnect`` comment: the client resumes
+    with ``Last-Event-ID``, as ``EventSource`` does by itself); a client that goes away
+    cancels it, which cancels the engine read."""
+    if first:
+        yield first
+    loop = asyncio.get_running_loop()
+    deadline = None if max_seconds is None else loop.time() + max_seconds
+    pending: asyncio.Task[Any] | None = None
+    iterator = aiter(messages)
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            timeout = heartbeat_seconds
+            if deadline is not None:
+                timeout = min(timeout, deadline - loop.time())
+                if timeout <= 0:
+                    yield SSE_RECONNECT
+                    return
+            done, _ = await asyncio.wait({pending}, timeout=timeout)
+            if not done:
+                if deadline is None or loop.time() < deadline:
+                    yield SSE_HEARTBEAT
+                continue
+            try:
+                message = pending.result()
+            except StopAsyncIteration:
+                return
+            finally:
+                pending = None
+            if message is None:
+                yield sse_event(SNAPSHOT_REQUIRED_FRAME)
+            else:
+                yield sse_event(event_frame(message), message.token)
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        closer = getattr(iterator, "aclose", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()

@@ -1,0 +1,230 @@
+"""REST clients that need no polling, on real uvicorn (``tests/e2e/relay_stack.py``: the
+embedded engine, ``manage.py dexworker``, the demo model over HTTP, Celery):
+
+- send and wait: ``POST /api/v1/sessions/<id>/messages/?wait=<s>``;
+- Server-Sent Events: ``GET /api/v1/sessions/<id>/events/`` (resumed by ``Last-Event-ID``
+  and by ``?after=``) and ``POST .../messages/`` with ``Accept: text/event-stream``;
+- the snapshot's long-poll: ``GET /api/v1/sessions/<id>/?wait=<s>&events_after=<token>``;
+- a client that goes away mid-wait loses nothing it sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.relay_stack import Stack, running_stack
+from tests.e2e.test_events_relay import answered, session_start, slow_message
+
+pytestmark = pytest.mark.e2e
+
+SSE = {"Accept": "text/event-stream"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("no-polling")) as platform:
+        yield platform
+
+
+def idle_session(stack: Stack) -> str:
+    session_id = session_start(stack, "hello")
+    answered(stack, session_id, 1)
+    return session_id
+
+
+def sse_messages(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Parse Server-Sent Events: yields ``{"id"?, "data": decoded JSON}`` per message and
+    ``{"comment": text}`` per comment line."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line.startswith(":"):
+            yield {"comment": line[1:].strip()}
+            continue
+        if not line:
+            if "data" in fields:
+                message: dict[str, Any] = {"data": json.loads(fields["data"])}
+                if "id" in fields:
+                    message["id"] = fields["id"]
+                yield message
+            fields = {}
+            continue
+        name, _, value = line.partition(":")
+        fields[name] = value.removeprefix(" ")
+
+
+def read_until_turn_end(lines: Iterator[str]) -> list[dict[str, Any]]:
+    messages = []
+    for message in sse_messages(lines):
+        if "data" not in message:
+            continue
+        messages.append(message)
+        event = message["data"].get("event") or {}
+        if event.get("type") in {"turn_completed", "turn_failed"}:
+            return messages
+    raise AssertionError(f"the stream ended before the turn did: {messages}")
+
+
+def test_send_and_wait_answers_when_the_turn_ends_with_the_snapshot(stack: Stack) -> None:
+    session_id = idle_session(stack)
+    with stack.api() as api:
+        answer = api.post(f"/api/v1/sessions/{session_id}/messages/?wait=60",
+                          json={"text": "tell me a fact"}, timeout=90)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["queued"] is True and body["delivery"] == "delivered"
+    assert body["turn"] == {"finished": True, "turn_id": "turn-2", "status": "completed"}
+    snapshot = body["session"]
+    assert snapshot["status"] == "waiting_for_user_message"
+    assert snapshot["turn_id"] is None
+    assert [m["role"] for m in snapshot["messages"]][-2:] == ["user", "assistant"]
+    assert snapshot["messages"][-2]["text"] == "tell me a fact"
+
+
+def test_send_and_wait_that_runs_out_says_the_turn_runs(stack: Stack) -> None:
+    session_id = idle_session(stack)
+    with stack.api() as api:
+        answer = api.post(f"/api/v1/sessions/{session_id}/messages/?wait=1",
+                          json={"text": slow_message(1.0, words=30)}, timeout=30)
+        assert answer.status_code == 202, answer.text
+        body = answer.json()
+        assert body["turn"]["finished"] is False and body["turn"]["status"] is None
+        # The turn had started (the first chunk comes at once) or not yet: never another turn.
+        assert body["turn"]["turn_id"] in (None, "turn-2")
+        assert body["session"]["id"] == session_id
+        bad = api.post(f"/api/v1/sessions/{session_id}/messages/?wait=nope",
+                       json={"text": "x"})
+        assert bad.status_code == 400 and "wait" in bad.json(), bad.text
+        too_long = api.post(f"/api/v1/sessions/{session_id}/messages/?wait=100000",
+                            json={"text": "x"})
+        assert too_long.status_code == 400 and "wait" in too_long.json(), too_long.text
+    # Neither refused request queued anything: one more user message only.
+    snapshot = answered(stack, session_id, 2)
+    assert [m["role"] for m in snapshot["messages"]].count("user") == 2
+
+
+def test_server_sent_events_follow_a_turn_and_resume_from_last_event_id(
+    stack: Stack,
+) -> None:
+    session_id = idle_session(stack)
+    base = stack.base_url()
+    headers = {**stack.personas["owner"].bearer(), **SSE}
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+        with client.stream("GET", f"/api/v1/sessions/{session_id}/events/") as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.iter_lines()
+            first_turn = read_until_turn_end(lines)  # turn-1, already written
+            with stack.api() as api:
+                sent = api.post(f"/api/v1/sessions/{session_id}/messages/",
+                                json={"text": "and another"})
+            assert sent.status_code == 202
+            second_turn = read_until_turn_end(lines)
+        frames = first_turn + second_turn
+        for message in frames:
+            assert message["data"]["type"] == "event"
+            assert message["id"] == message["data"]["token"]
+        # The web's own notices (the queue changed) name no turn; the turn's events follow.
+        started = next(index for index, m in enumerate(second_turn)
+                       if m["data"]["event"]["type"] == "turn_started")
+        assert {m["data"]["event"]["turn_id"] for m in second_turn[started:]} == {"turn-2"}
+        assert {m["data"]["event"]["turn_id"] for m in second_turn[:started]} <= {None}
+        assert second_turn[started]["data"]["event"]["data"]["client_ids"] == [sent.json()["id"]]
+
+        # Resume: Last-Event-ID wins over ?after=, and the next frame is the one after it.
+        middle = len(frames) // 2
+        resumed_headers = {"Last-Event-ID": frames[middle]["id"]}
+        with client.stream("GET", f"/api/v1/sessions/{session_id}/events/?after=",
+                           headers=resumed_headers) as stream:
+            resumed = next(m for m in sse_messages(stream.iter_lines()) if "data" in m)
+        assert resumed["id"] == frames[middle + 1]["id"]
+        with client.stream(
+            "GET", f"/api/v1/sessions/{session_id}/events/?after={frames[-2]['id']}"
+        ) as stream:
+            resumed = next(m for m in sse_messages(stream.iter_lines()) if "data" in m)
+        assert resumed["id"] == frames[-1]["id"]
+        # A token the Stream does not hold: snapshot_required first, then from the oldest.
+        with client.stream("GET", f"/api/v1/sessions/{session_id}/events/",
+                           headers={"Last-Event-ID": "not-a-token"}) as stream:
+            found = [m for m in _take(sse_messages(stream.iter_lines()), 2) if "data" in m]
+        assert found[0]["data"] == {"type": "snapshot_required"} and "id" not in found[0]
+        assert found[1]["id"] == frames[0]["id"]
+
+
+def _take(messages: Iterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    taken = []
+    for message in messages:
+        if "data" in message:
+            taken.append(message)
+        if len(taken) == count:
+            break
+    return taken
+
+
+def test_a_message_posted_for_server_sent_events_streams_its_turn(stack: Stack) -> None:
+    session_id = idle_session(stack)
+    headers = {**stack.personas["owner"].bearer(), **SSE}
+    with (httpx.Client(base_url=stack.base_url(), headers=headers, timeout=60) as client,
+          client.stream("POST", f"/api/v1/sessions/{session_id}/messages/",
+                        json={"text": "stream this"}) as stream):
+        assert stream.status_code == 200
+        lines = list(stream.iter_lines())  # the server ends the stream after the turn
+    messages = [m for m in sse_messages(iter(lines)) if "data" in m]
+    opening = messages[0]["data"]
+    assert opening["type"] == "message_accepted" and opening["delivery"] == "delivered"
+    events = [m["data"]["event"] for m in messages[1:]]
+    assert events[0]["type"] == "turn_started"
+    assert events[0]["data"]["client_ids"] == [opening["id"]]
+    assert events[-1]["type"] == "turn_completed"
+    assert {event["turn_id"] for event in events} == {"turn-2"}
+    assert any(event["type"] == "text_delta" for event in events)
+
+
+def test_the_snapshot_long_poll_answers_when_the_session_changes(stack: Stack) -> None:
+    session_id = idle_session(stack)
+    with stack.api() as api:
+        before = api.get(f"/api/v1/sessions/{session_id}/").json()
+        # Nothing happens: the wait runs out and the same position comes back.
+        idle = api.get(f"/api/v1/sessions/{session_id}/",
+                       params={"wait": 1, "events_after": before["events_after"]})
+        assert idle.status_code == 200
+        assert idle.json()["events_after"] == before["events_after"]
+        missing = api.get(f"/api/v1/sessions/{session_id}/", params={"wait": 1})
+        assert missing.status_code == 400 and "events_after" in missing.json()
+
+        results: dict[str, Any] = {}
+
+        def long_poll() -> None:
+            with stack.api() as poller:
+                results["answer"] = poller.get(
+                    f"/api/v1/sessions/{session_id}/",
+                    params={"wait": 120, "events_after": before["events_after"]},
+                    timeout=150,
+                )
+
+        poller = threading.Thread(target=long_poll)
+        poller.start()
+        sent = api.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "wake up"})
+        assert sent.status_code == 202
+        poller.join(timeout=150)
+        assert not poller.is_alive()
+    changed = results["answer"]
+    assert changed.status_code == 200
+    # It answered on the session's first new event, not at the end of the 120 s wait.
+    assert changed.json()["events_after"] != before["events_after"]
+    assert changed.elapsed.total_seconds() < 100
+
+
+def test_a_client_that_leaves_mid_wait_loses_nothing(stack: Stack) -> None:
+    session_id = idle_session(stack)
+    with stack.api() as api, pytest.raises(httpx.ReadTimeout):
+        api.post(f"/api/v1/sessions/{session_id}/messages/?wait=60",
+                 json={"text": slow_message(0.3, words=15)}, timeout=1.0)
+    snapshot = answered(stack, session_id, 2)
+    users = [m["text"] for m in snapshot["messages"] if m["role"] == "user"]
+    assert users[-1] == slow_message(0.3, words=15)
