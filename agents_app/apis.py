@@ -198,7 +198,7 @@ class SessionOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AgentSession
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "agent",
             "owner",
@@ -217,6 +217,34 @@ class SessionOutputSerializer(serializers.ModelSerializer):
         if pending is None:
             pending = session.approval_requests.filter(state="pending").count()
         return bool(pending)
+
+
+class SessionCreatedSerializer(SessionOutputSerializer):
+    first_message = serializers.SerializerMethodField(
+        help_text="Present when the first message did not start the session's turn at once: "
+        "you already run DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER turns, so it waits (pending, "
+        "pending_reason active_session_limit) and goes when one ends; null otherwise."
+    )
+
+    class Meta(SessionOutputSerializer.Meta):
+        fields: tuple[str, ...] = (*SessionOutputSerializer.Meta.fields, "first_message")
+
+    @extend_schema_field(
+        inline_serializer(
+            "HeldFirstMessage",
+            {
+                "id": serializers.CharField(),
+                "delivery": serializers.CharField(),
+                "pending_reason": serializers.CharField(),
+            },
+            allow_null=True,
+        )
+    )
+    def get_first_message(self, session: AgentSession) -> dict[str, str] | None:
+        held = getattr(session, "first_message", None)
+        if held is None:
+            return None
+        return {"id": held.id, "delivery": held.delivery, "pending_reason": held.pending_reason}
 
 
 class SessionListCreateApi(DexErrorsMixin, ListAPIView):
@@ -321,7 +349,7 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             ordering=params.get("ordering", ""),
         )
 
-    @extend_schema(request=SessionCreateInputSerializer, responses={201: SessionOutputSerializer})
+    @extend_schema(request=SessionCreateInputSerializer, responses={201: SessionCreatedSerializer})
     def post(self, request: Request) -> Response:
         serializer = self.SessionCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -331,7 +359,7 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             message=serializer.validated_data.get("message", ""),
             tool_names=serializer.validated_data.get("tools"),
         )
-        return Response(SessionOutputSerializer(session).data, status=status.HTTP_201_CREATED)
+        return Response(SessionCreatedSerializer(session).data, status=status.HTTP_201_CREATED)
 
 
 class QueuedMessageOutputSerializer(serializers.Serializer):
@@ -748,6 +776,14 @@ MESSAGE_QUEUED = inline_serializer(
             "the queue endpoints take it."
         ),
         "delivery": DELIVERY_FIELD,
+        "pending_reason": serializers.ChoiceField(
+            choices=["unavailable", "active_session_limit"],
+            allow_null=True,
+            help_text="Why a pending message waits: unavailable (the engine or every worker did "
+            "not answer) or active_session_limit (you already run "
+            "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER turns; it goes when one ends); null when "
+            "delivered.",
+        ),
         "turn": inline_serializer(
             "MessageTurn",
             {
@@ -1013,7 +1049,12 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
         except services.QueueFullError:
             raise QueueFull() from None
         return Response(
-            {"queued": True, "id": accepted.id, "delivery": accepted.delivery},
+            {
+                "queued": True,
+                "id": accepted.id,
+                "delivery": accepted.delivery,
+                "pending_reason": accepted.pending_reason or None,
+            },
             status=status.HTTP_202_ACCEPTED,
         )
 

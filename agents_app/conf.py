@@ -26,7 +26,10 @@ Keys (units in the names' comments):
     largest image, and the most image bytes, one tool result sends to a model that accepts
     images; decoded bytes), ELICITATION_TIMEOUT (seconds a user may take to answer an MCP
     server's question during a tool call, unless the agent sets its own), MAX_WAIT_SECONDS
-    (the longest ``?wait=`` a request may ask for: send-and-wait and the snapshot's long-poll).
+    (the longest ``?wait=`` a request may ask for: send-and-wait and the snapshot's long-poll),
+    THROTTLE_READS and THROTTLE_WRITES (per-user REST rates, ``agents_app.throttling``),
+    MAX_ACTIVE_SESSIONS_PER_USER (running turns per user; a message over it waits in the
+    outbox, ``agents_app.outbox.active_limit_reached``; 0: no cap).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -62,6 +65,9 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "TOOL_RESULT_IMAGES_MAX_BYTES": 1024 * 1024,
     "ELICITATION_TIMEOUT": 600,
     "MAX_WAIT_SECONDS": 300,
+    "THROTTLE_READS": "3000/min",
+    "THROTTLE_WRITES": "600/min",
+    "MAX_ACTIVE_SESSIONS_PER_USER": 10,
     "API_PATH_PREFIX": "/api/",
     "WEB_PROCESSES": 1,
     "WORKERS": 1,

@@ -62,6 +62,73 @@ class InterruptNotRecordedDeferred(DeliveryDeferred):
     """
 
 
+class ActiveLimitDeferred(DeliveryDeferred):
+    """The message would start a turn while its owner already has
+    ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns running; it stays pending and is
+    delivered when one of them ends (``active_limit_release``)."""
+
+
+#: Index statuses of a session whose turn runs (and holds a Dex worker's attention).
+ACTIVE_STATUSES = ("starting", "running_model", "running_tools")
+
+
+def active_sessions_count(*, owner_id: Any, exclude_session_id: str = "") -> int:
+    """How many of ``owner_id``'s sessions run a turn now, as the index sees it: status
+    ``starting``, ``running_model`` or ``running_tools`` without a pending approval (a turn
+    that waits for a person holds nothing), plus idle sessions that a message was delivered
+    to after their status was last observed (their turn is about to start; the worker has not
+    reported it yet).
+    """
+    running = (
+        AgentSession.objects.filter(owner_id=owner_id, status__in=ACTIVE_STATUSES)
+        .exclude(approval_requests__state=ApprovalRequest.State.PENDING)
+        .exclude(pk=exclude_session_id)
+        .values_list("pk", flat=True)
+    )
+    about_to_run = (
+        OutboxMessage.objects.filter(
+            session__owner_id=owner_id,
+            session__status="waiting_for_user_message",
+            delivery=Delivery.DELIVERED,
+            delivered_at__gt=F("session__status_observed_at"),
+        )
+        .exclude(session_id=exclude_session_id)
+        .values_list("session_id", flat=True)
+    )
+    return len(set(running) | set(about_to_run))
+
+
+def active_limit_reached(*, session: AgentSession) -> bool:
+    """Whether a message to ``session`` must wait for the owner's other turns: the session
+    is not running a turn itself (a message to a running session only queues behind it) and
+    its owner already has ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` running (0: no cap)."""
+    limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
+    if limit <= 0 or session.status in ACTIVE_STATUSES:
+        return False
+    return active_sessions_count(owner_id=session.owner_id, exclude_session_id=session.pk) >= limit
+
+
+def active_limit_release(*, owner_ids: Iterable[Any]) -> int:
+    """Queue delivery of the pending messages of ``owner_ids``' sessions (a turn of theirs
+    ended, so a message held by the cap may go now); the delivery checks the cap again.
+
+    Returns:
+        How many sessions' deliveries were queued.
+    """
+    from agents_app import tasks
+
+    session_ids = list(
+        OutboxMessage.objects.filter(
+            session__owner_id__in=list(owner_ids), delivery=Delivery.PENDING
+        )
+        .values_list("session_id", flat=True)
+        .distinct()
+    )
+    for session_id in session_ids:
+        tasks.outbox_delivery_schedule(session_id=session_id)
+    return len(session_ids)
+
+
 class QueueFullDeferred(DeliveryDeferred):
     """The session refused a message because its queue is full
     (``DEXAGENTS["MAX_QUEUED_MESSAGES"]``); it can be delivered once a turn took one."""
@@ -104,6 +171,7 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
 
     Raises:
         QueueFullDeferred: The session's queue is full.
+        ActiveLimitDeferred: The owner already runs as many turns as allowed.
         DeliveryDeferred: The engine or every worker did not answer.
     """
     session = message.session
@@ -111,6 +179,12 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
         return message.delivery
     if session.status == "stopped":
         return _message_refuse(message, SESSION_STOPPED_REASON)
+    if active_limit_reached(session=session):
+        limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
+        reason = (f"Held: {limit} of your sessions are running a turn "
+                  "(DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER); it goes when one ends.")
+        _note_attempt(OutboxMessage, message.pk, reason)
+        raise ActiveLimitDeferred(reason)
     try:
         sent = dex_gateway.run(
             dex_gateway.session_send_message(
@@ -338,7 +412,7 @@ def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, in
         for session_id in session_ids:
             try:
                 counts["messages"] += outbox_session_deliver(session_id=session_id)
-            except QueueFullDeferred:
+            except (QueueFullDeferred, ActiveLimitDeferred):
                 continue
     except DeliveryDeferred as error:
         logger.info("Outbox delivery deferred: %s", error)

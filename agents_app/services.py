@@ -64,9 +64,16 @@ def session_create(
         tool_names: Exposed tool names this session may use, a subset of the agent's (callers
             validate it); ``None`` means every tool of the agent.
 
+    When ``message`` is given and the owner already runs
+    ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns, the session starts without it and the
+    message waits in its outbox until one of those turns ends; the returned session then has
+    ``first_message`` (a ``MessageAccepted`` with ``pending_reason`` ``active_session_limit``).
+
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer; nothing was created.
     """
+    from agents_app import outbox
+
     owner_pk = owner.pk
     if owner_pk is None:
         raise ValueError("Sessions belong to a saved user.")
@@ -75,12 +82,31 @@ def session_create(
     # Whom the session's MCP requests are made for (a server's "user" isolation).
     config["owner_id"] = str(owner_pk)
     title = (message.strip().splitlines() or [""])[0][:TITLE_MAX_CHARS] or agent.name
+    limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
+    held = bool(
+        message.strip()
+        and limit > 0
+        and outbox.active_sessions_count(owner_id=owner_pk) >= limit
+    )
+    # "starting" while a first turn is coming; without one the session waits for a message
+    # from the start (the cap on running turns counts "starting" sessions as running).
+    turn_coming = bool(message.strip()) and not held
     session = AgentSession.objects.create(
-        id=session_id, owner_id=owner_pk, agent=agent, title=title
+        id=session_id,
+        owner_id=owner_pk,
+        agent=agent,
+        title=title,
+        status=(
+            session_index.SESSION_STATUS_STARTING
+            if turn_coming
+            else AgentStatus.WAITING_FOR_USER_MESSAGE.value
+        ),
     )
     try:
         dex_gateway.run(
-            dex_gateway.session_start(session_id=session_id, message=message, agent_config=config)
+            dex_gateway.session_start(
+                session_id=session_id, message="" if held else message, agent_config=config
+            )
         )
     except BaseException as error:
         if isinstance(error, dex_gateway.EngineUnavailableError):
@@ -88,6 +114,19 @@ def session_create(
             _session_stop_quietly(session_id=session_id, reason="start was not confirmed")
         AgentSession.objects.filter(pk=session_id).delete()
         raise
+    if held:
+        # Over the owner's running-turn cap: the session starts idle and its first message
+        # waits in the outbox like any held message (delivered when one of their turns ends).
+        from agents_app import tasks
+
+        first = OutboxMessage.objects.create(id=uuid.uuid4().hex, session=session, text=message)
+        reason = (f"Held: {limit} of your sessions are running a turn "
+                  "(DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER); it goes when one ends.")
+        OutboxMessage.objects.filter(pk=first.pk).update(last_error=reason)
+        tasks.outbox_delivery_schedule(session_id=session.id)
+        session.first_message = MessageAccepted(  # type: ignore[attr-defined]
+            id=first.id, delivery=Delivery.PENDING, pending_reason=PENDING_ACTIVE_LIMIT
+        )
     return session
 
 
@@ -111,10 +150,20 @@ class MessageAccepted:
             the session's queue, else its outbox ID (which is also its ``client_id``).
         delivery: ``delivered`` (the session has it) or ``pending`` (kept in the outbox until
             the engine and a worker answer).
+        pending_reason: Why it is pending: ``unavailable`` (the engine or every worker did
+            not answer) or ``active_session_limit`` (its owner already runs
+            ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns; it goes when one ends);
+            ``""`` when delivered.
     """
 
     id: str
     delivery: str
+    pending_reason: str = ""
+
+
+#: ``MessageAccepted.pending_reason`` values.
+PENDING_UNAVAILABLE = "unavailable"
+PENDING_ACTIVE_LIMIT = "active_session_limit"
 
 
 class QueueFullError(Exception):
@@ -148,6 +197,7 @@ def session_message_send(
     message = OutboxMessage.objects.create(
         id=uuid.uuid4().hex, session=session, text=text, plan_mode=plan_mode
     )
+    reason = ""
     try:
         outbox.outbox_session_deliver(session_id=session.id)
     except outbox.QueueFullDeferred:
@@ -157,10 +207,17 @@ def session_message_send(
             raise QueueFullError() from None
     except outbox.DeliveryDeferred as error:
         logger.info("Message %s for %s kept in the outbox: %s", message.id, session.id, error)
+        reason = (
+            PENDING_ACTIVE_LIMIT
+            if isinstance(error, outbox.ActiveLimitDeferred)
+            else PENDING_UNAVAILABLE
+        )
     message.refresh_from_db()
     if message.delivery == Delivery.PENDING:
         tasks.outbox_delivery_schedule(session_id=session.id)
-        return MessageAccepted(id=message.id, delivery=Delivery.PENDING)
+        return MessageAccepted(
+            id=message.id, delivery=Delivery.PENDING, pending_reason=reason or PENDING_UNAVAILABLE
+        )
     if message.delivery == Delivery.REFUSED:
         OutboxMessage.objects.filter(pk=message.pk).delete()
         raise dex_gateway.SessionNotFoundError(session.id)

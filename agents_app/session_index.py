@@ -198,7 +198,33 @@ def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
                 )
             for closed in change.closed:
                 approvals_changed |= _closed_apply(change.flow_id, closed, change.observed_at)
+    _active_limit_release(changes, known)
     return approvals_changed
+
+
+def _active_limit_release(changes: Sequence[AgentSessionChange], known: set[str]) -> None:
+    """A turn that ended (or now waits for a person) frees a place under its owner's
+    ``MAX_ACTIVE_SESSIONS_PER_USER``: queue delivery of the owner's held messages."""
+    from agents_app import outbox
+
+    if int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER")) <= 0:
+        return
+    freed = {
+        change.flow_id
+        for change in changes
+        if change.flow_id in known
+        and (
+            (change.status is not None and str(change.status) not in outbox.ACTIVE_STATUSES)
+            or change.raised
+        )
+    }
+    if not freed:
+        return
+    owners = set(AgentSession.objects.filter(pk__in=freed).values_list("owner_id", flat=True))
+    try:
+        outbox.active_limit_release(owner_ids=owners)
+    except Exception as error:  # the retries and the periodic sweep deliver them anyway
+        logger.warning("Could not queue held messages of %s: %s", sorted(owners), error)
 
 
 def _closed_apply(

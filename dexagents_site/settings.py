@@ -24,6 +24,9 @@ Environment variables:
     DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50), DEXAGENTS_ELICITATION_TIMEOUT (seconds a
     user may take to answer an MCP server's question, default 600),
     DEXAGENTS_MAX_WAIT_SECONDS (the longest ?wait= of a request, default 300),
+    DEXAGENTS_THROTTLE_READS / DEXAGENTS_THROTTLE_WRITES (per-user REST rates, default
+    3000/min and 600/min; "off" for none), DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER (running
+    turns per user, default 10; 0 for no cap),
     LOG_LEVEL (default INFO), DEXAGENTS_LOG_FORMAT (plain|json, default plain),
     DEXAGENTS_METRICS_TOKEN (bearer token for /metrics; unset: loopback callers only),
     DEXAGENTS_WORKER_NAME (heartbeat ID of a Dex worker; default host-pid),
@@ -44,6 +47,8 @@ from urllib.parse import urlsplit
 import environ
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
+
+from agents_app.rates import rate_or_none
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -77,6 +82,17 @@ def env_int(name: str, default: int, *, minimum: int = 0, maximum: int = 2**31 -
     if not minimum <= value <= maximum:
         raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, not {value}")
     return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """Read a per-user request rate (``<count>/<s|min|hour|day>`` or ``off``); raise
+    ImproperlyConfigured."""
+    raw = env.str(name, default=default).strip() or default
+    try:
+        rate_or_none(raw)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
+    return raw
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -349,6 +365,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Per-user budgets for reads and writes (agents_app.throttling; DEXAGENTS_THROTTLE_*).
+    "DEFAULT_THROTTLE_CLASSES": [
+        "agents_app.throttling.UserReadRateThrottle",
+        "agents_app.throttling.UserWriteRateThrottle",
+    ],
     # Request bodies are JSON only (any other Content-Type answers 415): a form field is text,
     # so "0" or "" would not mean what the schema's types say.
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -473,6 +494,15 @@ DEXAGENTS: dict[str, Any] = {
     # (an agent definition may set its own); unanswered, the server is told "cancel".
     "ELICITATION_TIMEOUT": env_int(
         "DEXAGENTS_ELICITATION_TIMEOUT", 600, minimum=1, maximum=30 * 24 * 3600
+    ),
+    # Per-user REST budgets (agents_app.throttling): DRF rates "<count>/<s|min|hour|day>" or
+    # "off". Over one: 429 with Retry-After.
+    "THROTTLE_READS": env_rate("DEXAGENTS_THROTTLE_READS", "3000/min"),
+    "THROTTLE_WRITES": env_rate("DEXAGENTS_THROTTLE_WRITES", "600/min"),
+    # Running turns per user; a message that would start one more waits in the outbox until
+    # one ends (agents_app.outbox.active_limit_reached). 0: no cap.
+    "MAX_ACTIVE_SESSIONS_PER_USER": env_int(
+        "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER", 10, minimum=0, maximum=100_000
     ),
     # The longest ?wait= a request may ask for (send-and-wait, the snapshot's long-poll).
     "MAX_WAIT_SECONDS": env_int("DEXAGENTS_MAX_WAIT_SECONDS", 300, minimum=1, maximum=3600),

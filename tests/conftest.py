@@ -38,6 +38,17 @@ def fast_password_hasher() -> Iterator[None]:
         fast.disable()
 
 
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    """Each test starts with an empty default cache (this process's LocMemCache): request
+    counts of the API's per-user rate limits (``agents_app.throttling``) and anything else a
+    test cached do not carry into the next test, whose users may reuse the same primary keys."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
 @pytest.fixture
 def owner(db: None) -> Any:
     from tests.factories import UserFactory

@@ -407,7 +407,13 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     steer = paths["/api/v1/sessions/{session_id}/queue/{message_id}/steer/"]["post"]
     assert set(steer["responses"]) == {"202", "401", "403", "404", "409", "503"}
     schemas = response.json()["components"]["schemas"]
-    assert set(schemas["MessageQueued"]["properties"]) == {"queued", "id", "delivery"}
+    assert set(schemas["MessageQueued"]["properties"]) == {
+        "queued", "id", "delivery", "pending_reason", "turn", "session"
+    }
+    messages = paths["/api/v1/sessions/{session_id}/messages/"]["post"]["responses"]
+    assert set(messages["200"]["content"]) == {"application/json", "text/event-stream"}
+    events = paths["/api/v1/sessions/{session_id}/events/"]["get"]["responses"]
+    assert set(events["200"]["content"]) == {"text/event-stream"}
     assert set(schemas["MessageQueue"]["properties"]) == {"queued", "steered", "partial"}
     entry = schemas["QueuedMessageOutput"]["properties"]
     assert set(entry) == {"id", "text", "plan_mode", "created_at", "delivery"}

@@ -79,6 +79,8 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ),
     ("api/v1/sessions/<str:session_id>/plan/execute/", "POST"): (401, 401, 404, 400, 403),
     ("api/v1/sessions/<str:session_id>/history/", "GET"): (401, 401, 404, ENGINE, ENGINE),
+    # Server-Sent Events open without the engine: the stream waits for it (not read here).
+    ("api/v1/sessions/<str:session_id>/events/", "GET"): (401, 401, 404, 200, 200),
     # Owner or staff may stop a session.
     ("api/v1/sessions/<str:session_id>/stop/", "POST"): (401, 401, 404, ENGINE, ENGINE),
     # Only staff decide approvals, on any session.

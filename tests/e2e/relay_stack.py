@@ -146,6 +146,11 @@ def stack_environment(var_dir: Path, *, web_port: int, engine_port: int, model_p
         "LITELLM_MODE": "PRODUCTION",
         # The tests read the web process's INFO lines (relay started / ended).
         "LOG_LEVEL": "INFO",
+        # One persona drives many sessions at once here (tests, bench.scale, bench.rest);
+        # the rate limits have their own tests (tests/agents_app/test_throttling.py).
+        "DEXAGENTS_THROTTLE_READS": "off",
+        "DEXAGENTS_THROTTLE_WRITES": "off",
+        "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER": "0",
     })
     env.update(extra or {})
     return env

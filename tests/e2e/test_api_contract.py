@@ -135,6 +135,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContractStack]:
         "DEXAGENTS_ENGINE_TIMEOUT": "30",
         # Generated ?wait= values hold requests up to this long; keep the run short.
         "DEXAGENTS_MAX_WAIT_SECONDS": "1",
+        # Over a thousand generated requests by one user in about a minute.
+        "DEXAGENTS_THROTTLE_READS": "off",
+        "DEXAGENTS_THROTTLE_WRITES": "off",
+        "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER": "0",
     })
     processes = Processes(env)
     try:
