@@ -36,9 +36,10 @@ and for CPU per turn.
 The two sides do not do the same work; the output says so:
 
 - durability: ours commits every Step (each model call, each tool call) to SQLite before the
-  next one runs; the peer runs with ``disable_persistence``, so nothing it holds survives a
-  restart (by default its in-memory runtime pickles its state to ``./.langgraph_api`` every
-  10 s, which is no durability per Step either);
+  next one runs (the engine's default ``--sync normal``: a commit survives a killed process,
+  ``docs/engine-durability.md``); the peer runs with ``disable_persistence``, so nothing it
+  holds survives a restart (by default its in-memory runtime pickles its state to
+  ``./.langgraph_api`` every 10 s, which is no durability per Step either);
 - ours calls a model over HTTP through LiteLLM and a tool over MCP stdio; the peer's model and
   tools are Python functions inside its server;
 - the in-memory runtime looks for queued runs every 0.5 s when its last look found none, so at
@@ -653,8 +654,9 @@ def header_lines(args: argparse.Namespace, server: PeerServer) -> list[str]:
         f"peer: LangGraph Agent Server (langgraph-api, in-memory runtime) at {server.url}, "
         f"n_jobs_per_worker={server.jobs}; a turn = threads.create + runs.wait of "
         "model -> 3 tools (Send) -> model",
-        "durability: ours commits every Step to SQLite before the next runs; the peer runs "
-        "with disable_persistence: nothing it holds survives a restart",
+        "durability: ours commits every Step to SQLite before the next runs (engine default "
+        "--sync normal: survives a killed process); the peer runs with disable_persistence: "
+        "nothing it holds survives a restart",
         "work: ours calls the demo model over HTTP (LiteLLM) and the tool over MCP stdio; the "
         "peer's model and tools are Python functions in its server",
         "latency: the peer's in-memory runtime looks for queued runs every 0.5 s when its last "
