@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-transport bench-relay bench-rest bench-scale bench-first-rpc chaos clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-transport bench-relay bench-rest bench-scale bench-first-rpc bench-peer-server chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,7 @@ bench: install
 	$(PY) -m bench.rest
 	$(PY) -m bench.scale
 	$(PY) -m bench.first_rpc
+	$(PY) -m bench.peer_server
 
 # One agent turn (3 parallel tools) against LangGraph + SqliteSaver, with its cost breakdown.
 bench-turn: install
@@ -88,6 +89,11 @@ bench-scale: install
 # The first message POST after `manage.py dev` says ready against the next 10 (issue 13).
 bench-first-rpc: install
 	$(PY) -m bench.first_rpc
+
+# Turns/s, p50 / p99 and CPU per turn at 1, 20 and 100 clients against the LangGraph Agent
+# Server (issue 24); its own virtualenv is made under var/bench on first use (minutes).
+bench-peer-server: install
+	$(PY) -m bench.peer_server
 
 # Chaos suite (not in CI): SIGKILL workers, the engine and the web under load, count what
 # survived, write docs/reliability.md. The issue's figures by default (long); a small run:

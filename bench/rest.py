@@ -12,7 +12,13 @@ read their snapshots back to back for ``--seconds`` per figure, against:
 - after: one web process of this tree (async views awaiting ``dex_gateway.call``);
 - after, 2 web processes: two of them, the clients split evenly;
 - the peer, in the same run: the same reads straight from the bench process with the Dex SDK
-  (``AgentSessionClient.get_agent_snapshot``), the ceiling the engine and worker allow.
+  (``AgentSessionClient.get_agent_snapshot``), the ceiling the engine and worker allow;
+- the LangGraph Agent Server's thread-state reads (``GET /threads/<id>/state``) on
+  ``--sessions`` threads that ran the turn of ``bench/langgraph_server_graph.py`` once, at the
+  same concurrency, from the server ``bench/peer_server.py`` starts (its own virtualenv, made on
+  first use; ``--no-langgraph-server`` leaves it out). Measured with the engine next door only,
+  as one server process: issue 24's target is our snapshot reads per web process >= 1.0x its
+  reads. Its state lives in memory (nothing survives its restart); ours is read from Dex.
 
 Each figure is measured once with the engine next door and once behind a TCP proxy in the
 bench process that delays every chunk by half of ``--engine-rtt-ms`` each way (a Dex server
@@ -28,16 +34,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench._django import REPO, django_setup
 from bench.relay import percentile
+
+if TYPE_CHECKING:
+    from bench.peer_server import PeerServer
 
 #: The last commit whose Dex-reading views were synchronous (issue 12's "before").
 BASELINE_REVISION = "a07eef7f62b47c54063652a861c25e903e002016"
@@ -195,6 +205,24 @@ async def direct_figure(label: str, address: str, clients: int, ids: list[str],
         return await closed_loop(label, read, clients, ids, seconds)
 
 
+async def langgraph_figure(label: str, url: str, clients: int, thread_ids: list[str],
+                           seconds: float) -> Figure:
+    """The LangGraph Agent Server's thread-state reads (``GET /threads/<id>/state``) over HTTP,
+    with the connection limits of ``http_figure``."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients,
+                          keepalive_expiry=2.0)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as pool:
+
+        async def read(number: int, thread_id: str) -> None:
+            answer = await pool.get(f"/threads/{thread_id}/state")
+            if answer.status_code != 200:
+                raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
+
+        return await closed_loop(label, read, clients, thread_ids, seconds)
+
+
 async def sessions_with_a_turn(stack: Any, count: int) -> list[str]:
     """Start ``count`` demo sessions with one message each; return them once all answered."""
     import httpx
@@ -254,8 +282,16 @@ def web_start(stack: Any, name: str, engine: str, tree: Path | None = None) -> t
     return proc, port
 
 
-async def measure(stack: Any, args: argparse.Namespace, baseline: Path) -> None:
+async def measure(stack: Any, args: argparse.Namespace, baseline: Path,
+                  langgraph: PeerServer | None = None) -> None:
+    """Every figure, with the engine next door and behind the latency proxy; ``langgraph`` is
+    running LangGraph Agent Server (``bench.peer_server.peer_server``), or None to leave it
+    out."""
+    from bench.peer_server import peer_threads_with_a_turn
+
     ids = await sessions_with_a_turn(stack, args.sessions)
+    threads = (await peer_threads_with_a_turn(langgraph.url, args.sessions)
+               if langgraph is not None else [])
     bearer = stack.personas["owner"].bearer()
     print(f"{len(ids)} sessions with one turn each; {args.concurrency} concurrent clients, "
           f"{args.seconds:g} s per figure", flush=True)
@@ -295,6 +331,15 @@ async def measure(stack: Any, args: argparse.Namespace, baseline: Path) -> None:
                                            engine, clients, ids, args.seconds)
                 figures[f"{clients} peer"] = peer
                 print(peer.line(), flush=True)
+                if langgraph is not None and not rtt_ms:
+                    await langgraph_figure("warm-up", langgraph.url, 4, threads, 1)
+                    state = await langgraph_figure(
+                        f"  c={clients:<3} {'LangGraph server':<20}", langgraph.url, clients,
+                        threads, args.seconds)
+                    figures[f"{clients} langgraph"] = state
+                    print(state.line(), flush=True)
+                    for error in state.errors[:3]:
+                        print(f"      error: {error}")
             for clients in (1, args.concurrency):
                 rates = {label: figures[f"{clients} {label}"].rate or float("nan")
                          for label in ("before, 1 process", "after, 1 process",
@@ -304,6 +349,11 @@ async def measure(stack: Any, args: argparse.Namespace, baseline: Path) -> None:
                       f"2 processes / 1 "
                       f"x{rates['after, 2 processes'] / rates['after, 1 process']:.2f}, "
                       f"after / peer x{rates['after, 1 process'] / rates['peer']:.2f}")
+                if f"{clients} langgraph" in figures:
+                    theirs = figures[f"{clients} langgraph"].rate or float("nan")
+                    print(f"  c={clients}: after, 1 process / LangGraph server thread-state "
+                          f"reads x{rates['after, 1 process'] / theirs:.2f} (issue 24: >= 1.0x "
+                          "per web process)")
             for label in ("before, 1 process", "after, 1 process"):
                 scale = figures[f"{args.concurrency} {label}"].rate / (
                     figures[f"1 {label}"].rate or float("nan"))
@@ -325,10 +375,15 @@ def main() -> None:
     parser.add_argument("--baseline", default=BASELINE_REVISION,
                         help="git revision served as 'before'")
     parser.add_argument("--quick", action="store_true", help="3 s per figure, 8 sessions")
+    parser.add_argument("--no-langgraph-server", action="store_true",
+                        help="leave out the LangGraph Agent Server's thread-state reads")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.sessions = 3.0, 8
 
+    from bench.peer_server import peer_server, peer_venv
+
+    python = None if args.no_langgraph_server else peer_venv()
     with tempfile.TemporaryDirectory(prefix="bench-rest-") as root:
         django_setup(Path(root))
         from tests.e2e.relay_stack import running_stack
@@ -336,8 +391,16 @@ def main() -> None:
         baseline = baseline_tree(args.baseline, Path(root) / "baseline")
         print(f"before = {args.baseline[:12]} (git archive); starting engine, demo model, "
               "worker and web ...", flush=True)
-        with running_stack(Path(root) / "stack", extra_env={"LOG_LEVEL": "WARNING"}) as stack:
-            asyncio.run(measure(stack, args, baseline))
+        with contextlib.ExitStack() as running:
+            langgraph = None
+            if python is not None:
+                langgraph = running.enter_context(peer_server(Path(root) / "langgraph",
+                                                              python=python))
+                print(f"LangGraph Agent Server at {langgraph.url} (in-memory runtime)",
+                      flush=True)
+            stack = running.enter_context(
+                running_stack(Path(root) / "stack", extra_env={"LOG_LEVEL": "WARNING"}))
+            asyncio.run(measure(stack, args, baseline, langgraph))
 
 
 if __name__ == "__main__":
