@@ -20,8 +20,8 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
@@ -37,7 +37,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import dex_gateway, selectors, services, session_events
+from agents_app import dex_gateway, selectors, services, session_events, snapshot_cache
 from agents_app.api_async import AsyncAPIView, db
 from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
 from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
@@ -602,9 +602,12 @@ async def release_database() -> None:
 
 
 class WaitQuerySerializer(serializers.Serializer):
+    # The bound in the schema is this process's setting when it loaded; validate_wait reads it
+    # on every request.
     wait = serializers.FloatField(
         required=False,
         min_value=0,
+        max_value=float(dexagents_setting("MAX_WAIT_SECONDS")),
         help_text="Seconds the request may wait (at most DEXAGENTS_MAX_WAIT_SECONDS, 300 by "
         "default).",
     )
@@ -622,19 +625,21 @@ class SnapshotWaitQuerySerializer(WaitQuerySerializer):
         allow_blank=True,
         max_length=512,
         help_text="With wait: answer as soon as the session's events go past this token "
-        "(the events_after of the snapshot the client has).",
+        "(the events_after of the snapshot the client has); without it, at the session's "
+        "next event from now.",
     )
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "wait" in attrs and "events_after" not in attrs:
-            raise serializers.ValidationError(
-                {"events_after": ["Give the events_after of your last snapshot with wait."]}
-            )
-        return attrs
+
+#: How old a cached snapshot may get before a read asks the engine again whether the Flow
+#: still runs (``session_flow_running``, no worker involved).
+FLOW_CHECK_SECONDS = 5.0
 
 
 async def snapshot_read(request: Request, session: AgentSession) -> dict[str, Any]:
     """The ``GET /api/v1/sessions/<id>/`` answer for ``session`` (``SessionDetailApi``).
+
+    A session that has not changed since its last read is answered from ``snapshot_cache``
+    without the worker RPC (the stamp: its newest event token and its index row).
 
     Raises:
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
@@ -643,18 +648,33 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
     events_after = await dex_gateway.call(
         dex_gateway.session_events_tail_token(session_id=session.id)
     )
-    read_at = timezone.now()
-    snapshot_read = dex_gateway.call(dex_gateway.session_snapshot(session_id=session.id))
+    stopped = session.status == SESSION_STATUS_STOPPED
+    stamp = snapshot_cache.stamp_of(
+        events_after=events_after, status=session.status, updated_at=session.updated_at
+    )
+    cached = await snapshot_cache.get(session.id, stamp)
     flow_running = None
-    if session.status == SESSION_STATUS_STOPPED:
-        snapshot = await snapshot_read
+    if cached is not None:
+        # Nothing changed since the last read: no worker RPC. Whether the Flow still runs is
+        # asked of the engine alone, at most every FLOW_CHECK_SECONDS.
+        snapshot, read_at = cached.snapshot, cached.read_at
+        if not stopped and (timezone.now() - read_at).total_seconds() > FLOW_CHECK_SECONDS:
+            flow_running = await dex_gateway.call(
+                dex_gateway.session_flow_running(session_id=session.id)
+            )
     else:
-        # A Flow stopped behind the index's back keeps its last status in the snapshot;
-        # both reads at once: one engine round trip instead of two.
-        snapshot, flow_running = await asyncio.gather(
-            snapshot_read,
-            dex_gateway.call(dex_gateway.session_flow_running(session_id=session.id)),
-        )
+        read_at = timezone.now()
+        snapshot_read = dex_gateway.call(dex_gateway.session_snapshot(session_id=session.id))
+        if stopped:
+            snapshot = await snapshot_read
+        else:
+            # A Flow stopped behind the index's back keeps its last status in the snapshot;
+            # both reads at once: one engine round trip instead of two.
+            snapshot, flow_running = await asyncio.gather(
+                snapshot_read,
+                dex_gateway.call(dex_gateway.session_flow_running(session_id=session.id)),
+            )
+        await snapshot_cache.put(session.id, snapshot_cache.Entry(stamp, snapshot, read_at))
     answer: dict[str, Any] = await db(SessionDetailApi.answer)(
         request=request,
         session=session,
@@ -703,11 +723,11 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
 
     Long-poll: ``?wait=<seconds>&events_after=<token>`` answers as soon as the session's
     AgentEvents go past ``events_after`` (the ``events_after`` of the snapshot the client
-    has), or when ``wait`` runs out, with the snapshot as then; a token that is not this
-    session's answers at once. The request holds no database connection while it waits. An
-    event is written just before its Step commits, so a snapshot read right after it can, for
-    a few milliseconds, lack that Step's change; its ``events_after`` is then past that event,
-    and the change shows on the next read.
+    has; without it, the session's next event from now), or when ``wait`` runs out, with the
+    snapshot as then; a token that is not this session's answers at once. The request holds
+    no database connection while it waits. An event is written just before its Step commits,
+    so a snapshot read right after it can, for a few milliseconds, lack that Step's change;
+    its ``events_after`` is then past that event, and the change shows on the next read.
     """
 
     @extend_schema(
@@ -717,7 +737,7 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
             400: error_response(
                 400,
                 field_errors_serializer(SnapshotWaitQuerySerializer, name="SnapshotQueryError"),
-                "A bad wait, or wait without events_after.",
+                "A bad wait or events_after.",
             ),
         },
     )
@@ -729,13 +749,14 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         if wait:
             # Long-poll: answer once the session's events go past the client's token.
             await release_database()
+            after = query.validated_data.get("events_after")
+            if after is None:
+                after = await dex_gateway.call(
+                    dex_gateway.session_events_tail_token(session_id=session.id)
+                )
             # A token that is not this session's answers at once, with a fresh one.
             with contextlib.suppress(dex_gateway.EventsTokenInvalidError):
-                await session_events.change_wait(
-                    session_id=session.id,
-                    after=query.validated_data["events_after"],
-                    seconds=wait,
-                )
+                await session_events.change_wait(session_id=session.id, after=after, seconds=wait)
         return Response(await snapshot_read(request, session))
 
     @staticmethod
@@ -750,7 +771,8 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     ) -> dict[str, Any]:
         """The Django side of the answer (index writes, outbox, extras), in one thread hop."""
         session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
-        if session.status != SESSION_STATUS_STOPPED:
+        # flow_running is None for a cached snapshot checked recently (snapshot_read).
+        if session.status != SESSION_STATUS_STOPPED and flow_running is not None:
             services.session_stopped_detect(session=session, flow_running=flow_running)
         if session.status == SESSION_STATUS_STOPPED:
             snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
@@ -766,6 +788,21 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
             ),
         }
 
+
+SERVER_SENT_EVENT = inline_serializer(
+    "ServerSentEvent",
+    {
+        "data": serializers.CharField(
+            required=False,
+            help_text="One frame as JSON text: {\"type\": \"event\", \"token\", \"event\"}, "
+            "{\"type\": \"snapshot_required\"} or (first, on a message POST) "
+            "{\"type\": \"message_accepted\", ...}.",
+        ),
+        "id": serializers.CharField(required=False, help_text="The event's resume token."),
+        "event": serializers.CharField(required=False),
+        "retry": serializers.IntegerField(required=False),
+    },
+)
 
 MESSAGE_QUEUED = inline_serializer(
     "MessageQueued",
@@ -835,10 +872,11 @@ class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
         )
 
     @extend_schema(
-        parameters=[EventsQuerySerializer],
+        # ?format= only picks a renderer; the stream is the one answer this view has.
+        parameters=[EventsQuerySerializer, OpenApiParameter("format", exclude=True)],
         responses={
             (200, "text/event-stream"): OpenApiResponse(
-                response=OpenApiTypes.STR,
+                response=SERVER_SENT_EVENT,
                 description="Server-Sent Events: id = resume token, data = a websocket frame."
             ),
             400: error_response(
@@ -914,7 +952,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
         )
 
     @extend_schema(
-        parameters=[MessagePageInputSerializer],
+        parameters=[MessagePageInputSerializer, OpenApiParameter("format", exclude=True)],
         responses={
             400: error_response(
                 400,
@@ -953,7 +991,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
 
     @extend_schema(
         request=MessageInputSerializer,
-        parameters=[WaitQuerySerializer],
+        parameters=[WaitQuerySerializer, OpenApiParameter("format", exclude=True)],
         responses={
             (202, "application/json"): MESSAGE_QUEUED,
             (200, "application/json"): OpenApiResponse(
@@ -962,7 +1000,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
                 "(turn.finished true).",
             ),
             (200, "text/event-stream"): OpenApiResponse(
-                response=OpenApiTypes.STR,
+                response=SERVER_SENT_EVENT,
                 description="With Accept: text/event-stream: a message_accepted frame, then "
                 "the events of the turn that takes the message (websocket frames as SSE "
                 "data, id = resume token), ending with turn_completed or turn_failed."

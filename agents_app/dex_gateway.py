@@ -32,12 +32,13 @@ import contextlib
 import dataclasses
 import datetime
 import enum
+import functools
 import logging
 import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 import grpc
 
@@ -54,6 +55,7 @@ from mcp_registry.content import tool_result_text
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # gRPC codes that mean "the engine is not there", as opposed to "the request was wrong".
 _UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -235,6 +237,26 @@ def _no_worker_ran(error: Exception) -> bool:
     )
 
 
+def _writes_session(
+    function: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Mark an RPC that changes a session (keyword ``session_id``): its cached snapshot is
+    forgotten before and after the call (``snapshot_cache``: read-your-writes)."""
+
+    @functools.wraps(function)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        from agents_app import snapshot_cache
+
+        session_id = str(kwargs["session_id"])
+        await snapshot_cache.forget(session_id)
+        try:
+            return await function(*args, **kwargs)
+        finally:
+            await snapshot_cache.forget(session_id)
+
+    return wrapper
+
+
 def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
     """Build per-session ``dex_agents.ToolPolicy`` values from an agent_config snapshot.
 
@@ -290,6 +312,7 @@ async def session_start(*, session_id: str, message: str, agent_config: Mapping[
         raise _translate(error, session_id) from error
 
 
+@_writes_session
 async def session_stop(*, session_id: str, reason: str) -> None:
     """Stop the session's Flow; a Flow that is already gone is not an error.
 
@@ -329,6 +352,7 @@ async def session_flow_running(*, session_id: str) -> bool:
     return bool(info.status == FlowStatus.RUNNING)
 
 
+@_writes_session
 async def session_send_message(
     *, session_id: str, text: str, plan_mode: bool = False, client_id: str = ""
 ) -> bool:
@@ -435,6 +459,7 @@ async def _queue_rpc(
     return applied
 
 
+@_writes_session
 async def session_delete_queued_message(*, session_id: str, message_id: str) -> bool:
     """Delete a queued message (``delete_queued_message`` RPC) by its Channel message ID or
     ``client_id``.
@@ -449,6 +474,7 @@ async def session_delete_queued_message(*, session_id: str, message_id: str) -> 
     )
 
 
+@_writes_session
 async def session_replace_queued_message(
     *, session_id: str, message_id: str, text: str, plan_mode: bool, client_id: str
 ) -> bool:
@@ -468,6 +494,7 @@ async def session_replace_queued_message(
     )
 
 
+@_writes_session
 async def session_steer_queued_message(*, session_id: str, message_id: str) -> bool:
     """Steer a queued message into the running turn (``steer_queued_message`` RPC): it moves
     to the steered queue and the turn applies it at its next safe boundary.
@@ -507,6 +534,7 @@ async def session_event_announce(
         logger.info("Could not announce %s for %s: %s", event_type, session_id, error)
 
 
+@_writes_session
 async def session_resolve_interrupt(
     *, session_id: str, interrupt_id: str, approved: bool, rejection_message: str | None
 ) -> bool:
@@ -537,6 +565,7 @@ async def session_resolve_interrupt(
         raise _translate(error, session_id) from error
 
 
+@_writes_session
 async def session_answer_user_input(*, session_id: str, call_id: str, answer: str) -> bool:
     """Answer the session's open ``request_user_input`` question through ``answer_user_input``.
 
@@ -566,6 +595,7 @@ async def session_answer_user_input(*, session_id: str, call_id: str, answer: st
         raise _translate(error, session_id) from error
 
 
+@_writes_session
 async def session_answer_elicitation(
     *, session_id: str, elicitation_id: str, action: str, content: dict[str, Any] | None
 ) -> Any:
@@ -597,6 +627,7 @@ async def session_answer_elicitation(
         raise _translate(error, session_id) from error
 
 
+@_writes_session
 async def session_execute_plan(*, session_id: str, revision: int) -> PlanExecutionResult:
     """Execute (or continue) the session's plan at ``revision`` through ``execute_plan``.
 
