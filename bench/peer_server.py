@@ -418,23 +418,58 @@ async def wait_on_websocket(client: OurClient, session_id: str) -> None:
     async with connect(client.side.stack.events_url(session_id),
                        additional_headers=client.bearer, open_timeout=60, max_queue=None) as ws:
         async for raw in ws:
-            event = json.loads(raw).get("event") or {}
-            kind = event.get("type")
-            if kind == "tool_call_finished":
-                statuses.append(str(event.get("data", {}).get("status")))
-            elif kind == "turn_completed":
-                if statuses != ["succeeded"] * 3:
-                    raise TurnError(f"turn completed with tool calls {statuses}")
+            if _turn_event(json.loads(raw).get("event") or {}, statuses):
                 return
-            elif kind in ("turn_failed", "session_stopped"):
-                raise TurnError(f"{kind}: {json.dumps(event.get('data'))[:200]}")
     raise TurnError("the websocket closed before turn_completed")
+
+
+def _turn_event(event: dict[str, Any], statuses: list[str]) -> bool:
+    """Track one event of the turn; True once it completed as expected.
+
+    Raises:
+        TurnError: On ``turn_failed`` or ``session_stopped``, or a completed turn whose tool
+            calls did not all succeed.
+    """
+    kind = event.get("type")
+    if kind == "tool_call_finished":
+        statuses.append(str(event.get("data", {}).get("status")))
+    elif kind == "turn_completed":
+        if statuses != ["succeeded"] * 3:
+            raise TurnError(f"turn completed with tool calls {statuses}")
+        return True
+    elif kind in ("turn_failed", "session_stopped"):
+        raise TurnError(f"{kind}: {json.dumps(event.get('data'))[:200]}")
+    return False
+
+
+async def wait_on_server_sent_events(client: OurClient, session_id: str) -> None:
+    """Follow ``GET /api/v1/sessions/<id>/events/`` (Server-Sent Events) from the Stream's
+    first event until ``turn_completed``, as a client without websockets would.
+
+    Raises:
+        TurnError: As ``wait_on_websocket``.
+    """
+    statuses: list[str] = []
+    async with client.api.stream("GET", f"/api/v1/sessions/{session_id}/events/",
+                                 headers={"Accept": "text/event-stream"}) as stream:
+        if stream.status_code != 200:
+            raise TurnError(f"GET .../events/: {stream.status_code}")
+        async for line in stream.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line.removeprefix("data: ")).get("event") or {}
+            if _turn_event(event, statuses):
+                return
+    raise TurnError("the event stream ended before turn_completed")
 
 
 #: How a client of ours waits for the turn it started (``--wait``): a function of the client
 #: and the session ID that returns once the turn answered as expected, else raises.
 TurnWait = Callable[[OurClient, str], Awaitable[None]]
-TURN_WAITS: dict[str, TurnWait] = {"websocket": wait_on_websocket}
+TURN_WAITS: dict[str, TurnWait] = {
+    "websocket": wait_on_websocket,
+    "sse": wait_on_server_sent_events,
+}
 
 
 class OurSide:
