@@ -9,6 +9,7 @@ call a selector or service, and shape the answer; Dex errors map to 503
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -658,10 +659,15 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
         # Nothing changed since the last read: no worker RPC. Whether the Flow still runs is
         # asked of the engine alone, at most every FLOW_CHECK_SECONDS.
         snapshot, read_at = cached.snapshot, cached.read_at
-        if not stopped and (timezone.now() - read_at).total_seconds() > FLOW_CHECK_SECONDS:
+        now = timezone.now()
+        if not stopped and (now - cached.flow_checked_at).total_seconds() > FLOW_CHECK_SECONDS:
             flow_running = await dex_gateway.call(
                 dex_gateway.session_flow_running(session_id=session.id)
             )
+            if flow_running:
+                await snapshot_cache.put(
+                    session.id, dataclasses.replace(cached, flow_checked_at=now)
+                )
     else:
         read_at = timezone.now()
         snapshot_read = dex_gateway.call(dex_gateway.session_snapshot(session_id=session.id))
@@ -674,7 +680,9 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
                 snapshot_read,
                 dex_gateway.call(dex_gateway.session_flow_running(session_id=session.id)),
             )
-        await snapshot_cache.put(session.id, snapshot_cache.Entry(stamp, snapshot, read_at))
+        await snapshot_cache.put(
+            session.id, snapshot_cache.Entry(stamp, snapshot, read_at, read_at)
+        )
     answer: dict[str, Any] = await db(SessionDetailApi.answer)(
         request=request,
         session=session,

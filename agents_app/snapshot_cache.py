@@ -45,11 +45,14 @@ KEY_PREFIX = "dexagents:snapshot:"
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One cached read: its stamp, the snapshot data (``dex_gateway.session_snapshot``'s
-    shape) and when it was read (``datetime``, for the index's ``status_observed_at``)."""
+    shape), when it was read (``datetime``, for the index's ``status_observed_at``) and when the
+    engine last said that the session's Flow runs (``datetime``; the reader re-asks after a
+    while)."""
 
     stamp: tuple[str, ...]
     snapshot: dict[str, Any]
     read_at: Any
+    flow_checked_at: Any
 
 
 _local: collections.OrderedDict[str, Entry] = collections.OrderedDict()

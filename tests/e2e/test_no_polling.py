@@ -91,7 +91,7 @@ def test_send_and_wait_that_runs_out_says_the_turn_runs(stack: Stack) -> None:
     session_id = idle_session(stack)
     with stack.api() as api:
         answer = api.post(f"/api/v1/sessions/{session_id}/messages/?wait=1",
-                          json={"text": slow_message(1.0, words=30)}, timeout=30)
+                          json={"text": slow_message(0.6, words=15)}, timeout=30)
         assert answer.status_code == 202, answer.text
         body = answer.json()
         assert body["turn"]["finished"] is False and body["turn"]["status"] is None
