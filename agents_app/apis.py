@@ -248,7 +248,30 @@ class SessionCreatedSerializer(SessionOutputSerializer):
         return {"id": held.id, "delivery": held.delivery, "pending_reason": held.pending_reason}
 
 
-class SessionListCreateApi(DexErrorsMixin, ListAPIView):
+class WaitQuerySerializer(serializers.Serializer):
+    # The bound in the schema is this process's setting when it loaded; validate_wait reads it
+    # on every request.
+    wait = serializers.FloatField(
+        required=False,
+        min_value=0,
+        max_value=float(dexagents_setting("MAX_WAIT_SECONDS")),
+        help_text="Seconds the request may wait (at most DEXAGENTS_MAX_WAIT_SECONDS, 300 by "
+        "default).",
+    )
+
+    def validate_wait(self, value: float) -> float:
+        limit = float(dexagents_setting("MAX_WAIT_SECONDS"))
+        if not math.isfinite(value) or value > limit:
+            raise serializers.ValidationError(f"Give a number of seconds up to {limit:g}.")
+        return value
+
+
+class AsyncListAPIView(AsyncAPIView, ListAPIView):
+    """DRF's ``ListAPIView`` under ``AsyncAPIView``'s dispatch: a subclass writes ``async def``
+    handlers and runs the list (ORM, pagination) with ``await db(self.list)(request)``."""
+
+
+class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     """``GET /api/v1/sessions/`` lists the caller's sessions, staff: everyone's, newest first.
 
     Query: ``status`` (an index status, or ``awaiting_approval``), ``agent__slug``, ``search``
@@ -335,8 +358,9 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             ),
         },
     )
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().get(request, *args, **kwargs)
+    async def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:  # type: ignore[override]
+        response: Response = await db(self.list)(request, *args, **kwargs)
+        return response
 
     def get_queryset(self) -> Any:
         query = self.SessionListQuerySerializer(data=query_values(self.request))
@@ -350,8 +374,54 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             ordering=params.get("ordering", ""),
         )
 
-    @extend_schema(request=SessionCreateInputSerializer, responses={201: SessionCreatedSerializer})
-    def post(self, request: Request) -> Response:
+    @extend_schema(
+        request=SessionCreateInputSerializer,
+        parameters=[WaitQuerySerializer],
+        responses={
+            201: SessionCreatedSerializer,
+            400: error_response(
+                400,
+                field_errors_serializer(
+                    SessionCreateInputSerializer,
+                    name="SessionCreateInputError",
+                    extra_fields=("wait",),
+                ),
+                "A bad agent, message, tools or wait.",
+            ),
+        },
+    )
+    async def post(self, request: Request) -> Response:
+        query = WaitQuerySerializer(data=query_values(request))
+        query.is_valid(raise_exception=True)
+        wait = query.validated_data.get("wait")
+        # A write: Dex's answer and the index row decide together, so it stays one sync unit.
+        session, body = await db(self._create)(request)
+        if not (wait and body.get("first_message") is None and self._has_message(request)):
+            return Response(body, status=status.HTTP_201_CREATED)
+        # Send and wait: the first turn (the session's first turn_started) and its end.
+        await release_database()
+        try:
+            outcome = await session_events.turn_wait(
+                session_id=session.id, after="", client_id="", seconds=wait
+            )
+        except dex_gateway.EventsTokenInvalidError:
+            outcome = None
+        finished = outcome is not None and outcome.finished
+        snapshot = await snapshot_after_turn(request, session, outcome if finished else None)
+        body["turn"] = {
+            "finished": finished,
+            "turn_id": outcome.turn_id if outcome is not None else None,
+            "status": outcome.status if finished and outcome is not None else None,
+        }
+        body["session"] = snapshot
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @staticmethod
+    def _has_message(request: Request) -> bool:
+        message = request.data.get("message") if isinstance(request.data, dict) else None
+        return isinstance(message, str) and bool(message.strip())
+
+    def _create(self, request: Request) -> tuple[AgentSession, dict[str, Any]]:
         serializer = self.SessionCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         session = session_create(
@@ -360,7 +430,7 @@ class SessionListCreateApi(DexErrorsMixin, ListAPIView):
             message=serializer.validated_data.get("message", ""),
             tool_names=serializer.validated_data.get("tools"),
         )
-        return Response(SessionCreatedSerializer(session).data, status=status.HTTP_201_CREATED)
+        return session, dict(SessionCreatedSerializer(session).data)
 
 
 class QueuedMessageOutputSerializer(serializers.Serializer):
@@ -600,24 +670,6 @@ async def release_database() -> None:
     """Close this request's database connections before a long wait, so a waiting request
     holds none (the next ORM call opens one again)."""
     await db(connections.close_all)()
-
-
-class WaitQuerySerializer(serializers.Serializer):
-    # The bound in the schema is this process's setting when it loaded; validate_wait reads it
-    # on every request.
-    wait = serializers.FloatField(
-        required=False,
-        min_value=0,
-        max_value=float(dexagents_setting("MAX_WAIT_SECONDS")),
-        help_text="Seconds the request may wait (at most DEXAGENTS_MAX_WAIT_SECONDS, 300 by "
-        "default).",
-    )
-
-    def validate_wait(self, value: float) -> float:
-        limit = float(dexagents_setting("MAX_WAIT_SECONDS"))
-        if not math.isfinite(value) or value > limit:
-            raise serializers.ValidationError(f"Give a number of seconds up to {limit:g}.")
-        return value
 
 
 class SnapshotWaitQuerySerializer(WaitQuerySerializer):
@@ -1015,7 +1067,9 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             ),
             400: error_response(
                 400,
-                field_errors_serializer(WaitQuerySerializer, name="MessageWaitQueryError"),
+                field_errors_serializer(
+                    MessageInputSerializer, name="MessageInputError", extra_fields=("wait",)
+                ),
                 "A bad text, plan_mode or wait.",
             ),
             409: error_response(

@@ -112,7 +112,8 @@ def test_stop_documents_the_status_it_serves(schema: dict[str, Any]) -> None:
 def test_field_errors_name_the_input_fields(schema: dict[str, Any]) -> None:
     components = schema["components"]["schemas"]
     create = components["SessionCreateInputError"]["properties"]
-    assert set(create) == {"agent", "message", "tools", "non_field_errors", "detail"}
+    # wait is the query's (send and wait); its messages come in the same body.
+    assert set(create) == {"agent", "message", "tools", "wait", "non_field_errors", "detail"}
     assert create["agent"] == {
         "type": "array", "items": {"type": "string"}, "description": "Messages for this field.",
     }

@@ -260,3 +260,21 @@ def test_an_unchanged_session_is_read_without_a_worker_and_a_write_is_read_back(
     # Nothing was lost: the kept message runs once the worker is back.
     snapshot = answered(stack, session_id, 2)
     assert [m["text"] for m in snapshot["messages"] if m["role"] == "user"][-1] == "later"
+
+
+def test_a_session_started_with_wait_answers_with_its_first_turn(stack: Stack) -> None:
+    with stack.api() as api:
+        answer = api.post("/api/v1/sessions/?wait=60",
+                          json={"agent": "demo", "message": "hello there"}, timeout=90)
+        assert answer.status_code == 201, answer.text
+        body = answer.json()
+        assert body["turn"] == {"finished": True, "turn_id": "turn-1", "status": "completed"}
+        assert body["session"]["id"] == body["id"]
+        assert body["session"]["status"] == "waiting_for_user_message"
+        assert [m["role"] for m in body["session"]["messages"]] == ["user", "assistant"]
+        # Without a message there is no turn to wait for: the answer comes at once.
+        idle = api.post("/api/v1/sessions/?wait=60", json={"agent": "demo"})
+        assert idle.status_code == 201 and "turn" not in idle.json()
+        listed = api.get("/api/v1/sessions/")
+        assert listed.status_code == 200
+        assert body["id"] in {item["id"] for item in listed.json()["results"]}
