@@ -399,22 +399,8 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
         if not (wait and body.get("first_message") is None and self._has_message(request)):
             return Response(body, status=status.HTTP_201_CREATED)
         # Send and wait: the first turn (the session's first turn_started) and its end.
-        await release_database()
-        try:
-            outcome = await session_events.turn_wait(
-                session_id=session.id, after="", client_id="", seconds=wait
-            )
-        except dex_gateway.EventsTokenInvalidError:
-            outcome = None
-        finished = outcome is not None and outcome.finished
-        snapshot = await snapshot_after_turn(request, session, outcome if finished else None)
-        body["turn"] = {
-            "finished": finished,
-            "turn_id": outcome.turn_id if outcome is not None else None,
-            "status": outcome.status if finished and outcome is not None else None,
-        }
-        body["session"] = snapshot
-        return Response(body, status=status.HTTP_201_CREATED)
+        _, waited = await turn_wait_answer(request, session, after="", client_id="", seconds=wait)
+        return Response({**body, **waited}, status=status.HTTP_201_CREATED)
 
     @staticmethod
     def _has_message(request: Request) -> bool:
@@ -751,23 +737,47 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
 TURN_END_SETTLE_SECONDS = 2.0
 
 
-async def snapshot_after_turn(
-    request: Request, session: AgentSession, outcome: session_events.TurnOutcome | None
-) -> dict[str, Any]:
-    """``snapshot_read``; when ``outcome`` says a turn ended, read again (briefly, with
-    backoff) until the snapshot no longer shows that turn running."""
+async def turn_wait_answer(
+    request: Request, session: AgentSession, *, after: str, client_id: str, seconds: float
+) -> tuple[bool, dict[str, Any]]:
+    """Send and wait: wait up to ``seconds`` for the end of the turn that takes the message
+    sent under ``client_id`` (``""``: the session's first turn), read from ``after``
+    (``session_events.turn_wait``), then read the snapshot; when the turn ended, read again
+    (briefly, with backoff) until the snapshot no longer shows it running (its
+    ``turn_completed`` is written just before its Step commits). Holds no database connection
+    while it waits.
+
+    Returns:
+        ``(finished, {"turn": {"finished", "turn_id", "status"}, "session": snapshot})``.
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError (the reads).
+    """
+    await release_database()
+    try:
+        outcome = await session_events.turn_wait(
+            session_id=session.id, after=after, client_id=client_id, seconds=seconds
+        )
+    except dex_gateway.EventsTokenInvalidError:
+        outcome = None
+    finished = outcome is not None and outcome.finished
     snapshot = await snapshot_read(request, session)
-    if outcome is None:
-        return snapshot
-    deadline = asyncio.get_running_loop().time() + TURN_END_SETTLE_SECONDS
-    delay = 0.005
-    while snapshot.get("turn_id") == outcome.turn_id and snapshot.get("status") != "stopped":
-        if asyncio.get_running_loop().time() + delay > deadline:
-            break
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.25)
-        snapshot = await snapshot_read(request, session)
-    return snapshot
+    if finished and outcome is not None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TURN_END_SETTLE_SECONDS
+        delay = 0.005
+        while snapshot.get("turn_id") == outcome.turn_id and snapshot.get("status") != "stopped":
+            if loop.time() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+            snapshot = await snapshot_read(request, session)
+    turn = {
+        "finished": finished,
+        "turn_id": outcome.turn_id if outcome is not None else None,
+        "status": outcome.status if finished and outcome is not None else None,
+    }
+    return finished, {"turn": turn, "session": snapshot}
 
 
 class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
@@ -1100,8 +1110,8 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
         if not (wait or stream):
             return response
         accepted = dict(response.data)
-        await release_database()
         if stream:
+            await release_database()
             opening = session_events.sse_event(
                 json.dumps({"type": "message_accepted", **accepted}, separators=(",", ":"))
             )
@@ -1113,25 +1123,12 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
                 )
             )
         assert wait is not None
-        try:
-            outcome = await session_events.turn_wait(
-                session_id=session.id, after=after, client_id=accepted["id"], seconds=wait
-            )
-        except dex_gateway.EventsTokenInvalidError:
-            outcome = None
-        finished = outcome is not None and outcome.finished
-        snapshot = await snapshot_after_turn(request, session, outcome if finished else None)
-        body = {
-            **accepted,
-            "turn": {
-                "finished": finished,
-                "turn_id": outcome.turn_id if outcome is not None else None,
-                "status": outcome.status if finished and outcome is not None else None,
-            },
-            "session": snapshot,
-        }
+        finished, waited = await turn_wait_answer(
+            request, session, after=after, client_id=accepted["id"], seconds=wait
+        )
         return Response(
-            body, status=status.HTTP_200_OK if finished else status.HTTP_202_ACCEPTED
+            {**accepted, **waited},
+            status=status.HTTP_200_OK if finished else status.HTTP_202_ACCEPTED,
         )
 
     def _post(self, request: Request, session_id: str) -> Response:

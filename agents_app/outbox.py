@@ -108,6 +108,13 @@ def active_limit_reached(*, session: AgentSession) -> bool:
     return active_sessions_count(owner_id=session.owner_id, exclude_session_id=session.pk) >= limit
 
 
+def active_limit_reason() -> str:
+    """Why a message waits for the owner's other turns (kept as the row's ``last_error``)."""
+    limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
+    return (f"Held: {limit} of your sessions are running a turn "
+            "(DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER); it goes when one ends.")
+
+
 def active_limit_release(*, owner_ids: Iterable[Any]) -> int:
     """Queue delivery of the pending messages of ``owner_ids``' sessions (a turn of theirs
     ended, so a message held by the cap may go now); the delivery checks the cap again.
@@ -180,9 +187,7 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
     if session.status == "stopped":
         return _message_refuse(message, SESSION_STOPPED_REASON)
     if active_limit_reached(session=session):
-        limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
-        reason = (f"Held: {limit} of your sessions are running a turn "
-                  "(DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER); it goes when one ends.")
+        reason = active_limit_reason()
         _note_attempt(OutboxMessage, message.pk, reason)
         raise ActiveLimitDeferred(reason)
     try:

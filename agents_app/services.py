@@ -119,10 +119,10 @@ def session_create(
         # waits in the outbox like any held message (delivered when one of their turns ends).
         from agents_app import tasks
 
-        first = OutboxMessage.objects.create(id=uuid.uuid4().hex, session=session, text=message)
-        reason = (f"Held: {limit} of your sessions are running a turn "
-                  "(DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER); it goes when one ends.")
-        OutboxMessage.objects.filter(pk=first.pk).update(last_error=reason)
+        first = OutboxMessage.objects.create(
+            id=uuid.uuid4().hex, session=session, text=message,
+            last_error=outbox.active_limit_reason(),
+        )
         tasks.outbox_delivery_schedule(session_id=session.id)
         session.first_message = MessageAccepted(  # type: ignore[attr-defined]
             id=first.id, delivery=Delivery.PENDING, pending_reason=PENDING_ACTIVE_LIMIT

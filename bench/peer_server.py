@@ -763,7 +763,7 @@ def main() -> None:
     python = peer_venv()
     with tempfile.TemporaryDirectory(prefix="bench-peer-server-") as root:
         django_setup(Path(root))
-        from tests.e2e.conftest import PYTHON
+        from bench.scale import workers_add
         from tests.e2e.relay_stack import running_stack
 
         print(f"starting the LangGraph Agent Server, then our engine, demo model, web and "
@@ -771,11 +771,7 @@ def main() -> None:
         with peer_server(Path(root) / "peer", jobs=args.peer_jobs, python=python) as server, \
                 running_stack(Path(root) / "stack", extra_env={"LOG_LEVEL": "WARNING"},
                               worker_slots=args.worker_slots) as stack:
-            for number in range(2, args.workers + 1):
-                stack.processes.start(f"worker-{number}", [
-                    PYTHON, "manage.py", "dexworker",
-                    "--max-concurrent-tasks", str(args.worker_slots)]
-                ).wait_for_line("dexworker ready")
+            workers_add(stack, args.workers, args.worker_slots)
             asyncio.run(run(args, stack, server))
 
 

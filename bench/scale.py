@@ -151,6 +151,17 @@ async def measure(stack: Any, args: argparse.Namespace) -> None:
         print(f"  error: {error}")
 
 
+def workers_add(stack: Any, workers: int, slots: int) -> None:
+    """Start ``manage.py dexworker`` processes until ``stack`` has ``workers`` of them (it
+    starts with one), each with ``slots`` task slots, and wait until each is ready."""
+    from tests.e2e.conftest import PYTHON
+
+    for number in range(2, workers + 1):
+        stack.processes.start(f"worker-{number}", [
+            PYTHON, "manage.py", "dexworker", "--max-concurrent-tasks", str(slots)]
+        ).wait_for_line("dexworker ready")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=200)
@@ -168,7 +179,6 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as root:
         django_setup(Path(root))
-        from tests.e2e.conftest import PYTHON
         from tests.e2e.relay_stack import running_stack
 
         extra = {"LOG_LEVEL": "WARNING"}
@@ -177,11 +187,7 @@ def main() -> None:
         print(f"starting engine, demo model, web and {args.workers} workers ...", flush=True)
         with running_stack(Path(root) / "stack", extra_env=extra,
                            worker_slots=args.worker_slots) as stack:
-            for number in range(2, args.workers + 1):
-                stack.processes.start(f"worker-{number}", [
-                    PYTHON, "manage.py", "dexworker",
-                    "--max-concurrent-tasks", str(args.worker_slots)]
-                ).wait_for_line("dexworker ready")
+            workers_add(stack, args.workers, args.worker_slots)
             asyncio.run(measure(stack, args))
 
 
