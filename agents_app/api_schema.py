@@ -90,6 +90,10 @@ REQUEST_TOO_LARGE = _detail_body(
     "RequestTooLargeError",
     "The request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default).",
 )
+NOT_ACCEPTABLE = _detail_body(
+    "NotAcceptableError",
+    "The Accept header names no type the operation answers with.",
+)
 UNSUPPORTED_MEDIA_TYPE = _detail_body(
     "UnsupportedMediaTypeError",
     "The Content-Type is not one the operation parses (JSON, form or multipart).",
@@ -124,6 +128,7 @@ ERROR_DESCRIPTIONS = {
     401: "Not authenticated.",
     403: "Not allowed.",
     404: "Not found.",
+    406: "No answer of an accepted type.",
     409: "Conflicts with the object's current state.",
     413: "Request body too large.",
     415: "Unsupported Content-Type.",

@@ -29,7 +29,7 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework import serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import IsAdminUser
@@ -41,7 +41,12 @@ from rest_framework.views import APIView
 from agents_app import dex_gateway, selectors, services, session_events, snapshot_cache
 from agents_app.api_async import AsyncAPIView, db
 from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
-from agents_app.api_schema import CONFLICT, error_response, field_errors_serializer
+from agents_app.api_schema import (
+    CONFLICT,
+    NOT_ACCEPTABLE,
+    error_response,
+    field_errors_serializer,
+)
 from agents_app.conf import dexagents_setting
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, Delivery
 from agents_app.rest_errors import (
@@ -396,10 +401,15 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
         wait = query.validated_data.get("wait")
         # A write: Dex's answer and the index row decide together, so it stays one sync unit.
         session, body = await db(self._create)(request)
-        if not (wait and body.get("first_message") is None and self._has_message(request)):
+        if not (wait and self._has_message(request)):
             return Response(body, status=status.HTTP_201_CREATED)
-        # Send and wait: the first turn (the session's first turn_started) and its end.
-        _, waited = await turn_wait_answer(request, session, after="", client_id="", seconds=wait)
+        # Send and wait: the first turn (the session's first turn_started) and its end; a
+        # first message held by the running-turn cap is waited for by its outbox ID, which
+        # the turn that takes it names in client_ids.
+        held = body.get("first_message")
+        _, waited = await turn_wait_answer(
+            request, session, after="", client_id=held["id"] if held else "", seconds=wait
+        )
         return Response({**body, **waited}, status=status.HTTP_201_CREATED)
 
     @staticmethod
@@ -774,7 +784,7 @@ async def turn_wait_answer(
             snapshot = await snapshot_read(request, session)
     turn = {
         "finished": finished,
-        "turn_id": outcome.turn_id if outcome is not None else None,
+        "turn_id": (outcome.turn_id or None) if outcome is not None else None,
         "status": outcome.status if finished and outcome is not None else None,
     }
     return finished, {"turn": turn, "session": snapshot}
@@ -900,7 +910,11 @@ MESSAGE_QUEUED = inline_serializer(
                     help_text="null while no turn has taken the message yet.",
                 ),
                 "status": serializers.ChoiceField(
-                    choices=["completed", "failed"], allow_null=True
+                    choices=["completed", "failed", "stopped", "deleted", "replaced"],
+                    allow_null=True,
+                    help_text="How the wait ended: the turn completed or failed; the session "
+                    "was stopped; the message was deleted or edited (replaced) before a turn "
+                    "took it. null while it goes on.",
                 ),
             },
             required=False,
@@ -954,6 +968,9 @@ class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
                 field_errors_serializer(EventsQuerySerializer, name="EventsQueryError"),
                 "A bad after.",
             ),
+            406: error_response(
+                406, NOT_ACCEPTABLE, "Accept names a type other than text/event-stream."
+            ),
         },
     )
     async def get(self, request: Request, session_id: str) -> StreamingHttpResponse:
@@ -963,6 +980,12 @@ class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
         after = request.headers.get("Last-Event-ID", "").strip() or query.validated_data.get(
             "after", ""
         )
+        if not _wants_event_stream(request):
+            # Accept named JSON (or nothing of ours): this view has no JSON answer.
+            raise exceptions.NotAcceptable(
+                "This endpoint streams Server-Sent Events: send Accept: text/event-stream "
+                "(or */*)."
+            )
         await release_database()
         return event_stream_response(
             session_events.sse_frames(
@@ -995,16 +1018,21 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
     Send and wait, ``?wait=<seconds>`` (up to ``DEXAGENTS_MAX_WAIT_SECONDS``): the request
     is held until the turn that takes the message ends, then answers 200 with the body above
     plus ``"turn": {"finished": true, "turn_id", "status": "completed"|"failed"}`` and
-    ``"session"`` (the snapshot, as ``GET /api/v1/sessions/<id>/`` answers); when the wait runs
-    out first, 202 with ``finished`` false (``turn_id`` null while no turn has taken it). It
+    ``"session"`` (the snapshot, as ``GET /api/v1/sessions/<id>/`` answers). It also answers
+    200 when the session is stopped (``status`` ``stopped``) or the message is deleted or
+    edited before a turn takes it (``deleted`` / ``replaced``, ``turn_id`` null). When the
+    wait runs out first, 202 with ``finished`` false (``turn_id`` null while no turn has taken
+    it). It
     waits on the session's events, holding no database connection and no worker slot; a
     client that leaves mid-wait loses nothing (the message was accepted before the wait).
 
     ``Accept: text/event-stream``: 200 and Server-Sent Events: first ``{"type":
     "message_accepted", "queued", "id", "delivery"}``, then the events of the turn that takes
     the message (websocket frames, ``id:`` = resume token) up to its ``turn_completed`` /
-    ``turn_failed``, then the stream ends; ``wait`` (or ``DEXAGENTS_MAX_WAIT_SECONDS``) bounds
-    it, after which ``GET .../events/`` with ``Last-Event-ID`` follows on.
+    ``turn_failed`` (or a ``session_stopped``, or the ``queue_changed`` that deleted or
+    replaced the message before a turn took it), then the stream ends; ``wait`` (or
+    ``DEXAGENTS_MAX_WAIT_SECONDS``) bounds it, after which ``GET .../events/`` with
+    ``Last-Event-ID`` follows on.
     """
 
     class MessageInputSerializer(serializers.Serializer):
@@ -1073,7 +1101,8 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
                 response=SERVER_SENT_EVENT,
                 description="With Accept: text/event-stream: a message_accepted frame, then "
                 "the events of the turn that takes the message (websocket frames as SSE "
-                "data, id = resume token), ending with turn_completed or turn_failed."
+                "data, id = resume token), ending with turn_completed or turn_failed (or "
+                "session_stopped, or the queue_changed that deleted or replaced the message)."
             ),
             400: error_response(
                 400,

@@ -429,14 +429,19 @@ def queued_message_to_data(message: Any) -> dict[str, Any]:
 
 
 #: Written to the AgentEvents Stream after a queued message was deleted, edited or steered,
-#: with ``{"change": "deleted" | "edited" | "steered"}``; pages re-read their queue on it.
+#: with ``{"change": "deleted" | "edited" | "steered", "message_id"}`` (``message_id`` as the
+#: caller named it: the ID the queue lists, its ``client_id`` when it has one); pages re-read
+#: their queue on it, and a send-and-wait for a deleted or edited message ends on it.
 QUEUE_CHANGED = "queue_changed"
 
 
 
 
 async def _queue_rpc(
-    session_id: str, change: str, call: Callable[[Any], Coroutine[Any, Any, bool]]
+    session_id: str,
+    change: str,
+    message_id: str,
+    call: Callable[[Any], Coroutine[Any, Any, bool]],
 ) -> bool:
     """Run one transactional queue RPC, ``call(AgentSessionClient)``, and announce
     ``QUEUE_CHANGED`` when it applied.
@@ -454,7 +459,9 @@ async def _queue_rpc(
         raise _translate(error, session_id) from error
     if applied:
         await session_event_announce(
-            session_id=session_id, event_type=QUEUE_CHANGED, payload={"change": change}
+            session_id=session_id,
+            event_type=QUEUE_CHANGED,
+            payload={"change": change, "message_id": message_id},
         )
     return applied
 
@@ -470,6 +477,7 @@ async def session_delete_queued_message(*, session_id: str, message_id: str) -> 
     return await _queue_rpc(
         session_id,
         "deleted",
+        message_id,
         lambda sessions: sessions.delete_queued_message(session_id, message_id),
     )
 
@@ -488,6 +496,7 @@ async def session_replace_queued_message(
     return await _queue_rpc(
         session_id,
         "edited",
+        message_id,
         lambda sessions: sessions.replace_queued_message(
             session_id, message_id, text, plan_mode=plan_mode, client_id=client_id
         ),
@@ -505,6 +514,7 @@ async def session_steer_queued_message(*, session_id: str, message_id: str) -> b
     return await _queue_rpc(
         session_id,
         "steered",
+        message_id,
         lambda sessions: sessions.steer_queued_message(session_id, message_id),
     )
 

@@ -98,6 +98,28 @@ def active_sessions_count(*, owner_id: Any, exclude_session_id: str = "") -> int
     return len(set(running) | set(about_to_run))
 
 
+def owner_turn_lock(*, owner_id: Any) -> None:
+    """Take ``owner_id``'s lock for the running-turn cap, held until the enclosing
+    ``transaction.atomic()`` ends, so two requests of one owner cannot both see room under
+    ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` and both start a turn. PostgreSQL locks the
+    owner's user row (``SELECT ... FOR UPDATE``); SQLite, which has no row locks, serializes
+    on its database write lock, taken by a no-op ``UPDATE`` of that row.
+
+    Raises:
+        django.db.transaction.TransactionManagementError: Called outside a transaction.
+    """
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError("owner_turn_lock needs a transaction.")
+    users = get_user_model().objects.filter(pk=owner_id)
+    if connection.features.has_select_for_update:
+        list(users.select_for_update().values_list("pk", flat=True))
+    else:
+        users.update(last_login=F("last_login"))
+
+
 def active_limit_reached(*, session: AgentSession) -> bool:
     """Whether a message to ``session`` must wait for the owner's other turns: the session
     is not running a turn itself (a message to a running session only queues behind it) and
@@ -186,10 +208,7 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
         return message.delivery
     if session.status == "stopped":
         return _message_refuse(message, SESSION_STOPPED_REASON)
-    if active_limit_reached(session=session):
-        reason = active_limit_reason()
-        _note_attempt(OutboxMessage, message.pk, reason)
-        raise ActiveLimitDeferred(reason)
+    reserved = _turn_reserve(message)
     try:
         sent = dex_gateway.run(
             dex_gateway.session_send_message(
@@ -200,11 +219,17 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
             )
         )
     except dex_gateway.EngineUnavailableError as error:
+        _turn_unreserve(session, reserved)
         _note_attempt(OutboxMessage, message.pk, str(error))
         raise DeliveryDeferred(str(error)) from error
     except dex_gateway.SessionNotFoundError:
+        _turn_unreserve(session, reserved)
         return _message_refuse(message, SESSION_GONE_REASON)
+    except BaseException:
+        _turn_unreserve(session, reserved)
+        raise
     if not sent:
+        _turn_unreserve(session, reserved)
         # The text is never blank (the API validates it), so the queue is full.
         _note_attempt(OutboxMessage, message.pk, "The session's message queue is full.")
         raise QueueFullDeferred("The session's message queue is full.")
@@ -220,6 +245,50 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
     if message.steer:
         _steer_quietly(message)
     return Delivery.DELIVERED
+
+
+def _turn_reserve(message: OutboxMessage) -> bool:
+    """Check the owner's running-turn cap for ``message`` and, when it
+    will start a turn (the session waits for a message), mark the session ``starting`` in the
+    same locked transaction (``owner_turn_lock``), so the owner's next request counts it
+    before the worker reports the turn. The worker's next observation replaces the mark.
+
+    Returns:
+        Whether the session was marked (``_turn_unreserve`` undoes it if delivery fails).
+
+    Raises:
+        ActiveLimitDeferred: The owner already runs as many turns as allowed.
+    """
+    session = message.session
+    limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
+    if limit <= 0 or session.status in ACTIVE_STATUSES:
+        return False
+    marked = 0
+    with transaction.atomic():
+        owner_turn_lock(owner_id=session.owner_id)
+        if active_limit_reached(session=session):
+            over = True
+        else:
+            over = False
+            marked = AgentSession.objects.filter(
+                pk=session.pk, status="waiting_for_user_message"
+            ).update(status=session_index.SESSION_STATUS_STARTING)
+    if over:
+        reason = active_limit_reason()
+        _note_attempt(OutboxMessage, message.pk, reason)
+        raise ActiveLimitDeferred(reason)
+    return bool(marked)
+
+
+def _turn_unreserve(session: AgentSession, reserved: bool) -> None:
+    """Undo ``_turn_reserve``'s mark when the message did not reach the session, unless the
+    worker reported a status meanwhile."""
+    if reserved:
+        AgentSession.objects.filter(
+            pk=session.pk,
+            status=session_index.SESSION_STATUS_STARTING,
+            status_observed_at=session.status_observed_at,
+        ).update(status="waiting_for_user_message")
 
 
 def _message_refuse(message: OutboxMessage, reason: str) -> str:

@@ -83,25 +83,27 @@ def session_create(
     config["owner_id"] = str(owner_pk)
     title = (message.strip().splitlines() or [""])[0][:TITLE_MAX_CHARS] or agent.name
     limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
-    held = bool(
-        message.strip()
-        and limit > 0
-        and outbox.active_sessions_count(owner_id=owner_pk) >= limit
-    )
-    # "starting" while a first turn is coming; without one the session waits for a message
-    # from the start (the cap on running turns counts "starting" sessions as running).
-    turn_coming = bool(message.strip()) and not held
-    session = AgentSession.objects.create(
-        id=session_id,
-        owner_id=owner_pk,
-        agent=agent,
-        title=title,
-        status=(
-            session_index.SESSION_STATUS_STARTING
-            if turn_coming
-            else AgentStatus.WAITING_FOR_USER_MESSAGE.value
-        ),
-    )
+    capped = bool(message.strip()) and limit > 0
+    with transaction.atomic():
+        # The count and the new "starting" row in one transaction under the owner's lock:
+        # concurrent creates of one owner cannot both take the last free slot.
+        if capped:
+            outbox.owner_turn_lock(owner_id=owner_pk)
+        held = capped and outbox.active_sessions_count(owner_id=owner_pk) >= limit
+        # "starting" while a first turn is coming; without one the session waits for a
+        # message from the start (the cap on running turns counts "starting" as running).
+        turn_coming = bool(message.strip()) and not held
+        session = AgentSession.objects.create(
+            id=session_id,
+            owner_id=owner_pk,
+            agent=agent,
+            title=title,
+            status=(
+                session_index.SESSION_STATUS_STARTING
+                if turn_coming
+                else AgentStatus.WAITING_FOR_USER_MESSAGE.value
+            ),
+        )
     try:
         dex_gateway.run(
             dex_gateway.session_start(
@@ -224,6 +226,23 @@ def session_message_send(
     return MessageAccepted(id=message.id, delivery=Delivery.DELIVERED)
 
 
+def _outbox_change_announce(*, session: AgentSession, change: str, message_id: str) -> None:
+    """Announce ``queue_changed`` for a message withdrawn from the outbox, as the Dex queue
+    RPCs do (``dex_gateway.QUEUE_CHANGED``), so pages re-read the queue and a send-and-wait
+    for it ends. Best effort: the engine may be the reason the message was still kept."""
+    try:
+        dex_gateway.run(
+            dex_gateway.session_event_announce(
+                session_id=session.id,
+                event_type=dex_gateway.QUEUE_CHANGED,
+                payload={"change": change, "message_id": message_id},
+            )
+        )
+    except Exception:  # the withdrawal already happened; pages also refresh on their own
+        logger.warning("Could not announce the withdrawal of %s from %s's outbox.",
+                       message_id, session.id, exc_info=True)
+
+
 def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
     """Delete the queued message ``message_id`` (Channel message ID or ``client_id``); a
     message still in the outbox is withdrawn there without asking Dex.
@@ -237,6 +256,7 @@ def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
     from agents_app import outbox
 
     if outbox.outbox_message_withdraw(session=session, message_id=message_id) is not None:
+        _outbox_change_announce(session=session, change="deleted", message_id=message_id)
         return True
     return dex_gateway.run(
         dex_gateway.session_delete_queued_message(session_id=session.id, message_id=message_id)
@@ -262,6 +282,7 @@ def queued_message_replace(
     from agents_app import outbox
 
     if outbox.outbox_message_withdraw(session=session, message_id=message_id) is not None:
+        _outbox_change_announce(session=session, change="edited", message_id=message_id)
         return session_message_send(session=session, text=text, plan_mode=plan_mode)
     client_id = uuid.uuid4().hex
     replaced = dex_gateway.run(

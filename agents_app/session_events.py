@@ -42,6 +42,9 @@ SSE_HEARTBEAT_SECONDS = 15.0
 SNAPSHOT_REQUIRED_FRAME = json.dumps({"type": "snapshot_required"})
 #: Event types that end a turn.
 TURN_END_TYPES = frozenset({"turn_completed", "turn_failed"})
+#: ``queue_changed`` changes that take a queued message away before any turn takes it: a
+#: wait for that message ends with this status.
+QUEUE_REMOVALS = {"deleted": "deleted", "edited": "replaced"}
 
 
 def event_frame(message: dex_gateway.SessionEventMessage) -> str:
@@ -135,9 +138,11 @@ class TurnOutcome:
     """The turn that took a message, and how it ended (``turn_wait``).
 
     Attributes:
-        turn_id: The turn (``turn-<n>``).
-        status: ``completed`` or ``failed`` (the ``turn_completed`` / ``turn_failed`` event),
-            or ``running`` when the wait ran out first.
+        turn_id: The turn (``turn-<n>``); ``""`` when no turn took the message.
+        status: ``completed`` or ``failed`` (the ``turn_completed`` / ``turn_failed`` event);
+            ``stopped`` (``session_stopped``: the session was stopped before or during the
+            turn); ``deleted`` or ``replaced`` (``queue_changed`` naming the message: it was
+            deleted or edited before a turn took it); ``running`` when the wait ran out first.
         token: The resume token of the last event of the turn read.
         event: That event (``SessionEventMessage.event``).
     """
@@ -149,8 +154,31 @@ class TurnOutcome:
 
     @property
     def finished(self) -> bool:
-        """Whether the turn ended (``completed`` or ``failed``)."""
+        """Whether the wait has its final answer: the turn ended, the session was stopped,
+        or the message was deleted or replaced before a turn took it."""
         return self.status != "running"
+
+
+def removes_message(event: dict[str, Any], client_id: str) -> bool:
+    """Whether ``event`` says the queued message sent under ``client_id`` was deleted or
+    replaced (``queue_changed`` with ``change`` ``deleted`` / ``edited`` and its
+    ``message_id``) before any turn took it."""
+    if not client_id or event.get("type") != "queue_changed":
+        return False
+    data = event.get("data") or {}
+    return data.get("change") in QUEUE_REMOVALS and data.get("message_id") == client_id
+
+
+def outcome_status(event: dict[str, Any]) -> str:
+    """The ``TurnOutcome.status`` that ``event`` (the last one ``turn_events`` yields) gives."""
+    kind = str(event.get("type"))
+    if kind in TURN_END_TYPES:
+        return kind.removeprefix("turn_")
+    if kind == "session_stopped":
+        return "stopped"
+    if kind == "queue_changed":
+        return QUEUE_REMOVALS.get(str((event.get("data") or {}).get("change")), "running")
+    return "running"
 
 
 def takes_message(event: dict[str, Any], client_id: str) -> bool:
@@ -171,8 +199,11 @@ async def turn_events(
     """The Stream messages of the turn that takes the message sent under ``client_id``
     (``takes_message``), read from ``after`` (a token read before the message was sent):
     nothing until that turn starts, then every message of the turn, ending with its
-    ``turn_completed`` / ``turn_failed``. ``None`` as in ``read_messages`` (events lost: the
-    caller should reload the snapshot). Runs until that end; bound it with a timeout.
+    ``turn_completed`` / ``turn_failed``. It also ends, with that message, at a
+    ``session_stopped`` (before or during the turn) and at a ``queue_changed`` that deletes or
+    replaces the message before a turn takes it (``removes_message``). ``None`` as in
+    ``read_messages`` (events lost: the caller should reload the snapshot). Runs until that
+    end; bound it with a timeout.
 
     A steered message joins the running turn: its messages start at ``steer_applied``.
 
@@ -185,6 +216,11 @@ async def turn_events(
             yield None
             continue
         event = message.event
+        if event.get("type") == "session_stopped" or (
+            not turn_id and removes_message(event, client_id)
+        ):
+            yield message
+            return
         if not turn_id:
             if not takes_message(event, client_id):
                 continue
@@ -203,8 +239,9 @@ async def turn_wait(
     ``client_id`` (``turn_events``).
 
     Returns:
-        The outcome (``status`` ``running`` when the turn started but did not end in time),
-        or None when no turn took the message in time.
+        The outcome (``status`` ``running`` when the turn started but did not end in time;
+        ``stopped``, ``deleted`` or ``replaced`` as ``TurnOutcome`` says), or None when
+        nothing of the message happened in time.
 
     Raises:
         dex_gateway.EventsTokenInvalidError: ``after`` is not a token of this Stream.
@@ -215,10 +252,11 @@ async def turn_wait(
             async for message in turn_events(session_id, after, client_id):
                 if message is None:
                     continue
-                kind = str(message.event.get("type"))
+                # session_stopped has no turn_id: keep the turn it stopped, if one started.
+                known = latest.turn_id if latest is not None else ""
                 latest = TurnOutcome(
-                    turn_id=str(message.event.get("turn_id") or ""),
-                    status=kind.removeprefix("turn_") if kind in TURN_END_TYPES else "running",
+                    turn_id=str(message.event.get("turn_id") or known),
+                    status=outcome_status(message.event),
                     token=message.token,
                     event=message.event,
                 )

@@ -91,8 +91,9 @@ class AgentEventType(StrEnum):
     viewer hears of changes no Step reports:
 
     - ``message_queued``: no payload keys; a user message joined ``QUEUED_USER_MESSAGES``;
-    - ``queue_changed``: ``change`` (``deleted``, ``edited`` or ``steered``); a queued message
-      was deleted, replaced or steered;
+    - ``queue_changed``: ``change`` (``deleted``, ``edited`` or ``steered``) and
+      ``message_id`` (the message's ID as the queue lists it); a queued message was deleted,
+      replaced or steered;
     - ``session_stopped``: ``reason`` (str); the session's Flow was stopped.
     """
 

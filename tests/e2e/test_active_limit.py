@@ -63,3 +63,18 @@ def test_a_turn_over_the_cap_waits_for_the_running_one_and_is_never_lost(stack: 
         snapshot = answered(stack, session_id, 1)
         users = [m["text"] for m in snapshot["messages"] if m["role"] == "user"]
         assert users == [text]
+
+
+def test_a_held_first_message_is_waited_for_by_send_and_wait(stack: Stack) -> None:
+    with stack.api() as api:
+        running = api.post("/api/v1/sessions/",
+                           json={"agent": "demo", "message": slow_message(0.2, words=30)})
+        assert running.status_code == 201 and running.json()["first_message"] is None
+        waited = api.post("/api/v1/sessions/?wait=90",
+                          json={"agent": "demo", "message": "held then answered"}, timeout=120)
+    assert waited.status_code == 201, waited.text
+    body = waited.json()
+    assert body["first_message"]["pending_reason"] == "active_session_limit"
+    assert body["turn"] == {"finished": True, "turn_id": "turn-1", "status": "completed"}
+    assert [m["role"] for m in body["session"]["messages"]] == ["user", "assistant"]
+    answered(stack, running.json()["id"], 1)

@@ -278,3 +278,107 @@ def test_a_session_started_with_wait_answers_with_its_first_turn(stack: Stack) -
         listed = api.get("/api/v1/sessions/")
         assert listed.status_code == 200
         assert body["id"] in {item["id"] for item in listed.json()["results"]}
+
+
+def test_a_wait_ends_when_its_queued_message_is_deleted_or_edited(stack: Stack) -> None:
+    """A message waiting behind a running turn, then deleted (send-and-wait) or edited (its
+    Server-Sent Events): each wait ends at once with the removal, naming no turn."""
+    session_id = idle_session(stack)
+    results: dict[str, Any] = {}
+    with stack.api() as api:
+        running = api.post(f"/api/v1/sessions/{session_id}/messages/",
+                           json={"text": slow_message(0.3, words=90)})
+        assert running.status_code == 202
+
+        def send_and_wait() -> None:
+            with stack.api() as waiter:
+                results["answer"] = waiter.post(
+                    f"/api/v1/sessions/{session_id}/messages/?wait=120",
+                    json={"text": "delete me"}, timeout=150,
+                )
+
+        waiter = threading.Thread(target=send_and_wait)
+        waiter.start()
+        queued = _queued_id(stack, session_id, "delete me")
+        deleted = api.delete(f"/api/v1/sessions/{session_id}/queue/{queued}/")
+        assert deleted.status_code == 204, deleted.text
+        waiter.join(timeout=60)
+        assert not waiter.is_alive(), "the wait went on after its message was deleted"
+        answer = results["answer"]
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["turn"] == {"finished": True, "turn_id": None, "status": "deleted"}
+
+        headers = {**stack.personas["owner"].bearer(), **SSE}
+        with (httpx.Client(base_url=stack.base_url(), headers=headers, timeout=60) as client,
+              client.stream("POST", f"/api/v1/sessions/{session_id}/messages/",
+                            json={"text": "edit me"}) as stream):
+            assert stream.status_code == 200
+            lines = stream.iter_lines()
+            opening = next(m for m in sse_messages(lines) if "data" in m)["data"]
+            edited = api.put(f"/api/v1/sessions/{session_id}/queue/{opening['id']}/",
+                             json={"text": "edited"})
+            assert edited.status_code == 201, edited.text
+            rest = [m["data"]["event"] for m in sse_messages(lines) if "data" in m]
+        # The stream ended with the edit: no turn took the old message.
+        assert rest[-1]["type"] == "queue_changed"
+        assert rest[-1]["data"] == {"change": "edited", "message_id": opening["id"]}
+        assert all(event["type"] != "turn_started" for event in rest)
+    # Nothing else was lost: the edited text runs after the slow turn.
+    snapshot = answered(stack, session_id, 3)
+    users = [m["text"] for m in snapshot["messages"] if m["role"] == "user"]
+    assert users[-1] == "edited" and "delete me" not in users
+
+
+def test_a_wait_ends_when_the_session_is_stopped(stack: Stack) -> None:
+    session_id = idle_session(stack)
+    results: dict[str, Any] = {}
+
+    def send_and_wait() -> None:
+        with stack.api() as waiter:
+            results["answer"] = waiter.post(
+                f"/api/v1/sessions/{session_id}/messages/?wait=120",
+                json={"text": slow_message(0.5, words=90)}, timeout=150,
+            )
+
+    waiter = threading.Thread(target=send_and_wait)
+    waiter.start()
+    snapshot_when_running(stack, session_id)
+    with stack.api() as api:
+        stopped = api.post(f"/api/v1/sessions/{session_id}/stop/", json={})
+        assert stopped.status_code in (200, 202), stopped.text
+    waiter.join(timeout=60)
+    assert not waiter.is_alive(), "the wait went on after the session was stopped"
+    answer = results["answer"]
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["turn"] == {"finished": True, "turn_id": "turn-2", "status": "stopped"}
+    assert answer.json()["session"]["status"] == "stopped"
+
+
+def test_the_events_stream_refuses_a_json_accept(stack: Stack) -> None:
+    session_id = idle_session(stack)
+    with stack.api() as api:
+        refused = api.get(f"/api/v1/sessions/{session_id}/events/",
+                          headers={"Accept": "application/json"})
+    assert refused.status_code == 406, refused.text
+    assert "text/event-stream" in refused.json()["detail"]
+
+
+def snapshot_when_running(stack: Stack, session_id: str) -> None:
+    from tests.e2e.test_events_relay import snapshot_when
+
+    snapshot_when(stack, session_id, lambda s: s["status"] == "running_model", "a running turn")
+
+
+def _queued_id(stack: Stack, session_id: str, text: str) -> str:
+    """The queue ID of the queued message ``text``, polled with a deadline."""
+    import time
+
+    deadline = time.monotonic() + 30
+    with stack.api() as api:
+        while time.monotonic() < deadline:
+            queue = api.get(f"/api/v1/sessions/{session_id}/queue/").json()
+            for entry in queue.get("queued", []):
+                if entry["text"] == text:
+                    return str(entry["id"])
+            time.sleep(0.05)
+    raise AssertionError(f"{text!r} never showed in the queue")
