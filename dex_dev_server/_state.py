@@ -241,9 +241,15 @@ class EngineState:
         transaction) and wake long polls."""
         write = run.write
         run.write = RunWrite()
-        write.run_row = run.row()
+        header = run.header_json()
+        stored = (run.run_id, header)
+        if run.stored_header == stored:
+            write.run_update = run.update_row()
+        else:
+            write.run_row = run.row(header)
         streams = self.take_stream_appends()
         self.store.commit(run.run_id, write, streams)
+        run.stored_header = stored
         self.notify_streams(streams)
         self.notifier.notify(("flow", run.flow_id))
         if (

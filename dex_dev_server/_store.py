@@ -86,6 +86,9 @@ class RunWrite:
     """One run's pending changes, written atomically by :meth:`Store.commit`."""
 
     run_row: tuple[Any, ...] | None = None
+    #: ``(status, close_ts, core, run_id)`` of a stored row whose other columns are unchanged
+    #: (written instead of ``run_row``).
+    run_update: tuple[Any, ...] | None = None
     attr_upserts: dict[str, bytes] = field(default_factory=dict)
     attr_deletes: set[str] = field(default_factory=set)
     channel_inserts: list[tuple[int, str, str, bytes]] = field(default_factory=list)
@@ -438,6 +441,9 @@ class Store:
                 "request_id, start_ts, close_ts, header, core) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 write.run_row,
             )
+        elif write.run_update is not None:
+            db.execute("UPDATE runs SET status=?, close_ts=?, core=? WHERE run_id=?",
+                       write.run_update)
         if write.attr_upserts:
             db.executemany(
                 "INSERT OR REPLACE INTO attributes (run_id, key, value) VALUES (?,?,?)",
