@@ -3,7 +3,8 @@
 ``python -m dex_dev_server [--host H] [--port P] [--db PATH] [--sync full|normal]
 [--log-level L] [--profile PATH]`` serves and prints ``dex_dev_server ready on <host>:<port>``
 once it accepts calls. ``--sync`` picks the store's durability (``normal``, the default, is
-safe across a killed process but not across a power loss; ``full`` fsyncs every commit; see
+safe across a killed process but not across a power loss; ``full`` acknowledges a commit only
+after an fsync of the WAL, grouped across concurrent commits; see
 ``docs/engine-durability.md``); ``--profile`` writes per-method timings on SIGUSR1
 (``_profile``).
 ``python -m dex_dev_server list [--db PATH] [--table]`` and
@@ -57,7 +58,8 @@ def _serve_parser() -> argparse.ArgumentParser:
                    help=f"SQLite database path (default {DEFAULT_DB}, from the current directory)")
     p.add_argument("--sync", default="normal", choices=["normal", "full"],
                    help="SQLite synchronous mode: normal (default) survives a killed process, "
-                        "full also a power loss (an fsync per commit)")
+                        "full also a power loss (nothing is acknowledged before its fsync; "
+                        "concurrent commits share one)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error", "critical"])
     p.add_argument("--profile", default=None, metavar="PATH",

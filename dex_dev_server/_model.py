@@ -264,6 +264,10 @@ class Run:
     _fixed_enc: tuple[Any, Any, str | None, str | None] | None = field(
         default=None, repr=False, compare=False
     )
+    #: ``(run_id, header JSON)`` of the row as last committed: while both stay the same, a
+    #: commit updates the row's changing columns in place (``Run.update_row``) instead of
+    #: replacing the row, its header and its two index entries.
+    stored_header: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_open(self) -> bool:
@@ -314,8 +318,8 @@ class Run:
             }
         )
 
-    def row(self) -> tuple[Any, ...]:
-        """The ``runs`` table row."""
+    def row(self, header: str | None = None) -> tuple[Any, ...]:
+        """The ``runs`` table row (``header``: its :meth:`header_json`, when at hand)."""
         return (
             self.run_id,
             self.flow_id,
@@ -325,9 +329,14 @@ class Run:
             self.request_id,
             self.start_ts,
             self.close_ts,
-            self.header_json(),
+            self.header_json() if header is None else header,
             self.core_json(),
         )
+
+    def update_row(self) -> tuple[Any, ...]:
+        """``(status, close_ts, core, run_id)``: the columns a commit changes while the row's
+        header stays as stored (:attr:`stored_header`)."""
+        return (self.status, self.close_ts, self.core_json(), self.run_id)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Run:
@@ -366,4 +375,5 @@ class Run:
         run.next_event_id = core["next_event_id"]
         run.chan_seq = core["chan_seq"]
         run.unfinished_at_close = core["unfinished"]
+        run.stored_header = (run_id, h)
         return run

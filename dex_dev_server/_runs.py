@@ -476,11 +476,15 @@ class RunEngine(Dispatcher):
             ),
         )
         closed_write = closed.write
-        closed_write.run_row = closed.row()
+        closed_header = closed.header_json()
+        closed_write.run_row = closed.row(closed_header)
         live_write = live.write
         live.write = RunWrite()
-        live_write.run_row = live.row()
+        live_header = live.header_json()
+        live_write.run_row = live.row(live_header)
         self.store.commit_many([(old_id, closed_write), (new_id, live_write)])
+        closed.stored_header = (old_id, closed_header)
+        live.stored_header = (new_id, live_header)
         closed.write = RunWrite()
         self.notifier.notify(("flow", live.flow_id))
         self.loop.call_soon(self.pump)

@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import grpc
+import pytest
 from dex import (
     AsyncClient,
     BlobCacheConfig,
@@ -112,6 +113,7 @@ async def _is(value: object, expected: str) -> bool:
     return (await value) == expected  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("engine", ["normal", "full"], indirect=True)
 async def test_engine_sigkill_and_restart_resumes_everything(dex: DexEnv) -> None:
     engine = dex.engine
     client = dex.client
