@@ -684,6 +684,13 @@ class SnapshotWaitQuerySerializer(WaitQuerySerializer):
 FLOW_CHECK_SECONDS = 5.0
 
 
+def flow_check_due(cached: snapshot_cache.Entry, *, stopped: bool, now: Any) -> bool:
+    """Whether a read served from ``cached`` must first ask the engine whether the session's
+    Flow still runs: not for a stopped session, else once ``FLOW_CHECK_SECONDS`` passed since
+    the entry's last check (``now``: an aware ``datetime``)."""
+    return not stopped and (now - cached.flow_checked_at).total_seconds() > FLOW_CHECK_SECONDS
+
+
 async def snapshot_read(request: Request, session: AgentSession) -> dict[str, Any]:
     """The ``GET /api/v1/sessions/<id>/`` answer for ``session`` (``SessionDetailApi``).
 
@@ -708,7 +715,7 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
         # asked of the engine alone, at most every FLOW_CHECK_SECONDS.
         snapshot, read_at = cached.snapshot, cached.read_at
         now = timezone.now()
-        if not stopped and (now - cached.flow_checked_at).total_seconds() > FLOW_CHECK_SECONDS:
+        if flow_check_due(cached, stopped=stopped, now=now):
             flow_running = await dex_gateway.call(
                 dex_gateway.session_flow_running(session_id=session.id)
             )
@@ -857,16 +864,39 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         if session.status == SESSION_STATUS_STOPPED:
             snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
         snapshot = selectors.snapshot_with_outbox(session=session, snapshot=snapshot)
-        return {
-            "id": session.id,
-            "agent": session.agent.slug,
-            **selectors.session_detail_extras(session=session, user=request.user),
-            **snapshot,
-            "events_after": events_after,
-            "live_events_after": selectors.session_live_events_after(
+        return session_detail_body(
+            session_id=session.id,
+            agent_slug=session.agent.slug,
+            extras=selectors.session_detail_extras(session=session, user=request.user),
+            snapshot=snapshot,
+            events_after=events_after,
+            live_events_after=selectors.session_live_events_after(
                 session=session, snapshot=snapshot, events_after=events_after
             ),
-        }
+        )
+
+
+def session_detail_body(
+    *,
+    session_id: str,
+    agent_slug: str,
+    extras: dict[str, Any],
+    snapshot: dict[str, Any],
+    events_after: str,
+    live_events_after: str,
+) -> dict[str, Any]:
+    """The ``GET /api/v1/sessions/<id>/`` answer (``SessionDetailApi``) from its parts, in the
+    order of its keys: ``id``, ``agent`` (the agent's slug), ``extras``
+    (``selectors.session_detail_extras``), the snapshot as readers see it (stopped, with the
+    outbox), ``events_after``, ``live_events_after``. No database access."""
+    return {
+        "id": session_id,
+        "agent": agent_slug,
+        **extras,
+        **snapshot,
+        "events_after": events_after,
+        "live_events_after": live_events_after,
+    }
 
 
 SERVER_SENT_EVENT = inline_serializer(

@@ -20,8 +20,9 @@ Keys are credentials: nothing here logs them.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from hmac import compare_digest
-from typing import Any
+from typing import Any, TypeVar
 
 from channels.auth import AuthMiddleware
 from channels.db import database_sync_to_async
@@ -45,6 +46,7 @@ TOKEN_KEY_MAX_CHARS = 128
 INVALID_TOKEN_DETAIL = "Invalid token: no active API token has this key (was it revoked?)."
 
 ASGIApp = Any
+T = TypeVar("T")
 
 
 class ApiTokenExpiredError(Exception):
@@ -74,17 +76,39 @@ def user_for_token_key(key: str) -> AbstractBaseUser | None:
 
     if not key or len(key) > TOKEN_KEY_MAX_CHARS:
         return None
+    candidates = ApiToken.objects.filter(token_key=token_key_prefix(key)).select_related("user")
+    user: AbstractBaseUser | None = token_match(
+        key, ((token.digest, token.expiry, token.user) for token in candidates)
+    )
+    return user if user is not None and user.is_active else None
+
+
+def token_key_prefix(key: str) -> str:
+    """The stored lookup prefix of ``key`` (``ApiToken.token_key``: its first 15 characters)."""
+    return key[: CONSTANTS.TOKEN_KEY_LENGTH]
+
+
+def token_match(
+    key: str, candidates: Iterable[tuple[str, datetime.datetime | None, T]]
+) -> T | None:
+    """The holder of the candidate token whose digest is ``key``'s, or None.
+
+    ``candidates`` are ``(digest, expiry, holder)`` of the stored tokens that share ``key``'s
+    prefix (``token_key_prefix``); digests are compared in constant time. The holder is
+    returned as given (``user_for_token_key`` checks that the user is active).
+
+    Raises:
+        ApiTokenExpiredError: The matching token's expiry has passed.
+    """
+    if not key or len(key) > TOKEN_KEY_MAX_CHARS:
+        return None
     digest = hash_token(key)
-    candidates = ApiToken.objects.filter(
-        token_key=key[: CONSTANTS.TOKEN_KEY_LENGTH]
-    ).select_related("user")
-    for token in candidates:
-        if not compare_digest(digest, token.digest):
+    for stored, expiry, holder in candidates:
+        if not compare_digest(digest, stored):
             continue
-        if token.expiry is not None and token.expiry <= timezone.now():
-            raise ApiTokenExpiredError(token.expiry)
-        user: AbstractBaseUser = token.user
-        return user if user.is_active else None
+        if expiry is not None and expiry <= timezone.now():
+            raise ApiTokenExpiredError(expiry)
+        return holder
     return None
 
 

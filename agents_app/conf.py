@@ -29,7 +29,9 @@ Keys (units in the names' comments):
     (the longest ``?wait=`` a request may ask for: send-and-wait and the snapshot's long-poll),
     THROTTLE_READS and THROTTLE_WRITES (per-user REST rates, ``agents_app.throttling``),
     MAX_ACTIVE_SESSIONS_PER_USER (running turns per user; a message over it waits in the
-    outbox, ``agents_app.outbox.active_limit_reached``; 0: no cap).
+    outbox, ``agents_app.outbox.active_limit_reached``; 0: no cap), SNAPSHOT_SHORT_PATH
+    (bool: unchanged sessions' snapshot reads skip Django's request cycle,
+    ``agents_app.snapshot_asgi``).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -75,6 +77,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": "",
     "LOG_FORMAT": "plain",
     "REDIS_URL": "",
+    "SNAPSHOT_SHORT_PATH": True,
 }
 
 #: Keys whose default is derived from the keys already resolved (in this order).

@@ -1244,6 +1244,28 @@ async def call(coroutine: Coroutine[Any, Any, T]) -> T:
         raise
 
 
+async def call_here(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``call``, but on the caller's own event loop and its own connection (``_connection``):
+    no hop to the gateway loop's thread and back. Only for a long-lived loop, such as the
+    ASGI server's (``agents_app.snapshot_asgi``); a short-lived loop would open a gRPC
+    channel each time.
+
+    Raises:
+        EngineUnavailableError: The engine did not answer within
+            ``DEXAGENTS["ENGINE_TIMEOUT"]`` seconds.
+        Whatever the coroutine raises.
+    """
+    limit = float(dexagents_setting("ENGINE_TIMEOUT"))
+    deadline = asyncio.timeout(limit)
+    try:
+        async with deadline:
+            return await coroutine
+    except TimeoutError:
+        if deadline.expired():
+            raise _timed_out(limit) from None
+        raise
+
+
 def run(coroutine: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
     """Run a coroutine of this module from sync code and return its result.
 

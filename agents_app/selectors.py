@@ -133,6 +133,14 @@ def snapshot_with_outbox(*, session: AgentSession, snapshot: dict[str, Any]) -> 
     from agents_app import outbox
 
     kept = [] if session.status == "stopped" else outbox.outbox_message_pending(session=session)
+    return snapshot_with_kept_messages(snapshot=snapshot, kept=kept)
+
+
+def snapshot_with_kept_messages(*, snapshot: dict[str, Any], kept: list[Any]) -> dict[str, Any]:
+    """``snapshot_with_outbox`` given the outbox's pending messages ``kept``
+    (``outbox.outbox_message_pending``, ``[]`` for a stopped session): no database access."""
+    from agents_app import outbox
+
     queued = [{**entry, "delivery": "delivered"} for entry in snapshot.get("queued_messages", [])]
     steered = [{**entry, "delivery": "delivered"} for entry in snapshot.get("steered_messages", [])]
     # A message delivered while the snapshot was read (Dex has it, the outbox row is not
@@ -284,12 +292,34 @@ def session_detail_extras(
         ``{"model", "title", "owner" (username), "can_send" (``user`` owns it and it is not
         stopped), "can_approve" (``user`` is staff)}``.
     """
+    return session_detail_extras_of(
+        model=session.agent.model,
+        title=session.title,
+        owner_username=session.owner.get_username(),
+        owner_id=session.owner_id,
+        status=session.status,
+        user_id=user.pk,
+        user_is_staff=bool(getattr(user, "is_staff", False)),
+    )
+
+
+def session_detail_extras_of(
+    *,
+    model: str,
+    title: str,
+    owner_username: str,
+    owner_id: Any,
+    status: str,
+    user_id: Any,
+    user_is_staff: bool,
+) -> dict[str, Any]:
+    """``session_detail_extras`` from the values it reads (no model instances, no database)."""
     return {
-        "model": session.agent.model,
-        "title": session.title,
-        "owner": session.owner.get_username(),
-        "can_send": session.owner_id == user.pk and session.status != "stopped",
-        "can_approve": bool(getattr(user, "is_staff", False)),
+        "model": model,
+        "title": title,
+        "owner": owner_username,
+        "can_send": owner_id == user_id and status != "stopped",
+        "can_approve": user_is_staff,
     }
 
 
@@ -540,9 +570,21 @@ def session_get_for_reader(
             not staff.
     """
     session = session_get_for_staff(session_id=session_id)
-    if session.owner_id != user.pk and not getattr(user, "is_staff", False):
+    if not session_readable_by(session=session, user=user):
         raise PermissionDenied("Only the owner or staff may read this session.")
     return session
+
+
+def session_readable_by(*, session: AgentSession, user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Whether ``user`` may read ``session``: its owner, or any staff member."""
+    return session_readable(
+        owner_id=session.owner_id, user_id=user.pk, user_is_staff=getattr(user, "is_staff", False)
+    )
+
+
+def session_readable(*, owner_id: Any, user_id: Any, user_is_staff: bool) -> bool:
+    """``session_readable_by`` from the values it reads: the owner, or any staff member."""
+    return owner_id == user_id or bool(user_is_staff)
 
 
 def session_events_after_get(*, session: AgentSession) -> str:
@@ -613,6 +655,17 @@ def session_live_events_after(
             while len(_turn_start_tokens) > _TURN_START_TOKENS_KEPT:
                 _turn_start_tokens.popitem(last=False)
     return token
+
+
+def session_live_events_after_known(
+    *, session_id: str, snapshot: dict[str, Any], events_after: str
+) -> str | None:
+    """``session_live_events_after`` when it needs no Dex read (no running turn, or the turn's
+    start token already found in this process); None when it would need one."""
+    turn_id = snapshot.get("turn_id")
+    if not turn_id:
+        return events_after
+    return _turn_start_tokens.get((session_id, turn_id))
 
 
 # ``session_live_events_after``'s answers, by (session ID, turn ID), oldest first.

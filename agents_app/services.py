@@ -423,12 +423,19 @@ def session_status_record(
     one (the worker reported a newer one meanwhile) is ignored, and so is ``starting`` (the
     snapshot of a session whose first Step has not committed yet).
     """
-    if session.status in (SESSION_STATUS_STOPPED, status) or status not in _AGENT_STATUSES:
+    if not session_status_record_needed(indexed=session.status, status=status):
         return
     session_index.session_status_apply(
         session_id=session.pk, status=status, observed_at=observed_at
     )
     session.refresh_from_db(fields=["status", "status_observed_at"])
+
+
+def session_status_record_needed(*, indexed: str, status: str) -> bool:
+    """Whether ``session_status_record`` would write ``status`` (read from Dex) over the
+    index row's status ``indexed``: not over a stopped row, not the status it already holds,
+    not a status that is not an AgentState status (``starting``)."""
+    return indexed not in (SESSION_STATUS_STOPPED, status) and status in _AGENT_STATUSES
 
 
 SESSION_STATUS_STOPPED = "stopped"

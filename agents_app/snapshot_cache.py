@@ -16,6 +16,10 @@ so the writer's next read goes to Dex even when the announcement event could not
 Staleness a reader can see: none from this cache beyond what the stamp misses, i.e. a change
 that a Step makes without writing an event and without a status change (none is known).
 
+Who reads here: the DRF view (``apis.snapshot_read``), and in front of it, for API clients,
+``agents_app.snapshot_asgi`` (the short path), which reads the same stamp on every read and
+serves only hits; both see the same staleness (none beyond the stamp's).
+
 Where entries live: Redis (key ``dexagents:snapshot:<session id>``, pickled, expiring after
 ``TTL_SECONDS``) when ``REDIS_URL`` is set, so every web process shares them and a write
 through one process is seen by the others; else this process's memory, the

@@ -11,6 +11,9 @@ per process otherwise (so N web processes without Redis allow N times the rate).
 
 Rates are read on every request (``dexagents_setting``), not at import as DRF's own
 ``SimpleRateThrottle.THROTTLE_RATES`` is, so a settings change in tests is seen.
+
+A snapshot read that ``agents_app.snapshot_asgi`` (the short path) counted and then handed
+to Django carries ``COUNTED_SCOPE_KEY`` in its ASGI scope and is not counted again.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from rest_framework.throttling import UserRateThrottle
 
 from agents_app.conf import dexagents_setting
 from agents_app.rates import rate_or_none
+
+#: The ASGI scope key of a request already counted (``agents_app.snapshot_asgi``).
+COUNTED_SCOPE_KEY = "dexagents.throttles_counted"
 
 
 class _MethodRateThrottle(UserRateThrottle):
@@ -35,6 +41,10 @@ class _MethodRateThrottle(UserRateThrottle):
 
     def allow_request(self, request: Any, view: Any) -> bool:
         if (request.method in SAFE_METHODS) != self.counts_safe_methods:
+            return True
+        # A snapshot read that agents_app.snapshot_asgi counted before handing it to Django.
+        scope = getattr(getattr(request, "_request", None), "scope", None)
+        if isinstance(scope, dict) and scope.get(COUNTED_SCOPE_KEY):
             return True
         # DRF resolves the rate in __init__; resolve again so a changed setting applies.
         self.rate = self.get_rate()

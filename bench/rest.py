@@ -10,6 +10,8 @@ read their snapshots back to back for ``--seconds`` per figure, against:
   on the request's thread through ``dex_gateway.run``), exported with ``git archive`` and
   served on the same database and engine;
 - after: one web process of this tree (async views awaiting ``dex_gateway.call``);
+- after, no short path: one web process of this tree with ``DEXAGENTS_SNAPSHOT_SHORT_PATH``
+  off (every read through Django and DRF);
 - after, 2 web processes: two of them, the clients split evenly;
 - the peer, in the same run: the same reads straight from the bench process with the Dex SDK
   (``AgentSessionClient.get_agent_snapshot``), the ceiling the engine and worker allow;
@@ -23,7 +25,9 @@ read their snapshots back to back for ``--seconds`` per figure, against:
 Each figure is measured once with the engine next door and once behind a TCP proxy in the
 bench process that delays every chunk by half of ``--engine-rtt-ms`` each way (a Dex server
 on another host): there a process that waited for Dex calls one at a time would show it.
-Prints reads per second, p50 / p99 latency, errors and the ratios; nothing is asserted. On a
+Prints reads per second, p50 / p99 latency, errors, the web processes' CPU per read (every
+thread, ``/proc/<pid>/task/*/schedstat``) and the ratios; nothing is asserted. The web
+processes keep their per-user read throttle on (``READ_THROTTLE_RATE``). On a
 machine with few cores the web process and the bench share them, so CPU, not waiting, bounds
 the figures without added latency.
 
@@ -48,6 +52,9 @@ from bench.relay import percentile
 
 if TYPE_CHECKING:
     from bench.peer_server import PeerServer
+
+#: The web processes' read budget per user (``DEXAGENTS_THROTTLE_READS``): on, never reached.
+READ_THROTTLE_RATE = "100000/s"
 
 #: The last commit whose Dex-reading views were synchronous (issue 12's "before").
 BASELINE_REVISION = "a07eef7f62b47c54063652a861c25e903e002016"
@@ -118,15 +125,28 @@ class LatencyProxy:
                              self._pipe(upstream_reader, writer), return_exceptions=True)
 
 
+def process_cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds the processes ``pids`` ran so far, every thread counted
+    (``/proc/<pid>/task/*/schedstat``, nanoseconds); a process that is gone counts 0."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
 @dataclass
 class Figure:
-    """One measured configuration."""
+    """One measured configuration; ``cpu_seconds``: the web processes' CPU during it (None
+    when not measured)."""
 
     label: str
     reads: int = 0
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    cpu_seconds: float | None = None
 
     @property
     def rate(self) -> float:
@@ -135,9 +155,12 @@ class Figure:
     def line(self) -> str:
         if not self.latencies:
             return f"{self.label}: no successful read, errors {len(self.errors)}"
+        cpu = ("" if self.cpu_seconds is None or not self.reads else
+               f", web CPU {self.cpu_seconds / self.reads * 1000:5.2f} ms/read")
         return (f"{self.label}: {self.rate:7.1f} reads/s, p50 "
                 f"{percentile(self.latencies, 0.5) * 1000:6.1f} ms, p99 "
-                f"{percentile(self.latencies, 0.99) * 1000:6.1f} ms, errors {len(self.errors)}")
+                f"{percentile(self.latencies, 0.99) * 1000:6.1f} ms, errors {len(self.errors)}"
+                f"{cpu}")
 
 
 async def closed_loop(label: str, read: Any, clients: int, ids: list[str],
@@ -168,8 +191,9 @@ async def closed_loop(label: str, read: Any, clients: int, ids: list[str],
 
 
 async def http_figure(label: str, ports: list[int], bearer: dict[str, str], clients: int,
-                      ids: list[str], seconds: float) -> Figure:
-    """Snapshot reads over HTTP, the clients spread over the web processes on ``ports``."""
+                      ids: list[str], seconds: float, pids: list[int] | None = None) -> Figure:
+    """Snapshot reads over HTTP, the clients spread over the web processes on ``ports``
+    (whose CPU is measured when their ``pids`` are given)."""
     import httpx
 
     # Expire idle connections before uvicorn's 5 s keep-alive does (see bench/scale.py).
@@ -184,7 +208,11 @@ async def http_figure(label: str, ports: list[int], bearer: dict[str, str], clie
             raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
 
     try:
-        return await closed_loop(label, read, clients, ids, seconds)
+        began = process_cpu_seconds(pids or [])
+        figure = await closed_loop(label, read, clients, ids, seconds)
+        if pids:
+            figure.cpu_seconds = process_cpu_seconds(pids) - began
+        return figure
     finally:
         for pool in pools:
             await pool.aclose()
@@ -257,9 +285,10 @@ def baseline_tree(revision: str, into: Path) -> Path:
     return into
 
 
-def web_start(stack: Any, name: str, engine: str, tree: Path | None = None) -> tuple[Any, int]:
+def web_start(stack: Any, name: str, engine: str, tree: Path | None = None,
+              extra_env: dict[str, str] | None = None) -> tuple[Any, int]:
     """One more uvicorn on the stack's database, reaching Dex at ``engine``, serving this tree
-    or ``tree``; waits for it to serve."""
+    or ``tree`` (with ``extra_env`` added); waits for it to serve."""
     from dex_agents.testing import free_port
     from tests.e2e.conftest import PYTHON
 
@@ -268,7 +297,11 @@ def web_start(stack: Any, name: str, engine: str, tree: Path | None = None) -> t
             "--port", str(port), "--no-access-log"]
     if tree is not None:
         argv[3:3] = ["--app-dir", str(tree)]
-    env = {"DEX_SERVER_ADDRESS": engine, "LOG_LEVEL": "WARNING"}
+    env = {"DEX_SERVER_ADDRESS": engine, "LOG_LEVEL": "WARNING",
+           # The read throttles stay on (they are by default), at a budget this one user's
+           # reads stay under: DRF keeps one timestamp per request of the last period, so a
+           # one-second period keeps their history (and its cost) near a real user's.
+           "DEXAGENTS_THROTTLE_READS": READ_THROTTLE_RATE, **(extra_env or {})}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     # uvicorn puts --app-dir first on sys.path, so the tree's modules are the ones imported.
@@ -310,19 +343,26 @@ async def measure(stack: Any, args: argparse.Namespace, baseline: Path,
             started.append(after)
             second, second_port = web_start(stack, "web-after-2", engine)
             started.append(second)
+            django, django_port = web_start(stack, "web-django-path", engine,
+                                            extra_env={"DEXAGENTS_SNAPSHOT_SHORT_PATH": "false"})
+            started.append(django)
+            pid = {before_port: before.popen.pid, after_port: after.popen.pid,
+                   second_port: second.popen.pid, django_port: django.popen.pid}
             figures: dict[str, Figure] = {}
             for clients in (1, args.concurrency):
                 # Warm both up (connections, first imports), then measure.
-                for port in (before_port, after_port, second_port):
+                for port in (before_port, after_port, second_port, django_port):
                     await http_figure("warm-up", [port], bearer, 4, ids, 1)
                 runs = [
                     ("before, 1 process", [before_port]),
                     ("after, 1 process", [after_port]),
+                    ("after, no short path", [django_port]),
                     ("after, 2 processes", [after_port, second_port]),
                 ]
                 for label, ports in runs:
                     figure = await http_figure(f"  c={clients:<3} {label:<20}", ports, bearer,
-                                               clients, ids, args.seconds)
+                                               clients, ids, args.seconds,
+                                               [pid[port] for port in ports])
                     figures[f"{clients} {label}"] = figure
                     print(figure.line(), flush=True)
                     for error in figure.errors[:3]:
@@ -343,12 +383,14 @@ async def measure(stack: Any, args: argparse.Namespace, baseline: Path,
             for clients in (1, args.concurrency):
                 rates = {label: figures[f"{clients} {label}"].rate or float("nan")
                          for label in ("before, 1 process", "after, 1 process",
-                                       "after, 2 processes", "peer")}
+                                       "after, no short path", "after, 2 processes", "peer")}
                 print(f"  c={clients}: after / before "
                       f"x{rates['after, 1 process'] / rates['before, 1 process']:.2f}, "
                       f"2 processes / 1 "
                       f"x{rates['after, 2 processes'] / rates['after, 1 process']:.2f}, "
-                      f"after / peer x{rates['after, 1 process'] / rates['peer']:.2f}")
+                      f"after / peer x{rates['after, 1 process'] / rates['peer']:.2f}, "
+                      f"short path / Django path "
+                      f"x{rates['after, 1 process'] / rates['after, no short path']:.2f}")
                 if f"{clients} langgraph" in figures:
                     theirs = figures[f"{clients} langgraph"].rate or float("nan")
                     print(f"  c={clients}: after, 1 process / LangGraph server thread-state "

@@ -23,10 +23,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from agents_app.auth import BrowserOriginValidator, TokenAuthMiddlewareStack  # noqa: E402
 from agents_app.lifespan import WebWarmUp  # noqa: E402
 from agents_app.routing import websocket_urlpatterns  # noqa: E402
+from agents_app.snapshot_asgi import SnapshotShortPath  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Snapshot reads of unchanged sessions skip Django's request cycle (an API client's
+        # GET /api/v1/sessions/<id>/ served from the snapshot cache); the rest is Django's.
+        "http": SnapshotShortPath(django_asgi_app),
         # AllowedHostsOriginValidator for browsers (handshakes with an Origin header).
         "websocket": BrowserOriginValidator(
             TokenAuthMiddlewareStack(URLRouter(websocket_urlpatterns))

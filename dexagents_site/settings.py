@@ -506,6 +506,9 @@ DEXAGENTS: dict[str, Any] = {
     ),
     # The longest ?wait= a request may ask for (send-and-wait, the snapshot's long-poll).
     "MAX_WAIT_SECONDS": env_int("DEXAGENTS_MAX_WAIT_SECONDS", 300, minimum=1, maximum=3600),
+    # Snapshot reads of unchanged sessions answered without Django's request cycle
+    # (agents_app.snapshot_asgi); off: every read goes through the DRF view.
+    "SNAPSHOT_SHORT_PATH": env_bool("DEXAGENTS_SNAPSHOT_SHORT_PATH", True),
 }
 
 LOGGING = {
