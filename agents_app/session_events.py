@@ -417,17 +417,20 @@ async def read_messages(
                     feed = _feed_for(session_id, position)
                     continue
                 read_from = position
-                moved = feed.moved_future()
                 read = asyncio.ensure_future(_stream_read(session_id, read_from))
                 try:
-                    await asyncio.wait((read, moved), return_when=asyncio.FIRST_COMPLETED)
+                    # Keep the long poll unless the shared reader reached this position (it
+                    # may be replaying older messages, each of which wakes this wait).
+                    while not read.done() and not (feed.holds(position) or feed.closed):
+                        moved = feed.moved_future()
+                        await asyncio.wait((read, moved), return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     if not read.done():
                         read.cancel()
                         with contextlib.suppress(asyncio.CancelledError):
                             await read
                 if read.cancelled():
-                    continue  # the shared reader moved first: it may hold this position now
+                    continue  # the shared reader holds this position now (or ended)
                 message = read.result()
                 check.read(read_from, message)
                 if await check.lost(idle=message is None):

@@ -117,6 +117,23 @@ async def test_a_late_reader_with_an_old_token_catches_up_exactly_then_shares(
     await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0)
 
 
+async def test_a_reader_ahead_of_the_shared_reader_gets_exactly_what_follows_its_token(
+    engine: str, quick_linger: None
+) -> None:
+    tokens = await write_markers(engine, range(300))
+    # The shared reader starts at the oldest message, with this reader, and replays them all.
+    replaying = session_events.read_messages(SESSION_ID, "")
+    assert await take(replaying, 1) == [0]
+    ahead = session_events.read_messages(SESSION_ID, tokens[-1])
+    following = asyncio.create_task(take(ahead, 3))
+    await write_markers(engine, range(300, 303))
+    assert await following == [300, 301, 302]
+    # The replaying reader let more than FEED_QUEUE_MESSAGES wait: it lost nothing.
+    assert await take(replaying, 302) == list(range(1, 303))
+    await replaying.aclose()
+    await ahead.aclose()
+
+
 async def test_a_reader_that_stops_reading_does_not_hold_back_the_others(
     engine: str, quick_linger: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
