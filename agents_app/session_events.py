@@ -42,7 +42,7 @@ import logging
 import random
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from agents_app import dex_gateway
@@ -374,7 +374,7 @@ def live_feed_count() -> int:
 
 async def read_messages(
     session_id: str, after: str
-) -> AsyncIterator[dex_gateway.SessionEventMessage | None]:
+) -> AsyncGenerator[dex_gateway.SessionEventMessage | None, None]:
     """Yield the session's Stream messages after ``after``, in order, forever; ``None`` in
     place of a message means events were lost to the reader (send ``snapshot_required``).
 

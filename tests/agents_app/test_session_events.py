@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from tests.e2e.relay_stack import dex_client
 
 SESSION_ID = "ses_" + "c" * 32
 
-Messages = AsyncIterator[dex_gateway.SessionEventMessage | None]
+Messages = AsyncGenerator[dex_gateway.SessionEventMessage | None, None]
 
 
 def stream_reads() -> float:
