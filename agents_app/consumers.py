@@ -34,8 +34,12 @@ Protocol:
 - Clients send nothing; whatever they send is ignored.
 
 Each socket has one relay task, created in ``connect`` and cancelled in ``disconnect``; it
-runs a Stream reader and a socket writer joined by the bounded queue. Closing the socket ends
-it within the time it takes to cancel one gRPC long poll; the agent turn is not affected.
+runs a Stream reader and a socket writer joined by the bounded queue. The reader is
+``session_events.read_messages``, which subscribes to the process's one shared reader of the
+session's Stream (many sockets of a session cost one engine long poll, not one each) and
+reads on its own only while it catches up from an old ``after``. Closing the socket ends the
+relay at once (or within the time it takes to cancel one gRPC long poll while it catches up);
+the agent turn is not affected.
 The consumer does no agent work, and the ORM only through ``database_sync_to_async``.
 """
 

@@ -33,6 +33,7 @@ import dataclasses
 import datetime
 import enum
 import functools
+import json
 import logging
 import os
 import threading
@@ -949,6 +950,15 @@ class SessionEventMessage:
 
     token: str
     event: dict[str, Any]
+
+    @functools.cached_property
+    def frame(self) -> str:
+        """The message's ``{"type": "event", "token", "event"}`` JSON text frame (compact,
+        ASCII), built once: every reader of the session in the process shares the message."""
+        return json.dumps(
+            {"type": "event", "token": self.token, "event": self.event},
+            separators=(",", ":"),
+        )
 
 
 class EventsTokenInvalidError(Exception):

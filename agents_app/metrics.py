@@ -14,6 +14,10 @@ Metrics (prometheus_client adds ``_total`` to counters):
 - ``dexagents_event_relay_lag_seconds``: histogram of the time from an AgentEvent's write to
   the Stream to the websocket relay reading it for a client (events replayed on a resume
   count too, with their age).
+- ``dexagents_event_stream_reads_total``: ``ReadStream`` long polls the process made on
+  sessions' AgentEvents Streams for its readers (websockets, SSE, waits). Each session's
+  Stream is read once per web process however many clients follow it
+  (``agents_app.session_events``), plus the reads of a client catching up from an old token.
 - ``dexagents_worker_task_slots_in_use`` / ``dexagents_worker_task_slots``: Dex Step slots
   busy / configured, summed over live worker processes, sampled every second.
 
@@ -61,6 +65,10 @@ EVENT_RELAY_LAG = Histogram(
     "dexagents_event_relay_lag_seconds",
     "Seconds from an AgentEvent's Stream write to the websocket relay reading it.",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+EVENT_STREAM_READS = Counter(
+    "dexagents_event_stream_reads",
+    "ReadStream long polls made on sessions' AgentEvents Streams for their readers.",
 )
 WORKER_TASK_SLOTS_IN_USE = Gauge(
     "dexagents_worker_task_slots_in_use", "Dex Step slots busy in the Dex workers.",

@@ -15,6 +15,19 @@ database, then measures:
    and the frames' latency under that load (Stream ``created_at`` to arrival; the engine and
    the bench share a clock, and ``created_at`` has millisecond resolution).
 
+3. Many watchers of one session (issue 24): for ``--watchers`` (1, 100, 1,000) websockets on
+   one session, then ``--open-sockets`` (10,000) on the same session, the bench writes
+   ``--fanout-writes`` events one at a time (the next once every socket got the previous
+   one) and prints the web process's resident memory per socket (RSS with the sockets open
+   minus before, over the count; target <= 50 KB), frame latency p50 / p99 from the
+   ``write_stream`` call to each socket's frame (target: 1,000 watchers within 2x of one
+   watcher's p99), and the engine Stream reads the web process made
+   (``dexagents_event_stream_reads_total`` from its ``/metrics``) per second and per
+   written event. The sockets are a minimal websocket client in the bench process (raw
+   asyncio protocol, no compression: the client must cost far less than the server);
+   the bench raises its soft ``RLIMIT_NOFILE`` to the hard limit, which the web process
+   inherits.
+
 Run: ``.venv/bin/python -m bench.relay`` (``--quick`` for a smaller, faster pass), or
 ``make bench-relay``. Prints figures; nothing is asserted.
 """
@@ -23,9 +36,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import datetime
 import json
+import os
+import resource
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -214,7 +231,227 @@ async def many_sockets(stack: Any, sockets: int, words: int, pause: float) -> di
             "busy": busy["answers"]}
 
 
+class Watcher(asyncio.Protocol):
+    """A minimal websocket client (RFC 6455) that records the arrival time of each text frame.
+
+    It sends the upgrade request, answers pings, and parses unmasked server frames without
+    decoding them: the bench only needs to know when the n-th frame came.
+    """
+
+    def __init__(self, request: bytes, arrived: Any) -> None:
+        self.request = request
+        self.arrived = arrived
+        self.buffer = bytearray()
+        self.upgraded = asyncio.get_running_loop().create_future()
+        self.closed = asyncio.get_running_loop().create_future()
+        self.frames = 0
+        self.close_code: int | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self.request)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.upgraded.done():
+            self.upgraded.set_exception(ConnectionError(f"closed before the upgrade: {exc}"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        self.buffer += data
+        if not self.upgraded.done():
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self.buffer[:end])
+            del self.buffer[:end + 4]
+            if b" 101 " not in head.split(b"\r\n", 1)[0]:
+                self.upgraded.set_exception(ConnectionError(head.decode("latin-1")))
+                return
+            self.upgraded.set_result(None)
+        buffer = self.buffer
+        while len(buffer) >= 2:
+            opcode, length, offset = buffer[0] & 0x0F, buffer[1] & 0x7F, 2
+            if length == 126:
+                if len(buffer) < 4:
+                    return
+                length, offset = struct.unpack_from("!H", buffer, 2)[0], 4
+            elif length == 127:
+                if len(buffer) < 10:
+                    return
+                length, offset = struct.unpack_from("!Q", buffer, 2)[0], 10
+            if len(buffer) < offset + length:
+                return
+            payload = bytes(buffer[offset:offset + length])
+            del buffer[:offset + length]
+            if opcode == 0x1:
+                self.frames += 1
+                self.arrived(self, now)
+            elif opcode == 0x9 and self.transport is not None:  # ping: a masked pong
+                self.transport.write(bytes([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0"
+                                     + payload)
+            elif opcode == 0x8:
+                self.close_code = struct.unpack_from("!H", payload)[0] if payload else 1005
+                if self.transport is not None:
+                    self.transport.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"\x88\x82\0\0\0\0\x03\xe8")  # masked close 1000
+            self.transport.close()
+
+
+def engine_reads(stack: Any) -> float:
+    """The web process's ``dexagents_event_stream_reads_total`` from its ``/metrics``."""
+    with stack.api() as api:
+        for line in api.get("/metrics").text.splitlines():
+            if line.startswith("dexagents_event_stream_reads_total "):
+                return float(line.split()[1])
+    return 0.0
+
+
+@dataclass
+class FanoutRun:
+    """Figures of one count of watchers of one session."""
+
+    sockets: int
+    opened: int = 0
+    failed: str = ""
+    rss_before: float = 0.0
+    rss_open: float = 0.0
+    open_seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    reads: float = 0.0
+    writes: int = 0
+    write_seconds: float = 0.0
+
+
+async def fanout(stack: Any, sockets: int, writes: int) -> FanoutRun:
+    """``sockets`` watchers of one new session on the web process; ``writes`` events, each
+    written once every watcher got the one before."""
+    from dex_agents import AgentEvent, AgentEventType
+    from tests.e2e.relay_stack import dex_client
+
+    run = FanoutRun(sockets)
+    with stack.api() as api:
+        session_id = api.post("/api/v1/sessions/", json={"agent": "demo"}).json()["id"]
+    token = stack.personas["owner"].token
+    web_pid = stack.web.popen.pid
+    loop = asyncio.get_running_loop()
+    async with dex_client(stack.engine_address) as (client, flow):
+        def event(index: int) -> Any:
+            return AgentEvent(AgentEventType.TEXT_DELTA, "turn-bench", "bench", 1,
+                              {"text": f"delta {index} " + "x" * 40})
+
+        await client.write_stream(session_id, flow.agent_events, "bench", event(-1))
+        page = await client.list_stream_messages(session_id, flow.agent_events, 1)
+        after = page.messages[0].resume_token
+        request = (f"GET /ws/sessions/{session_id}/events/?after={after} HTTP/1.1\r\n"
+                   f"Host: 127.0.0.1:{stack.web_port}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+                   f"Authorization: Bearer {token}\r\n\r\n").encode()
+        # Per write: the arrival times, and a future set once every watcher has a frame.
+        state: dict[str, Any] = {"times": [], "want": 0, "done": None}
+
+        def arrived(watcher: Watcher, at: float) -> None:
+            if watcher.frames == state["want"]:
+                state["times"].append(at)
+                if len(state["times"]) == run.opened and not state["done"].done():
+                    state["done"].set_result(None)
+
+        run.rss_before = rss_mib(web_pid)
+        watchers: list[Watcher] = []
+        limit = asyncio.Semaphore(64)
+        started = time.perf_counter()
+
+        async def open_one() -> None:
+            async with limit:
+                try:
+                    _, watcher = await loop.create_connection(
+                        lambda: Watcher(request, arrived), "127.0.0.1", stack.web_port)
+                    await asyncio.wait_for(watcher.upgraded, 120)
+                except Exception as error:
+                    run.failed = run.failed or f"{type(error).__name__}: {error}"
+                    return
+                watchers.append(watcher)
+
+        await asyncio.gather(*(open_one() for _ in range(sockets)))
+        run.opened = len(watchers)
+        run.open_seconds = time.perf_counter() - started
+        try:
+            async def write(index: int, within: float) -> float:
+                state["times"], state["want"] = [], index + 1
+                state["done"] = loop.create_future()
+                at = time.perf_counter()
+                await client.write_stream(session_id, flow.agent_events, "bench", event(index))
+                await asyncio.wait_for(state["done"], within)
+                return at
+
+            # Every watcher has joined the session's reader once each has the first frame.
+            await write(0, 300)
+            run.rss_open = rss_mib(web_pid)
+            reads_before, began = engine_reads(stack), time.perf_counter()
+            for index in range(1, writes + 1):
+                at = await write(index, 120)
+                run.latencies_ms.extend((arrival - at) * 1000 for arrival in state["times"])
+            run.write_seconds = time.perf_counter() - began
+            run.reads = engine_reads(stack) - reads_before
+            run.writes = writes
+        except TimeoutError:
+            got = len(state["times"])
+            run.failed = run.failed or f"only {got} of {run.opened} watchers got a frame"
+            closes = {w.close_code for w in watchers if w.close_code is not None}
+            if closes:
+                run.failed += f" (close codes {sorted(closes)})"
+        finally:
+            for watcher in watchers:
+                watcher.close()
+            await asyncio.gather(*(w.closed for w in watchers), return_exceptions=True)
+    return run
+
+
+def fanout_table(runs: list[FanoutRun]) -> None:
+    """Print one row per run, latency ratios against the one-watcher run."""
+    base = next((run for run in runs if run.sockets == 1 and run.latencies_ms), None)
+    base_p99 = percentile(base.latencies_ms, 0.99) if base else 0.0
+    print("| watchers of one session | opened | KiB per socket (web RSS) | frame p50 | frame p99 "
+          "| p99 / 1 watcher | engine reads/s | reads per event |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for run in runs:
+        if not run.latencies_ms:
+            print(f"| {run.sockets:,} | {run.opened:,} | - | - | - | - | - | - |"
+                  f" failed: {run.failed}")
+            continue
+        per_socket = (run.rss_open - run.rss_before) * 1024 / max(1, run.opened)
+        p50, p99 = percentile(run.latencies_ms, 0.5), percentile(run.latencies_ms, 0.99)
+        ratio = f"x{p99 / base_p99:.1f}" if base_p99 else "-"
+        print(f"| {run.sockets:,} | {run.opened:,} | {per_socket:.1f} | {p50:.1f} ms "
+              f"| {p99:.1f} ms | {ratio} | {run.reads / run.write_seconds:.1f} "
+              f"| {run.reads / run.writes:.2f} |")
+        if run.failed:
+            print(f"  ({run.failed})")
+    sys.stdout.flush()
+
+
 async def measure(stack: Any, args: argparse.Namespace) -> None:
+    # First sockets pay one-off costs (imports, the web side's engine connection, caches).
+    await fanout(stack, 10, 3)
+    fanouts: list[FanoutRun] = []
+    for count in [*args.watchers, args.open_sockets]:
+        if not count:
+            continue
+        print(f"{count} watchers of one session ...", flush=True)
+        one = await fanout(stack, count, args.fanout_writes if count <= 1000
+                           else max(5, args.fanout_writes // 4))
+        print(f"  opened {one.opened} sockets in {one.open_seconds:.1f} s"
+              + (f"; {one.failed}" if one.failed else ""), flush=True)
+        fanouts.append(one)
+    fanout_table(fanouts)
+
     relay_ms, direct_ms = await latency(stack, args.writes)
     relay_p50, relay_p99 = percentile(relay_ms, 0.5), percentile(relay_ms, 0.99)
     direct_p50, direct_p99 = percentile(direct_ms, 0.5), percentile(direct_ms, 0.99)
@@ -256,10 +493,25 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.05,
                         help="demo model pause between 3-word chunks (s)")
     parser.add_argument("--worker-slots", type=int, default=64)
-    parser.add_argument("--quick", action="store_true", help="100 writes, 50 sockets")
+    parser.add_argument("--watchers", type=int, nargs="*", default=[1, 100, 1000],
+                        help="watcher counts of one session")
+    parser.add_argument("--open-sockets", type=int, default=10_000,
+                        help="the large count of sockets on one session (0: skip)")
+    parser.add_argument("--fanout-writes", type=int, default=100,
+                        help="events written per watcher count (a quarter past 1,000)")
+    parser.add_argument("--quick", action="store_true",
+                        help="100 writes, 50 sockets, 30 fan-out writes, no 10,000 sockets")
     args = parser.parse_args()
     if args.quick:
-        args.writes, args.sockets = 100, 50
+        args.writes, args.sockets, args.fanout_writes = 100, 50, 30
+        args.open_sockets = 0
+    # Each socket is a file descriptor here and in the web process (which inherits this).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * max([*args.watchers, args.open_sockets]) + 1024
+    if soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    print(f"file descriptors: soft limit {soft}, hard {hard}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="bench-relay-") as root:
         django_setup(Path(root))

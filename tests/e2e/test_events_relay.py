@@ -10,6 +10,7 @@ real Dex SDK, to compare frames with the Stream and to end reads at a marker eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -426,3 +427,69 @@ async def _trimmed_after(stack: Stack) -> None:
     assert await read_all(stack, session_id, is_marker(9),
                           after=fresh[0]["token"]) == fresh[1:]
 
+
+
+def engine_reads(stack: Stack) -> float:
+    """The web process's ``dexagents_event_stream_reads_total`` (ReadStream calls it made)."""
+    with stack.api() as api:
+        answer = api.get("/metrics")
+    assert answer.status_code == 200, answer.text
+    for line in answer.text.splitlines():
+        if line.startswith("dexagents_event_stream_reads_total "):
+            return float(line.split()[1])
+    raise AssertionError("no dexagents_event_stream_reads_total in /metrics")
+
+
+async def sse_markers(stack: Stack, session_id: str, after: str, last: int) -> list[int]:
+    """Follow ``GET .../events/`` from ``after`` until marker ``last``; the markers seen."""
+    import httpx
+
+    markers: list[int] = []
+    async with httpx.AsyncClient(base_url=stack.base_url(), timeout=60,
+                                 headers=stack.personas["owner"].bearer()) as client, \
+            client.stream("GET", f"/api/v1/sessions/{session_id}/events/",
+                          params={"after": after}) as answer:
+        assert answer.status_code == 200
+        async with asyncio.timeout(60):
+            async for line in answer.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                frame = json.loads(line.removeprefix("data: "))
+                markers.append(frame["event"]["data"]["marker"])
+                if markers[-1] == last:
+                    return markers
+    raise AssertionError(f"the stream ended after {markers}")
+
+
+async def test_many_readers_of_one_session_make_one_engine_read_per_message(
+    stack: Stack,
+) -> None:
+    """30 websockets and 2 Server-Sent Events streams follow one session on one web process:
+    each gets every message once, in order, and the web process reads each message from the
+    engine about once (alone, each reader would long-poll once per message: 320 reads)."""
+    session_id = session_start(stack)
+    await marker_write(stack, session_id, 0)
+    tail = (await stream_tokens(stack, session_id))[-1]
+    headers = stack.personas["owner"].bearer()
+    async with contextlib.AsyncExitStack() as sockets:
+        watchers = [await sockets.enter_async_context(
+            connect(stack.events_url(session_id, tail), additional_headers=headers))
+            for _ in range(30)]
+        sse = [asyncio.create_task(sse_markers(stack, session_id, tail, 10)) for _ in range(2)]
+        # Every reader has joined once each has seen marker 1.
+        await marker_write(stack, session_id, 1)
+        for ws in watchers:
+            assert [frame["event"]["data"]["marker"]
+                    for frame in await receive_until(ws, is_marker(1))] == [1]
+        before = engine_reads(stack)
+        for marker in range(2, 11):
+            await marker_write(stack, session_id, marker)
+        for ws in watchers:
+            frames = await receive_until(ws, is_marker(10))
+            assert [frame["event"]["data"]["marker"] for frame in frames] == list(range(2, 11))
+        for task in sse:
+            assert await task == list(range(1, 11))
+        reads = engine_reads(stack) - before
+    print(f"{reads:.0f} engine reads for 32 readers of 9 messages")
+    # Other tests' sessions may still be read (a turn that runs on): a generous margin.
+    assert reads <= 9 + 10
