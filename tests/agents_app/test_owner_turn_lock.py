@@ -3,17 +3,17 @@ takes a slot are one step per owner across processes, on SQLite and on PostgreSQ
 
 Four processes race to take the one slot of one owner (count, a pause that widens the race,
 then a write when the count was 0): with the lock exactly one writes. Without it PostgreSQL
-lets several write (checked by hand); the project's SQLite settings begin every transaction
-IMMEDIATE, which serializes them already, so there the test shows the lock works alongside."""
+lets several write (checked by hand). The project's SQLite settings begin every transaction
+IMMEDIATE, which serializes them already; the SQLite side of the lock runs in every e2e test
+of the cap (``tests/e2e/test_active_limit.py``)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from tests.e2e.conftest import PYTHON, ROOT, migrated_template
+from tests.e2e.conftest import PYTHON, ROOT
 from tests.production_services import postgres_url  # noqa: F401 - a fixture
 
 RACERS = 4
@@ -69,14 +69,6 @@ def _env(tmp_path: Path, database_url: str) -> dict[str, str]:
                 "DJANGO_SETTINGS_MODULE": "dexagents_site.settings"})
     (tmp_path / "var").mkdir(exist_ok=True)
     return env
-
-
-def test_one_owner_takes_one_slot_on_sqlite(tmp_path: Path) -> None:
-    env = _env(tmp_path, "")
-    database = tmp_path / "db.sqlite3"
-    shutil.copyfile(migrated_template(env), database)
-    env["DATABASE_URL"] = f"sqlite:///{database}"
-    assert _race(env) == 1
 
 
 def test_one_owner_takes_one_slot_on_postgres(
