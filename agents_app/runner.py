@@ -107,6 +107,7 @@ from agents_app.providers import (
     load_litellm,
     resolve_api_key,
     supports_images,
+    unpriced_model_pricing,
 )
 from dex_agents import (
     WRITE_TODOS_TOOL,
@@ -1034,6 +1035,7 @@ class LiteLLMRunner:
             request["tools"] = [entry.as_openai_tool() for entry in config.tools]
         if config.reasoning_effort:
             request["reasoning_effort"] = config.reasoning_effort
+        request.update(unpriced_model_pricing(config.model))
         return request
 
     def _responses_request(
@@ -1164,6 +1166,7 @@ class LiteLLMRunner:
             "timeout": DEFAULT_MODEL_TIMEOUT,
             "max_retries": 0,
             "num_retries": 0,
+            **unpriced_model_pricing(model),
         }
         if config.api_base:
             call["api_base"] = config.api_base
