@@ -87,6 +87,7 @@ from agents_app.model_replies import (
     ModelReply,
     ModelResponseError,
     ToolCallAccumulator,
+    openai_chunk_stream,
     read_chat_response,
     read_chat_stream,
     read_responses_response,
@@ -1091,7 +1092,14 @@ class LiteLLMRunner:
             else:
                 response = await litellm.acompletion(**request, drop_params=True)
                 if config.stream:
-                    return await read_chat_stream(response, text, reasoning)
+                    chunks = openai_chunk_stream(response)
+                    if chunks is None:
+                        return await read_chat_stream(response, text, reasoning)
+                    try:
+                        return await read_chat_stream(chunks, text, reasoning)
+                    finally:
+                        # Ends the HTTP response however the read ended.
+                        await response.aclose()
                 reply = read_chat_response(response)
             text.add(reply.text)
             return reply
