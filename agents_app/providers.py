@@ -276,6 +276,33 @@ def _model_window(model: str) -> int | None:
     return int(value) if value else None
 
 
+#: LiteLLM call arguments that price a call at zero (custom pricing, never sent to a provider).
+_ZERO_PRICING = {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
+
+
+def unpriced_model_pricing(model: str) -> dict[str, float]:
+    """LiteLLM arguments that price a call of ``model`` at zero when LiteLLM's bundled model
+    map has no price for it (a local server's model, the demo model); ``{}`` otherwise.
+
+    LiteLLM works out a response's cost twice per call (stream end and success logging). For
+    a model it cannot price it first searches its map for a similar model, which costs about
+    a fifth of the call's CPU in this process and ends with no price anyway; with a custom
+    price of zero it skips that search. A model the map prices keeps LiteLLM's own pricing.
+    The platform reads no cost from LiteLLM. Imports LiteLLM.
+    """
+    return dict(_ZERO_PRICING) if _model_unpriced(model) else {}
+
+
+@functools.lru_cache(maxsize=256)
+def _model_unpriced(model: str) -> bool:
+    """Whether LiteLLM's bundled map has no token price for ``model`` (it does not change)."""
+    try:
+        info = load_litellm().get_model_info(model)
+    except Exception:  # LiteLLM raises several types for unmapped models
+        return True
+    return info.get("input_cost_per_token") is None and info.get("output_cost_per_token") is None
+
+
 def supports_images(model: str, configured: bool | None = None) -> bool:
     """Whether ``model`` accepts images in its input.
 

@@ -87,6 +87,7 @@ from agents_app.model_replies import (
     ModelReply,
     ModelResponseError,
     ToolCallAccumulator,
+    openai_chunk_stream,
     read_chat_response,
     read_chat_stream,
     read_responses_response,
@@ -107,6 +108,7 @@ from agents_app.providers import (
     load_litellm,
     resolve_api_key,
     supports_images,
+    unpriced_model_pricing,
 )
 from dex_agents import (
     WRITE_TODOS_TOOL,
@@ -1034,6 +1036,7 @@ class LiteLLMRunner:
             request["tools"] = [entry.as_openai_tool() for entry in config.tools]
         if config.reasoning_effort:
             request["reasoning_effort"] = config.reasoning_effort
+        request.update(unpriced_model_pricing(config.model))
         return request
 
     def _responses_request(
@@ -1089,7 +1092,14 @@ class LiteLLMRunner:
             else:
                 response = await litellm.acompletion(**request, drop_params=True)
                 if config.stream:
-                    return await read_chat_stream(response, text, reasoning)
+                    chunks = openai_chunk_stream(response)
+                    if chunks is None:
+                        return await read_chat_stream(response, text, reasoning)
+                    try:
+                        return await read_chat_stream(chunks, text, reasoning)
+                    finally:
+                        # Ends the HTTP response however the read ended.
+                        await response.aclose()
                 reply = read_chat_response(response)
             text.add(reply.text)
             return reply
@@ -1164,6 +1174,7 @@ class LiteLLMRunner:
             "timeout": DEFAULT_MODEL_TIMEOUT,
             "max_retries": 0,
             "num_retries": 0,
+            **unpriced_model_pricing(model),
         }
         if config.api_base:
             call["api_base"] = config.api_base

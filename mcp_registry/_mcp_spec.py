@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Transport = Literal["stdio", "streamable_http"]
@@ -21,6 +21,10 @@ ISOLATION_LEVELS: tuple[Isolation, ...] = ("session", "user", "shared")
 
 IDEMPOTENCY_KEY_META = "dexagents/idempotency_key"
 """The request ``_meta`` key that carries a tool call's idempotency key to the server."""
+
+
+#: McpServerSpec fields that are not part of a connection's identity (``fingerprint``).
+_NOT_IDENTITY = frozenset({"tool_output_schemas", "idle_timeout"})
 
 
 @dataclass(frozen=True)
@@ -75,13 +79,23 @@ class McpServerSpec:
         A connection opened for one fingerprint is replaced when its server's configuration
         changes; the stored output schemas and the idle timeout do not count.
         """
-        fields = asdict(self)
-        del fields["tool_output_schemas"], fields["idle_timeout"]
-        fields["args"] = list(self.args)
-        fields["env_names"] = list(self.env_names)
-        fields["env"] = dict(self.env)
-        fields["header_env"] = dict(self.header_env)
-        return json.dumps(fields, sort_keys=True)
+        # Asked twice per tool call (``McpClientPool``): computed once per spec, and without
+        # copying the stored output schemas (``asdict`` deep-copies every field).
+        cached: str | None = self.__dict__.get("_fingerprint")
+        if cached is None:
+            identity = {
+                item.name: getattr(self, item.name)
+                for item in fields(self)
+                if item.name not in _NOT_IDENTITY
+            }
+            identity["args"] = list(self.args)
+            identity["env_names"] = list(self.env_names)
+            identity["env"] = dict(self.env)
+            identity["header_env"] = dict(self.header_env)
+            cached = json.dumps(identity, sort_keys=True)
+            # A frozen dataclass: the cache is no field, so equality and hashing ignore it.
+            object.__setattr__(self, "_fingerprint", cached)
+        return cached
 
 
 @dataclass(frozen=True)

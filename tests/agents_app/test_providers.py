@@ -16,6 +16,7 @@ from agents_app.providers import (
     model_prefix,
     provider_status,
     resolve_api_key,
+    unpriced_model_pricing,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -124,3 +125,15 @@ def test_importing_providers_does_not_import_litellm() -> None:
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_only_models_litellm_cannot_price_are_priced_at_zero() -> None:
+    """The demo model and local servers' models get a custom price of zero (LiteLLM then skips
+    its search for a similar priced model); a model LiteLLM prices keeps its own pricing."""
+    zero = {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
+    assert unpriced_model_pricing("openai/dexagents-demo") == zero
+    assert unpriced_model_pricing("hosted_vllm/my-local-model") == zero
+    assert unpriced_model_pricing("openai/gpt-4o-mini") == {}
+    assert unpriced_model_pricing("anthropic/claude-sonnet-4-5") == {}
+    unpriced_model_pricing("openai/dexagents-demo")["input_cost_per_token"] = 1.0
+    assert unpriced_model_pricing("openai/dexagents-demo") == zero

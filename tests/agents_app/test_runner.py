@@ -15,8 +15,8 @@ from typing import Any, cast
 
 import pytest
 
-from agents_app.model_replies import DeltaBuffer
-from agents_app.providers import LOCAL_SERVER_KEY, count_tokens
+from agents_app.model_replies import DeltaBuffer, openai_chunk_stream, read_chat_stream
+from agents_app.providers import LOCAL_SERVER_KEY, count_tokens, load_litellm
 from agents_app.runner import (
     REJECTED_CALL_POLICY,
     AgentConfigError,
@@ -504,6 +504,49 @@ async def test_echo_turn_completes_and_streams_text(demo_api_base: str) -> None:
     assert events.text == ["You said: hello there"]
     assert outcome.usage.requests == 1
     assert outcome.usage.output_tokens > 0
+
+
+async def test_an_openai_stream_is_read_from_the_provider_as_litellm_reads_it(
+    demo_api_base: str,
+) -> None:
+    """An ``openai/`` model's stream is read from the OpenAI SDK's own chunks (no LiteLLM
+    chunk conversion, cost or success logging) and gives the reply LiteLLM's wrapper gives:
+    text, tool calls and usage. A stream LiteLLM made up itself (``mock_response``) keeps
+    the wrapper."""
+    litellm = load_litellm()
+    message = "/tool search__web_search {\"query\": \"a\"}\n/tool search__web_search {}\nhi"
+    request: dict[str, Any] = {
+        "model": "openai/dexagents-demo",
+        "api_base": demo_api_base,
+        "api_key": LOCAL_SERVER_KEY,
+        "messages": [{"role": "user", "content": message}],
+        "tools": [AgentToolEntry.from_config(SEARCH_TOOL).as_openai_tool()],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    replies = []
+    for raw in (True, False):
+        response = await litellm.acompletion(**request)
+        chunks = openai_chunk_stream(response)
+        assert chunks is not None
+        try:
+            pieces: list[str] = []
+            buffer = DeltaBuffer(pieces.append)
+            reply = await read_chat_stream(chunks if raw else response, buffer, buffer)
+            buffer.flush()
+        finally:
+            await response.aclose()
+        replies.append((reply, "".join(pieces)))
+    (direct, direct_text), (wrapped, wrapped_text) = replies
+    assert direct.tool_calls == wrapped.tool_calls and len(direct.tool_calls) == 2
+    assert direct.text == wrapped.text and direct_text == wrapped_text
+    assert direct.usage == wrapped.usage and direct.usage.output_tokens > 0
+    mocked = await litellm.acompletion(
+        model="openai/dexagents-demo", messages=[{"role": "user", "content": "x"}],
+        stream=True, mock_response="ok",
+    )
+    assert openai_chunk_stream(mocked) is None
+    await mocked.aclose()
 
 
 async def test_tool_round_trip_through_the_demo_model(demo_api_base: str) -> None:

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,36 @@ def test_exit_status_text() -> None:
     assert exit_status_text(0) == "exited with code 0"
     assert exit_status_text(-15) == "was killed by signal 15 (SIGTERM)"
     assert exit_status_text(None) == "exited"
+
+
+def test_a_specs_fingerprint_names_its_connection_identity_only() -> None:
+    """The fingerprint (a connection is replaced when it changes) is the spec without its
+    stored output schemas and idle timeout, as JSON with sorted keys, and a spec computes it
+    once (the pool asks twice per call)."""
+    spec = McpServerSpec(
+        name="stub", transport="stdio", command="python", args=("-m", "stub"),
+        env_names=["TOKEN"], env={"MODE": "a"}, call_timeout=5.0,
+        tool_output_schemas={"echo": SCHEMA},
+    )
+    assert json.loads(spec.fingerprint()) == {
+        "name": "stub", "transport": "stdio", "command": "python", "args": ["-m", "stub"],
+        "cwd": None, "env_names": ["TOKEN"], "env": {"MODE": "a"}, "url": "",
+        "header_env": {}, "startup_timeout": 30.0, "call_timeout": 5.0, "isolation": "session",
+    }
+    assert spec.fingerprint() is spec.fingerprint()
+    same = McpServerSpec(
+        name="stub", transport="stdio", command="python", args=["-m", "stub"],
+        env_names=("TOKEN",), env={"MODE": "a"}, call_timeout=5.0, idle_timeout=1.0,
+    )
+    assert same.fingerprint() == spec.fingerprint()
+    assert replace(spec, tool_output_schemas={}) == spec  # the cached value is no field
+    for changed in (
+        McpServerSpec(name="stub", transport="stdio", command="python", args=("-m", "stub"),
+                      env_names=["TOKEN"], env={"MODE": "b"}, call_timeout=5.0),
+        McpServerSpec(name="stub", transport="stdio", command="python", args=("-m", "stub"),
+                      env_names=["TOKEN"], env={"MODE": "a"}, call_timeout=6.0),
+    ):
+        assert changed.fingerprint() != spec.fingerprint()
 
 
 async def test_a_timed_out_call_is_cancelled_and_says_how_long_it_waited(tmp_path: Path) -> None:
