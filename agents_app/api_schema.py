@@ -20,6 +20,7 @@ code   component                          added to
 404    ``NotFoundError``                  operations with a path parameter
 413    ``RequestTooLargeError``           operations with a request body
 415    ``UnsupportedMediaTypeError``      operations with a request body
+429    ``TooManyRequestsError``           operations with throttles (the per-user budgets)
 503    ``ServiceUnavailableError``        methods that call the Dex engine
                                           (``DexErrorsMixin.engine_methods``)
 =====  =================================  ==============================================
@@ -90,6 +91,11 @@ REQUEST_TOO_LARGE = _detail_body(
     "RequestTooLargeError",
     "The request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default).",
 )
+TOO_MANY_REQUESTS = _detail_body(
+    "TooManyRequestsError",
+    "Over the caller's per-user request budget (DEXAGENTS_THROTTLE_READS / _WRITES); the "
+    "Retry-After header says how many seconds to wait.",
+)
 NOT_ACCEPTABLE = _detail_body(
     "NotAcceptableError",
     "The Accept header names no type the operation answers with.",
@@ -130,6 +136,7 @@ ERROR_DESCRIPTIONS = {
     404: "Not found.",
     406: "No answer of an accepted type.",
     409: "Conflicts with the object's current state.",
+    429: "Too many requests; wait Retry-After seconds.",
     413: "Request body too large.",
     415: "Unsupported Content-Type.",
     503: "A part of the platform is down; retry later.",
@@ -276,6 +283,8 @@ class ApiAutoSchema(AutoSchema):
         if request_body is not None:
             errors[413] = REQUEST_TOO_LARGE
             errors[415] = UNSUPPORTED_MEDIA_TYPE
+        if self.view.get_throttles():
+            errors[429] = TOO_MANY_REQUESTS
         engine_methods = getattr(self.view, "engine_methods", ())
         if self.method in engine_methods:
             errors[503] = SERVICE_UNAVAILABLE

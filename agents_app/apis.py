@@ -21,6 +21,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -276,159 +277,6 @@ class AsyncListAPIView(AsyncAPIView, ListAPIView):
     handlers and runs the list (ORM, pagination) with ``await db(self.list)(request)``."""
 
 
-class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
-    """``GET /api/v1/sessions/`` lists the caller's sessions, staff: everyone's, newest first.
-
-    Query: ``status`` (an index status, or ``awaiting_approval``), ``agent__slug``, ``search``
-    (title, agent slug or name), ``ordering`` (``created_at``, ``updated_at``, ``title``,
-    ``status``, each may start with ``-``), ``limit``/``offset``.
-
-    ``POST`` ``{"agent": slug, "message"?: str, "tools"?: [exposed tool names]}`` starts one and
-    answers 201 ``{"id", ...}``; ``tools`` narrows the agent's tools for this session.
-    """
-
-    class SessionCreateInputSerializer(serializers.Serializer):
-        agent = StrictCharField(max_length=64)
-        message = StrictCharField(required=False, max_length=MESSAGE_MAX_CHARS)
-        tools = serializers.ListField(
-            child=StrictCharField(max_length=64), required=False, max_length=500
-        )
-
-        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-            names = attrs.get("tools")
-            if names is not None:
-                offered = {tool.exposed_name for tool in attrs["agent"].exposed_tools()}
-                unknown = sorted(set(names) - offered)
-                if unknown:
-                    raise serializers.ValidationError(
-                        {"tools": [f"The agent has no tool named {name!r}." for name in unknown]}
-                    )
-            return attrs
-
-        def validate_agent(self, value: str) -> AgentDefinition:
-            try:
-                agent = agent_get_enabled(slug=value)
-            except AgentDefinition.DoesNotExist:
-                raise serializers.ValidationError(f"Unknown or disabled agent {value!r}.") from None
-            request = self.context.get("request")
-            reason = selectors.agent_not_configured_reason(
-                agent=agent, user=getattr(request, "user", None)
-            )
-            if reason is not None:
-                raise serializers.ValidationError(
-                    f"The agent {value!r} cannot start: its model provider is not configured. "
-                    f"{reason}"
-                )
-            return agent
-
-    serializer_class = SessionOutputSerializer
-    filter_backends = ()
-    #: The list reads the Django index only.
-    engine_methods = frozenset({"POST"})
-
-    class SessionListQuerySerializer(serializers.Serializer):
-        status = serializers.ChoiceField(
-            choices=[*selectors.SESSION_LIST_STATUSES],
-            required=False,
-            allow_blank=True,
-            help_text="An index status (e.g. waiting_for_user_message, stopped), or "
-            "awaiting_approval for sessions with a pending approval.",
-        )
-        agent__slug = serializers.CharField(required=False, allow_blank=True, max_length=64)
-        search = serializers.CharField(
-            required=False,
-            allow_blank=True,
-            max_length=200,
-            help_text="Part of the title, agent slug or agent name.",
-        )
-        ordering = serializers.ChoiceField(
-            choices=[*selectors.SESSION_ORDERINGS],
-            required=False,
-            allow_blank=True,
-            help_text="Sort key; default -created_at.",
-        )
-
-    @extend_schema(
-        parameters=[SessionListQuerySerializer],
-        responses={
-            200: SessionOutputSerializer(many=True),
-            400: error_response(
-                400,
-                field_errors_serializer(
-                    SessionListQuerySerializer,
-                    name="SessionListQueryError",
-                    extra_fields=("limit", "offset"),
-                ),
-                "A bad filter, ordering, limit or offset.",
-            ),
-        },
-    )
-    async def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:  # type: ignore[override]
-        response: Response = await db(self.list)(request, *args, **kwargs)
-        return response
-
-    def get_queryset(self) -> Any:
-        query = self.SessionListQuerySerializer(data=query_values(self.request))
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
-        return selectors.session_list_visible(
-            user=self.request.user,
-            status=params.get("status", ""),
-            agent_slug=params.get("agent__slug", ""),
-            search=params.get("search", ""),
-            ordering=params.get("ordering", ""),
-        )
-
-    @extend_schema(
-        request=SessionCreateInputSerializer,
-        parameters=[WaitQuerySerializer],
-        responses={
-            201: SessionCreatedSerializer,
-            400: error_response(
-                400,
-                field_errors_serializer(
-                    SessionCreateInputSerializer,
-                    name="SessionCreateInputError",
-                    extra_fields=("wait",),
-                ),
-                "A bad agent, message, tools or wait.",
-            ),
-        },
-    )
-    async def post(self, request: Request) -> Response:
-        query = WaitQuerySerializer(data=query_values(request))
-        query.is_valid(raise_exception=True)
-        wait = query.validated_data.get("wait")
-        # A write: Dex's answer and the index row decide together, so it stays one sync unit.
-        session, body = await db(self._create)(request)
-        if not (wait and self._has_message(request)):
-            return Response(body, status=status.HTTP_201_CREATED)
-        # Send and wait: the first turn (the session's first turn_started) and its end; a
-        # first message held by the running-turn cap is waited for by its outbox ID, which
-        # the turn that takes it names in client_ids.
-        held = body.get("first_message")
-        _, waited = await turn_wait_answer(
-            request, session, after="", client_id=held["id"] if held else "", seconds=wait
-        )
-        return Response({**body, **waited}, status=status.HTTP_201_CREATED)
-
-    @staticmethod
-    def _has_message(request: Request) -> bool:
-        message = request.data.get("message") if isinstance(request.data, dict) else None
-        return isinstance(message, str) and bool(message.strip())
-
-    def _create(self, request: Request) -> tuple[AgentSession, dict[str, Any]]:
-        serializer = self.SessionCreateInputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        session = session_create(
-            owner=request.user,
-            agent=serializer.validated_data["agent"],
-            message=serializer.validated_data.get("message", ""),
-            tool_names=serializer.validated_data.get("tools"),
-        )
-        return session, dict(SessionCreatedSerializer(session).data)
-
-
 class QueuedMessageOutputSerializer(serializers.Serializer):
     """One queued or steered message, as the queue endpoint and the snapshot list it."""
 
@@ -467,144 +315,142 @@ class SessionStopped(APIException):
     default_code = "session_stopped"
 
 
-SNAPSHOT_SCHEMA = inline_serializer(
-    name="SessionSnapshot",
-    fields={
-        "id": serializers.CharField(),
-        "agent": serializers.CharField(),
-        "model": serializers.CharField(),
-        "title": serializers.CharField(),
-        "owner": serializers.CharField(),
-        "status": serializers.CharField(),
-        "messages": serializers.ListField(child=serializers.DictField()),
-        "pending_interrupts": serializers.ListField(child=serializers.DictField()),
-        "awaiting_approval": serializers.BooleanField(),
-        "tool_calls": serializers.ListField(child=serializers.DictField()),
-        "usage": serializers.DictField(allow_null=True),
-        "queued_message_count": serializers.IntegerField(),
-        "queued_messages": QueuedMessageOutputSerializer(many=True),
-        "steered_messages": QueuedMessageOutputSerializer(
-            many=True,
-            help_text="Messages steered into the running turn that its model has not seen yet.",
-        ),
-        "last_turn_error": serializers.CharField(allow_null=True),
-        "has_older_messages": serializers.BooleanField(),
-        "can_send": serializers.BooleanField(),
-        "can_approve": serializers.BooleanField(),
-        "events_after": serializers.CharField(
-            allow_blank=True,
-            help_text="AgentEvents resume token read before this snapshot ('' when none): "
-            "connect /ws/sessions/<id>/events/?after=<it> to follow the session from here.",
-        ),
-        "live_events_after": serializers.CharField(
-            allow_blank=True,
-            help_text="Where a live view starts: before the running turn's turn_started, so "
-            "the text it already streamed shows; events_after when no turn runs.",
-        ),
-        "turn_id": serializers.CharField(allow_null=True),
-        "turn_mode": serializers.ChoiceField(
-            choices=["chat", "planning", "executing"],
-            help_text="What the running or last turn does: chat, planning (plan mode: only "
-            "write_todos runs) or executing (the plan).",
-        ),
-        "pending_input": inline_serializer(
-            "PendingUserInput",
-            {
-                "call_id": serializers.CharField(help_text="POST .../input/ names it."),
-                "prompt": serializers.CharField(),
-                "choices": serializers.ListField(
-                    child=serializers.CharField(), help_text="Empty for a free-text answer."
-                ),
-            },
-            allow_null=True,
-            help_text="The question the model asked (request_user_input), or null.",
-        ),
-        "pending_elicitations": inline_serializer(
-            "PendingElicitation",
-            {
-                "kind": serializers.ChoiceField(choices=["elicitation"]),
-                "elicitation_id": serializers.CharField(
-                    help_text="POST .../elicitations/<elicitation_id>/ answers it."
-                ),
-                "call_id": serializers.CharField(help_text="The tool call that asks."),
-                "tool_name": serializers.CharField(),
-                "server": serializers.CharField(help_text="The MCP server that asks."),
-                "mode": serializers.ChoiceField(
-                    choices=["form", "url"],
-                    help_text="form: fill requested_schema; url: open url yourself, then "
-                    "answer accept (done), decline or cancel.",
-                ),
-                "message": serializers.CharField(help_text="The server's text for the user."),
-                "requested_schema": serializers.DictField(
-                    allow_null=True,
-                    help_text="The form (MCP's restricted JSON Schema: a flat object of string, "
-                    "number, integer, boolean and enum properties, with required); null in "
-                    "URL mode.",
-                ),
-                "field_order": serializers.ListField(
-                    child=serializers.CharField(),
-                    help_text="The form's property names in the server's order (empty in URL "
-                    "mode); a JSON reader may not keep the order of requested_schema's keys.",
-                ),
-                "url": serializers.CharField(allow_null=True, help_text="URL mode only."),
-                "requested_at": serializers.DateTimeField(),
-                "deadline": serializers.DateTimeField(
-                    help_text="Unanswered by then, the server is told the question was "
-                    "cancelled."
-                ),
-            },
-            many=True,
-            help_text="Questions MCP servers ask during the running turn's tool calls, oldest "
-            "first; each call waits for its answer.",
-        ),
-        "pending_timer": inline_serializer(
-            "PendingTimer",
-            {
-                "call_id": serializers.CharField(),
-                "fires_at": serializers.DateTimeField(),
-                "duration_seconds": serializers.IntegerField(),
-                "reason": serializers.CharField(),
-            },
-            allow_null=True,
-            help_text="The running durable_wait, or null; steering a message ends it early.",
-        ),
-        "plan": inline_serializer(
-            "SessionPlan",
-            {
-                "revision": serializers.IntegerField(),
-                "status": serializers.ChoiceField(choices=["draft", "active", "completed"]),
-                "tasks": inline_serializer(
-                    "PlanTask",
-                    {
-                        "content": serializers.CharField(),
-                        "status": serializers.ChoiceField(
-                            choices=["pending", "in_progress", "completed"]
-                        ),
-                    },
-                    many=True,
-                ),
-            },
-            allow_null=True,
-            help_text="The session's plan (null before the first one and once cleared).",
-        ),
-        "plan_execution_requested": serializers.BooleanField(
-            help_text="POST .../plan/execute/ was accepted and its turn has not started yet."
-        ),
-        "summary": inline_serializer(
-            name="ContextSummary",
-            fields={
-                "through_sequence": serializers.IntegerField(),
-                "text": serializers.CharField(),
-                "generation": serializers.IntegerField(),
-                "first_retained_sequence": serializers.IntegerField(),
-            },
-            allow_null=True,
-            help_text="Context compaction: the summary of messages 1..through_sequence the "
-            "model sees instead of them; messages before first_retained_sequence were deleted. "
-            "null until a compaction ran.",
-        ),
-    },
-)
+SNAPSHOT_FIELDS: dict[str, serializers.Field] = {
+    "id": serializers.CharField(),
+    "agent": serializers.CharField(),
+    "model": serializers.CharField(),
+    "title": serializers.CharField(),
+    "owner": serializers.CharField(),
+    "status": serializers.CharField(),
+    "messages": serializers.ListField(child=serializers.DictField()),
+    "pending_interrupts": serializers.ListField(child=serializers.DictField()),
+    "awaiting_approval": serializers.BooleanField(),
+    "tool_calls": serializers.ListField(child=serializers.DictField()),
+    "usage": serializers.DictField(allow_null=True),
+    "queued_message_count": serializers.IntegerField(),
+    "queued_messages": QueuedMessageOutputSerializer(many=True),
+    "steered_messages": QueuedMessageOutputSerializer(
+        many=True,
+        help_text="Messages steered into the running turn that its model has not seen yet.",
+    ),
+    "last_turn_error": serializers.CharField(allow_null=True),
+    "has_older_messages": serializers.BooleanField(),
+    "can_send": serializers.BooleanField(),
+    "can_approve": serializers.BooleanField(),
+    "events_after": serializers.CharField(
+        allow_blank=True,
+        help_text="AgentEvents resume token read before this snapshot ('' when none): "
+        "connect /ws/sessions/<id>/events/?after=<it> to follow the session from here.",
+    ),
+    "live_events_after": serializers.CharField(
+        allow_blank=True,
+        help_text="Where a live view starts: before the running turn's turn_started, so "
+        "the text it already streamed shows; events_after when no turn runs.",
+    ),
+    "turn_id": serializers.CharField(allow_null=True),
+    "turn_mode": serializers.ChoiceField(
+        choices=["chat", "planning", "executing"],
+        help_text="What the running or last turn does: chat, planning (plan mode: only "
+        "write_todos runs) or executing (the plan).",
+    ),
+    "pending_input": inline_serializer(
+        "PendingUserInput",
+        {
+            "call_id": serializers.CharField(help_text="POST .../input/ names it."),
+            "prompt": serializers.CharField(),
+            "choices": serializers.ListField(
+                child=serializers.CharField(), help_text="Empty for a free-text answer."
+            ),
+        },
+        allow_null=True,
+        help_text="The question the model asked (request_user_input), or null.",
+    ),
+    "pending_elicitations": inline_serializer(
+        "PendingElicitation",
+        {
+            "kind": serializers.ChoiceField(choices=["elicitation"]),
+            "elicitation_id": serializers.CharField(
+                help_text="POST .../elicitations/<elicitation_id>/ answers it."
+            ),
+            "call_id": serializers.CharField(help_text="The tool call that asks."),
+            "tool_name": serializers.CharField(),
+            "server": serializers.CharField(help_text="The MCP server that asks."),
+            "mode": serializers.ChoiceField(
+                choices=["form", "url"],
+                help_text="form: fill requested_schema; url: open url yourself, then "
+                "answer accept (done), decline or cancel.",
+            ),
+            "message": serializers.CharField(help_text="The server's text for the user."),
+            "requested_schema": serializers.DictField(
+                allow_null=True,
+                help_text="The form (MCP's restricted JSON Schema: a flat object of string, "
+                "number, integer, boolean and enum properties, with required); null in "
+                "URL mode.",
+            ),
+            "field_order": serializers.ListField(
+                child=serializers.CharField(),
+                help_text="The form's property names in the server's order (empty in URL "
+                "mode); a JSON reader may not keep the order of requested_schema's keys.",
+            ),
+            "url": serializers.CharField(allow_null=True, help_text="URL mode only."),
+            "requested_at": serializers.DateTimeField(),
+            "deadline": serializers.DateTimeField(
+                help_text="Unanswered by then, the server is told the question was "
+                "cancelled."
+            ),
+        },
+        many=True,
+        help_text="Questions MCP servers ask during the running turn's tool calls, oldest "
+        "first; each call waits for its answer.",
+    ),
+    "pending_timer": inline_serializer(
+        "PendingTimer",
+        {
+            "call_id": serializers.CharField(),
+            "fires_at": serializers.DateTimeField(),
+            "duration_seconds": serializers.IntegerField(),
+            "reason": serializers.CharField(),
+        },
+        allow_null=True,
+        help_text="The running durable_wait, or null; steering a message ends it early.",
+    ),
+    "plan": inline_serializer(
+        "SessionPlan",
+        {
+            "revision": serializers.IntegerField(),
+            "status": serializers.ChoiceField(choices=["draft", "active", "completed"]),
+            "tasks": inline_serializer(
+                "PlanTask",
+                {
+                    "content": serializers.CharField(),
+                    "status": serializers.ChoiceField(
+                        choices=["pending", "in_progress", "completed"]
+                    ),
+                },
+                many=True,
+            ),
+        },
+        allow_null=True,
+        help_text="The session's plan (null before the first one and once cleared).",
+    ),
+    "plan_execution_requested": serializers.BooleanField(
+        help_text="POST .../plan/execute/ was accepted and its turn has not started yet."
+    ),
+    "summary": inline_serializer(
+        name="ContextSummary",
+        fields={
+            "through_sequence": serializers.IntegerField(),
+            "text": serializers.CharField(),
+            "generation": serializers.IntegerField(),
+            "first_retained_sequence": serializers.IntegerField(),
+        },
+        allow_null=True,
+        help_text="Context compaction: the summary of messages 1..through_sequence the "
+        "model sees instead of them; messages before first_retained_sequence were deleted. "
+        "null until a compaction ran.",
+    ),
+}
+SNAPSHOT_SCHEMA = inline_serializer(name="SessionSnapshot", fields=SNAPSHOT_FIELDS)
 
 
 OWNER_ONLY_DETAIL = (
@@ -810,7 +656,9 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
 
     Long-poll: ``?wait=<seconds>&events_after=<token>`` answers as soon as the session's
     AgentEvents go past ``events_after`` (the ``events_after`` of the snapshot the client
-    has; without it, the session's next event from now), or when ``wait`` runs out, with the
+    has; without it, the session's next event from now) with an event that can change the
+    snapshot (streamed text, reasoning, tool progress and logs do not: they are for live
+    views, ``session_events.LIVE_ONLY_TYPES``), or when ``wait`` runs out, with the
     snapshot as then; a token that is not this session's answers at once. The request holds
     no database connection while it waits. An event is written just before its Step commits,
     so a snapshot read right after it can, for a few milliseconds, lack that Step's change;
@@ -951,7 +799,7 @@ MESSAGE_QUEUED = inline_serializer(
             help_text="With wait: the turn that took the message, and whether it "
             "ended within the wait.",
         ),
-        "session": serializers.DictField(
+        "session": type(SNAPSHOT_SCHEMA)(
             required=False,
             help_text="With wait: the session's snapshot (as GET "
             "/api/v1/sessions/<id>/ answers) when the turn ended or the wait ran "
@@ -959,6 +807,186 @@ MESSAGE_QUEUED = inline_serializer(
         ),
     },
 )
+
+
+class SessionCreatedWaitedSerializer(SessionCreatedSerializer):
+    """The schema of ``POST /api/v1/sessions/``'s 201: the new session, plus ``turn`` and
+    ``session`` when ``?wait=`` was given and the session has a first message."""
+
+    turn = type(type(MESSAGE_QUEUED)._declared_fields["turn"])(
+        required=False,
+        help_text="With wait: the session's first turn, and whether it ended within the wait.",
+    )
+    session = type(SNAPSHOT_SCHEMA)(
+        required=False,
+        help_text="With wait: the session's snapshot (as GET /api/v1/sessions/<id>/ answers) "
+        "when the first turn ended or the wait ran out.",
+    )
+
+    class Meta(SessionCreatedSerializer.Meta):
+        fields = (*SessionCreatedSerializer.Meta.fields, "turn", "session")
+
+
+class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
+    """``GET /api/v1/sessions/`` lists the caller's sessions, staff: everyone's, newest first.
+
+    Query: ``status`` (an index status, or ``awaiting_approval``), ``agent__slug``, ``search``
+    (title, agent slug or name), ``ordering`` (``created_at``, ``updated_at``, ``title``,
+    ``status``, each may start with ``-``), ``limit``/``offset``.
+
+    ``POST`` ``{"agent": slug, "message"?: str, "tools"?: [exposed tool names]}`` starts one and
+    answers 201 ``{"id", ...}``; ``tools`` narrows the agent's tools for this session. With
+    ``?wait=<seconds>`` and a message, the answer waits for the first turn (as
+    ``POST .../messages/?wait=`` does) and adds ``turn`` and ``session`` (the snapshot).
+    """
+
+    class SessionCreateInputSerializer(serializers.Serializer):
+        agent = StrictCharField(max_length=64)
+        message = StrictCharField(required=False, max_length=MESSAGE_MAX_CHARS)
+        tools = serializers.ListField(
+            child=StrictCharField(max_length=64), required=False, max_length=500
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            names = attrs.get("tools")
+            if names is not None:
+                offered = {tool.exposed_name for tool in attrs["agent"].exposed_tools()}
+                unknown = sorted(set(names) - offered)
+                if unknown:
+                    raise serializers.ValidationError(
+                        {"tools": [f"The agent has no tool named {name!r}." for name in unknown]}
+                    )
+            return attrs
+
+        def validate_agent(self, value: str) -> AgentDefinition:
+            try:
+                agent = agent_get_enabled(slug=value)
+            except AgentDefinition.DoesNotExist:
+                raise serializers.ValidationError(f"Unknown or disabled agent {value!r}.") from None
+            request = self.context.get("request")
+            reason = selectors.agent_not_configured_reason(
+                agent=agent, user=getattr(request, "user", None)
+            )
+            if reason is not None:
+                raise serializers.ValidationError(
+                    f"The agent {value!r} cannot start: its model provider is not configured. "
+                    f"{reason}"
+                )
+            return agent
+
+    serializer_class = SessionOutputSerializer
+    filter_backends = ()
+    #: The list reads the Django index only.
+    engine_methods = frozenset({"POST"})
+
+    class SessionListQuerySerializer(serializers.Serializer):
+        status = serializers.ChoiceField(
+            choices=[*selectors.SESSION_LIST_STATUSES],
+            required=False,
+            allow_blank=True,
+            help_text="An index status (e.g. waiting_for_user_message, stopped), or "
+            "awaiting_approval for sessions with a pending approval.",
+        )
+        agent__slug = serializers.CharField(required=False, allow_blank=True, max_length=64)
+        search = serializers.CharField(
+            required=False,
+            allow_blank=True,
+            max_length=200,
+            help_text="Part of the title, agent slug or agent name.",
+        )
+        ordering = serializers.ChoiceField(
+            choices=[*selectors.SESSION_ORDERINGS],
+            required=False,
+            allow_blank=True,
+            help_text="Sort key; default -created_at.",
+        )
+
+    @extend_schema(
+        parameters=[SessionListQuerySerializer],
+        responses={
+            200: SessionOutputSerializer(many=True),
+            400: error_response(
+                400,
+                field_errors_serializer(
+                    SessionListQuerySerializer,
+                    name="SessionListQueryError",
+                    extra_fields=("limit", "offset"),
+                ),
+                "A bad filter, ordering, limit or offset.",
+            ),
+        },
+    )
+    async def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:  # type: ignore[override]
+        response: Response = await db(self.list)(request, *args, **kwargs)
+        return response
+
+    def get_queryset(self) -> Any:
+        query = self.SessionListQuerySerializer(data=query_values(self.request))
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        return selectors.session_list_visible(
+            user=self.request.user,
+            status=params.get("status", ""),
+            agent_slug=params.get("agent__slug", ""),
+            search=params.get("search", ""),
+            ordering=params.get("ordering", ""),
+        )
+
+    @extend_schema(
+        request=SessionCreateInputSerializer,
+        parameters=[WaitQuerySerializer],
+        responses={
+            201: SessionCreatedWaitedSerializer,
+            400: error_response(
+                400,
+                field_errors_serializer(
+                    SessionCreateInputSerializer,
+                    name="SessionCreateInputError",
+                    extra_fields=("wait",),
+                ),
+                "A bad agent, message, tools or wait.",
+            ),
+        },
+    )
+    async def post(self, request: Request) -> Response:
+        query = WaitQuerySerializer(data=query_values(request))
+        query.is_valid(raise_exception=True)
+        wait = query.validated_data.get("wait")
+        # A write: Dex's answer and the index row decide together, so it stays one sync unit.
+        session, body = await db(self._create)(request)
+        if not (wait and self._has_message(request)):
+            return Response(body, status=status.HTTP_201_CREATED)
+        # Send and wait: the first turn (the session's first turn_started) and its end; a
+        # first message held by the running-turn cap is waited for by its outbox ID, which
+        # the turn that takes it names in client_ids.
+        held = body.get("first_message")
+        _, waited = await turn_wait_answer(
+            request, session, after="", client_id=held["id"] if held else "", seconds=wait
+        )
+        # The index row as it is now (the turn changed its status), not as it was created.
+        body = await db(self._created_again)(session)
+        return Response({**body, **waited}, status=status.HTTP_201_CREATED)
+
+    @staticmethod
+    def _created_again(session: AgentSession) -> dict[str, Any]:
+        session.refresh_from_db()
+        return dict(SessionCreatedSerializer(session).data)
+
+    @staticmethod
+    def _has_message(request: Request) -> bool:
+        message = request.data.get("message") if isinstance(request.data, dict) else None
+        return isinstance(message, str) and bool(message.strip())
+
+    def _create(self, request: Request) -> tuple[AgentSession, dict[str, Any]]:
+        serializer = self.SessionCreateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        session = session_create(
+            owner=request.user,
+            agent=serializer.validated_data["agent"],
+            message=serializer.validated_data.get("message", ""),
+            tool_names=serializer.validated_data.get("tools"),
+        )
+        return session, dict(SessionCreatedSerializer(session).data)
 
 
 class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
@@ -987,7 +1015,15 @@ class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
 
     @extend_schema(
         # ?format= only picks a renderer; the stream is the one answer this view has.
-        parameters=[EventsQuerySerializer, OpenApiParameter("format", exclude=True)],
+        parameters=[
+            EventsQuerySerializer,
+            OpenApiParameter("format", exclude=True),
+            OpenApiParameter(
+                "Last-Event-ID", OpenApiTypes.STR, OpenApiParameter.HEADER,
+                description="Resume after this token (an id: the stream sent); wins over "
+                "after. Browsers' EventSource sends it when it reconnects.",
+            ),
+        ],
         responses={
             (200, "text/event-stream"): OpenApiResponse(
                 response=SERVER_SENT_EVENT,

@@ -237,7 +237,13 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
     delivered = OutboxMessage.objects.filter(pk=message.pk, delivery=Delivery.PENDING).update(
         delivery=Delivery.DELIVERED, delivered_at=now, attempts=F("attempts") + 1, last_error=""
     )
-    message.refresh_from_db()
+    try:
+        message.refresh_from_db()
+    except OutboxMessage.DoesNotExist:
+        # Withdrawn and deleted while the send was on its way (a sender whose own delivery
+        # met a full queue refuses its message and deletes the row): take it back.
+        _take_back(message)
+        return Delivery.WITHDRAWN
     if not delivered:
         if message.delivery == Delivery.WITHDRAWN:
             _take_back(message)

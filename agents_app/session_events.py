@@ -589,8 +589,14 @@ async def turn_wait(
     return latest
 
 
+#: Events that only a live view shows (streamed text, progress, logs): the snapshot does not
+#: change with them, so the snapshot's long-poll (``change_wait``) does not answer on them.
+LIVE_ONLY_TYPES = frozenset({"text_delta", "reasoning_delta", "tool_progress", "tool_log"})
+
+
 async def change_wait(*, session_id: str, after: str, seconds: float) -> bool:
-    """Wait up to ``seconds`` for the first Stream message after ``after``.
+    """Wait up to ``seconds`` for the first Stream message after ``after`` that can change
+    the snapshot (any type but ``LIVE_ONLY_TYPES``).
 
     Returns:
         True when one came (or events after ``after`` were lost: the session changed), False
@@ -601,8 +607,9 @@ async def change_wait(*, session_id: str, after: str, seconds: float) -> bool:
     """
     try:
         async with asyncio.timeout(seconds):
-            async for _ in read_messages(session_id, after):
-                return True
+            async for message in read_messages(session_id, after):
+                if message is None or message.event.get("type") not in LIVE_ONLY_TYPES:
+                    return True
     except TimeoutError:
         return False
     return False

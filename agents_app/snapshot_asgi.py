@@ -298,26 +298,14 @@ _TOKENS = _PreparedQuery(_token_query)
 _SESSIONS = _PreparedQuery(_session_query)
 
 
-#: How long a thread of ``_database_executor`` keeps its database connection (seconds),
-#: however short ``CONN_MAX_AGE`` is: opening one per read (Django's default, 0) cost as
-#: much as the read's queries. A connection that failed is closed at once, as Django does.
-CONNECTION_MAX_AGE = 60.0
-
-
 def _connections_check() -> None:
-    """Close this thread's connections that failed or grew old (``CONNECTION_MAX_AGE``); a
-    connection opened since the last check is kept up to that age."""
-    import time
-
+    """Close this thread's connections that failed or are older than ``CONN_MAX_AGE``, as
+    Django does when a request starts and ends (0, the default here: after every read; set
+    ``CONN_MAX_AGE`` to keep them between reads). An idle web process then holds no
+    connection that a read opened."""
     from django.db import connections
 
     for connection in connections.all(initialized_only=True):
-        raw = connection.connection
-        if raw is not None and getattr(connection, "_short_path_raw", None) is not raw:
-            connection._short_path_raw = raw  # type: ignore[attr-defined]
-            keep_until = time.monotonic() + CONNECTION_MAX_AGE
-            if connection.close_at is not None and connection.close_at < keep_until:
-                connection.close_at = keep_until
         connection.close_if_unusable_or_obsolete()
 
 

@@ -397,15 +397,18 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     ):
         assert path in paths
     answer = paths["/api/v1/sessions/{session_id}/input/"]["post"]
-    body_errors = {"400", "401", "403", "404", "409", "413", "415", "503"}
+    # Every operation is throttled per user: 429 everywhere.
+    body_errors = {"400", "401", "403", "404", "409", "413", "415", "429", "503"}
     assert set(answer["responses"]) == {"202", *body_errors}
     execute = paths["/api/v1/sessions/{session_id}/plan/execute/"]["post"]
     assert set(execute["responses"]) == {"202", *body_errors}
     queued = paths["/api/v1/sessions/{session_id}/queue/{message_id}/"]
     assert set(queued["put"]["responses"]) == {"201", *body_errors}
-    assert set(queued["delete"]["responses"]) == {"204", "401", "403", "404", "409", "503"}
+    assert set(queued["delete"]["responses"]) == {
+        "204", "401", "403", "404", "409", "429", "503"
+    }
     steer = paths["/api/v1/sessions/{session_id}/queue/{message_id}/steer/"]["post"]
-    assert set(steer["responses"]) == {"202", "401", "403", "404", "409", "503"}
+    assert set(steer["responses"]) == {"202", "401", "403", "404", "409", "429", "503"}
     schemas = response.json()["components"]["schemas"]
     assert set(schemas["MessageQueued"]["properties"]) == {
         "queued", "id", "delivery", "pending_reason", "turn", "session"

@@ -149,6 +149,42 @@ def test_delivering_the_same_outbox_row_twice_queues_it_once(stack: Stack) -> No
     assert [(e["text"], e["delivery"]) for e in queued] == [("twice", "delivered")]
 
 
+WITHDRAWN_MID_SEND = """
+import json, uuid
+from agents_app import dex_gateway, outbox
+from agents_app.models import AgentSession, OutboxMessage as M
+s = AgentSession.objects.get(pk=SESSION)
+m = M.objects.create(id=uuid.uuid4().hex, session=s, text='withdrawn mid-send')
+send = dex_gateway.run
+calls = []
+def run(call, **options):
+    answer = send(call, **options)
+    calls.append(1)
+    if len(calls) == 1:
+        # The message reached Dex; its sender withdraws and deletes the row meanwhile
+        # (services.session_message_send refusing it on a full queue).
+        outbox.outbox_message_withdraw(session=s, message_id=m.id)
+        M.objects.filter(pk=m.pk).delete()
+    return answer
+dex_gateway.run = run
+print(json.dumps({"delivery": outbox.outbox_message_deliver(message=m)}))
+"""
+
+
+def test_a_row_withdrawn_and_deleted_mid_send_is_taken_back(stack: Stack) -> None:
+    """Two senders: one delivers a row while the other, refused on a full queue, withdraws
+    and deletes it. The deliverer takes the message back out of the queue instead of
+    failing on the missing row (a 500 for a message that then ran)."""
+    session_id, _ = busy_session(stack)
+    result = stack.django_shell(
+        "exec(" + repr(WITHDRAWN_MID_SEND.replace("SESSION", repr(session_id))) + ")"
+    )
+    assert result == {"delivery": "withdrawn"}
+    with stack.api("owner") as owner:
+        queued = owner.get(f"/api/v1/sessions/{session_id}/queue/").json()["queued"]
+    assert all(entry["text"] != "withdrawn mid-send" for entry in queued), queued
+
+
 def slack_posts(stack: Stack) -> list[dict[str, Any]]:
     path = Path(stack.env["DEXAGENTS_VAR_DIR"]) / "demo_mcp" / "slack_messages.json"
     return json.loads(path.read_text()) if path.exists() else []
