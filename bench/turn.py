@@ -253,9 +253,6 @@ def _diff(before: Reading, after: Reading, turns: int) -> dict[str, Any]:
         / turns,
         "methods": methods,
         "slow_commits": after.profile["slow_commits"] - before.profile["slow_commits"],
-        "fsyncs": (after.profile.get("fsyncs", 0) - before.profile.get("fsyncs", 0)) / turns,
-        "fsync_ms": (after.profile.get("fsync_seconds", 0.0)
-                     - before.profile.get("fsync_seconds", 0.0)) * 1000 / turns,
         "commit_longest_ms": after.profile["commit_longest_seconds"] * 1000,
         "gc_ms": (after.profile["gc_seconds"] - before.profile["gc_seconds"]) * 1000 / turns,
         "gc_longest_ms": after.profile["gc_longest_seconds"] * 1000,
@@ -323,9 +320,6 @@ def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
     print(f"  SQLite commits: {costs['commits']:.1f} per turn, {costs['commit_ms']:.2f} ms;"
           f" {costs['slow_commits']} over 5 ms in the run, longest {costs['commit_longest_ms']:.1f}"
           " ms")
-    if costs["fsyncs"]:
-        print(f"  WAL fsyncs (group commit, off the event loop): {costs['fsyncs']:.1f} per turn,"
-              f" {costs['fsync_ms']:.2f} ms")
     print(f"  engine garbage collection: {costs['gc_ms']:.2f} ms per turn, longest pause"
           f" {costs['gc_longest_ms']:.1f} ms")
     print("  engine, per gRPC method and per worker frame kind (calls / ms per turn; the bench's"

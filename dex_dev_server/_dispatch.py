@@ -201,27 +201,15 @@ class Dispatcher(StepMachine):
         )
         self.inflight[task_id] = inflight
         inflight.push_task = asyncio.ensure_future(
-            self._run_pushed(
+            run_step(
                 self.push.stub(run.config.worker_target.address),
                 task,
                 float(timeout),
-                inflight,
+                functools.partial(self.push_frame, inflight),
+                functools.partial(self.push_failed, inflight),
             )
         )
         return True
-
-    async def _run_pushed(
-        self, stub: object, task: pb.PollWorkerTask, seconds: float, inflight: Inflight
-    ) -> None:
-        """Call the listening worker once the dispatch's commit is durable."""
-        await self.durable()
-        await run_step(
-            stub,
-            task,
-            seconds,
-            functools.partial(self.push_frame, inflight),
-            functools.partial(self.push_failed, inflight),
-        )
 
     @staticmethod
     def _method_timeout(st: StepExec) -> int:

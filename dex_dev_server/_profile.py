@@ -9,8 +9,7 @@ The file's shape::
 
     {"methods": {"<gRPC method>": {"calls": int, "seconds": float}, ...},
      "commits": int, "commit_seconds": float, "commit_longest_seconds": float,
-     "slow_commits": int, "fsyncs": int, "fsync_seconds": float,
-     "gc_pauses": int, "gc_seconds": float, "gc_longest_seconds": float,
+     "slow_commits": int, "gc_pauses": int, "gc_seconds": float, "gc_longest_seconds": float,
      "cpu_seconds": float, "trace": [[unix time, seconds, label], ...]}
 
 A unary method's seconds run from the call reaching the engine to its answer, long-poll waits
@@ -88,8 +87,6 @@ class EngineProfile:
             "commit_seconds": self.commits.seconds,
             "commit_longest_seconds": self.commits.longest,
             "slow_commits": self.commits.slow,
-            "fsyncs": self.commits.fsyncs,
-            "fsync_seconds": self.commits.fsync_seconds,
             "gc_pauses": self.gc_pauses,
             "gc_seconds": self.gc_seconds,
             "gc_longest_seconds": self.gc_longest,

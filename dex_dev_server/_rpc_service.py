@@ -121,7 +121,6 @@ class RpcService(RunEngine):
             raise refused
         try:
             stub = self.push.stub(run.config.worker_target.address)
-            await self.durable()  # the state it carries, as a pull task's (``_stream_writer``)
             response = await run_rpc(stub, rpc_request, budget)
         except WorkerFailed as failed:
             raise _rpc_worker_error(failed) from None

@@ -46,19 +46,12 @@ class Engine(
 
 
 def _wrap_unary(
-    engine: Engine, fn: Callable[[Any, Any], Awaitable[Any]],
+    fn: Callable[[Any, Any], Awaitable[Any]],
 ) -> Callable[[Any, Any], Awaitable[Any]]:
-    """The gRPC handler of one FlowService method: it answers (or fails) only once every
-    commit made so far is durable (``Engine.durable``), so no answer shows state a crash or
-    a power loss at ``--sync full`` could take back."""
-
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            response = await fn(request, context)
-            await engine.durable()
-            return response
+            return await fn(request, context)
         except ServiceError as err:
-            await engine.durable()
             await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata())
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
@@ -76,7 +69,7 @@ def add_services(engine: Engine, server: grpc.aio.Server) -> None:
     """Register FlowService and WorkerTaskService backed by ``engine``."""
     flow = dex_pb2_grpc.FlowServiceServicer()
     for method in pb.DESCRIPTOR.services_by_name["FlowService"].methods:
-        setattr(flow, method.name, _wrap_unary(engine, getattr(engine, method.name)))
+        setattr(flow, method.name, _wrap_unary(getattr(engine, method.name)))
     dex_pb2_grpc.add_FlowServiceServicer_to_server(flow, server)
     dex_pb2_grpc.add_WorkerTaskServiceServicer_to_server(WorkerTaskServicer(engine), server)
 

@@ -150,8 +150,6 @@ class EngineState:
         self._handles: dict[Any, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.push = PushClient()
-        #: ``(commit generation, future)`` of callers waiting for it to be durable.
-        self._sync_waiters: list[tuple[int, asyncio.Future[None]]] = []
     # Basics -------------------------------------------------------------------------------
 
     @property
@@ -199,42 +197,6 @@ class EngineState:
         old = self._handles.pop(key, None)
         if old is not None:
             old.cancel()
-
-    async def durable(self) -> None:
-        """Return once every commit made so far is durable at the store's ``synchronous``.
-
-        Whatever acknowledges engine state (a unary answer, a task or any frame sent to a
-        worker) awaits this first: at ``--sync full`` the fsync runs on the store's syncer
-        thread and covers every commit made before it started (group commit), while the
-        event loop goes on with other Steps. At ``normal`` it returns at once.
-        """
-        store = self.store
-        target = store.committed
-        if store.synced >= target:
-            return
-        if store.on_synced is None:
-            loop = self.loop
-            wake = self._wake_synced
-
-            def on_synced() -> None:
-                loop.call_soon_threadsafe(wake)
-
-            store.on_synced = on_synced
-        future: asyncio.Future[None] = self.loop.create_future()
-        self._sync_waiters.append((target, future))
-        store.request_sync()
-        await future
-
-    def _wake_synced(self) -> None:
-        synced = self.store.synced
-        waiting = []
-        for target, future in self._sync_waiters:
-            if target <= synced:
-                if not future.done():
-                    future.set_result(None)
-            else:
-                waiting.append((target, future))
-        self._sync_waiters = waiting
 
     def flush(self, run: Run) -> None:
         """Persist the run's pending changes and the queued Stream writes (one SQLite

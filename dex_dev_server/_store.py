@@ -9,19 +9,14 @@ Durability (``synchronous``, SQLite's "PRAGMA synchronous" in WAL mode):
   at each checkpoint. A killed engine process (SIGKILL, a crash) loses nothing it acknowledged,
   because the written pages are in the operating system's cache. A power loss or a kernel
   crash can lose the last commits before the checkpoint (never corrupts the database).
-- ``full``: a commit is acknowledged only after an fsync of the WAL that started after the
-  commit returned, so acknowledged state survives a power loss too. The fsyncs are grouped
-  (:class:`_WalSyncer`): the connection commits without syncing (SQLite's ``NORMAL``), and a
-  thread fsyncs the WAL file when someone waits for a commit (:meth:`Store.request_sync`),
-  covering every commit made before it started. Commits nobody waits for (best-effort Stream
-  writes, heartbeats) ride along with the next fsync, or the next checkpoint's.
+- ``full``: every commit also fsyncs the WAL before it is acknowledged, so acknowledged state
+  survives a power loss too, at the cost of one fsync per commit.
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -135,9 +130,6 @@ class CommitStats:
     seconds: float = 0.0
     longest: float = 0.0
     slow: int = 0
-    #: Group-commit fsyncs of the WAL (``--sync full``) and their wall time in seconds.
-    fsyncs: int = 0
-    fsync_seconds: float = 0.0
 
 
 #: A commit slower than this counts in :attr:`CommitStats.slow` (the Step transition goal is
@@ -184,77 +176,8 @@ class _Checkpointer(threading.Thread):
         self.join()
 
 
-class _WalSyncer(threading.Thread):
-    """Group commit at ``--sync full``: fsyncs the WAL file for commits someone waits for.
-
-    The engine's connection commits at SQLite's ``NORMAL`` (written to the WAL, not synced);
-    SQLite's own recovery keeps exactly the transactions whose frames are in the WAL with a
-    valid checksum chain, so once the WAL file is fsynced every transaction committed before
-    the fsync started is as durable as with ``synchronous=FULL``. One fsync covers all the
-    commits that happened while the previous one ran (concurrent Steps, Stream writes), and it
-    runs here, with the GIL released, instead of inside ``COMMIT`` on the event loop.
-    """
-
-    def __init__(self, store: Store, fd: int) -> None:
-        super().__init__(name="dex_dev_server-wal-syncer", daemon=True)
-        self.store = store
-        self.fd = fd
-        self._wanted = 0
-        self._stopping = False
-        self._cond = threading.Condition()
-
-    def request(self, generation: int) -> None:
-        """Ask for an fsync covering commit ``generation`` (already committed)."""
-        with self._cond:
-            if generation > self._wanted:
-                self._wanted = generation
-                self._cond.notify()
-
-    def run(self) -> None:
-        store = self.store
-        while True:
-            with self._cond:
-                while self._wanted <= store.synced and not self._stopping:
-                    self._cond.wait()
-                if self._stopping:
-                    return
-            # Every commit counted in ``committed`` has returned: the fsync below covers it.
-            target = store.committed
-            started = time.perf_counter()
-            try:
-                os.fsync(self.fd)
-            except OSError as exc:
-                # After a failed fsync the kernel may have dropped the dirty pages, and a
-                # retry could report success for data that never reached the disk: nothing
-                # may be acknowledged any more. A restart recovers what the disk holds.
-                _LOG.critical("fsync of the WAL failed, stopping the engine: %s", exc)
-                os._exit(70)
-            stats = store.stats
-            stats.fsyncs += 1
-            stats.fsync_seconds += time.perf_counter() - started
-            store.synced = max(store.synced, target)
-            callback = store.on_synced
-            if callback is not None:
-                try:
-                    callback()
-                except Exception:  # the loop closed under a stopping engine
-                    _LOG.debug("on_synced callback failed", exc_info=True)
-
-    def stop(self) -> None:
-        """Stop and wait for the thread (at most one fsync's time)."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self.join()
-
-
 class Store:
-    """Thin synchronous wrapper over one SQLite connection in WAL mode.
-
-    ``committed`` counts the transactions committed so far and ``synced`` how many of them are
-    durable at the chosen ``synchronous`` (always all of them at ``normal``; at ``full``, those
-    an fsync of the WAL covers, see :class:`_WalSyncer`).
-    """
+    """Thin synchronous wrapper over one SQLite connection in WAL mode."""
 
     def __init__(self, path: str | Path, synchronous: str = "normal") -> None:
         """Open (creating if needed) the database at ``path``.
@@ -272,11 +195,6 @@ class Store:
         self.path = str(path)
         self.synchronous = synchronous
         self.stats = CommitStats()
-        self.committed = 0
-        self.synced = 0
-        #: Called from the syncer thread after ``synced`` advanced (``--sync full`` only).
-        self.on_synced: Any = None
-        self._syncer: _WalSyncer | None = None
         #: Bytes charged per Stream scope ``(flow_type, stream)``, read from the table once.
         self.stream_totals: dict[tuple[str, str], int] = {}
         self._lock: IO[bytes] | None = None
@@ -295,12 +213,6 @@ class Store:
         self.db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(_SCHEMA)
-        if synchronous == "full" and self.path != ":memory:":
-            # Group commit (``_WalSyncer``): COMMIT writes the WAL, the syncer fsyncs it.
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            wal = os.open(self.path + "-wal", os.O_RDONLY)
-            self._syncer = _WalSyncer(self, wal)
-            self._syncer.start()
         self._checkpointer: _Checkpointer | None = None
         if self.path != ":memory:":
             # A commit that crosses SQLite's automatic checkpoint threshold would copy the WAL
@@ -310,31 +222,8 @@ class Store:
             self._checkpointer = _Checkpointer(self.path, synchronous)
             self._checkpointer.start()
 
-    @property
-    def group_commit(self) -> bool:
-        """Whether commits become durable through :meth:`request_sync` (``--sync full``)."""
-        return self._syncer is not None
-
-    def request_sync(self) -> None:
-        """Ask for an fsync covering every commit so far; ``on_synced`` runs once ``synced``
-        covers them. Nothing to do when every commit is already durable."""
-        if self._syncer is not None and self.synced < self.committed:
-            self._syncer.request(self.committed)
-
-    def sync(self) -> None:
-        """Make every commit so far durable now, on the calling thread."""
-        if self._syncer is not None and self.synced < self.committed:
-            target = self.committed
-            os.fsync(self._syncer.fd)
-            self.synced = max(self.synced, target)
-
     def close(self) -> None:
         """Close the connection (checkpointing the WAL) and release the database lock."""
-        if self._syncer is not None:
-            self._syncer.stop()
-            self.sync()
-            os.close(self._syncer.fd)
-            self._syncer = None
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
@@ -354,9 +243,6 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
-        self.committed += 1
-        if self._syncer is None:
-            self.synced = self.committed
         took = time.perf_counter() - started
         stats = self.stats
         stats.commits += 1

@@ -66,11 +66,6 @@ class WorkerTaskService(RunEngine):
                 return
             if frame.WhichOneof("frame") == "task" and stream.half_closed:
                 continue
-            # A task leaves only once the commit of its dispatch (and of the Step result
-            # that led to it) is durable (spec section 3.6; group commit at --sync full).
-            await self.durable()
-            if frame.WhichOneof("frame") == "task" and stream.half_closed:
-                continue
             await context.write(frame)
 
 

@@ -129,13 +129,8 @@ def wait_reachable(address: str, timeout: float) -> None:
 
 
 @pytest.fixture
-def engine(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[EngineProcess]:
-    """The engine process; ``@pytest.mark.parametrize("engine", ["full"], indirect=True)``
-    picks its ``--sync`` (``normal`` without)."""
-    sync = getattr(request, "param", "normal")
-    proc = EngineProcess(
-        tmp_path / "engine.sqlite3", tmp_path / "engine.log", ["--sync", sync]
-    )
+def engine(tmp_path: Path) -> Iterator[EngineProcess]:
+    proc = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log")
     proc.start()
     yield proc
     proc.stop()

@@ -14,7 +14,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import grpc
-import pytest
 from dex import (
     AsyncClient,
     BlobCacheConfig,
@@ -113,7 +112,6 @@ async def _is(value: object, expected: str) -> bool:
     return (await value) == expected  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("engine", ["normal", "full"], indirect=True)
 async def test_engine_sigkill_and_restart_resumes_everything(dex: DexEnv) -> None:
     engine = dex.engine
     client = dex.client

@@ -14,7 +14,6 @@ import random
 from datetime import timedelta
 
 import grpc
-import pytest
 from dex import FlowStatus
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
@@ -91,7 +90,6 @@ def _check_history_shape(flow_id: str, events: list[pb.FlowHistoryEvent]) -> Non
     assert times == sorted(times), f"{flow_id}: event times go backwards"
 
 
-@pytest.mark.parametrize("engine", ["normal", "full"], indirect=True)
 async def test_engine_survives_repeated_sigkills_with_every_flow_kind(dex: DexEnv) -> None:
     rng = random.Random(SEED)
     engine, client = dex.engine, dex.client

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -29,41 +28,16 @@ def test_a_message_published_and_consumed_in_one_commit_is_never_stored(tmp_path
         store.close()
 
 
-def test_normal_commits_are_durable_as_they_return(tmp_path: Path) -> None:
-    store = Store(tmp_path / "engine.sqlite3", synchronous="normal")
+@pytest.mark.parametrize(("mode", "pragma"), [("normal", 1), ("full", 2)])
+def test_the_sync_mode_sets_the_synchronous_pragma(tmp_path: Path, mode: str, pragma: int) -> None:
+    store = Store(tmp_path / "engine.sqlite3", synchronous=mode)
     try:
-        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == pragma
         assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert not store.group_commit
         store.commit("run-1", RunWrite(history=[(1, b"event")]))
         store.commit("run-1", RunWrite(history=[(2, b"event")]))
         assert store.stats.commits == 2
         assert store.stats.seconds > 0
-        assert store.committed == store.synced == 2
-    finally:
-        store.close()
-
-
-def test_full_commits_become_durable_through_one_grouped_fsync(tmp_path: Path) -> None:
-    """At ``full`` the connection commits without syncing (``NORMAL``) and the syncer thread
-    fsyncs the WAL when asked, once for every commit made before it started."""
-    store = Store(tmp_path / "engine.sqlite3", synchronous="full")
-    woken = threading.Event()
-    store.on_synced = woken.set
-    try:
-        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1
-        assert store.group_commit
-        for event_id in range(1, 4):
-            store.commit("run-1", RunWrite(history=[(event_id, b"event")]))
-        assert (store.committed, store.synced, store.stats.fsyncs) == (3, 0, 0)
-        store.request_sync()
-        assert woken.wait(30)
-        assert store.synced == 3
-        assert store.stats.fsyncs == 1
-        store.request_sync()  # nothing new to sync: no fsync
-        store.commit("run-1", RunWrite(history=[(4, b"event")]))
-        store.sync()
-        assert (store.committed, store.synced, store.stats.fsyncs) == (4, 4, 1)
     finally:
         store.close()
 
