@@ -762,6 +762,27 @@ SERVER_SENT_EVENT = inline_serializer(
     },
 )
 
+#: How a send-and-wait ended (``turn_wait_answer``): the ``turn`` of ``MESSAGE_QUEUED`` and
+#: of a session created with ``?wait=``.
+MESSAGE_TURN = inline_serializer(
+    "MessageTurn",
+    {
+        "finished": serializers.BooleanField(),
+        "turn_id": serializers.CharField(
+            allow_null=True,
+            help_text="null while no turn has taken the message yet.",
+        ),
+        "status": serializers.ChoiceField(
+            choices=["completed", "failed", "stopped", "deleted", "replaced"],
+            allow_null=True,
+            help_text="How the wait ended: the turn completed or failed; the session "
+            "was stopped; the message was deleted or edited (replaced) before a turn "
+            "took it. null while it goes on.",
+        ),
+    },
+)
+
+
 MESSAGE_QUEUED = inline_serializer(
     "MessageQueued",
     {
@@ -779,22 +800,7 @@ MESSAGE_QUEUED = inline_serializer(
             "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER turns; it goes when one ends); null when "
             "delivered.",
         ),
-        "turn": inline_serializer(
-            "MessageTurn",
-            {
-                "finished": serializers.BooleanField(),
-                "turn_id": serializers.CharField(
-                    allow_null=True,
-                    help_text="null while no turn has taken the message yet.",
-                ),
-                "status": serializers.ChoiceField(
-                    choices=["completed", "failed", "stopped", "deleted", "replaced"],
-                    allow_null=True,
-                    help_text="How the wait ended: the turn completed or failed; the session "
-                    "was stopped; the message was deleted or edited (replaced) before a turn "
-                    "took it. null while it goes on.",
-                ),
-            },
+        "turn": type(MESSAGE_TURN)(
             required=False,
             help_text="With wait: the turn that took the message, and whether it "
             "ended within the wait.",
@@ -813,7 +819,7 @@ class SessionCreatedWaitedSerializer(SessionCreatedSerializer):
     """The schema of ``POST /api/v1/sessions/``'s 201: the new session, plus ``turn`` and
     ``session`` when ``?wait=`` was given and the session has a first message."""
 
-    turn = type(type(MESSAGE_QUEUED)._declared_fields["turn"])(
+    turn = type(MESSAGE_TURN)(
         required=False,
         help_text="With wait: the session's first turn, and whether it ended within the wait.",
     )

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from agents_app import dex_gateway, session_events
 from dex_agents import AgentEvent, AgentEventType
-from tests.e2e.relay_stack import dex_client
+from tests.e2e.relay_stack import dex_client, retained_tokens
 
 SESSION_ID = "ses_" + "c" * 32
 
@@ -41,15 +41,7 @@ async def write_markers(engine: str, markers: range) -> list[str]:
         for marker in markers:
             await client.write_stream(SESSION_ID, flow.agent_events, "feed-test", AgentEvent(
                 AgentEventType.TOOL_LOG, None, "feed-test", 1, {"marker": marker}))
-        tokens: list[str] = []
-        page_token = ""
-        while True:
-            page = await client.list_stream_messages(SESSION_ID, flow.agent_events, 1000,
-                                                     page_token)
-            tokens.extend(message.resume_token for message in page.messages)
-            if not page.next_page_token:
-                return tokens[::-1]
-            page_token = page.next_page_token
+        return await retained_tokens(client, flow, SESSION_ID)
 
 
 async def take(messages: Messages, count: int, into: list[Any] | None = None,

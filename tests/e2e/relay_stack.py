@@ -238,3 +238,19 @@ async def dex_client(address: str, capacity_bytes: int = 1 << 30
             yield client, flow
         finally:
             await client.close()
+
+
+async def retained_tokens(client: Any, flow: Any, session_id: str) -> list[str]:
+    """Every retained token of ``session_id``'s AgentEvents Stream, oldest first, paged
+    with ``client`` (``dex_client``)."""
+    tokens: list[str] = []
+    page_token = ""
+    while True:
+        page = await client.list_stream_messages(session_id, flow.agent_events, 1000,
+                                                 page_token)
+        tokens.extend(message.resume_token for message in page.messages)
+        if not page.next_page_token:
+            return tokens[::-1]
+        page_token = page.next_page_token
+
+

@@ -26,7 +26,7 @@ from websockets.typing import Origin
 
 from dex_agents.testing import free_port
 from tests.e2e.conftest import wait_until
-from tests.e2e.relay_stack import Stack, dex_client, running_stack
+from tests.e2e.relay_stack import Stack, dex_client, retained_tokens, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -127,15 +127,7 @@ async def marker_write(stack: Stack, session_id: str, value: int, text: str = ""
 async def stream_tokens(stack: Stack, session_id: str) -> list[str]:
     """Every retained token of the session's Stream, oldest first, read with the SDK."""
     async with dex_client(stack.engine_address) as (client, flow):
-        tokens: list[str] = []
-        page_token = ""
-        while True:
-            page = await client.list_stream_messages(session_id, flow.agent_events, 1000,
-                                                     page_token)
-            tokens.extend(message.resume_token for message in page.messages)
-            if not page.next_page_token:
-                return tokens[::-1]
-            page_token = page.next_page_token
+        return await retained_tokens(client, flow, session_id)
 
 
 def tokens_of(frames: list[Frame]) -> list[str]:

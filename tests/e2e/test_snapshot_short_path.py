@@ -16,7 +16,8 @@ import pytest
 
 from dex_agents.testing import free_port
 from tests.e2e.relay_stack import Stack, running_stack
-from tests.e2e.test_events_relay import answered, session_start
+from tests.e2e.test_events_relay import answered
+from tests.e2e.test_no_polling import idle_session
 
 pytestmark = pytest.mark.e2e
 
@@ -30,10 +31,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield platform
 
 
-def idle_session(stack: Stack) -> str:
-    session_id = session_start(stack, "hello")
-    answered(stack, session_id, 1)
-    return session_id
 
 
 def headers_of(answer: httpx.Response) -> dict[str, str]:
