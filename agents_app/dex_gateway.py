@@ -1055,9 +1055,11 @@ async def session_events_tail_token(*, session_id: str) -> str:
     return page.messages[0].resume_token if page.messages else ""
 
 
-async def _events_newest_first(session_id: str) -> AsyncIterator[Any]:
+async def _events_newest_first(session_id: str, first_page: int = _EVENTS_FIRST_PAGE
+                               ) -> AsyncIterator[Any]:
     """Yield the session's retained AgentEvents Stream messages, newest first (SDK
-    ``StreamMessage`` values), paging ``ListStreamMessages`` as the caller reads on.
+    ``StreamMessage`` values), paging ``ListStreamMessages`` as the caller reads on:
+    ``first_page`` messages first (at most ``_EVENTS_PAGE``), then ``_EVENTS_PAGE`` at a time.
 
     Raises:
         EngineUnavailableError: Dex did not answer.
@@ -1066,7 +1068,7 @@ async def _events_newest_first(session_id: str) -> AsyncIterator[Any]:
 
     connection = _connection()
     page_token = ""
-    page_size = _EVENTS_FIRST_PAGE
+    page_size = max(1, min(first_page, _EVENTS_PAGE))
     shrunk = False
     while True:
         try:
@@ -1092,11 +1094,14 @@ async def _events_newest_first(session_id: str) -> AsyncIterator[Any]:
             page_size = _EVENTS_PAGE
 
 
-async def session_events_after_retained(*, session_id: str, after: str) -> bool:
+async def session_events_after_retained(*, session_id: str, after: str, newer: int = 0) -> bool:
     """Whether the Stream still holds the message whose token is ``after``.
 
     Pages ``ListStreamMessages`` newest-first until the token appears, so the cost grows
-    with the number of messages newer than ``after``. Tokens are compared as opaque strings,
+    with the number of messages newer than ``after``; ``newer``, the caller's count of
+    messages it knows are newer, sizes the first page to reach it in one call (each message
+    listed is decoded, so a first page of the same 1,000 messages for every check cost a
+    feed more than its reads did). Tokens are compared as opaque strings,
     never decoded (a real Dex server mints them). Since Dex trims oldest-first, a retained
     ``after`` means every newer message is retained too: reading on from it loses nothing.
 
@@ -1107,7 +1112,7 @@ async def session_events_after_retained(*, session_id: str, after: str) -> bool:
     Raises:
         EngineUnavailableError: Dex did not answer.
     """
-    async for message in _events_newest_first(session_id):
+    async for message in _events_newest_first(session_id, newer + _EVENTS_FIRST_PAGE):
         if message.resume_token == after:
             return True
     return False

@@ -108,10 +108,11 @@ async def engine_retry(call: Callable[[], Awaitable[T]]) -> T:
         return result
 
 
-async def _retained(session_id: str, token: str) -> bool:
+async def _retained(session_id: str, token: str, newer: int = 0) -> bool:
     return await engine_retry(
         functools.partial(
-            dex_gateway.session_events_after_retained, session_id=session_id, after=token
+            dex_gateway.session_events_after_retained, session_id=session_id, after=token,
+            newer=newer,
         )
     )
 
@@ -138,17 +139,22 @@ class _RetentionCheck:
     since was gap-free.
     """
 
-    __slots__ = ("session_id", "unverified_from", "verified_at")
+    __slots__ = ("read_since", "session_id", "unverified_from", "verified_at")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.unverified_from = ""
+        #: Messages read since ``unverified_from``: all of them are newer than it.
+        self.read_since = 0
         self.verified_at = time.monotonic()
 
     def read(self, read_from: str, message: Message | None) -> None:
         """Note a read from ``read_from`` that returned ``message``."""
         if message is not None and read_from and not self.unverified_from:
             self.unverified_from = read_from
+            self.read_since = 0
+        if message is not None and self.unverified_from:
+            self.read_since += 1
 
     async def lost(self, *, idle: bool, force: bool = False) -> bool:
         """Settle a pending check when due (``idle``: the read found nothing; ``force``: now);
@@ -157,7 +163,7 @@ class _RetentionCheck:
             return False
         if not (force or idle or time.monotonic() - self.verified_at >= VERIFY_INTERVAL_SECONDS):
             return False
-        gone = not await _retained(self.session_id, self.unverified_from)
+        gone = not await _retained(self.session_id, self.unverified_from, self.read_since)
         self.unverified_from = ""
         self.verified_at = time.monotonic()
         if gone:

@@ -46,6 +46,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
 from django.urls import Resolver404, resolve
@@ -188,17 +190,12 @@ def _host_allowed(scope: Scope, headers: dict[bytes, bytes]) -> bool:
 
 def _eligible(scope: Scope) -> _Request | None:
     """The request's parts when the short path may answer it (module docstring), else None."""
-    from agents_app.apis import SessionDetailApi
     from agents_app.auth import token_key_from_authorization
     from agents_app.log_context import request_id_from
 
     if scope.get("method") != "GET" or scope.get("query_string"):
         return None
-    if not dexagents_setting("SNAPSHOT_SHORT_PATH"):
-        return None
-    if not KNOWN_MIDDLEWARE.issuperset(settings.MIDDLEWARE):
-        return None
-    if getattr(settings, "DISALLOWED_USER_AGENTS", None) or getattr(settings, "PREPEND_WWW", False):
+    if not _path_enabled():
         return None
     headers = _header_values(scope)
     authorization = headers.get(b"authorization")
@@ -219,17 +216,42 @@ def _eligible(scope: Scope) -> _Request | None:
     root = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root):]
+    session_id = _snapshot_session_of(path)
+    if session_id is None:
+        return None
+    request_id_header = headers.get(b"x-request-id")
+    request_id = request_id_from(
+        request_id_header.decode("latin-1") if request_id_header else None
+    )
+    return _Request(session_id, key, request_id, secure)
+
+
+@functools.cache
+def _path_enabled() -> bool:
+    """Whether the settings let the short path answer at all (module docstring); cached until
+    a setting changes (``_settings_changed``)."""
+    return bool(
+        dexagents_setting("SNAPSHOT_SHORT_PATH")
+        and KNOWN_MIDDLEWARE.issuperset(settings.MIDDLEWARE)
+        and not getattr(settings, "DISALLOWED_USER_AGENTS", None)
+        and not getattr(settings, "PREPEND_WWW", False)
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _snapshot_session_of(path: str) -> str | None:
+    """The session id when Django resolves ``path`` (without the root path) to
+    ``SessionDetailApi``, else None; the last 4,096 paths are remembered until a setting
+    changes (``ROOT_URLCONF`` among them)."""
+    from agents_app.apis import SessionDetailApi
+
     try:
         match = resolve(path)
     except Resolver404:
         return None
     if getattr(match.func, "view_class", None) is not SessionDetailApi:
         return None
-    request_id_header = headers.get(b"x-request-id")
-    request_id = request_id_from(
-        request_id_header.decode("latin-1") if request_id_header else None
-    )
-    return _Request(str(match.kwargs["session_id"]), key, request_id, secure)
+    return str(match.kwargs["session_id"])
 
 
 _SENTINEL = "\x00dexagents-short-path-parameter\x00"
@@ -432,6 +454,16 @@ def response_headers(*, secure: bool, request_id: str, length: int) -> list[tupl
     """The headers of the view's 200 answer: DRF's (``Content-Type``, ``Vary``, ``Allow``),
     ``SecurityMiddleware``'s and ``XFrameOptionsMiddleware``'s (run on an empty response, so
     their settings apply as in Django), ``Content-Length`` and ``X-Request-ID``."""
+    headers = [*_fixed_headers(secure), (b"Content-Length", str(length).encode("latin-1"))]
+    if "agents_app.log_context.RequestIdMiddleware" in settings.MIDDLEWARE:
+        headers.append((b"X-Request-ID", request_id.encode("latin-1")))
+    return headers
+
+
+@functools.cache
+def _fixed_headers(secure: bool) -> tuple[tuple[bytes, bytes], ...]:
+    """The answer's headers that depend on settings only (``response_headers``), made once
+    per ``secure`` until a setting changes."""
     from django.middleware.clickjacking import XFrameOptionsMiddleware
     from django.middleware.security import SecurityMiddleware
 
@@ -444,13 +476,18 @@ def response_headers(*, secure: bool, request_id: str, length: int) -> list[tupl
         XFrameOptionsMiddleware(lambda _: response).process_response(request, response)
     if "django.middleware.security.SecurityMiddleware" in names:
         SecurityMiddleware(lambda _: response).process_response(request, response)
-    response["Content-Length"] = str(length)
-    if "agents_app.log_context.RequestIdMiddleware" in names:
-        response["X-Request-ID"] = request_id
-    return [
+    return tuple(
         (name.encode("latin-1"), value.encode("latin-1"))
         for name, value in response.items()
-    ]
+    )
+
+
+@receiver(setting_changed)
+def _settings_changed(**_kwargs: Any) -> None:
+    """Forget what was derived from settings (``override_settings`` in tests)."""
+    _path_enabled.cache_clear()
+    _snapshot_session_of.cache_clear()
+    _fixed_headers.cache_clear()
 
 
 class SnapshotShortPath:

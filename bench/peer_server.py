@@ -10,9 +10,11 @@ thread, for ``--seconds`` per figure:
   A turn is ``POST /api/v1/sessions/`` ``{"agent": "demo", "message": OUR_TURN_MESSAGE}``: the
   demo model calls ``search__web_search`` three times in one response (a READ tool on the demo
   search server, which one process serves for every session), then answers with the results.
-  The client then waits as a REST client would (``--wait``, one function of ``TURN_WAITS``):
-  by default it follows the session's websocket ``/ws/sessions/<id>/events/`` until
-  ``turn_completed`` and checks that the three calls succeeded.
+  The client then waits as a REST client would (``--wait``, one of ``TURN_WAITS``): by
+  default it follows the session's websocket ``/ws/sessions/<id>/events/`` until
+  ``turn_completed``; ``--wait sse`` follows Server-Sent Events; ``--wait wait`` sends and
+  waits in one request (``POST /api/v1/sessions/?wait=``, as the peer's ``runs.wait``). Each
+  checks that the three calls succeeded.
 - the peer: the LangGraph Agent Server (``langgraph-api`` on its in-memory runtime,
   ``langgraph-runtime-inmem``, pinned in ``bench/langgraph-server-requirements.txt``) in a
   virtualenv of its own (``PEER_VENV``, made on first use: langgraph-api's grpcio and protobuf
@@ -385,20 +387,26 @@ class OurClient:
         Raises:
             TurnError: If the answer is not 201 (after 30 repeated 503s at most).
         """
+        path = "/api/v1/sessions/" if self.side.wait is not None else \
+            f"/api/v1/sessions/?wait={int(TURN_TIMEOUT) - 10}"
         for _ in range(30):
             answer = await self.api.post(
-                "/api/v1/sessions/", json={"agent": "demo", "message": OUR_TURN_MESSAGE})
+                path, json={"agent": "demo", "message": OUR_TURN_MESSAGE})
             if answer.status_code != 503:
                 break
             phase.retries += 1
             await asyncio.sleep(1)
         if answer.status_code != 201:
             raise TurnError(f"POST /api/v1/sessions/: {answer.status_code} {answer.text[:200]}")
-        return str(answer.json()["id"])
+        body = answer.json()
+        if self.side.wait is None:
+            wait_in_the_request(body)
+        return str(body["id"])
 
     async def turn(self, phase: Phase) -> None:
         session_id = await self.session_start(phase)
-        await self.side.wait(self, session_id)
+        if self.side.wait is not None:
+            await self.side.wait(self, session_id)
 
     async def aclose(self) -> None:
         await self.api.aclose()
@@ -463,12 +471,38 @@ async def wait_on_server_sent_events(client: OurClient, session_id: str) -> None
     raise TurnError("the event stream ended before turn_completed")
 
 
+def wait_in_the_request(answer: dict[str, Any]) -> None:
+    """Check the answer of ``POST /api/v1/sessions/?wait=`` (send and wait, as
+    ``runs.wait`` does on the peer): the first turn completed with three search results
+    (the snapshot keeps a turn's tool results as ``tool`` messages).
+
+    Raises:
+        TurnError: If the turn did not complete or a tool call did not return results.
+    """
+    turn = answer.get("turn") or {}
+    if turn.get("status") != "completed":
+        raise TurnError(f"turn {json.dumps(turn)[:200]}")
+    messages = (answer.get("session") or {}).get("messages") or []
+    results = [str(message.get("text", ""))[:40] for message in messages
+               if message.get("role") == "tool"]
+    if len(results) != 3 or not all(text.startswith("Search results for") for text in results):
+        raise TurnError(f"turn completed with tool results {results}")
+
+
 #: How a client of ours waits for the turn it started (``--wait``): a function of the client
-#: and the session ID that returns once the turn answered as expected, else raises.
+#: and the session ID that returns once the turn answered as expected, else raises; ``wait``
+#: (None here) holds the request that starts the session until the turn ends
+#: (``POST /api/v1/sessions/?wait=``, ``wait_in_the_request``).
 TurnWait = Callable[[OurClient, str], Awaitable[None]]
-TURN_WAITS: dict[str, TurnWait] = {
+WAIT_DESCRIPTIONS = {
+    "websocket": "/ws/sessions/<id>/events/ until turn_completed",
+    "sse": "GET /api/v1/sessions/<id>/events/ as Server-Sent Events until turn_completed",
+    "wait": "POST /api/v1/sessions/?wait= answers when the turn ended",
+}
+TURN_WAITS: dict[str, TurnWait | None] = {
     "websocket": wait_on_websocket,
     "sse": wait_on_server_sent_events,
+    "wait": None,
 }
 
 
@@ -477,7 +511,7 @@ class OurSide:
 
     name = "ours"
 
-    def __init__(self, stack: Any, wait: TurnWait) -> None:
+    def __init__(self, stack: Any, wait: TurnWait | None) -> None:
         self.stack = stack
         self.wait = wait
 
@@ -685,7 +719,7 @@ def header_lines(args: argparse.Namespace, server: PeerServer) -> list[str]:
         f"{args.workers} dexworker{'s' if args.workers > 1 else ''} x {args.worker_slots} "
         f"slots); a turn = POST /api/v1/sessions/ whose message makes the demo model call "
         f"search__web_search (READ) 3 times in parallel, then answer; wait: {args.wait} "
-        f"(/ws/sessions/<id>/events/ until turn_completed)",
+        f"({WAIT_DESCRIPTIONS[args.wait]})",
         f"peer: LangGraph Agent Server (langgraph-api, in-memory runtime) at {server.url}, "
         f"n_jobs_per_worker={server.jobs}; a turn = threads.create + runs.wait of "
         "model -> 3 tools (Send) -> model",

@@ -46,11 +46,19 @@ class Dispatcher(StepMachine):
         ):
             return
         t = now()
+        # The idle streams, newest first, gathered once: a saturated worker leaves few or
+        # none, and each ready task is matched against these only (not every stream), so a
+        # pump stays cheap with many runs waiting for a slot.
+        idle = [stream for stream in reversed(self.streams.values()) if stream.idle]
         for call in list(self.rpc_queue):
-            stream = self._pick_stream(call.run, call.excluded, rpc=True, t=t)
+            if not idle:
+                break
+            stream = self._pick_stream(call.run, call.excluded, rpc=True, t=t, candidates=idle)
             if stream is not None:
                 self.rpc_queue.remove(call)
                 self._send_rpc(stream, call)
+                if not stream.idle:
+                    idle.remove(stream)
         for key in list(self.ready):
             run = self.runs.get(key[0])
             st = run.steps.get(key[1]) if run is not None else None
@@ -64,19 +72,26 @@ class Dispatcher(StepMachine):
                 if self._push_step(run, st):
                     self.unflushed[run.run_id] = run
                 continue
-            stream = self._pick_stream(run, self.excluded.get(key, set()), rpc=False, t=t)
+            if not idle:
+                continue
+            stream = self._pick_stream(
+                run, self.excluded.get(key, set()), rpc=False, t=t, candidates=idle
+            )
             if stream is None or not self.lock_for_dispatch(run, st):
                 continue
             self.ready.pop(key, None)
             if self._send_step(stream, run, st):
                 self.unflushed[run.run_id] = run
+            if not stream.idle:
+                idle.remove(stream)
 
     def serves_flow_type(self, flow_type: str) -> bool:
         """Whether any registered stream serves ``flow_type``."""
         return any(s.serves(flow_type) and not s.half_closed for s in self.streams.values())
 
     def _pick_stream(
-        self, run: Run, excluded: set[str], rpc: bool, t: float
+        self, run: Run, excluded: set[str], rpc: bool, t: float,
+        candidates: Iterable[WorkerStream] | None = None,
     ) -> WorkerStream | None:
         """The idle stream for a task of ``run``: a stream of its sticky worker (the one that
         served the Flow's previous task, spec "Routing") before any other worker's, its own
@@ -90,10 +105,12 @@ class Dispatcher(StepMachine):
         its idle one and retires a stream as soon as its task is done if a replacement is idle,
         so a stream that just carried a task is the one most likely to be closing: a task sent
         there comes back rejected and is sent again, a round trip on the Flow's path (issue 13).
+
+        ``candidates``: the streams to choose from, newest first (default: every stream).
         """
         best: WorkerStream | None = None
         best_rank = -1
-        for stream in reversed(self.streams.values()):
+        for stream in reversed(self.streams.values()) if candidates is None else candidates:
             if not stream.idle or not stream.serves(run.flow_type):
                 continue
             if stream.app_worker_id in excluded:

@@ -220,6 +220,8 @@ def test_dev_with_redis_runs_discovery_on_its_own_worker(
     stack_env["REDIS_URL"] = redis_url
     dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(ports.web)])
     dev.wait_for_line("dexagents is ready at", timeout=180)
+    # The topology lines follow the ready line, before the token line.
+    dev.wait_for_line("API token for the demo user:")
     assert f"Redis: {redis_url} (channel layer" in dev.output()
     assert _celery_worker_queues(dev.popen.pid) == ["celery", "discovery"]
     _discovery_runs_on_its_own_worker(dev)

@@ -126,12 +126,13 @@ def test_scale_out_on_postgres_and_redis(
     var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
     dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(ports.web)])
     dev.wait_for_line("dexagents is ready at", timeout=240)
+    # The topology lines follow the ready line; the token line comes after all of them.
+    token = dev.wait_for_line("API token for the demo user:").rsplit(":", 1)[1].strip()
     topology = dev.output()
     assert f"Web: 2 processes on http://127.0.0.1:{ports.web} (one shared socket)" in topology
     assert "Dex workers: 3" in topology
     assert "Database: postgresql 127.0.0.1:5432/" in topology
     assert f"Redis: {redis_url} (channel layer, Celery broker and results, cache)" in topology
-    token = dev.wait_for_line("API token for the demo user:").rsplit(":", 1)[1].strip()
     print(f"stack ready after {time.monotonic() - started:.1f} s")
 
     # Postgres holds the tables; Redis is the broker, so no filesystem broker directory exists.
