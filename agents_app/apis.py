@@ -975,7 +975,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
 
     @staticmethod
     def _created_again(session: AgentSession) -> dict[str, Any]:
-        session.refresh_from_db()
+        selectors.session_index_values_reload(session=session)
         return dict(SessionCreatedSerializer(session).data)
 
     @staticmethod

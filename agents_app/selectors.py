@@ -595,6 +595,30 @@ def session_events_after_get(*, session: AgentSession) -> str:
     return dex_gateway.run(dex_gateway.session_events_tail_token(session_id=session.id))
 
 
+def session_index_values_reload(*, session: AgentSession) -> AgentSession:
+    """Read ``session``'s index values again (``status``, ``title``, ``updated_at``) and its
+    pending approvals (``pending_approval_count``, as ``session_list`` annotates it) into the
+    instance, in one query; the loaded ``agent`` and ``owner`` stay. Returns ``session``.
+
+    Raises:
+        AgentSession.DoesNotExist: The row is gone.
+    """
+    status, title, updated_at, pending = (
+        AgentSession.objects.filter(pk=session.pk)
+        .annotate(
+            pending_approvals=Count(
+                "approval_requests",
+                filter=Q(approval_requests__state=ApprovalRequest.State.PENDING),
+            )
+        )
+        .values_list("status", "title", "updated_at", "pending_approvals")
+        .get()
+    )
+    session.status, session.title, session.updated_at = status, title, updated_at
+    session.pending_approval_count = pending  # type: ignore[attr-defined]
+    return session
+
+
 def snapshot_as_stopped(*, snapshot: dict[str, Any]) -> dict[str, Any]:
     """A stopped session's snapshot as readers should see it: ``status`` ``stopped``, no running
     turn, no pending approval, question, wait or plan execution, no queued message. Dex keeps

@@ -272,6 +272,10 @@ def test_a_session_started_with_wait_answers_with_its_first_turn(stack: Stack) -
         assert body["session"]["id"] == body["id"]
         assert body["session"]["status"] == "waiting_for_user_message"
         assert [m["role"] for m in body["session"]["messages"]] == ["user", "assistant"]
+        # The index row as it is after the turn (as the list shows it), not as it was created.
+        row = next(item for item in api.get("/api/v1/sessions/").json()["results"]
+                   if item["id"] == body["id"])
+        assert {key: body[key] for key in row} == row
         # Without a message there is no turn to wait for: the answer comes at once.
         idle = api.post("/api/v1/sessions/?wait=60", json={"agent": "demo"})
         assert idle.status_code == 201 and "turn" not in idle.json()
