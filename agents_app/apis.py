@@ -230,7 +230,8 @@ class SessionCreatedSerializer(SessionOutputSerializer):
     first_message = serializers.SerializerMethodField(
         help_text="Present when the first message did not start the session's turn at once: "
         "you already run DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER turns, so it waits (pending, "
-        "pending_reason active_session_limit) and goes when one ends; null otherwise."
+        "pending_reason active_session_limit) and goes when one ends; null otherwise. With "
+        "wait, where it stands when the answer is sent (delivered once a turn took it)."
     )
 
     class Meta(SessionOutputSerializer.Meta):

@@ -5,6 +5,7 @@ not answer and ``dex_gateway.SessionNotFoundError`` when it has no such session.
 """
 
 import collections
+import dataclasses
 import datetime
 import logging
 import threading
@@ -25,6 +26,8 @@ from agents_app.models import (
     ApiToken,
     ApprovalDecision,
     ApprovalRequest,
+    Delivery,
+    OutboxMessage,
 )
 from agents_app.rest_errors import UnavailablePart
 from agents_app.session_index import SESSION_STATUS_STOPPED
@@ -598,7 +601,8 @@ def session_events_after_get(*, session: AgentSession) -> str:
 def session_index_values_reload(*, session: AgentSession) -> AgentSession:
     """Read ``session``'s index values again (``status``, ``title``, ``updated_at``) and its
     pending approvals (``pending_approval_count``, as ``session_list`` annotates it) into the
-    instance, in one query; the loaded ``agent`` and ``owner`` stay. Returns ``session``.
+    instance, in one query, and where a held ``first_message`` stands now (a second query,
+    only for one); the loaded ``agent`` and ``owner`` stay. Returns ``session``.
 
     Raises:
         AgentSession.DoesNotExist: The row is gone.
@@ -616,6 +620,17 @@ def session_index_values_reload(*, session: AgentSession) -> AgentSession:
     )
     session.status, session.title, session.updated_at = status, title, updated_at
     session.pending_approval_count = pending  # type: ignore[attr-defined]
+    held = getattr(session, "first_message", None)
+    if held is not None and held.delivery == Delivery.PENDING:
+        # A first message the running-turn cap held: where it stands now (gone from the
+        # outbox once delivered).
+        delivery = (
+            OutboxMessage.objects.filter(pk=held.id).values_list("delivery", flat=True).first()
+        )
+        if delivery != Delivery.PENDING:
+            session.first_message = dataclasses.replace(  # type: ignore[attr-defined]
+                held, delivery=delivery or Delivery.DELIVERED, pending_reason=""
+            )
     return session
 
 

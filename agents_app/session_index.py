@@ -81,11 +81,17 @@ def session_status_apply(*, session_id: str, status: str, observed_at: datetime.
     Returns:
         True when the row was written.
     """
-    written = (
+    newer = (
         AgentSession.objects.filter(pk=session_id)
         .exclude(status=SESSION_STATUS_STOPPED)
         .filter(Q(status_observed_at__isnull=True) | Q(status_observed_at__lt=observed_at))
-        .update(status=status, status_observed_at=observed_at, updated_at=timezone.now())
+    )
+    # The same status observed again moves only its observation time: ``updated_at`` says
+    # when the session last changed (lists sort by it).
+    if newer.filter(status=status).update(status_observed_at=observed_at):
+        return True
+    written = newer.update(
+        status=status, status_observed_at=observed_at, updated_at=timezone.now()
     )
     return bool(written)
 

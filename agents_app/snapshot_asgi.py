@@ -11,9 +11,10 @@ Django unchanged.
 
 What it answers (everything else, and every doubt, goes to Django, which answers as before):
 
-- ``GET`` of the path Django resolves to ``SessionDetailApi``, with no query string,
-  ``Authorization: Bearer <key>`` or ``Token <key>``, an ``Accept`` that DRF would answer
-  with JSON (none, ``*/*``, ``application/*`` or ``application/json``), a ``Host`` that
+- ``GET`` of the path Django resolves to ``SessionDetailApi``, with no query string and no
+  ``Cookie``, ``Authorization: Bearer <key>`` or ``Token <key>``, an ``Accept`` that DRF
+  would answer with compact JSON (none, ``*/*``, ``application/*`` or ``application/json``,
+  without parameters), a ``Host`` that
   ``ALLOWED_HOSTS`` allows, a request that ``SECURE_SSL_REDIRECT`` would not redirect, and
   ``MIDDLEWARE`` made only of ``KNOWN_MIDDLEWARE`` (whose effects on such a request it
   reproduces: ``X-Request-ID``, the security headers, ``X-Frame-Options``);
@@ -204,8 +205,13 @@ def _eligible(scope: Scope) -> _Request | None:
     key = token_key_from_authorization(authorization)
     if key is None:
         return None
-    accept = headers.get(b"accept", b"").split(b";", 1)[0].strip().lower()
+    # Parameters (``; indent=4``, ``; version=...``) change DRF's rendering: Django answers.
+    accept = headers.get(b"accept", b"").strip().lower()
     if accept not in _JSON_ACCEPTS:
+        return None
+    # A cookie may be one the session or CSRF middleware answers (``Vary: Cookie``, a
+    # ``Set-Cookie`` clearing a stale one): Django answers.
+    if b"cookie" in headers:
         return None
     if not _host_allowed(scope, headers):
         return None

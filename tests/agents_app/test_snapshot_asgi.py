@@ -8,13 +8,14 @@ which sends ``setting_changed``) must be seen on the next request, not after a r
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.test import override_settings
 
 from agents_app import snapshot_asgi
 
 
-def _scope(path: str) -> dict[str, object]:
+def _scope(path: str) -> dict[str, Any]:
     return {
         "type": "http",
         "method": "GET",
@@ -40,6 +41,18 @@ def test_an_eligible_read_follows_the_short_path_setting() -> None:
     with override_settings(DEXAGENTS={"SNAPSHOT_SHORT_PATH": False}):
         assert snapshot_asgi._eligible(scope) is None
     assert snapshot_asgi._eligible(scope) is not None
+
+
+def test_accept_parameters_and_cookies_are_left_to_django() -> None:
+    scope = _scope(f"/api/v1/sessions/{uuid.uuid4()}/")
+    assert snapshot_asgi._eligible(scope) is not None
+    indented = {**scope, "headers": [
+        (name, b"application/json; indent=4" if name == b"accept" else value)
+        for name, value in scope["headers"]
+    ]}
+    assert snapshot_asgi._eligible(indented) is None
+    with_cookie = {**scope, "headers": [*scope["headers"], (b"cookie", b"sessionid=abc")]}
+    assert snapshot_asgi._eligible(with_cookie) is None
 
 
 def test_other_paths_are_left_to_django() -> None:

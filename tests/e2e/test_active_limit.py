@@ -74,7 +74,9 @@ def test_a_held_first_message_is_waited_for_by_send_and_wait(stack: Stack) -> No
                           json={"agent": "demo", "message": "held then answered"}, timeout=120)
     assert waited.status_code == 201, waited.text
     body = waited.json()
-    assert body["first_message"]["pending_reason"] == "active_session_limit"
+    # It was held, and the answer says where it stands after the wait: delivered.
+    assert body["first_message"]["delivery"] == "delivered"
+    assert body["first_message"]["pending_reason"] == ""
     assert body["turn"] == {"finished": True, "turn_id": "turn-1", "status": "completed"}
     assert [m["role"] for m in body["session"]["messages"]] == ["user", "assistant"]
     answered(stack, running.json()["id"], 1)
