@@ -20,6 +20,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
+from django.db import OperationalError
 from django.test import Client
 from django.urls import reverse
 
@@ -348,10 +349,19 @@ async def _poll_process(
     description: str, accept: Callable[[McpServerProcess], bool]
 ) -> McpServerProcess:
     deadline = time.monotonic() + DEADLINE_SECONDS
+    row = None
     while True:
-        row = await sync_to_async(
-            lambda: McpServerProcess.objects.select_related("server").first()
-        )()
+        try:
+            row = await sync_to_async(
+                lambda: McpServerProcess.objects.select_related("server").first()
+            )()
+        except OperationalError as error:
+            # The test database is SQLite in memory with a shared cache, whose table locks
+            # refuse a read at once while the pool's status writer (another thread) writes;
+            # a file database (WAL) as the platform runs on waits instead. Read again.
+            if "locked" not in str(error):
+                raise
+            row = None
         if row is not None and accept(row):
             return row
         if time.monotonic() > deadline:
