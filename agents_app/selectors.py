@@ -219,6 +219,14 @@ SESSION_LIST_STATUSES = (
 )
 
 
+def _pending_approvals() -> Count:
+    """An AgentSession annotation: its pending approval requests (``pending_approval_count``,
+    which ``SessionOutputSerializer.get_awaiting_approval`` reads)."""
+    return Count(
+        "approval_requests", filter=Q(approval_requests__state=ApprovalRequest.State.PENDING)
+    )
+
+
 def session_list_visible(
     *,
     user: AbstractBaseUser | AnonymousUser,
@@ -242,9 +250,7 @@ def session_list_visible(
         annotated.
     """
     sessions = AgentSession.objects.select_related("agent", "owner").annotate(
-        pending_approval_count=Count(
-            "approval_requests", filter=Q(approval_requests__state=ApprovalRequest.State.PENDING)
-        )
+        pending_approval_count=_pending_approvals()
     )
     if not getattr(user, "is_staff", False):
         sessions = sessions.filter(owner_id=user.pk)
@@ -600,21 +606,16 @@ def session_events_after_get(*, session: AgentSession) -> str:
 
 def session_index_values_reload(*, session: AgentSession) -> AgentSession:
     """Read ``session``'s index values again (``status``, ``title``, ``updated_at``) and its
-    pending approvals (``pending_approval_count``, as ``session_list`` annotates it) into the
-    instance, in one query, and where a held ``first_message`` stands now (a second query,
-    only for one); the loaded ``agent`` and ``owner`` stay. Returns ``session``.
+    pending approvals (``pending_approval_count``, as ``session_list_visible`` annotates it)
+    into the instance, in one query, and where a held ``first_message`` stands now (a second
+    query, only for one); the loaded ``agent`` and ``owner`` stay. Returns ``session``.
 
     Raises:
         AgentSession.DoesNotExist: The row is gone.
     """
     status, title, updated_at, pending = (
         AgentSession.objects.filter(pk=session.pk)
-        .annotate(
-            pending_approvals=Count(
-                "approval_requests",
-                filter=Q(approval_requests__state=ApprovalRequest.State.PENDING),
-            )
-        )
+        .annotate(pending_approvals=_pending_approvals())
         .values_list("status", "title", "updated_at", "pending_approvals")
         .get()
     )

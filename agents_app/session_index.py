@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import OperationalError, transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Case, Count, F, Max, Q, Value, When
 from django.utils import timezone
 
 from agents_app import dex_gateway
@@ -81,17 +81,19 @@ def session_status_apply(*, session_id: str, status: str, observed_at: datetime.
     Returns:
         True when the row was written.
     """
-    newer = (
+    written = (
         AgentSession.objects.filter(pk=session_id)
         .exclude(status=SESSION_STATUS_STOPPED)
         .filter(Q(status_observed_at__isnull=True) | Q(status_observed_at__lt=observed_at))
-    )
-    # The same status observed again moves only its observation time: ``updated_at`` says
-    # when the session last changed (lists sort by it).
-    if newer.filter(status=status).update(status_observed_at=observed_at):
-        return True
-    written = newer.update(
-        status=status, status_observed_at=observed_at, updated_at=timezone.now()
+        .update(
+            status=status,
+            status_observed_at=observed_at,
+            # The same status observed again moves only its observation time: ``updated_at``
+            # says when the session last changed (lists sort by it).
+            updated_at=Case(
+                When(status=status, then=F("updated_at")), default=Value(timezone.now())
+            ),
+        )
     )
     return bool(written)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._django import django_setup
+from bench.peer_server import OUR_TURN_MESSAGE
 from bench.relay import percentile
 
 
@@ -68,8 +69,6 @@ async def session_drive(stack: Any, api: Any, turns: int, limit: asyncio.Semapho
     (``tools``: each turn is ``bench.peer_server``'s, three parallel READ tool calls, instead
     of a text answer)."""
     from websockets.asyncio.client import connect
-
-    from bench.peer_server import OUR_TURN_MESSAGE
 
     headers = stack.personas["owner"].bearer()
     phase = "create"

@@ -91,7 +91,7 @@ class Dispatcher(StepMachine):
 
     def _pick_stream(
         self, run: Run, excluded: set[str], rpc: bool, t: float,
-        candidates: Iterable[WorkerStream] | None = None,
+        candidates: Iterable[WorkerStream],
     ) -> WorkerStream | None:
         """The idle stream for a task of ``run``: a stream of its sticky worker (the one that
         served the Flow's previous task, spec "Routing") before any other worker's, its own
@@ -106,11 +106,11 @@ class Dispatcher(StepMachine):
         so a stream that just carried a task is the one most likely to be closing: a task sent
         there comes back rejected and is sent again, a round trip on the Flow's path (issue 13).
 
-        ``candidates``: the streams to choose from, newest first (default: every stream).
+        ``candidates``: the idle streams to choose from, newest first (``_match_tasks``).
         """
         best: WorkerStream | None = None
         best_rank = -1
-        for stream in reversed(self.streams.values()) if candidates is None else candidates:
+        for stream in candidates:
             if not stream.idle or not stream.serves(run.flow_type):
                 continue
             if stream.app_worker_id in excluded:

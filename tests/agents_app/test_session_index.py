@@ -66,6 +66,21 @@ def test_statuses_apply_in_observation_order(session: AgentSession) -> None:
     assert session.status_observed_at == later
 
 
+def test_the_same_status_observed_again_keeps_updated_at(session: AgentSession) -> None:
+    session_changes_apply(changes=[change(session, T0, AgentStatus.RUNNING_MODEL)])
+    session.refresh_from_db()
+    changed_at = session.updated_at
+    later = T0 + datetime.timedelta(seconds=1)
+    session_changes_apply(changes=[change(session, later, AgentStatus.RUNNING_MODEL)])
+    session.refresh_from_db()
+    assert (session.status_observed_at, session.updated_at) == (later, changed_at)
+    # Another status moves it.
+    session_changes_apply(changes=[change(session, later + later.resolution * 1000,
+                                          AgentStatus.RUNNING_TOOLS)])
+    session.refresh_from_db()
+    assert session.updated_at > changed_at
+
+
 def test_a_stopped_session_stays_stopped(session: AgentSession) -> None:
     session_stopped_index(session=session)
     session_changes_apply(

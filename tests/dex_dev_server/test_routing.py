@@ -30,7 +30,10 @@ def pick(streams: list[WorkerStream], sticky: str) -> Any:
         streams={item.sid: item for item in streams}, declined_until={}, rpc_declined_until={}
     )
     run = SimpleNamespace(flow_type=FLOW_TYPE, sticky=sticky)
-    chosen = Dispatcher._pick_stream(engine, run, set(), rpc=False, t=0.0)  # type: ignore[arg-type]
+    # Newest first, as ``_match_tasks`` gathers them.
+    chosen = Dispatcher._pick_stream(
+        engine, run, set(), rpc=False, t=0.0, candidates=streams[::-1]  # type: ignore[arg-type]
+    )
     return None if chosen is None else (chosen.app_worker_id, chosen.sid)
 
 

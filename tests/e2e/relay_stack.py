@@ -252,5 +252,3 @@ async def retained_tokens(client: Any, flow: Any, session_id: str) -> list[str]:
         if not page.next_page_token:
             return tokens[::-1]
         page_token = page.next_page_token
-
-

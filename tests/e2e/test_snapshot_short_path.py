@@ -31,8 +31,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield platform
 
 
-
-
 def headers_of(answer: httpx.Response) -> dict[str, str]:
     return {name: value for name, value in answer.headers.items() if name not in PER_ANSWER}
 

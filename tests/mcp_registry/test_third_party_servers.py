@@ -349,7 +349,6 @@ async def _poll_process(
     description: str, accept: Callable[[McpServerProcess], bool]
 ) -> McpServerProcess:
     deadline = time.monotonic() + DEADLINE_SECONDS
-    row = None
     while True:
         try:
             row = await sync_to_async(
