@@ -69,6 +69,11 @@ FEED_RING_BYTES = 64 * 1024
 FEED_QUEUE_MESSAGES = 256
 #: Seconds a session's shared reader runs on after its last reader left.
 FEED_LINGER_SECONDS = 2.0
+#: Seconds a session's shared reader runs on after a snapshot read last asked it for the
+#: Stream's newest token (``known_tail``), and how many sessions' readers snapshot reads may
+#: keep running on one event loop (each is one long poll held open on the engine).
+FEED_TAIL_SECONDS = 30.0
+FEED_TAIL_MAX = 256
 
 SNAPSHOT_REQUIRED_FRAME = json.dumps({"type": "snapshot_required"})
 #: Event types that end a turn.
@@ -86,16 +91,21 @@ def event_frame(message: dex_gateway.SessionEventMessage) -> str:
     return message.frame
 
 
-async def engine_retry(call: Callable[[], Awaitable[T]]) -> T:
+async def engine_retry(
+    call: Callable[[], Awaitable[T]], on_failure: Callable[[], None] | None = None
+) -> T:
     """Await ``call()``, retrying with jittered exponential backoff (``RETRY_FIRST_SECONDS``
     doubling to ``RETRY_MAX_SECONDS``) while the engine is unreachable, so a Dex restart does
-    not end a reader. Any other error passes through."""
+    not end a reader; ``on_failure()`` runs at each failed attempt. Any other error passes
+    through."""
     delay = RETRY_FIRST_SECONDS
     failing_since = 0.0
     while True:
         try:
             result = await call()
         except dex_gateway.EngineUnavailableError as error:
+            if on_failure is not None:
+                on_failure()
             if not failing_since:
                 failing_since = time.monotonic()
                 logger.warning("Events reader waits for the engine: %s", error)
@@ -117,8 +127,11 @@ async def _retained(session_id: str, token: str, newer: int = 0) -> bool:
     )
 
 
-async def _stream_read(session_id: str, after: str) -> Message | None:
-    """One counted ReadStream long poll, retried while the engine is unreachable."""
+async def _stream_read(
+    session_id: str, after: str, on_failure: Callable[[], None] | None = None
+) -> Message | None:
+    """One counted ReadStream long poll, retried while the engine is unreachable
+    (``on_failure()`` at each failed attempt)."""
 
     async def read() -> Message | None:
         EVENT_STREAM_READS.inc()
@@ -126,7 +139,7 @@ async def _stream_read(session_id: str, after: str) -> Message | None:
             session_id=session_id, after=after, wait_seconds=LONG_POLL_SECONDS
         )
 
-    return await engine_retry(read)
+    return await engine_retry(read, on_failure)
 
 
 class _RetentionCheck:
@@ -226,6 +239,11 @@ class _SessionFeed:
     retained message, before its first read from there). ``ring`` holds the newest messages
     it read, contiguous up to ``position`` (emptied when a gap was detected), indexed by
     token in ``sequence`` (message -> its number, counting from the feed's start).
+
+    ``at_tail``: ``position`` was the Stream's newest token at some moment since the reads
+    last failed (a long poll from it found nothing, or an engine read of the newest token
+    gave it, ``confirm_tail``), so from then on ``position`` trails the newest token only by
+    the messages the engine is delivering now (``known_tail``).
     """
 
     def __init__(self, session_id: str, position: str, feeds: dict[str, _SessionFeed]) -> None:
@@ -241,6 +259,9 @@ class _SessionFeed:
         self.closed = False
         self.moved: asyncio.Future[None] | None = None
         self.linger: asyncio.TimerHandle | None = None
+        self.at_tail = False
+        self.tail_target = ""
+        self.kept_until = 0.0
         self.task = asyncio.create_task(self._run(), name=f"events feed {session_id}")
 
     # -- readers ------------------------------------------------------------------------------
@@ -253,13 +274,31 @@ class _SessionFeed:
             self.linger = None
 
     def release(self, subscription: _Subscription) -> None:
-        """A reader is gone; the feed stops ``FEED_LINGER_SECONDS`` after the last one."""
+        """A reader is gone; the feed stops ``FEED_LINGER_SECONDS`` after the last one (or
+        when ``keep`` says, if that is later)."""
         self.subscribers.discard(subscription)
         self.holders -= 1
         if self.holders <= 0 and not self.closed:
+            if self.linger is not None:
+                self.linger.cancel()
             self.linger = asyncio.get_running_loop().call_later(
                 FEED_LINGER_SECONDS, self._stop_when_idle
             )
+
+    def keep(self, seconds: float) -> None:
+        """Keep the feed reading for at least ``seconds`` more, readers or none."""
+        loop = asyncio.get_running_loop()
+        self.kept_until = max(self.kept_until, loop.time() + seconds)
+        if self.holders <= 0 and self.linger is None and not self.closed:
+            self.linger = loop.call_later(seconds, self._stop_when_idle)
+
+    def confirm_tail(self, tail: str) -> None:
+        """The engine said just now that ``tail`` is the Stream's newest token: the feed is at
+        the tail once its position is there (or past it)."""
+        if tail == self.position or tail in self.sequence:
+            self.at_tail = True
+        else:
+            self.tail_target = tail
 
     def holds(self, after: str) -> bool:
         """Whether a reader at ``after`` can join now (``join``)."""
@@ -314,20 +353,29 @@ class _SessionFeed:
         self.sequence.clear()
         self.ring_bytes = 0
 
+    def _failed_read(self) -> None:
+        # The engine may take writes this reader does not see until it reaches it again.
+        self.at_tail = False
+        self.tail_target = ""
+
     async def _run(self) -> None:
         check = _RetentionCheck(self.session_id)
         try:
             while True:
                 read_from = self.position
-                message = await _stream_read(self.session_id, read_from)
+                message = await _stream_read(self.session_id, read_from, self._failed_read)
                 check.read(read_from, message)
                 if await check.lost(idle=message is None):
                     # Readers joining at a message before the gap must find it themselves.
                     self._forget_ring()
                     self._publish(None)
-                if message is not None:
+                if message is None:
+                    self.at_tail = True
+                else:
                     self._keep(message)
                     self.position = message.token
+                    if message.token == self.tail_target:
+                        self.at_tail = True
                     self._publish(message)
                     self._wake()
         except asyncio.CancelledError:
@@ -352,9 +400,14 @@ class _SessionFeed:
 
     def _stop_when_idle(self) -> None:
         self.linger = None
-        if self.holders <= 0:
-            self._close()
-            self.task.cancel()
+        if self.holders > 0:
+            return
+        kept_for = self.kept_until - asyncio.get_running_loop().time()
+        if kept_for > 0:
+            self.linger = asyncio.get_running_loop().call_later(kept_for, self._stop_when_idle)
+            return
+        self._close()
+        self.task.cancel()
 
 
 # Each event loop's shared readers by session ID (gRPC aio objects are bound to their loop).
@@ -372,6 +425,41 @@ def _feed_for(session_id: str, position: str) -> _SessionFeed:
         feed = feeds[session_id] = _SessionFeed(session_id, position, feeds)
     feed.hold()
     return feed
+
+
+def known_tail(session_id: str) -> str | None:
+    """The session's newest AgentEvents token as this event loop's shared reader of the
+    session knows it, without an engine read; None when no reader here is at the Stream's
+    tail (none runs, it is catching up, or its last engine read failed).
+
+    The token trails the engine's newest by the messages being delivered to this process at
+    that moment (a long poll's answer in flight: typically well under a millisecond on one
+    machine), never by a message the reader could not read. Each call keeps the reader
+    running for ``FEED_TAIL_SECONDS`` more.
+    """
+    feeds = _feeds.get(asyncio.get_running_loop())
+    feed = feeds.get(session_id) if feeds else None
+    if feed is None or feed.closed or not feed.at_tail or not feed.position:
+        return None
+    feed.keep(FEED_TAIL_SECONDS)
+    return feed.position
+
+
+def follow_tail(session_id: str, tail: str) -> None:
+    """Have this event loop's shared reader of the session follow its Stream from ``tail``,
+    the newest token an engine read gave just now, so that ``known_tail`` can answer the next
+    reads: starts one (unless ``FEED_TAIL_MAX`` are running, or ``tail`` is ``""``) or tells
+    the running one where the tail was, and keeps it running for ``FEED_TAIL_SECONDS``."""
+    if not tail:
+        return
+    feeds = _feeds.setdefault(asyncio.get_running_loop(), {})
+    feed = feeds.get(session_id)
+    if feed is None or feed.closed:
+        if len(feeds) >= FEED_TAIL_MAX:
+            return
+        feed = feeds[session_id] = _SessionFeed(session_id, tail, feeds)
+    feed.confirm_tail(tail)
+    feed.keep(FEED_TAIL_SECONDS)
 
 
 def live_feed_count() -> int:

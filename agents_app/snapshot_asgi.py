@@ -5,9 +5,11 @@ Served through Django and DRF, a read that the snapshot cache answers still cost
 web CPU and ~12 thread hops (each of Django's sync-only middlewares, DRF's ``initial``, the
 session lookup, the answer's database work, rendering), most of it spent outside the read
 itself. ``SnapshotShortPath`` wraps the Django ASGI application and answers such a read in
-one thread hop (the database work: token, throttles, session row, outbox) and one engine
-read (the AgentEvents tail token: the stamp, no worker involved); everything else goes to
-Django unchanged.
+one thread hop (the database work: token, throttles, session row, outbox; on a ``_Lane``
+that keeps its connection between reads) and no engine read while this process's shared
+reader of the session's Stream knows its newest token (``session_events.known_tail``; the
+first read of a session reads it from the engine and starts that reader); everything else
+goes to Django unchanged.
 
 What it answers (everything else, and every doubt, goes to Django, which answers as before):
 
@@ -29,8 +31,10 @@ What it answers (everything else, and every doubt, goes to Django, which answers
 A request it started and handed to Django carries ``COUNTED_SCOPE_KEY`` in its ASGI scope,
 so the throttles do not count it twice. The answer is the view's, byte for byte
 (``apis.session_detail_body``, DRF's ``JSONRenderer``), with the same headers except
-uvicorn's own. Staleness is the snapshot cache's (``snapshot_cache``): none beyond its
-stamp. Turn it off with ``DEXAGENTS["SNAPSHOT_SHORT_PATH"] = False``
+uvicorn's own. Staleness is the snapshot cache's (``snapshot_cache``), with the stamp's
+token as ``known_tail`` knows it: a change whose event the engine is delivering to this
+process at that moment may be answered on the next read, with the ``events_after`` that goes
+with the older answer. Turn it off with ``DEXAGENTS["SNAPSHOT_SHORT_PATH"] = False``
 (env ``DEXAGENTS_SNAPSHOT_SHORT_PATH``).
 """
 
@@ -43,6 +47,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -88,22 +93,132 @@ KNOWN_MIDDLEWARE = frozenset(
 #: ``Accept`` values DRF answers with ``JSONRenderer`` for this view (its first renderer).
 _JSON_ACCEPTS = frozenset({b"", b"*/*", b"application/*", b"application/json"})
 
-#: Threads that run this path's database work, each with its own connection (closed and
-#: reopened as ``CONN_MAX_AGE`` says, as Django does around a request).
+#: Threads that run this path's database work, each with its own connection.
 DATABASE_THREADS = 4
+#: A thread closes its connections once no read has used them for this long (seconds), so an
+#: idle web process holds none that a read opened ...
+CONNECTION_IDLE_SECONDS = 10.0
+#: ... and after this long open however busy (seconds), so a database that moved (a failover,
+#: a PgBouncer restart) is reached anew; ``CONN_MAX_AGE``, when set above 0, applies instead.
+CONNECTION_MAX_SECONDS = 300.0
 
-_executor_lock = threading.Lock()
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
 
+class _Lane:
+    """One thread of the path's database work and the connections it keeps between reads.
 
-def _database_executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(
-                DATABASE_THREADS, thread_name_prefix="snapshot-short-path"
+    Django opens and closes a connection around each request by default (``CONN_MAX_AGE =
+    0``, see the settings for why); opening a SQLite connection (its ``init_command``
+    pragmas) cost ~40 % of a cached read's web CPU. A lane's thread is the path's own, so its
+    connections are kept while reads keep coming and closed on the thread that opened them:
+    after ``CONNECTION_IDLE_SECONDS`` without a read, after ``CONNECTION_MAX_SECONDS``, after
+    an error that left one unusable (as Django's ``close_if_unusable_or_obsolete``)."""
+
+    def __init__(self, number: int) -> None:
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"snapshot-short-path-{number}"
+        )
+        self.busy = 0
+        self.last_used = 0.0
+        self.closer: asyncio.TimerHandle | None = None
+        self.closer_loop: asyncio.AbstractEventLoop | None = None
+
+    async def run(self, work: Callable[[], _Reader]) -> _Reader:
+        """``work()`` on this lane's thread, its connections checked before."""
+        loop = asyncio.get_running_loop()
+        self.busy += 1
+        try:
+            return await loop.run_in_executor(self.executor, _on_lane, work)
+        finally:
+            self.busy -= 1
+            self.last_used = loop.time()
+            if self.closer is None or self.closer_loop is not loop:
+                # (A closer left on a loop that ended, in tests, never runs.)
+                self.closer_loop = loop
+                self.closer = loop.call_later(CONNECTION_IDLE_SECONDS, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle_for = loop.time() - self.last_used
+        if self.busy or idle_for < CONNECTION_IDLE_SECONDS:
+            self.closer = loop.call_later(
+                max(CONNECTION_IDLE_SECONDS - idle_for, 0.1), self._close_if_idle
             )
-        return _executor
+            return
+        self.closer = None
+        self.executor.submit(_close_connections)
+
+
+_lanes_lock = threading.Lock()
+_lanes: list[_Lane] = []
+
+
+def _lane() -> _Lane:
+    """The least busy lane (the first of equals, so that one client's reads keep one
+    connection)."""
+    if not _lanes:
+        with _lanes_lock:
+            if not _lanes:
+                _lanes.extend(_Lane(number) for number in range(DATABASE_THREADS))
+    return min(_lanes, key=lambda lane: lane.busy)
+
+
+def _on_lane(work: Callable[[], _Reader]) -> _Reader:
+    _connections_check()
+    return work()
+
+
+#: When this thread's connections opened, by database alias (``_connections_check``).
+_opened = threading.local()
+
+
+def _opened_at() -> dict[str, float]:
+    opened: dict[str, float] | None = getattr(_opened, "at", None)
+    if opened is None:
+        opened = _opened.at = {}
+    return opened
+
+
+def _connections_check() -> None:
+    """Close this thread's connections that an error left unusable, that changed autocommit,
+    or that are older than their age limit (``_Lane``)."""
+    from django.db import connections
+
+    opened = _opened_at()
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            opened.pop(connection.alias, None)
+            continue
+        if connection.settings_dict["CONN_MAX_AGE"] != 0:
+            connection.close_if_unusable_or_obsolete()
+            continue
+        age = time.monotonic() - opened.get(connection.alias, time.monotonic())
+        if (
+            (connection.errors_occurred and not connection.is_usable())
+            or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]
+            or age >= CONNECTION_MAX_SECONDS
+        ):
+            connection.close()
+            opened.pop(connection.alias, None)
+        else:
+            connection.errors_occurred = False
+
+
+def _connections_opened() -> None:
+    """Note when this thread's connections opened (``_connections_check``'s age limit)."""
+    from django.db import connections
+
+    opened = _opened_at()
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            opened.setdefault(connection.alias, time.monotonic())
+
+
+def _close_connections() -> None:
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        connection.close()
+    _opened_at().clear()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,19 +441,8 @@ _TOKENS = _PreparedQuery(_token_query)
 _SESSIONS = _PreparedQuery(_session_query)
 
 
-def _connections_check() -> None:
-    """Close this thread's connections that failed or are older than ``CONN_MAX_AGE``, as
-    Django does when a request starts and ends (0, the default here: after every read; set
-    ``CONN_MAX_AGE`` to keep them between reads). An idle web process then holds no
-    connection that a read opened."""
-    from django.db import connections
-
-    for connection in connections.all(initialized_only=True):
-        connection.close_if_unusable_or_obsolete()
-
-
 def _reader(request: _Request, scope: Scope) -> _Reader:
-    """The database work of one read, on a thread of ``_database_executor``: the token's user,
+    """The database work of one read, on a ``_Lane``'s thread: the token's user,
     the throttles (counted here), the session, the outbox's pending messages and the answer's
     extras. Two queries (token and user; session, agent, owner and whether the outbox keeps
     a message), a third only when it does.
@@ -355,7 +459,6 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
     from agents_app.models import AgentSession
     from agents_app.session_index import SESSION_STATUS_STOPPED
 
-    _connections_check()
     try:
         candidates = _TOKENS.rows(token_key_prefix(request.key))
         try:
@@ -392,7 +495,7 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
         )
         return _Reader(request.session_id, status, updated_at, slug, kept, extras)
     finally:
-        _connections_check()
+        _connections_opened()
 
 
 async def _answer(request: _Request, scope: Scope) -> bytes:
@@ -405,19 +508,21 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     """
     from rest_framework.renderers import JSONRenderer
 
-    from agents_app import dex_gateway, selectors, services, snapshot_cache
+    from agents_app import dex_gateway, selectors, services, session_events, snapshot_cache
     from agents_app.apis import flow_check_due, session_detail_body
     from agents_app.session_index import SESSION_STATUS_STOPPED
 
-    loop = asyncio.get_running_loop()
     work = functools.partial(contextvars.copy_context().run, _reader, request, scope)
-    reader = await loop.run_in_executor(_database_executor(), work)
-    try:
-        events_after = await dex_gateway.call_here(
-            dex_gateway.session_events_tail_token(session_id=reader.session_id)
-        )
-    except Exception:
-        raise _HandOver(counted=True) from None
+    reader = await _lane().run(work)
+    events_after = session_events.known_tail(reader.session_id)
+    if events_after is None:
+        try:
+            events_after = await dex_gateway.call_here(
+                dex_gateway.session_events_tail_token(session_id=reader.session_id)
+            )
+        except Exception:
+            raise _HandOver(counted=True) from None
+        session_events.follow_tail(reader.session_id, events_after)
     stamp = snapshot_cache.stamp_of(
         events_after=events_after, status=reader.status, updated_at=reader.updated_at
     )

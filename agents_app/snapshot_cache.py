@@ -17,8 +17,11 @@ Staleness a reader can see: none from this cache beyond what the stamp misses, i
 that a Step makes without writing an event and without a status change (none is known).
 
 Who reads here: the DRF view (``apis.snapshot_read``), and in front of it, for API clients,
-``agents_app.snapshot_asgi`` (the short path), which reads the same stamp on every read and
-serves only hits; both see the same staleness (none beyond the stamp's).
+``agents_app.snapshot_asgi`` (the short path), which serves only hits and takes the stamp's
+token from this process's reader of the session's Stream when it runs
+(``session_events.known_tail``): it may trail the engine by the message being delivered at
+that moment, so the short path can answer a change one read late, always with the
+``events_after`` of the snapshot it answers.
 
 Where entries live: Redis (key ``dexagents:snapshot:<session id>``, pickled, expiring after
 ``TTL_SECONDS``) when ``REDIS_URL`` is set, so every web process shares them and a write

@@ -25,8 +25,9 @@ read their snapshots back to back for ``--seconds`` per figure, against:
 Each figure is measured once with the engine next door and once behind a TCP proxy in the
 bench process that delays every chunk by half of ``--engine-rtt-ms`` each way (a Dex server
 on another host): there a process that waited for Dex calls one at a time would show it.
-Prints reads per second, p50 / p99 latency, errors, the web processes' CPU per read (every
-thread, ``/proc/<pid>/task/*/schedstat``) and the ratios; nothing is asserted. The web
+Prints reads per second, p50 / p99 latency, errors, the server's CPU per read (our web
+processes', every thread, ``/proc/<pid>/task/*/schedstat``; the LangGraph server's process
+tree) and the ratios; nothing is asserted. The web
 processes keep their per-user read throttle on (``READ_THROTTLE_RATE``). On a
 machine with few cores the web process and the bench share them, so CPU, not waiting, bounds
 the figures without added latency.
@@ -156,7 +157,7 @@ class Figure:
         if not self.latencies:
             return f"{self.label}: no successful read, errors {len(self.errors)}"
         cpu = ("" if self.cpu_seconds is None or not self.reads else
-               f", web CPU {self.cpu_seconds / self.reads * 1000:5.2f} ms/read")
+               f", server CPU {self.cpu_seconds / self.reads * 1000:5.2f} ms/read")
         return (f"{self.label}: {self.rate:7.1f} reads/s, p50 "
                 f"{percentile(self.latencies, 0.5) * 1000:6.1f} ms, p99 "
                 f"{percentile(self.latencies, 0.99) * 1000:6.1f} ms, errors {len(self.errors)}"
@@ -188,6 +189,13 @@ async def closed_loop(label: str, read: Any, clients: int, ids: list[str],
     figure.seconds = time.perf_counter() - began
     figure.reads = len(figure.latencies)
     return figure
+
+
+def cpu_per_read(figure: Figure) -> float:
+    """The measured server CPU seconds per read of ``figure`` (NaN when not measured)."""
+    if figure.cpu_seconds is None or not figure.reads:
+        return float("nan")
+    return figure.cpu_seconds / figure.reads
 
 
 async def http_figure(label: str, ports: list[int], bearer: dict[str, str], clients: int,
@@ -233,22 +241,25 @@ async def direct_figure(label: str, address: str, clients: int, ids: list[str],
         return await closed_loop(label, read, clients, ids, seconds)
 
 
-async def langgraph_figure(label: str, url: str, clients: int, thread_ids: list[str],
-                           seconds: float) -> Figure:
+async def langgraph_figure(label: str, server: PeerServer, clients: int,
+                           thread_ids: list[str], seconds: float) -> Figure:
     """The LangGraph Agent Server's thread-state reads (``GET /threads/<id>/state``) over HTTP,
-    with the connection limits of ``http_figure``."""
+    with the connection limits of ``http_figure``; its CPU is its process tree's."""
     import httpx
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients,
                           keepalive_expiry=2.0)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as pool:
+    async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as pool:
 
         async def read(number: int, thread_id: str) -> None:
             answer = await pool.get(f"/threads/{thread_id}/state")
             if answer.status_code != 200:
                 raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
 
-        return await closed_loop(label, read, clients, thread_ids, seconds)
+        began = server.cpu_seconds()
+        figure = await closed_loop(label, read, clients, thread_ids, seconds)
+        figure.cpu_seconds = server.cpu_seconds() - began
+        return figure
 
 
 async def sessions_with_a_turn(stack: Any, count: int) -> list[str]:
@@ -372,9 +383,9 @@ async def measure(stack: Any, args: argparse.Namespace, baseline: Path,
                 figures[f"{clients} peer"] = peer
                 print(peer.line(), flush=True)
                 if langgraph is not None and not rtt_ms:
-                    await langgraph_figure("warm-up", langgraph.url, 4, threads, 1)
+                    await langgraph_figure("warm-up", langgraph, 4, threads, 1)
                     state = await langgraph_figure(
-                        f"  c={clients:<3} {'LangGraph server':<20}", langgraph.url, clients,
+                        f"  c={clients:<3} {'LangGraph server':<20}", langgraph, clients,
                         threads, args.seconds)
                     figures[f"{clients} langgraph"] = state
                     print(state.line(), flush=True)
@@ -392,10 +403,13 @@ async def measure(stack: Any, args: argparse.Namespace, baseline: Path,
                       f"short path / Django path "
                       f"x{rates['after, 1 process'] / rates['after, no short path']:.2f}")
                 if f"{clients} langgraph" in figures:
-                    theirs = figures[f"{clients} langgraph"].rate or float("nan")
+                    peer_state = figures[f"{clients} langgraph"]
+                    ours = figures[f"{clients} after, 1 process"]
+                    theirs = peer_state.rate or float("nan")
                     print(f"  c={clients}: after, 1 process / LangGraph server thread-state "
                           f"reads x{rates['after, 1 process'] / theirs:.2f} (issue 24: >= 1.0x "
-                          "per web process)")
+                          f"per web process); server CPU per read x"
+                          f"{cpu_per_read(ours) / cpu_per_read(peer_state):.2f}")
             for label in ("before, 1 process", "after, 1 process"):
                 scale = figures[f"{args.concurrency} {label}"].rate / (
                     figures[f"1 {label}"].rate or float("nan"))

@@ -166,3 +166,49 @@ async def test_an_unretained_token_gets_none_first_and_a_cancelled_reader_leaks_
         await waiting
     await reader.aclose()
     await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0)
+
+
+async def test_a_followed_tail_moves_with_the_stream_without_engine_reads_of_its_own(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``follow_tail`` starts the shared reader at the newest token; ``known_tail`` then gives
+    the newest token from this process (the snapshot short path's stamp), follows writes of
+    other processes, and the reader stops ``FEED_TAIL_SECONDS`` after the last ask."""
+    monkeypatch.setattr(session_events, "FEED_TAIL_SECONDS", 0.5)
+    tokens = await write_markers(engine, range(3))
+    assert session_events.known_tail(SESSION_ID) is None
+    session_events.follow_tail(SESSION_ID, tokens[-1])
+    assert session_events.known_tail(SESSION_ID) == tokens[-1]
+
+    newer = await write_markers(engine, range(3, 5))
+    await wait_for("the tail to move", lambda: session_events.known_tail(SESSION_ID) == newer[-1])
+    # Asking costs no engine read: only the shared reader's long polls read.
+    before = stream_reads()
+    for _ in range(50):
+        assert session_events.known_tail(SESSION_ID) == newer[-1]
+    assert stream_reads() - before <= 1
+    await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0,
+                   deadline=10)
+    assert session_events.known_tail(SESSION_ID) is None
+
+
+async def test_a_reader_behind_the_tail_is_not_taken_for_it(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared reader that a client started at an old token says nothing of the tail until
+    an engine read of the newest token (``follow_tail``) finds it there; a failed engine read
+    makes it unsure again."""
+    monkeypatch.setattr(session_events, "FEED_TAIL_SECONDS", 0.5)
+    tokens = await write_markers(engine, range(5))
+    reader = session_events.read_messages(SESSION_ID, tokens[0])
+    assert await take(reader, 4) == [1, 2, 3, 4]
+    # Caught up, but no long poll has come back empty yet and no engine read said so.
+    assert session_events.known_tail(SESSION_ID) is None
+    session_events.follow_tail(SESSION_ID, tokens[-1])
+    assert session_events.known_tail(SESSION_ID) == tokens[-1]
+    feed = session_events._feeds[asyncio.get_running_loop()][SESSION_ID]
+    feed._failed_read()
+    assert session_events.known_tail(SESSION_ID) is None
+    await reader.aclose()
+    await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0,
+                   deadline=10)

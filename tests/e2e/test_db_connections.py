@@ -153,3 +153,28 @@ def test_cancelled_requests_and_dropped_websockets_give_back_db_connections(
         assert api.get("/api/v1/agents/").status_code == 200
     wait_until(f"Postgres connections back to {baseline} after one more request",
                lambda: postgres_connections(postgres_url) <= baseline, timeout=30)
+
+
+def test_the_snapshot_short_path_keeps_its_connection_between_reads_then_gives_it_back(
+    web_on_postgres: Stack, postgres_url: str
+) -> None:
+    """The short path's database thread keeps its connection while reads come (opening one
+    per read was ~40 % of a read's CPU) and closes it once idle
+    (``snapshot_asgi.CONNECTION_IDLE_SECONDS``)."""
+    from agents_app.snapshot_asgi import CONNECTION_IDLE_SECONDS
+
+    stack = web_on_postgres
+    baseline = settled_connections(postgres_url)
+    unknown = "/api/v1/sessions/00000000-0000-4000-8000-000000000000/"
+    with stack.api() as api:
+        # Answered 404 by Django after the short path's token and session lookups.
+        assert api.get(unknown).status_code == 404
+        wait_until("the short path's connection to show",
+                   lambda: postgres_connections(postgres_url) >= baseline + 1, timeout=10)
+        opened = postgres_connections(postgres_url)
+        for _ in range(20):
+            assert api.get(unknown).status_code == 404
+        assert settled_connections(postgres_url) <= opened
+    wait_until(f"Postgres connections back to {baseline}",
+               lambda: postgres_connections(postgres_url) <= baseline,
+               timeout=CONNECTION_IDLE_SECONDS + 30)

@@ -9,6 +9,7 @@ short path's), which gives each test the Django path's answer to compare with.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -68,6 +69,54 @@ def test_the_short_path_answers_without_a_worker(stack: Stack) -> None:
         finally:
             worker.signal_group(signal.SIGCONT)
     answered(stack, session_id, 2)
+
+
+def test_an_unchanged_session_reads_without_an_engine_read(stack: Stack) -> None:
+    """After one read, the web process knows the session's newest event token from its own
+    reader of the session's Stream: with the engine frozen, reads still answer (each would
+    otherwise wait for the engine's tail read and end 503)."""
+    session_id = idle_session(stack)
+    with stack.api() as api:
+        first = api.get(f"/api/v1/sessions/{session_id}/")
+        api.get(f"/api/v1/sessions/{session_id}/")
+        stack.engine.signal_group(signal.SIGSTOP)
+        try:
+            for _ in range(3):
+                again = api.get(f"/api/v1/sessions/{session_id}/", timeout=3)
+                assert again.status_code == 200, again.text
+                assert again.content == first.content
+        finally:
+            stack.engine.signal_group(signal.SIGCONT)
+
+
+def test_an_event_another_process_writes_shows_on_the_next_reads(stack: Stack) -> None:
+    """A Stream message written by another process (here the Dex SDK, as a worker's Step
+    would) moves the answer's ``events_after`` to it, with nothing written through this web
+    process."""
+    import asyncio
+
+    from dex_agents import AgentEvent, AgentEventType
+    from tests.e2e.relay_stack import dex_client, retained_tokens
+
+    session_id = idle_session(stack)
+    url = f"/api/v1/sessions/{session_id}/"
+
+    async def write() -> str:
+        async with dex_client(stack.engine_address) as (client, flow):
+            await client.write_stream(session_id, flow.agent_events, "short-path-test",
+                                      AgentEvent(AgentEventType.TOOL_LOG, None,
+                                                 "short-path-test", 1, {"marker": 1}))
+            return (await retained_tokens(client, flow, session_id))[-1]
+
+    with stack.api() as api:
+        for _ in range(2):
+            before = api.get(url).json()["events_after"]
+        newest = asyncio.run(write())
+        assert newest != before
+        deadline = time.monotonic() + 10
+        while (seen := api.get(url).json()["events_after"]) != newest:
+            assert time.monotonic() < deadline, f"events_after stayed {seen!r}"
+        assert api.get(url).json()["events_after"] == newest
 
 
 def test_a_writer_reads_its_message_and_the_turn_it_ran(stack: Stack) -> None:
