@@ -118,12 +118,14 @@ async def engine_retry(
         return result
 
 
-async def _retained(session_id: str, token: str, newer: int = 0) -> bool:
+async def _retained(session_id: str, token: str, newer: int = 0,
+                    on_failure: Callable[[], None] | None = None) -> bool:
     return await engine_retry(
         functools.partial(
             dex_gateway.session_events_after_retained, session_id=session_id, after=token,
             newer=newer,
-        )
+        ),
+        on_failure,
     )
 
 
@@ -152,10 +154,12 @@ class _RetentionCheck:
     since was gap-free.
     """
 
-    __slots__ = ("read_since", "session_id", "unverified_from", "verified_at")
+    __slots__ = ("on_failure", "read_since", "session_id", "unverified_from", "verified_at")
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, on_failure: Callable[[], None] | None = None) -> None:
         self.session_id = session_id
+        #: Called at each failed engine attempt of a check (``engine_retry``).
+        self.on_failure = on_failure
         self.unverified_from = ""
         #: Messages read since ``unverified_from``: all of them are newer than it.
         self.read_since = 0
@@ -176,7 +180,8 @@ class _RetentionCheck:
             return False
         if not (force or idle or time.monotonic() - self.verified_at >= VERIFY_INTERVAL_SECONDS):
             return False
-        gone = not await _retained(self.session_id, self.unverified_from, self.read_since)
+        gone = not await _retained(self.session_id, self.unverified_from, self.read_since,
+                                   self.on_failure)
         self.unverified_from = ""
         self.verified_at = time.monotonic()
         if gone:
@@ -240,10 +245,12 @@ class _SessionFeed:
     it read, contiguous up to ``position`` (emptied when a gap was detected), indexed by
     token in ``sequence`` (message -> its number, counting from the feed's start).
 
-    ``at_tail``: ``position`` was the Stream's newest token at some moment since the reads
-    last failed (a long poll from it found nothing, or an engine read of the newest token
-    gave it, ``confirm_tail``), so from then on ``position`` trails the newest token only by
-    the messages the engine is delivering now (``known_tail``).
+    ``at_tail``: ``position`` was the Stream's newest token at some moment since the feed's
+    engine calls last failed (a long poll from it found nothing, or an engine read of the
+    newest token gave it, ``confirm_tail``), so from then on ``position`` trails the newest
+    token only by the messages the engine is delivering now (``known_tail``). ``failing``: an
+    engine call of the feed failed and no read succeeded since; it is not at the tail then,
+    whatever an engine read of the tail says, since it is not reading.
     """
 
     def __init__(self, session_id: str, position: str, feeds: dict[str, _SessionFeed]) -> None:
@@ -260,6 +267,7 @@ class _SessionFeed:
         self.moved: asyncio.Future[None] | None = None
         self.linger: asyncio.TimerHandle | None = None
         self.at_tail = False
+        self.failing = False
         self.tail_target = ""
         self.kept_until = 0.0
         self.task = asyncio.create_task(self._run(), name=f"events feed {session_id}")
@@ -295,7 +303,7 @@ class _SessionFeed:
     def confirm_tail(self, tail: str) -> None:
         """The engine said just now that ``tail`` is the Stream's newest token: the feed is at
         the tail once its position is there (or past it)."""
-        if tail == self.position or tail in self.sequence:
+        if not self.failing and (tail == self.position or tail in self.sequence):
             self.at_tail = True
         else:
             self.tail_target = tail
@@ -354,12 +362,12 @@ class _SessionFeed:
         self.ring_bytes = 0
 
     def _failed_read(self) -> None:
-        # The engine may take writes this reader does not see until it reaches it again.
+        # The engine may take writes this reader does not see until it reads again.
         self.at_tail = False
-        self.tail_target = ""
+        self.failing = True
 
     async def _run(self) -> None:
-        check = _RetentionCheck(self.session_id)
+        check = _RetentionCheck(self.session_id, self._failed_read)
         try:
             while True:
                 read_from = self.position
@@ -369,13 +377,18 @@ class _SessionFeed:
                     # Readers joining at a message before the gap must find it themselves.
                     self._forget_ring()
                     self._publish(None)
-                if message is None:
+                # Both calls succeeded in the end (engine_retry); if either failed on the way,
+                # writes may have gone by unseen: the tail is known again from the next read.
+                failed_on_the_way, self.failing = self.failing, False
+                if not failed_on_the_way and (
+                    message is None
+                    or (self.tail_target and self.tail_target in (read_from, message.token))
+                ):
                     self.at_tail = True
-                else:
+                    self.tail_target = ""
+                if message is not None:
                     self._keep(message)
                     self.position = message.token
-                    if message.token == self.tail_target:
-                        self.at_tail = True
                     self._publish(message)
                     self._wake()
         except asyncio.CancelledError:

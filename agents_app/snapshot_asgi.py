@@ -167,50 +167,64 @@ def _on_lane(work: Callable[[], _Reader]) -> _Reader:
     return work()
 
 
-#: When this thread's connections opened, by database alias (``_connections_check``).
-_opened = threading.local()
+#: For this long after this process sent a session a write (seconds), its reads take the
+#: stamp's token from the engine, not from ``session_events.known_tail``.
+WRITE_GUARD_SECONDS = 2.0
+#: A kept connection idle for longer than this (seconds) gets Django's health check before
+#: its next query (``CONN_HEALTH_CHECKS``; a ``SELECT 1`` on PostgreSQL), so one that the
+#: server closed meanwhile is replaced instead of failing a read.
+HEALTH_CHECK_IDLE_SECONDS = 1.0
+
+#: This thread's connections: when each opened and was last used, by database alias.
+_kept = threading.local()
 
 
-def _opened_at() -> dict[str, float]:
-    opened: dict[str, float] | None = getattr(_opened, "at", None)
-    if opened is None:
-        opened = _opened.at = {}
-    return opened
+def _kept_times() -> tuple[dict[str, float], dict[str, float]]:
+    if not hasattr(_kept, "opened"):
+        _kept.opened, _kept.used = {}, {}
+    return _kept.opened, _kept.used
 
 
 def _connections_check() -> None:
-    """Close this thread's connections that an error left unusable, that changed autocommit,
-    or that are older than their age limit (``_Lane``)."""
+    """Before a read on a lane: close this thread's connections that an error left unusable,
+    that changed autocommit, or that are older than their age limit (``_Lane``); have those
+    idle for more than ``HEALTH_CHECK_IDLE_SECONDS`` health-checked (as Django checks a
+    persistent connection at each request)."""
     from django.db import connections
 
-    opened = _opened_at()
+    opened, used = _kept_times()
+    now = time.monotonic()
     for connection in connections.all(initialized_only=True):
+        alias = connection.alias
         if connection.connection is None:
-            opened.pop(connection.alias, None)
+            opened.pop(alias, None)
             continue
         if connection.settings_dict["CONN_MAX_AGE"] != 0:
             connection.close_if_unusable_or_obsolete()
             continue
-        age = time.monotonic() - opened.get(connection.alias, time.monotonic())
         if (
             (connection.errors_occurred and not connection.is_usable())
             or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]
-            or age >= CONNECTION_MAX_SECONDS
+            or now - opened.get(alias, now) >= CONNECTION_MAX_SECONDS
         ):
             connection.close()
-            opened.pop(connection.alias, None)
-        else:
-            connection.errors_occurred = False
+            opened.pop(alias, None)
+            continue
+        connection.errors_occurred = False
+        if now - used.get(alias, now) > HEALTH_CHECK_IDLE_SECONDS:
+            connection.health_check_done = False  # type: ignore[attr-defined]
 
 
 def _connections_opened() -> None:
-    """Note when this thread's connections opened (``_connections_check``'s age limit)."""
+    """After a read on a lane: note when this thread's connections opened and were used."""
     from django.db import connections
 
-    opened = _opened_at()
+    opened, used = _kept_times()
+    now = time.monotonic()
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None:
-            opened.setdefault(connection.alias, time.monotonic())
+            opened.setdefault(connection.alias, now)
+            used[connection.alias] = now
 
 
 def _close_connections() -> None:
@@ -218,7 +232,8 @@ def _close_connections() -> None:
 
     for connection in connections.all(initialized_only=True):
         connection.close()
-    _opened_at().clear()
+    for times in _kept_times():
+        times.clear()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -514,7 +529,13 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
 
     work = functools.partial(contextvars.copy_context().run, _reader, request, scope)
     reader = await _lane().run(work)
-    events_after = session_events.known_tail(reader.session_id)
+    # Shortly after this process sent the session a write, the stamp's token comes from the
+    # engine: a Django read that began before the write may have put an older entry back, and
+    # this process's reader of the Stream may not have read the write's event yet.
+    events_after = (
+        None if snapshot_cache.written_within(reader.session_id, WRITE_GUARD_SECONDS)
+        else session_events.known_tail(reader.session_id)
+    )
     if events_after is None:
         try:
             events_after = await dex_gateway.call_here(

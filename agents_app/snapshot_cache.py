@@ -36,6 +36,7 @@ import collections
 import dataclasses
 import logging
 import pickle
+import time
 from typing import Any
 
 from agents_app.conf import dexagents_setting
@@ -63,6 +64,9 @@ class Entry:
 
 
 _local: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+# When this process last sent a write to each session (monotonic seconds; the newest
+# LOCAL_MAX_ENTRIES sessions).
+_written: dict[str, float] = {}
 # One Redis client per event loop (the ASGI loop, the gateway loop): redis.asyncio clients
 # are bound to the loop that made them.
 _clients: dict[int, Any] = {}
@@ -128,8 +132,12 @@ async def put(session_id: str, entry: Entry) -> None:
 
 
 async def forget(session_id: str) -> None:
-    """Drop the session's entry: a write is on its way (read-your-writes)."""
+    """Drop the session's entry: a write is on its way (read-your-writes). This process also
+    remembers when (``written_within``)."""
     _local.pop(session_id, None)
+    _written[session_id] = time.monotonic()
+    while len(_written) > LOCAL_MAX_ENTRIES:
+        _written.pop(next(iter(_written)))
     client = _redis()
     if client is None:
         return
@@ -137,6 +145,14 @@ async def forget(session_id: str) -> None:
         await client.delete(KEY_PREFIX + session_id)
     except Exception as error:
         logger.warning("Snapshot cache could not forget %s: %s", session_id, error)
+
+
+def written_within(session_id: str, seconds: float) -> bool:
+    """Whether this process sent a write to the session less than ``seconds`` ago
+    (``forget``): the snapshot short path then reads the stamp's token from the engine, so the
+    writer's next read cannot be answered from a stamp that has not seen the write yet."""
+    at = _written.get(session_id)
+    return at is not None and time.monotonic() - at < seconds
 
 
 def clear_local() -> None:

@@ -196,8 +196,8 @@ async def test_a_reader_behind_the_tail_is_not_taken_for_it(
     engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A shared reader that a client started at an old token says nothing of the tail until
-    an engine read of the newest token (``follow_tail``) finds it there; a failed engine read
-    makes it unsure again."""
+    an engine read of the newest token (``follow_tail``) finds it there; a failed engine call
+    makes it unsure again until one of its reads succeeded and the tail was confirmed."""
     monkeypatch.setattr(session_events, "FEED_TAIL_SECONDS", 0.5)
     tokens = await write_markers(engine, range(5))
     reader = session_events.read_messages(SESSION_ID, tokens[0])
@@ -209,6 +209,15 @@ async def test_a_reader_behind_the_tail_is_not_taken_for_it(
     feed = session_events._feeds[asyncio.get_running_loop()][SESSION_ID]
     feed._failed_read()
     assert session_events.known_tail(SESSION_ID) is None
+    # Until a read succeeds again, an engine read of the tail cannot vouch for the feed: it
+    # is not reading (a retry's backoff), so writes could go by unseen.
+    session_events.follow_tail(SESSION_ID, tokens[-1])
+    assert session_events.known_tail(SESSION_ID) is None
+    newer = await write_markers(engine, range(5, 6))
+    assert await take(reader, 1) == [5]
+    assert session_events.known_tail(SESSION_ID) is None
+    session_events.follow_tail(SESSION_ID, newer[-1])
+    assert session_events.known_tail(SESSION_ID) == newer[-1]
     await reader.aclose()
     await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0,
                    deadline=10)

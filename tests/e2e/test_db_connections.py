@@ -178,3 +178,37 @@ def test_the_snapshot_short_path_keeps_its_connection_between_reads_then_gives_i
     wait_until(f"Postgres connections back to {baseline}",
                lambda: postgres_connections(postgres_url) <= baseline,
                timeout=CONNECTION_IDLE_SECONDS + 30)
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_before_a_read(
+    web_on_postgres: Stack, postgres_url: str
+) -> None:
+    """A kept connection that PostgreSQL closed (a restart, a failover, an idle timeout) is
+    health-checked before the short path's next read uses it, so the read does not fail."""
+    import time
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    from agents_app.snapshot_asgi import HEALTH_CHECK_IDLE_SECONDS
+    from tests.production_services import POSTGRES_SERVER_URL
+
+    stack = web_on_postgres
+    baseline = settled_connections(postgres_url)
+    unknown = "/api/v1/sessions/00000000-0000-4000-8000-000000000000/"
+    with stack.api() as api:
+        assert api.get(unknown).status_code == 404
+        wait_until("the short path's connection to show",
+                   lambda: postgres_connections(postgres_url) >= baseline + 1, timeout=10)
+        with psycopg.connect(POSTGRES_SERVER_URL, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (urlsplit(postgres_url).path.lstrip("/"),),
+            )
+        # Not a poll: the check applies to connections idle for longer than this.
+        time.sleep(HEALTH_CHECK_IDLE_SECONDS + 0.2)
+        for _ in range(3):
+            assert api.get(unknown).status_code == 404
+    failed = [line for line in list(stack.web.lines) if "Snapshot short path failed" in line]
+    assert not failed, failed
