@@ -190,6 +190,10 @@ class _RetentionCheck:
         return gone
 
 
+class _Unheld(Exception):
+    """A feed that no reader holds stops at its first failed engine call (``_SessionFeed``)."""
+
+
 class _Detached:
     """Queue item: the reader fell ``FEED_QUEUE_MESSAGES`` behind and left the feed."""
 
@@ -365,6 +369,13 @@ class _SessionFeed:
         # The engine may take writes this reader does not see until it reads again.
         self.at_tail = False
         self.failing = True
+        if self.holders <= 0:
+            # Kept only for snapshot reads (``keep``): stop rather than retry while the engine
+            # is away. Retries would keep the process's shared gRPC connection reconnecting
+            # with growing backoff, so that a write sent just after the engine came back
+            # could find it still waiting and be kept for later delivery; the next read
+            # starts a new feed (``follow_tail``).
+            raise _Unheld
 
     async def _run(self) -> None:
         check = _RetentionCheck(self.session_id, self._failed_read)
@@ -393,6 +404,9 @@ class _SessionFeed:
                     self._wake()
         except asyncio.CancelledError:
             raise
+        except _Unheld:
+            logger.info("Events feed of session %s stopped: the engine did not answer.",
+                        self.session_id)
         except Exception as error:
             logger.error("Events feed of session %s failed.", self.session_id, exc_info=error)
             self._close()

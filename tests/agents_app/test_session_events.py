@@ -221,3 +221,24 @@ async def test_a_reader_behind_the_tail_is_not_taken_for_it(
     await reader.aclose()
     await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0,
                    deadline=10)
+
+
+async def test_a_feed_only_snapshot_reads_keep_stops_when_the_engine_fails(engine: str) -> None:
+    """Nobody reads from a feed that only snapshot reads keep: at the engine's first failure it
+    stops instead of retrying (each retry would keep the process's shared gRPC connection in
+    reconnect backoff after the engine is back); one a reader holds keeps retrying."""
+    tokens = await write_markers(engine, range(1))
+    session_events.follow_tail(SESSION_ID, tokens[-1])
+    feed = session_events._feeds[asyncio.get_running_loop()][SESSION_ID]
+    with pytest.raises(session_events._Unheld):
+        feed._failed_read()
+
+    reader = session_events.read_messages(SESSION_ID, tokens[-1])
+    waiting = asyncio.create_task(take(reader, 1))
+    await wait_for("the reader to hold the feed", lambda: feed.holders > 0)
+    feed._failed_read()  # held: no stop
+    assert session_events.known_tail(SESSION_ID) is None
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await reader.aclose()
