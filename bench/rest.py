@@ -153,11 +153,18 @@ class Figure:
     def rate(self) -> float:
         return self.reads / self.seconds if self.seconds else 0.0
 
+    @property
+    def cpu_per_read(self) -> float:
+        """Server CPU seconds per read (NaN when not measured)."""
+        if self.cpu_seconds is None or not self.reads:
+            return float("nan")
+        return self.cpu_seconds / self.reads
+
     def line(self) -> str:
         if not self.latencies:
             return f"{self.label}: no successful read, errors {len(self.errors)}"
         cpu = ("" if self.cpu_seconds is None or not self.reads else
-               f", server CPU {self.cpu_seconds / self.reads * 1000:5.2f} ms/read")
+               f", server CPU {self.cpu_per_read * 1000:5.2f} ms/read")
         return (f"{self.label}: {self.rate:7.1f} reads/s, p50 "
                 f"{percentile(self.latencies, 0.5) * 1000:6.1f} ms, p99 "
                 f"{percentile(self.latencies, 0.99) * 1000:6.1f} ms, errors {len(self.errors)}"
@@ -189,13 +196,6 @@ async def closed_loop(label: str, read: Any, clients: int, ids: list[str],
     figure.seconds = time.perf_counter() - began
     figure.reads = len(figure.latencies)
     return figure
-
-
-def cpu_per_read(figure: Figure) -> float:
-    """The measured server CPU seconds per read of ``figure`` (NaN when not measured)."""
-    if figure.cpu_seconds is None or not figure.reads:
-        return float("nan")
-    return figure.cpu_seconds / figure.reads
 
 
 async def http_figure(label: str, ports: list[int], bearer: dict[str, str], clients: int,
@@ -409,7 +409,7 @@ async def measure(stack: Any, args: argparse.Namespace, baseline: Path,
                     print(f"  c={clients}: after, 1 process / LangGraph server thread-state "
                           f"reads x{rates['after, 1 process'] / theirs:.2f} (issue 24: >= 1.0x "
                           f"per web process); server CPU per read x"
-                          f"{cpu_per_read(ours) / cpu_per_read(peer_state):.2f}")
+                          f"{ours.cpu_per_read / peer_state.cpu_per_read:.2f}")
             for label in ("before, 1 process", "after, 1 process"):
                 scale = figures[f"{args.concurrency} {label}"].rate / (
                     figures[f"1 {label}"].rate or float("nan"))

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -155,6 +156,17 @@ def test_cancelled_requests_and_dropped_websockets_give_back_db_connections(
                lambda: postgres_connections(postgres_url) <= baseline, timeout=30)
 
 
+UNKNOWN_SESSION = "/api/v1/sessions/00000000-0000-4000-8000-000000000000/"
+
+
+def short_path_connection_opened(api: httpx.Client, postgres_url: str, baseline: int) -> None:
+    """Read an unknown session (answered 404 by Django after the short path's token and session
+    lookups) and wait for the short path's kept connection to show."""
+    assert api.get(UNKNOWN_SESSION).status_code == 404
+    wait_until("the short path's connection to show",
+               lambda: postgres_connections(postgres_url) >= baseline + 1, timeout=10)
+
+
 def test_the_snapshot_short_path_keeps_its_connection_between_reads_then_gives_it_back(
     web_on_postgres: Stack, postgres_url: str
 ) -> None:
@@ -165,15 +177,11 @@ def test_the_snapshot_short_path_keeps_its_connection_between_reads_then_gives_i
 
     stack = web_on_postgres
     baseline = settled_connections(postgres_url)
-    unknown = "/api/v1/sessions/00000000-0000-4000-8000-000000000000/"
     with stack.api() as api:
-        # Answered 404 by Django after the short path's token and session lookups.
-        assert api.get(unknown).status_code == 404
-        wait_until("the short path's connection to show",
-                   lambda: postgres_connections(postgres_url) >= baseline + 1, timeout=10)
+        short_path_connection_opened(api, postgres_url, baseline)
         opened = postgres_connections(postgres_url)
         for _ in range(20):
-            assert api.get(unknown).status_code == 404
+            assert api.get(UNKNOWN_SESSION).status_code == 404
         assert settled_connections(postgres_url) <= opened
     wait_until(f"Postgres connections back to {baseline}",
                lambda: postgres_connections(postgres_url) <= baseline,
@@ -195,11 +203,8 @@ def test_a_kept_connection_the_server_closed_is_replaced_before_a_read(
 
     stack = web_on_postgres
     baseline = settled_connections(postgres_url)
-    unknown = "/api/v1/sessions/00000000-0000-4000-8000-000000000000/"
     with stack.api() as api:
-        assert api.get(unknown).status_code == 404
-        wait_until("the short path's connection to show",
-                   lambda: postgres_connections(postgres_url) >= baseline + 1, timeout=10)
+        short_path_connection_opened(api, postgres_url, baseline)
         with psycopg.connect(POSTGRES_SERVER_URL, autocommit=True) as admin:
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -209,6 +214,6 @@ def test_a_kept_connection_the_server_closed_is_replaced_before_a_read(
         # Not a poll: the check applies to connections idle for longer than this.
         time.sleep(HEALTH_CHECK_IDLE_SECONDS + 0.2)
         for _ in range(3):
-            assert api.get(unknown).status_code == 404
+            assert api.get(UNKNOWN_SESSION).status_code == 404
     failed = [line for line in list(stack.web.lines) if "Snapshot short path failed" in line]
     assert not failed, failed
