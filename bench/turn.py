@@ -287,11 +287,20 @@ def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
     return f"  {name:<34} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms{ratio}"
 
 
+def _floor_cpu(stack: Any, worker_pid: int) -> float:
+    """CPU seconds of the floor's engine and worker so far (0.0 without a floor)."""
+    if stack is None:
+        return 0.0
+    return _process_cpu(stack.engine_pid) + _process_cpu(worker_pid)
+
+
 def _print_dbos_comparison(
     sides: list[OurSide], cpu_ms: list[float], dbos: DbosSide, dbos_cpu_ms: float,
-    langgraph_cpu_ms: float,
+    langgraph_cpu_ms: float, floor_seconds: list[float], floor_cpu_ms: float,
 ) -> None:
-    """Turn p50 / p99 and CPU per turn of every side against DBOS (issue 24's targets)."""
+    """Turn p50 / p99 and CPU per turn of every side against DBOS (issue 24's targets), and
+    of the floor (the same Step tasks with empty handlers) when it ran: the part of our CPU
+    and latency that the engine's and the unchanged SDK's messages take before any handler."""
     dbos_p50 = percentile(dbos.seconds, 0.5) * 1000
     print("\nAgainst DBOS (issue 24; durability: ours --sync full = SQLite WAL + synchronous FULL,"
           " DBOS = rollback\n journal + synchronous FULL: both survive a power loss; --sync"
@@ -301,6 +310,8 @@ def _print_dbos_comparison(
     rows = [("DBOS", dbos.seconds, dbos_cpu_ms)]
     rows += [(f"dex_agents --sync {side.sync}", side.seconds, cpu)
              for side, cpu in zip(sides, cpu_ms, strict=True)]
+    if floor_seconds:
+        rows.append(("floor: empty handlers, --sync normal", floor_seconds, floor_cpu_ms))
     for name, seconds, cpu in rows:
         p50 = percentile(seconds, 0.5) * 1000
         p99 = percentile(seconds, 0.99) * 1000
@@ -323,8 +334,10 @@ def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
     print(f"  engine garbage collection: {costs['gc_ms']:.2f} ms per turn, longest pause"
           f" {costs['gc_longest_ms']:.1f} ms")
     print("  engine, per gRPC method and per worker frame kind (calls / ms per turn; the bench's"
-          " own wait is WaitForStepCompletion or ReadStream; send:, register_stream and"
-          " PollWorkerTask are counts; frame:reject is a task a worker refused, sent again):")
+          " own wait is WaitForStepCompletion or ReadStream; send:, register_stream,"
+          " closed_with_task and PollWorkerTask are counts; frame:reject is a task a worker"
+          " refused, closed_with_task one sent to a stream the worker was retiring: each is"
+          " sent again):")
     ranked = sorted(costs["methods"].items(), key=lambda item: -item[1][1])
     for name, (calls, ms) in ranked:
         print(f"    {name:<48} {calls:6.1f} {ms:8.2f}")
@@ -361,6 +374,7 @@ async def run(
     floor_seconds: list[float] = []
     floor_thread_ms: list[float] = []
     floor_worker_pid = 0
+    floor_client_cpu = [0.0]
     dbos_side: DbosSide | None = None
     try:
         if dbos:
@@ -394,9 +408,11 @@ async def run(
             if floor_stack is None:
                 return
             thread_before = thread_cpu_ms(floor_worker_pid)
+            client_before = time.process_time()
             started = time.perf_counter()
             await floor_turn(floor_stack.client, floor_flow, flow_id)
             floor_seconds.append(time.perf_counter() - started)
+            floor_client_cpu[0] += time.process_time() - client_before
             floor_thread_ms.append(thread_cpu_ms(floor_worker_pid) - thread_before)
 
         graph, connection = build_graph(root / "langgraph.sqlite3", root / "langgraph.log")
@@ -429,11 +445,13 @@ async def run(
         peer.clear()
         bare_seconds.clear()
         floor_seconds.clear()
+        floor_client_cpu[0] = 0.0
         peer_cpu[0] = 0.0
         if dbos_side is not None:
             dbos_side.seconds.clear()
         cpu_before = [side.cpu() for side in sides]
         dbos_cpu_before = dbos_side.cpu() if dbos_side is not None else 0.0
+        floor_cpu_before = _floor_cpu(floor_stack, floor_worker_pid)
         before = [await side.reading() for side in sides] if profile else []
         for index in range(turns):
             for side in sides:
@@ -444,6 +462,9 @@ async def run(
                   for side, first in zip(sides, cpu_before, strict=True)]
         dbos_cpu_ms = ((dbos_side.cpu() - dbos_cpu_before) * 1000 / turns
                        if dbos_side is not None else 0.0)
+        floor_cpu_ms = ((_floor_cpu(floor_stack, floor_worker_pid) - floor_cpu_before
+                         + floor_client_cpu[0]) * 1000 / turns if floor_stack is not None
+                        else None)
         after = [await side.reading() for side in sides] if profile else []
         if connection is not None:
             connection.close()
@@ -467,7 +488,9 @@ async def run(
                   " bench/turn_floor.py)")
         if dbos_side is not None:
             _print_dbos_comparison(sides, cpu_ms, dbos_side, dbos_cpu_ms,
-                                   peer_cpu[0] * 1000 / turns)
+                                   peer_cpu[0] * 1000 / turns,
+                                   floor_seconds if floor_cpu_ms is not None else [],
+                                   floor_cpu_ms or 0.0)
         print("CPU of the worker's main thread inside each turn (from start_session to the"
               " snapshot; ratio = p50 / LangGraph + SqliteSaver p50):")
         for side in sides:

@@ -25,6 +25,17 @@ from ._steps import StepMachine
 from ._streams import write_step_stream
 
 
+def idle_per_queue(idle: Iterable[WorkerStream]) -> dict[tuple[str, str], int]:
+    """How many of the ``idle`` streams each worker has on each queue:
+    ``{(app_worker_id, queue): count}``. A pull Worker retires all but one of a queue's idle
+    streams (``Dispatcher._pick_stream``)."""
+    counts: dict[tuple[str, str], int] = {}
+    for stream in idle:
+        group = (stream.app_worker_id, stream.queue)
+        counts[group] = counts.get(group, 0) + 1
+    return counts
+
+
 class Dispatcher(StepMachine):
     """Routes tasks to pull streams and push workers and applies their answers."""
 
@@ -50,10 +61,13 @@ class Dispatcher(StepMachine):
         # none, and each ready task is matched against these only (not every stream), so a
         # pump stays cheap with many runs waiting for a slot.
         idle = [stream for stream in reversed(self.streams.values()) if stream.idle]
+        # Counted before this pump gives any a task: what the worker has seen (_pick_stream).
+        idle_peers = idle_per_queue(idle)
         for call in list(self.rpc_queue):
             if not idle:
                 break
-            stream = self._pick_stream(call.run, call.excluded, rpc=True, t=t, candidates=idle)
+            stream = self._pick_stream(call.run, call.excluded, rpc=True, t=t, candidates=idle,
+                                       idle_peers=idle_peers)
             if stream is not None:
                 self.rpc_queue.remove(call)
                 self._send_rpc(stream, call)
@@ -75,7 +89,8 @@ class Dispatcher(StepMachine):
             if not idle:
                 continue
             stream = self._pick_stream(
-                run, self.excluded.get(key, set()), rpc=False, t=t, candidates=idle
+                run, self.excluded.get(key, set()), rpc=False, t=t, candidates=idle,
+                idle_peers=idle_peers,
             )
             if stream is None or not self.lock_for_dispatch(run, st):
                 continue
@@ -91,20 +106,28 @@ class Dispatcher(StepMachine):
 
     def _pick_stream(
         self, run: Run, excluded: set[str], rpc: bool, t: float,
-        candidates: Iterable[WorkerStream],
+        candidates: Iterable[WorkerStream], idle_peers: dict[tuple[str, str], int] | None = None,
     ) -> WorkerStream | None:
         """The idle stream for a task of ``run``: a stream of its sticky worker (the one that
-        served the Flow's previous task, spec "Routing") before any other worker's, its own
-        queue before the Flow type's queue, and within each a stream that never carried a task,
-        newest first.
+        served the Flow's previous task, spec "Routing") before any other worker's; within
+        that, a stream the worker keeps before one it may be retiring, its own queue before the
+        Flow type's queue, and newest first.
 
         Stickiness comes first because a worker keeps per-session state a task of the same
         session should find again (the MCP connections of an agent session, one per worker):
         a Flow-type stream of another worker is used only when the sticky worker has no idle
-        stream. A pull Worker (dex-python-sdk) opens a replacement stream when a task lands on
-        its idle one and retires a stream as soon as its task is done if a replacement is idle,
-        so a stream that just carried a task is the one most likely to be closing: a task sent
-        there comes back rejected and is sent again, a round trip on the Flow's path (issue 13).
+        stream.
+
+        A pull Worker (dex-python-sdk 1.23.0) keeps one idle stream per queue: it opens a
+        replacement when a task lands on the idle one, and as soon as a queue has two idle
+        streams (a task ended, or a replacement registered) it half-closes one of them, which
+        one depending on timing inside the worker. A task sent to that one comes back
+        unanswered at the half-close and is sent again, a round trip and a commit on the
+        Flow's path (spec section 1.4, "Stream churn"). So a stream that is its worker's only
+        idle stream on its queue (``idle_peers``: idle streams per ``(app_worker_id, queue)``
+        when the pump began) comes first; among a queue's surplus streams, one that never
+        carried a task (the worker checks a stream right after its task, so that one is the
+        likelier to go).
 
         ``candidates``: the idle streams to choose from, newest first (``_match_tasks``).
         """
@@ -120,14 +143,16 @@ class Dispatcher(StepMachine):
             own_queue = stream.queue == stream.app_worker_id
             if own_queue and stream.app_worker_id != run.sticky:
                 continue
+            kept = (idle_peers or {}).get((stream.app_worker_id, stream.queue), 1) <= 1
             rank = (
-                (4 if run.sticky and stream.app_worker_id == run.sticky else 0)
+                (8 if run.sticky and stream.app_worker_id == run.sticky else 0)
+                + (4 if kept else 0)
                 + (2 if stream.served == 0 else 0)
                 + (1 if own_queue else 0)
             )
             if rank > best_rank:
                 best, best_rank = stream, rank
-                if rank == 7:
+                if rank == 15:
                     break
         return best
 
@@ -365,7 +390,10 @@ class Dispatcher(StepMachine):
         if run is None or st is None or st.task_id != task_id:
             return
         if clean:
+            # Committed by the pump below, with the task's next dispatch when there is one
+            # (a requeue and its dispatch were two commits).
             self.requeue_undelivered(run, st)
+            self.unflushed[run.run_id] = run
         else:
             message = "worker stream disconnected while the task was running"
             self.fail_attempt(
@@ -379,7 +407,7 @@ class Dispatcher(StepMachine):
                 message,
             )
             self.advance(run)
-        self.flush(run)
+            self.flush(run)
         self.pump()
 
     def on_frame(self, stream: WorkerStream, frame: pb.PollWorkerTaskRequest) -> None:
@@ -491,7 +519,7 @@ class Dispatcher(StepMachine):
             self.declined_until[stream.sid] = now() + self.decline_backoff
             self.loop.call_later(self.decline_backoff + 0.01, self.pump)
         self.requeue_undelivered(run, st)
-        self.flush(run)
+        self.unflushed[run.run_id] = run
         self.pump()
 
     def _deliver(self, inflight: Inflight, tf: pb.PollWorkerTaskFrame, final: bool) -> None:

@@ -102,9 +102,12 @@ class EngineProfile:
 
     def instrument(self, engine: Any) -> None:
         """Time the engine's handling of each frame a worker sends on ``PollWorkerTask``,
-        recorded as ``frame:<oneof name>`` (task results, heartbeats, RPC answers...)."""
+        recorded as ``frame:<oneof name>`` (task results, heartbeats, RPC answers...); count
+        tasks sent (``send:<kind>``), streams registered (``register_stream``) and streams that
+        ended with a task unanswered (``closed_with_task``)."""
         handle = engine.on_frame
         register = engine.register_stream
+        ended = engine.stream_ended
 
         def timed(stream: Any, frame: Any) -> Any:
             started = time.perf_counter()
@@ -134,8 +137,16 @@ class EngineProfile:
             self.record("register_stream", 0.0, f"s{stream.sid} {queue[:20]}")
             return stream
 
+        def stream_ended(stream: Any, clean: bool) -> Any:
+            if stream.task_id:
+                # A task the worker had not answered when its stream ended: sent to a stream
+                # the worker was retiring (clean), or lost with it.
+                self.record("closed_with_task", 0.0, f"s{stream.sid} clean={clean}")
+            return ended(stream, clean)
+
         engine.on_frame = timed
         engine.register_stream = registered
+        engine.stream_ended = stream_ended
 
     def interceptor(self) -> grpc.aio.ServerInterceptor:
         """A server interceptor that times every unary method into this profile."""

@@ -8,7 +8,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from dex_dev_server._dispatch import Dispatcher
+from dex_dev_server._dispatch import Dispatcher, idle_per_queue
 from dex_dev_server._state import WorkerStream
 
 FLOW_TYPE = "AgentSession"
@@ -30,9 +30,11 @@ def pick(streams: list[WorkerStream], sticky: str) -> Any:
         streams={item.sid: item for item in streams}, declined_until={}, rpc_declined_until={}
     )
     run = SimpleNamespace(flow_type=FLOW_TYPE, sticky=sticky)
-    # Newest first, as ``_match_tasks`` gathers them.
+    # Newest first, and counted per queue, as ``_match_tasks`` gathers them.
+    idle = [item for item in streams[::-1] if item.idle]
     chosen = Dispatcher._pick_stream(
-        engine, run, set(), rpc=False, t=0.0, candidates=streams[::-1]  # type: ignore[arg-type]
+        engine, run, set(), rpc=False, t=0.0,  # type: ignore[arg-type]
+        candidates=idle, idle_peers=idle_per_queue(idle),
     )
     return None if chosen is None else (chosen.app_worker_id, chosen.sid)
 
@@ -59,3 +61,29 @@ def test_without_an_idle_stream_of_the_sticky_worker_another_worker_takes_it() -
 def test_a_flow_without_a_sticky_worker_prefers_fresh_streams() -> None:
     streams = [stream(1, "a", served=4), stream(2, "b", served=0)]
     assert pick(streams, sticky="") == ("b", 2)
+
+
+def test_a_queue_s_only_idle_stream_wins_over_surplus_ones() -> None:
+    # Worker a has two idle streams on its own queue, so it is retiring one of them (which
+    # one depends on timing inside the worker); its only idle stream on the Flow type's queue
+    # stays. A task sent to the retiring one came back unanswered and was sent again (2.7 such
+    # round trips per agent turn, issue 24). The fresh own-queue stream used to win.
+    streams = [
+        stream(1, "a", served=6),
+        stream(2, "a", own_queue=True, served=3),
+        stream(3, "a", own_queue=True, served=0),
+    ]
+    assert pick(streams, sticky="a") == ("a", 1)
+
+
+def test_among_surplus_streams_a_fresh_one_on_the_own_queue_is_taken() -> None:
+    streams = [
+        stream(1, "a", served=2),
+        stream(2, "a", served=0),
+        stream(3, "a", own_queue=True, served=4),
+        stream(4, "a", own_queue=True, served=0),
+    ]
+    assert pick(streams, sticky="a") == ("a", 4)
+    # A busy stream is not counted: its queue's other stream is the only idle one there.
+    streams[3].task_id = "t-1"
+    assert pick(streams, sticky="a") == ("a", 3)
