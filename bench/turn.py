@@ -297,6 +297,7 @@ def _floor_cpu(stack: Any, worker_pid: int) -> float:
 def _print_dbos_comparison(
     sides: list[OurSide], cpu_ms: list[float], dbos: DbosSide, dbos_cpu_ms: float,
     langgraph_cpu_ms: float, floor_seconds: list[float], floor_cpu_ms: float,
+    floor_sync: str = "normal",
 ) -> None:
     """Turn p50 / p99 and CPU per turn of every side against DBOS (issue 24's targets), and
     of the floor (the same Step tasks with empty handlers) when it ran: the part of our CPU
@@ -311,7 +312,7 @@ def _print_dbos_comparison(
     rows += [(f"dex_agents --sync {side.sync}", side.seconds, cpu)
              for side, cpu in zip(sides, cpu_ms, strict=True)]
     if floor_seconds:
-        rows.append(("floor: empty handlers, --sync normal", floor_seconds, floor_cpu_ms))
+        rows.append((f"floor: empty handlers, --sync {floor_sync}", floor_seconds, floor_cpu_ms))
     for name, seconds, cpu in rows:
         p50 = percentile(seconds, 0.5) * 1000
         p99 = percentile(seconds, 0.99) * 1000
@@ -352,6 +353,7 @@ async def run(
     profile: bool,
     floor: bool = True,
     dbos: bool = True,
+    floor_sync: str = "normal",
 ) -> None:
     """Start one engine + worker per ``--sync`` value (and one for the floor), interleave the
     sides, print figures."""
@@ -399,7 +401,7 @@ async def run(
         if floor:
             floor_stack = AgentTestStack(
                 root / "floor", [floor_flow], FLOOR_WORKER_MODULE, worker_cwd=REPO,
-                engine_args=["--sync", "normal"],
+                engine_args=["--sync", floor_sync],
             )
             await floor_stack.__aenter__()
             floor_worker_pid = (await floor_stack.start_worker()).pid
@@ -484,13 +486,13 @@ async def run(
         if floor_seconds:
             print(_summary("floor: same Steps, empty handlers", floor_seconds, peer_p50))
             print("  (the floor is the turn's nine Step tasks and one RPC on the same engine, SDK"
-                  " and pull worker\n   at --sync normal, with handlers that do nothing:"
+                  f" and pull worker\n   at --sync {floor_sync}, with handlers that do nothing:"
                   " bench/turn_floor.py)")
         if dbos_side is not None:
             _print_dbos_comparison(sides, cpu_ms, dbos_side, dbos_cpu_ms,
                                    peer_cpu[0] * 1000 / turns,
                                    floor_seconds if floor_cpu_ms is not None else [],
-                                   floor_cpu_ms or 0.0)
+                                   floor_cpu_ms or 0.0, floor_sync)
         print("CPU of the worker's main thread inside each turn (from start_session to the"
               " snapshot; ratio = p50 / LangGraph + SqliteSaver p50):")
         for side in sides:
@@ -538,6 +540,8 @@ def main() -> None:
                         help="no cost breakdown (for an engine without --profile)")
     parser.add_argument("--no-floor", action="store_true",
                         help="do not measure the floor (the same Steps with empty handlers)")
+    parser.add_argument("--floor-sync", choices=["normal", "full"], default="normal",
+                        help="the floor engine's --sync setting (default: normal)")
     parser.add_argument("--no-dbos", action="store_true",
                         help="do not measure the DBOS peer (bench/dbos_turn_peer.py)")
     parser.add_argument("--trace", action="store_true",
@@ -551,7 +555,7 @@ def main() -> None:
     syncs = ["normal", "full"] if args.sync == "both" else [args.sync]
     asyncio.run(
         run(args.turns, args.warmup, syncs, args.trace, args.observe, not args.no_profile,
-            not args.no_floor, not args.no_dbos)
+            not args.no_floor, not args.no_dbos, args.floor_sync)
     )
 
 
