@@ -337,8 +337,8 @@ def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
     print("  engine, per gRPC method and per worker frame kind (calls / ms per turn; the bench's"
           " own wait is WaitForStepCompletion or ReadStream; send:, register_stream,"
           " closed_with_task and PollWorkerTask are counts; frame:reject is a task a worker"
-          " refused, closed_with_task one sent to a stream the worker was retiring: each is"
-          " sent again):")
+          " refused, closed_with_task one unanswered when its stream ended, nearly always one"
+          " sent to a stream the worker was retiring: each is sent again):")
     ranked = sorted(costs["methods"].items(), key=lambda item: -item[1][1])
     for name, (calls, ms) in ranked:
         print(f"    {name:<48} {calls:6.1f} {ms:8.2f}")

@@ -110,8 +110,10 @@ class Dispatcher(StepMachine):
     ) -> WorkerStream | None:
         """The idle stream for a task of ``run``: a stream of its sticky worker (the one that
         served the Flow's previous task, spec "Routing") before any other worker's; within
-        that, a stream the worker keeps before one it may be retiring, its own queue before the
-        Flow type's queue, and newest first.
+        that, a stream the worker keeps before one it may be retiring, then one that never
+        carried a task, then the worker's own queue before the Flow type's queue, newest first
+        among equals. (So the sticky worker's stream on the Flow type's queue can win over its
+        own-queue stream: both reach the same worker, which is what stickiness is for.)
 
         Stickiness comes first because a worker keeps per-session state a task of the same
         session should find again (the MCP connections of an agent session, one per worker):

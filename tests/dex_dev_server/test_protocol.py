@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -592,6 +595,61 @@ async def test_a_stream_that_declined_a_step_still_takes_an_rpc(
             if sending is not None:
                 sending.cancel()
                 await asyncio.gather(sending, return_exceptions=True)
+
+
+def _ask_profile(engine: EngineProcess, profile: Path) -> None:
+    """Have the engine write its ``--profile`` figures (SIGUSR1) to ``profile`` afresh."""
+    profile.unlink(missing_ok=True)
+    assert engine.proc is not None
+    os.kill(engine.proc.pid, signal.SIGUSR1)
+
+
+def _profile_commits(profile: Path) -> tuple[int] | None:
+    """``(commits,)`` once the engine wrote ``profile`` (it renames a whole file into place)."""
+    if not profile.exists():
+        return None
+    return (int(json.loads(profile.read_text())["commits"]),)
+
+
+async def _engine_commits(engine: EngineProcess, profile: Path) -> int:
+    """The engine's SQLite commits so far."""
+    _ask_profile(engine, profile)
+    (commits,) = await eventually(lambda: _profile_commits(profile))
+    return int(commits)
+
+
+@pytest.mark.parametrize("how", ["half-close", "decline"])
+async def test_a_step_put_back_is_committed_with_its_next_dispatch(
+    tmp_path: Path, how: str
+) -> None:
+    """A Step task sent to a stream the worker is retiring comes back unanswered at the
+    half-close (or declined ``NO_CAPACITY``) and goes to another idle stream: putting it back
+    and sending it again are one commit (they were two, each an fsync at ``--sync full``)."""
+    profile = tmp_path / "profile.json"
+    engine = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
+                           ["--profile", str(profile)])
+    engine.start()
+    try:
+        async with engine_client(engine.address, tmp_path / "blobs") as client, \
+                grpc.aio.insecure_channel(engine.address) as channel:
+            first = await _raw_stream(channel, "SignalFlow", "w1")
+            await client.start_flow(flows.SIGNAL, "put-back-1", None)
+            step = await asyncio.wait_for(first.read(), timeout=10)
+            assert step.task.WhichOneof("request") == "wait_for"
+            second = await _raw_stream(channel, "SignalFlow", "w1")
+            before = await _engine_commits(engine, profile)
+            if how == "half-close":
+                await first.done_writing()
+            else:
+                await _decline(first, step.task.task_id)
+            again = await asyncio.wait_for(second.read(), timeout=10)
+            assert again.task.WhichOneof("request") == "wait_for"
+            assert again.task.task_id != step.task.task_id
+            assert await _engine_commits(engine, profile) - before == 1
+            first.cancel()
+            second.cancel()
+    finally:
+        engine.stop()
 
 
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "soon", "3601"])
