@@ -125,9 +125,19 @@ class ToolCallAccumulator:
     * A delta with an ``index`` and no ``id`` continues the latest call at that index, so
       id-less continuation chunks are never lost; an unseen index opens a call.
     * A delta with neither continues the most recent call.
+    * Unless it was matched by its ``id``, a delta with a name that continues a call by the
+      rules above opens a new one instead when it cannot belong to it (issue 25): a different
+      name after the call's arguments began, or the same name with arguments that begin after
+      the call's arguments already form a whole JSON value. LiteLLM's ``ollama_chat`` and some
+      OpenAI-compatible servers stream every call at ``index`` 0 without an ``id``, each delta
+      with its name (LiteLLM's Ollama stream gives an ``id`` only to calls with arguments), so
+      two calls with ``"{}"`` used to become one named ``a__xb__y`` or one with ``"{}{}"``.
+      Nameless arguments after a whole value stay with the call: a call without a name could
+      not run, while arguments that are not JSON reach the model as a tool error it can read.
 
-    Names are set once (a repeated identical name is ignored, a different piece is appended);
-    argument pieces are concatenated; ``provider_specific_fields`` dicts are merged.
+    Names are set once (a repeated identical name is ignored, a different piece before any
+    argument is appended: a name streamed in pieces); argument pieces are concatenated;
+    ``provider_specific_fields`` dicts are merged.
     """
 
     calls: list[dict[str, Any]] = field(default_factory=list)
@@ -144,15 +154,21 @@ class ToolCallAccumulator:
         raw_index = delta.get("index")
         index = int(raw_index) if raw_index is not None else None
         call_id = delta.get("id") or None
+        name = delta.get("name") or ""
+        arguments = delta.get("arguments") or ""
         position: int | None = None
         if call_id is not None and call_id in self._by_id:
             position = self._by_id[call_id]
-        elif index is not None and index in self._by_index:
-            latest = self._by_index[index]
-            if call_id is None or not self.calls[latest]["id"]:
-                position = latest
-        elif index is None and call_id is None and self.calls:
-            position = len(self.calls) - 1
+        else:
+            if index is not None and index in self._by_index:
+                latest = self._by_index[index]
+                if call_id is None or not self.calls[latest]["id"]:
+                    position = latest
+            elif index is None and call_id is None and self.calls:
+                position = len(self.calls) - 1
+            if position is not None and _starts_another_call(self.calls[position], name,
+                                                             arguments):
+                position = None
         if position is None:
             position = self._open()
         if index is not None:
@@ -161,15 +177,37 @@ class ToolCallAccumulator:
         if call_id is not None and not call["id"]:
             call["id"] = call_id
             self._by_id[call_id] = position
-        name = delta.get("name") or ""
         if name and name != call["name"]:
             call["name"] += name
-        call["arguments"] += delta.get("arguments") or ""
+        call["arguments"] += arguments
         extra = delta.get("provider_specific_fields")
         if isinstance(extra, Mapping) and extra:
             merged = dict(call.get("provider_specific_fields") or {})
             merged.update(as_plain(extra))
             call["provider_specific_fields"] = merged
+
+
+def _starts_another_call(call: Mapping[str, Any], name: str, arguments: str) -> bool:
+    """Whether a delta with ``name`` and ``arguments`` that matched ``call`` by index (or as
+    the latest call) is really the next call (``ToolCallAccumulator``)."""
+    if not name or not call["arguments"].strip():
+        return False
+    if name != call["name"]:
+        return True
+    return bool(arguments.strip()) and _whole_json(call["arguments"])
+
+
+def _whole_json(text: str) -> bool:
+    """Whether ``text`` is one complete JSON object or array (arguments are objects; a cheap
+    look at the last character first, since this runs for every streamed argument piece)."""
+    stripped = text.rstrip()
+    if not stripped or stripped[-1] not in "}]":
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True
 
 
 def tool_call_delta(raw: Any) -> dict[str, Any]:

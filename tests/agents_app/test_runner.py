@@ -322,6 +322,35 @@ def test_accumulator_keeps_two_calls_that_share_an_index_apart() -> None:
     ]
 
 
+def test_accumulator_splits_id_less_calls_that_share_index_zero() -> None:
+    # LiteLLM's ollama_chat and some OpenAI-compatible servers (issue 25): every call at index
+    # 0, no id, each delta with its name. A new name after arguments began, or the same name
+    # with arguments after a whole JSON value, start the next call; a name in pieces before any
+    # argument, a repeated name without arguments, whitespace after the value and nameless
+    # arguments after it (not JSON then: the model reads that error) do not.
+    accumulator = ToolCallAccumulator()
+    deltas: list[dict[str, Any]] = [
+        {"index": 0, "name": "srv__tool_a", "arguments": "{}"},
+        {"index": 0, "name": "srv__tool_b", "arguments": "{}"},
+        {"index": 0, "name": "srv__tool_b", "arguments": "{}"},
+        {"index": 0, "name": "srv__", "arguments": ""},
+        {"index": 0, "name": "tool_c", "arguments": '{"a": '},
+        {"index": 0, "arguments": "[1, 2]}"},
+        {"index": 0, "arguments": " \n"},
+        {"index": 0, "name": "srv__tool_c", "provider_specific_fields": {"k": "v"}},
+        {"index": 0, "arguments": '{"b": 1}'},
+    ]
+    for delta in deltas:
+        accumulator.add(delta)
+    assert [(call["name"], call["arguments"]) for call in accumulator.calls] == [
+        ("srv__tool_a", "{}"),
+        ("srv__tool_b", "{}"),
+        ("srv__tool_b", "{}"),
+        ("srv__tool_c", '{"a": [1, 2]} \n{"b": 1}'),
+    ]
+    assert accumulator.calls[3]["provider_specific_fields"] == {"k": "v"}
+
+
 def test_accumulator_falls_back_to_id_then_to_the_latest_call() -> None:
     accumulator = ToolCallAccumulator()
     deltas: list[dict[str, Any]] = [
