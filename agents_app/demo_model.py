@@ -29,9 +29,11 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
     waits on a durable Timer; a steered message ends it early).
   - ``/ask <prompt> | <choice> | <choice>``: a call of the built-in ``request_user_input``
     tool; without ``|`` the question takes a free-text answer.
-  - ``/fail <n>``: the first ``n`` times the server receives this exact request (same route,
-    same input), it answers HTTP 500; a retry of the same request then succeeds. This is the
-    only state the server keeps.
+  - ``/fail <n> [<status>]``: the first ``n`` times the server receives this exact request
+    (same route, same input), it answers HTTP ``status`` (500 when omitted; one of
+    ``FAIL_STATUSES``: 400, 401, 403 and 404 as a provider refusing the request, 429 with
+    ``Retry-After: 1``, 500, 502, 503); a retry of the same request then succeeds. The count
+    is the only state the server keeps.
   - ``/slow <seconds>``: wait ``seconds`` between streamed chunks (or once before a whole
     answer), so a test can kill a worker mid-stream.
   - ``/think``: also emit a reasoning summary (``Thinking about: <text>``): Responses
@@ -107,7 +109,18 @@ _WAIT_LINE = re.compile(r"^\s*/wait\s+(?P<seconds>-?\d+)(?:\s+(?P<reason>.*\S))?
 _ASK_LINE = re.compile(r"^\s*/ask\s+(?P<question>.*\S)\s*$")
 _TASK_TOOL = re.compile(r"/tool\s+(?P<name>\S+)(?:\s+(?P<arguments>.*\S))?\s*$")
 _TASK_STOP = re.compile(r"(?:^|\s)/stop(?:\s|$)")
-_FAIL_LINE = re.compile(r"^\s*/fail\s+(?P<count>\d+)\s*$")
+_FAIL_LINE = re.compile(r"^\s*/fail\s+(?P<count>\d+)(?:\s+(?P<status>\d{3}))?\s*$")
+#: The statuses ``/fail`` can answer, with the OpenAI error ``type`` and message of each.
+FAIL_STATUSES: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Invalid request: the demo model was scripted to refuse it."),
+    401: ("invalid_request_error", "Incorrect API key provided (scripted by /fail)."),
+    403: ("invalid_request_error", "This key may not use this model (scripted by /fail)."),
+    404: ("invalid_request_error", "The model does not exist (scripted by /fail)."),
+    429: ("rate_limit_error", "Rate limit reached (scripted by /fail); retry after 1 s."),
+    500: ("server_error", "The demo model was scripted to fail this request (/fail)."),
+    502: ("server_error", "Bad gateway (scripted by /fail)."),
+    503: ("server_error", "The demo model is overloaded (scripted by /fail)."),
+}
 _SLOW_LINE = re.compile(r"^\s*/slow\s+(?P<seconds>\d+(?:\.\d+)?)\s*$")
 _THINK_LINE = re.compile(r"^\s*/think\s*$")
 _BIG_LINE = re.compile(r"^\s*/big\s+(?P<kb>\d+(?:\.\d+)?)\s*$")
@@ -140,7 +153,9 @@ class DemoReply:
         text: The answer text, or ``None`` when the reply asks for tools.
         tool_calls: The scripted calls (non-empty when ``text`` is ``None``).
         reasoning: The reasoning summary (``/think``), or ``None``.
-        fail_count: How many times this exact request answers HTTP 500 first (``/fail``).
+        fail_count: How many times this exact request answers ``fail_status`` first
+            (``/fail``).
+        fail_status: The HTTP status of those answers (500 unless ``/fail`` names one).
         slow_seconds: Pause between streamed chunks (``/slow``), 0 for none.
         context_limit: Refuse an input of more tokens than this (``/context``), or ``None``.
     """
@@ -149,6 +164,7 @@ class DemoReply:
     tool_calls: list[DemoToolCall] = field(default_factory=list)
     reasoning: str | None = None
     fail_count: int = 0
+    fail_status: int = 500
     slow_seconds: float = 0.0
     context_limit: int | None = None
 
@@ -289,6 +305,7 @@ def plan_reply(
     tool_calls: list[DemoToolCall] = []
     plain_lines: list[str] = []
     fail_count = 0
+    fail_status = 500
     slow_seconds = 0.0
     think = False
     big_kb: float | None = None
@@ -315,8 +332,11 @@ def plan_reply(
             if choices:
                 question["choices"] = choices
             add_call("request_user_input", json.dumps(question))
-        elif match := _FAIL_LINE.match(line):
+        elif (match := _FAIL_LINE.match(line)) and int(
+            match.group("status") or 500
+        ) in FAIL_STATUSES:
             fail_count = int(match.group("count"))
+            fail_status = int(match.group("status") or 500)
         elif match := _SLOW_LINE.match(line):
             slow_seconds = min(float(match.group("seconds")), _MAX_SLOW_SECONDS)
         elif _THINK_LINE.match(line):
@@ -332,6 +352,7 @@ def plan_reply(
     common: dict[str, Any] = {
         "reasoning": reasoning,
         "fail_count": fail_count,
+        "fail_status": fail_status,
         "slow_seconds": slow_seconds,
         "context_limit": context_limit,
     }
@@ -761,13 +782,13 @@ def build_response_events(
 
 
 class FailureLedger:
-    """Counts the HTTP 500 answers given per exact request, for ``/fail <n>``."""
+    """Counts the failures answered per exact request, for ``/fail <n> [<status>]``."""
 
     def __init__(self) -> None:
         self._served: dict[str, int] = {}
 
     def should_fail(self, route: str, payload: Any, fail_count: int) -> bool:
-        """Whether this request answers 500 now; counts the answer when it does."""
+        """Whether this request fails now; counts the answer when it does."""
         if fail_count <= 0:
             return False
         key = hashlib.sha256(
@@ -810,8 +831,14 @@ async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
     return body
 
 
-def _scripted_failure() -> JSONResponse:
-    return _error(500, "The demo model was scripted to fail this request (/fail).", "server_error")
+def _scripted_failure(status: int) -> JSONResponse:
+    """The answer ``/fail`` scripted: an OpenAI-shaped error with ``status`` (429 with
+    ``Retry-After: 1``)."""
+    kind, message = FAIL_STATUSES[status]
+    answer = _error(status, message, kind)
+    if status == 429:
+        answer.headers["Retry-After"] = "1"
+    return answer
 
 
 def _too_long(reply: DemoReply, prompt_tokens: int) -> JSONResponse | None:
@@ -848,7 +875,7 @@ def create_app() -> Starlette:
         """``POST /v1/chat/completions``: answer per the demo script, streaming or not.
 
         Returns 400 with an OpenAI-shaped error body when the JSON body or ``messages`` is
-        invalid, and 500 when the script says ``/fail``.
+        invalid, and the scripted status when the script says ``/fail``.
         """
         body = await _json_body(request)
         if isinstance(body, JSONResponse):
@@ -858,7 +885,7 @@ def create_app() -> Starlette:
             return _error(400, "'messages' must be a list of message objects.")
         reply = plan_reply(messages, max_tokens=_max_tokens(body.get("max_tokens")))
         if ledger.should_fail("chat", messages, reply.fail_count):
-            return _scripted_failure()
+            return _scripted_failure(reply.fail_status)
         model = str(body.get("model") or DEMO_MODEL_NAME)
         prompt_tokens = count_tokens(messages)
         if refusal := _too_long(reply, prompt_tokens):
@@ -894,8 +921,8 @@ def create_app() -> Starlette:
     async def responses(request: Request) -> Response:
         """``POST /v1/responses``: answer per the demo script, streaming or not.
 
-        Returns 400 when the body or ``input`` is invalid, and 500 when the script says
-        ``/fail``. ``store`` is ignored: nothing is stored.
+        Returns 400 when the body or ``input`` is invalid, and the scripted status when the
+        script says ``/fail``. ``store`` is ignored: nothing is stored.
         """
         body = await _json_body(request)
         if isinstance(body, JSONResponse):
@@ -906,7 +933,7 @@ def create_app() -> Starlette:
             return _error(400, str(error))
         reply = plan_reply(messages, max_tokens=_max_tokens(body.get("max_output_tokens")))
         if ledger.should_fail("responses", messages, reply.fail_count):
-            return _scripted_failure()
+            return _scripted_failure(reply.fail_status)
         if refusal := _too_long(reply, count_tokens(messages)):
             return refusal
         arguments: dict[str, Any] = {

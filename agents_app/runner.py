@@ -122,6 +122,8 @@ from dex_agents import (
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    ModelCallError,
+    ModelRateLimitError,
     SummarizeRequest,
     ToolCallElicitations,
     ToolCallsRequested,
@@ -160,9 +162,9 @@ __all__ = [
     "AgentToolEntry",
     "ContextMeasure",
     "LiteLLMRunner",
-    "ModelCallError",
     "ModelResponseError",
     "PreparedToolCall",
+    "RedactedProviderError",
     "ServerResolver",
     "ToolCallAccumulator",
     "attach_tool_images",
@@ -266,7 +268,7 @@ class AgentConfigError(ValueError):
     the Step. Messages name variables, never key values."""
 
 
-class ModelCallError(RuntimeError):
+class RedactedProviderError(RuntimeError):
     """A provider error whose text contained the API key; the key is replaced by
     ``[redacted]`` and the original exception is not chained. Fails the attempt (retried)."""
 
@@ -950,13 +952,91 @@ def _wants_reasoning(model: str) -> bool:
 
 
 def _redact(error: Exception, secret: str | None) -> Exception | None:
-    """A :class:`ModelCallError` when ``secret`` shows in the error's text, else ``None``."""
+    """A :class:`RedactedProviderError` when ``secret`` shows in the error's text, else
+    ``None``."""
     if not secret or len(secret) < 4:
         return None
     text = f"{type(error).__name__}: {error}"
     if secret not in text and secret not in repr(error):
         return None
-    return ModelCallError(text.replace(secret, "[redacted]"))
+    return RedactedProviderError(text.replace(secret, "[redacted]"))
+
+
+#: Longest ``Retry-After`` a rate-limited model call waits for before its next attempt
+#: (seconds); RunModel's attempts must fit in its 30 minutes.
+RETRY_AFTER_MAX_SECONDS = 600
+#: How much of a provider's refusal ``last_turn_error`` keeps (characters).
+REFUSAL_MAX_CHARS = 1000
+#: HTTP statuses of a request the provider refused itself: the same request would be refused
+#: again (invalid, key not accepted, payment required, no access, no such model, unprocessable).
+REFUSAL_STATUSES = frozenset({400, 401, 402, 403, 404, 422})
+
+
+def provider_failure(
+    error: Exception, api_key: str | None, *, refusals: bool = True
+) -> BaseException:
+    """What a model call that raised ``error`` raises in turn (issue 25: retry only what a
+    retry can fix).
+
+    - a context-window error: ``ContextWindowExceededError`` (the session compacts);
+    - with ``refusals``, a request the provider refused itself (LiteLLM's ``BadRequestError``
+      family, ``AuthenticationError``, ``PermissionDeniedError``, ``NotFoundError``,
+      ``UnprocessableEntityError``, or LiteLLM's ``APIError`` with one of
+      :data:`REFUSAL_STATUSES`):
+      ``dex_agents.ModelCallError`` with the provider's message, so RunModel fails the turn
+      at once instead of sending the same request twice more;
+    - HTTP 429 with a ``Retry-After`` in seconds: ``dex_agents.ModelRateLimitError`` (the next
+      attempt waits that long, at most :data:`RETRY_AFTER_MAX_SECONDS`);
+    - anything else (timeouts, connection errors, 429 without ``Retry-After``, 5xx): ``error``
+      itself, or its :class:`RedactedProviderError` when its text holds the key; the attempt
+      fails and is retried.
+
+    The key never shows in what this returns.
+    """
+    litellm = _litellm()
+    shown: Exception = _redact(error, api_key) or error
+    if isinstance(error, litellm.ContextWindowExceededError):
+        return ContextWindowExceededError(str(shown))
+    refused = (
+        litellm.BadRequestError,
+        litellm.AuthenticationError,
+        litellm.PermissionDeniedError,
+        litellm.NotFoundError,
+        litellm.UnprocessableEntityError,
+    )
+    status = getattr(error, "status_code", None)
+    # LiteLLM maps some refusals to its generic APIError (an OpenAI-compatible 403 is one);
+    # their status tells.
+    if refusals and (isinstance(error, refused) or (
+        isinstance(error, litellm.APIError) and status in REFUSAL_STATUSES
+    )):
+        text = str(shown)
+        if len(text) > REFUSAL_MAX_CHARS:
+            text = text[: REFUSAL_MAX_CHARS - 1] + "…"
+        return ModelCallError(f"The model provider refused the request (HTTP {status}): {text}")
+    if isinstance(error, litellm.RateLimitError):
+        seconds = _retry_after_seconds(error)
+        if seconds is not None:
+            return ModelRateLimitError(str(shown), seconds)
+    return shown
+
+
+def _retry_after_seconds(error: Exception) -> int | None:
+    """The whole seconds of a rate-limit error's ``Retry-After`` header (1 to
+    :data:`RETRY_AFTER_MAX_SECONDS`), or None without one in seconds."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None) or getattr(error, "headers", None) or {}
+    try:
+        value = headers.get("retry-after")
+    except AttributeError:
+        return None
+    try:
+        seconds = float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    if seconds != seconds or seconds <= 0:  # NaN or none
+        return None
+    return max(1, min(RETRY_AFTER_MAX_SECONDS, int(-(-seconds // 1))))
 
 
 #: RunModel's attempts (seed "run_model_step": 3 attempts within 30 minutes); the last one
@@ -1106,13 +1186,10 @@ class LiteLLMRunner:
         except ModelResponseError:
             raise
         except Exception as error:
-            redacted = _redact(error, api_key)
-            if isinstance(error, litellm.ContextWindowExceededError):
-                # The session compacts once and retries (dex_agents.CompactingRunner).
-                raise ContextWindowExceededError(str(redacted or error)) from None
-            if redacted is not None:
-                raise redacted from None
-            raise
+            failure = provider_failure(error, api_key)
+            if failure is error:
+                raise
+            raise failure from None
 
     # --- dex_agents.CompactingRunner (context compaction) -------------------------------------
 
@@ -1153,7 +1230,8 @@ class LiteLLMRunner:
 
         Raises:
             ModelResponseError: An empty summary.
-            AgentConfigError, ModelCallError, Exception: As ``run_model_step``.
+            AgentConfigError, RedactedProviderError, Exception: As ``run_model_step`` (a
+                refusal is retried here: CompactContext has its own attempts).
         """
         config = self._config(request.agent_config)
         model = config.compaction_model or config.model
@@ -1183,10 +1261,10 @@ class LiteLLMRunner:
         try:
             response = await litellm.acompletion(**call, drop_params=True)
         except Exception as error:
-            redacted = _redact(error, api_key)
-            if redacted is not None:
-                raise redacted from None
-            raise
+            failure = provider_failure(error, api_key, refusals=False)
+            if failure is error:
+                raise
+            raise failure from None
         text = read_chat_response(response).text.strip()
         if not text:
             raise ModelResponseError("the summarizer returned an empty summary")
@@ -1202,6 +1280,9 @@ class LiteLLMRunner:
                 TURNS_STARTED.inc()
             try:
                 outcome = await self._run_model_step(turn)
+            except ModelCallError:
+                TURNS_FAILED.inc()  # RunModel does not retry it
+                raise
             except Exception:
                 if turn.attempt >= _RUN_MODEL_ATTEMPTS:
                     TURNS_FAILED.inc()
@@ -1222,9 +1303,17 @@ class LiteLLMRunner:
             AgentConfigError: The agent config is missing or its key variable is unset.
             ModelResponseError: Empty response, a tool call without a name, or a failed
                 Responses stream.
-            ModelCallError: A provider error whose text held the key (redacted).
+            dex_agents.ModelCallError: The provider refused the request itself (HTTP 400,
+                401, 402, 403, 404 or 422 other than a context-window error): RunModel does not
+                retry it, the turn fails with this message (issue 25).
+            ContextWindowExceededError: The input is longer than the model's window (the
+                session compacts, or fails the turn at once).
+            dex_agents.ModelRateLimitError: HTTP 429 with ``Retry-After``: retried after that
+                many seconds (at most 600).
+            RedactedProviderError: A provider error whose text held the key (redacted).
             ValueError: Unusable run state or missing tool call records.
-            Exception: Any other LiteLLM/provider error. All of these fail the attempt
+            Exception: Any other LiteLLM/provider error (timeouts, connection errors, 429
+                without ``Retry-After``, 5xx). All but the first three fail the attempt
                 (retried).
         """
         config = self._config(turn.agent_config).for_turn_mode(turn.turn_mode)

@@ -12,7 +12,9 @@ AgentState → ``AGENT_STATE``, AgentMessages → ``AGENT_MESSAGES``, FrameworkR
 ``QUEUED_USER_MESSAGES``, InterruptResolutions → ``INTERRUPT_RESOLUTIONS``, ToolCallResults →
 ``TOOL_CALL_RESULTS``, AgentEvents → ``flow.agent_events`` (Stream ``AGENT_EVENTS``, one per Flow
 type). Platform additions to the seed: the ``AGENT_CONFIG`` Attribute (AgentConfig), the
-``agent_config`` and ``tool_policies`` start inputs, ``AgentTurnContext.agent_config``,
+``agent_config`` and ``tool_policies`` start inputs, ``ModelCallError`` (a model call failure no
+retry can fix: the turn fails at once) and ``ModelRateLimitError`` (the next attempt waits the
+provider's ``Retry-After``), ``AgentTurnContext.agent_config``,
 ``DeferredToolExecution.agent_config``, ``AgentSnapshot.last_turn_error`` and
 ``AgentSnapshot.queued_messages``, ``ToolPolicy.approval_deadline_seconds``, the per-tool
 limits ``ToolPolicy.timeout_seconds`` and ``ToolPolicy.retries`` (kept on ``AgentToolCall``; they
@@ -87,6 +89,8 @@ from dex_agents._contract import (
     DeferredToolCall,
     DeferredToolExecution,
     FrameworkMessage,
+    ModelCallError,
+    ModelRateLimitError,
     ToolCallsRequested,
     ToolExecutionError,
     ToolExecutionResult,
@@ -309,6 +313,8 @@ __all__ = [
     "InterruptOutcome",
     "ListAgentMessagesRequest",
     "MessageRole",
+    "ModelCallError",
+    "ModelRateLimitError",
     "PendingTimer",
     "PendingUserInput",
     "PlanExecutionRequest",

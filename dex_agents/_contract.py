@@ -117,6 +117,30 @@ class ToolExecutionError(Exception):
         self.message = message
 
 
+class ModelCallError(Exception):
+    """A model call another attempt cannot fix (platform addition, issue 25): raised by
+    ``run_model_step`` when the provider refused the request itself (an invalid request, a
+    key it does not accept, no access, no such model). ``RunModel`` does not retry it: the
+    turn fails at once through RecordTurnFailure with ``message`` as ``last_turn_error``.
+    Any other exception fails the attempt, which is retried (3 attempts)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ModelRateLimitError(Exception):
+    """The provider asked to wait before the next model call (platform addition, issue 25):
+    raised by ``run_model_step`` for HTTP 429 with ``Retry-After``. The attempt fails as any
+    error does, and RunModel's next attempt starts after ``retry_after_seconds`` (whole seconds,
+    at least 1) instead of its backoff interval (``dex.retry_after``)."""
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_seconds = max(1, int(retry_after_seconds))
+
+
 @dataclass(frozen=True)
 class ToolPolicyResolver:
     """Resolves a tool's policy: per-session, then Flow, then framework metadata, then default.

@@ -29,6 +29,7 @@ from dex import (
     dead_end,
     go_to,
     go_to_many,
+    retry_after,
 )
 
 from dex_agents._builtin_tools import (
@@ -60,6 +61,8 @@ from dex_agents._contract import (
     AgentTurnContext,
     DeferredToolExecution,
     FrameworkMessage,
+    ModelCallError,
+    ModelRateLimitError,
     ToolCallsRequested,
     ToolExecutionError,
     ToolExecutionResult,
@@ -734,11 +737,23 @@ class AwaitUserMessage(_SessionStep, Step[None]):
         )
 
 
+def _fail_turn_now(context: AsyncContext, state: AgentState, message: str) -> StepDecision:
+    """RunModel's way to RecordTurnFailure for a model call no retry can fix (issue 25: a
+    provider's 400, 401, 403 or 404, or an input still too long after compaction): the turn
+    fails after this one attempt. The message goes through ``AgentState.last_turn_error``,
+    which RecordTurnFailure reads when no Step failure brought it there."""
+    AGENT_STATE.set(context, replace(state, last_turn_error=message))
+    return go_to(RecordTurnFailure, None)
+
+
 class RunModel(_SessionStep, Step[None]):
     """Calls ``run_model_step`` once.
 
     15 minute timeout, 2 minute heartbeat timeout, 3 attempts within 30 minutes, failure route
-    RecordTurnFailure. Next: AwaitUserMessage, or one Step per tool call plus ResumeTurn.
+    RecordTurnFailure; a ``ModelCallError``, or a ``ContextWindowExceededError`` that compaction
+    cannot help, goes to RecordTurnFailure at once, and after a ``ModelRateLimitError`` the next
+    attempt waits its ``retry_after_seconds`` (issue 25). Next: AwaitUserMessage, or one
+    Step per tool call plus ResumeTurn.
     """
 
     def get_step_options(self) -> StepOptions:
@@ -801,11 +816,20 @@ class RunModel(_SessionStep, Step[None]):
             try:
                 async with _background_heartbeat(context):
                     outcome = await flow.runner.run_model_step(turn)
-            except ContextWindowExceededError:
+            except ContextWindowExceededError as overflow:
                 compaction = compact_after_overflow(flow, context, state, turn)
-                if compaction is None:
-                    raise
-                return compaction
+                if compaction is not None:
+                    return compaction
+                # Too long even after this call's compaction (or without compaction): the same
+                # input would be refused again.
+                return _fail_turn_now(context, state, str(overflow) or "the input is longer"
+                                      " than the model's context window")
+            except ModelCallError as refused:
+                return _fail_turn_now(context, state, refused.message)
+            except ModelRateLimitError as limited:
+                # Raised here, outside the context managers: the SDK's RetryAfterError is a
+                # frozen dataclass, which contextlib's re-raise cannot give a traceback.
+                raise retry_after(limited.retry_after_seconds, limited) from None
             if steered and isinstance(outcome, TurnCompleted | ToolCallsRequested):
                 if answer is not None:
                     USER_INPUT_ANSWER.delete(context)
@@ -1360,7 +1384,11 @@ class RecordTurnFailure(_SessionStep, Step[None]):
 
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context) or AgentState(AgentStatus.WAITING_FOR_USER_MESSAGE)
-        error = _recovery_detail(context)
+        if context.recovery_error is None and state.last_turn_error:
+            # Reached from RunModel for a ModelCallError, which left its message here.
+            error = state.last_turn_error
+        else:
+            error = _recovery_detail(context)
         records = _load_all(context)
         final = [record for record in records.values() if record.status.is_final]
         sequence = state.message_count

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 
+from agents_app.demo_model import FAIL_STATUSES
 from agents_app.model_replies import DeltaBuffer, openai_chunk_stream, read_chat_stream
 from agents_app.providers import LOCAL_SERVER_KEY, count_tokens, load_litellm
 from agents_app.runner import (
@@ -44,6 +45,7 @@ from dex_agents import (
     ContextWindowExceededError,
     DeferredToolExecution,
     MessageRole,
+    ModelRateLimitError,
     SummarizeRequest,
     ToolCallsRequested,
     ToolCallStatus,
@@ -54,6 +56,7 @@ from dex_agents import (
     TurnCompleted,
     TurnMode,
 )
+from dex_agents import ModelCallError as DexModelCallError
 from dex_agents.testing import wait_until
 from mcp_registry.client import McpClientPool, McpServerSpec, McpTransportError
 from tests.agents_app.failing_mcp_server import LOG_ENV as FAILING_LOG_ENV
@@ -706,6 +709,47 @@ async def test_scripted_failures_fail_the_attempt_then_succeed(demo_api_base: st
     outcome = await runner.run_model_step(turn)
     assert isinstance(outcome, TurnCompleted)
     assert outcome.new_messages[0].text == "You said: again"
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+async def test_a_provider_refusal_is_a_model_call_error(
+    demo_api_base: str, status: int, api: str
+) -> None:
+    """Issue 25: a request the provider refused (it would refuse it again) raises
+    ``dex_agents.ModelCallError`` with the provider's words, which RunModel does not retry."""
+    runner = LiteLLMRunner(_unused_resolver)
+    config = agent_config(demo_api_base, api=api)
+    turn = make_turn(config, [user_message(1, f"/fail 1 {status}\nagain", "turn-2")])
+    with pytest.raises(DexModelCallError) as refused:
+        await runner.run_model_step(turn)
+    message = refused.value.message
+    assert message.startswith(f"The model provider refused the request (HTTP {status}): ")
+    assert FAIL_STATUSES[status][1].split(" (")[0] in message
+    assert len(message) <= 1100
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+async def test_a_server_error_fails_only_the_attempt(demo_api_base: str, status: int) -> None:
+    runner = LiteLLMRunner(_unused_resolver)
+    turn = make_turn(agent_config(demo_api_base),
+                     [user_message(1, f"/fail 1 {status}\nagain", "turn-2")])
+    with pytest.raises(Exception) as failed:
+        await runner.run_model_step(turn)
+    assert not isinstance(failed.value, DexModelCallError | ModelRateLimitError)
+    outcome = await runner.run_model_step(turn)
+    assert isinstance(outcome, TurnCompleted)
+
+
+async def test_a_rate_limit_with_retry_after_asks_dex_to_wait(demo_api_base: str) -> None:
+    runner = LiteLLMRunner(_unused_resolver)
+    turn = make_turn(agent_config(demo_api_base), [user_message(1, "/fail 1 429\nagain", "turn-2")])
+    with pytest.raises(ModelRateLimitError) as limited:
+        await runner.run_model_step(turn)
+    assert limited.value.retry_after_seconds == 1
+    assert "Rate limit reached" in str(limited.value)
+    outcome = await runner.run_model_step(turn)
+    assert isinstance(outcome, TurnCompleted)
 
 
 # Tool execution against the real search MCP server ------------------------------------------

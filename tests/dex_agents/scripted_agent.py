@@ -6,6 +6,10 @@ The user message is the script:
   every outcome the model sees;
 - ``"tools-then-fail: a"`` asks for ``a``, then every resumed model call raises;
 - ``"fail-model"`` makes every model call write a text delta, then raise;
+- ``"refuse-model: reason"`` makes every model call write a text delta, then raise
+  ``ModelCallError(reason)`` (a provider refusal no retry can fix);
+- ``"rate-limited: n"`` makes a turn's first model call attempt raise
+  ``ModelRateLimitError`` asking to wait ``n`` seconds; the next attempt echoes;
 - ``"many: n"`` answers with ``n`` assistant messages;
 - ``"bad-id"`` asks for a tool call whose ID contains ``/``;
 - ``"config"`` answers with the session's agent config as JSON;
@@ -89,6 +93,8 @@ from dex_agents import (
     DeferredToolExecution,
     FrameworkMessage,
     MessageRole,
+    ModelCallError,
+    ModelRateLimitError,
     PlanTaskStatus,
     ResolveInterruptRequest,
     SummarizeRequest,
@@ -319,6 +325,11 @@ class ScriptedRunner:
         if command == "fail-model":
             turn.events.write_text_delta(f"partial attempt {turn.attempt}")
             raise RuntimeError("scripted model failure")
+        if command == "refuse-model":
+            turn.events.write_text_delta(f"partial attempt {turn.attempt}")
+            raise ModelCallError(argument.strip())
+        if command == "rate-limited" and turn.attempt == 1:
+            raise ModelRateLimitError("scripted rate limit", int(argument))
         if command == "many":
             count = int(argument)
             return TurnCompleted(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -316,6 +317,52 @@ async def test_failed_model_step_records_the_error_and_the_note(tmp_path: Path) 
         snapshot = await wait_for_idle(sessions, "session-1", message_count=5)
         assert last_text(snapshot) == "echo: hello"
         assert snapshot.last_turn_error is None
+
+
+async def test_a_model_call_error_fails_the_turn_without_a_retry(tmp_path: Path) -> None:
+    """A ``ModelCallError`` (the provider refused the request: a retry sends the same request and
+    gets the same answer, issue 25) ends the turn after its one attempt, with its message as
+    ``last_turn_error`` and in ``turn_failed``; the session takes the next message."""
+    async with scripted_stack(tmp_path) as stack:
+        flow = flow_of(stack, FLOW_TYPE)
+        sessions = stack.sessions(flow)
+        await stack.start_worker()
+        await sessions.start_session("session-1", "refuse-model: invalid request: bad field")
+        snapshot = await wait_for_agent_snapshot(
+            sessions,
+            "session-1",
+            lambda s: s if s.state and s.state.turn_id is None and s.last_turn_error else None,
+            description="turn 1 failed",
+            timeout=TURN_TIMEOUT,
+        )
+        assert snapshot.last_turn_error == "invalid request: bad field"
+        assert invocation_log(tmp_path).count("model", "turn-1") == 1
+        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
+        turn_one = [m.value for m in reversed(events.messages) if m.value.turn_id == "turn-1"]
+        deltas = [e for e in turn_one if e.type is AgentEventType.TEXT_DELTA]
+        assert [(e.payload["text"], e.attempt) for e in deltas] == [("partial attempt 1", 1)]
+        failed = [e for e in turn_one if e.type is AgentEventType.TURN_FAILED]
+        assert [e.payload["error"] for e in failed] == ["invalid request: bad field"]
+
+        assert await sessions.send_user_message("session-1", "hello")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=3)
+        assert last_text(snapshot) == "echo: hello"
+        assert snapshot.last_turn_error is None
+
+
+async def test_a_rate_limited_model_call_waits_the_retry_after(tmp_path: Path) -> None:
+    """``ModelRateLimitError`` (HTTP 429 with ``Retry-After``, issue 25): the attempt fails and
+    the next one starts after the provider's seconds, not RunModel's 1 s backoff."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
+        await stack.start_worker()
+        began = time.monotonic()
+        await sessions.start_session("session-1", "rate-limited: 3")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+        assert time.monotonic() - began >= 3.0
+        assert last_text(snapshot) == "echo: rate-limited: 3"
+        assert snapshot.last_turn_error is None
+        assert invocation_log(tmp_path).count("model", "turn-1") == 2
 
 
 async def test_approval_deadline_expiry_is_a_rejection_the_model_sees(tmp_path: Path) -> None:

@@ -495,8 +495,8 @@ async def test_context_window_error_compacts_once_and_retries_once(tmp_path: Pat
         ]
         assert set(compacted) == {"overflow"}
 
-        # A call still too long after its compaction fails like any model error: one
-        # compaction, then the attempts run out and the turn fails.
+        # A call still too long after its compaction fails the turn at once (issue 25: the
+        # same input would be refused again): one compaction, no failed attempt.
         huge_message = "word " * 600
         assert await sessions.send_user_message("s", huge_message)
         snapshot = await wait_for_turn(sessions, "s", 4)
@@ -509,11 +509,10 @@ async def test_context_window_error_compacts_once_and_retries_once(tmp_path: Pat
         ]
         assert len(compacted_after) - len(compacted) <= 1
         history = await stack.read_step_history("s")
-        run_models = [
-            entry for entry in history
-            if entry.step_type == "RunModel" and entry.event_type != EXECUTE_COMPLETED_EVENT
-        ]
-        assert run_models  # the failed attempts
+        run_models = [entry for entry in history if entry.step_type == "RunModel"]
+        assert run_models
+        assert all(entry.event_type == EXECUTE_COMPLETED_EVENT for entry in run_models)
+        assert invocation_log(tmp_path).count("overflow", "turn-4") == 2
 
 
 async def test_snapshot_of_a_stopped_session_reads_its_last_page(tmp_path: Path) -> None:

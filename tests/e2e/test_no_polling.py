@@ -5,7 +5,8 @@ embedded engine, ``manage.py dexworker``, the demo model over HTTP, Celery):
 - Server-Sent Events: ``GET /api/v1/sessions/<id>/events/`` (resumed by ``Last-Event-ID``
   and by ``?after=``) and ``POST .../messages/`` with ``Accept: text/event-stream``;
 - the snapshot's long-poll: ``GET /api/v1/sessions/<id>/?wait=<s>&events_after=<token>``;
-- a client that goes away mid-wait loses nothing it sent.
+- a client that goes away mid-wait loses nothing it sent;
+- a provider's refusal ends the turn at once, a server error is retried (issue 25).
 """
 
 from __future__ import annotations
@@ -282,6 +283,32 @@ def test_a_session_started_with_wait_answers_with_its_first_turn(stack: Stack) -
         listed = api.get("/api/v1/sessions/")
         assert listed.status_code == 200
         assert body["id"] in {item["id"] for item in listed.json()["results"]}
+
+
+def test_a_provider_refusal_fails_the_turn_at_once_and_a_server_error_is_retried(
+    stack: Stack,
+) -> None:
+    """Issue 25: the demo model refuses a request once (HTTP 400); sent again it would be
+    answered, so a retry used to complete the turn. The turn now fails after that one attempt,
+    with the provider's words as ``last_turn_error``. A 503 is still retried."""
+    with stack.api() as api:
+        refused = api.post("/api/v1/sessions/?wait=60",
+                           json={"agent": "demo", "message": "/fail 1 400\nhello"}, timeout=90)
+        assert refused.status_code == 201, refused.text
+        body = refused.json()
+        assert body["turn"]["status"] == "failed", body["turn"]
+        error = body["session"]["last_turn_error"]
+        assert error.startswith("The model provider refused the request (HTTP 400): "), error
+        assert "scripted to refuse" in error
+        assert [m["role"] for m in body["session"]["messages"]] == ["user"]
+
+        retried = api.post("/api/v1/sessions/?wait=60",
+                           json={"agent": "demo", "message": "/fail 1 503\nhello"}, timeout=90)
+        assert retried.status_code == 201, retried.text
+        answer = retried.json()
+        assert answer["turn"]["status"] == "completed", answer["turn"]
+        assert answer["session"]["messages"][-1]["text"] == "You said: hello"
+        assert answer["session"]["last_turn_error"] is None
 
 
 def test_a_wait_ends_when_its_queued_message_is_deleted_or_edited(stack: Stack) -> None:
