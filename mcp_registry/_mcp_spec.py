@@ -113,6 +113,9 @@ class DiscoveredTool:
         output_schema: The JSON Schema its structured content follows, or ``None``.
         task_support: ``execution.taskSupport`` (``"forbidden"``, ``"optional"`` or
             ``"required"``), ``None`` when the tool does not say.
+        invalid_reason: Why the server's entry for this tool is not a valid MCP tool (its
+            other tools are still read; discovery quarantines this one with the reason), or
+            ``None``.
     """
 
     name: str
@@ -122,6 +125,7 @@ class DiscoveredTool:
     annotations: dict[str, Any]
     output_schema: dict[str, Any] | None = None
     task_support: str | None = None
+    invalid_reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -158,14 +158,113 @@ async def _list_all_tools(client: Client, spec: McpServerSpec) -> list[Discovere
     tools: list[DiscoveredTool] = []
     cursor: str | None = None
     for _ in range(_MAX_TOOL_PAGES):
-        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-        tools.extend(_discovered(tool) for tool in page.tools)
-        cursor = page.next_cursor
+        try:
+            page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        except ValidationError:
+            # One tool the MCP schema refuses made the SDK refuse the whole page (issue 25:
+            # 0 of a server's 41 tools usable). Read the page again and take its tools one
+            # by one.
+            raw = await _raw_tools_page(client, spec, cursor)
+            tools.extend(_lenient_tools(spec, raw.get("tools"), client.protocol_version))
+            next_cursor = raw.get("nextCursor")
+            cursor = next_cursor if isinstance(next_cursor, str) and next_cursor else None
+        else:
+            tools.extend(_discovered(tool) for tool in page.tools)
+            cursor = page.next_cursor
         if cursor is None:
             return tools
     raise McpTransportError(
         f"MCP server {spec.name!r} listed more than {_MAX_TOOL_PAGES} pages of tools"
     )
+
+
+async def _raw_tools_page(
+    client: Client, spec: McpServerSpec, cursor: str | None
+) -> dict[str, Any]:
+    """One ``tools/list`` page as the server sent it, not validated.
+
+    ``mcp`` 2.3 has no public request without its result check, so this uses the session's
+    request stamp and dispatcher (private; ``mcp`` is pinned). Should they move, the listing
+    fails as before ("returned an invalid tool list") and the tests of lenient listing fail.
+
+    Raises:
+        McpToolError: The SDK's private request path is not there, or the answer is not a
+            JSON object.
+        MCPError: The server answered with an error.
+    """
+    session = client.session
+    stamp = getattr(session, "_stamp", None)
+    dispatcher = getattr(session, "_dispatcher", None)
+    if stamp is None or dispatcher is None:
+        raise McpToolError(f"MCP server {spec.name!r} returned an invalid tool list")
+    data: dict[str, Any] = {"method": "tools/list", "params": {"cursor": cursor} if cursor else {}}
+    opts: dict[str, Any] = {"timeout": spec.call_timeout}
+    stamp(data, opts)
+    raw = await dispatcher.send_raw_request("tools/list", data.get("params"), opts)
+    if not isinstance(raw, dict):
+        raise McpToolError(f"MCP server {spec.name!r} returned an invalid tool list")
+    return raw
+
+
+def _lenient_tools(spec: McpServerSpec, items: Any, version: str) -> list[DiscoveredTool]:
+    """The tools of a raw ``tools/list`` page, each checked on its own (issue 25).
+
+    A valid entry is read as the SDK reads it. An ``inputSchema`` without a top-level ``type``
+    (``{}``, or a bare ``oneOf``) is read as an object schema (tool arguments are always a JSON
+    object): ``{}`` becomes ``{"type": "object", "properties": {}}`` (any arguments), otherwise
+    ``"type": "object"`` is added; the schema conversion for models then decides as for any
+    tool. Any other invalid entry is kept with ``invalid_reason`` (discovery quarantines it);
+    an entry without a name is skipped and logged.
+    """
+    from mcp.types import Tool
+    from mcp_types.methods import validate_server_result
+
+    def check(item: dict[str, Any]) -> DiscoveredTool:
+        validate_server_result("tools/list", version, {"tools": [item]})
+        return _discovered(Tool.model_validate(item))
+
+    tools: list[DiscoveredTool] = []
+    for item in items if isinstance(items, list) else []:
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not name:
+            logger.warning("MCP server %s listed a tool without a name; skipped", spec.name)
+            continue
+        try:
+            tools.append(check(item))
+            continue
+        except ValidationError as error:
+            problem = error
+        schema = item.get("inputSchema")
+        if isinstance(schema, dict) and "type" not in schema:
+            normalized = {"type": "object", **schema} if schema else {
+                "type": "object", "properties": {}}
+            try:
+                tools.append(check({**item, "inputSchema": normalized}))
+                logger.warning(
+                    "MCP tool %s of server %s has an input schema without a type; read as an "
+                    "object schema", name, spec.name,
+                )
+                continue
+            except ValidationError as again:
+                problem = again
+        tools.append(DiscoveredTool(
+            name=name,
+            title=None,
+            description=str(item.get("description") or ""),
+            input_schema={},
+            annotations={},
+            invalid_reason=_entry_problem(problem),
+        ))
+    return tools
+
+
+def _entry_problem(error: ValidationError) -> str:
+    """A short admin-readable reason from a tool entry's validation errors."""
+    parts = []
+    for detail in error.errors()[:3]:
+        where = ".".join(str(step) for step in detail.get("loc", ()) if step not in ("tools", 0))
+        parts.append(f"{where or 'entry'}: {detail.get('msg', 'invalid')}")
+    return "the server's tools/list entry is not a valid MCP tool (" + "; ".join(parts) + ")"
 
 
 async def list_tools(spec: McpServerSpec) -> list[DiscoveredTool]:

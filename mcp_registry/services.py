@@ -81,7 +81,8 @@ def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> lis
     Each input schema is converted with ``function_specs.function_parameters_build``. A tool
     is stored with ``quarantine_reason`` set and ``available=False``, so models are not
     offered it while the server's other tools stay usable, when its schema cannot be made
-    valid, or when it requires MCP task augmentation (``execution.taskSupport: "required"``,
+    valid, when the server's entry for it is not a valid MCP tool (``invalid_reason``), or
+    when it requires MCP task augmentation (``execution.taskSupport: "required"``,
     MCP specification 2025-11-25 "Tasks"): the ``mcp`` client has no task API, so every
     call of such a tool fails with -32601. Tools whose task support is ``"optional"`` or
     ``"forbidden"`` are called normally and stay available. Exposed names are then
@@ -105,6 +106,8 @@ def server_tools_replace(*, server: McpServer, discovered: Iterable[Any]) -> lis
         except ToolSchemaError as error:
             parameters = {}
             reasons.append(str(error))
+        if getattr(found, "invalid_reason", None):
+            reasons.append(str(found.invalid_reason))
         if getattr(found, "task_support", None) == "required":
             reasons.append(TASK_REQUIRED_REASON)
         quarantine_reason = "; ".join(reasons)

@@ -16,6 +16,8 @@ code in the middle of a call. Run it as ``python tests/mcp_registry/stub_server.
 ``--pad N``             answer ``echo`` with its text followed by N more characters
 ``--delay S``           wait S seconds before answering ``tools/call``
 ``--error-code N``      answer ``tools/call`` with a JSON-RPC error of code N
+``--odd-schemas``       also list tools whose ``inputSchema`` the MCP schema refuses: ``anything``
+                        (``{}``), ``either`` (a top-level ``oneOf``), ``broken`` (a string)
 
 Its one tool, ``echo``, answers ``{"text": <arguments.text>}``; ``pid`` answers its PID.
 """
@@ -45,6 +47,7 @@ def main() -> None:
     parser.add_argument("--pad", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--error-code", type=int)
+    parser.add_argument("--odd-schemas", action="store_true")
     options = parser.parse_args()
 
     def journal(message: dict[str, Any]) -> None:
@@ -68,6 +71,16 @@ def main() -> None:
     if options.output_schema or options.bad_structured:
         tool["outputSchema"] = SCHEMA
     pid_tool = {"name": "pid", "inputSchema": {"type": "object"}}
+    listed = [tool, pid_tool]
+    if options.odd_schemas:
+        listed += [
+            {"name": "anything", "description": "Takes any arguments.", "inputSchema": {}},
+            {"name": "either", "inputSchema": {"oneOf": [
+                {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]},
+            ]}},
+            {"name": "broken", "inputSchema": "not a schema"},
+        ]
 
     for line in sys.stdin:
         message = json.loads(line)
@@ -88,7 +101,7 @@ def main() -> None:
                       "error": {"code": -32601, "message": "Method not found"}})
         elif method == "tools/list":
             if not options.ignore_list:
-                answer(request_id, {"tools": [tool, pid_tool]})
+                answer(request_id, {"tools": listed})
         elif method == "tools/call":
             name = message["params"]["name"]
             arguments = message["params"].get("arguments") or {}

@@ -81,6 +81,24 @@ async def echo(pool: McpClientPool, spec: McpServerSpec, **kwargs: Any) -> Any:
     )
 
 
+async def test_a_server_listing_an_invalid_tool_still_lists_and_calls_the_others(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: ``tools/list`` with one entry the MCP schema refuses is read entry by entry
+    (the rest as usual, the bad one with its reason), and the server's tools still answer."""
+    journal = tmp_path / "journal"
+    spec = stub_spec(journal, "--odd-schemas")
+    tools = {tool.name: tool for tool in await list_tools(spec)}
+    assert set(tools) == {"echo", "pid", "anything", "either", "broken"}
+    assert tools["echo"].input_schema == SCHEMA and tools["echo"].invalid_reason is None
+    assert tools["anything"].input_schema == {"type": "object", "properties": {}}
+    assert tools["broken"].invalid_reason is not None
+    assert methods(journal).count("tools/list") == 2  # the SDK's refused read, then ours
+    async with McpClientPool() as pool:
+        output = await echo(pool, spec)
+        assert output.text == "hi"
+
+
 @pytest.mark.parametrize(
     "flag", ["--exit-after-call", "--ignore-list"], ids=["server exits", "tools/list ignored"]
 )

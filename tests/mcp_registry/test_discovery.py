@@ -93,6 +93,34 @@ def test_a_tool_with_an_unusable_schema_is_quarantined_and_the_rest_stay_usable(
     assert "points outside the schema" in page.content.decode()
 
 
+def test_one_invalid_tool_entry_does_not_empty_the_server(tmp_path: Path) -> None:
+    """Issue 25: a tool whose ``inputSchema`` the MCP schema refuses made the client refuse the
+    whole ``tools/list`` ("returned an invalid tool list", no tool named), so none of the
+    server's tools could be used. Now each entry is read on its own: a schema without a
+    top-level ``type`` is read as an object schema, and only an entry that cannot be read is
+    quarantined, with the reason."""
+    stub = REPO_ROOT / "tests" / "mcp_registry" / "stub_server.py"
+    server = McpServerFactory.create(
+        name="odd", command=sys.executable, args=[str(stub), "--odd-schemas"],
+        trust_annotations=True, startup_timeout=20,
+    )
+    available = server_discover_tools(server=server)
+    assert {tool.name for tool in available} >= {"echo", "pid", "anything"}
+    anything = McpTool.objects.get(server=server, name="anything")
+    assert anything.available and anything.input_schema == {"type": "object", "properties": {}}
+    assert anything.parameters["type"] == "object"
+    either = McpTool.objects.get(server=server, name="either")
+    assert either.input_schema["type"] == "object" and len(either.input_schema["oneOf"]) == 2
+    broken = McpTool.objects.get(server=server, name="broken")
+    assert broken.available is False
+    assert "not a valid MCP tool" in broken.quarantine_reason
+    assert "inputSchema" in broken.quarantine_reason
+    server.refresh_from_db()
+    assert server.last_error == ""
+    assert "odd__broken" not in {tool.exposed_name for tool in tool_list_exposable()}
+    assert "odd__echo" in {tool.exposed_name for tool in tool_list_exposable()}
+
+
 def test_only_tools_that_require_task_augmentation_are_quarantined() -> None:
     server = McpServerFactory.create(name="tasks")
     schema = {"type": "object", "properties": {}}
