@@ -115,6 +115,7 @@ from dex_agents import (
     AgentEventType,
     AgentMessage,
     AgentSessionClient,
+    AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
     ContextWindowExceededError,
@@ -247,6 +248,12 @@ Dex state, and one value past the 4 MiB a worker loads at once left a session un
 longer text is cut here with a note for the model (the model sees at most
 ``tool_result_max_chars`` of it anyway)."""
 CHARS_PER_TOKEN = 4
+INPUT_WINDOW_SHARE = 0.8
+"""The share of the model's window this turn's tool results may bring the input to; the rest
+is the answer's, and the margin of a token count that is not the provider's
+(``fit_tool_results``)."""
+TOOL_RESULT_MIN_CHARS = 500
+"""However many results share the window, each shows at least this many characters."""
 SUMMARY_INSTRUCTIONS = (
     "Summarize the conversation for context compaction. Merge the previous summary and the "
     "new messages into one faithful, self-contained summary that a model can continue the "
@@ -678,6 +685,12 @@ def build_model_input(
     messages.extend(turn_items)
     limit = config.tool_result_limit()
     cut = [cut_tool_result(item, limit) for item in messages]
+    batch = [
+        index for index in range(len(cut) - len(turn_items), len(cut))
+        if cut[index].get("role") == "tool" and isinstance(cut[index].get("content"), str)
+    ]
+    if batch:
+        cut = fit_tool_results(config, messages, cut, batch, limit)
     if turn_items and config.accepts_images():
         first = len(cut) - len(turn_items)
         cut[first:] = [attach_tool_images(item, turn) for item in cut[first:]]
@@ -705,6 +718,72 @@ def attach_tool_images(item: dict[str, Any], turn: AgentTurnContext) -> dict[str
     if not content.images:
         return item
     return {**item, "content": content.chat_content(text)}
+
+
+def fit_tool_results(
+    config: AgentModelConfig,
+    messages: Sequence[Mapping[str, Any]],
+    cut: list[dict[str, Any]],
+    batch: Sequence[int],
+    limit: int,
+) -> list[dict[str, Any]]:
+    """``cut`` with this turn's tool results (``batch``: their indexes) cut further, together,
+    when the whole input would not fit :data:`INPUT_WINDOW_SHARE` of the model's window.
+
+    Each result alone is cut to ``limit`` (a quarter of the window by default); four parallel
+    large results at that size filled the window, the provider refused the call and the turn
+    failed (issue 25). The room left by everything else the call carries (system prompt,
+    history, tools) is shared among the batch: a result shorter than its share keeps its whole
+    text and leaves the rest to the others. Counted with LiteLLM's counter, checked again after
+    the cut (at most four times); each result keeps at least :data:`TOOL_RESULT_MIN_CHARS`. If
+    the history alone leaves no room, the results keep that minimum and the session's
+    compaction (or the provider's refusal, which compacts) decides. Without a known window,
+    ``cut`` as it is.
+    """
+    window = config.window()
+    if window is None:
+        return cut
+    target = int(window * INPUT_WINDOW_SHARE)
+    tools = [entry.as_openai_tool() for entry in config.tools]
+
+    def tokens(items: Sequence[Mapping[str, Any]]) -> int:
+        return count_tokens(config.model, [chat_message(item) for item in items], tools)
+
+    total = tokens(cut)
+    if total <= target:
+        return cut
+    texts = [str(messages[index].get("content") or "") for index in batch]
+    emptied = list(cut)
+    for index in batch:
+        emptied[index] = {**cut[index], "content": ""}
+    other = tokens(emptied)
+    room = target - other
+    shown = sum(len(str(cut[index]["content"])) for index in batch)
+    chars_per_token = max(1.0, shown / max(1, total - other))
+    budget = int(max(0, room) * chars_per_token)
+    fitted = cut
+    for _ in range(4):
+        shares = _water_fill([min(len(text), limit) for text in texts], budget)
+        fitted = list(cut)
+        for index, share in zip(batch, shares, strict=True):
+            fitted[index] = cut_tool_result(messages[index], max(TOOL_RESULT_MIN_CHARS, share))
+        if room <= 0 or tokens(fitted) <= target:
+            return fitted
+        budget = int(budget * 0.8)
+    return fitted
+
+
+def _water_fill(lengths: Sequence[int], budget: int) -> list[int]:
+    """Shares of ``budget`` characters for texts of ``lengths``: equal, except that a text
+    shorter than its share keeps its length and the rest goes to the others."""
+    shares = [0] * len(lengths)
+    left = budget
+    order = sorted(range(len(lengths)), key=lambda index: lengths[index])
+    for position, index in enumerate(order):
+        fair = left // (len(order) - position)
+        shares[index] = min(lengths[index], fair)
+        left -= shares[index]
+    return shares
 
 
 def cut_tool_result(item: Mapping[str, Any], limit: int) -> dict[str, Any]:
@@ -1089,6 +1168,12 @@ class LiteLLMRunner:
         return AgentModelConfig.parse(
             agent_config if agent_config is not None else self._default_config
         )
+
+    def describe_outcome_for_note(self, record: AgentToolCall) -> str:
+        """A record's outcome as the note of a failed turn quotes it (before the note cuts it,
+        ``dex_agents.build_turn_failure_note``): its text, an encoded result with images
+        replaced by its text, so no image data reaches the note even in part."""
+        return replace_encoded_results(describe_tool_call_outcome(record))
 
     def build_user_message(self, text: str) -> FrameworkMessage:
         """A user message: ``framework_item={"role": "user", "content": text}``.

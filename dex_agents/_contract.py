@@ -303,10 +303,39 @@ def describe_tool_call_outcome(record: AgentToolCall) -> str:
     raise ValueError(f"tool call {record.tool_call_id} is not final: {record.status}")
 
 
-def build_turn_failure_note(records: Iterable[AgentToolCall]) -> str:
+#: The turn-failure note keeps this much of each call's arguments and outcome (characters),
+#: and of the outcome at most this many lines (platform addition, issue 25): the note is a
+#: user message the model reads, and four 300 KB outputs in full made it 1.2 MB, which
+#: brought the session near the size a worker can load.
+NOTE_ARGUMENTS_MAX_CHARS = 200
+NOTE_OUTCOME_MAX_CHARS = 300
+NOTE_OUTCOME_MAX_LINES = 3
+
+
+def note_excerpt(text: str, max_chars: int, max_lines: int | None = None) -> str:
+    """``text``, or its first ``max_lines`` lines cut to ``max_chars`` characters followed by
+    `` [... N more characters]``."""
+    head = text
+    if max_lines is not None:
+        head = "\n".join(text.split("\n")[:max_lines])
+    head = head[:max_chars]
+    omitted = len(text) - len(head)
+    return head if omitted <= 0 else f"{head} [... {omitted} more characters]"
+
+
+def build_turn_failure_note(
+    records: Iterable[AgentToolCall],
+    describe: Callable[[AgentToolCall], str] = describe_tool_call_outcome,
+) -> str:
     """The note ``RecordTurnFailure`` stores when a failed turn already ran tools.
 
-    One line per final record, in ``deferral_order``, in the seed's exact format.
+    One line per final record, in ``deferral_order``, in the seed's exact format; each call's
+    arguments and outcome are cut to their first :data:`NOTE_ARGUMENTS_MAX_CHARS` and
+    :data:`NOTE_OUTCOME_MAX_CHARS` characters (the outcome to :data:`NOTE_OUTCOME_MAX_LINES`
+    lines) with a note of what was left out: the note tells the model which calls ran and how
+    they ended, not their whole output. ``describe`` renders a record's outcome before it is
+    cut (``describe_tool_call_outcome``, or the runner's ``describe_outcome_for_note`` when it
+    has one: a runner that stores encoded outputs turns them into text first).
 
     Raises:
         ValueError: If there is no record or a record is not final.
@@ -315,11 +344,12 @@ def build_turn_failure_note(records: Iterable[AgentToolCall]) -> str:
     if not ordered:
         raise ValueError("a turn-failure note needs at least one tool call record")
     lines = ["[Dex] The previous turn failed after these tool calls ran:"]
-    lines.extend(
-        f"- {record.tool_name} {record.arguments} -> {record.status}: "
-        f"{describe_tool_call_outcome(record)}"
-        for record in ordered
-    )
+    for record in ordered:
+        arguments = note_excerpt(record.arguments, NOTE_ARGUMENTS_MAX_CHARS)
+        outcome = note_excerpt(
+            describe(record), NOTE_OUTCOME_MAX_CHARS, NOTE_OUTCOME_MAX_LINES
+        )
+        lines.append(f"- {record.tool_name} {arguments} -> {record.status}: {outcome}")
     lines.append("Do not repeat these tool calls unless the user asks again.")
     return "\n".join(lines)
 

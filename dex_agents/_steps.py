@@ -70,6 +70,7 @@ from dex_agents._contract import (
     ToolPolicyResolver,
     TurnCompleted,
     build_turn_failure_note,
+    describe_tool_call_outcome,
     require_user_message,
 )
 from dex_agents._elicitation import (
@@ -1393,7 +1394,8 @@ class RecordTurnFailure(_SessionStep, Step[None]):
         final = [record for record in records.values() if record.status.is_final]
         sequence = state.message_count
         if final and state.turn_id is not None:
-            note = build_turn_failure_note(final)
+            describe = getattr(self._flow.runner, "describe_outcome_for_note", None)
+            note = build_turn_failure_note(final, describe or describe_tool_call_outcome)
             message = require_user_message(self._flow.runner.build_user_message(note))
             sequence += 1
             AGENT_MESSAGES.set(

@@ -624,6 +624,39 @@ async def test_tool_round_trip_through_the_demo_model(demo_api_base: str) -> Non
     assert "".join(events.text) == items[3]["content"]
 
 
+async def test_parallel_large_results_share_the_window(demo_api_base: str) -> None:
+    """Issue 25: with an 8,000-token window, four parallel 300 KB results were each cut to a
+    quarter of the window; together with the rest of the input the provider refused the call
+    (here the demo model's ``/context 8000``). Cut together, they fit, each shows its start
+    and says how much was left out, and a short result keeps all of its text."""
+    runner = LiteLLMRunner(_unused_resolver)
+    config = agent_config(demo_api_base, context_window=8000)
+    script = "/context 8000\n" + "\n".join(
+        f'/tool search__web_search {{"query": "q{number}"}}' for number in range(1, 6)
+    )
+    messages = [user_message(1, script, "turn-2")]
+    requested = await runner.run_model_step(make_turn(config, messages))
+    assert isinstance(requested, ToolCallsRequested) and len(requested.tool_calls) == 5
+    big = " ".join(f"w{n % 10}" for n in range(100_000))  # 300 KB, a token a word
+    records = {
+        call.tool_call_id: record(
+            call.tool_call_id, ToolCallStatus.SUCCEEDED,
+            output="short result" if number == 5 else f"RESULT{number} " + big,
+        )
+        for number, call in enumerate(requested.tool_calls, start=1)
+    }
+    turn = make_turn(config, messages, run_state=requested.framework_run_state, records=records)
+    model_input, _ = build_model_input(runner._config(config), turn)
+    results = [item["content"] for item in model_input if item.get("role") == "tool"]
+    assert results[-1] == "short result"
+    for number, text in enumerate(results[:4], start=1):
+        assert text.startswith(f"RESULT{number} w0 w1")
+        assert "more characters of this tool result are not shown" in text
+    assert len({len(text) for text in results[:4]}) == 1  # equal shares
+    completed = await runner.run_model_step(turn)
+    assert isinstance(completed, TurnCompleted)
+
+
 async def test_session_policy_wins_over_the_tool_effect(demo_api_base: str) -> None:
     runner = LiteLLMRunner(_unused_resolver)
     strict = ToolPolicy(ToolEffect.READ, requires_approval=True)

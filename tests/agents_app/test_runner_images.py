@@ -315,11 +315,13 @@ def test_the_note_of_a_failed_turn_quotes_the_text_not_the_image(tiny_png: bytes
         status=ToolCallStatus.SUCCEEDED, output=content.encode(),
     )
     data = content.images[0].data
-    note = build_turn_failure_note([record])
-    assert data in note  # dex_agents quotes the stored output verbatim...
     runner = LiteLLMRunner(_no_resolver)
+    # RecordTurnFailure renders outcomes with the runner's describe_outcome_for_note, which
+    # decodes the stored result before the note cuts it: no image data, even in part.
+    note = build_turn_failure_note([record], runner.describe_outcome_for_note)
+    assert data[:16] not in note
     message = runner.build_user_message(note)
-    assert data not in message.text  # ...the runner stores its text
+    assert data[:16] not in message.text
     assert "-> succeeded: Here it is:\n[image 1: image/png, 3.9 KiB, attached]" in message.text
     assert message.framework_item == {"role": "user", "content": message.text}
     typed = runner.build_user_message(content.encode())

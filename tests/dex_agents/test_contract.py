@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -68,6 +69,30 @@ def test_turn_failure_note_has_the_documented_format_in_deferral_order() -> None
         "it may or may not have taken effect.\n"
         "Do not repeat these tool calls unless the user asks again."
     )
+
+
+def test_turn_failure_note_keeps_the_start_of_long_outputs_and_arguments() -> None:
+    # Issue 25: four 300 KB outputs made a 1.2 MB note (a user message every later call
+    # carries). The note names each call and how it ended, with the start of its output.
+    long_output = "first line\nsecond line\nthird line\n" + "x" * 300_000
+    records = [
+        dataclasses.replace(
+            record(name, ToolCallStatus.SUCCEEDED, order, output=long_output),
+            arguments='{"q": "' + "y" * 5_000 + '"}',
+        )
+        for order, name in enumerate("abcd")
+    ]
+    note = build_turn_failure_note(records)
+    assert len(note) < 4_000
+    lines = note.split("\n")
+    assert lines[0] == "[Dex] The previous turn failed after these tool calls ran:"
+    assert lines[-1] == "Do not repeat these tool calls unless the user asks again."
+    assert note.count("- tool_") == 4
+    assert note.count("-> succeeded: first line") == 4
+    arguments = records[0].arguments
+    assert f"- tool_a {arguments[:200]} [... {len(arguments) - 200} more characters] ->" in note
+    kept = "first line\nsecond line\nthird line"
+    assert f"-> succeeded: {kept} [... {len(long_output) - len(kept)} more characters]" in note
 
 
 def test_outcome_of_an_open_record_is_refused() -> None:
