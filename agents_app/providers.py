@@ -253,16 +253,57 @@ def litellm_warm() -> None:
     litellm.token_counter(model="gpt-4o-mini", messages=[{"role": "user", "content": "warm up"}])
 
 
-def context_window(model: str, configured: int | None = None) -> int | None:
+def context_window(
+    model: str, configured: int | None = None, api_base: str | None = None
+) -> int | None:
     """The model's context window in tokens.
 
     ``configured`` (the agent definition's ``context_window``) wins; otherwise LiteLLM's model
     information (``max_input_tokens``, else ``max_tokens``). ``None`` when neither knows the
-    model (for example a local server's model). Imports LiteLLM.
+    model (for example a local server's model). A smaller window the provider named when it
+    refused an input of this model at ``api_base`` with this ``configured`` value
+    (:func:`remember_served_window`) wins over both. Imports LiteLLM.
     """
-    if configured:
-        return int(configured)
-    return _model_window(model)
+    window = int(configured) if configured else _model_window(model)
+    served = _served_windows.get((model, api_base or "", int(configured or 0)))
+    if served is not None and (window is None or served < window):
+        return served
+    return window
+
+
+#: Windows providers named in context-window refusals, per ``(model, api_base, configured
+#: window)``: a changed agent definition is a new key, so its first refusal is learned anew.
+#: Per worker process, kept until it exits (issue 25).
+_served_windows: dict[tuple[str, str, int], int] = {}
+_SERVED_WINDOW_PATTERNS = (
+    re.compile(r"maximum context length is (\d[\d,]*)", re.IGNORECASE),
+    re.compile(r"context (?:length|window) (?:is|of) (\d[\d,]*)", re.IGNORECASE),
+    re.compile(r"\d[\d,]* tokens? > (\d[\d,]*) maximum", re.IGNORECASE),
+)
+
+
+def remember_served_window(
+    model: str, configured: int | None, api_base: str | None, refusal: str
+) -> int | None:
+    """Learn the window a provider named in a context-window ``refusal`` (OpenAI's "maximum
+    context length is N tokens", Anthropic's "N tokens > M maximum", "context length of N"),
+    when it is smaller than what :func:`context_window` knows; returns it, or ``None`` when
+    the text names no window. Later calls for the same model, ``api_base`` and ``configured``
+    window use it, so the session compacts before the call instead of after a refusal on
+    every turn (a provider serving a smaller window than the agent is configured with)."""
+    for pattern in _SERVED_WINDOW_PATTERNS:
+        match = pattern.search(refusal)
+        if match is None:
+            continue
+        served = int(match.group(1).replace(",", ""))
+        if served <= 0:
+            return None
+        key = (model, api_base or "", int(configured or 0))
+        known = context_window(model, configured, api_base)
+        if known is None or served < known:
+            _served_windows[key] = served
+        return served
+    return None
 
 
 @functools.lru_cache(maxsize=256)

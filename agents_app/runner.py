@@ -106,6 +106,7 @@ from agents_app.providers import (
     count_tokens,
     litellm_warm,
     load_litellm,
+    remember_served_window,
     resolve_api_key,
     supports_images,
     unpriced_model_pricing,
@@ -500,8 +501,10 @@ class AgentModelConfig:
         return McpScope(session_id=session_id, user_id=self.owner_id)
 
     def window(self) -> int | None:
-        """The context window in tokens: the agent's, else LiteLLM's (imports LiteLLM)."""
-        return context_window(self.model, self.context_window)
+        """The context window in tokens: the agent's, else LiteLLM's, or the smaller one the
+        provider named when it refused an input (``providers.remember_served_window``;
+        imports LiteLLM)."""
+        return context_window(self.model, self.context_window, self.api_base)
 
     def tool_result_limit(self) -> int:
         """How many characters of one tool result the model sees (see the module docstring)."""
@@ -1272,6 +1275,10 @@ class LiteLLMRunner:
             raise
         except Exception as error:
             failure = provider_failure(error, api_key)
+            if isinstance(failure, ContextWindowExceededError):
+                remember_served_window(
+                    config.model, config.context_window, config.api_base, str(failure)
+                )
             if failure is error:
                 raise
             raise failure from None

@@ -657,6 +657,26 @@ async def test_parallel_large_results_share_the_window(demo_api_base: str) -> No
     assert isinstance(completed, TurnCompleted)
 
 
+async def test_a_window_a_refusal_names_is_used_until_the_agent_changes(
+    demo_api_base: str,
+) -> None:
+    """Issue 25: the agent says 9,000 tokens but the server serves 300 (the demo model's
+    ``/context 300``). Every turn used to send the full input, be refused, then compact. The
+    window the refusal names is remembered for that model, server and configured window, so
+    the session compacts before its next call; a changed agent definition starts afresh."""
+    runner = LiteLLMRunner(_unused_resolver)
+    config = agent_config(demo_api_base, context_window=9000)
+    assert runner.context_window(config) == 9000
+    long_message = "/context 300\n" + "word " * 400
+    with pytest.raises(ContextWindowExceededError, match="maximum context length is 300"):
+        await runner.run_model_step(make_turn(config, [user_message(1, long_message, "turn-2")]))
+    assert runner.context_window(config) == 300
+    assert runner._config(config).tool_result_limit() == 1000  # follows the smaller window
+    assert runner.context_window({**config, "context_window": 9001}) == 9001
+    assert runner.context_window({**config, "model": "openai/other-model"}) == 9000
+    assert runner.context_window({**config, "api_base": demo_api_base + "/other"}) == 9000
+
+
 async def test_session_policy_wins_over_the_tool_effect(demo_api_base: str) -> None:
     runner = LiteLLMRunner(_unused_resolver)
     strict = ToolPolicy(ToolEffect.READ, requires_approval=True)

@@ -247,3 +247,27 @@ def test_a_worker_killed_mid_compaction_commits_the_summary_once(stack: Stack) -
         assert [m["sequence"] for m in retained] == list(range(1, last_sequence(snapshot) + 1))
         for sequence in range(1, summary["through_sequence"] + 1):
             assert f"#{sequence}: " in summary["text"]
+
+
+def test_a_window_smaller_than_configured_is_learned_from_the_first_refusal(
+    stack: Stack,
+) -> None:
+    """Issue 25: ``demo-small`` is configured with 4,000 tokens, but here the model serves 1,500
+    (the demo model's ``/context 1500``). Only the first compaction follows a refusal; the
+    worker remembers the window the refusal named, and later turns compact before calling."""
+    with stack.api("owner") as owner:
+        session_id = start(owner, "/context 1500\n/big 1")
+        snapshot = answered(owner, session_id, 0)
+        by_turn: dict[str, set[str]] = {}
+        for _ in range(16):
+            snapshot = turn(owner, session_id, "/context 1500\n/big 1", last_sequence(snapshot))
+            by_turn = {}
+            for event in agent_events(stack, session_id):
+                if event.type == "context_compacted":
+                    by_turn.setdefault(event.turn_id, set()).add(str(event.payload["reason"]))
+            if len(by_turn) >= 2:
+                break
+        compactions = list(by_turn.values())  # one set of reasons per turn, oldest first
+        assert len(compactions) >= 2, by_turn
+        assert compactions[0] == {"overflow"}, by_turn
+        assert all("overflow" not in reasons for reasons in compactions[1:]), by_turn
