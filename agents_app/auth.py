@@ -24,8 +24,7 @@ from collections.abc import Iterable
 from hmac import compare_digest
 from typing import Any, TypeVar
 
-from channels.auth import AuthMiddleware
-from channels.db import database_sync_to_async
+from channels.auth import AuthMiddleware, get_user
 from channels.security.websocket import AllowedHostsOriginValidator
 from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -182,6 +181,19 @@ def scope_token_key(scope: dict[str, Any]) -> str | None:
     return None if value is None else token_key_from_authorization(value)
 
 
+#: Set in a websocket scope whose authentication lookup missed its deadline.
+DATABASE_TIMEOUT_KEY = "dexagents_database_timeout"
+
+
+def _session_user(scope: dict[str, Any]) -> Any:
+    """Channels' session-cookie user lookup (``channels.auth.get_user``), run synchronously
+    (it is a ``database_sync_to_async`` wrapper around a sync function)."""
+    lookup = getattr(get_user, "func", None)
+    if lookup is None:  # pragma: no cover - a Channels without the wrapper attribute
+        raise RuntimeError("channels.auth.get_user has no sync function to call")
+    return lookup(scope)
+
+
 class TokenAuthMiddleware(AuthMiddleware):
     """Channels' ``AuthMiddleware`` that prefers an ``Authorization`` token header.
 
@@ -192,13 +204,22 @@ class TokenAuthMiddleware(AuthMiddleware):
     """
 
     async def resolve_scope(self, scope: dict[str, Any]) -> None:
+        """Look the user up on the websocket lookup pool (``agents_app.websocket_db``); a
+        lookup past its deadline leaves ``AnonymousUser`` and ``scope[DATABASE_TIMEOUT_KEY]``
+        set, for the consumer to close with 4503."""
+        from agents_app.websocket_db import WebsocketDatabaseTimeout, websocket_db
+
         key = scope_token_key(scope)
-        if key is None:
-            await super().resolve_scope(scope)
-            return
+        user: Any = None
         try:
-            user = await database_sync_to_async(user_for_token_key)(key)
+            if key is None:
+                user = await websocket_db(_session_user, scope)
+            else:
+                user = await websocket_db(user_for_token_key, key)
         except ApiTokenExpiredError:
+            user = None
+        except WebsocketDatabaseTimeout:
+            scope[DATABASE_TIMEOUT_KEY] = True
             user = None
         scope["user"]._wrapped = user if user is not None else AnonymousUser()
 

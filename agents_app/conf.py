@@ -31,7 +31,9 @@ Keys (units in the names' comments):
     MAX_ACTIVE_SESSIONS_PER_USER (running turns per user; a message over it waits in the
     outbox, ``agents_app.outbox.active_limit_reached``; 0: no cap), SNAPSHOT_SHORT_PATH
     (bool: unchanged sessions' snapshot reads skip Django's request cycle,
-    ``agents_app.snapshot_asgi``).
+    ``agents_app.snapshot_asgi``), WEBSOCKET_DB_TIMEOUT (seconds a websocket handshake's
+    database lookup may take before that socket closes with 4503,
+    ``agents_app.websocket_db``).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -67,6 +69,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "TOOL_RESULT_IMAGES_MAX_BYTES": 1024 * 1024,
     "ELICITATION_TIMEOUT": 600,
     "MAX_WAIT_SECONDS": 300,
+    "WEBSOCKET_DB_TIMEOUT": 10,
     "THROTTLE_READS": "3000/min",
     "THROTTLE_WRITES": "600/min",
     "MAX_ACTIVE_SESSIONS_PER_USER": 10,

@@ -8,7 +8,10 @@ Protocol:
 - Auth (``agents_app.auth``): ``Authorization: Bearer <key>`` or ``Token <key>``, else the
   Django session cookie. The owner or staff may read. Refusals accept the socket and close it
   at once with 4401 (not authenticated), 4403 (someone else's session) or 4404 (no such
-  ``AgentSession`` index row); nothing else is sent.
+  ``AgentSession`` index row); nothing else is sent. The handshake's database lookups run on
+  threads of their own (``agents_app.websocket_db``): one that the database does not answer
+  within ``DEXAGENTS["WEBSOCKET_DB_TIMEOUT"]`` seconds (10) closes that socket with 4503, and
+  no other request of the process waits for it; the client retries.
 - Text frames, JSON, in Stream order, each Stream message at most once per connection:
   ``{"type": "event", "token", "event": {"type", "turn_id", "step_execution_id", "attempt",
   "data", "created_at"}}`` (``dex_gateway.SessionEventMessage``), and
@@ -40,7 +43,7 @@ session's Stream (many sockets of a session cost one engine long poll, not one e
 reads on its own only while it catches up from an old ``after``. Closing the socket ends the
 relay at once (or within the time it takes to cancel one gRPC long poll while it catches up);
 the agent turn is not affected.
-The consumer does no agent work, and the ORM only through ``database_sync_to_async``.
+The consumer does no agent work, and the ORM only through ``agents_app.websocket_db``.
 """
 
 from __future__ import annotations
@@ -53,7 +56,6 @@ import logging
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.exceptions import PermissionDenied
 
@@ -62,12 +64,14 @@ from django.core.exceptions import PermissionDenied
 # Flow for its client on first use).
 import agents_app.flow  # noqa: F401
 from agents_app import dex_gateway, selectors, session_events
+from agents_app.auth import DATABASE_TIMEOUT_KEY
 from agents_app.conf import dexagents_setting
 from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
 from agents_app.models import AgentSession
 from agents_app.session_events import SNAPSHOT_REQUIRED_FRAME, event_frame
 from agents_app.session_index import APPROVALS_GROUP, approval_index_version
+from agents_app.websocket_db import WebsocketDatabaseTimeout, websocket_db
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +80,9 @@ CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_UNKNOWN_SESSION = 4404
 CLOSE_SLOW_CLIENT = 4408
+#: The database did not answer this socket's handshake lookup in time
+#: (``DEXAGENTS["WEBSOCKET_DB_TIMEOUT"]``, ``agents_app.websocket_db``); retry later.
+CLOSE_DATABASE_BUSY = 4503
 CLOSE_INTERNAL_ERROR = 1011
 
 
@@ -152,10 +159,14 @@ def _observe_relay_lag(message: dex_gateway.SessionEventMessage) -> None:
 
 
 async def accept_authenticated(consumer: AsyncJsonWebsocketConsumer) -> Any | None:
-    """Accept the socket and return its authenticated user, or close it with 4401 and return
-    None. Close codes above 4000 need an accepted socket; before accept a refusal would be a
-    plain HTTP 403 that clients cannot tell apart."""
+    """Accept the socket and return its authenticated user, or close it with 4401 (or 4503
+    when the authentication lookup missed its deadline) and return None. Close codes above
+    4000 need an accepted socket; before accept a refusal would be a plain HTTP 403 that
+    clients cannot tell apart."""
     await consumer.accept()
+    if consumer.scope.get(DATABASE_TIMEOUT_KEY):
+        await consumer.close(code=CLOSE_DATABASE_BUSY)
+        return None
     user = consumer.scope.get("user")
     if user is None or not user.is_authenticated:
         await consumer.close(code=CLOSE_NOT_AUTHENTICATED)
@@ -176,9 +187,10 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         # The consumer's task keeps these for its log lines; the relay task copies them.
         bind_websocket(self.scope, session_id=session_id)
         try:
-            await database_sync_to_async(selectors.session_get_for_reader)(
-                user=user, session_id=session_id
-            )
+            await websocket_db(selectors.session_get_for_reader, user=user, session_id=session_id)
+        except WebsocketDatabaseTimeout:
+            await self.close(code=CLOSE_DATABASE_BUSY)
+            return
         except AgentSession.DoesNotExist:
             await self.close(code=CLOSE_UNKNOWN_SESSION)
             return
@@ -298,7 +310,11 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
         if self.channel_layer is not None:
             await self.channel_layer.group_add(APPROVALS_GROUP, self.channel_name)
         # Read before the first frame: a change after it moves the version the poll compares.
-        self.version = await database_sync_to_async(approval_index_version)()
+        try:
+            self.version = await websocket_db(approval_index_version)
+        except WebsocketDatabaseTimeout:
+            await self.close(code=CLOSE_DATABASE_BUSY)
+            return
         await self.send_json(APPROVALS_CHANGED_FRAME)
         self.poll_task = asyncio.create_task(self._poll(), name="approvals poll")
 
@@ -329,8 +345,12 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
                 logger.info("Approvals poll failed: %s", error)
 
     async def _check(self, *, force: bool) -> None:
-        """Tell the client when the index version moved (or a notice says it did)."""
-        version = await database_sync_to_async(approval_index_version)()
+        """Tell the client when the index version moved (or a notice says it did); a read the
+        database does not answer in time is left to the next poll."""
+        try:
+            version = await websocket_db(approval_index_version)
+        except WebsocketDatabaseTimeout:
+            return
         if force or version != self.version:
             self.version = version
             await self.send_json(APPROVALS_CHANGED_FRAME)

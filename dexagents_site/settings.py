@@ -457,6 +457,11 @@ DEXAGENTS: dict[str, Any] = {
     "EVENTS_STREAM_CAPACITY_BYTES": env_int(
         "DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES", 10 * 1024 * 1024, minimum=1024
     ),
+    # Seconds a websocket handshake's database lookup (token, session cookie, session row)
+    # may take; past it that socket closes with 4503 and nobody else waits
+    # (agents_app.websocket_db).
+    "WEBSOCKET_DB_TIMEOUT": env_int("DEXAGENTS_WEBSOCKET_DB_TIMEOUT", 10, minimum=1,
+                                    maximum=300),
     # Per-websocket send queue of /ws/sessions/<id>/events/: frames read from the Stream but
     # not yet taken by the client. Past either bound the socket closes with 4408.
     "EVENTS_SEND_QUEUE_FRAMES": env_int(

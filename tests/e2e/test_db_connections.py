@@ -16,10 +16,12 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from dex_agents.testing import free_port
 from tests.e2e.conftest import PYTHON, Processes, wait_until
@@ -44,7 +46,9 @@ def web_on_postgres(tmp_path: Path, postgres_url: str) -> Iterator[Stack]:
         tmp_path / "var", web_port=stack.web_port, engine_port=stack.engine_port,
         model_port=stack.model_port,
         # Long enough that the cancelled reads are still waiting when they are dropped.
-        extra={"DATABASE_URL": postgres_url, "DEXAGENTS_ENGINE_TIMEOUT": "60"})
+        extra={"DATABASE_URL": postgres_url, "DEXAGENTS_ENGINE_TIMEOUT": "60",
+               # A handshake lookup stuck on a lock gives up after 3 s (the locked-table test).
+               "DEXAGENTS_WEBSOCKET_DB_TIMEOUT": "3"})
     (tmp_path / "var").mkdir()
     stack.processes = Processes(stack.env)
     try:
@@ -217,3 +221,53 @@ def test_a_kept_connection_the_server_closed_is_replaced_before_a_read(
             assert api.get(UNKNOWN_SESSION).status_code == 404
     failed = [line for line in list(stack.web.lines) if "Snapshot short path failed" in line]
     assert not failed, failed
+
+
+def test_a_handshake_stuck_on_a_locked_table_holds_up_no_one_else(
+    web_on_postgres: Stack, postgres_url: str
+) -> None:
+    """Issue 25: with ``django_session`` locked, a websocket authenticating by session cookie
+    waits for the database. It used to wait on Channels' one database thread, so every other
+    handshake of the process (token-authenticated, other sessions) and REST reads waited
+    behind it. Now the token handshake and the reads answer while the lock is held, and the
+    cookie socket closes with 4503 once its lookup's deadline passes."""
+    import psycopg
+
+    stack = web_on_postgres
+    with stack.api() as api:
+        created = api.post("/api/v1/sessions/", json={"agent": "demo"})
+        assert created.status_code == 201, created.text
+        session_id = created.json()["id"]
+    owner = stack.personas["owner"]
+
+    async def scenario(lock: Any) -> None:
+        cookie = {"Cookie": f"sessionid={owner.cookie}"}
+        async def open_with_cookie() -> ClientConnection:
+            return await connect(stack.events_url(session_id), additional_headers=cookie,
+                                 open_timeout=60)
+
+        stuck = asyncio.create_task(open_with_cookie())
+        await asyncio.sleep(0)
+        # While the lock is held (it is released only after these checks):
+        socket = await asyncio.wait_for(
+            connect(stack.events_url(session_id), additional_headers=owner.bearer(),
+                    open_timeout=30), 30)
+        await socket.close()
+        async with httpx.AsyncClient(base_url=stack.base_url(), headers=owner.bearer(),
+                                     timeout=30) as client:
+            listed = await client.get("/api/v1/sessions/")
+            assert listed.status_code == 200
+            assert session_id in {item["id"] for item in listed.json()["results"]}
+        cookie_socket = await asyncio.wait_for(stuck, 60)
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(cookie_socket.recv(), 60)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4503
+        lock.rollback()  # the lock goes; a new cookie handshake is served
+        again = await asyncio.wait_for(
+            connect(stack.events_url(session_id), additional_headers=cookie, open_timeout=30),
+            30)
+        await again.close()
+
+    with psycopg.connect(postgres_url) as lock:
+        lock.execute("LOCK TABLE django_session IN ACCESS EXCLUSIVE MODE")
+        asyncio.run(scenario(lock))
