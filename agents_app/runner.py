@@ -1052,6 +1052,7 @@ REFUSAL_MAX_CHARS = 1000
 #: HTTP statuses of a request the provider refused itself: the same request would be refused
 #: again (invalid, key not accepted, payment required, no access, no such model, unprocessable).
 REFUSAL_STATUSES = frozenset({400, 401, 402, 403, 404, 422})
+_LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
 
 
 def provider_failure(
@@ -1092,7 +1093,9 @@ def provider_failure(
     if refusals and (isinstance(error, refused) or (
         isinstance(error, litellm.APIError) and status in REFUSAL_STATUSES
     )):
-        text = str(shown)
+        # LiteLLM prefixes its class names ("litellm.BadRequestError: BadRequestError:
+        # OpenAIException - "); the provider's own words follow.
+        text = _LITELLM_PREFIX.sub("", str(shown)) or str(shown)
         if len(text) > REFUSAL_MAX_CHARS:
             text = text[: REFUSAL_MAX_CHARS - 1] + "…"
         return ModelCallError(f"The model provider refused the request (HTTP {status}): {text}")

@@ -779,6 +779,7 @@ async def test_a_provider_refusal_is_a_model_call_error(
     message = refused.value.message
     assert message.startswith(f"The model provider refused the request (HTTP {status}): ")
     assert FAIL_STATUSES[status][1].split(" (")[0] in message
+    assert "litellm." not in message and "Exception - " not in message  # the provider's words
     assert len(message) <= 1100
 
 
