@@ -64,8 +64,8 @@ def user_for_token_key(key: str) -> AbstractBaseUser | None:
     """Return the active user whose API token has the key ``key``, or None.
 
     ``key`` is the whole key as the client sends it. Unknown and revoked keys, keys of
-    inactive users and over-long keys give None. Sync (ORM): async callers wrap it in
-    ``database_sync_to_async``.
+    inactive users and over-long keys give None. Sync (ORM): async callers run it on a thread
+    (websocket handshakes: ``agents_app.websocket_db``).
 
     Raises:
         ApiTokenExpiredError: The key is right but its token expired; the token is kept (so

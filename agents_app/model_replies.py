@@ -128,10 +128,13 @@ class ToolCallAccumulator:
     * Unless it was matched by its ``id``, a delta with a name that continues a call by the
       rules above opens a new one instead when it cannot belong to it (issue 25): a different
       name after the call's arguments began, or the same name with arguments that begin after
-      the call's arguments already form a whole JSON value. LiteLLM's ``ollama_chat`` and some
-      OpenAI-compatible servers stream every call at ``index`` 0 without an ``id``, each delta
-      with its name (LiteLLM's Ollama stream gives an ``id`` only to calls with arguments), so
-      two calls with ``"{}"`` used to become one named ``a__xb__y`` or one with ``"{}{}"``.
+      the call's arguments already form a whole JSON value. The same name with no arguments
+      after whole arguments opens the new call only if arguments follow it (OpenAI's shape:
+      a name chunk, then argument chunks); otherwise it was a trailing chunk of that call.
+      LiteLLM's ``ollama_chat`` and some OpenAI-compatible servers stream every call at
+      ``index`` 0 without an ``id``, each delta with its name (LiteLLM's Ollama stream gives
+      an ``id`` only to calls with arguments), so two calls with ``"{}"`` used to become one
+      named ``a__xb__y`` or one with ``"{}{}"``.
       Nameless arguments after a whole value stay with the call: a call without a name could
       not run, while arguments that are not JSON reach the model as a tool error it can read.
 
@@ -143,6 +146,8 @@ class ToolCallAccumulator:
     calls: list[dict[str, Any]] = field(default_factory=list)
     _by_index: dict[int, int] = field(default_factory=dict)
     _by_id: dict[str, int] = field(default_factory=dict)
+    #: Calls whose name came again after their whole arguments: that name, by position.
+    _pending: dict[int, str] = field(default_factory=dict)
 
     def _open(self) -> int:
         self.calls.append({"id": "", "name": "", "arguments": ""})
@@ -166,9 +171,22 @@ class ToolCallAccumulator:
                     position = latest
             elif index is None and call_id is None and self.calls:
                 position = len(self.calls) - 1
-            if position is not None and _starts_another_call(self.calls[position], name,
-                                                             arguments):
-                position = None
+            if position is not None:
+                current = self.calls[position]
+                pending = self._pending.pop(position, "")
+                if _starts_another_call(current, name, arguments):
+                    position = None
+                elif pending and not name and arguments.strip() and _whole_json(
+                    current["arguments"]
+                ):
+                    # The same tool named again, with its arguments in the pieces that follow.
+                    name, position = pending, None
+                elif name == current["name"] and not arguments.strip() and _whole_json(
+                    current["arguments"]
+                ):
+                    # Its name again after whole arguments: a trailing chunk of this call, or
+                    # the next call of the same tool; the next arguments tell.
+                    self._pending[position] = name
         if position is None:
             position = self._open()
         if index is not None:

@@ -1279,9 +1279,14 @@ class LiteLLMRunner:
         except Exception as error:
             failure = provider_failure(error, api_key)
             if isinstance(failure, ContextWindowExceededError):
+                known = config.window()
                 remember_served_window(
                     config.model, config.context_window, config.api_base, str(failure)
                 )
+                learned = config.window()
+                # A smaller window learned now: the next attempt cuts this turn's tool results
+                # for it (fit_tool_results), so it may fit without any compaction.
+                failure.retry_may_fit = learned is not None and (known is None or learned < known)
             if failure is error:
                 raise
             raise failure from None

@@ -17,13 +17,14 @@ anyone else's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from agents_app.conf import dexagents_setting
 
@@ -32,6 +33,9 @@ T = TypeVar("T")
 #: Threads per web process for websocket handshake lookups (token, session cookie, session
 #: row, approvals version).
 WEBSOCKET_DB_THREADS = 8
+
+#: How long after its caller's deadline a lookup's PostgreSQL statement is cancelled (seconds).
+STATEMENT_MARGIN_SECONDS = 5.0
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -55,6 +59,13 @@ def _pool() -> ThreadPoolExecutor:
 def _run(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     close_old_connections()
     try:
+        if connection.vendor == "postgresql":
+            # The query ends a little after the caller gave up on it, so a thread does not
+            # wait on a lock for as long as the lock is held (nor keep the process from exiting).
+            seconds = float(dexagents_setting("WEBSOCKET_DB_TIMEOUT")) + STATEMENT_MARGIN_SECONDS
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('statement_timeout', %s, false)",
+                               [f"{int(seconds * 1000)}ms"])
         return function(*args, **kwargs)
     finally:
         close_old_connections()
@@ -69,7 +80,9 @@ async def websocket_db(function: Callable[..., T], *args: Any, **kwargs: Any) ->
         Exception: Whatever ``function`` raised.
     """
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(_pool(), functools.partial(_run, function, *args, **kwargs))
+    # The caller's context (its log fields: agents_app.log_context) goes with the call.
+    call = functools.partial(contextvars.copy_context().run, _run, function, *args, **kwargs)
+    future = loop.run_in_executor(_pool(), call)
     timeout = float(dexagents_setting("WEBSOCKET_DB_TIMEOUT"))
     try:
         return await asyncio.wait_for(future, timeout)

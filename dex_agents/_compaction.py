@@ -25,7 +25,9 @@ History is never compacted". With ``compaction`` set:
   commit; nothing is deleted before the summary that covers it commits.
 - A ``ContextWindowExceededError`` from ``run_model_step`` compacts once (everything before the
   running turn that lies outside the keep budget) and retries that model call once; a second
-  error of the same call fails the attempt as usual.
+  error of the same call (or one with nothing to compact) fails the turn at once, unless the
+  runner says the next attempt may fit (``retry_may_fit``: it learned a smaller window from the
+  refusal), which fails only the attempt (issue 25).
 - Reads: ``get_message_range`` and ``read_agent_messages`` (with per-call instance loads) page
   retained messages; ``get_agent_snapshot_page`` is the snapshot with only its last page loaded
   (``AgentSessionClient`` uses both when the Flow compacts).
@@ -193,8 +195,15 @@ class CompactionBudgets:
 class ContextWindowExceededError(Exception):
     """Raised by ``run_model_step`` when the provider refused the input as longer than the
     model's context window (platform addition). With ``AgentSessionOptions.compaction`` the
-    session compacts once and retries the call; otherwise it fails the attempt like any error.
+    session compacts once and retries the call. A refusal compaction cannot help fails the
+    turn at once (the same input would be refused again, issue 25), unless the runner says
+    ``retry_may_fit``: it learned from the refusal a smaller window that its next attempt will
+    build the input for, so the attempt fails and is retried as any error.
     """
+
+    def __init__(self, *args: object, retry_may_fit: bool = False) -> None:
+        super().__init__(*args)
+        self.retry_may_fit = retry_may_fit
 
 
 @dataclass(frozen=True)
@@ -636,7 +645,7 @@ def compact_after_overflow(
 ) -> StepDecision | None:
     """After a ``ContextWindowExceededError``: the move to CompactContext (then the same model
     call again), or ``None`` when this call was already retried or nothing can be summarized
-    (the caller re-raises)."""
+    (the caller fails the turn, or the attempt when the runner's next one may fit)."""
     if flow.options.compaction is None:
         return None
     summary = current_summary(context)

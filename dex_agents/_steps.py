@@ -743,8 +743,14 @@ def _fail_turn_now(context: AsyncContext, state: AgentState, message: str) -> St
     provider's 400, 401, 403 or 404, or an input still too long after compaction): the turn
     fails after this one attempt. The message goes through ``AgentState.last_turn_error``,
     which RecordTurnFailure reads when no Step failure brought it there."""
+    if len(message) > _TURN_ERROR_MAX_CHARS:
+        message = message[: _TURN_ERROR_MAX_CHARS - 1] + "…"
     AGENT_STATE.set(context, replace(state, last_turn_error=message))
     return go_to(RecordTurnFailure, None)
+
+
+#: The longest ``last_turn_error`` RunModel stores for a turn it fails at once (characters).
+_TURN_ERROR_MAX_CHARS = 2000
 
 
 class RunModel(_SessionStep, Step[None]):
@@ -821,6 +827,8 @@ class RunModel(_SessionStep, Step[None]):
                 compaction = compact_after_overflow(flow, context, state, turn)
                 if compaction is not None:
                     return compaction
+                if overflow.retry_may_fit:
+                    raise  # the next attempt builds its input for the window the refusal named
                 # Too long even after this call's compaction (or without compaction): the same
                 # input would be refused again.
                 return _fail_turn_now(context, state, str(overflow) or "the input is longer"

@@ -165,7 +165,7 @@ async def _list_all_tools(client: Client, spec: McpServerSpec) -> list[Discovere
             # 0 of a server's 41 tools usable). Read the page again and take its tools one
             # by one.
             raw = await _raw_tools_page(client, spec, cursor)
-            tools.extend(_lenient_tools(spec, raw.get("tools"), client.protocol_version))
+            tools.extend(_lenient_tools(spec, raw, client.protocol_version))
             next_cursor = raw.get("nextCursor")
             cursor = next_cursor if isinstance(next_cursor, str) and next_cursor else None
         else:
@@ -206,8 +206,13 @@ async def _raw_tools_page(
     return raw
 
 
-def _lenient_tools(spec: McpServerSpec, items: Any, version: str) -> list[DiscoveredTool]:
-    """The tools of a raw ``tools/list`` page, each checked on its own (issue 25).
+def _lenient_tools(
+    spec: McpServerSpec, page: dict[str, Any], version: str
+) -> list[DiscoveredTool]:
+    """The tools of a raw ``tools/list`` ``page``, each checked on its own (issue 25), inside
+    the page's own envelope (the 2026-07-28 result carries ``cacheScope``, ``ttlMs`` and
+    ``resultType`` besides ``tools``; an envelope that is itself invalid is set aside and the
+    entries are checked as 2025-11-25 tools).
 
     A valid entry is read as the SDK reads it. An ``inputSchema`` without a top-level ``type``
     (``{}``, or a bare ``oneOf``) is read as an object schema (tool arguments are always a JSON
@@ -216,18 +221,32 @@ def _lenient_tools(spec: McpServerSpec, items: Any, version: str) -> list[Discov
     tool. Any other invalid entry is kept with ``invalid_reason`` (discovery quarantines it);
     an entry without a name is skipped and logged.
     """
+    from mcp.shared.inbound import find_invalid_x_mcp_header
     from mcp.types import Tool
     from mcp_types.methods import validate_server_result
 
+    envelope = {key: value for key, value in page.items() if key not in ("tools", "nextCursor")}
+    try:
+        validate_server_result("tools/list", version, {**envelope, "tools": []})
+    except ValidationError:
+        envelope, version = {}, "2025-11-25"
+
     def check(item: dict[str, Any]) -> DiscoveredTool:
-        validate_server_result("tools/list", version, {"tools": [item]})
+        validate_server_result("tools/list", version, {**envelope, "tools": [item]})
         return _discovered(Tool.model_validate(item))
 
+    items = page.get("tools")
     tools: list[DiscoveredTool] = []
     for item in items if isinstance(items, list) else []:
         name = item.get("name") if isinstance(item, dict) else None
         if not isinstance(name, str) or not name:
             logger.warning("MCP server %s listed a tool without a name; skipped", spec.name)
+            continue
+        header_problem = find_invalid_x_mcp_header(item.get("inputSchema"))
+        if header_problem is not None:
+            # The SDK drops such a tool from a 2026 listing (the specification's MUST).
+            logger.warning("MCP tool %s of server %s dropped: invalid x-mcp-header (%s)",
+                           name, spec.name, header_problem)
             continue
         try:
             tools.append(check(item))

@@ -340,8 +340,8 @@ def test_accumulator_splits_id_less_calls_that_share_index_zero() -> None:
         {"index": 0, "name": "tool_c", "arguments": '{"a": '},
         {"index": 0, "arguments": "[1, 2]}"},
         {"index": 0, "arguments": " \n"},
-        {"index": 0, "name": "srv__tool_c", "provider_specific_fields": {"k": "v"}},
         {"index": 0, "arguments": '{"b": 1}'},
+        {"index": 0, "name": "srv__tool_c", "provider_specific_fields": {"k": "v"}},
     ]
     for delta in deltas:
         accumulator.add(delta)
@@ -352,6 +352,27 @@ def test_accumulator_splits_id_less_calls_that_share_index_zero() -> None:
         ("srv__tool_c", '{"a": [1, 2]} \n{"b": 1}'),
     ]
     assert accumulator.calls[3]["provider_specific_fields"] == {"k": "v"}
+
+
+def test_accumulator_splits_the_same_tool_named_again_before_its_argument_chunks() -> None:
+    # OpenAI's chunk shape without ids: a name chunk with no arguments, then argument chunks;
+    # the same tool twice. A name repeated with nothing after it stays one call.
+    accumulator = ToolCallAccumulator()
+    deltas: list[dict[str, Any]] = [
+        {"index": 0, "name": "srv__read", "arguments": ""},
+        {"index": 0, "arguments": '{"p": 1}'},
+        {"index": 0, "name": "srv__read", "arguments": ""},
+        {"index": 0, "arguments": '{"p":'},
+        {"index": 0, "arguments": " 2}"},
+        {"index": 0, "name": "srv__read", "provider_specific_fields": {"k": "v"}},
+    ]
+    for delta in deltas:
+        accumulator.add(delta)
+    assert [(call["name"], call["arguments"]) for call in accumulator.calls] == [
+        ("srv__read", '{"p": 1}'),
+        ("srv__read", '{"p": 2}'),
+    ]
+    assert accumulator.calls[1]["provider_specific_fields"] == {"k": "v"}
 
 
 def test_accumulator_falls_back_to_id_then_to_the_latest_call() -> None:
@@ -675,6 +696,39 @@ async def test_a_window_a_refusal_names_is_used_until_the_agent_changes(
     assert runner.context_window({**config, "context_window": 9001}) == 9001
     assert runner.context_window({**config, "model": "openai/other-model"}) == 9000
     assert runner.context_window({**config, "api_base": demo_api_base + "/other"}) == 9000
+
+
+async def test_a_refusal_that_teaches_a_smaller_window_lets_the_next_attempt_fit(
+    demo_api_base: str,
+) -> None:
+    """The agent says 9,500 tokens, the server serves 1,200: the first call with this turn's
+    tool results (cut for 9,500) is refused, and the refusal's window is learned. Nothing
+    earlier can be compacted in a first turn, so the error says ``retry_may_fit`` (RunModel
+    retries the attempt instead of failing the turn); the retry cuts the results for 1,200 and
+    is answered. A refusal that teaches nothing new does not say so."""
+    runner = LiteLLMRunner(_unused_resolver)
+    config = agent_config(demo_api_base, context_window=9500)
+    script = "/context 1200\n" + "\n".join(
+        f'/tool search__web_search {{"query": "q{number}"}}' for number in range(1, 4)
+    )
+    messages = [user_message(1, script, "turn-2")]
+    requested = await runner.run_model_step(make_turn(config, messages))
+    assert isinstance(requested, ToolCallsRequested)
+    words = " ".join(f"w{n % 10}" for n in range(3000))
+    records = {
+        call.tool_call_id: record(call.tool_call_id, ToolCallStatus.SUCCEEDED, output=words)
+        for call in requested.tool_calls
+    }
+    turn = make_turn(config, messages, run_state=requested.framework_run_state, records=records)
+    with pytest.raises(ContextWindowExceededError) as refused:
+        await runner.run_model_step(turn)
+    assert refused.value.retry_may_fit is True
+    assert isinstance(await runner.run_model_step(turn), TurnCompleted)
+
+    too_long = [user_message(1, "/context 1200\n" + "word " * 2000, "turn-2")]
+    with pytest.raises(ContextWindowExceededError) as again:
+        await runner.run_model_step(make_turn(config, too_long))
+    assert again.value.retry_may_fit is False
 
 
 async def test_session_policy_wins_over_the_tool_effect(demo_api_base: str) -> None:

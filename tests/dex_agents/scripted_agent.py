@@ -8,6 +8,8 @@ The user message is the script:
 - ``"fail-model"`` makes every model call write a text delta, then raise;
 - ``"refuse-model: reason"`` makes every model call write a text delta, then raise
   ``ModelCallError(reason)`` (a provider refusal no retry can fix);
+- ``"overflow-once"`` makes a turn's first model call attempt raise
+  ``ContextWindowExceededError(retry_may_fit=True)``; the next attempt echoes;
 - ``"rate-limited: n"`` makes a turn's first model call attempt raise
   ``ModelRateLimitError`` asking to wait ``n`` seconds; the next attempt echoes;
 - ``"many: n"`` answers with ``n`` assistant messages;
@@ -328,6 +330,9 @@ class ScriptedRunner:
         if command == "refuse-model":
             turn.events.write_text_delta(f"partial attempt {turn.attempt}")
             raise ModelCallError(argument.strip())
+        if command == "overflow-once" and turn.attempt == 1:
+            raise ContextWindowExceededError("refused; a smaller window learned",
+                                             retry_may_fit=True)
         if command == "rate-limited" and turn.attempt == 1:
             raise ModelRateLimitError("scripted rate limit", int(argument))
         if command == "many":

@@ -365,6 +365,19 @@ async def test_a_rate_limited_model_call_waits_the_retry_after(tmp_path: Path) -
         assert invocation_log(tmp_path).count("model", "turn-1") == 2
 
 
+async def test_an_overflow_the_next_attempt_may_fit_is_retried(tmp_path: Path) -> None:
+    """A ``ContextWindowExceededError`` with ``retry_may_fit`` (the runner learned a smaller
+    window from the refusal) fails only the attempt, even with nothing to compact."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "overflow-once")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+        assert last_text(snapshot) == "echo: overflow-once"
+        assert snapshot.last_turn_error is None
+        assert invocation_log(tmp_path).count("model", "turn-1") == 2
+
+
 async def test_approval_deadline_expiry_is_a_rejection_the_model_sees(tmp_path: Path) -> None:
     async with scripted_stack(tmp_path) as stack:
         sessions = stack.sessions(flow_of(stack, DEADLINE_FLOW_TYPE))

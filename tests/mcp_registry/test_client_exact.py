@@ -419,3 +419,33 @@ async def test_over_http_a_timed_out_call_is_cancelled_and_the_session_deleted(
     delete = next(entry for entry in entries if entry["method"] == "DELETE")
     assert cancel["params"]["requestId"] == call["id"]
     assert delete["session"] == call["session"] is not None
+
+
+@pytest.mark.parametrize(
+    ("version", "envelope"),
+    [
+        ("2025-11-25", {}),
+        ("2026-07-28", {"cacheScope": "public", "ttlMs": 0, "resultType": "complete"}),
+        ("2026-07-28", {}),  # a 2026 server whose envelope is itself incomplete
+    ],
+)
+def test_a_raw_tool_page_is_checked_entry_by_entry_in_every_protocol_version(
+    version: str, envelope: dict[str, Any]
+) -> None:
+    """A 2026-07-28 ``tools/list`` result carries ``cacheScope``, ``ttlMs`` and ``resultType``
+    beside ``tools``: each entry is checked inside that envelope, so valid entries stay valid
+    (checked alone they all failed for the envelope's missing fields)."""
+    from mcp_registry.client import _lenient_tools
+
+    page = {**envelope, "tools": [
+        {"name": "ok", "inputSchema": SCHEMA},
+        {"name": "anything", "inputSchema": {}},
+        {"name": "broken", "inputSchema": "not a schema"},
+        {"inputSchema": SCHEMA},  # no name: skipped
+    ]}
+    spec = stub_spec(Path("unused"))
+    tools = {tool.name: tool for tool in _lenient_tools(spec, page, version)}
+    assert set(tools) == {"ok", "anything", "broken"}
+    assert tools["ok"].invalid_reason is None and tools["ok"].input_schema == SCHEMA
+    assert tools["anything"].invalid_reason is None
+    assert tools["broken"].invalid_reason is not None
