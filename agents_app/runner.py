@@ -166,6 +166,7 @@ __all__ = [
     "LiteLLMRunner",
     "ModelResponseError",
     "PreparedToolCall",
+    "ProviderCallError",
     "RedactedProviderError",
     "ServerResolver",
     "ToolCallAccumulator",
@@ -274,6 +275,13 @@ TURN_FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool call
 class AgentConfigError(ValueError):
     """The session's ``agent_config`` is missing or malformed, or its key is not set; fails
     the Step. Messages name variables, never key values."""
+
+
+class ProviderCallError(RuntimeError):
+    """A model provider's failure that another attempt may fix (a timeout, a connection error,
+    HTTP 429 without ``Retry-After``, 5xx), in a sentence with the provider's own words and
+    the key redacted (``provider_failure``). Fails the attempt (retried); after the last one
+    it is the turn's ``last_turn_error``."""
 
 
 class RedactedProviderError(RuntimeError):
@@ -1070,16 +1078,25 @@ def provider_failure(
       at once instead of sending the same request twice more;
     - HTTP 429 with a ``Retry-After`` in seconds: ``dex_agents.ModelRateLimitError`` (the next
       attempt waits that long, at most :data:`RETRY_AFTER_MAX_SECONDS`);
-    - anything else (timeouts, connection errors, 429 without ``Retry-After``, 5xx): ``error``
-      itself, or its :class:`RedactedProviderError` when its text holds the key; the attempt
-      fails and is retried.
+    - LiteLLM's other provider errors (timeouts, connection errors, 429 without
+      ``Retry-After``, 5xx): :class:`ProviderCallError` with the provider's words; the attempt
+      fails and is retried;
+    - anything else: ``error`` itself, or its :class:`RedactedProviderError` when its text
+      holds the key.
 
     The key never shows in what this returns.
     """
     litellm = _litellm()
     shown: Exception = _redact(error, api_key) or error
+    # LiteLLM prefixes its class names ("litellm.BadRequestError: BadRequestError:
+    # OpenAIException - "); the provider's own words follow, and they are what a user reads.
+    text = _LITELLM_PREFIX.sub("", str(shown)) or str(shown)
+    if len(text) > REFUSAL_MAX_CHARS:
+        text = text[: REFUSAL_MAX_CHARS - 1] + "…"
     if isinstance(error, litellm.ContextWindowExceededError):
-        return ContextWindowExceededError(str(shown))
+        return ContextWindowExceededError(
+            f"The model provider refused the input as too long: {text}"
+        )
     refused = (
         litellm.BadRequestError,
         litellm.AuthenticationError,
@@ -1093,17 +1110,23 @@ def provider_failure(
     if refusals and (isinstance(error, refused) or (
         isinstance(error, litellm.APIError) and status in REFUSAL_STATUSES
     )):
-        # LiteLLM prefixes its class names ("litellm.BadRequestError: BadRequestError:
-        # OpenAIException - "); the provider's own words follow.
-        text = _LITELLM_PREFIX.sub("", str(shown)) or str(shown)
-        if len(text) > REFUSAL_MAX_CHARS:
-            text = text[: REFUSAL_MAX_CHARS - 1] + "…"
         return ModelCallError(f"The model provider refused the request (HTTP {status}): {text}")
     if isinstance(error, litellm.RateLimitError):
         seconds = _retry_after_seconds(error)
         if seconds is not None:
-            return ModelRateLimitError(str(shown), seconds)
-    return shown
+            return ModelRateLimitError(
+                f"The model provider asked to wait {seconds} s (HTTP 429): {text}", seconds
+            )
+    import openai  # LiteLLM's provider errors all derive from the OpenAI SDK's APIError
+
+    if not isinstance(error, openai.APIError):
+        return shown
+    if isinstance(error, litellm.Timeout):
+        return ProviderCallError(f"The model provider did not answer in time: {text}")
+    if isinstance(error, litellm.APIConnectionError):
+        return ProviderCallError(f"The model provider could not be reached: {text}")
+    where = f" (HTTP {status})" if isinstance(status, int) else ""
+    return ProviderCallError(f"The model provider failed{where}: {text}")
 
 
 def _retry_after_seconds(error: Exception) -> int | None:

@@ -25,6 +25,7 @@ from agents_app.runner import (
     AgentToolEntry,
     LiteLLMRunner,
     ModelResponseError,
+    ProviderCallError,
     ToolCallAccumulator,
     build_model_input,
     chat_message,
@@ -842,9 +843,12 @@ async def test_a_server_error_fails_only_the_attempt(demo_api_base: str, status:
     runner = LiteLLMRunner(_unused_resolver)
     turn = make_turn(agent_config(demo_api_base),
                      [user_message(1, f"/fail 1 {status}\nagain", "turn-2")])
-    with pytest.raises(Exception) as failed:
+    with pytest.raises(ProviderCallError) as failed:
         await runner.run_model_step(turn)
-    assert not isinstance(failed.value, DexModelCallError | ModelRateLimitError)
+    # Retried; after the last attempt this is the turn's last_turn_error, in plain words.
+    assert str(failed.value).startswith(f"The model provider failed (HTTP {status}): ")
+    assert FAIL_STATUSES[status][1].split(" (")[0] in str(failed.value)
+    assert "litellm." not in str(failed.value)
     outcome = await runner.run_model_step(turn)
     assert isinstance(outcome, TurnCompleted)
 
