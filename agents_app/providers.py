@@ -284,11 +284,11 @@ _SERVED_WINDOW_PATTERNS = (
 
 def remember_served_window(
     model: str, configured: int | None, api_base: str | None, refusal: str
-) -> int | None:
+) -> bool:
     """Learn the window a provider named in a context-window ``refusal`` (OpenAI's "maximum
     context length is N tokens", Anthropic's "N tokens > M maximum", "context length of N"),
-    when it is smaller than what :func:`context_window` knows; returns it, or ``None`` when
-    the text names no window. Later calls for the same model, ``api_base`` and ``configured``
+    when it is smaller than what :func:`context_window` knows; returns whether it was (the
+    window just became smaller). Later calls for the same model, ``api_base`` and ``configured``
     window use it, so the session compacts before the call instead of after a refusal on
     every turn (a provider serving a smaller window than the agent is configured with)."""
     for pattern in _SERVED_WINDOW_PATTERNS:
@@ -296,14 +296,12 @@ def remember_served_window(
         if match is None:
             continue
         served = int(match.group(1).replace(",", ""))
-        if served <= 0:
-            return None
-        key = (model, api_base or "", int(configured or 0))
         known = context_window(model, configured, api_base)
-        if known is None or served < known:
-            _served_windows[key] = served
-        return served
-    return None
+        if served <= 0 or (known is not None and served >= known):
+            return False
+        _served_windows[(model, api_base or "", int(configured or 0))] = served
+        return True
+    return False
 
 
 @functools.lru_cache(maxsize=256)

@@ -760,6 +760,10 @@ def fit_tool_results(
     def tokens(items: Sequence[Mapping[str, Any]]) -> int:
         return count_tokens(config.model, [chat_message(item) for item in items], tools)
 
+    if sum(len(json.dumps(item, default=str)) for item in cut) + len(json.dumps(tools)) <= target:
+        # Fewer characters than the target's tokens cannot come to more tokens: most calls
+        # stop here without a count (it runs on the worker's event loop).
+        return cut
     total = tokens(cut)
     if total <= target:
         return cut
@@ -1302,14 +1306,11 @@ class LiteLLMRunner:
         except Exception as error:
             failure = provider_failure(error, api_key)
             if isinstance(failure, ContextWindowExceededError):
-                known = config.window()
-                remember_served_window(
-                    config.model, config.context_window, config.api_base, str(failure)
-                )
-                learned = config.window()
                 # A smaller window learned now: the next attempt cuts this turn's tool results
                 # for it (fit_tool_results), so it may fit without any compaction.
-                failure.retry_may_fit = learned is not None and (known is None or learned < known)
+                failure.retry_may_fit = remember_served_window(
+                    config.model, config.context_window, config.api_base, str(failure)
+                )
             if failure is error:
                 raise
             raise failure from None

@@ -326,14 +326,25 @@ def test_accumulator_keeps_two_calls_that_share_an_index_apart() -> None:
     ]
 
 
+def accumulated(deltas: list[dict[str, Any]]) -> ToolCallAccumulator:
+    """A ``ToolCallAccumulator`` fed ``deltas`` in order."""
+    accumulator = ToolCallAccumulator()
+    for delta in deltas:
+        accumulator.add(delta)
+    return accumulator
+
+
+def named_arguments(accumulator: ToolCallAccumulator) -> list[tuple[str, str]]:
+    return [(call["name"], call["arguments"]) for call in accumulator.calls]
+
+
 def test_accumulator_splits_id_less_calls_that_share_index_zero() -> None:
     # LiteLLM's ollama_chat and some OpenAI-compatible servers (issue 25): every call at index
     # 0, no id, each delta with its name. A new name after arguments began, or the same name
     # with arguments after a whole JSON value, start the next call; a name in pieces before any
     # argument, a repeated name without arguments, whitespace after the value and nameless
     # arguments after it (not JSON then: the model reads that error) do not.
-    accumulator = ToolCallAccumulator()
-    deltas: list[dict[str, Any]] = [
+    accumulator = accumulated([
         {"index": 0, "name": "srv__tool_a", "arguments": "{}"},
         {"index": 0, "name": "srv__tool_b", "arguments": "{}"},
         {"index": 0, "name": "srv__tool_b", "arguments": "{}"},
@@ -343,10 +354,8 @@ def test_accumulator_splits_id_less_calls_that_share_index_zero() -> None:
         {"index": 0, "arguments": " \n"},
         {"index": 0, "arguments": '{"b": 1}'},
         {"index": 0, "name": "srv__tool_c", "provider_specific_fields": {"k": "v"}},
-    ]
-    for delta in deltas:
-        accumulator.add(delta)
-    assert [(call["name"], call["arguments"]) for call in accumulator.calls] == [
+    ])
+    assert named_arguments(accumulator) == [
         ("srv__tool_a", "{}"),
         ("srv__tool_b", "{}"),
         ("srv__tool_b", "{}"),
@@ -358,18 +367,15 @@ def test_accumulator_splits_id_less_calls_that_share_index_zero() -> None:
 def test_accumulator_splits_the_same_tool_named_again_before_its_argument_chunks() -> None:
     # OpenAI's chunk shape without ids: a name chunk with no arguments, then argument chunks;
     # the same tool twice. A name repeated with nothing after it stays one call.
-    accumulator = ToolCallAccumulator()
-    deltas: list[dict[str, Any]] = [
+    accumulator = accumulated([
         {"index": 0, "name": "srv__read", "arguments": ""},
         {"index": 0, "arguments": '{"p": 1}'},
         {"index": 0, "name": "srv__read", "arguments": ""},
         {"index": 0, "arguments": '{"p":'},
         {"index": 0, "arguments": " 2}"},
         {"index": 0, "name": "srv__read", "provider_specific_fields": {"k": "v"}},
-    ]
-    for delta in deltas:
-        accumulator.add(delta)
-    assert [(call["name"], call["arguments"]) for call in accumulator.calls] == [
+    ])
+    assert named_arguments(accumulator) == [
         ("srv__read", '{"p": 1}'),
         ("srv__read", '{"p": 2}'),
     ]
