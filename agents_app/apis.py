@@ -48,6 +48,12 @@ from agents_app.api_schema import (
     error_response,
     field_errors_serializer,
 )
+from agents_app.api_session_schema import (
+    PendingInterruptSerializer,
+    SessionMessageSerializer,
+    SessionUsageSerializer,
+    ToolCallRecordSerializer,
+)
 from agents_app.conf import dexagents_setting
 from agents_app.models import AgentDefinition, AgentSession, ApprovalDecision, Delivery
 from agents_app.rest_errors import (
@@ -322,12 +328,25 @@ SNAPSHOT_FIELDS: dict[str, serializers.Field] = {
     "model": serializers.CharField(),
     "title": serializers.CharField(),
     "owner": serializers.CharField(),
-    "status": serializers.CharField(),
-    "messages": serializers.ListField(child=serializers.DictField()),
-    "pending_interrupts": serializers.ListField(child=serializers.DictField()),
+    "status": serializers.CharField(
+        help_text="waiting_for_user_message, running_model, running_tools, "
+        "waiting_for_user_input, or starting before the session's first state."
+    ),
+    "messages": SessionMessageSerializer(
+        many=True,
+        help_text="The last 200 retained messages, oldest first (GET .../messages/ pages "
+        "back through older ones).",
+    ),
+    "pending_interrupts": PendingInterruptSerializer(
+        many=True, help_text="Tool calls waiting for a staff member's decision, oldest first."
+    ),
     "awaiting_approval": serializers.BooleanField(),
-    "tool_calls": serializers.ListField(child=serializers.DictField()),
-    "usage": serializers.DictField(allow_null=True),
+    "tool_calls": ToolCallRecordSerializer(
+        many=True,
+        help_text="The running turn's tool calls in the model's order; empty between "
+        "turns (the conversation in messages keeps every call and its result).",
+    ),
+    "usage": SessionUsageSerializer(help_text="Totals over every turn of the session."),
     "queued_message_count": serializers.IntegerField(),
     "queued_messages": QueuedMessageOutputSerializer(many=True),
     "steered_messages": QueuedMessageOutputSerializer(
@@ -1133,7 +1152,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             200: inline_serializer(
                 "MessagePage",
                 {
-                    "messages": serializers.ListField(child=serializers.DictField()),
+                    "messages": SessionMessageSerializer(many=True),
                     "next_before": serializers.IntegerField(allow_null=True),
                     "next": serializers.URLField(allow_null=True),
                 },

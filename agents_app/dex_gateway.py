@@ -47,6 +47,7 @@ from agents_app.conf import dexagents_setting
 from dex_agents import (
     EXECUTE_COMPLETED_EVENT,
     WAIT_FOR_COMPLETED_EVENT,
+    AgentUsage,
     PlanExecutionResult,
     StepHistoryEntry,
     read_flow_step_history,
@@ -707,7 +708,7 @@ def snapshot_to_data(snapshot: Any) -> dict[str, Any]:
         "pending_interrupts": pending,
         "awaiting_approval": bool(pending),
         "tool_calls": [tool_call_to_data(call) for call in tool_calls],
-        "usage": plain_data(getattr(snapshot, "usage", None)),
+        "usage": plain_data(getattr(snapshot, "usage", None) or AgentUsage()),
         "queued_message_count": int(getattr(snapshot, "queued_message_count", 0) or 0),
         "queued_messages": [
             queued_message_to_data(item)

@@ -9,6 +9,10 @@ session, one waiting for an approval with a queued message, and a stopped one.
   over every operation of the served schema: at least ``MIN_CASES`` generated cases, no
   server error, no response that differs from the schema. On failure its report (with a
   curl command per failure) is in the assertion message.
+- ``test_a_generated_client_reads_typed_fields`` generates a client from the served schema
+  with ``openapi-python-client`` and runs a read tool's turn and an approved write through
+  it, reading only typed attributes (``snapshot.messages[-1].role``, ``tool_calls[0].status``,
+  ``pending_interrupts[0].interrupt_id``, ``usage.requests``), never a dict.
 - ``test_swagger_and_redoc_render_offline`` opens ``/api/docs/`` and ``/api/redoc/`` in
   Chromium as the logged-in user, checks the operations render and that no request leaves
   the machine, and saves screenshots to ``var/screenshots/`` (or
@@ -17,9 +21,11 @@ session, one waiting for an approval with a queued message, and a stopped one.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -204,6 +210,118 @@ def cases_and_operations(report: Path) -> tuple[int, set[str]]:
             operations.add(recorder["label"])
             cases.update(found)
     return len(cases), operations
+
+
+OPENAPI_PYTHON_CLIENT = str(Path(PYTHON).with_name("openapi-python-client"))
+
+
+@pytest.fixture
+def generated_client(stack: ContractStack, tmp_path: Path) -> Iterator[Any]:
+    """The ``dexagents_client`` package generated from the served ``/api/schema/`` (a warning
+    fails the generation), imported from ``tmp_path``; removed from ``sys.modules`` after."""
+    with httpx.Client(headers={"Authorization": f"Bearer {stack.token}"}, timeout=60) as client:
+        response = client.get(f"{stack.base_url}/api/schema/?format=json")
+    assert response.status_code == 200, response.text
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(response.content)
+    # The generator formats its output with ruff, found on PATH.
+    env = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [OPENAPI_PYTHON_CLIENT, "generate", "--path", str(schema), "--meta", "none",
+         "--output-path", str(tmp_path / "dexagents_client"), "--fail-on-warning"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield importlib.import_module("dexagents_client")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [name for name in sys.modules if name.split(".")[0] == "dexagents_client"]:
+            del sys.modules[name]
+
+
+def test_a_generated_client_reads_typed_fields(stack: ContractStack, generated_client: Any) -> None:
+    def module(name: str) -> Any:
+        return importlib.import_module(f"dexagents_client.{name}")
+
+    models = module("models")
+    sessions = "api.sessions."
+    create, retrieve, send, decide, pages = (
+        module(sessions + name) for name in (
+            "sessions_create", "sessions_retrieve", "sessions_messages_create",
+            "sessions_interrupts_create", "sessions_messages_retrieve",
+        )
+    )
+    client = generated_client.AuthenticatedClient(
+        base_url=stack.base_url, token=stack.token, raise_on_unexpected_status=True,
+        timeout=httpx.Timeout(60),
+    )
+
+    def snapshot_when(description: str, ready: Any) -> Any:
+        def probe() -> Any:
+            snapshot = retrieve.sync(session_id, client=client)
+            assert not isinstance(snapshot, dict)
+            return snapshot if isinstance(snapshot, models.SessionSnapshot) and ready(
+                snapshot) else None
+
+        return wait_until(description, probe, timeout=120, interval=0.3)
+
+    waiting = models.ToolCallRecordStatusEnum.AWAITING_APPROVAL
+    idle = "waiting_for_user_message"
+    with client:
+        created = create.sync(client=client, body=models.SessionCreateInput(
+            agent="demo", message='/tool search__web_search {"query": "durable agents"}'))
+        assert isinstance(created, models.SessionCreatedWaited), created
+        session_id = created.id
+
+        # A read tool's turn: the call, its result linked to it, and the model's answer.
+        done = snapshot_when("the read tool's turn to end", lambda s: s.status == idle)
+        roles = [message.role for message in done.messages]
+        assert roles == [models.RoleEnum.USER, models.RoleEnum.ASSISTANT, models.RoleEnum.TOOL,
+                         models.RoleEnum.ASSISTANT], roles
+        asked, result = done.messages[1], done.messages[2]
+        assert asked.tool_calls[0].name == "search__web_search"
+        assert json.loads(asked.tool_calls[0].arguments) == {"query": "durable agents"}
+        assert result.tool_call_id == asked.tool_calls[0].id
+        assert isinstance(result.tool_call_id, str) and result.text
+        assert done.messages[0].tool_calls is module("types").UNSET
+        assert done.tool_calls == [] and done.pending_interrupts == []
+        assert done.usage.requests == 2 and done.usage.input_tokens > 0
+        assert done.last_turn_error is None
+
+        # A write waits for approval; a staff member approves it through the client.
+        queued = send.sync(session_id, client=client, body=models.MessageInput(
+            text='/tool slack__post_message {"channel": "general", "text": "typed"}'))
+        assert isinstance(queued, models.MessageQueued), queued
+        pending = snapshot_when("the approval to be requested",
+                                lambda s: s.pending_interrupts)
+        interrupt = pending.pending_interrupts[0]
+        assert interrupt.tool_name == "slack__post_message" and interrupt.deadline is None
+        record = next(call for call in pending.tool_calls
+                      if call.tool_call_id == interrupt.tool_call_id)
+        assert record.status == waiting and record.requires_approval is True
+        assert record.effect == models.EffectEnum.NON_IDEMPOTENT_WRITE
+        assert record.output is None and record.error is None
+        assert pending.awaiting_approval is True
+
+        resolved = decide.sync(session_id, interrupt.interrupt_id, client=client,
+                               body=models.InterruptResolveInput(approved=True))
+        assert isinstance(resolved, models.InterruptResolved), resolved
+        done = snapshot_when("the approved turn to end", lambda s: s.status == idle)
+        assert done.pending_interrupts == [] and done.usage.requests == 4
+        written = [message for message in done.messages
+                   if message.role == models.RoleEnum.TOOL
+                   and message.tool_call_id == interrupt.tool_call_id]
+        assert len(written) == 1 and written[0].text, done.messages
+        assert done.messages[-1].role == models.RoleEnum.ASSISTANT
+        assert done.messages[-1].turn_id == "turn-2"
+
+        page = pages.sync(session_id, client=client, limit=2)
+        assert isinstance(page, models.MessagePage), page
+        assert [message.sequence for message in page.messages] == [
+            message.sequence for message in done.messages[-2:]]
+        assert page.next_before == done.messages[-2].sequence
 
 
 def test_swagger_and_redoc_render_offline(stack: ContractStack) -> None:

@@ -1,0 +1,133 @@
+"""OpenAPI components of a session's conversation and tool calls, for typed clients.
+
+These serializers only document responses (``SessionSnapshot`` and ``MessagePage``); the
+data itself is built by ``agents_app.dex_gateway`` (``message_to_data``,
+``tool_call_to_data``, ``plain_data`` of ``dex_agents.AgentInterrupt`` and
+``dex_agents.AgentUsage``), and ``tests/agents_app/test_api_session_schema.py`` checks both
+agree. Each becomes its own component, named after the class without ``Serializer``, so a
+client generated from ``/api/schema/`` (``openapi-python-client``, tests/e2e/
+test_api_contract.py) reads ``snapshot.messages[-1].role`` instead of a dict.
+
+Fields that may be absent are ``required=False`` (they are left out of the JSON, never
+null); fields that may be null are ``allow_null=True``. Enumerations are the seed's own
+(``dex_agents.MessageRole``, ``ToolEffect``, ``ToolCallStatus``): a new member is a contract
+change of dex-agents, not something a provider or MCP server can introduce.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from dex_agents import MessageRole, ToolCallStatus, ToolEffect
+
+
+class MessageToolCallSerializer(serializers.Serializer):
+    """A tool the model asked for, as its assistant message stored it (Chat Completions
+    ``tool_calls[]``); the result is the ``tool`` message whose ``tool_call_id`` is ``id``."""
+
+    id = serializers.CharField(
+        allow_null=True, help_text="The call's ID; null only when the provider gave none."
+    )
+    name = serializers.CharField(allow_null=True, help_text="The tool's name.")
+    arguments = serializers.CharField(
+        allow_null=True, allow_blank=True,
+        help_text="The arguments as JSON text, exactly as the model produced them.",
+    )
+
+
+class SessionMessageSerializer(serializers.Serializer):
+    """One stored conversation message (``dex_agents.AgentMessage`` without the runner's own
+    replay data)."""
+
+    sequence = serializers.IntegerField(
+        min_value=1, help_text="One-based position in the session; never reused."
+    )
+    role = serializers.ChoiceField(choices=[role.value for role in MessageRole])
+    text = serializers.CharField(
+        allow_blank=True,
+        help_text="Display text: the user's message, the model's answer (empty for a message "
+        "that only asks for tools) or the tool's result as text (an image is its label).",
+    )
+    turn_id = serializers.CharField(help_text="The turn that stored it, turn-<n>.")
+    tool_calls = MessageToolCallSerializer(
+        many=True,
+        required=False,
+        help_text="Assistant messages that asked for tools only: the calls, in the model's "
+        "order.",
+    )
+    tool_call_id = serializers.CharField(
+        required=False,
+        help_text="Tool messages only: the call (tool_calls[].id) this is the result of.",
+    )
+
+
+class ToolCallRecordSerializer(serializers.Serializer):
+    """One tool call of the running turn (``dex_agents.AgentToolCall``): its policy, where it
+    stands and its result. The records go when the turn ends; the call and its result stay in
+    the conversation as messages."""
+
+    tool_call_id = serializers.CharField()
+    tool_name = serializers.CharField()
+    arguments = serializers.CharField(
+        allow_blank=True, help_text="JSON text, exactly as the model produced it."
+    )
+    effect = serializers.ChoiceField(
+        choices=[effect.value for effect in ToolEffect],
+        help_text="What the tool does to the world; read and idempotent_write calls are "
+        "retried, the others run at most once.",
+    )
+    requires_approval = serializers.BooleanField(
+        help_text="Whether the call waited (or waits) for a staff member's decision."
+    )
+    status = serializers.ChoiceField(
+        choices=[value.value for value in ToolCallStatus],
+        help_text="pending, awaiting_approval and approved are open; succeeded, failed, "
+        "rejected, outcome_unknown (a non-idempotent call cut off mid-run: it may or may "
+        "not have happened) and cancelled (superseded by a steered message) are final.",
+    )
+    deferral_order = serializers.IntegerField(
+        min_value=0, help_text="Zero-based position in the model's order within the turn."
+    )
+    turn_id = serializers.CharField()
+    output = serializers.CharField(
+        allow_null=True, allow_blank=True,
+        help_text="The result as text when succeeded (an image is its label), else null.",
+    )
+    error = serializers.CharField(
+        allow_null=True, allow_blank=True,
+        help_text="Why it failed, or the recovery detail of outcome_unknown; else null.",
+    )
+    rejection_message = serializers.CharField(
+        allow_null=True, allow_blank=True, help_text="The reviewer's message when rejected."
+    )
+    timeout_seconds = serializers.FloatField(
+        allow_null=True, help_text="The tool's time limit per attempt; null: the default."
+    )
+    retries = serializers.IntegerField(
+        allow_null=True, help_text="Attempts after the first; null: the default."
+    )
+
+
+class PendingInterruptSerializer(serializers.Serializer):
+    """A tool call waiting for approval (``dex_agents.AgentInterrupt``); staff decide it with
+    ``POST /api/v1/sessions/<id>/interrupts/<interrupt_id>/``."""
+
+    interrupt_id = serializers.CharField(help_text="<turn_id>.<tool_call_id>")
+    tool_call_id = serializers.CharField()
+    tool_name = serializers.CharField()
+    arguments = serializers.CharField(allow_blank=True, help_text="JSON text.")
+    deadline = serializers.DateTimeField(
+        allow_null=True,
+        help_text="After it the call counts as rejected; null: it waits until decided.",
+    )
+    turn_id = serializers.CharField()
+
+
+class SessionUsageSerializer(serializers.Serializer):
+    """The session's token and request totals over every turn (``dex_agents.AgentUsage``)."""
+
+    input_tokens = serializers.IntegerField(min_value=0)
+    output_tokens = serializers.IntegerField(min_value=0)
+    reasoning_tokens = serializers.IntegerField(min_value=0)
+    cached_input_tokens = serializers.IntegerField(min_value=0)
+    requests = serializers.IntegerField(min_value=0, help_text="Model requests made.")
