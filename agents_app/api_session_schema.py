@@ -82,8 +82,10 @@ class ToolCallRecordSerializer(serializers.Serializer):
     status = serializers.ChoiceField(
         choices=[value.value for value in ToolCallStatus],
         help_text="pending, awaiting_approval and approved are open; succeeded, failed, "
-        "rejected, outcome_unknown (a non-idempotent call cut off mid-run: it may or may "
-        "not have happened) and cancelled (superseded by a steered message) are final.",
+        "rejected, outcome_unknown (the call may or may not have happened: a "
+        "non-idempotent call cut off mid-run, or a call still open when its session was "
+        "stopped) and cancelled (superseded by a steered message, or awaiting approval when "
+        "the session was stopped) are final.",
     )
     deferral_order = serializers.IntegerField(
         min_value=0, help_text="Zero-based position in the model's order within the turn."
@@ -91,11 +93,13 @@ class ToolCallRecordSerializer(serializers.Serializer):
     turn_id = serializers.CharField()
     output = serializers.CharField(
         allow_null=True, allow_blank=True,
-        help_text="The result as text when succeeded (an image is its label), else null.",
+        help_text="The result as text when succeeded (an image is its label); for a call "
+        "cancelled by a steered message, the result the model read; else null.",
     )
     error = serializers.CharField(
         allow_null=True, allow_blank=True,
-        help_text="Why it failed, or the recovery detail of outcome_unknown; else null.",
+        help_text="Why it failed, or the recovery detail of outcome_unknown when there is "
+        "one; else null.",
     )
     rejection_message = serializers.CharField(
         allow_null=True, allow_blank=True, help_text="The reviewer's message when rejected."

@@ -330,7 +330,7 @@ SNAPSHOT_FIELDS: dict[str, serializers.Field] = {
     "owner": serializers.CharField(),
     "status": serializers.CharField(
         help_text="waiting_for_user_message, running_model, running_tools, "
-        "waiting_for_user_input, or starting before the session's first state."
+        "waiting_for_user_input, starting before the session's first state, or stopped."
     ),
     "messages": SessionMessageSerializer(
         many=True,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 from dex.dexpb import dex_pb2 as pb
 from google.protobuf import empty_pb2
 
+from ._blobs import BLOB_KINDS
 from ._clock import now
-from ._errors import invalid, long_poll_timeout, not_found
+from ._errors import invalid, long_poll_timeout, not_found, uncategorized
 from ._model import history_writes
 from ._runs import MAX_LONG_POLL, RunEngine, check_value, long_poll_budget
 
@@ -79,6 +81,12 @@ class AttributeService(RunEngine):
         while True:
             run = self._existing_run(request.flow_id)
             stored = run.attributes.get(match.key)
+            if stored is not None and stored.WhichOneof("kind") in BLOB_KINDS:
+                # Spec section 4.10: a blob-backed value is never compared.
+                raise uncategorized(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"attribute {match.key} is stored as a blob and cannot be matched",
+                )
             if stored is not None and _matches(stored, op, operand):
                 return pb.WaitForAttributeResponse(matched_value=stored)
             if not run.is_open:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from ._blobs import DEFAULT_BLOB_THRESHOLD
+
 DEFAULT_DB = "var/dex_dev_server.sqlite3"
 
 
@@ -46,6 +48,7 @@ def _bounded(convert: Callable[[str], _N], low: _N, high: _N, unit: str) -> Call
 
 
 _port = _bounded(int, 0, 65535, "a port number")
+_bytes = _bounded(int, 0, 1 << 30, "a number of bytes")
 # Not 0: a stream that declined a task would be offered it again at once, in a loop.
 _seconds = _bounded(float, 0.01, 3600.0, "a number of seconds")
 
@@ -68,6 +71,11 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--decline-backoff", type=_seconds, default=None, metavar="SECONDS",
                    help="how long a pull stream that declined a task (NO_CAPACITY) is passed "
                         "over; the task goes to another idle stream at once (default 0.2)")
+    p.add_argument("--blob-threshold", type=_bytes, default=None, metavar="BYTES",
+                   help="string and object values whose serialized size passes BYTES are "
+                        "stored once as blobs and sent as blob ids that workers and clients "
+                        f"load with LoadBlobs; 0 keeps every value inline (default "
+                        f"{DEFAULT_BLOB_THRESHOLD}; 1024 behaves like the Dex server)")
     return p
 
 
@@ -88,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(
                 serve(ns.db, ns.host, ns.port, synchronous=ns.sync, profile_path=ns.profile,
-                      decline_backoff=ns.decline_backoff)
+                      decline_backoff=ns.decline_backoff, blob_threshold=ns.blob_threshold)
             )
     except RuntimeError as exc:
         print(f"dex_dev_server: {exc}", file=sys.stderr, flush=True)

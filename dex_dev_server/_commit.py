@@ -17,7 +17,7 @@ def commit_wait_for(
         run, resp.upsert_attributes, resp.publish_to_channel, resp.delete_from_channel
     )
     for kv in resp.upsert_step_exe_locals:
-        st.locals[kv.key] = kv.value
+        st.locals[kv.key] = engine.offload(run, kv.value)
     output = pb.StepWaitForCompletedOutput(
         upsert_attributes=history_writes(resp.upsert_attributes),
         publish_to_channel=published,

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import grpc
 from dex.dexpb import dex_pb2 as pb
 
+from ._blobs import MAX_HYDRATION_REDELIVERIES, is_hydration_shortfall
 from ._clock import now, timestamp
 from ._commit import commit_execute, commit_wait_for
 from ._errors import ServiceError, WorkerFailed, WorkerLost, uncategorized
@@ -281,6 +282,23 @@ class Dispatcher(StepMachine):
         if final:
             self.pump()
 
+    def redeliver_after_shortfall(
+        self, run: Run, st: StepExec, error: pb.WorkerErrorResponse, push: bool = False
+    ) -> bool:
+        """Hand a task out again at the same attempt when its worker failed only to load all
+        its blobs in one ``LoadBlobs`` answer (nothing of the method ran; the worker cached
+        what it got, so the next delivery loads the rest). False once the task had
+        ``MAX_HYDRATION_REDELIVERIES`` of them, or for any other error."""
+        if not is_hydration_shortfall(error.detail):
+            return False
+        if st.hydration_redeliveries >= MAX_HYDRATION_REDELIVERIES:
+            return False
+        st.hydration_redeliveries += 1
+        if not push:
+            self.requeue_undelivered(run, st)
+            self.loop.call_soon(self.pump)
+        return True
+
     def push_failed(
         self,
         inflight: Inflight,
@@ -299,7 +317,9 @@ class Dispatcher(StepMachine):
         st = run.steps.get(inflight.exe_id) if run is not None else None
         if run is None or st is None or st.task_id != inflight.task_id or not run.is_open:
             return
-        if retry_free:
+        if retry_free or (
+            worker is not None and self.redeliver_after_shortfall(run, st, worker, push=True)
+        ):
             st.task_id = ""
             st.mstate = "backoff"
             if st.attempt <= 1:
@@ -540,6 +560,9 @@ class Dispatcher(StepMachine):
         st = run.steps.get(inflight.exe_id) if run is not None else None
         if run is None or st is None or st.task_id != inflight.task_id or not run.is_open:
             return
+        if out == "worker_error" and self.redeliver_after_shortfall(run, st, tf.worker_error):
+            self.unflushed[run.run_id] = run
+            return
         if out == "worker_error":
             we = tf.worker_error
             message = we.detail or "worker error"
@@ -584,9 +607,10 @@ class Dispatcher(StepMachine):
 
 
 #: Largest task frame sent to a worker: gRPC's default receive limit (4 MiB), which the SDK's
-#: worker keeps, less room for framing. A real Dex server offloads large values to blobs (spec
-#: section 3.5); this engine sends values inline, so a Step or RPC that loads more state than
-#: this fails on its own instead of breaking the worker's task stream (and every task on it).
+#: worker keeps, less room for framing. Values over the blob threshold travel as blob ids
+#: (``_blobs``), so only a task whose inline part passes this (many values under the
+#: threshold) fails, on its own, instead of breaking the worker's task stream (and every task
+#: on it). RPC outputs, which stay inline, are held to the same bound.
 MAX_TASK_FRAME_BYTES = 4 * 1024 * 1024 - 16 * 1024
 
 
@@ -597,8 +621,8 @@ def task_too_large(frame: pb.PollWorkerTaskResponse) -> str:
         return ""
     return (
         f"task too large for a worker message: its loaded state is {size} bytes, more than "
-        f"{MAX_TASK_FRAME_BYTES} (gRPC's 4 MiB limit; the embedded engine does not offload "
-        "large values to blobs)"
+        f"{MAX_TASK_FRAME_BYTES} (gRPC's 4 MiB limit; values over the blob threshold are "
+        "sent as blob ids, the rest inline)"
     )
 
 

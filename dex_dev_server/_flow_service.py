@@ -11,10 +11,11 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 from google.protobuf import empty_pb2
 
+from ._blobs import BLOB_KINDS, LOAD_BLOBS_BUDGET
 from ._clock import now, timestamp
 from ._errors import invalid, long_poll_timeout
 from ._model import TIMER_PENDING, Run
-from ._runs import BLOB_KINDS, MAX_LONG_POLL, RunEngine, flow_result, long_poll_budget
+from ._runs import MAX_LONG_POLL, RunEngine, flow_result, long_poll_budget
 from ._search import search_flows
 
 SERVER_VERSION = "dex_dev_server-0.1.0"
@@ -43,11 +44,27 @@ class FlowLifecycleService(RunEngine):
         return pb.SyncAttributeIndexResponse()
 
     async def LoadBlobs(self, request: pb.LoadBlobsRequest, context: Any) -> pb.LoadBlobsResponse:
+        """Answer blob references with their stored values (spec section 3.5): each known id
+        maps to its concrete ``string_value`` or ``obj_value``; an unknown id, or one asked
+        under the other kind, is left out. ``INVALID_ARGUMENT`` for an entry that is not a
+        reference."""
         for entry in request.entries:
             if entry.blob_value.WhichOneof("kind") not in BLOB_KINDS:
                 raise invalid("LoadBlobs entries must carry a blob id")
-        # This engine never hands out blob ids, so none is known.
-        return pb.LoadBlobsResponse()
+        response = pb.LoadBlobsResponse()
+        left = LOAD_BLOBS_BUDGET
+        for entry in request.entries:
+            value = self.load_blob(entry.blob_value)
+            if value is None:
+                continue
+            size = value.ByteSize()
+            if size > left:
+                # The rest would pass the caller's 4 MiB receive limit: it asks again.
+                break
+            left -= size
+            kind = entry.blob_value.WhichOneof("kind")
+            response.values[getattr(entry.blob_value, kind)].CopyFrom(value)
+        return response
 
 
     # Start / stop -------------------------------------------------------------------------------

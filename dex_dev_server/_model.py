@@ -146,6 +146,9 @@ class StepExec:
     # Transient (not persisted): the task of the current attempt and lock ownership.
     task_id: str = ""
     locks_held: bool = False
+    #: Transient: deliveries handed out again because the worker could not load all their
+    #: blobs at once (``_blobs.HYDRATION_SHORTFALL``).
+    hydration_redeliveries: int = 0
 
     @property
     def options(self) -> pb.StepOptions:

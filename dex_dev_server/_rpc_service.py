@@ -9,9 +9,10 @@ from typing import Any
 import grpc
 from dex.dexpb import dex_pb2 as pb
 
+from ._blobs import MAX_HYDRATION_REDELIVERIES, is_hydration_shortfall
 from ._clock import now
 from ._commit import apply_decision
-from ._dispatch import rpc_too_large
+from ._dispatch import MAX_TASK_FRAME_BYTES, rpc_too_large
 from ._errors import (
     ServiceError,
     WorkerFailed,
@@ -19,6 +20,7 @@ from ._errors import (
     channel_message_not_found,
     invalid,
     not_found,
+    uncategorized,
 )
 from ._model import Run, has_kind, history_writes, null_value
 from ._push import is_push, run_rpc
@@ -74,6 +76,26 @@ class RpcService(RunEngine):
         if is_push(run):
             return await self._run_push_rpc(run, request, budget, transactional)
         started = now()
+        deliveries = 0
+        while True:
+            try:
+                return await self._run_pull_rpc(run, request, budget, started, transactional)
+            except WorkerFailed as failed:
+                # The worker could not load all the RPC's blobs in one answer; it cached
+                # what it got, so the next delivery loads the rest.
+                deliveries += 1
+                if (
+                    not is_hydration_shortfall(failed.error.detail)
+                    or deliveries > MAX_HYDRATION_REDELIVERIES
+                    or now() - started >= budget
+                ):
+                    raise _rpc_worker_error(failed) from None
+
+    async def _run_pull_rpc(
+        self, run: Run, request: pb.InvokeRPCRequest, budget: float, started: float,
+        transactional: bool,
+    ) -> pb.InvokeRPCResponse:
+        """One delivery of an RPC to a pull worker; ``WorkerFailed`` when its worker failed."""
         call = RpcCall(run=run, request=request, future=self.loop.create_future(), budget=budget)
         self.rpc_queue.append(call)
         self.pump()
@@ -96,8 +118,6 @@ class RpcService(RunEngine):
                 )
             except TimeoutError:
                 raise _rpc_timeout_error(request, budget) from None
-        except WorkerFailed as failed:
-            raise _rpc_worker_error(failed) from None
         except WorkerLost as lost:
             unknown = lost.reason == pb.DISPATCH_TASK_ERROR_REASON_UNKNOWN_NAME
             raise ServiceError(
@@ -156,6 +176,15 @@ class RpcService(RunEngine):
         transactional: bool,
     ) -> pb.InvokeRPCResponse:
         output = resp.output if has_kind(resp.output) else null_value()
+        size = output.ByteSize()
+        if size > MAX_TASK_FRAME_BYTES:
+            # Refused before anything of it is applied: a client could not receive it.
+            raise uncategorized(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"rpc {request.rpc_name!r} of flow {run.flow_id!r}: its output is {size} bytes, "
+                f"more than a client accepts in one message ({MAX_TASK_FRAME_BYTES}; gRPC's "
+                "4 MiB limit); nothing of the rpc was applied",
+            )
         decision = resp.step_decision
         has_effects = bool(
             resp.upsert_attributes

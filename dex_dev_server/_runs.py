@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from dex.dexpb import dex_pb2 as pb
 
+from ._blobs import BLOB_KINDS
 from ._clock import duration, now
 from ._dispatch import Dispatcher
 from ._errors import ServiceError, invalid, not_found
@@ -22,8 +23,6 @@ _LOG = logging.getLogger("dex_dev_server")
 #: Longest server-side wait of a long poll, in seconds.
 MAX_LONG_POLL = 60.0
 _RESERVED = ("/", "$", ":")
-#: ``Value`` kinds that reference a blob (this engine never hands out blob ids).
-BLOB_KINDS = ("internal_blob_id_for_string_value", "internal_blob_id_for_obj_value")
 
 
 def check_name(value: str, what: str) -> None:
@@ -343,7 +342,7 @@ class RunEngine(Dispatcher):
         self.flows.setdefault(req.flow_id, []).append(run_id)
         initial = []
         for write in req.flow_start_options.attributes:
-            self.set_attribute(run, write.key, write.value)
+            self.set_attribute(run, write.key, write.value, inline=write.is_hard_delete_on_null)
             self.index_attribute(run, write, by_key=True)
             recorded = not write.is_hard_delete_on_null
             if recorded and write.value.WhichOneof("kind") not in (None, "null_value"):

@@ -37,6 +37,7 @@ class EngineServer:
         synchronous: str = "normal",
         profile_path: str | Path | None = None,
         decline_backoff: float | None = None,
+        blob_threshold: int | None = None,
     ) -> None:
         """Configure the engine; nothing opens before :meth:`start`.
 
@@ -48,8 +49,12 @@ class EngineServer:
             profile_path: Where :class:`EngineProfile` writes its figures; ``None`` for none.
             decline_backoff: Seconds a pull stream that declined a task is passed over;
                 ``None`` keeps ``_state.NO_CAPACITY_BACKOFF`` (0.2).
+            blob_threshold: Serialized size in bytes above which string and object values
+                are stored as blobs (``_blobs``; 0: never); ``None`` keeps
+                ``_blobs.DEFAULT_BLOB_THRESHOLD``.
         """
         self.db_path = str(db_path)
+        self.blob_threshold = blob_threshold
         self.decline_backoff = decline_backoff
         self.host = host
         self.requested_port = port
@@ -76,6 +81,8 @@ class EngineServer:
         self.engine = Engine(self.store)
         if self.decline_backoff is not None:
             self.engine.decline_backoff = self.decline_backoff
+        if self.blob_threshold is not None:
+            self.engine.blob_threshold = self.blob_threshold
         self.engine.load()
         if self.profile_path is not None:
             self.profile = EngineProfile(self.profile_path, self.store.stats)
@@ -161,6 +168,7 @@ async def serve(
     synchronous: str = "normal",
     profile_path: str | Path | None = None,
     decline_backoff: float | None = None,
+    blob_threshold: int | None = None,
 ) -> None:
     """Run the engine until SIGTERM or SIGINT, then drain and return.
 
@@ -169,7 +177,7 @@ async def serve(
     """
     server = EngineServer(
         db_path, host, port, synchronous=synchronous, profile_path=profile_path,
-        decline_backoff=decline_backoff,
+        decline_backoff=decline_backoff, blob_threshold=blob_threshold,
     )
     await server.start()
     _tune_garbage_collection()

@@ -17,6 +17,7 @@ from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
+from ._blobs import CONCRETE_KIND, DEFAULT_BLOB_THRESHOLD, RecentBlobs, blob_id_of, blob_reference
 from ._clock import now, timestamp
 from ._model import ChannelEntry, Run, has_kind, null_value, uuid7
 from ._push import PushClient
@@ -150,6 +151,10 @@ class EngineState:
         self._handles: dict[Any, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.push = PushClient()
+        #: Serialized size (bytes) above which string and object values go to blobs
+        #: (``_blobs``); 0 keeps every value inline.
+        self.blob_threshold = DEFAULT_BLOB_THRESHOLD
+        self.recent_blobs = RecentBlobs()
     # Basics -------------------------------------------------------------------------------
 
     @property
@@ -276,12 +281,48 @@ class EngineState:
 
     # Attributes and channels -------------------------------------------------------------------
 
-    def set_attribute(self, run: Run, key: str, value: pb.Value) -> None:
-        """Apply one attribute write (``null_value`` deletes)."""
+    # Blobs -------------------------------------------------------------------------------
+
+    def offload(self, run: Run, value: pb.Value) -> pb.Value:
+        """``value``, or a reference to the blob that now holds it when it is over the blob
+        threshold (stored with the run's next commit; ``_blobs``)."""
+        found = blob_reference(value, self.blob_threshold)
+        if found is None:
+            return value
+        reference, blob_id, data = found
+        run.write.blob_inserts[blob_id] = data
+        self.recent_blobs.put(blob_id, data)
+        return reference
+
+    def load_blob(self, reference: pb.Value) -> pb.Value | None:
+        """The concrete value a reference names, or None when the id is unknown or names a
+        value of the other kind."""
+        found = blob_id_of(reference)
+        if found is None:
+            return None
+        kind, blob_id = found
+        data = self.recent_blobs.get(blob_id)
+        if data is None:
+            for run in self.unflushed.values():
+                data = run.write.blob_inserts.get(blob_id)
+                if data is not None:
+                    break
+            else:
+                data = self.store.load_blob(blob_id)
+        if data is None:
+            return None
+        value = pb.Value.FromString(data)
+        return value if value.WhichOneof("kind") == CONCRETE_KIND[kind] else None
+
+    def set_attribute(self, run: Run, key: str, value: pb.Value, inline: bool = False) -> None:
+        """Apply one attribute write (``null_value`` deletes); a large value is kept as a
+        blob reference unless ``inline`` (``is_hard_delete_on_null`` writes)."""
         if value.WhichOneof("kind") in (None, "null_value"):
             run.attributes.pop(key, None)
             run.write.set_attribute(key, None)
         else:
+            if not inline:
+                value = self.offload(run, value)
             run.attributes[key] = value
             run.write.set_attribute(key, value.SerializeToString())
 
@@ -307,8 +348,7 @@ class EngineState:
         self, run: Run, channel: str, value: pb.Value, message_id: str = ""
     ) -> pb.ChannelMessage:
         """Append a message to a channel of the run (a new UUIDv7 unless re-applied)."""
-        if not has_kind(value):
-            value = null_value()
+        value = self.offload(run, value) if has_kind(value) else null_value()
         message = pb.ChannelMessage(
             channel_name=channel, value=value, message_id=message_id or uuid7()
         )
@@ -354,7 +394,7 @@ class EngineState:
         for deletion in deletes:
             self.delete_message(run, deletion.channel_name, deletion.message_id)
         for write in writes:
-            self.set_attribute(run, write.key, write.value)
+            self.set_attribute(run, write.key, write.value, inline=write.is_hard_delete_on_null)
             self.index_attribute(run, write)
         return [
             self.publish(

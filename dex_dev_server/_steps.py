@@ -55,6 +55,10 @@ class StepMachine(EngineState):
             mv.recovery_error_internal_only.CopyFrom(recovery)
         if not has_kind(mv.step_input):
             mv.step_input.CopyFrom(null_value())
+        else:
+            reference = self.offload(run, mv.step_input)
+            if reference is not mv.step_input:
+                mv.step_input.CopyFrom(reference)
         run.queue.append((mv, not_before))
 
     def user_step_count(self, run: Run) -> int:
@@ -484,7 +488,7 @@ class StepMachine(EngineState):
             pb.StepCompletionOutput(
                 completed_step_type=st.step_type,
                 completed_step_execution_id=st.exe_id,
-                completed_step_output=output,
+                completed_step_output=self.offload(run, output),
             )
         )
 

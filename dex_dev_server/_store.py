@@ -73,6 +73,7 @@ CREATE TABLE IF NOT EXISTS stream_messages (
 CREATE INDEX IF NOT EXISTS stream_scope ON stream_messages (flow_type, stream, id);
 CREATE INDEX IF NOT EXISTS stream_instance ON stream_messages (flow_type, stream, flow_id, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS blobs (blob_id TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
@@ -90,6 +91,9 @@ class RunWrite:
     channel_deletes: list[int] = field(default_factory=list)
     history: list[tuple[int, bytes]] = field(default_factory=list)
     channels_moved_from: str = ""
+    #: Blobs first referenced by this write: ``{blob_id: serialized concrete Value}``,
+    #: stored (once: ids are content hashes) in the same transaction as the references.
+    blob_inserts: dict[str, bytes] = field(default_factory=dict)
 
     def set_attribute(self, key: str, value: bytes | None) -> None:
         """Record an upsert (``value``) or a delete (``None``) of one attribute."""
@@ -321,6 +325,11 @@ class Store:
 
     @staticmethod
     def _apply(db: sqlite3.Connection, run_id: str, write: RunWrite) -> None:
+        if write.blob_inserts:
+            db.executemany(
+                "INSERT OR IGNORE INTO blobs (blob_id, value) VALUES (?,?)",
+                list(write.blob_inserts.items()),
+            )
         if write.run_row is not None:
             db.execute(
                 "INSERT OR REPLACE INTO runs (run_id, flow_id, seq, flow_type, status, "
@@ -385,6 +394,18 @@ class Store:
             "SELECT run_id, seq, channel, message_id, value FROM channel_messages "
             "ORDER BY run_id, seq"
         ).fetchall()
+
+    def load_blob(self, blob_id: str) -> bytes | None:
+        """The serialized concrete ``Value`` stored under ``blob_id``, or None."""
+        row = self.db.execute("SELECT value FROM blobs WHERE blob_id=?", (blob_id,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def blob_stats(self) -> tuple[int, int]:
+        """``(count, total bytes)`` of the stored blobs."""
+        count, total = self.db.execute(
+            "SELECT count(*), coalesce(sum(length(value)), 0) FROM blobs"
+        ).fetchone()
+        return int(count), int(total)
 
     def history_page(self, run_id: str, start: int, limit: int) -> list[tuple[int, bytes]]:
         """History events of a run with ``event_id >= start``, ascending."""

@@ -1,0 +1,118 @@
+"""Blob storage of large values (spec section 3.5).
+
+A string or object ``Value`` whose serialized size passes the engine's blob threshold is
+stored once in the ``blobs`` table and replaced by a reference, ``Value{
+internal_blob_id_for_string_value | internal_blob_id_for_obj_value: <blob id>}``, wherever
+the engine keeps it for delivery to workers: Attributes (map instances included), Channel
+messages, Step inputs, Step execution locals and completion outputs. Workers and clients
+hydrate references with ``FlowService.LoadBlobs`` and keep the bytes in their BlobCache
+(``dex-python-sdk``'s ``ValueHydrator``).
+
+A blob id is a content hash (BLAKE2b, 160 bits, hex) of the serialized concrete ``Value``,
+so the same content is stored once and an id never names other content: the SDK caches a
+blob under ``(flow id, blob id)`` for good. The SDK hydrates a sub-flow's output under its
+parent's flow ID, so ids resolve across Flows; an id only reveals content to a caller that
+already has it.
+
+Values stay inline where the spec or the SDK needs them concrete: Attributes written with
+``is_hard_delete_on_null`` (delivered inline, never recorded), Stream messages (clients do
+not hydrate ``ReadStream``), search fields, history payloads (``GetHistoryEvents`` is not
+hydrated) and RPC outputs (not stored). A stored blob lives as long as the history that
+recorded its value, which the embedded engine keeps for the Flow's life.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+from dex.dexpb import dex_pb2 as pb
+
+#: ``Value`` kinds that reference a blob.
+BLOB_KINDS = ("internal_blob_id_for_string_value", "internal_blob_id_for_obj_value")
+#: The concrete kind each reference kind hydrates to.
+CONCRETE_KIND = {
+    "internal_blob_id_for_string_value": "string_value",
+    "internal_blob_id_for_obj_value": "obj_value",
+}
+_REFERENCE_KIND = {concrete: reference for reference, concrete in CONCRETE_KIND.items()}
+
+#: ``python -m dex_dev_server --blob-threshold``'s default, in bytes of a serialized Value:
+#: larger string and object values go to blobs. 0 keeps every value inline.
+DEFAULT_BLOB_THRESHOLD = 64 * 1024
+#: Bytes of recently written blobs the engine keeps in memory for the ``LoadBlobs`` that
+#: usually follows at once (the Worker that gets the Step).
+RECENT_BLOB_BYTES = 32 * 1024 * 1024
+
+
+#: Most bytes of values one ``LoadBlobs`` answer carries: gRPC's default receive limit
+#: (4 MiB), which the SDK's channels keep, less room for framing. Values past it are left out
+#: of the answer; the SDK caches the ones it got and fails the task, and the engine hands the
+#: task out again without counting an attempt (``HYDRATION_SHORTFALL``), so each delivery
+#: loads the next part.
+LOAD_BLOBS_BUDGET = 4 * 1024 * 1024 - 64 * 1024
+#: The start of the SDK's error when a ``LoadBlobs`` answer left a requested blob out.
+HYDRATION_SHORTFALL = "LoadBlobs omitted blob"
+#: Free redeliveries of one task after a hydration shortfall (64 times the budget: 252 MiB).
+MAX_HYDRATION_REDELIVERIES = 64
+
+
+def is_hydration_shortfall(detail: str) -> bool:
+    """Whether a worker's error says a ``LoadBlobs`` answer left blobs out (nothing ran)."""
+    return HYDRATION_SHORTFALL in detail
+
+
+def blob_reference(value: pb.Value, threshold: int) -> tuple[pb.Value, str, bytes] | None:
+    """``(reference, blob id, serialized value)`` when ``value`` belongs in a blob, else None.
+
+    Only ``string_value`` and ``obj_value`` values whose serialized size is over
+    ``threshold`` bytes (``threshold`` > 0) go to blobs.
+    """
+    if threshold <= 0:
+        return None
+    kind = value.WhichOneof("kind")
+    reference_kind = _REFERENCE_KIND.get(kind or "")
+    if reference_kind is None or value.ByteSize() <= threshold:
+        return None
+    data = value.SerializeToString(deterministic=True)
+    blob_id = hashlib.blake2b(data, digest_size=20).hexdigest()
+    reference = pb.Value()
+    setattr(reference, reference_kind, blob_id)
+    return reference, blob_id, data
+
+
+def blob_id_of(value: pb.Value) -> tuple[str, str] | None:
+    """``(reference kind, blob id)`` of a reference, or None for a concrete value."""
+    kind = value.WhichOneof("kind")
+    if kind not in BLOB_KINDS:
+        return None
+    return kind, getattr(value, kind)
+
+
+class RecentBlobs:
+    """The newest blobs by id, up to ``capacity`` bytes (least recently used go first)."""
+
+    def __init__(self, capacity: int = RECENT_BLOB_BYTES) -> None:
+        self.capacity = capacity
+        self.size = 0
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+
+    def put(self, blob_id: str, data: bytes) -> None:
+        """Remember a blob (one larger than the capacity is not kept)."""
+        if blob_id in self._items:
+            self._items.move_to_end(blob_id)
+            return
+        if len(data) > self.capacity:
+            return
+        self._items[blob_id] = data
+        self.size += len(data)
+        while self.size > self.capacity:
+            _, dropped = self._items.popitem(last=False)
+            self.size -= len(dropped)
+
+    def get(self, blob_id: str) -> bytes | None:
+        """The blob's bytes if kept."""
+        data = self._items.get(blob_id)
+        if data is not None:
+            self._items.move_to_end(blob_id)
+        return data

@@ -1,0 +1,123 @@
+# mypy: disable-error-code="arg-type"
+# (AsyncClient.invoke_rpc in dex-python-sdk 1.23.0 is typed for synchronous RPC handlers
+# only; the async RPCs of the test Flows are valid at run time.)
+"""Blob storage (spec section 3.5) with ``--blob-threshold 1024``, as the Dex server does it:
+large values reach the real SDK's workers and clients as blob ids, which they load with
+``LoadBlobs``; the store keeps them across a SIGKILL of the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+from dex.dexpb import dex_pb2 as pb
+from dex.dexpb import dex_pb2_grpc
+
+from . import flows
+from .conftest import DexEnv, EngineProcess
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[EngineProcess]:
+    proc = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
+                         ["--blob-threshold", "1024"])
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def text(tag: str, size: int = 3000) -> str:
+    return tag + "." * (size - len(tag))
+
+
+async def attributes(address: str, flow_id: str) -> dict[str, pb.Value]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        found = await stub.GetAttributes(pb.GetAttributesRequest(flow_id=flow_id, all_keys=True))
+    return {kv.key: kv.value for kv in found.attributes}
+
+
+async def load(address: str, flow_id: str, *values: pb.Value) -> pb.LoadBlobsResponse:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        return await stub.LoadBlobs(pb.LoadBlobsRequest(entries=[
+            pb.LoadBlobRequestEntry(flow_id=flow_id, blob_value=value) for value in values
+        ]))
+
+
+async def test_large_inputs_messages_and_outputs_travel_as_blobs(dex: DexEnv) -> None:
+    """A 5,000-character Step input goes through three Steps, three 3,000-character channel
+    messages are consumed, and the flow's 14,000-character output reaches the client."""
+    start = text("input", 5000)
+    await dex.client.start_flow(flows.DURABLE, "big-1", start)
+    messages = [text(f"m{index}") for index in range(3)]
+    for message in messages:
+        await dex.client.invoke_rpc(flows.DURABLE.post, "big-1", message)
+    result = await dex.client.wait_for_flow("big-1", timedelta(seconds=30))
+    assert result.single_output(str) == f"{start}:" + ",".join(messages)
+
+
+async def test_attributes_are_blob_ids_that_load_blobs_answers(dex: DexEnv) -> None:
+    flow = flows.COUNTER
+    await dex.client.start_flow(flow, "notes-1", None)
+    value = text("note")
+    await dex.client.invoke_rpc(flow.note, "notes-1", f"a={value}")
+    await dex.client.invoke_rpc(flow.note, "notes-1", "b=small")
+    # The worker loads the blob-backed instance with LoadBlobs.
+    assert await dex.client.invoke_rpc(flow.list_notes, "notes-1") == f"a={value};b=small"
+
+    stored = await attributes(dex.engine.address, "notes-1")
+    reference = stored["notes/a"]
+    assert reference.WhichOneof("kind") == "internal_blob_id_for_string_value"
+    assert stored["notes/b"].WhichOneof("kind") == "string_value"
+    blob_id = reference.internal_blob_id_for_string_value
+    loaded = await load(dex.engine.address, "notes-1", reference)
+    assert loaded.values[blob_id].string_value == value
+
+    # An unknown id, or a known one asked as the other kind, is left out of the answer.
+    unknown = pb.Value(internal_blob_id_for_string_value="0" * 40)
+    other_kind = pb.Value(internal_blob_id_for_obj_value=blob_id)
+    assert not (await load(dex.engine.address, "notes-1", unknown, other_kind)).values
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await load(dex.engine.address, "notes-1", pb.Value(string_value="not a blob"))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    # The same content is stored once: another flow's equal note names the same blob.
+    await dex.client.start_flow(flow, "notes-2", None)
+    await dex.client.invoke_rpc(flow.note, "notes-2", f"a={value}")
+    assert (await attributes(dex.engine.address, "notes-2"))["notes/a"] == reference
+
+
+async def test_a_blob_backed_attribute_is_not_matched(dex: DexEnv) -> None:
+    """Spec section 4.10: WaitForAttribute on a blob-backed value is FAILED_PRECONDITION."""
+    flow = flows.COUNTER
+    await dex.client.start_flow(flow, "label-1", None)
+    await dex.client.invoke_rpc(flow.set_label, "label-1", text("label"))
+    async with grpc.aio.insecure_channel(dex.engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.WaitForAttribute(pb.WaitForAttributeRequest(
+                flow_id="label-1", request_timeout_seconds=2, request_id="w1",
+                match=pb.AttributeMatch(
+                    key="label", operator=pb.ATTRIBUTE_MATCH_OPERATOR_EQUAL,
+                    operand=pb.Value(string_value="x"),
+                ),
+            ))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_blobs_survive_a_killed_engine(dex: DexEnv) -> None:
+    flow = flows.COUNTER
+    await dex.client.start_flow(flow, "kill-1", None)
+    value = text("kept", 20_000)
+    await dex.client.invoke_rpc(flow.note, "kill-1", f"a={value}")
+    reference = (await attributes(dex.engine.address, "kill-1"))["notes/a"]
+
+    dex.engine.kill()
+    dex.engine.start()
+    loaded = await load(dex.engine.address, "kill-1", reference)
+    assert next(iter(loaded.values.values())).string_value == value
+    assert await dex.client.invoke_rpc(flow.list_notes, "kill-1") == f"a={value}"
