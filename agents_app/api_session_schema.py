@@ -59,6 +59,13 @@ class SessionMessageSerializer(serializers.Serializer):
         required=False,
         help_text="Tool messages only: the call (tool_calls[].id) this is the result of.",
     )
+    text_length = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="Only on a message too large to show whole in one answer (over about "
+        "1 MiB in a snapshot, 3 MiB in a page): the stored text's length in characters; "
+        "text is then its start and a line saying how much was left out.",
+    )
 
 
 class ToolCallRecordSerializer(serializers.Serializer):

@@ -865,7 +865,9 @@ def message_to_data(message: Any) -> dict[str, Any]:
     """One stored message as ``{"sequence", "role", "text", "turn_id"}``, plus what links tool
     results to their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an assistant
     message that asked for tools and ``tool_call_id`` on a tool result, read from its Chat
-    Completions item.
+    Completions item. A message too large for one answer arrives cut (``dex_agents._views``):
+    then ``text_length`` is the stored text's length in characters, and ``text`` its start
+    with a last line saying how much was left out.
     Provider-specific replay data (reasoning items, thinking blocks) is left out.
     """
     data: dict[str, Any] = {
@@ -890,6 +892,9 @@ def message_to_data(message: Any) -> dict[str, Any]:
         ]
     if item.get("tool_call_id"):
         data["tool_call_id"] = item["tool_call_id"]
+    cut = item.get("cut")
+    if isinstance(cut, Mapping) and isinstance(cut.get("text_length"), int):
+        data["text_length"] = cut["text_length"]
     return data
 
 

@@ -374,9 +374,11 @@ class AgentSessionClient:
                 last = min(known.last_sequence, first + limit - 1)
                 read = await self._read_messages(session_id, first, last)
                 if read.complete:
+                    # A page over the byte budget ends early (``_views``): more follow it.
+                    shown = read.messages[-1].sequence if read.messages else last
                     return AgentMessagesPage(
                         messages=read.messages,
-                        has_more=last < read.message_range.last_sequence,
+                        has_more=shown < read.message_range.last_sequence,
                     )
         page: AgentMessagesPage = await self.client.invoke_rpc(
             self.flow.list_agent_messages,
@@ -404,7 +406,7 @@ class AgentSessionClient:
         for _ in range(_STALE_READ_ATTEMPTS):
             last = known.last_sequence if before is None else min(before - 1, known.last_sequence)
             first = max(known.first_retained_sequence, last - limit + 1)
-            read = await self._read_messages(session_id, first, last)
+            read = await self._read_messages(session_id, first, last, keep_newest=True)
             if read.complete:
                 break
             known = read.message_range
@@ -417,14 +419,18 @@ class AgentSessionClient:
             first_retained_sequence=oldest,
         )
 
-    async def _read_messages(self, session_id: str, first: int, last: int) -> AgentMessagesSlice:
+    async def _read_messages(
+        self, session_id: str, first: int, last: int, *, keep_newest: bool = False
+    ) -> AgentMessagesSlice:
         if last < first:
             known = await self.get_message_range(session_id)
             return AgentMessagesSlice(messages=[], message_range=known)
         read: AgentMessagesSlice = await self.client.invoke_rpc(
             self.flow.read_agent_messages,
             session_id,
-            ReadAgentMessagesRequest(first_sequence=first, last_sequence=last),
+            ReadAgentMessagesRequest(
+                first_sequence=first, last_sequence=last, keep_newest=keep_newest
+            ),
             options=_loading(first, last),
         )
         return read

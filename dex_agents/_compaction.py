@@ -69,6 +69,7 @@ from dex_agents._records import (
     ReadAgentMessagesRequest,
     message_sequence_key,
 )
+from dex_agents._views import PAGE_MESSAGES_BYTES, fit_messages
 from dex_agents._wire_types import resolve_annotations
 
 if TYPE_CHECKING:
@@ -404,7 +405,9 @@ def message_range(context: Context) -> AgentMessageRange:
 
 
 def read_messages(context: Context, request: ReadAgentMessagesRequest) -> AgentMessagesSlice:
-    """``read_agent_messages``: the loaded retained messages of ``first..last`` (at most 200)."""
+    """``read_agent_messages``: the loaded retained messages of ``first..last`` (at most 200),
+    as many as fit ``PAGE_MESSAGES_BYTES`` (``_views``): the newest of them when the request
+    says ``keep_newest``, else the oldest."""
     known = message_range(context)
     first = max(request.first_sequence, known.first_retained_sequence, 1)
     last = min(request.last_sequence, known.last_sequence, first + MAX_READ_MESSAGES - 1)
@@ -418,6 +421,7 @@ def read_messages(context: Context, request: ReadAgentMessagesRequest) -> AgentM
             continue
         if message is not None:
             messages.append(message)
+    messages = fit_messages(messages, PAGE_MESSAGES_BYTES, keep_newest=request.keep_newest)
     return AgentMessagesSlice(messages=messages, message_range=known, complete=complete)
 
 

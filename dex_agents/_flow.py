@@ -111,6 +111,12 @@ from dex_agents._steps import (
     _now,
     _steer_pending,
 )
+from dex_agents._views import (
+    PAGE_MESSAGES_BYTES,
+    SNAPSHOT_MESSAGES_BYTES,
+    fit_messages,
+    record_view,
+)
 from dex_agents._wire_types import resolve_annotations
 
 #: ``get_agent_snapshot`` returns at most this many of the newest messages.
@@ -462,7 +468,9 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     def get_agent_snapshot(self, context: Context) -> RPCResult[AgentSnapshot]:
         """State, last 200 messages, pending interrupts, the active turn's tool calls, usage and
         queued message count, plus (platform addition) the queued messages themselves; also
-        served for retained closed sessions."""
+        served for retained closed sessions. Platform addition (``_views``): the messages are
+        the newest of those that fit ``SNAPSHOT_MESSAGES_BYTES``, and long record outputs are
+        cut."""
         state = AGENT_STATE.get(context)
         tool_calls = sorted(
             (
@@ -474,9 +482,11 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         return RPCResult(
             AgentSnapshot(
                 state=state,
-                messages=snapshot_messages(context, SNAPSHOT_MESSAGE_LIMIT),
+                messages=fit_messages(
+                    snapshot_messages(context, SNAPSHOT_MESSAGE_LIMIT), SNAPSHOT_MESSAGES_BYTES
+                ),
                 pending_interrupts=list(PENDING_INTERRUPTS.get(context) or []),
-                tool_calls=tool_calls,
+                tool_calls=[record_view(record) for record in tool_calls],
                 usage=AGENT_USAGE.get(context) or AgentUsage(),
                 queued_message_count=QUEUED_USER_MESSAGES.size(context),
                 last_turn_error=state.last_turn_error if state is not None else None,
@@ -499,15 +509,20 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     def list_agent_messages(
         self, context: Context, request: ListAgentMessagesRequest
     ) -> RPCResult[AgentMessagesPage]:
-        """Messages after ``after_sequence``, oldest first; ``limit`` clamped to 1..200."""
+        """Messages after ``after_sequence``, oldest first; ``limit`` clamped to 1..200.
+        Platform addition (``_views``): only the oldest that fit ``PAGE_MESSAGES_BYTES``."""
         limit = min(max(request.limit, 1), MAX_PAGE_SIZE)
         keys = [
             key
             for key in AGENT_MESSAGES.get_all_instance_keys(context)
             if int(key) > request.after_sequence
         ]
-        messages: list[AgentMessage] = [AGENT_MESSAGES.get(context, key) for key in keys[:limit]]
-        return RPCResult(AgentMessagesPage(messages=messages, has_more=len(keys) > limit))
+        messages: list[AgentMessage] = fit_messages(
+            [AGENT_MESSAGES.get(context, key) for key in keys[:limit]],
+            PAGE_MESSAGES_BYTES,
+            keep_newest=False,
+        )
+        return RPCResult(AgentMessagesPage(messages=messages, has_more=len(keys) > len(messages)))
 
     # --- context compaction and retention (platform addition) ---------------------------------
 

@@ -948,6 +948,9 @@ class ReadAgentMessagesRequest:
 
     first_sequence: int
     last_sequence: int
+    #: Which end a page over ``PAGE_MESSAGES_BYTES`` keeps (``_views.fit_messages``): the
+    #: newest messages (paging backwards) or the oldest (paging forwards).
+    keep_newest: bool = False
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -27,6 +28,9 @@ from typing import Any, TypeVar
 from ._blobs import DEFAULT_BLOB_THRESHOLD
 
 DEFAULT_DB = "var/dex_dev_server.sqlite3"
+#: The environment variable giving ``--blob-threshold``'s default (so a test run or
+#: ``manage.py dev`` can set it for every engine it starts).
+BLOB_THRESHOLD_ENV = "DEX_DEV_SERVER_BLOB_THRESHOLD"
 
 
 _N = TypeVar("_N", int, float)
@@ -71,11 +75,13 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--decline-backoff", type=_seconds, default=None, metavar="SECONDS",
                    help="how long a pull stream that declined a task (NO_CAPACITY) is passed "
                         "over; the task goes to another idle stream at once (default 0.2)")
-    p.add_argument("--blob-threshold", type=_bytes, default=None, metavar="BYTES",
+    p.add_argument("--blob-threshold", type=_bytes,
+                   default=os.environ.get(BLOB_THRESHOLD_ENV) or None, metavar="BYTES",
                    help="string and object values whose serialized size passes BYTES are "
                         "stored once as blobs and sent as blob ids that workers and clients "
                         f"load with LoadBlobs; 0 keeps every value inline (default "
-                        f"{DEFAULT_BLOB_THRESHOLD}; 1024 behaves like the Dex server)")
+                        f"${BLOB_THRESHOLD_ENV}, else {DEFAULT_BLOB_THRESHOLD}; 1024 behaves "
+                        "like the Dex server)")
     return p
 
 

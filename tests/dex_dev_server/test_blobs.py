@@ -7,12 +7,15 @@ large values reach the real SDK's workers and clients as blob ids, which they lo
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import grpc
 import pytest
+from dex import StartFlowOptions
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
@@ -121,3 +124,65 @@ async def test_blobs_survive_a_killed_engine(dex: DexEnv) -> None:
     loaded = await load(dex.engine.address, "kill-1", reference)
     assert next(iter(loaded.values.values())).string_value == value
     assert await dex.client.invoke_rpc(flow.list_notes, "kill-1") == f"a={value}"
+
+
+async def dangling(address: str, flow_id: str) -> list[str]:
+    """Blob ids among the flow's stored Attributes that LoadBlobs does not answer."""
+    references = [value for value in (await attributes(address, flow_id)).values()
+                  if value.WhichOneof("kind") in {"internal_blob_id_for_string_value",
+                                                   "internal_blob_id_for_obj_value"}]
+    missing = []
+    for reference in references:
+        blob_id = getattr(reference, reference.WhichOneof("kind"))
+        if blob_id not in (await load(address, flow_id, reference)).values:
+            missing.append(blob_id)
+    return missing
+
+
+async def test_sigkills_while_blobs_are_written_and_loaded(dex: DexEnv) -> None:
+    """The engine is SIGKILLed at seeded moments while RPCs write blob-backed notes and a
+    Step loads five distinct 1 MiB crates in parts. Every note whose write was acknowledged
+    is there after each restart, no stored reference dangles, and the Step finishes."""
+    rng = random.Random(20_261_205)
+    flow = flows.COUNTER
+    await dex.client.start_flow(flow, "chaos-notes", None)
+    options = StartFlowOptions()
+    for index in range(5):
+        options = options.with_attribute(flows.cargo, f"crate-{index}",
+                                         f"{index:02d}" + "c" * (1024 * 1024 - 258))
+    await dex.client.start_flow(flows.HEAVY, "chaos-heavy", "go", options)
+
+    acknowledged: dict[str, str] = {}
+    stop = asyncio.Event()
+
+    async def write_notes() -> None:
+        number = 0
+        # At most 100 notes of at most 20,000 characters: list_notes answers them in one
+        # RPC output, which must stay under 4 MiB.
+        while not stop.is_set() and number < 100:
+            number += 1
+            key, value = f"n{number}", text(f"note-{number}", rng.randint(1500, 20_000))
+            try:
+                await dex.client.invoke_rpc(flow.note, "chaos-notes", f"{key}={value}")
+            except Exception:
+                await asyncio.sleep(0.05)  # the engine is down; try the next note
+                continue
+            acknowledged[key] = value
+
+    writer = asyncio.create_task(write_notes())
+    try:
+        for _ in range(3):
+            await asyncio.sleep(rng.uniform(0.1, 0.6))
+            dex.engine.kill()
+            dex.engine.start()
+            assert await dangling(dex.engine.address, "chaos-notes") == []
+            assert await dangling(dex.engine.address, "chaos-heavy") == []
+    finally:
+        stop.set()
+        await writer
+    assert len(acknowledged) >= 3, acknowledged.keys()
+    listed: str = await dex.client.invoke_rpc(flow.list_notes, "chaos-notes")
+    found = dict(item.split("=", 1) for item in listed.split(";"))
+    assert {key: found.get(key) for key in acknowledged} == acknowledged
+    heavy = await dex.client.wait_for_flow("chaos-heavy", timedelta(seconds=60))
+    assert heavy.single_output(str) == "loaded 5 crates"

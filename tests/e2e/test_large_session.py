@@ -77,3 +77,54 @@ def test_an_oversized_session_fails_alone_and_says_why(stack: Stack) -> None:
     assert decided.status_code == 200, decided.text
     stopped = owner.post(f"/api/v1/sessions/{big}/stop/")
     assert stopped.status_code == 202, stopped.text
+
+
+BIG_KB = 1024  # the demo model's largest /big
+
+
+def test_a_session_past_4_mib_is_read_in_pages(stack: Stack) -> None:
+    """Four answers of 1 MiB each (over 8 MB with their stored items): the snapshot answers
+    with the newest message cut to fit (text_length says how long it is), and the message
+    pages, each under 3 MiB, hold every message, the 1 MiB answers whole."""
+    owner = stack.api("owner")
+    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": f"/big {BIG_KB}"})
+    assert created.status_code == 201, created.text
+    session = created.json()["id"]
+    for _ in range(3):
+        queued = owner.post(f"/api/v1/sessions/{session}/messages/",
+                            json={"text": f"/big {BIG_KB}"})
+        assert queued.status_code == 202, queued.text
+
+    def all_answered() -> dict[str, Any] | None:
+        response = owner.get(f"/api/v1/sessions/{session}/")
+        assert response.status_code == 200, response.text[:500]
+        body: dict[str, Any] = response.json()
+        last = body["messages"][-1] if body["messages"] else None
+        done = (body["status"] == "waiting_for_user_message" and not body["queued_messages"]
+                and last is not None and last["role"] == "assistant"
+                and last["sequence"] >= 8)
+        return body if done else None
+
+    snapshot = wait_until("four large answers", all_answered, timeout=240, interval=1)
+    newest = snapshot["messages"][-1]
+    assert newest["text_length"] == BIG_KB * 1024
+    assert newest["text"].endswith("more characters not shown here]")
+    assert snapshot["has_older_messages"] is True
+
+    texts: dict[int, str] = {}
+    before: int | None = None
+    for _ in range(20):
+        params = {"limit": 50, **({"before": before} if before is not None else {})}
+        page = owner.get(f"/api/v1/sessions/{session}/messages/", params=params)
+        assert page.status_code == 200, page.text[:500]
+        assert len(page.content) < 3.5 * 1024 * 1024
+        body = page.json()
+        for item in body["messages"]:
+            assert "text_length" not in item, item["sequence"]
+            texts[item["sequence"]] = item["text"]
+        before = body["next_before"]
+        if before is None:
+            break
+    assert sorted(texts) == list(range(1, newest["sequence"] + 1))
+    answers = [text for text in texts.values() if len(text) == BIG_KB * 1024]
+    assert len(answers) == 4

@@ -1,0 +1,135 @@
+"""Platform addition (issue 26): RPC answers that show stored messages stay under a byte
+budget, so a session of any size can be read.
+
+Dex answers an RPC in one gRPC message, and the SDK's clients accept at most 4 MiB (gRPC's
+default). Large stored values travel as blobs, but an RPC's output is one value, sent inline
+(``dex_dev_server._blobs``), so a snapshot holding the newest 200 messages could pass that
+limit once messages are large. The answers that show messages therefore hold as many of them
+as fit in a budget of their JSON size (``encoded_size``): the newest for a snapshot or a page
+read backwards, the oldest for a page read forwards; the caller pages through the rest. A
+single message larger than the whole budget is shown cut (``cut_message``): its
+``framework_item`` is replaced by the fields that link tool calls and results, and when its text
+still does not fit, the text ends with a line saying how many characters were left out and the
+item says ``{"cut": {"text_length": <characters>}}``; the stored message is unchanged. Tool
+call records in a snapshot show at most ``RECORD_OUTPUT_VIEW_CHARS`` of their output the same
+way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from dex_agents._records import AgentMessage, AgentToolCall
+
+#: JSON bytes of messages in a snapshot (the rest of a snapshot, its queue included, stays
+#: well under the 4 MiB an answer may carry: the queue holds at most
+#: ``DEXAGENTS_MAX_QUEUED_MESSAGES`` messages of at most 100,000 characters).
+SNAPSHOT_MESSAGES_BYTES = 1024 * 1024
+#: JSON bytes of messages in one page read with ``read_agent_messages`` or
+#: ``list_agent_messages``.
+PAGE_MESSAGES_BYTES = 3 * 1024 * 1024
+#: Characters of a tool call record's ``output`` and ``arguments`` a snapshot shows.
+RECORD_OUTPUT_VIEW_CHARS = 64 * 1024
+#: Bytes counted for a message besides its text and framework item (field names, numbers).
+_MESSAGE_OVERHEAD = 160
+#: The framework item fields a cut message keeps: what links tool calls to their results.
+_LINK_FIELDS = ("role", "tool_call_id", "tool_calls")
+#: Characters of each tool call's ``arguments`` a cut message keeps.
+_CUT_ARGUMENTS_CHARS = 4096
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, default=str))
+
+
+def encoded_size(message: AgentMessage) -> int:
+    """About the bytes ``message`` takes in an RPC answer's JSON (exact for its text and
+    framework item, ASCII-escaped as the SDK's JSON is)."""
+    return _json_size(message.text) + _json_size(message.framework_item) + _MESSAGE_OVERHEAD
+
+
+def cut_text(text: str, budget: int) -> str:
+    """``text`` whose JSON form fits ``budget`` bytes: its start and a last line saying how
+    many characters were left out (``text`` itself when it fits)."""
+    if _json_size(text) <= budget:
+        return text
+    keep = max(0, budget // 2)
+    while True:
+        shown = text[:keep]
+        result = f"{shown}\n\n[... {len(text) - keep:,} more characters not shown here]"
+        if _json_size(result) <= budget or keep == 0:
+            return result
+        keep //= 2
+
+
+def _link_fields(item: Any) -> dict[str, Any]:
+    if not isinstance(item, Mapping):
+        return {}
+    linked = {name: item[name] for name in _LINK_FIELDS if name in item}
+    calls = linked.get("tool_calls")
+    if isinstance(calls, list):
+        linked["tool_calls"] = [_cut_call(call) for call in calls]
+    return linked
+
+
+def _cut_call(call: Any) -> Any:
+    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+        return call
+    function = dict(call["function"])
+    arguments = function.get("arguments")
+    if isinstance(arguments, str) and len(arguments) > _CUT_ARGUMENTS_CHARS:
+        function["arguments"] = arguments[:_CUT_ARGUMENTS_CHARS]
+    return {**call, "function": function}
+
+
+def cut_message(message: AgentMessage, budget: int) -> AgentMessage:
+    """A view of ``message`` that fits about ``budget`` JSON bytes (see the module
+    docstring); ``message`` itself when it already fits."""
+    if encoded_size(message) <= budget:
+        return message
+    item = _link_fields(message.framework_item)
+    marker = {"cut": {"text_length": len(message.text)}}
+    room = max(1024, budget - _json_size({**item, **marker}) - _MESSAGE_OVERHEAD)
+    text = cut_text(message.text, room)
+    if text != message.text:
+        item.update(marker)
+    return replace(message, text=text, framework_item=item)
+
+
+def fit_messages(
+    messages: Sequence[AgentMessage], budget: int, *, keep_newest: bool = True
+) -> list[AgentMessage]:
+    """The messages (oldest first) that fit ``budget`` JSON bytes together: the newest ones
+    when ``keep_newest``, else the oldest. At least one is kept, cut when it alone passes the
+    budget."""
+    ordered = list(reversed(messages)) if keep_newest else list(messages)
+    kept: list[AgentMessage] = []
+    left = budget
+    for message in ordered:
+        size = encoded_size(message)
+        if size > left:
+            if not kept:
+                kept.append(cut_message(message, budget))
+            break
+        kept.append(message)
+        left -= size
+    if keep_newest:
+        kept.reverse()
+    return kept
+
+
+def record_view(record: AgentToolCall) -> AgentToolCall:
+    """``record`` with its ``output`` and ``arguments`` cut to ``RECORD_OUTPUT_VIEW_CHARS``
+    characters (with a last line saying how many were left out)."""
+    output, arguments = record.output, record.arguments
+    limit = RECORD_OUTPUT_VIEW_CHARS
+    if (output is None or len(output) <= limit) and len(arguments) <= limit:
+        return record
+    if output is not None and len(output) > limit:
+        output = f"{output[:limit]}\n\n[... {len(output) - limit:,} more characters not shown here]"
+    if len(arguments) > limit:
+        arguments = arguments[:limit]
+    return replace(record, output=output, arguments=arguments)

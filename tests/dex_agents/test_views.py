@@ -1,0 +1,95 @@
+"""Byte-bounded views of stored messages and records in RPC answers (dex_agents/_views.py)."""
+
+from __future__ import annotations
+
+import json
+
+from agents_app import dex_gateway
+from agents_app.api_session_schema import SessionMessageSerializer
+from dex_agents import AgentMessage, AgentToolCall, MessageRole, ToolCallStatus, ToolEffect
+from dex_agents._views import (
+    RECORD_OUTPUT_VIEW_CHARS,
+    cut_message,
+    cut_text,
+    encoded_size,
+    fit_messages,
+    record_view,
+)
+
+
+def message(sequence: int, text: str, role: MessageRole = MessageRole.ASSISTANT,
+            item: dict | None = None) -> AgentMessage:
+    return AgentMessage(sequence, role, text,
+                        item if item is not None else {"role": str(role), "content": text},
+                        "turn-1")
+
+
+def answer_size(messages: list[AgentMessage]) -> int:
+    return sum(encoded_size(item) for item in messages)
+
+
+def test_the_newest_or_the_oldest_that_fit_the_budget_are_kept() -> None:
+    messages = [message(sequence, "x" * 1000) for sequence in range(1, 11)]
+    one = encoded_size(messages[0])
+    newest = fit_messages(messages, 3 * one + 10)
+    assert [item.sequence for item in newest] == [8, 9, 10]
+    oldest = fit_messages(messages, 3 * one + 10, keep_newest=False)
+    assert [item.sequence for item in oldest] == [1, 2, 3]
+    assert fit_messages(messages, 100 * one) == messages
+
+
+def test_a_message_larger_than_the_budget_is_shown_cut() -> None:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "files__write", "arguments": json.dumps({"body": "b" * 9000})}}
+    big = message(5, "é" * 300_000, item={"role": "assistant", "content": "é" * 300_000,
+                                          "tool_calls": [call], "reasoning": "secret"})
+    [shown] = fit_messages([message(4, "small"), big], 64 * 1024)
+    assert shown.sequence == 5 and encoded_size(shown) <= 64 * 1024 + 1024
+    assert shown.text.startswith("é" * 100)
+    assert shown.text.endswith("more characters not shown here]")
+    assert shown.framework_item["cut"] == {"text_length": 300_000}
+    assert shown.framework_item["tool_calls"][0]["id"] == "call_1"
+    assert len(shown.framework_item["tool_calls"][0]["function"]["arguments"]) == 4096
+    assert "reasoning" not in shown.framework_item and "content" not in shown.framework_item
+    # The stored message is unchanged.
+    assert len(big.text) == 300_000
+
+    data = dex_gateway.message_to_data(shown)
+    assert data["text_length"] == 300_000 and data["tool_calls"][0]["name"] == "files__write"
+    serializer = SessionMessageSerializer(data=data)
+    assert serializer.is_valid(), serializer.errors
+    assert "text_length" not in dex_gateway.message_to_data(message(4, "small"))
+
+
+def test_cut_text_keeps_within_its_budget_for_any_characters() -> None:
+    for text in ("a" * 50_000, "€" * 50_000, "\U0001f600" * 50_000, "a"):
+        cut = cut_text(text, 10_000)
+        assert len(json.dumps(cut)) <= 10_000 or cut == text
+    assert cut_text("short", 100) == "short"
+    assert cut_message(message(1, "short"), 10_000) == message(1, "short")
+
+
+def test_a_message_whose_text_fits_once_its_item_is_slimmed_keeps_its_text() -> None:
+    text = "t" * 60_000  # 120,000 bytes with its item's copy of the text
+    [shown] = fit_messages([message(1, text)], 64 * 1024)
+    assert shown.text == text and shown.framework_item == {"role": "assistant"}
+    assert "text_length" not in dex_gateway.message_to_data(shown)
+
+
+def test_record_views_cut_long_outputs_and_arguments() -> None:
+    record = AgentToolCall(
+        tool_call_id="call_1", tool_name="files__read", arguments="{" + "a" * 100_000 + "}",
+        effect=ToolEffect.READ, requires_approval=False, status=ToolCallStatus.SUCCEEDED,
+        deferral_order=0, turn_id="turn-1", output="o" * 200_000,
+    )
+    view = record_view(record)
+    assert view.output is not None and view.output.startswith("o" * RECORD_OUTPUT_VIEW_CHARS)
+    assert view.output.endswith(f"[... {200_000 - RECORD_OUTPUT_VIEW_CHARS:,} more characters "
+                                "not shown here]")
+    assert len(view.arguments) == RECORD_OUTPUT_VIEW_CHARS
+    small = AgentToolCall(
+        tool_call_id="call_2", tool_name="files__read", arguments="{}",
+        effect=ToolEffect.READ, requires_approval=False, status=ToolCallStatus.PENDING,
+        deferral_order=1, turn_id="turn-1",
+    )
+    assert record_view(small) is small
