@@ -11,7 +11,7 @@ single message larger than the whole budget is shown cut (``cut_message``): its
 ``framework_item`` is replaced by the fields that link tool calls and results, and when its text
 still does not fit, the text ends with a line saying how many characters were left out and the
 item says ``{"cut": {"text_length": <characters>}}``; the stored message is unchanged. Tool
-call records in a snapshot show at most ``RECORD_OUTPUT_VIEW_CHARS`` of their output the same
+call records in a snapshot show at most ``RECORD_OUTPUT_VIEW_BYTES`` of their output the same
 way.
 """
 
@@ -31,8 +31,8 @@ SNAPSHOT_MESSAGES_BYTES = 1024 * 1024
 #: JSON bytes of messages in one page read with ``read_agent_messages`` or
 #: ``list_agent_messages``.
 PAGE_MESSAGES_BYTES = 3 * 1024 * 1024
-#: Characters of a tool call record's ``output`` and ``arguments`` a snapshot shows.
-RECORD_OUTPUT_VIEW_CHARS = 64 * 1024
+#: JSON bytes of a tool call record's ``output``, and of its ``arguments``, a snapshot shows.
+RECORD_OUTPUT_VIEW_BYTES = 64 * 1024
 #: Bytes counted for a message besides its text and framework item (field names, numbers).
 _MESSAGE_OVERHEAD = 160
 #: The framework item fields a cut message keeps: what links tool calls to their results.
@@ -122,14 +122,14 @@ def fit_messages(
 
 
 def record_view(record: AgentToolCall) -> AgentToolCall:
-    """``record`` with its ``output`` and ``arguments`` cut to ``RECORD_OUTPUT_VIEW_CHARS``
-    characters (with a last line saying how many were left out)."""
+    """``record`` with its ``output`` and ``arguments`` each cut to
+    ``RECORD_OUTPUT_VIEW_BYTES`` of JSON (``cut_text``: the start, then a line saying how many
+    characters were left out; cut arguments are no longer a JSON object)."""
+    limit = RECORD_OUTPUT_VIEW_BYTES
     output, arguments = record.output, record.arguments
-    limit = RECORD_OUTPUT_VIEW_CHARS
-    if (output is None or len(output) <= limit) and len(arguments) <= limit:
+    if output is not None:
+        output = cut_text(output, limit)
+    arguments = cut_text(arguments, limit)
+    if output is record.output and arguments is record.arguments:
         return record
-    if output is not None and len(output) > limit:
-        output = f"{output[:limit]}\n\n[... {len(output) - limit:,} more characters not shown here]"
-    if len(arguments) > limit:
-        arguments = arguments[:limit]
     return replace(record, output=output, arguments=arguments)

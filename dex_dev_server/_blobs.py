@@ -16,15 +16,22 @@ already has it.
 
 Values stay inline where the spec or the SDK needs them concrete: Attributes written with
 ``is_hard_delete_on_null`` (delivered inline, never recorded), Stream messages (clients do
-not hydrate ``ReadStream``), search fields, history payloads (``GetHistoryEvents`` is not
-hydrated) and RPC outputs (not stored). A stored blob lives as long as the history that
-recorded its value, which the embedded engine keeps for the Flow's life.
+not hydrate ``ReadStream``), search fields, the Attribute writes of history events, and RPC
+outputs (not stored). History events record Step inputs, locals, published messages and
+completion outputs as the engine holds them, so a reader of ``GetHistoryEvents`` may see
+references, which it loads with ``LoadBlobs`` as a worker would. A stored blob lives as long as
+the history that recorded its value, which the embedded engine keeps for the Flow's life.
+
+A value is stored only if one ``LoadBlobs`` answer can carry it (``MAX_VALUE_BYTES``): a
+Step or RPC result holding a larger one is refused before anything of it is applied.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
@@ -53,13 +60,63 @@ RECENT_BLOB_BYTES = 32 * 1024 * 1024
 LOAD_BLOBS_BUDGET = 4 * 1024 * 1024 - 64 * 1024
 #: The start of the SDK's error when a ``LoadBlobs`` answer left a requested blob out.
 HYDRATION_SHORTFALL = "LoadBlobs omitted blob"
-#: Free redeliveries of one task after a hydration shortfall (64 times the budget: 252 MiB).
+#: Free redeliveries of one task after a hydration shortfall. What a task loads in parts is
+#: bounded by its worker's BlobCache too (the parts loaded first must still be cached when the
+#: last arrives: the dexworker keeps 64 MiB).
 MAX_HYDRATION_REDELIVERIES = 64
 
 
+#: Bytes counted for each value of a ``LoadBlobs`` answer besides the value: its map entry's
+#: key (the 40-character id) and framing.
+LOAD_BLOBS_ENTRY_OVERHEAD = 64
+#: The largest serialized value the engine stores: one ``LoadBlobs`` answer must carry it
+#: whole. A Step or RPC result holding a larger one is refused (``oversized_value``).
+MAX_VALUE_BYTES = LOAD_BLOBS_BUDGET - LOAD_BLOBS_ENTRY_OVERHEAD
+
+
 def is_hydration_shortfall(detail: str) -> bool:
-    """Whether a worker's error says a ``LoadBlobs`` answer left blobs out (nothing ran)."""
-    return HYDRATION_SHORTFALL in detail
+    """Whether a worker's error says a ``LoadBlobs`` answer left blobs out (nothing ran):
+    the SDK's hydrator raises it before any handler code, so its text starts the detail."""
+    return detail.startswith(HYDRATION_SHORTFALL)
+
+
+def result_values(result: Any) -> Iterator[pb.Value]:
+    """The values a worker's wait_for, execute or RPC result asks the engine to store:
+    Attribute writes (hard-delete ones included), published messages, Step locals, next Step
+    inputs and the close input."""
+    for write in result.upsert_attributes:
+        yield write.value
+    for message in result.publish_to_channel:
+        yield message.value
+    for kv in getattr(result, "upsert_step_exe_locals", ()):
+        yield kv.value
+    decision = getattr(result, "step_decision", None)
+    if decision is not None:
+        for movement in decision.next_steps:
+            yield movement.step_input
+        if decision.HasField("close_decision"):
+            yield decision.close_decision.close_input
+
+
+def oversized_value(result: Any) -> int:
+    """The serialized size of the first value of ``result`` (``result_values``) larger than
+    ``MAX_VALUE_BYTES``, or 0 (the common case is answered from the result's own size)."""
+    if result.ByteSize() <= MAX_VALUE_BYTES:
+        return 0
+    for value in result_values(result):
+        size = value.ByteSize()
+        if size > MAX_VALUE_BYTES:
+            return int(size)
+    return 0
+
+
+def oversized_detail(size: int) -> str:
+    """Why a result holding a ``size``-byte value is refused."""
+    return (
+        f"a value of {size} bytes is more than the {MAX_VALUE_BYTES} bytes one value may take "
+        "(a worker or client loads it in one message under gRPC's 4 MiB limit); store it in "
+        "smaller parts"
+    )
 
 
 def blob_reference(value: pb.Value, threshold: int) -> tuple[pb.Value, str, bytes] | None:

@@ -14,7 +14,12 @@ from collections.abc import Iterable
 import grpc
 from dex.dexpb import dex_pb2 as pb
 
-from ._blobs import MAX_HYDRATION_REDELIVERIES, is_hydration_shortfall
+from ._blobs import (
+    MAX_HYDRATION_REDELIVERIES,
+    is_hydration_shortfall,
+    oversized_detail,
+    oversized_value,
+)
 from ._clock import now, timestamp
 from ._commit import commit_execute, commit_wait_for
 from ._errors import ServiceError, WorkerFailed, WorkerLost, uncategorized
@@ -585,6 +590,18 @@ class Dispatcher(StepMachine):
                 write_step_stream(self, run, st, output.stream_write)
                 return
             if which != "result":
+                return
+            oversized = oversized_value(output.result)
+            if oversized:
+                # Refused before anything of it is applied: no worker could load it again.
+                detail = oversized_detail(oversized)
+                failure = self.failure(st, worker=pb.WorkerErrorResponse(
+                    detail=detail, error_type="ValueTooLarge",
+                    grpc_status=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                ))
+                self.fail_attempt(run, st, failure, detail)
+                self.advance(run)
+                self.unflushed[run.run_id] = run
                 return
             st.task_id = ""
             if out == "wait_for" and st.phase == "wait_for":

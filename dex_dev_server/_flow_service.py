@@ -11,7 +11,7 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 from google.protobuf import empty_pb2
 
-from ._blobs import BLOB_KINDS, LOAD_BLOBS_BUDGET
+from ._blobs import BLOB_KINDS, LOAD_BLOBS_BUDGET, LOAD_BLOBS_ENTRY_OVERHEAD
 from ._clock import now, timestamp
 from ._errors import invalid, long_poll_timeout
 from ._model import TIMER_PENDING, Run
@@ -57,7 +57,7 @@ class FlowLifecycleService(RunEngine):
             value = self.load_blob(entry.blob_value)
             if value is None:
                 continue
-            size = value.ByteSize()
+            size = value.ByteSize() + LOAD_BLOBS_ENTRY_OVERHEAD
             if size > left:
                 # The rest would pass the caller's 4 MiB receive limit: it asks again.
                 break

@@ -9,7 +9,12 @@ from typing import Any
 import grpc
 from dex.dexpb import dex_pb2 as pb
 
-from ._blobs import MAX_HYDRATION_REDELIVERIES, is_hydration_shortfall
+from ._blobs import (
+    MAX_HYDRATION_REDELIVERIES,
+    is_hydration_shortfall,
+    oversized_detail,
+    oversized_value,
+)
 from ._clock import now
 from ._commit import apply_decision
 from ._dispatch import MAX_TASK_FRAME_BYTES, rpc_too_large
@@ -175,6 +180,13 @@ class RpcService(RunEngine):
         served_by: str,
         transactional: bool,
     ) -> pb.InvokeRPCResponse:
+        oversized = oversized_value(resp)
+        if oversized:
+            raise uncategorized(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"rpc {request.rpc_name!r} of flow {run.flow_id!r}: "
+                f"{oversized_detail(oversized)}; nothing of the rpc was applied",
+            )
         output = resp.output if has_kind(resp.output) else null_value()
         size = output.ByteSize()
         if size > MAX_TASK_FRAME_BYTES:

@@ -230,6 +230,11 @@ class RunEngine(Dispatcher):
             if st is None or st.phase != "waiting" or position in st.subs:
                 continue
             st.subs[position] = result
+            # The child's output blobs go with the parent's commit too (ids are content
+            # hashes; storing one twice is a no-op): the child's own commit may come later,
+            # and a crash in between must not leave the parent with an unknown blob id.
+            for output in result.results:
+                self.carry_blob(run, parent, output.completed_step_output)
             self.advance(parent)
             self.flush(parent)
         self.loop.call_soon(self.pump)

@@ -294,6 +294,16 @@ class EngineState:
         self.recent_blobs.put(blob_id, data)
         return reference
 
+    def carry_blob(self, source: Run, target: Run, value: pb.Value) -> None:
+        """Store the blob ``value`` references with ``target``'s next commit as well, when it
+        is still waiting for ``source``'s (a reference copied from one run to another)."""
+        found = blob_id_of(value)
+        if found is None:
+            return
+        data = source.write.blob_inserts.get(found[1])
+        if data is not None:
+            target.write.blob_inserts[found[1]] = data
+
     def load_blob(self, reference: pb.Value) -> pb.Value | None:
         """The concrete value a reference names, or None when the id is unknown or names a
         value of the other kind."""

@@ -8,7 +8,7 @@ from agents_app import dex_gateway
 from agents_app.api_session_schema import SessionMessageSerializer
 from dex_agents import AgentMessage, AgentToolCall, MessageRole, ToolCallStatus, ToolEffect
 from dex_agents._views import (
-    RECORD_OUTPUT_VIEW_CHARS,
+    RECORD_OUTPUT_VIEW_BYTES,
     cut_message,
     cut_text,
     encoded_size,
@@ -80,13 +80,15 @@ def test_record_views_cut_long_outputs_and_arguments() -> None:
     record = AgentToolCall(
         tool_call_id="call_1", tool_name="files__read", arguments="{" + "a" * 100_000 + "}",
         effect=ToolEffect.READ, requires_approval=False, status=ToolCallStatus.SUCCEEDED,
-        deferral_order=0, turn_id="turn-1", output="o" * 200_000,
+        deferral_order=0, turn_id="turn-1", output="\u4e2d" * 200_000,
     )
     view = record_view(record)
-    assert view.output is not None and view.output.startswith("o" * RECORD_OUTPUT_VIEW_CHARS)
-    assert view.output.endswith(f"[... {200_000 - RECORD_OUTPUT_VIEW_CHARS:,} more characters "
-                                "not shown here]")
-    assert len(view.arguments) == RECORD_OUTPUT_VIEW_CHARS
+    assert view.output is not None and view.output.startswith("\u4e2d" * 1000)
+    assert view.output.endswith("more characters not shown here]")
+    # Bytes, not characters: each of these characters is six bytes of the SDK's JSON.
+    assert len(json.dumps(view.output)) <= RECORD_OUTPUT_VIEW_BYTES
+    assert len(json.dumps(view.arguments)) <= RECORD_OUTPUT_VIEW_BYTES
+    assert view.arguments.startswith("{aaa")
     small = AgentToolCall(
         tool_call_id="call_2", tool_name="files__read", arguments="{}",
         effect=ToolEffect.READ, requires_approval=False, status=ToolCallStatus.PENDING,

@@ -290,6 +290,13 @@ class CounterFlow(Flow[None]):
         else:
             notes.delete(context, key)
 
+    @rpc
+    async def note_repeated(self, context: Context, spec: str) -> None:
+        """``key=text*count``: the note ``key`` is ``text`` repeated ``count`` times."""
+        key, _, value = spec.partition("=")
+        text, _, count = value.rpartition("*")
+        notes.set(context, key, text * int(count))
+
     @rpc(load_attribute_maps=(notes,))
     async def list_notes(self, context: Context) -> RPCResult[str]:
         keys = sorted(notes.get_all_instance_keys(context))

@@ -19,6 +19,10 @@ from dex import StartFlowOptions
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
+from dex_dev_server._model import Run
+from dex_dev_server._state import EngineState
+from dex_dev_server._store import Store
+
 from . import flows
 from .conftest import DexEnv, EngineProcess
 
@@ -186,3 +190,56 @@ async def test_sigkills_while_blobs_are_written_and_loaded(dex: DexEnv) -> None:
     assert {key: found.get(key) for key in acknowledged} == acknowledged
     heavy = await dex.client.wait_for_flow("chaos-heavy", timedelta(seconds=60))
     assert heavy.single_output(str) == "loaded 5 crates"
+
+
+async def test_a_load_blobs_answer_stays_under_4_mib_with_many_small_blobs(
+    engine: EngineProcess,
+) -> None:
+    """4,000 values of 1,100 bytes: the answer's map framing counts too, so the answer fits a
+    default gRPC channel (4 MiB) and leaves the rest out for the next call."""
+    writes = [pb.AttributeWrite(key=f"k{index}", value=pb.Value(string_value=text(
+        f"{index:05d}", 1100))) for index in range(4000)]
+    async with grpc.aio.insecure_channel(engine.address) as channel:
+        stub = dex_pb2_grpc.FlowServiceStub(channel)
+        await stub.StartFlow(pb.StartFlowRequest(
+            flow_id="many-1", flow_type="T", request_id="r",
+            flow_start_options=pb.FlowStartOptions(attributes=writes)))
+    references = list((await attributes(engine.address, "many-1")).values())
+    assert len(references) == 4000
+    assert all(value.WhichOneof("kind") == "internal_blob_id_for_string_value"
+               for value in references)
+    answered = await load(engine.address, "many-1", *references)
+    assert 3000 < len(answered.values) < 4000
+
+
+async def test_a_value_no_worker_could_load_is_refused_when_written(dex: DexEnv) -> None:
+    from dex import DexServiceError
+
+    flow = flows.COUNTER
+    await dex.client.start_flow(flow, "huge-1", None)
+    with pytest.raises(DexServiceError) as refused:
+        # A small input whose result writes one 4.2 MB value.
+        await dex.client.invoke_rpc(flow.note_repeated, "huge-1", "a=h*4200000")
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "more than the" in refused.value.detail and "nothing of the rpc" in refused.value.detail
+    assert await dex.client.invoke_rpc(flow.list_notes, "huge-1") == ""
+
+
+def test_a_sub_flow_output_blob_is_stored_with_its_parent() -> None:
+    """The parent may commit before the child that produced the output: the blob goes with
+    both commits, so a crash between them leaves no reference without its blob."""
+    store = Store(":memory:")
+    engine = EngineState(store)
+    engine.blob_threshold = 1024
+
+    def run(run_id: str) -> Run:
+        return Run(run_id, run_id, 1, "T", pb.FLOW_STATUS_RUNNING, "r", 0.0, run_id,
+                   pb.FlowConfig(), pb.StartFlowRequest())
+
+    child, parent = run("child"), run("parent")
+    reference = engine.offload(child, pb.Value(string_value=text("output", 5000)))
+    engine.carry_blob(child, parent, reference)
+    store.commit(parent.run_id, parent.write)  # the child's commit never happens
+    stored = store.load_blob(reference.internal_blob_id_for_string_value)
+    assert stored is not None and pb.Value.FromString(stored).string_value.startswith("output")
+    store.close()
