@@ -78,12 +78,13 @@ class RpcService(RunEngine):
     ) -> pb.InvokeRPCResponse:
         budget = min(float(request.timeout_seconds or MAX_LONG_POLL), MAX_LONG_POLL)
         budget = long_poll_budget(context, budget) or budget
-        if is_push(run):
-            return await self._run_push_rpc(run, request, budget, transactional)
         started = now()
         deliveries = 0
         while True:
             try:
+                if is_push(run):
+                    left = max(0.0, budget - (now() - started))
+                    return await self._run_push_rpc(run, request, left, transactional)
                 return await self._run_pull_rpc(run, request, budget, started, transactional)
             except WorkerFailed as failed:
                 # The worker could not load all the RPC's blobs in one answer; it cached
@@ -147,8 +148,6 @@ class RpcService(RunEngine):
         try:
             stub = self.push.stub(run.config.worker_target.address)
             response = await run_rpc(stub, rpc_request, budget)
-        except WorkerFailed as failed:
-            raise _rpc_worker_error(failed) from None
         except TimeoutError:
             raise _rpc_timeout_error(request, budget) from None
         except WorkerLost as lost:

@@ -7,6 +7,7 @@ from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
+from ._blobs import BLOB_KINDS
 from ._clock import timestamp
 from ._errors import invalid
 from ._model import Run
@@ -60,6 +61,9 @@ def _field(run: Run, name: str) -> Any:
     if value is None:
         return None
     kind = value.WhichOneof("kind")
+    if kind in BLOB_KINDS:
+        # A blob-backed value is never compared by its id (spec section 3.5).
+        return None
     if kind == "obj_value":
         import json
 
