@@ -1207,7 +1207,8 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
                 409,
                 CONFLICT,
                 "The session is stopped, or its queue is full (DEXAGENTS_MAX_QUEUED_MESSAGES "
-                "messages wait); nothing changed.",
+                "messages wait, or their texts with this one would pass 1.5 MiB of JSON); "
+                "nothing changed.",
             ),
         },
     )
@@ -1295,8 +1296,9 @@ class QueueFull(APIException):
     def __init__(self) -> None:
         limit = dexagents_setting("MAX_QUEUED_MESSAGES")
         super().__init__(
-            f"The message queue is full ({limit} messages wait): let the agent take some, or "
-            "delete or steer one, then send again."
+            f"The message queue is full (at most {limit} messages, whose texts may take "
+            "1.5 MiB together; non-ASCII characters count up to 12 bytes each): let the agent "
+            "take some, or delete or steer one, then send again."
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from agents_app.conf import dexagents_setting
 from agents_app.runner import LiteLLMRunner
 from dex_agents import (
+    QUEUED_MESSAGES_BYTES,
     AgentSessionClient,
     AgentSessionFlow,
     AgentSessionObserver,
@@ -95,6 +96,7 @@ def build_flow(
             user_input=True,
             plans=True,
             max_queued_messages=dexagents_setting("MAX_QUEUED_MESSAGES"),
+            max_queued_bytes=QUEUED_MESSAGES_BYTES,
             compaction=CompactionOptions(),
         ),
     )

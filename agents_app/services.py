@@ -251,6 +251,8 @@ def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
         False when it is no longer pending (a turn took it, it was deleted, or never queued).
 
     Raises:
+        QueueFullError: The message is still queued, but the new text would bring the
+            queue's texts past their bytes (``dex_agents.QUEUED_MESSAGES_BYTES``).
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
     from agents_app import outbox
@@ -295,6 +297,9 @@ def queued_message_replace(
         )
     )
     if not replaced:
+        # Refused: gone, or still queued but the new text does not fit the queue's bytes.
+        if queued_message_plan_mode(session=session, message_id=message_id) is not None:
+            raise QueueFullError()
         return None
     return MessageAccepted(
         id=client_id, delivery=Delivery.DELIVERED

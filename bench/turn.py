@@ -354,6 +354,7 @@ async def run(
     floor: bool = True,
     dbos: bool = True,
     floor_sync: str = "normal",
+    blob_threshold: int | None = None,
 ) -> None:
     """Start one engine + worker per ``--sync`` value (and one for the floor), interleave the
     sides, print figures."""
@@ -392,7 +393,9 @@ async def run(
                 worker_cwd=REPO,
                 worker_env={STATE_DIR_ENV: str(home / "state"), WORKER_FLOW_TYPES_ENV: FLOW_TYPE},
                 engine_args=[
-                    "--sync", sync, *(["--profile", str(profile_path)] if profile else [])
+                    "--sync", sync, *(["--profile", str(profile_path)] if profile else []),
+                    *(["--blob-threshold", str(blob_threshold)] if blob_threshold is not None
+                      else []),
                 ],
             )
             await stack.__aenter__()
@@ -544,6 +547,9 @@ def main() -> None:
                         help="the floor engine's --sync setting (default: normal)")
     parser.add_argument("--no-dbos", action="store_true",
                         help="do not measure the DBOS peer (bench/dbos_turn_peer.py)")
+    parser.add_argument("--blob-threshold", type=int, default=None, metavar="BYTES",
+                        help="the engine's --blob-threshold for ours (default: the engine's, "
+                             "64 KiB; 1024 stores values as the Dex server does)")
     parser.add_argument("--trace", action="store_true",
                         help="also print the last turn's timeline (engine and client events)")
     args = parser.parse_args()
@@ -555,7 +561,7 @@ def main() -> None:
     syncs = ["normal", "full"] if args.sync == "both" else [args.sync]
     asyncio.run(
         run(args.turns, args.warmup, syncs, args.trace, args.observe, not args.no_profile,
-            not args.no_floor, not args.no_dbos, args.floor_sync)
+            not args.no_floor, not args.no_dbos, args.floor_sync, args.blob_threshold)
     )
 
 

@@ -218,6 +218,7 @@ from dex_agents._steps import (
     StartAgentSession,
     interrupt_id_for,
 )
+from dex_agents._views import QUEUED_MESSAGES_BYTES
 
 __all__ = [
     "AGENT_CONFIG",
@@ -241,6 +242,7 @@ __all__ = [
     "PENDING_TIMER",
     "PENDING_USER_INPUT",
     "PLAN_EXECUTIONS",
+    "QUEUED_MESSAGES_BYTES",
     "QUEUED_USER_MESSAGES",
     "REQUEST_USER_INPUT_TOOL",
     "STEERED_FOR_TURN",

@@ -115,6 +115,7 @@ from dex_agents._views import (
     PAGE_MESSAGES_BYTES,
     SNAPSHOT_MESSAGES_BYTES,
     fit_messages,
+    queued_bytes,
     record_view,
 )
 from dex_agents._wire_types import resolve_annotations
@@ -167,6 +168,11 @@ class AgentSessionOptions:
         max_queued_messages: Platform addition: ``send_user_message`` refuses a message while
             this many wait in the queued and steered queues together (``None``: no limit), so
             a queue can never grow past what one RPC can load.
+        max_queued_bytes: Platform addition: ``send_user_message`` and
+            ``replace_queued_message`` refuse a message that would bring the texts of the
+            queued and steered messages together past this many bytes of JSON
+            (``_views.queued_bytes``; ``None``: no limit), so that a snapshot, which lists
+            them, stays under the 4 MiB one answer may carry whatever their characters.
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
@@ -179,6 +185,7 @@ class AgentSessionOptions:
     user_input: bool = False
     plans: bool = False
     max_queued_messages: int | None = None
+    max_queued_bytes: int | None = None
     compaction: CompactionOptions | None = None
 
 
@@ -235,7 +242,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             *SHARED_DEFINITIONS, *COMPACTION_DEFINITIONS, self.agent_events
         )
 
-    @rpc(is_transactional=True)
+    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES))
     def send_user_message(self, context: Context, message: AgentUserMessage) -> RPCResult[bool]:
         """Queue a user message for the next turn; ``False`` for blank text.
 
@@ -254,6 +261,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         limit = self.options.max_queued_messages
         waiting = QUEUED_USER_MESSAGES.size(context) + STEERED_USER_MESSAGES.size(context)
         if limit is not None and waiting >= limit:
+            return RPCResult(False)
+        if not self._queue_has_room(context, message.text):
             return RPCResult(False)
         stamped = _stamped(message)
         QUEUED_USER_MESSAGES.publish(context, stamped)
@@ -393,7 +402,20 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         QUEUED_USER_MESSAGES.delete(context, pending.message_id)
         return RPCResult(True)
 
-    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES,))
+    def _queue_has_room(self, context: Context, text: str, replacing: str = "") -> bool:
+        """Whether ``text`` fits ``max_queued_bytes`` with the queued and steered messages
+        (less the queued one with Channel message ID ``replacing``)."""
+        budget = self.options.max_queued_bytes
+        if budget is None:
+            return True
+        waiting = [
+            item.value.text
+            for item in QUEUED_USER_MESSAGES.pending_messages(context)
+            if item.message_id != replacing
+        ] + [item.value.text for item in STEERED_USER_MESSAGES.pending_messages(context)]
+        return queued_bytes([*waiting, text]) <= budget
+
+    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES))
     def replace_queued_message(
         self, context: Context, request: ReplaceQueuedMessageRequest
     ) -> RPCResult[bool]:
@@ -406,6 +428,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         """
         pending = _find_queued(context, request.message_id)
         if pending is None or not request.message.text.strip():
+            return RPCResult(False)
+        if not self._queue_has_room(context, request.message.text, pending.message_id):
             return RPCResult(False)
         QUEUED_USER_MESSAGES.delete(context, pending.message_id)
         QUEUED_USER_MESSAGES.publish(context, _stamped(request.message))

@@ -28,6 +28,10 @@ from dex_agents._records import AgentMessage, AgentToolCall
 #: well under the 4 MiB an answer may carry: the queue holds at most
 #: ``DEXAGENTS_MAX_QUEUED_MESSAGES`` messages of at most 100,000 characters).
 SNAPSHOT_MESSAGES_BYTES = 1024 * 1024
+#: JSON bytes the texts of a session's queued and steered messages may take together
+#: (``AgentSessionOptions.max_queued_bytes`` as the platform sets it): with the snapshot's
+#: messages and records, a snapshot stays under 4 MiB.
+QUEUED_MESSAGES_BYTES = 3 * 512 * 1024
 #: JSON bytes of messages in one page read with ``read_agent_messages`` or
 #: ``list_agent_messages``.
 PAGE_MESSAGES_BYTES = 3 * 1024 * 1024
@@ -43,6 +47,12 @@ _CUT_ARGUMENTS_CHARS = 4096
 
 def _json_size(value: Any) -> int:
     return len(json.dumps(value, default=str))
+
+
+def queued_bytes(texts: Sequence[str]) -> int:
+    """The JSON bytes of queued message texts, as the SDK encodes them (ASCII-escaped: an
+    emoji takes 12 bytes)."""
+    return sum(_json_size(text) for text in texts)
 
 
 def encoded_size(message: AgentMessage) -> int:

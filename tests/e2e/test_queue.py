@@ -337,5 +337,5 @@ def test_an_edit_without_plan_mode_keeps_it_and_a_full_queue_refuses_more(stack:
             send(owner, session_id, f"filler {number}")
         refused = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "one more"})
         assert refused.status_code == 409, refused.text
-        assert "queue is full (20 messages wait)" in refused.json()["detail"]
+        assert "queue is full (at most 20 messages" in refused.json()["detail"]
         assert len(queue_of(owner, session_id)["queued"]) == 20
