@@ -22,6 +22,25 @@ _HEARTBEAT_SECONDS = 1.0
 
 _log = logging.getLogger("agents_app.dexworker")
 
+#: The start of dex-python-sdk's error when one LoadBlobs answer did not carry every blob a
+#: task needs (the embedded engine's answers stop short of 4 MiB; dex_dev_server._blobs).
+HYDRATION_SHORTFALL = "LoadBlobs omitted blob"
+
+
+class HydrationShortfallFilter(logging.Filter):
+    """Logs the SDK's "invocation failed" for a task whose blobs arrived in parts at INFO,
+    without the traceback: nothing ran, the worker cached what it got, and the engine hands
+    the task out again without counting an attempt. Other records pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RuntimeError) and str(error).startswith(HYDRATION_SHORTFALL):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "Task loaded part of its blobs (%s); it comes again", (
+                str(error),)
+            record.exc_info, record.exc_text = None, None
+        return True
+
 
 class Command(BaseCommand):
     help = (
@@ -46,6 +65,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        logging.getLogger("dex._pull_worker").addFilter(HydrationShortfallFilter())
         if options["metrics_port"]:
             from prometheus_client import start_http_server
 
