@@ -334,8 +334,8 @@ SNAPSHOT_FIELDS: dict[str, serializers.Field] = {
     ),
     "messages": SessionMessageSerializer(
         many=True,
-        help_text="The last 200 retained messages, oldest first (GET .../messages/ pages "
-        "back through older ones).",
+        help_text="The newest retained messages, oldest first: at most 200, and as many as "
+        "fit about 1 MiB (GET .../messages/ pages back through older ones).",
     ),
     "pending_interrupts": PendingInterruptSerializer(
         many=True, help_text="Tool calls waiting for a staff member's decision, oldest first."

@@ -251,8 +251,6 @@ def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
         False when it is no longer pending (a turn took it, it was deleted, or never queued).
 
     Raises:
-        QueueFullError: The message is still queued, but the new text would bring the
-            queue's texts past their bytes (``dex_agents.QUEUED_MESSAGES_BYTES``).
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
     from agents_app import outbox
@@ -279,6 +277,8 @@ def queued_message_replace(
         is no longer pending (nothing changed) or ``text`` is blank.
 
     Raises:
+        QueueFullError: The message is still queued, but the new text would bring the
+            queue's texts past their bytes (``dex_agents.QUEUED_MESSAGES_BYTES``).
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
     from agents_app import outbox

@@ -400,13 +400,6 @@ class Store:
         row = self.db.execute("SELECT value FROM blobs WHERE blob_id=?", (blob_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def blob_stats(self) -> tuple[int, int]:
-        """``(count, total bytes)`` of the stored blobs."""
-        count, total = self.db.execute(
-            "SELECT count(*), coalesce(sum(length(value)), 0) FROM blobs"
-        ).fetchone()
-        return int(count), int(total)
-
     def history_page(self, run_id: str, start: int, limit: int) -> list[tuple[int, bytes]]:
         """History events of a run with ``event_id >= start``, ascending."""
         return self.db.execute(

@@ -24,10 +24,6 @@ def message(sequence: int, text: str, role: MessageRole = MessageRole.ASSISTANT,
                         "turn-1")
 
 
-def answer_size(messages: list[AgentMessage]) -> int:
-    return sum(encoded_size(item) for item in messages)
-
-
 def test_the_newest_or_the_oldest_that_fit_the_budget_are_kept() -> None:
     messages = [message(sequence, "x" * 1000) for sequence in range(1, 11)]
     one = encoded_size(messages[0])
@@ -62,9 +58,10 @@ def test_a_message_larger_than_the_budget_is_shown_cut() -> None:
 
 
 def test_cut_text_keeps_within_its_budget_for_any_characters() -> None:
-    for text in ("a" * 50_000, "€" * 50_000, "\U0001f600" * 50_000, "a"):
+    for text in ("a" * 50_000, "€" * 50_000, "\U0001f600" * 50_000):
         cut = cut_text(text, 10_000)
-        assert len(json.dumps(cut)) <= 10_000 or cut == text
+        assert cut != text and cut.endswith("more characters not shown here]")
+        assert len(json.dumps(cut)) <= 10_000
     assert cut_text("short", 100) == "short"
     assert cut_message(message(1, "short"), 10_000) == message(1, "short")
 

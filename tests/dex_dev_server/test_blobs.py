@@ -19,6 +19,7 @@ from dex import StartFlowOptions
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
+from dex_dev_server._blobs import blob_id_of
 from dex_dev_server._model import Run
 from dex_dev_server._state import EngineState
 from dex_dev_server._store import Store
@@ -132,14 +133,11 @@ async def test_blobs_survive_a_killed_engine(dex: DexEnv) -> None:
 
 async def dangling(address: str, flow_id: str) -> list[str]:
     """Blob ids among the flow's stored Attributes that LoadBlobs does not answer."""
-    references = [value for value in (await attributes(address, flow_id)).values()
-                  if value.WhichOneof("kind") in {"internal_blob_id_for_string_value",
-                                                   "internal_blob_id_for_obj_value"}]
     missing = []
-    for reference in references:
-        blob_id = getattr(reference, reference.WhichOneof("kind"))
-        if blob_id not in (await load(address, flow_id, reference)).values:
-            missing.append(blob_id)
+    for reference in (await attributes(address, flow_id)).values():
+        found = blob_id_of(reference)
+        if found is not None and found[1] not in (await load(address, flow_id, reference)).values:
+            missing.append(found[1])
     return missing
 
 
@@ -152,8 +150,7 @@ async def test_sigkills_while_blobs_are_written_and_loaded(dex: DexEnv) -> None:
     await dex.client.start_flow(flow, "chaos-notes", None)
     options = StartFlowOptions()
     for index in range(5):
-        options = options.with_attribute(flows.cargo, f"crate-{index}",
-                                         f"{index:02d}" + "c" * (1024 * 1024 - 258))
+        options = options.with_attribute(flows.cargo, f"crate-{index}", flows.crate(index))
     await dex.client.start_flow(flows.HEAVY, "chaos-heavy", "go", options)
 
     acknowledged: dict[str, str] = {}

@@ -476,11 +476,6 @@ async def test_channel_map_group_leaves_other_instances_pending(dex: DexEnv) -> 
 
 # --- tasks larger than a worker accepts ---------------------------------------------------------
 
-def crate(index: int) -> str:
-    """About 1 MiB, different for each index: five of them pass gRPC's 4 MiB limit."""
-    return f"{index:02d}" + "x" * (1024 * 1024 - 258)
-
-
 async def test_a_step_whose_state_passes_4_mib_loads_it_in_parts(dex: DexEnv) -> None:
     """The crates are blobs (over the 64 KiB default threshold): the Step's task carries
     blob ids, and its worker loads the values with LoadBlobs, whose answers stop short of
@@ -489,7 +484,7 @@ async def test_a_step_whose_state_passes_4_mib_loads_it_in_parts(dex: DexEnv) ->
     runs with all five crates, and another flow's Step runs meanwhile."""
     options = StartFlowOptions()
     for index in range(5):
-        options = options.with_attribute(flows.cargo, f"crate-{index}", crate(index))
+        options = options.with_attribute(flows.cargo, f"crate-{index}", flows.crate(index))
     await dex.client.start_flow(flows.HEAVY, "heavy-1", "go", options)
     await dex.client.start_flow(flows.CHAIN, "light-1", 1)
 
@@ -506,7 +501,7 @@ async def test_an_rpc_whose_output_passes_4_mib_is_refused_alone(dex: DexEnv) ->
     flow = flows.COUNTER
     await dex.client.start_flow(flow, "heavy-rpc", None)
     for index in range(5):
-        await dex.client.invoke_rpc(flow.note, "heavy-rpc", f"crate-{index}={crate(index)}")
+        await dex.client.invoke_rpc(flow.note, "heavy-rpc", f"crate-{index}={flows.crate(index)}")
     # Its state (five blobs) reaches the worker in parts; its output is one 5 MiB value,
     # which no client can receive.
     with pytest.raises(DexServiceError) as refused:
