@@ -62,9 +62,11 @@ class SessionMessageSerializer(serializers.Serializer):
     text_length = serializers.IntegerField(
         required=False,
         min_value=0,
-        help_text="Only on a message too large to show whole in one answer (over about "
-        "1 MiB in a snapshot, 3 MiB in a page): the stored text's length in characters; "
-        "text is then its start and a line saying how much was left out.",
+        help_text="Only on a message whose text is not shown whole: one too large for one "
+        "answer (over about 1 MiB in a snapshot, 3 MiB in a page), whose text is then its "
+        "start and a line saying how much was left out, or a tool result the model saw cut "
+        "to the agent's limit, whose text is what the model saw. The whole text's length in "
+        "characters; read it whole, part by part, at GET .../messages/<sequence>/text/.",
     )
 
 

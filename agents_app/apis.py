@@ -1302,6 +1302,74 @@ class QueueFull(APIException):
         )
 
 
+class SessionMessageTextApi(SessionOwnedMixin, AsyncAPIView):
+    """``GET /api/v1/sessions/<id>/messages/<sequence>/text/?part=<n>`` (owner or staff): one
+    part of a stored message's whole text, ``{"sequence", "part", "parts", "text_length",
+    "text"}``; parts are numbered from 0 and hold at most 512 KiB of UTF-8 each
+    (``dex_agents.TEXT_PART_BYTES``), so a long text is read part by part.
+
+    A message in a snapshot or a page carries ``text_length`` when its ``text`` is not the
+    whole: a 20 MB tool result the model saw cut to the agent's limit is stored whole
+    (up to 32 MiB), and a message past the page's byte budget arrives cut. Here it is whole.
+    404 for a message the session does not store (compaction deletes summarized messages past
+    the retention limit); 400 for a part past the last (``parts`` in the message).
+    """
+
+    class TextPartInputSerializer(serializers.Serializer):
+        part = serializers.IntegerField(
+            required=False, min_value=0, default=0, help_text="Zero-based part number."
+        )
+
+    @extend_schema(
+        parameters=[TextPartInputSerializer, OpenApiParameter("format", exclude=True)],
+        responses={
+            400: error_response(
+                400,
+                field_errors_serializer(TextPartInputSerializer, name="MessageTextQueryError"),
+                "A bad part, or a part past the text's last.",
+            ),
+            200: inline_serializer(
+                "MessageText",
+                {
+                    "sequence": serializers.IntegerField(),
+                    "part": serializers.IntegerField(help_text="Zero-based."),
+                    "parts": serializers.IntegerField(
+                        help_text="How many parts the whole text has (at least 1)."
+                    ),
+                    "text_length": serializers.IntegerField(
+                        help_text="The whole text's length in characters."
+                    ),
+                    "text": serializers.CharField(
+                        help_text="This part: at most 512 KiB of UTF-8, cut between characters."
+                    ),
+                },
+            ),
+        },
+    )
+    async def get(self, request: Request, session_id: str, sequence: int) -> Response:
+        session = await db(self.session_get)(request, session_id)
+        query = self.TextPartInputSerializer(data=query_values(request))
+        query.is_valid(raise_exception=True)
+        part = query.validated_data["part"]
+        if not 1 <= sequence <= MAX_MESSAGE_SEQUENCE:
+            raise NotFound(f"The session has no message {sequence}.")
+        try:
+            answer = await dex_gateway.call(
+                dex_gateway.session_message_text(
+                    session_id=session.id, sequence=sequence, part=part
+                )
+            )
+        except dex_gateway.MessageNotFoundError as error:
+            raise NotFound(str(error)) from None
+        except dex_gateway.MessagePartOutOfRangeError as error:
+            raise ValidationError({"part": [str(error)]}) from None
+        return Response(answer)
+
+
+#: The largest message sequence a session stores (``dex_agents.message_sequence_key``).
+MAX_MESSAGE_SEQUENCE = 999_999_999_999
+
+
 class QueuedMessageGone(NotFound):
     """404: the message is not (or no longer) waiting in the queue."""
 

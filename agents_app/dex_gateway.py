@@ -93,12 +93,31 @@ class SessionNotFoundError(Exception):
 
 
 class SessionTooLargeError(Exception):
-    """The engine cannot hand the session's stored state to a worker in one message.
+    """The engine cannot hand what a read needs to a worker, or its answer to the client, in
+    one 4 MiB gRPC message.
 
-    The embedded engine sends values inline and refuses tasks past gRPC's 4 MiB message limit
-    (a real Dex server offloads large values to blobs); RPCs that load every message of such
-    a session (the snapshot, message pages) answer with this instead.
+    Values past the engine's blob threshold travel as blob references, the views
+    (``dex_agents._views``) bound what a snapshot or a page carries, and one stored value is at
+    most about 4 MiB, so a session within the documented limits (docs/limits.md) never gets
+    here; a read that does answers 503 with this.
     """
+
+
+class MessageNotFoundError(Exception):
+    """The session stores no message with the requested sequence (any more)."""
+
+    def __init__(self, sequence: int) -> None:
+        super().__init__(f"The session has no message {sequence}.")
+        self.sequence = sequence
+
+
+class MessagePartOutOfRangeError(Exception):
+    """The requested part of a message's text does not exist; ``parts`` says how many do."""
+
+    def __init__(self, part: int, parts: int) -> None:
+        super().__init__(f"The text has {parts} part(s), numbered from 0; there is no part {part}.")
+        self.part = part
+        self.parts = parts
 
 
 class _Connection:
@@ -765,10 +784,14 @@ def elicitation_to_data(item: Any) -> dict[str, Any]:
 
 def tool_call_to_data(record: Any) -> Any:
     """One tool call record as plain data, its ``output`` reduced to the text people read
-    (``tool_result_text``: an attached image is its label, not its base64)."""
+    (``tool_result_text``: an attached image is its label, not its base64). Where the session
+    stored a longer result whole (``output_parts``) is left out: the turn's tool message
+    carries it (``text_length``) once the turn completes."""
     data = plain_data(record)
-    if isinstance(data, dict) and isinstance(data.get("output"), str):
-        data["output"] = tool_result_text(data["output"])
+    if isinstance(data, dict):
+        data.pop("output_parts", None)
+        if isinstance(data.get("output"), str):
+            data["output"] = tool_result_text(data["output"])
     return data
 
 
@@ -847,6 +870,36 @@ async def session_messages_before(
     }
 
 
+async def session_message_text(*, session_id: str, sequence: int, part: int) -> dict[str, Any]:
+    """Part ``part`` (zero-based) of stored message ``sequence``'s whole text, at most
+    ``dex_agents.TEXT_PART_BYTES`` (512 KiB) of UTF-8, through ``read_message_text``.
+
+    Returns:
+        ``{"sequence", "part", "parts", "text_length" (characters of the whole text), "text"}``.
+
+    Raises:
+        MessageNotFoundError: The message is not stored (or compaction deleted it).
+        MessagePartOutOfRangeError: ``part`` is not below ``parts`` (its ``parts`` says how
+            many there are).
+        SessionNotFoundError, EngineUnavailableError, WorkerUnavailableError: As every read.
+    """
+    try:
+        answer = await _connection().sessions.read_message_text(session_id, sequence, part)
+    except Exception as error:
+        raise _translate(error, session_id) from error
+    if not answer.found:
+        raise MessageNotFoundError(sequence)
+    if answer.text is None:
+        raise MessagePartOutOfRangeError(part, answer.parts)
+    return {
+        "sequence": answer.sequence,
+        "part": answer.part,
+        "parts": answer.parts,
+        "text_length": answer.text_length,
+        "text": answer.text,
+    }
+
+
 async def session_messages(
     *, session_id: str, after_sequence: int, limit: int
 ) -> list[dict[str, Any]]:
@@ -895,6 +948,9 @@ def message_to_data(message: Any) -> dict[str, Any]:
     cut = item.get("cut")
     if isinstance(cut, Mapping) and isinstance(cut.get("text_length"), int):
         data["text_length"] = cut["text_length"]
+    parts = getattr(message, "text_parts", None)
+    if parts is not None and isinstance(getattr(parts, "length", None), int):
+        data["text_length"] = parts.length
     return data
 
 

@@ -245,10 +245,13 @@ DEFAULT_TOOL_RESULT_MAX_CHARS = 100_000
 TOOL_RESULT_WINDOW_SHARE = 0.25
 """Without ``tool_result_max_chars``: one tool result may fill this share of the window."""
 TOOL_RESULT_MAX_STORED_BYTES = 1024 * 1024
-"""The most UTF-8 bytes of one tool result's text (or error) a session stores. Results live in
-Dex state, and one value past the 4 MiB a worker loads at once left a session unreadable; a
-longer text is cut here with a note for the model (the model sees at most
-``tool_result_max_chars`` of it anyway)."""
+"""The most bytes of one tool result's text (or error) its tool call record keeps, counted in
+the JSON the Dex SDK stores (ASCII-escaped: a non-ASCII character takes 6 or 12 bytes). Records
+live in Dex state, one value must stay under the 4 MiB a worker loads at once, and the turn's
+tool message keeps what the model saw twice (its text and its framework item); a longer text
+is cut here with a note for the model (the model sees at most ``tool_result_max_chars`` of it
+anyway), and a longer result's whole text is stored apart, in parts, for people
+(``ToolExecutionResult.full_text``; errors are not)."""
 CHARS_PER_TOKEN = 4
 INPUT_WINDOW_SHARE = 0.8
 """The share of the model's window this turn's tool results may bring the input to; the rest
@@ -1004,8 +1007,12 @@ def _assistant_item(reply: ModelReply, calls: Sequence[PreparedToolCall]) -> dic
 def _framework_message(item: Mapping[str, Any]) -> FrameworkMessage:
     role = MessageRole(item["role"])
     content = item.get("content")
+    answered = item.get("tool_call_id") if role is MessageRole.TOOL else None
     return FrameworkMessage(
-        role=role, framework_item=dict(item), text=content if isinstance(content, str) else ""
+        role=role,
+        framework_item=dict(item),
+        text=content if isinstance(content, str) else "",
+        tool_call_id=answered if isinstance(answered, str) else None,
     )
 
 
@@ -1551,7 +1558,7 @@ class LiteLLMRunner:
                 )
             except BuiltinToolError as error:
                 raise ToolExecutionError(stored_text(error.message)) from error
-            return ToolExecutionResult(replace(content, text=stored_text(content.text)).encode())
+            return tool_execution_result(content)
 
         def on_progress(progress: float, total: float | None, message: str | None) -> None:
             call.events.write_event(AgentEventType.TOOL_PROGRESS, {
@@ -1576,8 +1583,7 @@ class LiteLLMRunner:
         except McpToolError as error:
             raise ToolExecutionError(stored_text(_with_notes(error.message, asker))) from error
         content = output.for_model_content(limits)
-        content = replace(content, text=stored_text(_with_notes(content.text, asker)))
-        return ToolExecutionResult(content.encode())
+        return tool_execution_result(replace(content, text=_with_notes(content.text, asker)))
 
     def _elicit_handler(
         self, call: DeferredToolExecution, config: AgentModelConfig, server: str
@@ -1622,19 +1628,42 @@ class LiteLLMRunner:
         await self._pool.aclose()
 
 
+def tool_execution_result(content: ToolResultContent) -> ToolExecutionResult:
+    """The result a tool Step records for ``content``: its text cut by :func:`stored_text`
+    (with its images, encoded), and the whole text as ``full_text`` when the cut left some
+    out, which the session stores in parts for people (``dex_agents._text_parts``)."""
+    shown = stored_text(content.text)
+    output = replace(content, text=shown).encode()
+    return ToolExecutionResult(output, full_text=content.text if shown != content.text else None)
+
+
 def stored_text(text: str, limit: int = TOOL_RESULT_MAX_STORED_BYTES) -> str:
-    """``text`` as a session stores it: whole when its UTF-8 form fits in ``limit`` bytes, else
-    its first part (cut between characters) followed by a note saying how much was left out.
+    """``text`` as a tool call record keeps it: whole when its JSON form, ASCII-escaped as the
+    Dex SDK stores it (a non-ASCII character takes 6 or 12 bytes), fits ``limit`` bytes; else
+    its longest start that leaves room for a note, followed by the note saying how much was
+    left out.
     """
-    data = text.encode("utf-8")
-    if len(data) <= limit:
+    if _json_bytes_len(text) <= limit:
         return text
-    kept = data[:limit].decode("utf-8", errors="ignore")
+    low, high = 0, min(len(text), limit)
+    while low < high:  # the longest start of at most limit - 512 bytes of JSON
+        middle = (low + high + 1) // 2
+        if _json_bytes_len(text[:middle]) <= limit - 512:
+            low = middle
+        else:
+            high = middle - 1
     return (
-        f"{kept}\n\n[dexagents] The result was cut to its first {len(kept):,} of "
-        f"{len(text):,} characters ({limit:,} bytes) to fit the session's storage; ask the tool "
-        "for a smaller part if you need the rest."
+        f"{text[:low]}\n\n[dexagents] The result was cut to its first {low:,} of "
+        f"{len(text):,} characters ({limit:,} bytes of JSON) to fit the session's storage; ask "
+        "the tool for a smaller part if you need the rest."
     )
+
+
+_json_encode = json.JSONEncoder().encode
+
+
+def _json_bytes_len(text: str) -> int:
+    return len(_json_encode(text))
 
 
 def _with_notes(text: str, asker: ToolCallElicitations | None) -> str:

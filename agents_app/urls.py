@@ -15,6 +15,7 @@ from agents_app.apis import (
     SessionHistoryApi,
     SessionListCreateApi,
     SessionMessageApi,
+    SessionMessageTextApi,
     SessionPlanExecuteApi,
     SessionQueueApi,
     SessionStopApi,
@@ -36,6 +37,11 @@ urlpatterns = [
         "sessions/<str:session_id>/messages/",
         SessionMessageApi.as_view(),
         name="session-messages",
+    ),
+    path(
+        "sessions/<str:session_id>/messages/<int:sequence>/text/",
+        SessionMessageTextApi.as_view(),
+        name="session-message-text",
     ),
     path(
         "sessions/<str:session_id>/events/", SessionEventsApi.as_view(), name="session-events"

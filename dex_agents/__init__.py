@@ -56,6 +56,13 @@ the seed's limit "RunModel and get_agent_snapshot load the whole AgentMessages m
 ``AgentMessagesSlice``; ``AgentSessionClient.list_agent_messages_before`` returns
 ``AgentMessagesBeforePage``).
 
+Large texts (platform addition): a tool result longer than what the model sees is stored whole
+in parts (``ToolExecutionResult.full_text``, ``TEXT_PARTS``, ``TEXT_PARTS_INDEX``,
+``TextParts`` on ``AgentToolCall.output_parts`` and ``AgentMessage.text_parts``,
+``FrameworkMessage.tool_call_id``), and any stored message's whole text is read a part at a
+time with ``read_message_text`` (``ReadMessageTextRequest``, ``MessageTextPart``;
+``AgentSessionClient.read_message_text``); ``TEXT_PART_BYTES``, ``MAX_STORED_TEXT_BYTES``.
+
 Speed (platform addition): ``AgentCodecRegistry`` is the SDK's automatic JSON codec compiled
 once per type, with the same output; pass it to ``Registry`` in workers and clients. It also
 reads records stored before a field with a default was added (the field takes its default).
@@ -147,6 +154,8 @@ from dex_agents._persistence import (
     QUEUED_USER_MESSAGES,
     STEERED_FOR_TURN,
     STEERED_USER_MESSAGES,
+    TEXT_PARTS,
+    TEXT_PARTS_INDEX,
     TOOL_CALL_RESULTS,
     USER_INPUT_ANSWER,
     USER_INPUT_ANSWERS,
@@ -182,6 +191,7 @@ from dex_agents._records import (
     ElicitationStatus,
     ListAgentMessagesRequest,
     MessageRole,
+    MessageTextPart,
     PendingTimer,
     PendingUserInput,
     PlanExecutionRequest,
@@ -191,8 +201,10 @@ from dex_agents._records import (
     PlanTaskStatus,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
+    ReadMessageTextRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
+    TextParts,
     ToolCallCompleted,
     ToolCallStatus,
     ToolEffect,
@@ -218,6 +230,7 @@ from dex_agents._steps import (
     StartAgentSession,
     interrupt_id_for,
 )
+from dex_agents._text_parts import MAX_STORED_TEXT_BYTES, TEXT_PART_BYTES
 from dex_agents._views import QUEUED_MESSAGES_BYTES
 
 __all__ = [
@@ -238,6 +251,7 @@ __all__ = [
     "EXECUTE_FAILED_EVENT",
     "FRAMEWORK_RUN_STATE",
     "INTERRUPT_RESOLUTIONS",
+    "MAX_STORED_TEXT_BYTES",
     "PENDING_INTERRUPTS",
     "PENDING_TIMER",
     "PENDING_USER_INPUT",
@@ -247,6 +261,9 @@ __all__ = [
     "REQUEST_USER_INPUT_TOOL",
     "STEERED_FOR_TURN",
     "STEERED_USER_MESSAGES",
+    "TEXT_PARTS",
+    "TEXT_PARTS_INDEX",
+    "TEXT_PART_BYTES",
     "TOOL_CALL_RESULTS",
     "USER_INPUT_ANSWER",
     "USER_INPUT_ANSWERS",
@@ -315,6 +332,7 @@ __all__ = [
     "InterruptOutcome",
     "ListAgentMessagesRequest",
     "MessageRole",
+    "MessageTextPart",
     "ModelCallError",
     "ModelRateLimitError",
     "PendingTimer",
@@ -326,6 +344,7 @@ __all__ = [
     "PlanTaskStatus",
     "QueuedMessageRequest",
     "ReadAgentMessagesRequest",
+    "ReadMessageTextRequest",
     "RecordToolFailure",
     "RecordToolOutcomeUnknown",
     "RecordTurnFailure",
@@ -336,6 +355,7 @@ __all__ = [
     "StartAgentSession",
     "StepHistoryEntry",
     "SummarizeRequest",
+    "TextParts",
     "ToolCallCompleted",
     "ToolCallElicitations",
     "ToolCallStatus",

@@ -18,7 +18,12 @@ from dex import (
 
 from dex_agents._compaction import MAX_READ_MESSAGES, message_loads
 from dex_agents._flow import AgentSessionFlow
-from dex_agents._persistence import ACCEPTED_CLIENT_IDS, ELICITATION_VERSION
+from dex_agents._persistence import (
+    ACCEPTED_CLIENT_IDS,
+    AGENT_MESSAGES,
+    ELICITATION_VERSION,
+    TEXT_PARTS,
+)
 from dex_agents._records import (
     AgentMessageQueue,
     AgentMessageRange,
@@ -34,15 +39,19 @@ from dex_agents._records import (
     ElicitationRequest,
     ElicitationState,
     ListAgentMessagesRequest,
+    MessageTextPart,
     PlanExecutionRequest,
     PlanExecutionResult,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
+    ReadMessageTextRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolPolicy,
     UserInputAnswer,
+    message_sequence_key,
 )
+from dex_agents._text_parts import text_part_key
 
 #: How long ``resolve_interrupt`` retries ``RpcLockConflictError`` (seed "RPCs").
 LOCK_CONFLICT_RETRY_SECONDS = 5.0
@@ -434,6 +443,44 @@ class AgentSessionClient:
             options=_loading(first, last),
         )
         return read
+
+    async def read_message_text(
+        self, session_id: str, sequence: int, part: int = 0
+    ) -> MessageTextPart:
+        """Platform addition: part ``part`` (zero-based) of message ``sequence``'s whole text,
+        at most ``TEXT_PART_BYTES`` of UTF-8 (``dex_agents._text_parts``): a tool result the
+        model saw cut is stored whole, and any stored text is read whole this way, however
+        the snapshot and the message pages cut it.
+
+        ``found`` is False for a message that is not stored (compaction may have deleted
+        it); ``text`` is ``None`` when ``part`` is not below ``parts``. Loads the one message,
+        then the one part.
+
+        Raises:
+            ValueError: If ``sequence`` is out of range or ``part`` is negative.
+        """
+        if part < 0:
+            raise ValueError("part must not be negative")
+        message = AGENT_MESSAGES.load(message_sequence_key(sequence))
+        request = ReadMessageTextRequest(sequence=sequence, part=part)
+        answer: MessageTextPart = await self.client.invoke_rpc(
+            self.flow.read_message_text,
+            session_id,
+            request,
+            options=RPCInvokeOptions(load_attribute_map_instances=(message,)),
+        )
+        key = answer.parts_key
+        if key is None or answer.text is not None or part >= answer.parts:
+            return answer
+        answer = await self.client.invoke_rpc(
+            self.flow.read_message_text,
+            session_id,
+            ReadMessageTextRequest(sequence=sequence, part=part, parts_key=key),
+            options=RPCInvokeOptions(
+                load_attribute_map_instances=(message, TEXT_PARTS.load(text_part_key(key, part)))
+            ),
+        )
+        return answer
 
     async def stop_session(self, session_id: str) -> None:
         """Stop the session's Flow (``AsyncClient.stop_flow``); its state stays readable."""

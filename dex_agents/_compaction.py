@@ -69,6 +69,7 @@ from dex_agents._records import (
     ReadAgentMessagesRequest,
     message_sequence_key,
 )
+from dex_agents._text_parts import delete_message_parts_before
 from dex_agents._views import PAGE_MESSAGES_BYTES, fit_messages
 from dex_agents._wire_types import resolve_annotations
 
@@ -450,9 +451,12 @@ def retained_from(message_count: int, retention_limit: int, summary: ContextSumm
 
 
 def delete_before(context: Context, summary: ContextSummary, kept_from: int) -> int:
-    """Stage the deletion of messages ``first_retained..kept_from - 1``; their count."""
+    """Stage the deletion of messages ``first_retained..kept_from - 1``, with the parts of
+    their texts stored apart (``dex_agents._text_parts``); their count."""
     for sequence in range(summary.first_retained_sequence, kept_from):
         AGENT_MESSAGES.delete(context, message_sequence_key(sequence))
+    if kept_from > summary.first_retained_sequence:
+        delete_message_parts_before(context, message_sequence_key(kept_from))
     return max(0, kept_from - summary.first_retained_sequence)
 
 

@@ -51,6 +51,9 @@ class FrameworkMessage:
     role: MessageRole
     framework_item: Any
     text: str = ""
+    #: Platform addition: for a tool result, the call it answers, so the session links the
+    #: message to the whole result the call stored (``AgentMessage.text_parts``).
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,15 @@ AgentTurnOutcome = TurnCompleted | ToolCallsRequested
 
 @dataclass(frozen=True)
 class ToolExecutionResult:
-    """A tool's model-visible output."""
+    """A tool's model-visible output.
+
+    ``full_text`` (platform addition): the result's whole text when ``output`` holds a cut of
+    it; the tool Step stores it in parts (``dex_agents._text_parts``, at most
+    ``MAX_STORED_TEXT_BYTES``) for people to read, and the model still sees ``output`` only.
+    """
 
     output: str
+    full_text: str | None = None
 
 
 class ToolExecutionError(Exception):

@@ -63,6 +63,7 @@ from dex_agents._persistence import (
     SHARED_DEFINITIONS,
     STEERED_FOR_TURN,
     STEERED_USER_MESSAGES,
+    TEXT_PARTS,
     USER_INPUT_ANSWERS,
 )
 from dex_agents._records import (
@@ -85,15 +86,18 @@ from dex_agents._records import (
     ElicitationRequest,
     ElicitationState,
     ListAgentMessagesRequest,
+    MessageTextPart,
     PlanExecutionRequest,
     PlanExecutionResult,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
+    ReadMessageTextRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolEffect,
     ToolPolicy,
     UserInputAnswer,
+    message_sequence_key,
 )
 from dex_agents._steps import (
     AwaitToolApproval,
@@ -111,6 +115,7 @@ from dex_agents._steps import (
     _now,
     _steer_pending,
 )
+from dex_agents._text_parts import read_part, text_part_key
 from dex_agents._views import (
     PAGE_MESSAGES_BYTES,
     SNAPSHOT_MESSAGES_BYTES,
@@ -568,6 +573,20 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         """
         return RPCResult(read_messages(context, request))
 
+    @rpc
+    def read_message_text(
+        self, context: Context, request: ReadMessageTextRequest
+    ) -> RPCResult[MessageTextPart]:
+        """Platform addition: part ``request.part`` of a stored message's whole text
+        (``dex_agents._text_parts``; at most ``TEXT_PART_BYTES`` of UTF-8).
+
+        Loads only the instances the caller adds per call: the message
+        (``AGENT_MESSAGES``) and, once the caller knows the message's ``TextParts.key``, the
+        one ``TEXT_PARTS`` instance (``AgentSessionClient.read_message_text`` does). A message
+        that was not loaded or is not stored answers ``found`` False.
+        """
+        return RPCResult(message_text_part(context, request))
+
     @rpc(
         load_attribute_maps=(AGENT_TOOL_CALLS,),
         load_channels=(QUEUED_USER_MESSAGES, STEERED_USER_MESSAGES),
@@ -577,6 +596,34 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         which the caller adds per call (``AgentSessionClient.get_agent_snapshot`` does when
         the Flow compacts); messages it did not load are left out."""
         return self.get_agent_snapshot(context)
+
+
+def message_text_part(context: Context, request: ReadMessageTextRequest) -> MessageTextPart:
+    """``read_message_text``'s answer from the instances the call loaded."""
+    try:
+        message = AGENT_MESSAGES.get(context, message_sequence_key(request.sequence))
+    except (AttributeMapNotLoadedError, ValueError):
+        message = None
+    if message is None:
+        return MessageTextPart(found=False, sequence=request.sequence, part=request.part)
+    parts = message.text_parts
+    if parts is None:
+        text, count = read_part(message.text, request.part)
+        return MessageTextPart(
+            found=True, sequence=request.sequence, part=request.part, parts=count,
+            text_length=len(message.text), text=text,
+        )
+    answer = MessageTextPart(
+        found=True, sequence=request.sequence, part=request.part, parts=parts.count,
+        text_length=parts.length, parts_key=parts.key,
+    )
+    if request.parts_key != parts.key or not 0 <= request.part < parts.count:
+        return answer
+    try:
+        text = TEXT_PARTS.get(context, text_part_key(parts.key, request.part))
+    except AttributeMapNotLoadedError:
+        return answer
+    return replace(answer, text=text)
 
 
 def _client_id_checkable(client_id: str) -> bool:

@@ -25,6 +25,7 @@ from dex_agents._records import (
     PendingTimer,
     PendingUserInput,
     PlanExecutionRequest,
+    TextParts,
     ToolCallCompleted,
     UserInputAnswer,
 )
@@ -98,6 +99,16 @@ ELICITATION_VERSION: Attribute[int] = Attribute("ELICITATION_VERSION", int)
 #: never got. The RPC locks and loads only the one instance it checks.
 ACCEPTED_CLIENT_IDS: AttributeMap[str] = AttributeMap("ACCEPTED_CLIENT_IDS", str)
 
+#: Parts of texts too large for one Dex value (platform addition, ``dex_agents._text_parts``):
+#: a tool result's whole text, keyed ``<turn_id>:<tool_call_id>:<nnnnn>``. Loaded one instance
+#: per call, never whole.
+TEXT_PARTS: AttributeMap[str] = AttributeMap("TEXT_PARTS", str)
+#: Which stored messages own parts in ``TEXT_PARTS``, by message key (platform addition), so
+#: that deleting messages deletes their parts without loading the messages.
+TEXT_PARTS_INDEX: Attribute[dict[str, TextParts]] = Attribute(
+    "TEXT_PARTS_INDEX", cast(type[dict[str, TextParts]], dict[str, TextParts])
+)
+
 #: The Attribute, AttributeMap, Channel and ChannelMap definitions of every agent Flow.
 SHARED_DEFINITIONS = (
     AGENT_STATE,
@@ -122,6 +133,8 @@ SHARED_DEFINITIONS = (
     ACCEPTED_CLIENT_IDS,
     ELICITATIONS,
     ELICITATION_VERSION,
+    TEXT_PARTS,
+    TEXT_PARTS_INDEX,
 )
 
 #: ``ContextSummary`` Attribute (platform addition, ``AgentSessionOptions.compaction``): the

@@ -314,6 +314,23 @@ class AgentState:
 
 
 @dataclass(frozen=True)
+class TextParts:
+    """Platform addition: a text too large for one Dex value, stored whole in ``TEXT_PARTS``
+    instances ``text_part_key(key, 0..count-1)`` (``dex_agents._text_parts``), each at most
+    ``TEXT_PART_BYTES`` of UTF-8; joined in order they are the text.
+
+    Attributes:
+        key: The instances' common prefix: ``<turn_id>:<tool_call_id>`` for a tool result.
+        count: How many parts (at least 2).
+        length: The whole text's length in characters.
+    """
+
+    key: str
+    count: int
+    length: int
+
+
+@dataclass(frozen=True)
 class AgentMessage:
     """One stored conversation item, keyed ``message_sequence_key(sequence)``.
 
@@ -323,6 +340,8 @@ class AgentMessage:
         text: Display text (may be empty for pure tool-request items).
         framework_item: The runner's own JSON-compatible representation.
         turn_id: The turn that stored it.
+        text_parts: Platform addition: for a tool result whose whole text did not fit one
+            value, where it is stored (``text`` holds what the model saw); ``None`` otherwise.
     """
 
     sequence: int
@@ -330,6 +349,11 @@ class AgentMessage:
     text: str
     framework_item: Any
     turn_id: str
+    text_parts: TextParts | None = None
+
+    def __post_init__(self) -> None:
+        if self.text_parts is not None and not isinstance(self.text_parts, TextParts):
+            object.__setattr__(self, "text_parts", _coerce(self.text_parts, TextParts))
 
 
 @dataclass(frozen=True)
@@ -353,6 +377,9 @@ class AgentToolCall:
             AwaitToolApproval after an approval) builds the same options. ``None``: the seed's
             defaults; a record stored before these fields existed decodes with ``None``
             (``AgentCodecRegistry``).
+        output_parts: Platform addition: where the tool Step stored the result's whole text
+            when ``output`` holds a cut of it (``ToolExecutionResult.full_text``); the tool
+            message of the turn takes it over (``AgentMessage.text_parts``).
     """
 
     tool_call_id: str
@@ -368,6 +395,11 @@ class AgentToolCall:
     rejection_message: str | None = None
     timeout_seconds: float | None = None
     retries: int | None = None
+    output_parts: TextParts | None = None
+
+    def __post_init__(self) -> None:
+        if self.output_parts is not None and not isinstance(self.output_parts, TextParts):
+            object.__setattr__(self, "output_parts", _coerce(self.output_parts, TextParts))
 
 
 def is_approval_required(policy: ToolPolicy) -> bool:
@@ -989,6 +1021,42 @@ class AgentMessagesBeforePage:
     messages: list[AgentMessage]
     next_before_sequence: int | None
     first_retained_sequence: int = 1
+
+
+@dataclass(frozen=True)
+class ReadMessageTextRequest:
+    """Input of ``read_message_text`` (platform addition): part ``part`` of message
+    ``sequence``'s whole text. ``parts_key`` names the message's ``TextParts.key`` once the
+    caller knows it, so the call loads that part (``AgentSessionClient.read_message_text``)."""
+
+    sequence: int
+    part: int = 0
+    parts_key: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageTextPart:
+    """Output of ``read_message_text`` (platform addition).
+
+    Attributes:
+        found: False when the message is not stored (never was, or compaction deleted it).
+        sequence: The message.
+        part: The part asked for (zero-based).
+        parts: How many parts the whole text has (1 for a text of at most
+            ``TEXT_PART_BYTES``; 0 when not found).
+        text_length: The whole text's length in characters.
+        text: The part, at most ``TEXT_PART_BYTES`` of UTF-8; ``None`` when ``part`` is out
+            of range or the part was not loaded yet (then ``parts_key`` says which to load).
+        parts_key: The message's ``TextParts.key`` when its text is stored in parts.
+    """
+
+    found: bool
+    sequence: int
+    part: int = 0
+    parts: int = 0
+    text_length: int = 0
+    text: str | None = None
+    parts_key: str | None = None
 
 
 resolve_annotations(globals())

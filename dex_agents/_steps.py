@@ -125,12 +125,19 @@ from dex_agents._records import (
     PendingUserInput,
     PlanStatus,
     PlanTaskStatus,
+    TextParts,
     ToolCallCompleted,
     ToolCallStatus,
     ToolEffect,
     TurnMode,
     idempotency_key,
     message_sequence_key,
+)
+from dex_agents._text_parts import (
+    delete_text_parts,
+    index_message_parts,
+    store_text_parts,
+    tool_output_key,
 )
 
 if TYPE_CHECKING:
@@ -615,9 +622,28 @@ async def _run_tool(
                     "execute_deferred_tool_call must return ToolExecutionResult(output: str)"
                 )
             final = replace(record, status=ToolCallStatus.SUCCEEDED, output=result.output)
+            full_text = getattr(result, "full_text", None)
+            if isinstance(full_text, str) and full_text != result.output:
+                parts = store_text_parts(context, tool_output_key(record), full_text)
+                final = replace(final, output_parts=parts)
         return _finish_tool_call(context, events, final)
     finally:
         events.close()
+
+
+def _whole_result(
+    recorded: dict[str, AgentToolCall], message: FrameworkMessage, taken_over: set[str]
+) -> TextParts | None:
+    """Where the whole result answered by ``message`` is stored, when its call stored one in
+    parts and no earlier message of the turn took it over (``taken_over`` grows)."""
+    tool_call_id = getattr(message, "tool_call_id", None)
+    if not isinstance(tool_call_id, str) or tool_call_id in taken_over:
+        return None
+    record = recorded.get(tool_call_id)
+    if record is None or record.output_parts is None:
+        return None
+    taken_over.add(tool_call_id)
+    return record.output_parts
 
 
 def _validate_tool_calls(outcome: ToolCallsRequested, recorded: dict[str, AgentToolCall]) -> None:
@@ -871,26 +897,34 @@ class RunModel(_SessionStep, Step[None]):
     ) -> StepDecision:
         assert state.turn_id is not None
         sequence = state.message_count
+        taken_over: set[str] = set()
         for message in outcome.new_messages:
             if not isinstance(message, FrameworkMessage):
                 raise AgentContractError("TurnCompleted.new_messages must hold FrameworkMessage")
             sequence += 1
+            key = message_sequence_key(sequence)
+            parts = _whole_result(recorded, message, taken_over)
             AGENT_MESSAGES.set(
                 context,
-                message_sequence_key(sequence),
+                key,
                 AgentMessage(
                     sequence,
                     MessageRole(message.role),
                     message.text,
                     message.framework_item,
                     state.turn_id,
+                    parts,
                 ),
             )
+            if parts is not None:
+                index_message_parts(context, key, parts)
         _add_usage(context, events, outcome.usage)
         if FRAMEWORK_RUN_STATE.get(context) is not None:
             FRAMEWORK_RUN_STATE.delete(context)
-        for tool_call_id in recorded:
+        for tool_call_id, record in recorded.items():
             AGENT_TOOL_CALLS.delete(context, tool_call_id)
+            if record.output_parts is not None and tool_call_id not in taken_over:
+                delete_text_parts(context, record.output_parts)
         clear_questions(context)
         AGENT_STATE.set(
             context,
@@ -1413,8 +1447,10 @@ class RecordTurnFailure(_SessionStep, Step[None]):
                     sequence, MessageRole.USER, message.text, message.framework_item, state.turn_id
                 ),
             )
-        for tool_call_id in records:
+        for tool_call_id, record in records.items():
             AGENT_TOOL_CALLS.delete(context, tool_call_id)
+            if record.output_parts is not None:
+                delete_text_parts(context, record.output_parts)
         if FRAMEWORK_RUN_STATE.get(context) is not None:
             FRAMEWORK_RUN_STATE.delete(context)
         taken = list(STEERED_FOR_TURN.get(context) or [])

@@ -60,6 +60,9 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     # Staff read every session; only its owner writes to it (staff: 403, others: 404).
     ("api/v1/sessions/<str:session_id>/", "GET"): (401, 401, 404, ENGINE, ENGINE),
     ("api/v1/sessions/<str:session_id>/messages/", "GET"): (401, 401, 404, ENGINE, ENGINE),
+    ("api/v1/sessions/<str:session_id>/messages/<int:sequence>/text/", "GET"): (
+        401, 401, 404, ENGINE, ENGINE
+    ),
     ("api/v1/sessions/<str:session_id>/messages/", "POST"): (401, 401, 404, 400, 403),
     # Without the engine the queue still lists the outbox's undelivered messages ("partial").
     ("api/v1/sessions/<str:session_id>/queue/", "GET"): (401, 401, 404, 200, 200),
@@ -214,6 +217,7 @@ def path_values(owner: Any) -> dict[str, Callable[[], str]]:
         "interrupt_id": lambda: "turn_1.call_1",
         "elicitation_id": lambda: "turn-1.call_1.0123456789abcdef",
         "token_id": lambda: str(api_token_create(user=owner, name="target")[0].pk),
+        "sequence": lambda: "1",
     }
 
 

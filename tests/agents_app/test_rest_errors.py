@@ -30,6 +30,7 @@ PATH_ARGUMENTS = {
     "interrupt_id": "turn-1.call_1",
     "elicitation_id": "turn-1.call_1.0123456789abcdef",
     "token_id": "1",
+    "sequence": "1",
 }
 
 

@@ -1180,14 +1180,19 @@ def test_a_stored_tool_result_is_bounded_with_a_note() -> None:
     from agents_app.runner import stored_text
 
     assert stored_text("short") == "short"
-    cut = stored_text("é" * 10, limit=7)  # 2 bytes each: three whole characters fit
-    assert cut.startswith("ééé\n\n[dexagents] The result was cut to its first 3 of 10 ")
-    assert "(7 bytes) to fit the session's storage" in cut
+    assert stored_text("é" * 100, limit=602) == "é" * 100  # "\u00e9" x 100 and two quotes
+    # 6,002 bytes of JSON: 88 are left for text besides the note, so 14 characters fit.
+    cut = stored_text("é" * 1000, limit=600)
+    assert cut.startswith("é" * 14 + "\n\n[dexagents] The result was cut to its first 14 of ")
+    assert "1,000 characters (600 bytes of JSON) to fit the session's storage" in cut
+    emoji = stored_text("😀" * 100_000, limit=64 * 1024)  # 12 bytes of JSON each
+    assert len(json.dumps(emoji)) <= 64 * 1024 and emoji.startswith("😀" * 5000)
 
 
-async def test_a_huge_mcp_result_is_stored_cut_not_whole(tmp_path: Path) -> None:
+async def test_a_huge_mcp_result_is_recorded_cut_and_kept_whole_apart(tmp_path: Path) -> None:
     """A 3 MB result (and the model's echo of it) once left the session past what one Dex
-    read can load: unreadable, stuck. The runner stores at most 1 MiB of it."""
+    read can load: unreadable, stuck. The record keeps at most 1 MiB of it for the model, and
+    the whole text goes to the session as ``full_text`` (stored in parts)."""
     from agents_app.runner import TOOL_RESULT_MAX_STORED_BYTES
 
     spec = McpServerSpec(
@@ -1210,4 +1215,8 @@ async def test_a_huge_mcp_result_is_stored_cut_not_whole(tmp_path: Path) -> None
         await runner.aclose()
     assert len(result.output.encode()) < TOOL_RESULT_MAX_STORED_BYTES + 500
     assert result.output.startswith("hi...")
-    assert "cut to its first 1,048,576 of 3,000,002 characters" in result.output
+    kept = TOOL_RESULT_MAX_STORED_BYTES - 512 - 2  # ASCII: one byte each, and two quotes
+    assert f"cut to its first {kept:,} of 3,000,002 characters" in result.output
+    assert result.full_text is not None and len(result.full_text) == 3_000_002
+    assert result.full_text.startswith("hi...")
+    assert result.output.startswith(result.full_text[:kept])

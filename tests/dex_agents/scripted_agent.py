@@ -21,6 +21,8 @@ The user message is the script:
 - ``"ask: prompt | choice | choice"`` calls ``request_user_input`` (choices optional) and, in the
   same response, ``lookup``;
 - ``"big: n"`` answers with ``n`` KB of text;
+- ``"tools: whole"`` calls ``whole``, which returns ``WHOLE_SHOWN`` characters for the model and
+  ``WHOLE_RESULT`` whole (stored in parts);
 - ``"plan: a, b"`` (plan mode) writes a plan of pending tasks ``a`` and ``b``;
   ``"plan+lookup: a"`` also calls ``lookup``; ``"todo: a"`` calls ``write_todos`` outside plan
   mode;
@@ -131,6 +133,11 @@ SUMMARIZE_GATE = "summarize"
 TOOL_RESULT_MAX_CHARS = 2000
 #: What the ``huge`` tool returns: 300 KB.
 HUGE_RESULT = "x" * 300_000
+#: The whole result of the ``whole`` tool: about 3 MB of one- to four-byte characters, which
+#: the session stores in parts (``ToolExecutionResult.full_text``); its record keeps
+#: ``WHOLE_SHOWN`` characters.
+WHOLE_RESULT = "".join(f"line {n:06d} é漢😀\n" for n in range(150_000))
+WHOLE_SHOWN = 2000
 #: The FileGate ``resolve_interrupt`` of ``GATED_RESOLVE_FLOW_TYPE`` waits at, holding its lock.
 RESOLVE_GATE = "resolve_hold"
 INTERRUPT_DEADLINE = timedelta(seconds=3)
@@ -159,6 +166,7 @@ TOOL_POLICIES = {
     "crash_read": ToolPolicy(ToolEffect.READ),
     "crash_write": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
     "huge": ToolPolicy(ToolEffect.READ),
+    "whole": ToolPolicy(ToolEffect.READ),
     "hang_read": ToolPolicy(ToolEffect.READ),
     "ask_form": ToolPolicy(ToolEffect.READ),
     "ask_form_gated": ToolPolicy(ToolEffect.READ),
@@ -429,6 +437,7 @@ class ScriptedRunner:
                     MessageRole.TOOL,
                     {"tool_call_id": record.tool_call_id, "status": record.status},
                     describe_tool_call_outcome(record),
+                    tool_call_id=record.tool_call_id,
                 )
                 for record in records
             ]
@@ -463,6 +472,8 @@ class ScriptedRunner:
             raise ToolExecutionError("the broken tool always fails")
         if name == "huge":
             return ToolExecutionResult(HUGE_RESULT)
+        if name == "whole":
+            return ToolExecutionResult(WHOLE_RESULT[:WHOLE_SHOWN], full_text=WHOLE_RESULT)
         if name == "hang_read":
             await asyncio.sleep(HANG_SECONDS)
         if name in ELICITING_TOOLS:

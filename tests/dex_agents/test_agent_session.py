@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,9 +22,11 @@ from dex_agents import (
     AgentSnapshot,
     AgentStatus,
     MessageRole,
+    TextParts,
     ToolEffect,
     ToolPolicy,
 )
+from dex_agents._text_parts import split_text
 from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
     AgentTestStack,
@@ -35,6 +38,8 @@ from tests.dex_agents.scripted_agent import (
     DEADLINE_FLOW_TYPE,
     FLOW_TYPE,
     STATE_DIR_ENV,
+    WHOLE_RESULT,
+    WHOLE_SHOWN,
     build_flows,
     invocation_log,
 )
@@ -629,3 +634,69 @@ async def test_snapshot_keeps_the_last_200_messages_and_pages_clamp_to_200(
         failed = [e for e in turn_two if e.type is AgentEventType.TURN_FAILED]
         assert len(failed) == 1
         assert "scripted model failure" in failed[0].payload["error"]
+
+
+def stored_part_keys(stack: AgentTestStack) -> list[str]:
+    """The ``TEXT_PARTS`` instances the embedded engine stores, read from its database."""
+    with sqlite3.connect(f"file:{stack.tmp_path / 'dex.sqlite3'}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT key FROM attributes WHERE key LIKE '%TEXT_PARTS%'").fetchall()
+    return sorted(key for (key,) in rows if "TEXT_PARTS_INDEX" not in key)
+
+
+async def read_whole(sessions: AgentSessionClient, session_id: str, sequence: int) -> str:
+    """Message ``sequence``'s whole text, read part by part."""
+    first = await sessions.read_message_text(session_id, sequence)
+    assert first.found and first.text is not None
+    texts = [first.text]
+    for part in range(1, first.parts):
+        answer = await sessions.read_message_text(session_id, sequence, part)
+        assert answer.text is not None and answer.parts == first.parts
+        texts.append(answer.text)
+    return "".join(texts)
+
+
+async def test_a_tool_result_too_large_for_one_value_is_stored_whole_in_parts(
+    tmp_path: Path,
+) -> None:
+    """A 3 MB result of one- to four-byte characters: the model sees the record's 2,000
+    characters, the session keeps the whole text in parts of at most 512 KiB, the tool
+    message points at them, and ``read_message_text`` reads it back whole, part by part; any
+    message reads whole the same way. A failed turn's parts are deleted with its records."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("s", "tools: whole")
+        snapshot = await wait_for_idle(sessions, "s", message_count=4)
+        tool = next(m for m in snapshot.messages if m.role is MessageRole.TOOL)
+        assert tool.text == WHOLE_RESULT[:WHOLE_SHOWN]
+        parts = tool.text_parts
+        assert isinstance(parts, TextParts)
+        # About 3.3 MB at 512 KiB each.
+        assert parts.count == len(split_text(WHOLE_RESULT)) >= 6
+        assert parts.length == len(WHOLE_RESULT) and parts.key == "turn-1:call-1"
+        assert len(stored_part_keys(stack)) == parts.count
+
+        assert await read_whole(sessions, "s", tool.sequence) == WHOLE_RESULT
+        for part in range(parts.count):
+            answer = await sessions.read_message_text("s", tool.sequence, part)
+            assert answer.text is not None and len(answer.text.encode()) <= 512 * 1024
+        past = await sessions.read_message_text("s", tool.sequence, parts.count)
+        assert past.found and past.text is None and past.parts == parts.count
+        final = snapshot.messages[-1]
+        plain = await sessions.read_message_text("s", final.sequence)
+        assert (plain.parts, plain.text, plain.text_length) == (1, final.text, len(final.text))
+        missing = await sessions.read_message_text("s", 99)
+        assert not missing.found
+
+        # A turn that fails after the call: its parts go with its records.
+        assert await sessions.send_user_message("s", "tools-then-fail: whole")
+        await wait_for_agent_snapshot(
+            sessions, "s",
+            lambda s: s if s.state and s.state.turn_id is None and s.last_turn_error else None,
+            description="turn 2 failed", timeout=TURN_TIMEOUT,
+        )
+        assert invocation_log(tmp_path).count("tool", "whole") == 2  # turn 2 stored parts too
+        assert stored_part_keys(stack) == [
+            f"TEXT_PARTS/turn-1%3Acall-1%3A{index:05d}" for index in range(parts.count)
+        ]
+        assert await read_whole(sessions, "s", tool.sequence) == WHOLE_RESULT

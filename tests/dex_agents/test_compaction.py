@@ -49,6 +49,7 @@ from tests.dex_agents.scripted_agent import (
     HUGE_RESULT,
     SUMMARIZE_GATE,
     TOOL_RESULT_MAX_CHARS,
+    WHOLE_RESULT,
     ScriptedRunner,
     inputs_path,
     invocation_log,
@@ -56,7 +57,9 @@ from tests.dex_agents.scripted_agent import (
 from tests.dex_agents.test_agent_session import (
     TURN_TIMEOUT,
     flow_of,
+    read_whole,
     scripted_stack,
+    stored_part_keys,
     wait_for_interrupt,
 )
 
@@ -562,3 +565,24 @@ async def test_a_plan_turn_without_a_user_message_compacts_and_completes(tmp_pat
         assert [(e.turn_id, e.payload["reason"]) for e in compacted] == [("turn-4", "retention")]
         executing = [sent for sent in model_inputs(tmp_path) if sent["turn_id"] == "turn-4"]
         assert executing and all(sent["summary_through"] == 2 for sent in executing)
+
+
+async def test_retention_deletes_a_stored_whole_result_with_its_message(tmp_path: Path) -> None:
+    """A tool result stored in parts (about 3 MB) goes when retention deletes its message:
+    before, the session reads it whole; after, neither the message nor a part is stored."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
+        await stack.start_worker()
+        config = {"context_window": 100_000, "message_retention_limit": 4}
+        await sessions.start_session("s", "tools: whole", agent_config=config)
+        snapshot = await wait_for_turn(sessions, "s", 1)
+        tool = next(m for m in snapshot.messages if m.role is MessageRole.TOOL)
+        assert tool.text_parts is not None and tool.text_parts.count >= 6
+        assert len(stored_part_keys(stack)) == tool.text_parts.count
+        assert await read_whole(sessions, "s", tool.sequence) == WHOLE_RESULT
+
+        snapshot = await run_turns(sessions, "s", ["again", "and again"], first_turn=2)
+        assert snapshot.summary is not None
+        assert snapshot.summary.first_retained_sequence > tool.sequence
+        assert stored_part_keys(stack) == []
+        assert not (await sessions.read_message_text("s", tool.sequence)).found

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import PYTHON, wait_until
 from tests.e2e.relay_stack import Stack, running_stack
 
 pytestmark = pytest.mark.e2e
@@ -127,6 +128,10 @@ def test_a_session_past_4_mib_is_read_in_pages(stack: Stack) -> None:
     answers = [text for text in texts.values() if len(text) == BIG_KB * 1024]
     assert len(answers) == 4
 
+    # The snapshot's cut newest answer, read whole in parts of at most 512 KiB.
+    whole = read_whole_text(owner, session, newest["sequence"])
+    assert whole == texts[newest["sequence"]]
+
 
 def test_a_queue_never_outgrows_the_snapshot(stack: Stack) -> None:
     """Queued texts may take 1.5 MiB of JSON together, whatever their characters (an emoji
@@ -152,3 +157,103 @@ def test_a_queue_never_outgrows_the_snapshot(stack: Stack) -> None:
     assert [len(item["text"]) for item in snapshot.json()["queued_messages"]] == [90_000]
     assert owner.post(f"/api/v1/sessions/{session}/stop/").status_code == 202
     assert owner.get(f"/api/v1/sessions/{session}/").status_code == 200
+
+
+def read_whole_text(api: Any, session: str, sequence: int) -> str:
+    """Message ``sequence``'s whole text through ``GET .../messages/<n>/text/?part=``."""
+    url = f"/api/v1/sessions/{session}/messages/{sequence}/text/"
+    first = api.get(url)
+    assert first.status_code == 200, first.text[:500]
+    body = first.json()
+    texts = [body["text"]]
+    for part in range(1, body["parts"]):
+        answer = api.get(url, params={"part": part})
+        assert answer.status_code == 200, answer.text[:500]
+        assert answer.json()["parts"] == body["parts"]
+        texts.append(answer.json()["text"])
+    assert all(len(text.encode()) <= 512 * 1024 for text in texts)
+    past = api.get(url, params={"part": body["parts"]})
+    assert past.status_code == 400 and "part" in past.json(), past.text[:300]
+    whole = "".join(texts)
+    assert len(whole) == body["text_length"]
+    return whole
+
+
+#: The stub server's ``echo`` pads its answer with this, repeated: one- to four-byte characters.
+PAD_TEXT = "line é漢😀\n"
+#: Characters of padding: about 21 MB of UTF-8 (15 bytes per 10 characters).
+PAD_CHARS = 14_000_000
+STUB = Path(__file__).resolve().parents[1] / "mcp_registry" / "stub_server.py"
+ATTACH_BULKY = """
+import json
+from agents_app.models import AgentDefinition
+from mcp_registry.models import McpTool
+tools = McpTool.objects.filter(exposed_name="bulky__echo", available=True)
+AgentDefinition.objects.get(slug="demo").tools.add(*tools)
+print(json.dumps([tool.exposed_name for tool in tools]))
+"""
+
+
+def test_a_20_mb_tool_result_is_stored_whole_and_read_in_parts(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A real stdio MCP server answers one call with about 21 MB of text. The model sees it
+    cut to the agent's limit; the session stores it whole (in parts of 512 KiB), the snapshot
+    and the message pages stay small, and ``GET .../messages/<n>/text/`` reads it back whole,
+    byte for byte. Other sessions are served meanwhile."""
+    config = tmp_path / "servers.yaml"
+    config.write_text(
+        "servers:\n  - name: bulky\n    transport: stdio\n"
+        f"    command: {PYTHON}\n"
+        f"    args: [{json.dumps(str(STUB))}, --pad, '{PAD_CHARS}', --pad-text, "
+        f"{json.dumps(PAD_TEXT, ensure_ascii=False)}]\n"
+        "    trust_annotations: true\n    call_timeout: 300\n"
+    )
+    stack.processes.run([PYTHON, "manage.py", "mcp_import", "--no-discover", str(config)])
+    stack.processes.run([PYTHON, "manage.py", "mcp_discover", "bulky"])
+    assert stack.django_shell(ATTACH_BULKY) == ["bulky__echo"]
+    expected = "start" + (PAD_TEXT * (PAD_CHARS // len(PAD_TEXT) + 1))[:PAD_CHARS]
+    assert len(expected.encode()) > 20_000_000
+
+    owner = stack.api("owner")
+    message = "/tool bulky__echo " + json.dumps({"text": "start"})
+    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": message})
+    assert created.status_code == 201, created.text
+    session = created.json()["id"]
+
+    def answered() -> dict[str, Any] | None:
+        response = owner.get(f"/api/v1/sessions/{session}/")
+        assert response.status_code == 200, response.text[:500]
+        body: dict[str, Any] = response.json()
+        last = body["messages"][-1] if body["messages"] else None
+        ended = (last is not None and last["role"] == "assistant") or body.get("last_turn_error")
+        return body if body["status"] == "waiting_for_user_message" and ended else None
+
+    snapshot = wait_until("the 21 MB tool result's turn", answered, timeout=240, interval=1)
+    assert not snapshot.get("last_turn_error"), snapshot["last_turn_error"]
+    assert len(json.dumps(snapshot)) < 2 * 1024 * 1024
+    messages: dict[int, dict[str, Any]] = {}
+    before: int | None = None
+    while True:
+        params = {"limit": 50, **({"before": before} if before is not None else {})}
+        page = owner.get(f"/api/v1/sessions/{session}/messages/", params=params)
+        assert page.status_code == 200 and len(page.content) < 3.5 * 1024 * 1024
+        messages.update({item["sequence"]: item for item in page.json()["messages"]})
+        before = page.json()["next_before"]
+        if before is None:
+            break
+    tool = next(item for item in messages.values() if item["role"] == "tool")
+    assert tool["text_length"] == len(expected)
+    assert tool["text"].startswith(expected[:1000])
+    # What the model saw: the record's 1 MiB of JSON at most (a third of it for these
+    # characters), cut further to the agent's limit.
+    assert len(tool["text"]) < 400_000
+
+    assert read_whole_text(owner, session, tool["sequence"]) == expected
+    other = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": "still fine?"})
+    assert other.status_code == 201, other.text
+    missing = owner.get(f"/api/v1/sessions/{session}/messages/999/text/")
+    assert missing.status_code == 404
+    assert stack.api("other").get(
+        f"/api/v1/sessions/{session}/messages/{tool['sequence']}/text/"
+    ).status_code == 404

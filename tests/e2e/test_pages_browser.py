@@ -341,6 +341,41 @@ def test_older_messages_load_through_the_paged_messages_endpoint(
     expect(page.get_by_role("button", name="Load older messages")).to_be_hidden()
 
 
+def test_a_message_shown_cut_is_read_whole_from_its_button(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    """A 1 MiB answer is past the snapshot's budget, so the page gets its start and its
+    length; the button reads the rest in parts (``.../messages/<n>/text/?part=``) and shows the
+    whole text in place."""
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/sessions/", json={"agent": "demo", "message": "/big 1024"})
+        session_id = created.json()["id"]
+        last = wait_for_turn_end(stack, "owner", session_id)[-1]
+        assert last["text_length"] == 1024 * 1024
+
+    page = contexts.logged_in("owner")
+    parts: list[str] = []
+    page.on("request", lambda request: parts.append(request.url.rsplit("?", 1)[-1])
+            if "/text/?part=" in request.url else None)
+    page.goto(f"/sessions/{session_id}/")
+    answer = region(page, "Conversation").locator(".message-assistant").last
+    button = answer.get_by_role("button", name="Show the whole text (1,048,576 characters)")
+    expect(button).to_be_visible()
+    assert len(answer.locator(".message-text").inner_text()) < 1024 * 1024
+    button.scroll_into_view_if_needed()
+    screenshot(page, "chat-cut-message-wide", screen_too=True)
+    page.set_viewport_size(NARROW)
+    button.scroll_into_view_if_needed()
+    screenshot(page, "chat-cut-message-narrow", screen_too=True)
+    button.click()
+    expect(button).to_have_count(0)
+    # The button goes once the whole text replaced the start.
+    text = answer.locator(".message-text")
+    assert text.evaluate("n => n.textContent.length") == 1024 * 1024
+    assert not text.inner_text().endswith("not shown here]")
+    assert parts == ["part=0", "part=1"]
+
+
 def test_a_page_opened_mid_turn_shows_what_the_turn_streamed_so_far(contexts: Contexts) -> None:
     context = contexts.new()
     first = context.new_page()

@@ -14,6 +14,7 @@ code in the middle of a call. Run it as ``python tests/mcp_registry/stub_server.
 ``--output-schema``     list ``echo`` with an output schema and answer with structured content
 ``--bad-structured``    answer ``echo`` with structured content that breaks that schema
 ``--pad N``             answer ``echo`` with its text followed by N more characters
+``--pad-text S``        pad with ``S`` repeated (default ``.``)
 ``--delay S``           wait S seconds before answering ``tools/call``
 ``--error-code N``      answer ``tools/call`` with a JSON-RPC error of code N
 ``--odd-schemas``       also list tools whose ``inputSchema`` the MCP schema refuses: ``anything``
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--output-schema", action="store_true")
     parser.add_argument("--bad-structured", action="store_true")
     parser.add_argument("--pad", type=int, default=0)
+    parser.add_argument("--pad-text", default=".")
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--error-code", type=int)
     parser.add_argument("--odd-schemas", action="store_true")
@@ -56,7 +58,8 @@ def main() -> None:
                 file.write(json.dumps(message) + "\n")
 
     def send(message: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(message) + "\n")
+        # UTF-8 without escapes, as the MCP SDKs write (and 3 to 6 times shorter for non-ASCII).
+        sys.stdout.buffer.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
         sys.stdout.flush()
 
     def answer(request_id: Any, result: dict[str, Any]) -> None:
@@ -120,7 +123,8 @@ def main() -> None:
             if name == "pid":
                 answer(request_id, {"content": [{"type": "text", "text": str(os.getpid())}]})
             else:
-                text = str(arguments.get("text", "")) + "." * options.pad
+                repeats = -(-options.pad // len(options.pad_text))
+                text = str(arguments.get("text", "")) + (options.pad_text * repeats)[:options.pad]
                 result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
                 if options.bad_structured:
                     result["structuredContent"] = {"text": 42}

@@ -164,11 +164,71 @@ function messageNode(message) {
     { class: `message message-${role}`, dataset: { sequence: String(message.sequence), role } },
     el("div", { class: "message-meta" }, el("span", { class: "message-role" }, label), el("span", {}, `#${message.sequence}`)),
   );
+  if (Number.isInteger(message.text_length) && message.text_length > 0) {
+    // In the header, where a reader meets the message, not after pages of its start.
+    node.querySelector(".message-meta").append(wholeTextControl(message));
+  }
   if (message.text) node.append(el("p", { class: "message-text" }, message.text));
   if (Array.isArray(message.tool_calls) && message.tool_calls.length) {
     node.append(el("ul", { class: "tool-requests", "aria-label": "Tool calls" }, message.tool_calls.map(toolCallNode)));
   }
   return node;
+}
+
+/** Texts up to this many characters are shown in the page when read whole; longer ones are
+ * saved as a file instead (a page holding tens of MB of text slows the browser down). */
+const SHOW_WHOLE_MAX_CHARS = 2_000_000;
+
+/** Every part of a message's whole text (GET .../messages/<n>/text/?part=), joined. */
+async function readWholeText(sequence, onProgress) {
+  const base = `${sessionPath}messages/${sequence}/text/`;
+  const first = await api(`${base}?part=0`);
+  const parts = [first.text];
+  for (let part = 1; part < first.parts; part += 1) {
+    onProgress(part, first.parts);
+    parts.push((await api(`${base}?part=${part}`)).text);
+  }
+  return parts.join("");
+}
+
+/** For a message shown cut (a tool result the model saw cut, or a text past an answer's
+ * budget): a button that reads the whole text, shown in place, or saved as a .txt file when it
+ * is long. */
+function wholeTextControl(message) {
+  const length = message.text_length;
+  const save = length > SHOW_WHOLE_MAX_CHARS;
+  const label = `${save ? "Save" : "Show"} the whole text (${length.toLocaleString()} characters)`;
+  const button = el("button", { type: "button", class: "button-quiet whole-text" }, label);
+  const status = el("span", { class: "whole-text-status", role: "status" });
+  const wrap = el("div", { class: "whole-text-row" }, button, status);
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    status.textContent = "Reading…";
+    try {
+      const text = await readWholeText(message.sequence, (part, parts) => {
+        status.textContent = `Reading part ${part + 1} of ${parts}…`;
+      });
+      if (save) {
+        const link = el("a", {
+          href: URL.createObjectURL(new Blob([text], { type: "text/plain;charset=utf-8" })),
+          download: `session-${config.session}-message-${message.sequence}.txt`,
+        });
+        link.click();
+        status.textContent = "Saved.";
+        button.disabled = false;
+      } else {
+        const node = wrap.closest(".message");
+        const shown = node?.querySelector(".message-text");
+        if (shown) shown.textContent = text;
+        else node?.append(el("p", { class: "message-text" }, text));
+        wrap.remove();
+      }
+    } catch (error) {
+      status.textContent = `Could not read it: ${error.message}`;
+      button.disabled = false;
+    }
+  });
+  return wrap;
 }
 
 /** What a call of a tool the session runs itself does, in words; null for other tools. */
