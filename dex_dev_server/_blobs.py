@@ -19,8 +19,38 @@ Values stay inline where the spec or the SDK needs them concrete: Attributes wri
 not hydrate ``ReadStream``), search fields, the Attribute writes of history events, and RPC
 outputs (not stored). History events record Step inputs, locals, published messages and
 completion outputs as the engine holds them, so a reader of ``GetHistoryEvents`` may see
-references, which it loads with ``LoadBlobs`` as a worker would. A stored blob lives as long as
-the history that recorded its value, which the embedded engine keeps for the Flow's life.
+references, which it loads with ``LoadBlobs`` as a worker would.
+
+Collection. A blob is deleted when nothing stored references it, in the transaction that
+removed the last reference (``Store.commit``). The ``blob_refs`` table names every holder of
+a reference, written in the same transaction as the reference: an Attribute or map instance
+(``a:<key>``), a pending channel message (``c:<seq>``), the run's history (``h``), and the
+run's row (``r``: queued and running Steps' inputs, locals and condition results, sub-flow
+results, collected outputs; ``Run.blob_ids``). History references are found in the event's
+serialized bytes (``blob_ids_in``), so no field that holds a Value is missed. What that
+collects in this engine, which keeps every run and its history for the Flow's life (it has no
+Flow deletion and no retention):
+
+- an Attribute's blob when the Attribute is overwritten or deleted, a map instance's when the
+  instance is deleted (history records Attribute writes inline, not as references), unless
+  another Attribute, message, run row or history event, of this Flow or another, still
+  references the same content;
+- the blob of a value replaced before its commit (an Attribute written twice by one result);
+- the input or locals of a Step that ended (cancelled, or closed with its run) before a
+  history event recorded them (its ``execute`` commit records the locals).
+
+A consumed channel message keeps its blob: the event that published it (a Step's, an RPC's or
+an external publish) references it. So do Step inputs, locals recorded at ``execute`` and
+completion outputs, and the Attributes a continue-as-new event carried over.
+
+Crash safety: references, their ``blob_refs`` rows, new blobs and deletions commit together,
+so a SIGKILL at any point leaves no reference without its blob. The engine's start rewrites the
+run-row holders from the runs it loads and deletes every blob ``blob_refs`` does not name (a
+database from before collection has ``blob_refs`` built once from its rows first), so no blob
+stays that nothing references. A worker or client may hold a reference whose blob was just
+collected (an Attribute overwritten between a task's dispatch and its ``LoadBlobs``): the
+engine still answers it while its recent-blob memory keeps it; otherwise the answer leaves it
+out and the task goes out again, with the current values, without counting an attempt.
 
 A value is stored only if one ``LoadBlobs`` answer can carry it (``MAX_VALUE_BYTES``): a
 Step or RPC result holding a larger one is refused before anything of it is applied.
@@ -29,6 +59,7 @@ Step or RPC result holding a larger one is refused before anything of it is appl
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
@@ -136,6 +167,29 @@ def blob_reference(value: pb.Value, threshold: int) -> tuple[pb.Value, str, byte
     reference = pb.Value()
     setattr(reference, reference_kind, blob_id)
     return reference, blob_id, data
+
+
+#: A serialized reference: the tag of ``internal_blob_id_for_string_value`` (field 1) or
+#: ``internal_blob_id_for_obj_value`` (field 2), the length 40, and the id. Protobuf embeds a
+#: nested message's bytes verbatim, so these bytes appear inside any serialized message that
+#: holds the reference, however deep.
+_SERIALIZED_REFERENCES = (
+    re.compile(rb"\n\(([0-9a-f]{40})"),
+    re.compile(rb"\x12\(([0-9a-f]{40})"),
+)
+
+
+def blob_ids_in(data: bytes) -> set[str]:
+    """Blob ids referenced anywhere in serialized protobuf ``data`` (a Value, a history event).
+
+    Conservative: text that happens to hold a reference's bytes counts as one, which can only
+    keep a blob longer, never drop one that is referenced. Linear in ``len(data)`` (about
+    1 GB/s: each pattern starts with a literal).
+    """
+    found: set[str] = set()
+    for pattern in _SERIALIZED_REFERENCES:
+        found.update(match.decode("ascii") for match in pattern.findall(data))
+    return found
 
 
 def blob_id_of(value: pb.Value) -> tuple[str, str] | None:

@@ -13,6 +13,7 @@ from google.protobuf import empty_pb2
 
 from ._blobs import BLOB_KINDS, LOAD_BLOBS_BUDGET, LOAD_BLOBS_ENTRY_OVERHEAD
 from ._clock import now, timestamp
+from ._crash import crash_point
 from ._errors import invalid, long_poll_timeout
 from ._model import TIMER_PENDING, Run
 from ._runs import MAX_LONG_POLL, RunEngine, flow_result, long_poll_budget
@@ -64,6 +65,8 @@ class FlowLifecycleService(RunEngine):
             left -= size
             kind = entry.blob_value.WhichOneof("kind")
             response.values[getattr(entry.blob_value, kind)].CopyFrom(value)
+        if response.values:
+            crash_point("load-blobs")
         return response
 
 

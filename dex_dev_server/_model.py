@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from dex.dexpb import dex_pb2 as pb
 from google.protobuf.message import Message
 
+from ._blobs import blob_id_of
 from ._store import RunWrite
 
 M = TypeVar("M", bound=Message)
@@ -271,6 +272,44 @@ class Run:
     #: commit updates the row's changing columns in place (``Run.update_row``) instead of
     #: replacing the row, its header and its two index entries.
     stored_header: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    #: Blob ids the run's row references as last committed (:meth:`blob_ids`): a commit
+    #: records only the difference in the ``blob_refs`` table.
+    stored_refs: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    def blob_ids(self) -> frozenset[str]:
+        """Blob ids the run's ``runs`` row references: inputs of queued and running Steps,
+        their locals, the messages and sub-flow results of their condition results, the
+        sub-flow results they wait on, and the collected completion outputs. Every other
+        value of the row (the start request, waiting conditions, search fields, heartbeats)
+        is held inline."""
+        ids: set[str] = set()
+
+        def add(value: pb.Value) -> None:
+            found = blob_id_of(value)
+            if found is not None:
+                ids.add(found[1])
+
+        def add_results(result: pb.FlowResult) -> None:
+            for output in result.results:
+                add(output.completed_step_output)
+
+        for movement, _ in self.queue:
+            add(movement.step_input)
+        for st in self.steps.values():
+            add(st.movement.step_input)
+            for value in st.locals.values():
+                add(value)
+            if st.cond_results is not None:
+                for channel in st.cond_results.channel_results:
+                    for value in channel.values:
+                        add(value)
+                for result in st.cond_results.sub_flow_results:
+                    add_results(result)
+            for result in st.subs.values():
+                add_results(result)
+        for output in self.results:
+            add(output.completed_step_output)
+        return frozenset(ids)
 
     @property
     def is_open(self) -> bool:

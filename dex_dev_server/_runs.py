@@ -93,6 +93,11 @@ class RunEngine(Dispatcher):
                                                     message_id=message_id))
             )
             run.chan_seq = max(run.chan_seq, seq)
+        for run in self.runs.values():
+            run.stored_refs = run.blob_ids()
+        swept = self.store.sweep_blobs({run.run_id: run.stored_refs for run in self.runs.values()})
+        if swept:
+            _LOG.info("deleted %d blobs nothing references", swept)
         for run in list(self.runs.values()):
             if run.is_open:
                 self._resume(run)
@@ -482,13 +487,18 @@ class RunEngine(Dispatcher):
         closed_write = closed.write
         closed_header = closed.header_json()
         closed_write.run_row = closed.row(closed_header)
+        # The old row's references were the live run's; the new row has none stored yet.
+        closed.stored_refs, live.stored_refs = live.stored_refs, frozenset()
+        closed_refs = self.row_refs(closed, closed_write)
         live_write = live.write
         live.write = RunWrite()
         live_header = live.header_json()
         live_write.run_row = live.row(live_header)
+        live_refs = self.row_refs(live, live_write)
         self.store.commit_many([(old_id, closed_write), (new_id, live_write)])
         closed.stored_header = (old_id, closed_header)
         live.stored_header = (new_id, live_header)
+        closed.stored_refs, live.stored_refs = closed_refs, live_refs
         closed.write = RunWrite()
         self.notifier.notify(("flow", live.flow_id))
         self.loop.call_soon(self.pump)

@@ -214,9 +214,11 @@ class EngineState:
             write.run_update = run.update_row()
         else:
             write.run_row = run.row(header)
+        refs = self.row_refs(run, write)
         streams = self.take_stream_appends()
         self.store.commit(run.run_id, write, streams)
         run.stored_header = stored
+        run.stored_refs = refs
         self.notify_streams(streams)
         self.notifier.notify(("flow", run.flow_id))
         if (
@@ -226,6 +228,17 @@ class EngineState:
             and run.next_event_id - 2 >= run.can_threshold
         ):
             self.continue_as_new(run)
+
+    @staticmethod
+    def row_refs(run: Run, write: RunWrite) -> frozenset[str]:
+        """The blob ids ``run``'s row will reference once ``write`` commits; the difference
+        from the stored ones goes into ``write`` (assign the result to ``run.stored_refs``
+        after the commit)."""
+        refs = run.blob_ids()
+        if refs != run.stored_refs:
+            write.row_refs_added = refs - run.stored_refs
+            write.row_refs_dropped = run.stored_refs - refs
+        return refs
 
     def queue_stream_append(self, item: StreamAppend) -> None:
         """Store a Step's Stream write with the next commit, or on its own within

@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ._blobs import blob_ids_in
+from ._crash import crash_point
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -74,7 +77,29 @@ CREATE INDEX IF NOT EXISTS stream_scope ON stream_messages (flow_type, stream, i
 CREATE INDEX IF NOT EXISTS stream_instance ON stream_messages (flow_type, stream, flow_id, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS blobs (blob_id TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS blob_refs (
+    run_id TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    blob_id TEXT NOT NULL,
+    PRIMARY KEY (run_id, holder, blob_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS blob_refs_blob ON blob_refs (blob_id);
 """
+
+#: ``blob_refs.holder`` of the references in a run's history events (kept for the run's life).
+HOLDER_HISTORY = "h"
+#: ``blob_refs.holder`` of the references in a run's ``runs`` row (``Run.blob_ids``).
+HOLDER_RUN = "r"
+#: ``blob_refs.holder`` prefix of an Attribute's reference (``a:<key>``).
+HOLDER_ATTRIBUTE = "a:"
+#: ``blob_refs.holder`` prefix of a pending channel message's reference (``c:<seq>``).
+HOLDER_CHANNEL = "c:"
+#: The ``meta`` key saying ``blob_refs`` holds every reference of the database (a database
+#: written before blob collection has it built once, at the engine's start).
+_REFS_INDEXED = "blob_refs_indexed"
+#: A serialized reference ``Value`` is this long (tag, length, 40-character id): the only
+#: Attribute or channel message values that can be references.
+_REFERENCE_BYTES = 42
 
 
 @dataclass
@@ -94,6 +119,10 @@ class RunWrite:
     #: Blobs first referenced by this write: ``{blob_id: serialized concrete Value}``,
     #: stored (once: ids are content hashes) in the same transaction as the references.
     blob_inserts: dict[str, bytes] = field(default_factory=dict)
+    #: Blob ids the run's row references since this write and not before, and the reverse
+    #: (``Run.blob_ids`` against ``Run.stored_refs``).
+    row_refs_added: frozenset[str] = frozenset()
+    row_refs_dropped: frozenset[str] = frozenset()
 
     def set_attribute(self, key: str, value: bytes | None) -> None:
         """Record an upsert (``value``) or a delete (``None``) of one attribute."""
@@ -142,6 +171,11 @@ SLOW_COMMIT_SECONDS = 0.005
 
 
 _LOG = logging.getLogger("dex_dev_server")
+
+
+def _prefix_end(prefix: str) -> str:
+    """The smallest string after every string starting with ``prefix`` (a range bound)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 #: Seconds between two checkpoints of the WAL into the database file.
 CHECKPOINT_INTERVAL_SECONDS = 1.0
@@ -199,6 +233,8 @@ class Store:
         self.path = str(path)
         self.synchronous = synchronous
         self.stats = CommitStats()
+        #: Blobs deleted since the store was opened (at commits and by :meth:`sweep_blobs`).
+        self.blobs_collected = 0
         #: Bytes charged per Stream scope ``(flow_type, stream)``, read from the table once.
         self.stream_totals: dict[tuple[str, str], int] = {}
         self._lock: IO[bytes] | None = None
@@ -237,8 +273,9 @@ class Store:
             self._lock = None
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Run a block inside ``BEGIN IMMEDIATE`` … ``COMMIT`` (rollback on error)."""
+    def transaction(self, timed: bool = True) -> Iterator[sqlite3.Connection]:
+        """Run a block inside ``BEGIN IMMEDIATE`` … ``COMMIT`` (rollback on error); counted
+        in :attr:`stats` unless not ``timed`` (the engine's own start-up work)."""
         started = time.perf_counter()
         self.db.execute("BEGIN IMMEDIATE")
         try:
@@ -247,6 +284,8 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
+        if not timed:
+            return
         took = time.perf_counter() - started
         stats = self.stats
         stats.commits += 1
@@ -259,11 +298,16 @@ class Store:
     def commit(
         self, run_id: str, write: RunWrite, streams: Sequence[StreamAppend] = ()
     ) -> None:
-        """Write one run's changes, and ``streams`` first, in a single transaction."""
+        """Write one run's changes, and ``streams`` first, in a single transaction (which
+        also deletes the blobs the write left unreferenced)."""
+        released: set[str] = set()
         with self.transaction() as db:
             totals = self._append_streams(db, streams)
-            self._apply(db, run_id, write)
+            self._apply(db, run_id, write, released)
+            stored = self._collect(db, released, bool(write.blob_inserts))
         self.stream_totals.update(totals)
+        if stored:
+            crash_point("blob-committed")
 
     def append_streams(self, streams: Sequence[StreamAppend]) -> list[int]:
         """Store Stream messages in one transaction, trimming each scope's oldest messages to
@@ -318,18 +362,55 @@ class Store:
         return totals
 
     def commit_many(self, writes: Iterable[tuple[str, RunWrite]]) -> None:
-        """Write several runs' changes in a single transaction."""
+        """Write several runs' changes in a single transaction (see :meth:`commit`)."""
+        released: set[str] = set()
+        inserted = False
         with self.transaction() as db:
             for run_id, write in writes:
-                self._apply(db, run_id, write)
+                self._apply(db, run_id, write, released)
+                inserted = inserted or bool(write.blob_inserts)
+            stored = self._collect(db, released, inserted)
+        if stored:
+            crash_point("blob-committed")
+
+    def _collect(self, db: sqlite3.Connection, released: set[str], inserted: bool) -> bool:
+        """Delete the blobs among ``released`` that no ``blob_refs`` row names any more, in
+        the transaction that removed their last reference. Returns whether the transaction
+        stored or deleted blobs (for the crash points)."""
+        collected = 0
+        for blob_id in released:
+            collected += db.execute(
+                "DELETE FROM blobs WHERE blob_id=? AND NOT EXISTS "
+                "(SELECT 1 FROM blob_refs WHERE blob_id=?)",
+                (blob_id, blob_id),
+            ).rowcount
+        self.blobs_collected += collected
+        if inserted:
+            crash_point("blob-write")
+        if collected:
+            crash_point("blob-collect")
+        return inserted or collected > 0
 
     @staticmethod
-    def _apply(db: sqlite3.Connection, run_id: str, write: RunWrite) -> None:
+    def _apply(db: sqlite3.Connection, run_id: str, write: RunWrite, released: set[str]) -> None:
+        """Apply one run's write and its ``blob_refs`` rows; adds to ``released`` the blob
+        ids that lost a reference (or were stored by it), for :meth:`_collect`."""
         if write.blob_inserts:
             db.executemany(
                 "INSERT OR IGNORE INTO blobs (blob_id, value) VALUES (?,?)",
                 list(write.blob_inserts.items()),
             )
+            # A value the write replaced before its commit (an Attribute written twice)
+            # leaves its blob unreferenced: collected with the rest.
+            released.update(write.blob_inserts)
+        refs: list[tuple[str, str, str]] = []
+        if write.row_refs_dropped:
+            db.executemany(
+                "DELETE FROM blob_refs WHERE run_id=? AND holder=? AND blob_id=?",
+                [(run_id, HOLDER_RUN, blob_id) for blob_id in write.row_refs_dropped],
+            )
+            released.update(write.row_refs_dropped)
+        refs.extend((run_id, HOLDER_RUN, blob_id) for blob_id in write.row_refs_added)
         if write.run_row is not None:
             db.execute(
                 "INSERT OR REPLACE INTO runs (run_id, flow_id, seq, flow_type, status, "
@@ -349,10 +430,24 @@ class Store:
                 "DELETE FROM attributes WHERE run_id=? AND key=?",
                 [(run_id, k) for k in write.attr_deletes],
             )
+        for key in (*write.attr_upserts, *write.attr_deletes):
+            # The value this write overwrote or deleted, if it was a reference.
+            released.update(row[0] for row in db.execute(
+                "DELETE FROM blob_refs WHERE run_id=? AND holder=? RETURNING blob_id",
+                (run_id, HOLDER_ATTRIBUTE + key),
+            ))
+        for key, value in write.attr_upserts.items():
+            if len(value) == _REFERENCE_BYTES:
+                refs.extend((run_id, HOLDER_ATTRIBUTE + key, blob_id)
+                            for blob_id in blob_ids_in(value))
         if write.channels_moved_from:
             db.execute(
                 "UPDATE channel_messages SET run_id=? WHERE run_id=?",
                 (run_id, write.channels_moved_from),
+            )
+            db.execute(
+                "UPDATE blob_refs SET run_id=? WHERE run_id=? AND holder>=? AND holder<?",
+                (run_id, write.channels_moved_from, HOLDER_CHANNEL, _prefix_end(HOLDER_CHANNEL)),
             )
         # A message published and consumed by the same commit (a wait that was already
         # satisfied) must never be stored, or a restart would deliver it again.
@@ -362,6 +457,11 @@ class Store:
                 "DELETE FROM channel_messages WHERE run_id=? AND seq=?",
                 [(run_id, s) for s in consumed],
             )
+            for seq in consumed:
+                released.update(row[0] for row in db.execute(
+                    "DELETE FROM blob_refs WHERE run_id=? AND holder=? RETURNING blob_id",
+                    (run_id, f"{HOLDER_CHANNEL}{seq}"),
+                ))
         inserts = [row for row in write.channel_inserts if row[0] not in consumed]
         if inserts:
             db.executemany(
@@ -369,11 +469,73 @@ class Store:
                 "VALUES (?,?,?,?,?)",
                 [(run_id, *row) for row in inserts],
             )
+            for seq, _, _, value in inserts:
+                if len(value) == _REFERENCE_BYTES:
+                    refs.extend((run_id, f"{HOLDER_CHANNEL}{seq}", blob_id)
+                                for blob_id in blob_ids_in(value))
         if write.history:
             db.executemany(
                 "INSERT INTO history (run_id, event_id, event) VALUES (?,?,?)",
                 [(run_id, eid, ev) for eid, ev in write.history],
             )
+            for _, event in write.history:
+                refs.extend((run_id, HOLDER_HISTORY, blob_id) for blob_id in blob_ids_in(event))
+        if refs:
+            db.executemany(
+                "INSERT OR IGNORE INTO blob_refs (run_id, holder, blob_id) VALUES (?,?,?)", refs
+            )
+
+    # Blob collection at start ----------------------------------------------------------
+
+    def sweep_blobs(self, row_refs: dict[str, frozenset[str]]) -> int:
+        """Make ``blob_refs`` match the database, then delete every blob it does not name;
+        returns how many were deleted. Called once at the engine's start, in one transaction.
+
+        ``row_refs`` is ``{run_id: Run.blob_ids()}`` for every stored run: the run-row
+        references are rewritten from it, so they follow the engine's own reading of its
+        rows. A database written before ``blob_refs`` existed has the rest built once from
+        its Attributes, pending channel messages and history. Commits keep ``blob_refs`` in
+        step with the references they write, in the same transaction, so this finds
+        nothing to delete unless a database was written by an engine that leaked.
+        """
+        with self.transaction(timed=False) as db:
+            indexed = db.execute(
+                "SELECT 1 FROM meta WHERE key=?", (_REFS_INDEXED,)
+            ).fetchone() is not None
+            if not indexed:
+                self._index_references(db)
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')",
+                           (_REFS_INDEXED,))
+            db.execute("DELETE FROM blob_refs WHERE holder=?", (HOLDER_RUN,))
+            db.executemany(
+                "INSERT OR IGNORE INTO blob_refs (run_id, holder, blob_id) VALUES (?,?,?)",
+                [(run_id, HOLDER_RUN, blob_id)
+                 for run_id, ids in row_refs.items() for blob_id in ids],
+            )
+            swept = db.execute(
+                "DELETE FROM blobs WHERE NOT EXISTS "
+                "(SELECT 1 FROM blob_refs WHERE blob_refs.blob_id = blobs.blob_id)"
+            ).rowcount
+        self.blobs_collected += swept
+        return int(swept)
+
+    @staticmethod
+    def _index_references(db: sqlite3.Connection) -> None:
+        """Fill ``blob_refs`` from the Attributes, channel messages and history (the mark of
+        a mark-and-sweep over a database that has no index yet)."""
+        db.execute("DELETE FROM blob_refs")
+        rows: list[tuple[str, str, str]] = []
+        for run_id, key, value in db.execute("SELECT run_id, key, value FROM attributes"):
+            if len(value) == _REFERENCE_BYTES:
+                rows.extend((run_id, HOLDER_ATTRIBUTE + key, b) for b in blob_ids_in(value))
+        for run_id, seq, value in db.execute("SELECT run_id, seq, value FROM channel_messages"):
+            if len(value) == _REFERENCE_BYTES:
+                rows.extend((run_id, f"{HOLDER_CHANNEL}{seq}", b) for b in blob_ids_in(value))
+        for run_id, event in db.execute("SELECT run_id, event FROM history"):
+            rows.extend((run_id, HOLDER_HISTORY, b) for b in blob_ids_in(event))
+        db.executemany(
+            "INSERT OR IGNORE INTO blob_refs (run_id, holder, blob_id) VALUES (?,?,?)", rows
+        )
 
     # Reads -------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from google.protobuf import empty_pb2
 
 from dex_agents.testing import free_port
 
+from .blob_audit import audit
 from .flows import ALL_FLOWS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,11 +130,21 @@ def wait_reachable(address: str, timeout: float) -> None:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[EngineProcess]:
-    proc = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log")
+def engine_args() -> list[str]:
+    """Extra ``python -m dex_dev_server`` arguments of the ``engine`` fixture (a test module
+    overrides this fixture to change them)."""
+    return []
+
+
+@pytest.fixture
+def engine(tmp_path: Path, engine_args: list[str]) -> Iterator[EngineProcess]:
+    proc = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log", engine_args)
     proc.start()
     yield proc
     proc.stop()
+    # Whatever the test did to the engine, no stored blob reference may lack its blob.
+    dangling = audit(proc.db).dangling
+    assert not dangling, f"blob references without their blob: {sorted(dangling)}"
 
 
 @dataclass

@@ -655,6 +655,52 @@ class HeavyFlow(Flow[str]):
         return PersistenceSchema.of(cargo)
 
 
+# --- LedgerFlow: every Step checks and rewrites blob-backed Attributes (used across kills) --
+
+ledger = Attribute("ledger", str)
+ledger_pages = AttributeMap("ledger_pages", str)
+#: Characters of each page and Step input: over the 1024-byte blob threshold of the blob tests.
+LEDGER_PAGE = 3000
+
+
+def ledger_page(number: int) -> str:
+    """``ledger`` after Step ``number``: a distinct value, so a distinct blob, per number."""
+    return f"page-{number:03d}|" + "x" * LEDGER_PAGE
+
+
+def ledger_input(number: int, last: int) -> str:
+    """The (blob-backed) input of Step ``number`` of ``last``."""
+    return f"{number}/{last}|" + "y" * LEDGER_PAGE
+
+
+class Scribe(Step[str]):
+    """Step ``n`` finds page ``n - 1`` in ``ledger``, writes page ``n`` there and as the map
+    instance ``ledger_pages/n`` (the same content: one blob, two references), deletes
+    instance ``n - 2``, and goes on to Step ``n + 1`` until the last."""
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        number, last = (int(part) for part in input.split("|", 1)[0].split("/"))
+        found = ledger.get(context)
+        expected = ledger_page(number - 1) if number > 1 else None
+        if found != expected:
+            return force_fail(f"step {number} found {(found or '')[:9]!r}")
+        ledger.set(context, ledger_page(number))
+        ledger_pages.set(context, str(number), ledger_page(number))
+        if number > 2:
+            ledger_pages.delete(context, str(number - 2))
+        if number == last:
+            return graceful_complete(f"{last} pages")
+        return go_to(Scribe, ledger_input(number + 1, last))
+
+
+class LedgerFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(Scribe())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(ledger, ledger_pages)
+
+
 # --- MovementOptionsFlow: one Step type whose movements carry their own retry and timeout ---
 # The registered options allow five attempts and no method timeout; each movement narrows
 # them, as dex_agents' tool Steps do per tool policy (issue 23).
@@ -727,6 +773,7 @@ HOP = HopFlow()
 HEAVY = HeavyFlow()
 LOCKED = LockedFlow()
 MOVEMENT_OPTIONS = MovementOptionsFlow()
+LEDGER = LedgerFlow()
 
 ALL_FLOWS: list[Flow[Any]] = [
     CHAIN,
@@ -750,4 +797,5 @@ ALL_FLOWS: list[Flow[Any]] = [
     HEAVY,
     LOCKED,
     MOVEMENT_OPTIONS,
+    LEDGER,
 ]

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import grpc
 import pytest
@@ -20,21 +18,18 @@ from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
 from dex_dev_server._blobs import blob_id_of
-from dex_dev_server._model import Run
+from dex_dev_server._model import Run, StepExec
 from dex_dev_server._state import EngineState
 from dex_dev_server._store import Store
 
 from . import flows
+from .blob_audit import audit
 from .conftest import DexEnv, EngineProcess
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[EngineProcess]:
-    proc = EngineProcess(tmp_path / "engine.sqlite3", tmp_path / "engine.log",
-                         ["--blob-threshold", "1024"])
-    proc.start()
-    yield proc
-    proc.stop()
+def engine_args() -> list[str]:
+    return ["--blob-threshold", "1024"]
 
 
 def text(tag: str, size: int = 3000) -> str:
@@ -178,6 +173,7 @@ async def test_sigkills_while_blobs_are_written_and_loaded(dex: DexEnv) -> None:
             dex.engine.start()
             assert await dangling(dex.engine.address, "chaos-notes") == []
             assert await dangling(dex.engine.address, "chaos-heavy") == []
+            assert not audit(dex.engine.db).dangling
     finally:
         stop.set()
         await writer
@@ -235,8 +231,14 @@ def test_a_sub_flow_output_blob_is_stored_with_its_parent() -> None:
 
     child, parent = run("child"), run("parent")
     reference = engine.offload(child, pb.Value(string_value=text("output", 5000)))
+    # The parent's waiting Step holds the child's result, as _report_to_parents leaves it.
+    parent.steps["Wait-1"] = StepExec(
+        "Wait-1", "Wait", pb.StepMovement(step_type="Wait"), "waiting",
+        subs={0: pb.FlowResult(results=[pb.StepCompletionOutput(
+            completed_step_output=reference)])},
+    )
     engine.carry_blob(child, parent, reference)
-    store.commit(parent.run_id, parent.write)  # the child's commit never happens
+    engine.flush(parent)  # the child's commit never happens
     stored = store.load_blob(reference.internal_blob_id_for_string_value)
     assert stored is not None and pb.Value.FromString(stored).string_value.startswith("output")
     store.close()
