@@ -3,6 +3,9 @@
 Every engine commit is one ``BEGIN IMMEDIATE`` transaction written before the effect is
 acknowledged (spec section 3.6). The database is opened by exactly one engine process.
 
+Blobs (``_blobs``) are stored, referenced (``blob_refs``, one row per holder of a reference)
+and deleted once unreferenced in the same transaction as the references that need them.
+
 Durability (``synchronous``, SQLite's "PRAGMA synchronous" in WAL mode):
 
 - ``normal`` (the default): a commit is written to the WAL without an fsync; the WAL is synced
