@@ -44,13 +44,17 @@ an external publish) references it. So do Step inputs, locals recorded at ``exec
 completion outputs, and the Attributes a continue-as-new event carried over.
 
 Crash safety: references, their ``blob_refs`` rows, new blobs and deletions commit together,
-so a SIGKILL at any point leaves no reference without its blob. The engine's start rewrites the
-run-row holders from the runs it loads and deletes every blob ``blob_refs`` does not name (a
-database from before collection has ``blob_refs`` built once from its rows first), so no blob
-stays that nothing references. A worker or client may hold a reference whose blob was just
-collected (an Attribute overwritten between a task's dispatch and its ``LoadBlobs``): the
-engine still answers it while its recent-blob memory keeps it; otherwise the answer leaves it
-out and the task goes out again, with the current values, without counting an attempt.
+so a SIGKILL at any point leaves no reference without its blob. The engine's start is a
+mark-and-sweep (``Store.sweep_blobs``): it rebuilds ``blob_refs`` from the stored rows
+(Attributes, messages, the runs it loads, and the history events stored since the previous
+start: history rows never change) and deletes every blob it does not name, so no blob stays
+that nothing references, and a reference a commit failed to index keeps its blob.
+
+A worker or client may hold a reference whose blob was just collected (an Attribute
+overwritten between a task's dispatch and its ``LoadBlobs``): the engine still answers it
+while its recent-blob memory keeps it; otherwise the answer leaves it out: a worker's task
+then goes out again, with the current values, without counting an attempt, and a client
+reading through the SDK gets its "LoadBlobs omitted blob" error and reads again.
 
 A value is stored only if one ``LoadBlobs`` answer can carry it (``MAX_VALUE_BYTES``): a
 Step or RPC result holding a larger one is refused before anything of it is applied.

@@ -97,9 +97,9 @@ HOLDER_RUN = "r"
 HOLDER_ATTRIBUTE = "a:"
 #: ``blob_refs.holder`` prefix of a pending channel message's reference (``c:<seq>``).
 HOLDER_CHANNEL = "c:"
-#: The ``meta`` key saying ``blob_refs`` holds every reference of the database (a database
-#: written before blob collection has it built once, at the engine's start).
-_REFS_INDEXED = "blob_refs_indexed"
+#: The ``meta`` key holding the rowid of the last history event the engine's start marked
+#: (``Store.sweep_blobs``): history rows are immutable, so each start reads only newer ones.
+_HISTORY_MARKED = "blob_refs_history_rowid"
 #: A serialized reference ``Value`` is this long (tag, length, 40-character id): the only
 #: Attribute or channel message values that can be references.
 _REFERENCE_BYTES = 42
@@ -491,54 +491,56 @@ class Store:
     # Blob collection at start ----------------------------------------------------------
 
     def sweep_blobs(self, row_refs: dict[str, frozenset[str]]) -> int:
-        """Make ``blob_refs`` match the database, then delete every blob it does not name;
-        returns how many were deleted. Called once at the engine's start, in one transaction.
+        """Mark every blob the database references, then delete every other one; returns
+        how many were deleted. Called once at the engine's start, in one transaction.
 
-        ``row_refs`` is ``{run_id: Run.blob_ids()}`` for every stored run: the run-row
-        references are rewritten from it, so they follow the engine's own reading of its
-        rows. A database written before ``blob_refs`` existed has the rest built once from
-        its Attributes, pending channel messages and history. Commits keep ``blob_refs`` in
-        step with the references they write, in the same transaction, so this finds
-        nothing to delete unless a database was written by an engine that leaked.
+        The mark rebuilds ``blob_refs`` from the rows themselves, not from what commits
+        recorded: the Attribute and channel message holders from their tables (only values
+        of a reference's length are read), the run-row holders from ``row_refs``
+        (``{run_id: Run.blob_ids()}`` of every stored run), and the history holders from
+        the events stored since the previous start's mark (history rows are never changed
+        or deleted, so older ones were marked then; a database that was never marked has
+        all of its history read once). So a reference that a commit did not index (a bug,
+        an older engine that wrote the database meanwhile) keeps its blob, and a blob
+        nothing references goes, whatever wrote it.
         """
         with self.transaction(timed=False) as db:
-            indexed = db.execute(
-                "SELECT 1 FROM meta WHERE key=?", (_REFS_INDEXED,)
-            ).fetchone() is not None
-            if not indexed:
-                self._index_references(db)
-                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')",
-                           (_REFS_INDEXED,))
-            db.execute("DELETE FROM blob_refs WHERE holder=?", (HOLDER_RUN,))
+            row = db.execute("SELECT value FROM meta WHERE key=?", (_HISTORY_MARKED,)).fetchone()
+            marked = int(row[0]) if row is not None else 0
+            if row is None:
+                db.execute("DELETE FROM blob_refs")
+            else:
+                db.execute("DELETE FROM blob_refs WHERE holder<>?", (HOLDER_HISTORY,))
+            refs: list[tuple[str, str, str]] = []
+            for run_id, key, value in db.execute(
+                "SELECT run_id, key, value FROM attributes WHERE length(value)=?",
+                (_REFERENCE_BYTES,),
+            ):
+                refs.extend((run_id, HOLDER_ATTRIBUTE + key, b) for b in blob_ids_in(value))
+            for run_id, seq, value in db.execute(
+                "SELECT run_id, seq, value FROM channel_messages WHERE length(value)=?",
+                (_REFERENCE_BYTES,),
+            ):
+                refs.extend((run_id, f"{HOLDER_CHANNEL}{seq}", b) for b in blob_ids_in(value))
+            refs.extend((run_id, HOLDER_RUN, blob_id)
+                        for run_id, ids in row_refs.items() for blob_id in ids)
+            for rowid, run_id, event in db.execute(
+                "SELECT rowid, run_id, event FROM history WHERE rowid>? ORDER BY rowid",
+                (marked,),
+            ):
+                refs.extend((run_id, HOLDER_HISTORY, b) for b in blob_ids_in(event))
+                marked = rowid
             db.executemany(
-                "INSERT OR IGNORE INTO blob_refs (run_id, holder, blob_id) VALUES (?,?,?)",
-                [(run_id, HOLDER_RUN, blob_id)
-                 for run_id, ids in row_refs.items() for blob_id in ids],
+                "INSERT OR IGNORE INTO blob_refs (run_id, holder, blob_id) VALUES (?,?,?)", refs
             )
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                       (_HISTORY_MARKED, str(marked)))
             swept = db.execute(
                 "DELETE FROM blobs WHERE NOT EXISTS "
                 "(SELECT 1 FROM blob_refs WHERE blob_refs.blob_id = blobs.blob_id)"
             ).rowcount
         self.blobs_collected += swept
         return int(swept)
-
-    @staticmethod
-    def _index_references(db: sqlite3.Connection) -> None:
-        """Fill ``blob_refs`` from the Attributes, channel messages and history (the mark of
-        a mark-and-sweep over a database that has no index yet)."""
-        db.execute("DELETE FROM blob_refs")
-        rows: list[tuple[str, str, str]] = []
-        for run_id, key, value in db.execute("SELECT run_id, key, value FROM attributes"):
-            if len(value) == _REFERENCE_BYTES:
-                rows.extend((run_id, HOLDER_ATTRIBUTE + key, b) for b in blob_ids_in(value))
-        for run_id, seq, value in db.execute("SELECT run_id, seq, value FROM channel_messages"):
-            if len(value) == _REFERENCE_BYTES:
-                rows.extend((run_id, f"{HOLDER_CHANNEL}{seq}", b) for b in blob_ids_in(value))
-        for run_id, event in db.execute("SELECT run_id, event FROM history"):
-            rows.extend((run_id, HOLDER_HISTORY, b) for b in blob_ids_in(event))
-        db.executemany(
-            "INSERT OR IGNORE INTO blob_refs (run_id, holder, blob_id) VALUES (?,?,?)", rows
-        )
 
     # Reads -------------------------------------------------------------------------------
 

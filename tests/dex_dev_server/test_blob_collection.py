@@ -16,7 +16,7 @@ import pytest
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
-from dex_dev_server._blobs import blob_id_of
+from dex_dev_server._blobs import blob_id_of, blob_reference
 from dex_dev_server._model import Run
 from dex_dev_server._state import EngineState
 from dex_dev_server._store import Store
@@ -134,9 +134,10 @@ async def test_continue_as_new_moves_references_without_losing_a_blob(dex: DexEn
 async def test_the_engine_start_deletes_blobs_nothing_references(
     engine: EngineProcess,
 ) -> None:
-    """An orphaned blob (as an engine that leaked would leave it) is deleted at the next
-    start, and so is one in a database written before the engine indexed references (it has
-    the index built from its rows first); referenced blobs stay."""
+    """The start marks references from the stored rows, not from ``blob_refs`` alone: an
+    orphaned blob (as an engine that leaked would leave it) goes; references that commits
+    did not index (as an engine without collection would write them: no holders, a newer
+    history event) keep their blobs; a database never marked has all of it read."""
     address = engine.address
     async with grpc.aio.insecure_channel(address) as channel:
         stub = dex_pb2_grpc.FlowServiceStub(channel)
@@ -146,22 +147,38 @@ async def test_the_engine_start_deletes_blobs_nothing_references(
                 pb.AttributeWrite(key="kept", value=pb.Value(string_value=text("kept")))
             ])))
     kept = (await attributes(address, "gc-start"))["kept"]
+    found = blob_reference(pb.Value(string_value=text("history-only")), 1024)
+    assert found is not None
+    in_history, in_history_id, in_history_data = found
 
-    for legacy in (False, True):
+    for number, case in enumerate(("orphan", "unindexed", "never marked")):
         engine.kill()
+        orphan_id = f"{number:040d}"
         with sqlite3.connect(engine.db) as db:
-            orphan = pb.Value(string_value=text(f"orphan-{legacy}")).SerializeToString()
-            db.execute("INSERT INTO blobs (blob_id, value) VALUES (?, ?)",
-                       (f"{int(legacy):040d}", orphan))
-            if legacy:
+            orphan = pb.Value(string_value=text(f"orphan-{number}")).SerializeToString()
+            db.execute("INSERT INTO blobs (blob_id, value) VALUES (?, ?)", (orphan_id, orphan))
+            if case == "unindexed":
+                db.execute("DELETE FROM blob_refs WHERE holder<>'h'")
+                (run_id,) = db.execute(
+                    "SELECT run_id FROM runs WHERE flow_id='gc-start'").fetchone()
+                event = pb.FlowHistoryEvent(
+                    event_id=1000, channel_external_publish=pb.ChannelExternalPublishEvent(
+                        messages=[pb.ChannelMessage(channel_name="c", value=in_history)]))
+                db.execute("INSERT INTO history (run_id, event_id, event) VALUES (?, ?, ?)",
+                           (run_id, 1000, event.SerializeToString()))
+                db.execute("INSERT INTO blobs (blob_id, value) VALUES (?, ?)",
+                           (in_history_id, in_history_data))
+            elif case == "never marked":
                 db.execute("DELETE FROM blob_refs")
-                db.execute("DELETE FROM meta WHERE key='blob_refs_indexed'")
+                db.execute("DELETE FROM meta WHERE key='blob_refs_history_rowid'")
         db.close()
-        assert audit(engine.db).unreferenced == {f"{int(legacy):040d}"}
+        assert audit(engine.db).unreferenced == {orphan_id}, case
         engine.start()
         assert_clean(engine.db)
-        answered = await load(address, "gc-start", kept)
+        answered = await load(address, "gc-start", kept, in_history)
         assert answered.values[blob_id(kept)].string_value == text("kept")
+        if case != "orphan":
+            assert answered.values[in_history_id].string_value == text("history-only")
 
 
 def test_a_value_replaced_before_its_commit_stores_no_blob() -> None:
