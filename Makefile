@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-transport bench-relay bench-rest bench-scale bench-first-rpc bench-peer-server chaos clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-long-session bench-transport bench-relay bench-rest bench-scale bench-first-rpc bench-peer-server chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,7 @@ bench: install
 	$(PY) -m bench.turn
 	$(PY) -m bench.transport
 	$(PY) -m bench.engine
+	$(PY) -m bench.engine --long-session
 	$(PY) -m bench.relay
 	$(PY) -m bench.steer
 	$(PY) -m bench.rest
@@ -66,13 +67,19 @@ bench: install
 	$(PY) -m bench.first_rpc
 	$(PY) -m bench.peer_server
 
-# One agent turn (3 parallel tools) against LangGraph + SqliteSaver, with its cost breakdown.
+# One agent turn (3 parallel tools) against LangGraph + SqliteSaver, with its cost breakdown,
+# at the engine's default blob threshold and at 1024 side by side.
 bench-turn: install
 	$(PY) -m bench.turn
 
 # What the turn's gRPC messages cost on their own, between two Python processes: a lower bound.
 bench-transport: install
 	$(PY) -m bench.transport
+
+# A long session's snapshot read at 100, 2,000 and 20,000 messages, at the engine's default
+# blob threshold and at 1024 (the Dex server's), flat or not (issue 26).
+bench-long-session: install
+	$(PY) -m bench.engine --long-session
 
 # Websocket relay: 1 to 10,000 watchers of one session (memory, latency, engine reads), latency
 # from a Stream write to the frame, and 200 sockets on one web process.

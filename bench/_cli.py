@@ -19,3 +19,15 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, not {value}")
     return value
+
+
+def byte_counts(text: str) -> tuple[int, ...]:
+    """An ``argparse`` type: comma-separated byte counts (``65536,1024``), each at least 0
+    (else a usage error)."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values or any(value < 0 for value in values):
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of byte counts: {text!r}")
+    return values

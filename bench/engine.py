@@ -14,7 +14,21 @@ and, in the same run, the peer: the same chain as ``--chain`` durable steps of o
 workflow on SQLite (``bench/dbos_peer.py``, own process). Prints our per-Step time as a
 ratio of DBOS's. Targets from issue 3: ratio <= 1.5, p99 < 10 ms, idle RSS < 300 MB.
 
-Run: ``.venv/bin/python -m bench.engine`` (``--quick`` for a smaller, faster pass).
+``--long-session`` measures instead a long agent session's snapshot read (issue 26): one
+session each of 100, 2,000 and 20,000 messages (``bench/long_session.py`` stores them in
+batches through a bench-only RPC of the platform's session Flow), on one engine per
+``--blob-thresholds`` value (the default 64 KiB and 1024, the Dex server's; each engine a
+``python -m dex_dev_server`` child with a Worker child), read through
+``AgentSessionClient.get_agent_snapshot`` as the platform reads it (``get_message_range``, then
+``get_agent_snapshot_page`` loading the newest 200 messages' instances), the engines taking
+turns read by read. Prints p50 / p99 per read for each size and threshold, "flat?" (the
+largest session's p50 over the smallest's, and over the middle one's, which shows as many
+messages), the ratio of the thresholds, and CPU per read of the engine, the Worker and the
+bench client.
+
+Run: ``.venv/bin/python -m bench.engine`` (``--quick`` for a smaller, faster pass), and
+``.venv/bin/python -m bench.engine --long-session`` (``--quick``: 100, 1,000 and 5,000
+messages, 30 reads) or ``make bench-long-session``.
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -53,7 +68,13 @@ from dex import (
     open_blob_cache,
 )
 
+from bench._cli import byte_counts
+from bench.long_session import LongSessionFlow, SeedBatch, build_flow
+from bench.relay import cpu_ms, percentile
+from dex_agents import AgentSessionClient
 from dex_agents._worker_tuning import cache_sdk_version
+from dex_agents.testing import AgentTestStack
+from dex_dev_server._blobs import DEFAULT_BLOB_THRESHOLD
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -230,14 +251,200 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+# --- a long agent session's snapshot reads (--long-session) ----------------------------------
+
+#: The session sizes of ``--long-session`` (``--quick``: the same shape, smaller).
+LONG_SESSION_SIZES = (100, 2_000, 20_000)
+QUICK_LONG_SESSION_SIZES = (100, 1_000, 5_000)
+#: The engine thresholds compared: the default, and the Dex server's.
+LONG_SESSION_THRESHOLDS = (DEFAULT_BLOB_THRESHOLD, 1024)
+#: Messages per ``seed_messages`` commit (about 1 MB with 1,000-character messages).
+_SEED_BATCH = 500
+
+
+@dataclass
+class SnapshotCell:
+    """One (threshold, session size) pair's reads."""
+
+    build_seconds: float = 0.0
+    seconds: list[float] = field(default_factory=list)
+    #: CPU milliseconds per read of the engine, the Worker and the bench client.
+    engine_ms: float = 0.0
+    worker_ms: float = 0.0
+    client_ms: float = 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        """CPU milliseconds per read, all three processes."""
+        return self.engine_ms + self.worker_ms + self.client_ms
+
+
+def _stack_cpu_ms(stack: AgentTestStack, worker_pid: int) -> tuple[float, float]:
+    """CPU milliseconds of a stack's engine and of its Worker so far, every thread."""
+    return cpu_ms(stack.engine_pid), cpu_ms(worker_pid)
+
+
+async def _seed(
+    sessions: AgentSessionClient, flow: LongSessionFlow, session_id: str, size: int, chars: int
+) -> float:
+    """Start session ``session_id`` and store ``size`` messages; return the seconds taken."""
+    started = time.perf_counter()
+    await sessions.start_session(session_id)
+    stored = 0
+    while stored < size:
+        count = min(_SEED_BATCH, size - stored)
+        stored = await sessions.client.invoke_rpc(
+            flow.seed_messages, session_id, SeedBatch(stored + 1, count, chars)
+        )
+    return time.perf_counter() - started
+
+
+async def _read_snapshot(
+    sessions: AgentSessionClient, session_id: str, size: int
+) -> tuple[float, float]:
+    """One snapshot read through ``AgentSessionClient``: ``(seconds, client CPU seconds)``.
+
+    Raises:
+        AssertionError: If the snapshot does not end with the session's newest message.
+    """
+    cpu_before = time.process_time()
+    started = time.perf_counter()
+    snapshot = await sessions.get_agent_snapshot(session_id)
+    elapsed = time.perf_counter() - started
+    assert snapshot.messages[-1].sequence == size, (snapshot.messages[-1].sequence, size)
+    assert len(snapshot.messages) == min(size, 200), len(snapshot.messages)
+    return elapsed, time.process_time() - cpu_before
+
+
+async def _long_session(
+    sizes: tuple[int, ...], thresholds: tuple[int, ...], reads: int, chars: int, root: Path
+) -> dict[tuple[int, int], SnapshotCell]:
+    """Build one session per size on one engine per threshold; read each snapshot ``reads``
+    times, the thresholds taking turns read by read."""
+    flow = build_flow()
+    stacks: list[AgentTestStack] = []
+    worker_pids: list[int] = []
+    cells = {(t, size): SnapshotCell() for t in thresholds for size in sizes}
+    try:
+        for threshold in thresholds:
+            stack = AgentTestStack(
+                root / f"threshold-{threshold}", [flow], "bench.long_session", worker_cwd=REPO,
+                engine_args=["--blob-threshold", str(threshold), "--log-level", "warning"],
+            )
+            stacks.append(stack)
+            await stack.__aenter__()
+            worker_pids.append((await stack.start_worker()).pid)
+        for size in sizes:
+            for threshold, stack in zip(thresholds, stacks, strict=True):
+                cells[threshold, size].build_seconds = await _seed(
+                    stack.sessions(flow), flow, f"long-{size}", size, chars
+                )
+        for size in sizes:
+            # Warm-up: the first read of a session hydrates its blobs into the Worker's cache.
+            for _ in range(5):
+                for stack in stacks:
+                    await _read_snapshot(stack.sessions(flow), f"long-{size}", size)
+            before = [_stack_cpu_ms(stack, pid) for stack, pid in zip(stacks, worker_pids,
+                                                                         strict=True)]
+            client_cpu = [0.0] * len(stacks)
+            for _ in range(reads):
+                for index, (threshold, stack) in enumerate(zip(thresholds, stacks, strict=True)):
+                    seconds, cpu = await _read_snapshot(stack.sessions(flow), f"long-{size}", size)
+                    cells[threshold, size].seconds.append(seconds)
+                    client_cpu[index] += cpu
+            for index, (threshold, stack) in enumerate(zip(thresholds, stacks, strict=True)):
+                engine_ms, worker_ms = _stack_cpu_ms(stack, worker_pids[index])
+                cell = cells[threshold, size]
+                cell.engine_ms = (engine_ms - before[index][0]) / reads
+                cell.worker_ms = (worker_ms - before[index][1]) / reads
+                cell.client_ms = client_cpu[index] * 1000 / reads
+    finally:
+        for stack in stacks:
+            await stack.close()
+    return cells
+
+
+def _print_long_session(
+    cells: dict[tuple[int, int], SnapshotCell], sizes: tuple[int, ...],
+    thresholds: tuple[int, ...], reads: int, chars: int,
+) -> None:
+    """The snapshot read table: p50 / p99 per size for each threshold, and "flat?"."""
+    ms = 1000.0
+    first, last = sizes[0], sizes[-1]
+    print(f"Snapshot read of one long agent session (AgentSessionClient.get_agent_snapshot:"
+          f" get_message_range, then\nget_agent_snapshot_page loading the newest 200 messages),"
+          f" {reads} reads per cell after 5 warm-up reads,\nthe thresholds taking turns read by"
+          f" read; each message {chars:,} characters (~{2 * chars + 100:,} bytes stored).\n"
+          f"Load average {os.getloadavg()[0]:.1f}.")
+    middle = sizes[len(sizes) // 2]
+    header = "".join(f" {f'{size:,} msgs p50 / p99 ms':>26}" for size in sizes)
+    print(f"  {'--blob-threshold':<18}{header} {f'flat? ({last:,}/{first:,})':>22}"
+          f" {f'({last:,}/{middle:,})':>16}")
+    for threshold in thresholds:
+        row = "".join(
+            f" {percentile(cells[threshold, size].seconds, 0.5) * ms:12.2f} /"
+            f" {percentile(cells[threshold, size].seconds, 0.99) * ms:10.2f}"
+            for size in sizes
+        )
+        p50 = {size: percentile(cells[threshold, size].seconds, 0.5) for size in sizes}
+        print(f"  {threshold:<18}{row} {p50[last] / p50[first]:21.2f}x"
+              f" {p50[last] / p50[middle]:15.2f}x")
+    if len(thresholds) > 1:
+        base, other = thresholds[0], thresholds[1]
+        row = "".join(
+            f" {percentile(cells[other, size].seconds, 0.5) / percentile(cells[base, size].seconds, 0.5):11.2f}x /"  # noqa: E501
+            f" {percentile(cells[other, size].seconds, 0.99) / percentile(cells[base, size].seconds, 0.99):9.2f}x"  # noqa: E501
+            for size in sizes
+        )
+        print(f"  {f'{other} / {base}':<18}{row}")
+    print("  CPU per read (ms): engine + Worker + bench client = total; seconds to build the"
+          " session:")
+    print(f"  {'--blob-threshold':<18} {'messages':>8} {'engine':>8} {'Worker':>8} {'client':>8}"
+          f" {'total':>8} {'build s':>8}")
+    for threshold in thresholds:
+        for size in sizes:
+            cell = cells[threshold, size]
+            print(f"  {threshold:<18} {size:8,} {cell.engine_ms:8.2f} {cell.worker_ms:8.2f}"
+                  f" {cell.client_ms:8.2f} {cell.cpu_ms:8.2f} {cell.build_seconds:8.2f}")
+        cpu = {size: cells[threshold, size].cpu_ms for size in sizes}
+        print(f"  {'':<18} {'flat?':>8} {'':>35} {cpu[last] / cpu[first]:7.2f}x"
+              f" ({last:,}/{first:,}), {cpu[last] / cpu[middle]:.2f}x ({last:,}/{middle:,})")
+    print(f"  (a session of {first:,} messages shows {min(first, 200)} of them, the others 200:"
+          f" the {last:,}/{middle:,} column compares equal snapshots)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chain", type=int, default=1000)
     parser.add_argument("--flows", type=int, default=100)
     parser.add_argument("--flow-steps", type=int, default=50)
     parser.add_argument("--idle", type=int, default=10_000)
-    parser.add_argument("--quick", action="store_true", help="200-step chain, 20x20, 1,000 idle")
+    parser.add_argument("--quick", action="store_true",
+                        help="200-step chain, 20x20, 1,000 idle; with --long-session: sessions"
+                             " of 100, 1,000 and 5,000 messages, 30 reads")
+    parser.add_argument(
+        "--long-session", action="store_true",
+        help="measure only a long agent session's snapshot reads (100, 2,000 and 20,000"
+             " messages) at each --blob-thresholds value (a few minutes)")
+    parser.add_argument("--blob-thresholds", type=byte_counts,
+                        default=LONG_SESSION_THRESHOLDS, metavar="BYTES,BYTES",
+                        help="the engine thresholds --long-session compares (default"
+                             f" {DEFAULT_BLOB_THRESHOLD},1024; the first is the base of ratios)")
+    parser.add_argument("--reads", type=int, default=None,
+                        help="--long-session reads per session and threshold (200; 30 with"
+                             " --quick)")
+    parser.add_argument("--message-chars", type=int, default=1000,
+                        help="--long-session: characters of each message's text (1,000)")
     ns = parser.parse_args()
+    if ns.long_session:
+        sizes = QUICK_LONG_SESSION_SIZES if ns.quick else LONG_SESSION_SIZES
+        reads = ns.reads or (30 if ns.quick else 200)
+        with tempfile.TemporaryDirectory() as tmp_name:
+            cells = asyncio.run(_long_session(
+                sizes, ns.blob_thresholds, reads, ns.message_chars, Path(tmp_name)
+            ))
+        _print_long_session(cells, sizes, ns.blob_thresholds, reads, ns.message_chars)
+        return 0
     if ns.quick:
         ns.chain, ns.flows, ns.flow_steps, ns.idle = 200, 20, 20, 1000
     with tempfile.TemporaryDirectory() as tmp_name:

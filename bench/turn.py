@@ -37,6 +37,14 @@ client, SQLite commits, and calls and time per gRPC method and per worker frame 
 worker's main thread, where the SDK runs every Step and frame, spends inside each turn, for ours
 and for the floor: no turn can be shorter (docs/engine-durability.md, "Two lower bounds").
 
+Each ``--sync`` setting is measured at every ``--blob-thresholds`` value (default: the engine's
+64 KiB and 1024, what the Dex server does), each on its own engine and worker, and a table puts
+them side by side with p50 / p99, CPU per turn, the worker thread's CPU and LoadBlobs calls
+per turn, as a ratio of the first threshold (issue 26). The turn's own values are small; with
+``--agent-config-bytes`` each of our sessions carries an agent config of that size, as the
+platform's sessions do (a system prompt and the tools' specs), which every task of the session
+receives: inline below the threshold, else as a blob the worker loads once per session.
+
 Run: ``.venv/bin/python -m bench.turn`` (``--quick`` for a short pass), or ``make bench-turn``.
 Nothing is asserted beyond each turn's answer.
 """
@@ -56,8 +64,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench._cli import positive_int
+from bench._cli import byte_counts, positive_int
 from bench.relay import cpu_ms, percentile
+from dex_dev_server._blobs import DEFAULT_BLOB_THRESHOLD
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER_MODULE = "tests.dex_agents.scripted_worker"
@@ -152,6 +161,10 @@ class OurSide:
     worker_pid: int
     profile_path: Path
     observe: str = "step"
+    #: The engine's ``--blob-threshold`` in bytes.
+    threshold: int = DEFAULT_BLOB_THRESHOLD
+    #: Each session's ``agent_config`` (``agent_config_for``), or ``None``.
+    agent_config: dict[str, Any] | None = None
     seconds: list[float] = field(default_factory=list)
     client_cpu: float = 0.0
     snapshot_retries: int = 0
@@ -159,6 +172,11 @@ class OurSide:
     worker_thread_ms: list[float] = field(default_factory=list)
     #: The bench client's events of the last turn: ``(unix time, label)``.
     marks: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The side's settings, as the tables name it."""
+        return f"--sync {self.sync}, blobs > {self.threshold}"
 
     def cpu(self) -> float:
         """CPU seconds of the engine, the worker and this side's bench client so far."""
@@ -197,7 +215,9 @@ class OurSide:
         thread_before = thread_cpu_ms(self.worker_pid)
         self.marks = [(time.time(), "client: start_session")]
         started = time.perf_counter()
-        await sessions.start_session(session_id, "tools: lookup, lookup, lookup")
+        await sessions.start_session(
+            session_id, "tools: lookup, lookup, lookup", agent_config=self.agent_config
+        )
         self.marks.append((time.time(), "client: started"))
         if self.observe == "stream":
             token = ""
@@ -234,6 +254,33 @@ class OurSide:
         return elapsed
 
 
+def agent_config_for(size: int) -> dict[str, Any] | None:
+    """An ``agent_config`` of about ``size`` bytes of JSON shaped as the platform's
+    (``agents_app.models.Agent.agent_config``: the model, a system prompt and the tools' specs
+    with their JSON Schemas), or ``None`` for 0. The platform's session carries it in its start
+    input and ``AGENT_CONFIG``, which every task of the session receives; the scripted runner
+    ignores it."""
+    if size <= 0:
+        return None
+    tool = {
+        "name": "docs__lookup", "server": "docs", "tool": "lookup",
+        "description": "Look a term up in the project's documentation and return the passage.",
+        "parameters": {"type": "object", "properties": {"term": {"type": "string"},
+                                                        "limit": {"type": "integer"}},
+                       "required": ["term"]},
+        "effect": "read", "requires_approval": False, "approval_deadline_seconds": None,
+        "timeout_seconds": 60, "retries": 2, "step_timeout_seconds": 190,
+    }
+    config: dict[str, Any] = {"agent": "bench", "model": "scripted", "api_base": None,
+                              "api_key_env": None, "system_prompt": "", "tools": []}
+    while len(json.dumps(config)) + len(json.dumps(tool)) < size * 3 // 4:
+        config["tools"].append({**tool, "name": f"docs__lookup_{len(config['tools'])}"})
+    sentence = "Answer from the documentation and name the page you used. "
+    room = max(0, size - len(json.dumps(config)))
+    config["system_prompt"] = (sentence * (room // len(sentence) + 1))[:room]
+    return config
+
+
 def _diff(before: Reading, after: Reading, turns: int) -> dict[str, Any]:
     """Per-turn costs between two readings."""
     methods: dict[str, tuple[float, float]] = {}
@@ -268,7 +315,7 @@ def _print_timeline(side: OurSide, reading: Reading) -> None:
         for at, seconds, label in reading.profile["trace"]
         if start <= at <= side.marks[-1][0]
     ]
-    print(f"\nTimeline of the last turn, --sync {side.sync} (ms from start_session):")
+    print(f"\nTimeline of the last turn, {side.label} (ms from start_session):")
     for at, label in sorted(events):
         print(f"  {(at - start) * 1000:8.2f}  {label}")
 
@@ -276,7 +323,7 @@ def _print_timeline(side: OurSide, reading: Reading) -> None:
 def _thread_line(name: str, thread_ms: list[float], peer_p50: float) -> str:
     """The worker main thread's CPU inside each turn, p50, as a ratio of the peer's p50."""
     p50 = percentile(thread_ms, 0.5)
-    return (f"  {name:<34} p50 {p50:7.2f} ms   p99 {percentile(thread_ms, 0.99):7.2f} ms"
+    return (f"  {name:<44} p50 {p50:7.2f} ms   p99 {percentile(thread_ms, 0.99):7.2f} ms"
             f"  {p50 / peer_p50:5.2f}x")
 
 
@@ -284,7 +331,7 @@ def _summary(name: str, seconds: list[float], peer_p50: float | None) -> str:
     p50 = percentile(seconds, 0.5) * 1000
     p99 = percentile(seconds, 0.99) * 1000
     ratio = f"  {p50 / peer_p50:5.2f}x" if peer_p50 else ""
-    return f"  {name:<34} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms{ratio}"
+    return f"  {name:<44} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms{ratio}"
 
 
 def _floor_cpu(stack: Any, worker_pid: int) -> float:
@@ -306,27 +353,61 @@ def _print_dbos_comparison(
     print("\nAgainst DBOS (issue 24; durability: ours --sync full = SQLite WAL + synchronous FULL,"
           " DBOS = rollback\n journal + synchronous FULL: both survive a power loss; --sync"
           " normal survives a killed process only):")
-    print(f"  {'side':<34} {'p50 ms':>8} {'x DBOS':>7} {'p99 ms':>8} {'p99/p50':>8}"
+    print(f"  {'side':<44} {'p50 ms':>8} {'x DBOS':>7} {'p99 ms':>8} {'p99/p50':>8}"
           f" {'CPU ms/turn':>12} {'x DBOS':>7}")
     rows = [("DBOS", dbos.seconds, dbos_cpu_ms)]
-    rows += [(f"dex_agents --sync {side.sync}", side.seconds, cpu)
+    rows += [(f"dex_agents {side.label}", side.seconds, cpu)
              for side, cpu in zip(sides, cpu_ms, strict=True)]
     if floor_seconds:
         rows.append((f"floor: empty handlers, --sync {floor_sync}", floor_seconds, floor_cpu_ms))
     for name, seconds, cpu in rows:
         p50 = percentile(seconds, 0.5) * 1000
         p99 = percentile(seconds, 0.99) * 1000
-        print(f"  {name:<34} {p50:8.2f} {p50 / dbos_p50:6.2f}x {p99:8.2f} {p99 / p50:7.2f}x"
+        print(f"  {name:<44} {p50:8.2f} {p50 / dbos_p50:6.2f}x {p99:8.2f} {p99 / p50:7.2f}x"
               f" {cpu:12.2f} {cpu / dbos_cpu_ms:6.2f}x")
-    print(f"  {'LangGraph + SqliteSaver (in-process)':<34} {'':>8} {'':>7} {'':>8} {'':>8}"
+    print(f"  {'LangGraph + SqliteSaver (in-process)':<44} {'':>8} {'':>7} {'':>8} {'':>8}"
           f" {langgraph_cpu_ms:12.2f} {langgraph_cpu_ms / dbos_cpu_ms:6.2f}x")
     print("  (targets: --sync full p50 <= 1.2x DBOS, p99 <= 2x its own p50, CPU per turn <= 1.5x"
           " DBOS;\n   goal 1.0x. CPU: ours = engine + worker + bench client, DBOS = its process,"
           " every thread)")
 
 
-def _print_breakdown(sync: str, wall_ms: float, costs: dict[str, Any]) -> None:
-    print(f"\nPer-turn cost of ours, --sync {sync} (wall p50 {wall_ms:.1f} ms):")
+def _print_thresholds(
+    sides: list[OurSide], cpu_ms: list[float], costs: list[dict[str, Any]]
+) -> None:
+    """The turn at each blob threshold side by side, per ``--sync``, and as a ratio of the
+    first threshold's (the engine's default unless ``--blob-thresholds`` says otherwise);
+    ``costs`` (the profile's, empty without one) adds LoadBlobs calls per turn."""
+    print("\nThe blob threshold (engine --blob-threshold: larger values are stored as blobs"
+          " the worker loads\nwith LoadBlobs and caches; 1024 is what the Dex server does);"
+          " ratio = this threshold / the first:")
+    print(f"  {'side':<34} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/turn':>12}"
+          f" {'worker thread p50':>18} {'LoadBlobs/turn':>15}")
+    by_sync: dict[str, list[int]] = {}
+    for index, side in enumerate(sides):
+        by_sync.setdefault(side.sync, []).append(index)
+    for indexes in by_sync.values():
+        figures = []
+        for index in indexes:
+            side = sides[index]
+            load_blobs = (costs[index]["methods"].get("LoadBlobs", (0.0, 0.0))[0]
+                          if costs else float("nan"))
+            figures.append((
+                percentile(side.seconds, 0.5) * 1000, percentile(side.seconds, 0.99) * 1000,
+                cpu_ms[index], percentile(side.worker_thread_ms, 0.5), load_blobs,
+            ))
+            p50, p99, cpu, thread, loads = figures[-1]
+            print(f"  {side.label:<34} {p50:8.2f} {p99:8.2f} {cpu:12.2f} {thread:18.2f}"
+                  f" {loads:15.1f}")
+        base = figures[0]
+        for index, (p50, p99, cpu, thread, _) in zip(indexes[1:], figures[1:], strict=True):
+            name = f"ratio {sides[index].threshold} / {sides[indexes[0]].threshold}"
+            print(f"  {name:<34} {p50 / base[0]:7.2f}x {p99 / base[1]:7.2f}x"
+                  f" {cpu / base[2]:11.2f}x {thread / base[3]:17.2f}x")
+
+
+def _print_breakdown(label: str, wall_ms: float, costs: dict[str, Any]) -> None:
+    print(f"\nPer-turn cost of ours, {label} (wall p50 {wall_ms:.1f} ms):")
     print(f"  CPU: engine {costs['engine_cpu_ms']:.1f} ms, worker {costs['worker_cpu_ms']:.1f} ms,"
           f" bench client {costs['client_cpu_ms']:.1f} ms")
     print(f"  SQLite commits: {costs['commits']:.1f} per turn, {costs['commit_ms']:.2f} ms;"
@@ -354,7 +435,8 @@ async def run(
     floor: bool = True,
     dbos: bool = True,
     floor_sync: str = "normal",
-    blob_threshold: int | None = None,
+    thresholds: tuple[int, ...] = (DEFAULT_BLOB_THRESHOLD,),
+    agent_config_bytes: int = 0,
 ) -> None:
     """Start one engine + worker per ``--sync`` value (and one for the floor), interleave the
     sides, print figures."""
@@ -382,8 +464,8 @@ async def run(
     try:
         if dbos:
             dbos_side = DbosSide(root)
-        for sync in syncs:
-            home = root / f"sync-{sync}"
+        for sync, threshold in [(sync, threshold) for sync in syncs for threshold in thresholds]:
+            home = root / f"sync-{sync}-blobs-{threshold}"
             (home / "state").mkdir(parents=True)
             profile_path = home / "profile.json"
             stack = AgentTestStack(
@@ -393,14 +475,14 @@ async def run(
                 worker_cwd=REPO,
                 worker_env={STATE_DIR_ENV: str(home / "state"), WORKER_FLOW_TYPES_ENV: FLOW_TYPE},
                 engine_args=[
-                    "--sync", sync, *(["--profile", str(profile_path)] if profile else []),
-                    *(["--blob-threshold", str(blob_threshold)] if blob_threshold is not None
-                      else []),
+                    "--sync", sync, "--blob-threshold", str(threshold),
+                    *(["--profile", str(profile_path)] if profile else []),
                 ],
             )
             await stack.__aenter__()
             worker = await stack.start_worker()
-            sides.append(OurSide(sync, stack, worker.pid, profile_path, observe))
+            sides.append(OurSide(sync, stack, worker.pid, profile_path, observe, threshold,
+                                 agent_config_for(agent_config_bytes)))
         if floor:
             floor_stack = AgentTestStack(
                 root / "floor", [floor_flow], FLOOR_WORKER_MODULE, worker_cwd=REPO,
@@ -477,6 +559,10 @@ async def run(
         peer_p50 = percentile(peer, 0.5) * 1000
         print(f"One agent turn (3 parallel READ tools), {turns} turns per side, interleaved,"
               f" after {warmup} warm-up turns; ratio = p50 / LangGraph + SqliteSaver p50:")
+        if agent_config_bytes:
+            print(f"  (each of our sessions carries an agent_config of"
+                  f" {len(json.dumps(agent_config_for(agent_config_bytes))):,} bytes, as the"
+                  " platform's do; the peers carry none)")
         print(f"  (goal, issue 13: ours <= 1.0x; acceptable <= 2.0x. Load average"
               f" {os.getloadavg()[0]:.1f}: other work on the machine slows both sides unevenly."
               f"{' With few turns p99 is close to the maximum.' if turns < 100 else ''})")
@@ -485,7 +571,7 @@ async def run(
         if dbos_side is not None:
             print(_summary("DBOS, SQLite DELETE+FULL", dbos_side.seconds, peer_p50))
         for side in sides:
-            print(_summary(f"dex_agents + engine --sync {side.sync}", side.seconds, peer_p50))
+            print(_summary(f"dex_agents + engine {side.label}", side.seconds, peer_p50))
         if floor_seconds:
             print(_summary("floor: same Steps, empty handlers", floor_seconds, peer_p50))
             print("  (the floor is the turn's nine Step tasks and one RPC on the same engine, SDK"
@@ -499,17 +585,18 @@ async def run(
         print("CPU of the worker's main thread inside each turn (from start_session to the"
               " snapshot; ratio = p50 / LangGraph + SqliteSaver p50):")
         for side in sides:
-            print(_thread_line(f"dex_agents, --sync {side.sync}", side.worker_thread_ms,
-                               peer_p50))
+            print(_thread_line(f"dex_agents, {side.label}", side.worker_thread_ms, peer_p50))
         if floor_thread_ms:
             print(_thread_line("floor", floor_thread_ms, peer_p50))
         print("  (that thread runs the unchanged dex-python-sdk's event loop: the Python side of"
               " the worker's gRPC\n   messages, the SDK's decoding and encoding, and every Step"
               " handler, one after another;\n   a turn cannot be shorter than the CPU this"
               " thread spends inside it)")
-        for side, first, last in zip(sides, before, after, strict=False):
-            _print_breakdown(side.sync, percentile(side.seconds, 0.5) * 1000,
-                             _diff(first, last, turns))
+        costs = [_diff(first, last, turns) for first, last in zip(before, after, strict=True)]
+        if len(thresholds) > 1:
+            _print_thresholds(sides, cpu_ms, costs)
+        for side, side_costs, last in zip(sides, costs, after, strict=False):
+            _print_breakdown(side.label, percentile(side.seconds, 0.5) * 1000, side_costs)
             if trace:
                 _print_timeline(side, last)
     finally:
@@ -547,9 +634,20 @@ def main() -> None:
                         help="the floor engine's --sync setting (default: normal)")
     parser.add_argument("--no-dbos", action="store_true",
                         help="do not measure the DBOS peer (bench/dbos_turn_peer.py)")
+    parser.add_argument(
+        "--blob-thresholds", type=byte_counts, default=(DEFAULT_BLOB_THRESHOLD, 1024),
+        metavar="BYTES,BYTES",
+        help=f"the engine --blob-threshold values to measure ours at, each on its own engine and"
+             f" worker (default {DEFAULT_BLOB_THRESHOLD},1024: the engine's default and what the"
+             " Dex server does; the first is the base of the ratios)")
     parser.add_argument("--blob-threshold", type=int, default=None, metavar="BYTES",
-                        help="the engine's --blob-threshold for ours (default: the engine's, "
-                             "64 KiB; 1024 stores values as the Dex server does)")
+                        help="measure ours at this one threshold only (same as"
+                             " --blob-thresholds BYTES)")
+    parser.add_argument(
+        "--agent-config-bytes", type=int, default=0, metavar="BYTES",
+        help="start each of our sessions with an agent_config of about BYTES of JSON (a system"
+             " prompt and tool specs, as the platform's sessions carry; the peers carry none)."
+             " Default 0: the turn the peers run")
     parser.add_argument("--trace", action="store_true",
                         help="also print the last turn's timeline (engine and client events)")
     args = parser.parse_args()
@@ -559,9 +657,12 @@ def main() -> None:
     if args.warmup is None:
         args.warmup = 5 if args.quick else 20
     syncs = ["normal", "full"] if args.sync == "both" else [args.sync]
+    thresholds = ((args.blob_threshold,) if args.blob_threshold is not None
+                  else args.blob_thresholds)
     asyncio.run(
         run(args.turns, args.warmup, syncs, args.trace, args.observe, not args.no_profile,
-            not args.no_floor, not args.no_dbos, args.floor_sync, args.blob_threshold)
+            not args.no_floor, not args.no_dbos, args.floor_sync, thresholds,
+            args.agent_config_bytes)
     )
 
 
