@@ -53,6 +53,7 @@ from dex import (
     BlobCacheConfig,
     Channel,
     ClientOptions,
+    DexServiceError,
     Flow,
     PersistenceSchema,
     PullWorkerOptions,
@@ -258,8 +259,8 @@ LONG_SESSION_SIZES = (100, 2_000, 20_000)
 QUICK_LONG_SESSION_SIZES = (100, 1_000, 5_000)
 #: The engine thresholds compared: the default, and the Dex server's.
 LONG_SESSION_THRESHOLDS = (DEFAULT_BLOB_THRESHOLD, 1024)
-#: Messages per ``seed_messages`` commit (about 1 MB with 1,000-character messages).
-_SEED_BATCH = 500
+#: Bytes of messages per ``seed_messages`` commit (a Step or RPC result stays under 4 MiB).
+_SEED_BATCH_BYTES = 1_000_000
 
 
 @dataclass
@@ -268,6 +269,10 @@ class SnapshotCell:
 
     build_seconds: float = 0.0
     seconds: list[float] = field(default_factory=list)
+    #: Messages the snapshot showed.
+    shown: int = 0
+    #: Why the engine refused the reads, if it did.
+    error: str = ""
     #: CPU milliseconds per read of the engine, the Worker and the bench client.
     engine_ms: float = 0.0
     worker_ms: float = 0.0
@@ -291,8 +296,9 @@ async def _seed(
     started = time.perf_counter()
     await sessions.start_session(session_id)
     stored = 0
+    batch = max(1, _SEED_BATCH_BYTES // (2 * chars + 100))
     while stored < size:
-        count = min(_SEED_BATCH, size - stored)
+        count = min(batch, size - stored)
         stored = await sessions.client.invoke_rpc(
             flow.seed_messages, session_id, SeedBatch(stored + 1, count, chars)
         )
@@ -301,8 +307,10 @@ async def _seed(
 
 async def _read_snapshot(
     sessions: AgentSessionClient, session_id: str, size: int
-) -> tuple[float, float]:
-    """One snapshot read through ``AgentSessionClient``: ``(seconds, client CPU seconds)``.
+) -> tuple[float, float, int]:
+    """One snapshot read through ``AgentSessionClient``: ``(seconds, client CPU seconds,
+    messages shown)``; a snapshot shows the newest 200 messages, fewer when they pass its
+    byte budget (``dex_agents._views.SNAPSHOT_MESSAGES_BYTES``).
 
     Raises:
         AssertionError: If the snapshot does not end with the session's newest message.
@@ -312,19 +320,36 @@ async def _read_snapshot(
     snapshot = await sessions.get_agent_snapshot(session_id)
     elapsed = time.perf_counter() - started
     assert snapshot.messages[-1].sequence == size, (snapshot.messages[-1].sequence, size)
-    assert len(snapshot.messages) == min(size, 200), len(snapshot.messages)
-    return elapsed, time.process_time() - cpu_before
+    assert 0 < len(snapshot.messages) <= min(size, 200), len(snapshot.messages)
+    return elapsed, time.process_time() - cpu_before, len(snapshot.messages)
 
 
 async def _long_session(
     sizes: tuple[int, ...], thresholds: tuple[int, ...], reads: int, chars: int, root: Path
 ) -> dict[tuple[int, int], SnapshotCell]:
     """Build one session per size on one engine per threshold; read each snapshot ``reads``
-    times, the thresholds taking turns read by read."""
+    times, the thresholds taking turns read by read. A read the engine refuses (a task too
+    large for one gRPC message) marks its cell failed, and that cell is read no more."""
     flow = build_flow()
     stacks: list[AgentTestStack] = []
     worker_pids: list[int] = []
     cells = {(t, size): SnapshotCell() for t in thresholds for size in sizes}
+
+    async def read(threshold: int, stack: AgentTestStack, size: int) -> float:
+        """One read into its cell; the client CPU it took (0 when the cell failed)."""
+        cell = cells[threshold, size]
+        if cell.error:
+            return 0.0
+        try:
+            seconds, cpu, cell.shown = await _read_snapshot(
+                stack.sessions(flow), f"long-{size}", size
+            )
+        except DexServiceError as error:
+            cell.error = str(error)
+            return 0.0
+        cell.seconds.append(seconds)
+        return cpu
+
     try:
         for threshold in thresholds:
             stack = AgentTestStack(
@@ -342,16 +367,16 @@ async def _long_session(
         for size in sizes:
             # Warm-up: the first read of a session hydrates its blobs into the Worker's cache.
             for _ in range(5):
-                for stack in stacks:
-                    await _read_snapshot(stack.sessions(flow), f"long-{size}", size)
+                for threshold, stack in zip(thresholds, stacks, strict=True):
+                    await read(threshold, stack, size)
+            for threshold in thresholds:
+                cells[threshold, size].seconds.clear()
             before = [_stack_cpu_ms(stack, pid) for stack, pid in zip(stacks, worker_pids,
                                                                          strict=True)]
             client_cpu = [0.0] * len(stacks)
             for _ in range(reads):
                 for index, (threshold, stack) in enumerate(zip(thresholds, stacks, strict=True)):
-                    seconds, cpu = await _read_snapshot(stack.sessions(flow), f"long-{size}", size)
-                    cells[threshold, size].seconds.append(seconds)
-                    client_cpu[index] += cpu
+                    client_cpu[index] += await read(threshold, stack, size)
             for index, (threshold, stack) in enumerate(zip(thresholds, stacks, strict=True)):
                 engine_ms, worker_ms = _stack_cpu_ms(stack, worker_pids[index])
                 cell = cells[threshold, size]
@@ -364,36 +389,46 @@ async def _long_session(
     return cells
 
 
+def _ratio(numerator: SnapshotCell, denominator: SnapshotCell, fraction: float) -> str:
+    """``numerator``'s quantile over ``denominator``'s, or "-" when either failed."""
+    if numerator.error or denominator.error:
+        return "-"
+    value = percentile(numerator.seconds, fraction) / percentile(denominator.seconds, fraction)
+    return f"{value:.2f}x"
+
+
 def _print_long_session(
     cells: dict[tuple[int, int], SnapshotCell], sizes: tuple[int, ...],
     thresholds: tuple[int, ...], reads: int, chars: int,
 ) -> None:
     """The snapshot read table: p50 / p99 per size for each threshold, and "flat?"."""
-    ms = 1000.0
     first, last = sizes[0], sizes[-1]
+    middle = sizes[len(sizes) // 2]
     print(f"Snapshot read of one long agent session (AgentSessionClient.get_agent_snapshot:"
           f" get_message_range, then\nget_agent_snapshot_page loading the newest 200 messages),"
           f" {reads} reads per cell after 5 warm-up reads,\nthe thresholds taking turns read by"
           f" read; each message {chars:,} characters (~{2 * chars + 100:,} bytes stored).\n"
           f"Load average {os.getloadavg()[0]:.1f}.")
-    middle = sizes[len(sizes) // 2]
-    header = "".join(f" {f'{size:,} msgs p50 / p99 ms':>26}" for size in sizes)
+    header = "".join(f" {f'{size:,} msgs p50 / p99 ms':>24}" for size in sizes)
     print(f"  {'--blob-threshold':<18}{header} {f'flat? ({last:,}/{first:,})':>22}"
           f" {f'({last:,}/{middle:,})':>16}")
+
+    def times(cell: SnapshotCell) -> str:
+        if cell.error:
+            return f" {'fails':>24}"
+        return (f" {percentile(cell.seconds, 0.5) * 1000:11.2f} /"
+                f" {percentile(cell.seconds, 0.99) * 1000:10.2f}")
+
     for threshold in thresholds:
+        row = "".join(times(cells[threshold, size]) for size in sizes)
+        print(f"  {threshold:<18}{row}"
+              f" {_ratio(cells[threshold, last], cells[threshold, first], 0.5):>22}"
+              f" {_ratio(cells[threshold, last], cells[threshold, middle], 0.5):>16}")
+    base = thresholds[0]
+    for other in thresholds[1:]:
         row = "".join(
-            f" {percentile(cells[threshold, size].seconds, 0.5) * ms:12.2f} /"
-            f" {percentile(cells[threshold, size].seconds, 0.99) * ms:10.2f}"
-            for size in sizes
-        )
-        p50 = {size: percentile(cells[threshold, size].seconds, 0.5) for size in sizes}
-        print(f"  {threshold:<18}{row} {p50[last] / p50[first]:21.2f}x"
-              f" {p50[last] / p50[middle]:15.2f}x")
-    if len(thresholds) > 1:
-        base, other = thresholds[0], thresholds[1]
-        row = "".join(
-            f" {percentile(cells[other, size].seconds, 0.5) / percentile(cells[base, size].seconds, 0.5):11.2f}x /"  # noqa: E501
-            f" {percentile(cells[other, size].seconds, 0.99) / percentile(cells[base, size].seconds, 0.99):9.2f}x"  # noqa: E501
+            f" {_ratio(cells[other, size], cells[base, size], 0.5):>11} /"
+            f" {_ratio(cells[other, size], cells[base, size], 0.99):>10}"
             for size in sizes
         )
         print(f"  {f'{other} / {base}':<18}{row}")
@@ -404,13 +439,22 @@ def _print_long_session(
     for threshold in thresholds:
         for size in sizes:
             cell = cells[threshold, size]
-            print(f"  {threshold:<18} {size:8,} {cell.engine_ms:8.2f} {cell.worker_ms:8.2f}"
-                  f" {cell.client_ms:8.2f} {cell.cpu_ms:8.2f} {cell.build_seconds:8.2f}")
-        cpu = {size: cells[threshold, size].cpu_ms for size in sizes}
-        print(f"  {'':<18} {'flat?':>8} {'':>35} {cpu[last] / cpu[first]:7.2f}x"
-              f" ({last:,}/{first:,}), {cpu[last] / cpu[middle]:.2f}x ({last:,}/{middle:,})")
-    print(f"  (a session of {first:,} messages shows {min(first, 200)} of them, the others 200:"
-          f" the {last:,}/{middle:,} column compares equal snapshots)")
+            figures = (f" {'fails':>35}" if cell.error else
+                       f" {cell.engine_ms:8.2f} {cell.worker_ms:8.2f} {cell.client_ms:8.2f}"
+                       f" {cell.cpu_ms:8.2f}")
+            print(f"  {threshold:<18} {size:8,}{figures} {cell.build_seconds:8.2f}")
+        low, mid, high = (cells[threshold, size] for size in (first, middle, last))
+        if not (low.error or mid.error or high.error):
+            print(f"  {'':<18} {'flat?':>8} {'':>35} {high.cpu_ms / low.cpu_ms:7.2f}x"
+                  f" ({last:,}/{first:,}), {high.cpu_ms / mid.cpu_ms:.2f}x ({last:,}/{middle:,})")
+    shown = ", ".join(
+        f"{size:,}: {max(cells[t, size].shown for t in thresholds)}" for size in sizes
+    )
+    print(f"  (messages a snapshot showed, by session size: {shown}; the {last:,}/{middle:,}"
+          " column compares equal snapshots)")
+    failures = sorted({cell.error for cell in cells.values() if cell.error})
+    for error in failures:
+        print(f"  fails: {error}")
 
 
 def main() -> int:

@@ -74,3 +74,31 @@ def test_seeded_messages_are_unique_and_as_long_as_asked() -> None:
     assert {len(message.text) for message in messages} == {1000}
     assert len({message.text for message in messages}) == 6
     assert [str(message.role) for message in messages[:3]] == ["user", "assistant", "tool"]
+
+
+@pytest.mark.parametrize(("threshold", "readable"), [(65536, False), (16384, True), (1024, True)])
+async def test_a_snapshot_of_200_large_messages_reads_only_under_a_low_enough_threshold(
+    tmp_path: Path, threshold: int, readable: bool
+) -> None:
+    # 200 messages of 15,000 characters (about 30 KB stored each, as a long tool result is):
+    # inline, the snapshot page's 200 instances pass one gRPC message; as blobs they do not.
+    flow = build_flow()
+    async with AgentTestStack(
+        tmp_path, [flow], "bench.long_session", worker_cwd=REPOSITORY_ROOT,
+        engine_args=["--blob-threshold", str(threshold)],
+    ) as stack:
+        await stack.start_worker()
+        sessions = stack.sessions(flow)
+        await sessions.start_session("long")
+        for first in range(1, 201, 25):
+            await stack.client.invoke_rpc(
+                flow.seed_messages, "long", SeedBatch(first, 25, 15_000)
+            )
+        if not readable:
+            with pytest.raises(DexServiceError, match="task too large"):
+                await sessions.get_agent_snapshot("long")
+            return
+        snapshot = await sessions.get_agent_snapshot("long")
+        # The newest that fit the snapshot's 1 MiB budget.
+        assert snapshot.messages[-1] == seeded_message(200, 15_000)
+        assert 20 < len(snapshot.messages) < 200
