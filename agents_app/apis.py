@@ -1207,7 +1207,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
                 409,
                 CONFLICT,
                 "The session is stopped, or its queue is full (DEXAGENTS_MAX_QUEUED_MESSAGES "
-                "messages wait, or their texts with this one would pass 1.5 MiB of JSON); "
+                "messages wait, or their texts with this one would pass 2 MiB of JSON); "
                 "nothing changed.",
             ),
         },
@@ -1297,7 +1297,7 @@ class QueueFull(APIException):
         limit = dexagents_setting("MAX_QUEUED_MESSAGES")
         super().__init__(
             f"The message queue is full (at most {limit} messages, whose texts may take "
-            "1.5 MiB together; non-ASCII characters count up to 12 bytes each): let the agent "
+            "2 MiB together; non-ASCII characters count up to 12 bytes each): let the agent "
             "take some, or delete or steer one, then send again."
         )
 

@@ -17,7 +17,7 @@ ratio of DBOS's. Targets from issue 3: ratio <= 1.5, p99 < 10 ms, idle RSS < 300
 ``--long-session`` measures instead a long agent session's snapshot read (issue 26): one
 session each of 100, 2,000 and 20,000 messages (``bench/long_session.py`` stores them in
 batches through a bench-only RPC of the platform's session Flow), on one engine per
-``--blob-thresholds`` value (the default 64 KiB and 1024, the Dex server's; each engine a
+``--blob-thresholds`` value (the default 1024, the Dex server's, and 64 KiB; each engine a
 ``python -m dex_dev_server`` child with a Worker child), read through
 ``AgentSessionClient.get_agent_snapshot`` as the platform reads it (``get_message_range``, then
 ``get_agent_snapshot_page`` loading the newest 200 messages' instances), the engines taking
@@ -258,7 +258,7 @@ def _pct(values: list[float], q: float) -> float:
 LONG_SESSION_SIZES = (100, 2_000, 20_000)
 QUICK_LONG_SESSION_SIZES = (100, 1_000, 5_000)
 #: The engine thresholds compared: the default, and the Dex server's.
-LONG_SESSION_THRESHOLDS = (DEFAULT_BLOB_THRESHOLD, 1024)
+LONG_SESSION_THRESHOLDS = (DEFAULT_BLOB_THRESHOLD, 64 * 1024)
 #: Bytes of messages per ``seed_messages`` commit (a Step or RPC result stays under 4 MiB).
 _SEED_BATCH_BYTES = 1_000_000
 
@@ -473,7 +473,7 @@ def main() -> int:
     parser.add_argument("--blob-thresholds", type=byte_counts,
                         default=LONG_SESSION_THRESHOLDS, metavar="BYTES,BYTES",
                         help="the engine thresholds --long-session compares (default"
-                             f" {DEFAULT_BLOB_THRESHOLD},1024; the first is the base of ratios)")
+                             f" {DEFAULT_BLOB_THRESHOLD},65536; the first is the base of ratios)")
     parser.add_argument("--reads", type=int, default=None,
                         help="--long-session reads per session and threshold (200; 30 with"
                              " --quick)")

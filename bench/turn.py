@@ -38,12 +38,13 @@ worker's main thread, where the SDK runs every Step and frame, spends inside eac
 and for the floor: no turn can be shorter (docs/engine-durability.md, "Two lower bounds").
 
 Each ``--sync`` setting is measured at every ``--blob-thresholds`` value (default: the engine's
-64 KiB and 1024, what the Dex server does), each on its own engine and worker, and a table puts
-them side by side with p50 / p99, CPU per turn, the worker thread's CPU and LoadBlobs calls
-per turn, as a ratio of the first threshold (issue 26). The turn's own values are small; with
-``--agent-config-bytes`` each of our sessions carries an agent config of that size, as the
-platform's sessions do (a system prompt and the tools' specs), which every task of the session
-receives: inline below the threshold, else as a blob the worker loads once per session.
+1024, what the Dex server does, and 64 KiB, its default before), each on its own engine and
+worker, and a table puts them side by side with p50 / p99, CPU per turn, the worker thread's CPU
+and LoadBlobs calls per turn, as a ratio of the first threshold (issue 26). The turn's own
+values are small; with ``--agent-config-bytes`` each of our sessions carries an agent config of
+that size, as the platform's sessions do (a system prompt and the tools' specs), which every
+task of the session receives: inline below the threshold, else as a blob the worker loads once
+per session.
 
 Run: ``.venv/bin/python -m bench.turn`` (``--quick`` for a short pass), or ``make bench-turn``.
 Nothing is asserted beyond each turn's answer.
@@ -635,11 +636,11 @@ def main() -> None:
     parser.add_argument("--no-dbos", action="store_true",
                         help="do not measure the DBOS peer (bench/dbos_turn_peer.py)")
     parser.add_argument(
-        "--blob-thresholds", type=byte_counts, default=(DEFAULT_BLOB_THRESHOLD, 1024),
+        "--blob-thresholds", type=byte_counts, default=(DEFAULT_BLOB_THRESHOLD, 64 * 1024),
         metavar="BYTES,BYTES",
         help=f"the engine --blob-threshold values to measure ours at, each on its own engine and"
-             f" worker (default {DEFAULT_BLOB_THRESHOLD},1024: the engine's default and what the"
-             " Dex server does; the first is the base of the ratios)")
+             f" worker (default {DEFAULT_BLOB_THRESHOLD},65536: the engine's default, what the"
+             " Dex server does, and the 64 KiB it replaced; the first is the base of the ratios)")
     parser.add_argument("--blob-threshold", type=int, default=None, metavar="BYTES",
                         help="measure ours at this one threshold only (same as"
                              " --blob-thresholds BYTES)")

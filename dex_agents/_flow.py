@@ -118,10 +118,12 @@ from dex_agents._steps import (
 from dex_agents._text_parts import read_part, text_part_key
 from dex_agents._views import (
     PAGE_MESSAGES_BYTES,
-    SNAPSHOT_MESSAGES_BYTES,
     fit_messages,
     queued_bytes,
     record_view,
+    record_view_limit,
+    records_size,
+    snapshot_messages_budget,
 )
 from dex_agents._wire_types import resolve_annotations
 
@@ -498,8 +500,9 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         """State, last 200 messages, pending interrupts, the active turn's tool calls, usage and
         queued message count, plus (platform addition) the queued messages themselves; also
         served for retained closed sessions. Platform addition (``_views``): the messages are
-        the newest of those that fit ``SNAPSHOT_MESSAGES_BYTES``, and long record outputs are
-        cut."""
+        the newest of those that fit what the queue and the records leave of
+        ``SNAPSHOT_BYTES`` (``snapshot_messages_budget``: 256 KiB to 1 MiB), and long record
+        outputs and arguments are cut to a share of ``RECORDS_VIEW_BYTES``."""
         state = AGENT_STATE.get(context)
         tool_calls = sorted(
             (
@@ -508,19 +511,24 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             ),
             key=lambda record: record.deferral_order,
         )
+        limit = record_view_limit(len(tool_calls))
+        views = [record_view(record, limit) for record in tool_calls]
+        queued = _queued(QUEUED_USER_MESSAGES.pending_messages(context))
+        steered = _steered(context)
+        budget = snapshot_messages_budget(
+            queued_bytes([item.text for item in (*queued, *steered)]), records_size(views)
+        )
         return RPCResult(
             AgentSnapshot(
                 state=state,
-                messages=fit_messages(
-                    snapshot_messages(context, SNAPSHOT_MESSAGE_LIMIT), SNAPSHOT_MESSAGES_BYTES
-                ),
+                messages=fit_messages(snapshot_messages(context, SNAPSHOT_MESSAGE_LIMIT), budget),
                 pending_interrupts=list(PENDING_INTERRUPTS.get(context) or []),
-                tool_calls=[record_view(record) for record in tool_calls],
+                tool_calls=views,
                 usage=AGENT_USAGE.get(context) or AgentUsage(),
                 queued_message_count=QUEUED_USER_MESSAGES.size(context),
                 last_turn_error=state.last_turn_error if state is not None else None,
-                queued_messages=_queued(QUEUED_USER_MESSAGES.pending_messages(context)),
-                steered_messages=_steered(context),
+                queued_messages=queued,
+                steered_messages=steered,
                 pending_timer=PENDING_TIMER.get(context),
                 pending_input=PENDING_USER_INPUT.get(context),
                 plan=_visible_plan(AGENT_PLAN.get(context)),

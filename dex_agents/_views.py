@@ -24,13 +24,23 @@ from typing import Any
 
 from dex_agents._records import AgentMessage, AgentToolCall
 
-#: JSON bytes of messages in a snapshot (with its queue, at most ``QUEUED_MESSAGES_BYTES``, and
-#: its records, a snapshot stays under the 4 MiB an answer may carry).
+#: JSON bytes of messages in a snapshot, at most (``snapshot_messages_budget``).
 SNAPSHOT_MESSAGES_BYTES = 1024 * 1024
+#: JSON bytes of messages in a snapshot, at least, however large its queue and records.
+SNAPSHOT_MESSAGES_MIN_BYTES = 256 * 1024
+#: JSON bytes a snapshot's messages, queue and tool call records may take together: with its
+#: other fields it stays under the 4 MiB an answer may carry.
+SNAPSHOT_BYTES = 3 * 1024 * 1024 + 512 * 1024
 #: JSON bytes the texts of a session's queued and steered messages may take together
-#: (``AgentSessionOptions.max_queued_bytes`` as the platform sets it): with the snapshot's
-#: messages and records, a snapshot stays under 4 MiB.
-QUEUED_MESSAGES_BYTES = 3 * 512 * 1024
+#: (``AgentSessionOptions.max_queued_bytes`` as the platform sets it): 20 messages of 90,000
+#: ASCII characters fit; with the snapshot's messages and records, a snapshot stays under
+#: ``SNAPSHOT_BYTES``.
+QUEUED_MESSAGES_BYTES = 2 * 1024 * 1024
+#: JSON bytes the tool call records of a snapshot show together, at most: each record's
+#: ``output`` and ``arguments`` are cut to an equal share (``record_view_limit``).
+RECORDS_VIEW_BYTES = 512 * 1024
+#: The smallest share of one record's ``output`` (and of its ``arguments``) a snapshot shows.
+RECORD_VIEW_MIN_BYTES = 4 * 1024
 #: JSON bytes of messages in one page read with ``read_agent_messages`` or
 #: ``list_agent_messages``.
 PAGE_MESSAGES_BYTES = 3 * 1024 * 1024
@@ -135,11 +145,34 @@ def fit_messages(
     return kept
 
 
-def record_view(record: AgentToolCall) -> AgentToolCall:
-    """``record`` with its ``output`` and ``arguments`` each cut to
-    ``RECORD_OUTPUT_VIEW_BYTES`` of JSON (``cut_text``: the start, then a line saying how many
-    characters were left out; cut arguments are no longer a JSON object)."""
-    limit = RECORD_OUTPUT_VIEW_BYTES
+def record_view_limit(count: int) -> int:
+    """The JSON bytes a snapshot shows of each of ``count`` records' ``output`` (and of its
+    ``arguments``): an equal share of ``RECORDS_VIEW_BYTES``, between
+    ``RECORD_VIEW_MIN_BYTES`` and ``RECORD_OUTPUT_VIEW_BYTES``."""
+    share = RECORDS_VIEW_BYTES // max(1, 2 * count)
+    return max(RECORD_VIEW_MIN_BYTES, min(RECORD_OUTPUT_VIEW_BYTES, share))
+
+
+def records_size(records: Sequence[AgentToolCall]) -> int:
+    """About the JSON bytes ``records`` take in an answer."""
+    return sum(
+        _json_size(record.output or "") + _json_size(record.arguments) + _MESSAGE_OVERHEAD * 2
+        for record in records
+    )
+
+
+def snapshot_messages_budget(queued: int, records: int) -> int:
+    """The JSON bytes a snapshot's messages may take beside ``queued`` bytes of queued and
+    steered texts and ``records`` bytes of tool call records: what ``SNAPSHOT_BYTES`` leaves,
+    between ``SNAPSHOT_MESSAGES_MIN_BYTES`` and ``SNAPSHOT_MESSAGES_BYTES``."""
+    left = SNAPSHOT_BYTES - queued - records
+    return max(SNAPSHOT_MESSAGES_MIN_BYTES, min(SNAPSHOT_MESSAGES_BYTES, left))
+
+
+def record_view(record: AgentToolCall, limit: int = RECORD_OUTPUT_VIEW_BYTES) -> AgentToolCall:
+    """``record`` with its ``output`` and ``arguments`` each cut to ``limit`` bytes of JSON
+    (``cut_text``: the start, then a line saying how many characters were left out; cut
+    arguments are no longer a JSON object)."""
     output, arguments = record.output, record.arguments
     if output is not None:
         output = cut_text(output, limit)

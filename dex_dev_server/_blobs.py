@@ -80,11 +80,12 @@ CONCRETE_KIND = {
 _REFERENCE_KIND = {concrete: reference for reference, concrete in CONCRETE_KIND.items()}
 
 #: ``python -m dex_dev_server --blob-threshold``'s default, in bytes of a serialized Value:
-#: larger string and object values go to blobs. 0 keeps every value inline. Measured against
-#: 1024 (the Dex server's) by ``bench.turn`` and ``bench.engine --long-session``
-#: (docs/performance.md, "The blob threshold"); those figures support 1024: a task's inline part
-#: grows with the values it loads, and at 64 KiB 200 messages of 30 KB already pass 4 MiB.
-DEFAULT_BLOB_THRESHOLD = 64 * 1024
+#: larger string and object values go to blobs. 0 keeps every value inline. 1024, the Dex
+#: server's, chosen by ``bench.turn`` and ``bench.engine --long-session`` against 16 KiB and
+#: 64 KiB (docs/performance.md, "The blob threshold"): a task's inline part grows with the
+#: values it loads, and at 64 KiB 200 messages of 30 KB already passed 4 MiB, failing every
+#: snapshot read of the session; 1024 costs 6-10 % more CPU where every value is small.
+DEFAULT_BLOB_THRESHOLD = 1024
 #: Bytes of recently written blobs the engine keeps in memory for the ``LoadBlobs`` that
 #: usually follows at once (the Worker that gets the Step).
 RECENT_BLOB_BYTES = 32 * 1024 * 1024

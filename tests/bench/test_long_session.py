@@ -24,7 +24,7 @@ def _blob_count(database: Path) -> int:
 
 
 @pytest.mark.parametrize(
-    ("threshold", "stored_as_blobs"), [(DEFAULT_BLOB_THRESHOLD, False), (1024, True)]
+    ("threshold", "stored_as_blobs"), [(DEFAULT_BLOB_THRESHOLD, True), (64 * 1024, False)]
 )
 async def test_seeded_messages_read_back_through_the_platforms_snapshot_path(
     tmp_path: Path, threshold: int, stored_as_blobs: bool
@@ -48,7 +48,8 @@ async def test_seeded_messages_read_back_through_the_platforms_snapshot_path(
         assert [message.sequence for message in snapshot.messages] == list(range(101, 301))
         assert snapshot.messages[-1] == seeded_message(300, 1000)
         assert snapshot.state is not None and snapshot.state.message_count == 300
-        # Every message is unique, so at 1024 each is a blob of its own; at the default none is.
+        # Every message is unique, so at the default (1024) each is a blob of its own; at
+        # 64 KiB none is.
         added = _blob_count(tmp_path / "dex.sqlite3") - blobs_before
         assert added == (300 if stored_as_blobs else 0)
 

@@ -49,8 +49,9 @@ def test_the_turn_prints_both_thresholds_side_by_side_and_loads_blobs_only_below
     # loads at 1024.
     assert rows["65536"][4] == 0
     assert rows["1024"][4] > 0
-    ratio = re.search(rf"^  ratio 1024 / 65536\s+{NUMBER}x\s+{NUMBER}x\s+{NUMBER}x", out,
+    # The engine's default (1024) comes first and is the base of the ratios.
+    ratio = re.search(rf"^  ratio 65536 / 1024\s+{NUMBER}x\s+{NUMBER}x\s+{NUMBER}x", out,
                       re.MULTILINE)
     assert ratio, out
-    assert float(ratio.group(1)) == pytest.approx(rows["1024"][0] / rows["65536"][0], abs=0.01)
-    assert float(ratio.group(3)) == pytest.approx(rows["1024"][2] / rows["65536"][2], abs=0.01)
+    assert float(ratio.group(1)) == pytest.approx(rows["65536"][0] / rows["1024"][0], abs=0.01)
+    assert float(ratio.group(3)) == pytest.approx(rows["65536"][2] / rows["1024"][2], abs=0.01)

@@ -8,12 +8,17 @@ from agents_app import dex_gateway
 from agents_app.api_session_schema import SessionMessageSerializer
 from dex_agents import AgentMessage, AgentToolCall, MessageRole, ToolCallStatus, ToolEffect
 from dex_agents._views import (
+    QUEUED_MESSAGES_BYTES,
     RECORD_OUTPUT_VIEW_BYTES,
+    RECORDS_VIEW_BYTES,
     cut_message,
     cut_text,
     encoded_size,
     fit_messages,
     record_view,
+    record_view_limit,
+    records_size,
+    snapshot_messages_budget,
 )
 
 
@@ -92,3 +97,31 @@ def test_record_views_cut_long_outputs_and_arguments() -> None:
         deferral_order=1, turn_id="turn-1",
     )
     assert record_view(small) is small
+
+
+def test_a_snapshot_of_a_full_queue_and_many_records_stays_under_4_mib() -> None:
+    """The records share ``RECORDS_VIEW_BYTES``, the messages get what the queue and the
+    records leave of ``SNAPSHOT_BYTES`` (at least 256 KiB), so the three stay under 4 MiB
+    however many parallel calls a turn has and however full its queue is."""
+    assert record_view_limit(1) == RECORD_OUTPUT_VIEW_BYTES
+    assert record_view_limit(4) == RECORD_OUTPUT_VIEW_BYTES  # 4 x 2 x 64 KiB = 512 KiB
+    assert record_view_limit(8) == 32 * 1024
+    assert record_view_limit(1000) == 4 * 1024
+    records = [
+        AgentToolCall(
+            tool_call_id=f"call-{n}", tool_name="read", arguments="a" * 200_000,
+            effect=ToolEffect.READ, requires_approval=False, status=ToolCallStatus.SUCCEEDED,
+            deferral_order=n, turn_id="turn-1", output="😀" * 200_000,
+        )
+        for n in range(16)
+    ]
+    views = [record_view(record, record_view_limit(len(records))) for record in records]
+    shown = records_size(views)
+    assert shown <= RECORDS_VIEW_BYTES + 16 * 400
+    queue = 20 * len(json.dumps("q" * 90_000))  # 20 messages of 90,000 ASCII characters
+    assert queue <= QUEUED_MESSAGES_BYTES
+    budget = snapshot_messages_budget(queue, shown)
+    assert 256 * 1024 <= budget <= 1024 * 1024
+    assert budget + queue + shown <= 4 * 1024 * 1024 - 256 * 1024
+    assert snapshot_messages_budget(0, 0) == 1024 * 1024
+    assert snapshot_messages_budget(10**9, 10**9) == 256 * 1024

@@ -30,7 +30,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_a_full_queue_refuses_instead_of_outgrowing_the_session(stack: Stack) -> None:
     """Behind a turn waiting for approval, 99,000-character messages are queued until the
-    queue's texts would pass 1.5 MiB: the next one is refused with 409 and nothing changes
+    queue's texts would pass 2 MiB: the next one is refused with 409 and nothing changes
     (before, 45 of them made the session unreadable: every read answered 503). The session
     stays readable, other sessions are served, and its approval is decided."""
     owner, staff = stack.api("owner"), stack.api("staff")
@@ -49,7 +49,7 @@ def test_a_full_queue_refuses_instead_of_outgrowing_the_session(stack: Stack) ->
             break
         assert answer.status_code == 202, answer.text
         accepted += 1
-    assert accepted == 15  # 15 x 99,002 bytes fit 1.5 MiB; a 16th would not
+    assert accepted == 21  # 21 x 99,002 bytes fit 2 MiB; a 22nd would not
 
     snapshot = owner.get(f"/api/v1/sessions/{big}/")
     assert snapshot.status_code == 200, snapshot.text[:300]
@@ -134,7 +134,7 @@ def test_a_session_past_4_mib_is_read_in_pages(stack: Stack) -> None:
 
 
 def test_a_queue_never_outgrows_the_snapshot(stack: Stack) -> None:
-    """Queued texts may take 1.5 MiB of JSON together, whatever their characters (an emoji
+    """Queued texts may take 2 MiB of JSON together, whatever their characters (an emoji
     is 12 bytes): a message past that is refused with 409 and nothing changes, so the
     snapshot answers, before and after the session is stopped (it answered 503 for good)."""
     owner = stack.api("owner")
@@ -257,3 +257,71 @@ def test_a_20_mb_tool_result_is_stored_whole_and_read_in_parts(
     assert stack.api("other").get(
         f"/api/v1/sessions/{session}/messages/{tool['sequence']}/text/"
     ).status_code == 404
+
+
+def test_twenty_queued_messages_of_90000_characters_are_shown_steered_and_taken(
+    stack: Stack,
+) -> None:
+    """Behind a write waiting for approval, 20 messages of 90,000 characters wait (1.8 MB of
+    JSON, under the queue's 2 MiB): the snapshot and the queue show every one whole in under
+    4 MiB, the approval is decided, the last message is steered ahead of the others, and the
+    session takes every one; paging back through the conversation finds every text whole, and
+    the agent's answer to each."""
+    owner, staff = stack.api("owner"), stack.api("staff")
+    message = POST.replace("big one", "ninety thousand")
+    session = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": message}).json()[
+        "id"]
+    pending = wait_until(
+        "the write to wait for approval",
+        lambda: [item for item in staff.get("/api/v1/approvals/").json()
+                 if item["session"] == session],
+        timeout=30,
+    )
+    texts = [f"{n:02d} " + "q" * 89_997 for n in range(20)]
+    ids = []
+    for text in texts:
+        answer = owner.post(f"/api/v1/sessions/{session}/messages/", json={"text": text})
+        assert answer.status_code == 202, answer.text
+        ids.append(answer.json()["id"])
+
+    snapshot = owner.get(f"/api/v1/sessions/{session}/")
+    assert snapshot.status_code == 200 and len(snapshot.content) < 4 * 1024 * 1024
+    assert [item["text"] for item in snapshot.json()["queued_messages"]] == texts
+    queue = owner.get(f"/api/v1/sessions/{session}/queue/").json()
+    assert [item["text"] for item in queue["queued"]] == texts
+    decided = staff.post(
+        f"/api/v1/sessions/{session}/interrupts/{pending[0]['interrupt_id']}/",
+        json={"approved": True},
+    )
+    assert decided.status_code == 200, decided.text
+    # The last of 20 is steered while the first turns run: taken before the 19 others wait.
+    steered = owner.post(f"/api/v1/sessions/{session}/queue/{ids[-1]}/steer/")
+    assert steered.status_code == 202, steered.text
+
+    def all_taken() -> dict[str, Any] | None:
+        body: dict[str, Any] = owner.get(f"/api/v1/sessions/{session}/").json()
+        last = body["messages"][-1] if body["messages"] else None
+        done = (body["status"] == "waiting_for_user_message" and not body["queued_messages"]
+                and not body["steered_messages"] and last is not None
+                and last["text"] == f"You said: {texts[-2]}")
+        return body if done else None
+
+    final = wait_until("every queued message's turn", all_taken, timeout=240, interval=1)
+    assert not final.get("last_turn_error")
+    said: dict[int, str] = {}
+    before: int | None = None
+    while True:
+        params = {"limit": 50, **({"before": before} if before is not None else {})}
+        page = owner.get(f"/api/v1/sessions/{session}/messages/", params=params)
+        assert page.status_code == 200 and len(page.content) < 3.5 * 1024 * 1024
+        for item in page.json()["messages"]:
+            assert "text_length" not in item
+            said[item["sequence"]] = item["text"]
+        before = page.json()["next_before"]
+        if before is None:
+            break
+    user_texts = [text for _, text in sorted(said.items()) if text in texts]
+    assert sorted(user_texts) == sorted(texts)
+    assert user_texts.index(texts[-1]) < user_texts.index(texts[-2])  # steered ahead
+    answers = [text for text in said.values() if text.startswith("You said: ")]
+    assert {text.removeprefix("You said: ") for text in answers} >= set(texts[:-1])
