@@ -364,7 +364,7 @@ def test_a_message_shown_cut_is_read_whole_from_its_button(
     assert len(answer.locator(".message-text").inner_text()) < 1024 * 1024
     button.scroll_into_view_if_needed()
     screenshot(page, "chat-cut-message-wide", screen_too=True)
-    page.set_viewport_size(NARROW)
+    page.set_viewport_size({"width": 390, "height": 844})
     button.scroll_into_view_if_needed()
     screenshot(page, "chat-cut-message-narrow", screen_too=True)
     button.click()
