@@ -9,10 +9,25 @@ from google.protobuf import empty_pb2
 
 from ._clock import now
 from ._errors import invalid, long_poll_timeout, not_found
-from ._model import TIMER_PENDING
+from ._model import TIMER_PENDING, Run
 from ._runs import MAX_LONG_POLL, RunEngine, long_poll_budget
 
 SKIP_TIMER_WAIT = 5.0
+#: Phases of a Step execution whose method a worker may be running; its result may schedule
+#: further Step executions.
+_IN_FLIGHT = ("wait_for", "execute")
+
+
+def _may_still_appear(run: Run, exe_id: str) -> bool:
+    """Whether Step execution ``exe_id`` (``<type>-<n>``), absent from ``run``, may still be
+    created soon: a movement to its type is queued, or it is the next execution of its type
+    and the run has a movement queued or a Step method in flight (either may schedule it)."""
+    step_type, _, number = exe_id.rpartition("-")
+    if any(mv.step_type == step_type for mv, _ in run.queue):
+        return True
+    if not number.isdecimal() or int(number) != run.counters.get(step_type, 0) + 1:
+        return False
+    return bool(run.queue) or any(st.phase in _IN_FLIGHT for st in run.steps.values())
 
 
 class StepService(RunEngine):
@@ -55,15 +70,15 @@ class StepService(RunEngine):
         if not request.step_execution_id:
             raise invalid("step_execution_id is required")
         # A Step execution that is queued or still in wait_for has not created its timers
-        # yet; the skip waits (bounded) for them instead of failing, as the Dex server
-        # keeps an early skip until the timer exists. It is committed before the reply.
+        # yet, nor has one that a running Step method has still to schedule; the skip waits
+        # (bounded) for them instead of failing, as the Dex server keeps an early skip until
+        # the timer exists. It is committed before the reply.
         deadline = now() + long_poll_budget(context, SKIP_TIMER_WAIT)
         while True:
             run = self._open_run(request.flow_id, request.run_id)
             st = run.steps.get(request.step_execution_id)
-            step_type = request.step_execution_id.rpartition("-")[0]
             early = (st is not None and st.phase == "wait_for") or (
-                st is None and any(mv.step_type == step_type for mv, _ in run.queue)
+                st is None and _may_still_appear(run, request.step_execution_id)
             )
             left = deadline - now()
             if not early or left <= 0:

@@ -566,6 +566,35 @@ class LockedFlow(Flow[int]):
         return PersistenceSchema.of(tally, bumped)
 
 
+# --- GatedTimerFlow: a timer Step that GateKeeper schedules only once the test lets it -----
+
+#: Per Flow ID, the Event a test sets to let GateKeeper's execute return (an Event binds to the
+#: loop that waits on it, so each test makes its own).
+gates: dict[str, asyncio.Event] = {}
+#: Flow IDs whose GateKeeper execute is running, held by its gate.
+gate_reached: set[str] = set()
+
+
+class GateKeeper(Step[int]):
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        gate_reached.add(context.flow_id)
+        await gates[context.flow_id].wait()
+        return go_to(GatedNap, input)
+
+
+class GatedNap(Step[int]):
+    async def wait_for(self, context: AsyncContext, input: int) -> Wait:
+        return Wait.until(Timer.by_duration(timedelta(seconds=input), condition_id="gated-nap"))
+
+    async def execute(self, context: AsyncContext, input: int) -> StepDecision:
+        return graceful_complete("timer" if context.has_timer_fired(0) else "no timer")
+
+
+class GatedTimerFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(GateKeeper()).other_steps(GatedNap())
+
+
 CHAIN = ChainFlow()
 
 
@@ -774,6 +803,7 @@ HEAVY = HeavyFlow()
 LOCKED = LockedFlow()
 MOVEMENT_OPTIONS = MovementOptionsFlow()
 LEDGER = LedgerFlow()
+GATED_TIMER = GatedTimerFlow()
 
 ALL_FLOWS: list[Flow[Any]] = [
     CHAIN,
@@ -798,4 +828,5 @@ ALL_FLOWS: list[Flow[Any]] = [
     LOCKED,
     MOVEMENT_OPTIONS,
     LEDGER,
+    GATED_TIMER,
 ]

@@ -511,6 +511,29 @@ async def test_skip_timer_sent_before_the_timer_exists_waits_for_it(
         cache.close()
 
 
+async def test_skip_timer_sent_before_the_step_is_scheduled_waits_for_it(dex: DexEnv) -> None:
+    """A skip for the next execution of a Step type, sent while the Step that will schedule it
+    is still running, is held until the new Step's wait_for sets its timer. (A pull run of the
+    SDK suite's signal test skipped SignalCombinationStep-1 while SignalFirstStep's execute was
+    in flight and got INVALID_ARGUMENT.)"""
+    flows.gates["gated-skip"] = gate = asyncio.Event()
+    await dex.client.start_flow(flows.GATED_TIMER, "gated-skip", 3600)
+    await eventually(lambda: "gated-skip" in flows.gate_reached)
+    skip = asyncio.create_task(
+        dex.client.skip_timer("gated-skip", StepExecutionId("GatedNap", 1),
+                              TimerId.by_condition_id("gated-nap"))
+    )
+    try:
+        # GatedNap-1 does not exist while GateKeeper-1 runs: the skip is held, not answered.
+        finished, _ = await asyncio.wait({skip}, timeout=1.0)
+        assert not finished, skip.exception()
+    finally:
+        gate.set()  # else the worker could not stop
+    await asyncio.wait_for(skip, 10)
+    result = await dex.client.wait_for_flow("gated-skip", timedelta(seconds=10))
+    assert result.single_output(str) == "timer"
+
+
 @pytest.fixture
 def slow_decline_engine(tmp_path: Path) -> Iterator[EngineProcess]:
     """An engine that passes over a declining stream for a minute, so a task that waited for
