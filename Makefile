@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export LITELLM_MODE := PRODUCTION
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-long-session bench-transport bench-relay bench-rest bench-scale bench-first-rpc bench-peer-server chaos clean
+.PHONY: install peers chromium run test lint typecheck pytest bench bench-turn bench-long-session bench-large-session bench-transport bench-relay bench-rest bench-scale bench-first-rpc bench-peer-server chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,7 +68,7 @@ bench: install
 	$(PY) -m bench.peer_server
 
 # One agent turn (3 parallel tools) against LangGraph + SqliteSaver, with its cost breakdown,
-# at the engine's default blob threshold and at 1024 side by side.
+# at the engine's default blob threshold (1024) and at 64 KiB side by side.
 bench-turn: install
 	$(PY) -m bench.turn
 
@@ -77,9 +77,15 @@ bench-transport: install
 	$(PY) -m bench.transport
 
 # A long session's snapshot read at 100, 2,000 and 20,000 messages, at the engine's default
-# blob threshold and at 1024 (the Dex server's), flat or not (issue 26).
+# blob threshold (1024, the Dex server's) and at 64 KiB, flat or not (issue 26).
 bench-long-session: install
 	$(PY) -m bench.engine --long-session
+
+# One session grown to 20,000 messages (about 200 MB of tool results) by real turns on the
+# platform's processes: read times and memory as it grows, then approval, Steer and a result
+# read whole (issue 26; tens of minutes, --quick: 2,000 messages).
+bench-large-session: install
+	$(PY) -m bench.large_session
 
 # Websocket relay: 1 to 10,000 watchers of one session (memory, latency, engine reads), latency
 # from a Stream write to the frame, and 200 sockets on one web process.

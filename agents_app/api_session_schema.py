@@ -64,8 +64,8 @@ class SessionMessageSerializer(serializers.Serializer):
         min_value=0,
         help_text="Only on a message whose text is not shown whole: one too large for one "
         "answer (over about 1 MiB in a snapshot, 3 MiB in a page), whose text is then its "
-        "start and a line saying how much was left out, or a tool result the model saw cut "
-        "to the agent's limit, whose text is what the model saw. The whole text's length in "
+        "start and a line saying how much was left out, or a tool result longer than its "
+        "record keeps (1 MiB of JSON), whose text is that record's cut. The whole text's length in "
         "characters; read it whole, part by part, at GET .../messages/<sequence>/text/.",
     )
 

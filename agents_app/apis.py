@@ -1309,7 +1309,7 @@ class SessionMessageTextApi(SessionOwnedMixin, AsyncAPIView):
     (``dex_agents.TEXT_PART_BYTES``), so a long text is read part by part.
 
     A message in a snapshot or a page carries ``text_length`` when its ``text`` is not the
-    whole: a 20 MB tool result the model saw cut to the agent's limit is stored whole
+    whole: a 20 MB tool result, whose record keeps its first MiB of JSON, is stored whole
     (up to 32 MiB), and a message past the page's byte budget arrives cut. Here it is whole.
     404 for a message the session does not store (compaction deletes summarized messages past
     the retention limit); 400 for a part past the last (``parts`` in the message).

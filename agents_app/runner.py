@@ -248,7 +248,7 @@ TOOL_RESULT_MAX_STORED_BYTES = 1024 * 1024
 """The most bytes of one tool result's text (or error) its tool call record keeps, counted in
 the JSON the Dex SDK stores (ASCII-escaped: a non-ASCII character takes 6 or 12 bytes). Records
 live in Dex state, one value must stay under the 4 MiB a worker loads at once, and the turn's
-tool message keeps what the model saw twice (its text and its framework item); a longer text
+tool message keeps the record's text twice (its text and its framework item); a longer text
 is cut here with a note for the model (the model sees at most ``tool_result_max_chars`` of it
 anyway), and a longer result's whole text is stored apart, in parts, for people
 (``ToolExecutionResult.full_text``; errors are not)."""

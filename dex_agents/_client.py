@@ -449,7 +449,7 @@ class AgentSessionClient:
     ) -> MessageTextPart:
         """Platform addition: part ``part`` (zero-based) of message ``sequence``'s whole text,
         at most ``TEXT_PART_BYTES`` of UTF-8 (``dex_agents._text_parts``): a tool result the
-        model saw cut is stored whole, and any stored text is read whole this way, however
+        too long for its record is stored whole, and any stored text is read whole this way, however
         the snapshot and the message pages cut it.
 
         ``found`` is False for a message that is not stored (compaction may have deleted

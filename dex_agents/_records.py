@@ -341,7 +341,7 @@ class AgentMessage:
         framework_item: The runner's own JSON-compatible representation.
         turn_id: The turn that stored it.
         text_parts: Platform addition: for a tool result whose whole text did not fit one
-            value, where it is stored (``text`` holds what the model saw); ``None`` otherwise.
+            value, where it is stored (``text`` holds the record's cut of it); ``None`` otherwise.
     """
 
     sequence: int

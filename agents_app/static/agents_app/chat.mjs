@@ -191,7 +191,7 @@ async function readWholeText(sequence, onProgress) {
   return parts.join("");
 }
 
-/** For a message shown cut (a tool result the model saw cut, or a text past an answer's
+/** For a message shown cut (a tool result longer than its record keeps, or a text past an answer's
  * budget): a button that reads the whole text, shown in place, or saved as a .txt file when it
  * is long. */
 function wholeTextControl(message) {
