@@ -340,13 +340,17 @@ class EngineState:
     def set_attribute(self, run: Run, key: str, value: pb.Value, inline: bool = False) -> None:
         """Apply one attribute write (``null_value`` deletes); a large value is kept as a
         blob reference unless ``inline`` (``is_hard_delete_on_null`` writes)."""
+        index = run._attribute_index
         if value.WhichOneof("kind") in (None, "null_value"):
-            run.attributes.pop(key, None)
+            if run.attributes.pop(key, None) is not None and index is not None:
+                index.discard(key)
             run.write.set_attribute(key, None)
         else:
             if not inline:
                 value = self.offload(run, value)
             run.attributes[key] = value
+            if index is not None:
+                index.add(key)
             run.write.set_attribute(key, value.SerializeToString())
 
     def index_attribute(self, run: Run, write: pb.AttributeWrite, by_key: bool = False) -> None:
@@ -427,14 +431,21 @@ class EngineState:
         ]
 
     def attributes_for(self, run: Run, selectors: Iterable[str]) -> list[pb.KV]:
-        """Singletons plus the selected AttributeMap instances (spec section 3.1)."""
-        selected = set(selectors)
-        prefixes = tuple(s for s in selected if s.endswith("/"))
-        out = []
-        for key, value in run.attributes.items():
-            if "/" in key and key not in selected and not (prefixes and key.startswith(prefixes)):
-                continue
-            out.append(pb.KV(key=key, value=value))
+        """Singletons plus the selected AttributeMap instances (spec section 3.1): an exact
+        ``<map>/<instance>`` key, or every instance under a selector ending in ``/``. Gathered
+        through the run's ``AttributeIndex``, so the cost follows what is loaded, not how many
+        instances the run holds; singletons first, then the selected instances, each map's in
+        the order they were first written."""
+        attributes = run.attributes
+        index = run.attribute_index()
+        out = [pb.KV(key=key, value=attributes[key]) for key in index.singletons]
+        chosen: dict[str, None] = {}
+        for selector in selectors:
+            if selector.endswith("/"):
+                chosen.update(dict.fromkeys(index.matching(selector)))
+            elif "/" in selector and selector in attributes:
+                chosen[selector] = None
+        out.extend(pb.KV(key=key, value=attributes[key]) for key in chosen)
         return out
 
     def channel_view(
