@@ -1312,7 +1312,7 @@ class SessionMessageTextApi(SessionOwnedMixin, AsyncAPIView):
     whole: a 20 MB tool result, whose record keeps its first MiB of JSON, is stored whole
     (up to 32 MiB), and a message past the page's byte budget arrives cut. Here it is whole.
     404 for a message the session does not store (compaction deletes summarized messages past
-    the retention limit); 400 for a part past the last (``parts`` in the message).
+    the retention limit) and for a part past the last (its detail says how many there are).
     """
 
     class TextPartInputSerializer(serializers.Serializer):
@@ -1326,7 +1326,7 @@ class SessionMessageTextApi(SessionOwnedMixin, AsyncAPIView):
             400: error_response(
                 400,
                 field_errors_serializer(TextPartInputSerializer, name="MessageTextQueryError"),
-                "A bad part, or a part past the text's last.",
+                "A part that is not a whole number from 0.",
             ),
             200: inline_serializer(
                 "MessageText",
@@ -1362,7 +1362,7 @@ class SessionMessageTextApi(SessionOwnedMixin, AsyncAPIView):
         except dex_gateway.MessageNotFoundError as error:
             raise NotFound(str(error)) from None
         except dex_gateway.MessagePartOutOfRangeError as error:
-            raise ValidationError({"part": [str(error)]}) from None
+            raise NotFound(str(error)) from None
         return Response(answer)
 
 

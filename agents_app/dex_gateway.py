@@ -880,7 +880,7 @@ async def session_message_text(*, session_id: str, sequence: int, part: int) -> 
     Raises:
         MessageNotFoundError: The message is not stored (or compaction deleted it).
         MessagePartOutOfRangeError: ``part`` is not below ``parts`` (its ``parts`` says how
-            many there are).
+            many there are); the API answers 404.
         SessionNotFoundError, EngineUnavailableError, WorkerUnavailableError: As every read.
     """
     try:

@@ -32,7 +32,8 @@ def test_the_index_selects_what_a_walk_over_every_attribute_selected() -> None:
     engine = object.__new__(EngineState)
     for step in range(600):
         key = rng.choice(keys)
-        value = pb.Value(null_value="NULL_VALUE") if rng.random() < 0.35 else pb.Value(string_value=key)
+        deleted = rng.random() < 0.35
+        value = pb.Value(null_value="NULL_VALUE") if deleted else pb.Value(string_value=key)
         engine.set_attribute(run, key, value, inline=True)
         selectors = rng.sample(
             ["MESSAGES/", "CALLS/", "CALLS2/", "CALLS/call-1", "MESSAGES/000000000007",

@@ -173,7 +173,8 @@ def read_whole_text(api: Any, session: str, sequence: int) -> str:
         texts.append(answer.json()["text"])
     assert all(len(text.encode()) <= 512 * 1024 for text in texts)
     past = api.get(url, params={"part": body["parts"]})
-    assert past.status_code == 400 and "part" in past.json(), past.text[:300]
+    assert past.status_code == 404 and "part(s)" in past.json()["detail"], past.text[:300]
+    assert api.get(url, params={"part": "-1"}).status_code == 400
     whole = "".join(texts)
     assert len(whole) == body["text_length"]
     return whole
