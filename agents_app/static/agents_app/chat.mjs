@@ -178,6 +178,11 @@ function messageNode(message) {
 /** Texts up to this many characters are shown in the page when read whole; longer ones are
  * saved as a file instead (a page holding tens of MB of text slows the browser down). */
 const SHOW_WHOLE_MAX_CHARS = 2_000_000;
+/** A text that is not all ASCII is shown only up to this many characters: Chromium lays out a
+ * long paragraph that mixes scripts (Latin, CJK, emoji) in time that grows much faster than
+ * its length (a newcomer's 1.5 million such characters froze the tab for minutes). */
+const SHOW_WHOLE_MIXED_MAX_CHARS = 200_000;
+const ASCII_ONLY = /^[\x00-\x7f]*$/;
 
 /** Every part of a message's whole text (GET .../messages/<n>/text/?part=), joined. */
 async function readWholeText(sequence, onProgress) {
@@ -191,9 +196,22 @@ async function readWholeText(sequence, onProgress) {
   return parts.join("");
 }
 
-/** For a message shown cut (a tool result longer than its record keeps, or a text past an answer's
- * budget): a button that reads the whole text, shown in place, or saved as a .txt file when it
- * is long. */
+/** Offer ``text`` as a .txt download named after the message. */
+function saveText(text, sequence) {
+  const url = URL.createObjectURL(new Blob([text], { type: "text/plain;charset=utf-8" }));
+  el("a", { href: url, download: `session-${config.session}-message-${sequence}.txt` }).click();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/** Whether the page can lay ``text`` out without stalling (see SHOW_WHOLE_MIXED_MAX_CHARS). */
+function showable(text) {
+  if (text.length > SHOW_WHOLE_MAX_CHARS) return false;
+  return text.length <= SHOW_WHOLE_MIXED_MAX_CHARS || ASCII_ONLY.test(text);
+}
+
+/** For a message shown cut (a tool result longer than its record keeps, or a text past an
+ * answer's budget): a button that reads the whole text, shown in place, or saved as a .txt
+ * file when it is too long to lay out quickly. */
 function wholeTextControl(message) {
   const length = message.text_length;
   const save = length > SHOW_WHOLE_MAX_CHARS;
@@ -208,21 +226,18 @@ function wholeTextControl(message) {
       const text = await readWholeText(message.sequence, (part, parts) => {
         status.textContent = `Reading part ${part + 1} of ${parts}…`;
       });
-      if (save) {
-        const link = el("a", {
-          href: URL.createObjectURL(new Blob([text], { type: "text/plain;charset=utf-8" })),
-          download: `session-${config.session}-message-${message.sequence}.txt`,
-        });
-        link.click();
-        status.textContent = "Saved.";
+      if (!showable(text)) {
+        saveText(text, message.sequence);
+        status.textContent = save ? "Saved." : "Saved as a file: too long to show here.";
+        button.textContent = `Save the whole text (${length.toLocaleString()} characters)`;
         button.disabled = false;
-      } else {
-        const node = wrap.closest(".message");
-        const shown = node?.querySelector(".message-text");
-        if (shown) shown.textContent = text;
-        else node?.append(el("p", { class: "message-text" }, text));
-        wrap.remove();
+        return;
       }
+      const node = wrap.closest(".message");
+      const shown = node?.querySelector(".message-text");
+      if (shown) shown.textContent = text;
+      else node?.append(el("p", { class: "message-text" }, text));
+      wrap.remove();
     } catch (error) {
       status.textContent = `Could not read it: ${error.message}`;
       button.disabled = false;
