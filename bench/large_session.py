@@ -33,7 +33,6 @@ from typing import Any
 
 from bench._django import django_setup
 
-STUB = Path(__file__).resolve().parents[1] / "tests" / "mcp_registry" / "stub_server.py"
 #: What the stub pads each answer with, repeated (one- and two-byte characters).
 PAD_TEXT = "lorem ipsum café "
 #: The demo agent for the bench: a large window, every message kept, short results shown.
@@ -88,16 +87,11 @@ def _message_count(snapshot: dict[str, Any]) -> int:
 def run(args: argparse.Namespace, root: Path) -> None:
     from tests.e2e.conftest import PYTHON
     from tests.e2e.relay_stack import running_stack
+    from tests.mcp_registry.stub_server import padded_echo_yaml
 
     with running_stack(root) as stack:
         config = root / "servers.yaml"
-        config.write_text(
-            "servers:\n  - name: bulky\n    transport: stdio\n"
-            f"    command: {PYTHON}\n"
-            f"    args: [{json.dumps(str(STUB))}, --pad, '{args.result_chars}', --pad-text, "
-            f"{json.dumps(PAD_TEXT, ensure_ascii=False)}]\n"
-            "    trust_annotations: true\n"
-        )
+        config.write_text(padded_echo_yaml("bulky", args.result_chars, PAD_TEXT))
         stack.processes.run([PYTHON, "manage.py", "mcp_import", "--no-discover", str(config)])
         stack.processes.run([PYTHON, "manage.py", "mcp_discover", "bulky"])
         tools = stack.django_shell(AGENT_CODE.format(retention=args.messages + 1000))

@@ -622,9 +622,8 @@ async def _run_tool(
                     "execute_deferred_tool_call must return ToolExecutionResult(output: str)"
                 )
             final = replace(record, status=ToolCallStatus.SUCCEEDED, output=result.output)
-            full_text = getattr(result, "full_text", None)
-            if isinstance(full_text, str) and full_text != result.output:
-                parts = store_text_parts(context, tool_output_key(record), full_text)
+            if isinstance(result.full_text, str) and result.full_text != result.output:
+                parts = store_text_parts(context, tool_output_key(record), result.full_text)
                 final = replace(final, output_parts=parts)
         return _finish_tool_call(context, events, final)
     finally:
@@ -636,8 +635,8 @@ def _whole_result(
 ) -> TextParts | None:
     """Where the whole result answered by ``message`` is stored, when its call stored one in
     parts and no earlier message of the turn took it over (``taken_over`` grows)."""
-    tool_call_id = getattr(message, "tool_call_id", None)
-    if not isinstance(tool_call_id, str) or tool_call_id in taken_over:
+    tool_call_id = message.tool_call_id
+    if tool_call_id is None or tool_call_id in taken_over:
         return None
     record = recorded.get(tool_call_id)
     if record is None or record.output_parts is None:

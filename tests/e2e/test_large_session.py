@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e.conftest import PYTHON, wait_until
 from tests.e2e.relay_stack import Stack, running_stack
+from tests.mcp_registry.stub_server import padded_echo_yaml
 
 pytestmark = pytest.mark.e2e
 
@@ -111,19 +112,9 @@ def test_a_session_past_4_mib_is_read_in_pages(stack: Stack) -> None:
     assert snapshot["has_older_messages"] is True
 
     texts: dict[int, str] = {}
-    before: int | None = None
-    for _ in range(20):
-        params = {"limit": 50, **({"before": before} if before is not None else {})}
-        page = owner.get(f"/api/v1/sessions/{session}/messages/", params=params)
-        assert page.status_code == 200, page.text[:500]
-        assert len(page.content) < 3.5 * 1024 * 1024
-        body = page.json()
-        for item in body["messages"]:
-            assert "text_length" not in item, item["sequence"]
-            texts[item["sequence"]] = item["text"]
-        before = body["next_before"]
-        if before is None:
-            break
+    for sequence, item in paged_messages(owner, session).items():
+        assert "text_length" not in item, sequence
+        texts[sequence] = item["text"]
     assert sorted(texts) == list(range(1, newest["sequence"] + 1))
     answers = [text for text in texts.values() if len(text) == BIG_KB * 1024]
     assert len(answers) == 4
@@ -159,6 +150,24 @@ def test_a_queue_never_outgrows_the_snapshot(stack: Stack) -> None:
     assert owner.get(f"/api/v1/sessions/{session}/").status_code == 200
 
 
+
+def paged_messages(api: Any, session: str) -> dict[int, dict[str, Any]]:
+    """Every retained message by sequence, read back page by page (``before`` paging, 50 a
+    page); each page answers 200 in under 3.5 MiB."""
+    messages: dict[int, dict[str, Any]] = {}
+    before: int | None = None
+    for _ in range(1000):
+        params = {"limit": 50, **({"before": before} if before is not None else {})}
+        page = api.get(f"/api/v1/sessions/{session}/messages/", params=params)
+        assert page.status_code == 200, page.text[:500]
+        assert len(page.content) < 3.5 * 1024 * 1024
+        body = page.json()
+        messages.update({item["sequence"]: item for item in body["messages"]})
+        before = body["next_before"]
+        if before is None:
+            return messages
+    raise AssertionError("paging back never reached the oldest message")
+
 def read_whole_text(api: Any, session: str, sequence: int) -> str:
     """Message ``sequence``'s whole text through ``GET .../messages/<n>/text/?part=``."""
     url = f"/api/v1/sessions/{session}/messages/{sequence}/text/"
@@ -184,7 +193,6 @@ def read_whole_text(api: Any, session: str, sequence: int) -> str:
 PAD_TEXT = "line é漢😀\n"
 #: Characters of padding: about 21 MB of UTF-8 (15 bytes per 10 characters).
 PAD_CHARS = 14_000_000
-STUB = Path(__file__).resolve().parents[1] / "mcp_registry" / "stub_server.py"
 ATTACH_BULKY = """
 import json
 from agents_app.models import AgentDefinition
@@ -203,13 +211,7 @@ def test_a_20_mb_tool_result_is_stored_whole_and_read_in_parts(
     and the message pages stay small, and ``GET .../messages/<n>/text/`` reads it back whole,
     byte for byte. Other sessions are served meanwhile."""
     config = tmp_path / "servers.yaml"
-    config.write_text(
-        "servers:\n  - name: bulky\n    transport: stdio\n"
-        f"    command: {PYTHON}\n"
-        f"    args: [{json.dumps(str(STUB))}, --pad, '{PAD_CHARS}', --pad-text, "
-        f"{json.dumps(PAD_TEXT, ensure_ascii=False)}]\n"
-        "    trust_annotations: true\n    call_timeout: 300\n"
-    )
+    config.write_text(padded_echo_yaml("bulky", PAD_CHARS, PAD_TEXT, call_timeout=300))
     stack.processes.run([PYTHON, "manage.py", "mcp_import", "--no-discover", str(config)])
     stack.processes.run([PYTHON, "manage.py", "mcp_discover", "bulky"])
     assert stack.django_shell(ATTACH_BULKY) == ["bulky__echo"]
@@ -233,16 +235,7 @@ def test_a_20_mb_tool_result_is_stored_whole_and_read_in_parts(
     snapshot = wait_until("the 21 MB tool result's turn", answered, timeout=240, interval=1)
     assert not snapshot.get("last_turn_error"), snapshot["last_turn_error"]
     assert len(json.dumps(snapshot)) < 2 * 1024 * 1024
-    messages: dict[int, dict[str, Any]] = {}
-    before: int | None = None
-    while True:
-        params = {"limit": 50, **({"before": before} if before is not None else {})}
-        page = owner.get(f"/api/v1/sessions/{session}/messages/", params=params)
-        assert page.status_code == 200 and len(page.content) < 3.5 * 1024 * 1024
-        messages.update({item["sequence"]: item for item in page.json()["messages"]})
-        before = page.json()["next_before"]
-        if before is None:
-            break
+    messages = paged_messages(owner, session)
     tool = next(item for item in messages.values() if item["role"] == "tool")
     assert tool["text_length"] == len(expected)
     assert tool["text"].startswith(expected[:1000])
@@ -310,17 +303,9 @@ def test_twenty_queued_messages_of_90000_characters_are_shown_steered_and_taken(
     final = wait_until("every queued message's turn", all_taken, timeout=240, interval=1)
     assert not final.get("last_turn_error")
     said: dict[int, str] = {}
-    before: int | None = None
-    while True:
-        params = {"limit": 50, **({"before": before} if before is not None else {})}
-        page = owner.get(f"/api/v1/sessions/{session}/messages/", params=params)
-        assert page.status_code == 200 and len(page.content) < 3.5 * 1024 * 1024
-        for item in page.json()["messages"]:
-            assert "text_length" not in item
-            said[item["sequence"]] = item["text"]
-        before = page.json()["next_before"]
-        if before is None:
-            break
+    for sequence, item in paged_messages(owner, session).items():
+        assert "text_length" not in item, sequence
+        said[sequence] = item["text"]
     user_texts = [text for _, text in sorted(said.items()) if text in texts]
     assert sorted(user_texts) == sorted(texts)
     assert user_texts.index(texts[-1]) < user_texts.index(texts[-2])  # steered ahead

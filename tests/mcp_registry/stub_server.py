@@ -35,6 +35,20 @@ from typing import Any
 SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 
 
+def padded_echo_yaml(name: str, pad: int, pad_text: str, *, call_timeout: int | None = None
+                     ) -> str:
+    """``manage.py mcp_import`` YAML registering this stub as the trusted stdio server
+    ``name`` whose ``echo`` answers its text followed by ``pad`` characters of ``pad_text``
+    repeated (``--pad`` / ``--pad-text``)."""
+    args = [os.path.abspath(__file__), "--pad", str(pad), "--pad-text", pad_text]
+    timeout = f"    call_timeout: {call_timeout}\n" if call_timeout is not None else ""
+    return (
+        f"servers:\n  - name: {name}\n    transport: stdio\n    command: {sys.executable}\n"
+        f"    args: {json.dumps(args, ensure_ascii=False)}\n    trust_annotations: true\n"
+        f"{timeout}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--journal")
