@@ -46,6 +46,7 @@ from rest_framework import serializers
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.settings import api_settings
 
+from agents_app.api_fields import BodySerializer
 from agents_app.rest_errors import UNAVAILABLE_PARTS
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -248,6 +249,16 @@ class ApiAutoSchema(AutoSchema):
                 schema["pattern"] = (
                     NOT_BLANK_PATTERN if field.trim_whitespace else NO_NUL_PATTERN
                 )
+        return schema
+
+    def _map_serializer(
+        self, serializer: Any, direction: Any, bypass_extensions: bool = False
+    ) -> dict[str, Any]:
+        """drf-spectacular's object schema, closed (``additionalProperties: false``) for a
+        ``BodySerializer`` request body, which refuses names it does not declare."""
+        schema: dict[str, Any] = super()._map_serializer(serializer, direction, bypass_extensions)
+        if direction == "request" and isinstance(force_instance(serializer), BodySerializer):
+            schema["additionalProperties"] = False
         return schema
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:

@@ -41,7 +41,13 @@ from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services, session_events, snapshot_cache
 from agents_app.api_async import AsyncAPIView, db
-from agents_app.api_fields import StrictBooleanField, StrictCharField, StrictIntegerField
+from agents_app.api_fields import (
+    BodySerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    body_refuse,
+)
 from agents_app.api_schema import (
     CONFLICT,
     NOT_ACCEPTABLE,
@@ -860,15 +866,22 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     (title, agent slug or name), ``ordering`` (``created_at``, ``updated_at``, ``title``,
     ``status``, each may start with ``-``), ``limit``/``offset``.
 
-    ``POST`` ``{"agent": slug, "message"?: str, "tools"?: [exposed tool names]}`` starts one and
-    answers 201 ``{"id", ...}``; ``tools`` narrows the agent's tools for this session. With
+    ``POST`` ``{"agent": slug, "message"?: str, "plan_mode"?: false, "tools"?: [exposed tool
+    names]}`` starts one and answers 201 ``{"id", ...}``; ``plan_mode`` makes the first message
+    ask for a plan (as on ``.../messages/``); ``tools`` narrows the agent's tools for this
+    session. With
     ``?wait=<seconds>`` and a message, the answer waits for the first turn (as
     ``POST .../messages/?wait=`` does) and adds ``turn`` and ``session`` (the snapshot).
     """
 
-    class SessionCreateInputSerializer(serializers.Serializer):
+    class SessionCreateInputSerializer(BodySerializer):
         agent = StrictCharField(max_length=64)
         message = StrictCharField(required=False, max_length=MESSAGE_MAX_CHARS)
+        plan_mode = StrictBooleanField(
+            required=False,
+            default=False,
+            help_text="The first message asks the agent for a plan before it acts.",
+        )
         tools = serializers.ListField(
             child=StrictCharField(max_length=64), required=False, max_length=500
         )
@@ -1010,6 +1023,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             owner=request.user,
             agent=serializer.validated_data["agent"],
             message=serializer.validated_data.get("message", ""),
+            plan_mode=serializer.validated_data["plan_mode"],
             tool_names=serializer.validated_data.get("tools"),
         )
         return session, dict(SessionCreatedSerializer(session).data)
@@ -1127,7 +1141,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
     ``Last-Event-ID`` follows on.
     """
 
-    class MessageInputSerializer(serializers.Serializer):
+    class MessageInputSerializer(BodySerializer):
         text = StrictCharField(max_length=MESSAGE_MAX_CHARS)
         plan_mode = StrictBooleanField(
             required=False,
@@ -1453,7 +1467,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
     is stopped, 503 when the engine does not answer.
     """
 
-    class QueuedMessageInputSerializer(serializers.Serializer):
+    class QueuedMessageInputSerializer(BodySerializer):
         text = StrictCharField(max_length=MESSAGE_MAX_CHARS)
         plan_mode = StrictBooleanField(
             required=False, help_text="Left out: the old message's plan_mode is kept."
@@ -1533,6 +1547,7 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
     )
     def post(self, request: Request, session_id: str, message_id: str) -> Response:
         session = self.session_get_for_queue_write(request, session_id, message_id)
+        body_refuse(request.data)
         self.refuse_stopped(session)
         if not services.queued_message_steer(session=session, message_id=message_id):
             raise QueuedMessageGone()
@@ -1567,7 +1582,7 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
     does not answer.
     """
 
-    class UserInputAnswerSerializer(serializers.Serializer):
+    class UserInputAnswerSerializer(BodySerializer):
         call_id = StrictCharField(
             max_length=USER_INPUT_CALL_ID_MAX_CHARS,
             help_text="The open question's call_id (the snapshot's pending_input.call_id).",
@@ -1645,7 +1660,7 @@ class SessionElicitationAnswerApi(SessionOwnedMixin, APIView):
     users; 503 when the engine or the worker does not answer.
     """
 
-    class ElicitationAnswerSerializer(serializers.Serializer):
+    class ElicitationAnswerSerializer(BodySerializer):
         action = serializers.ChoiceField(
             choices=["accept", "decline", "cancel"],
             help_text="accept: the values in content (a form) or done (URL mode); decline: "
@@ -1745,7 +1760,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
     503 as for the other writes.
     """
 
-    class PlanExecuteInputSerializer(serializers.Serializer):
+    class PlanExecuteInputSerializer(BodySerializer):
         revision = StrictIntegerField(
             min_value=1, help_text="The reviewed plan revision (the snapshot's plan.revision)."
         )
@@ -1984,7 +1999,7 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
             response.data.setdefault("decision", None)
         return response
 
-    class InterruptResolveInputSerializer(serializers.Serializer):
+    class InterruptResolveInputSerializer(BodySerializer):
         approved = StrictBooleanField()
         rejection_message = StrictCharField(
             required=False, allow_blank=True, max_length=MESSAGE_MAX_CHARS
@@ -2096,5 +2111,6 @@ class SessionStopApi(DexErrorsMixin, APIView):
             )
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
+        body_refuse(request.data)
         services.session_stop(session=session)
         return Response({"status": session.status}, status=status.HTTP_202_ACCEPTED)

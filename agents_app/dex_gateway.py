@@ -317,10 +317,13 @@ def tool_policies_build(*, agent_config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def session_start(*, session_id: str, message: str, agent_config: Mapping[str, Any]) -> None:
+async def session_start(
+    *, session_id: str, message: str, agent_config: Mapping[str, Any], plan_mode: bool = False
+) -> None:
     """Start the AgentSession Flow ``session_id`` with the agent_config snapshot.
 
-    A non-blank ``message`` starts the first turn at once (seed "Flow shape").
+    A non-blank ``message`` starts the first turn at once (seed "Flow shape"), a planning
+    turn with ``plan_mode``.
     """
     try:
         await _connection().sessions.start_session(
@@ -328,6 +331,7 @@ async def session_start(*, session_id: str, message: str, agent_config: Mapping[
             message,
             agent_config=dict(agent_config),
             tool_policies=tool_policies_build(agent_config=agent_config),
+            plan_mode=plan_mode,
         )
     except Exception as error:
         raise _translate(error, session_id) from error

@@ -49,6 +49,7 @@ def session_create(
     owner: AbstractBaseUser | AnonymousUser,
     agent: AgentDefinition,
     message: str = "",
+    plan_mode: bool = False,
     tool_names: Collection[str] | None = None,
 ) -> AgentSession:
     """Start a Dex AgentSession for ``owner`` with ``agent`` and index it.
@@ -61,6 +62,7 @@ def session_create(
 
     Args:
         message: Optional first user message; non-blank starts the first turn at once.
+        plan_mode: ``message`` asks for a plan before the agent acts (a ``planning`` turn).
         tool_names: Exposed tool names this session may use, a subset of the agent's (callers
             validate it); ``None`` means every tool of the agent.
 
@@ -107,7 +109,10 @@ def session_create(
     try:
         dex_gateway.run(
             dex_gateway.session_start(
-                session_id=session_id, message="" if held else message, agent_config=config
+                session_id=session_id,
+                message="" if held else message,
+                agent_config=config,
+                plan_mode=plan_mode,
             )
         )
     except BaseException as error:
@@ -122,7 +127,7 @@ def session_create(
         from agents_app import tasks
 
         first = OutboxMessage.objects.create(
-            id=uuid.uuid4().hex, session=session, text=message,
+            id=uuid.uuid4().hex, session=session, text=message, plan_mode=plan_mode,
             last_error=outbox.active_limit_reason(),
         )
         tasks.outbox_delivery_schedule(session_id=session.id)

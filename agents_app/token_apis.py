@@ -25,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import selectors, services
+from agents_app.api_fields import BodySerializer
 from agents_app.api_schema import CONFLICT, error_response
 from agents_app.auth import BearerTokenAuthentication
 from agents_app.models import ApiToken
@@ -97,7 +98,7 @@ class ApiTokenListCreateApi(ListAPIView):
     serializer_class = ApiTokenOutputSerializer
     filter_backends = ()
 
-    class ApiTokenCreateInputSerializer(serializers.Serializer):
+    class ApiTokenCreateInputSerializer(BodySerializer):
         name = serializers.CharField(
             max_length=TOKEN_NAME_MAX_CHARS, help_text="What the token is for, e.g. 'CI deploy'."
         )

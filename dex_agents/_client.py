@@ -79,10 +79,12 @@ class AgentSessionClient:
         *,
         agent_config: dict[str, Any] | None = None,
         tool_policies: Mapping[str, ToolPolicy] | None = None,
+        plan_mode: bool = False,
     ) -> str:
         """Start a session; a non-blank ``initial_message`` starts its first turn.
 
-        ``agent_config`` and ``tool_policies`` are platform additions (see
+        ``agent_config``, ``tool_policies`` and ``plan_mode`` (the first message asks for a
+        plan, as ``send_user_message``'s) are platform additions (see
         ``AgentSessionStartInput``). Returns the Dex run ID.
 
         Raises:
@@ -95,6 +97,7 @@ class AgentSessionClient:
                 initial_message=initial_message,
                 agent_config=agent_config,
                 tool_policies=dict(tool_policies or {}),
+                initial_plan_mode=plan_mode,
             ),
         )
 

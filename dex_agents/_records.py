@@ -883,11 +883,14 @@ class AgentSessionStartInput:
         agent_config: Platform addition: a JSON snapshot of the agent definition, opaque here and
             handed to the runner as ``AgentTurnContext.agent_config``.
         tool_policies: Platform addition: per-session policies, consulted before the Flow's own.
+        initial_plan_mode: Platform addition: ``initial_message`` asks for a plan first (as
+            ``AgentUserMessage.plan_mode``); ignored without a message.
     """
 
     initial_message: str = ""
     agent_config: dict[str, Any] | None = None
     tool_policies: dict[str, ToolPolicy] = field(default_factory=dict)
+    initial_plan_mode: bool = False
 
 
 @dataclass(frozen=True)

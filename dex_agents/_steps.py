@@ -706,7 +706,13 @@ class StartAgentSession(_SessionStep, Step[AgentSessionStartInput]):
         )
         state = AgentState(status=AgentStatus.WAITING_FOR_USER_MESSAGE)
         if input.initial_message.strip():
-            return await _start_turn(self._flow, context, state, input.initial_message)
+            return await _start_turn(
+                self._flow,
+                context,
+                state,
+                input.initial_message,
+                plan_mode=input.initial_plan_mode,
+            )
         AGENT_STATE.set(context, state)
         await _observe(self._flow, context, status=state.status, turn_id=None)
         return go_to(AwaitUserMessage, None)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from agents_app.models import AgentSession, OutboxMessage
+from agents_app.models import AgentSession, ApiToken, OutboxMessage
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory, McpToolFactory
 
 pytestmark = pytest.mark.django_db
@@ -120,6 +120,40 @@ def test_create_validation_errors_name_the_field(
     assert response.status_code == 400
     assert fragment in " ".join(response.json()[field])
     assert not AgentSession.objects.exists()
+
+
+def test_a_body_with_an_unknown_field_is_refused_whole(
+    owner: Any, owner_client: APIClient
+) -> None:
+    AgentDefinitionFactory.create(slug="demo")
+    response = owner_client.post(
+        "/api/v1/sessions/", {"agent": "demo", "message": "hi", "plan_mod": True}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json() == {
+        "plan_mod": ["Unknown field; this body takes agent, message, plan_mode, tools."]
+    }
+    assert not AgentSession.objects.exists()
+
+    browser = APIClient()
+    browser.force_login(owner)
+    response = browser.post("/api/v1/tokens/", {"name": "ci", "expires": None}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json() == {"expires": ["Unknown field; this body takes expires_at, name."]}
+    assert not ApiToken.objects.filter(name="ci").exists()
+
+
+def test_stop_takes_no_body(owner: Any, owner_client: APIClient) -> None:
+    session = AgentSession.objects.create(
+        id="ses_" + "1" * 32, owner=owner, agent=AgentDefinitionFactory.create(slug="demo")
+    )
+    response = owner_client.post(
+        f"/api/v1/sessions/{session.id}/stop/", {"reason": "done"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json() == {"reason": ["Unknown field; this request takes no body."]}
+    session.refresh_from_db()
+    assert session.status != "stopped"
 
 
 def test_create_answers_503_and_creates_nothing_when_the_engine_is_down(

@@ -113,7 +113,9 @@ def test_field_errors_name_the_input_fields(schema: dict[str, Any]) -> None:
     components = schema["components"]["schemas"]
     create = components["SessionCreateInputError"]["properties"]
     # wait is the query's (send and wait); its messages come in the same body.
-    assert set(create) == {"agent", "message", "tools", "wait", "non_field_errors", "detail"}
+    assert set(create) == {
+        "agent", "message", "plan_mode", "tools", "wait", "non_field_errors", "detail"
+    }
     assert create["agent"] == {
         "type": "array", "items": {"type": "string"}, "description": "Messages for this field.",
     }
@@ -180,3 +182,19 @@ def test_swagger_settings_script_is_served_to_the_browser(owner: Any) -> None:
     body = response.content.decode()
     assert '"validatorUrl": null' in body
     assert "/api/schema/" in body
+
+
+def test_every_request_body_is_a_closed_object(schema: dict[str, Any]) -> None:
+    """Bodies refuse names they do not declare (``BodySerializer``), and the schema says so."""
+    bodies = set()
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {})
+            reference = content.get("application/json", {}).get("schema", {}).get("$ref")
+            if reference:
+                bodies.add(reference.rsplit("/", 1)[-1])
+    assert {"SessionCreateInput", "MessageInput", "ApiTokenCreateInput"} <= bodies
+    components = schema["components"]["schemas"]
+    assert {
+        name: components[name].get("additionalProperties") for name in sorted(bodies)
+    } == {name: False for name in sorted(bodies)}

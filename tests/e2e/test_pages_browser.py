@@ -992,3 +992,64 @@ def test_a_reload_keeps_the_text_being_written(contexts: Contexts, stack: PageSt
     ), timeout=60)
     page.reload()
     expect(page.get_by_role("textbox", name="Message")).to_have_value("")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_the_composer_counts_near_the_limit_and_refuses_past_it(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    page = contexts.logged_in("owner", viewport=viewport)
+    session_id = start_session(page, "hello")
+    expect(assistant_texts(page)).to_have_text(["You said: hello"])
+    composer = page.get_by_role("textbox", name="Message", exact=True)
+    counter = page.locator("#composer-text-count")
+    composer.fill("x" * 80_000)
+    expect(counter).to_be_hidden()
+    # An emoji is one character to the API and two UTF-16 units to a maxlength attribute.
+    composer.fill("😀" * 99_990)
+    expect(counter).to_have_text("99,990 / 100,000 characters")
+    expect(composer).not_to_have_attribute("aria-invalid", "true")
+    composer.fill("😀" * 100_005)
+    expect(counter).to_have_text("100,005 / 100,000 characters: 5 over the limit")
+    expect(composer).to_have_attribute("aria-invalid", "true")
+    posts: list[str] = []
+    page.on("request", lambda request: posts.append(request.url)
+            if request.method == "POST" else None)
+    page.get_by_role("button", name="Send").click()
+    # The refusal is shown by the same click handler that would have sent the POST.
+    expect(page.locator("#composer-error")).to_have_text(
+        "The message is 5 characters over the limit of 100,000; shorten it to send. "
+        "Nothing was sent."
+    )
+    screenshot(page, f"composer-over-limit-{viewport['width']}", screen_too=True)
+    assert posts == []
+    assert composer.input_value() == "😀" * 100_005  # nothing of the text was cut
+
+    composer.fill("😀" * 100_000)
+    expect(composer).not_to_have_attribute("aria-invalid", "true")
+    if viewport is NARROW:
+        return  # what is sent is the same at both widths
+    page.get_by_role("button", name="Send").click()
+    stored = wait_until("the 100,000-character message to be stored", lambda: next(
+        (message for message in stored_messages(stack, "owner", session_id)
+         if message["role"] == "user" and message["text"].startswith("😀")), None
+    ), timeout=60)
+    # The snapshot shows a text this long cut, with the whole text's length.
+    assert stored.get("text_length", len(stored["text"])) == 100_000
+    assert set(stored["text"].split("\n", 1)[0]) == {"😀"}
+    expect(counter).to_be_hidden()
+
+
+def test_the_portal_starts_a_session_in_plan_mode(contexts: Contexts, stack: PageStack) -> None:
+    page = contexts.logged_in("owner")
+    page.get_by_role("textbox", name="Message").fill("draft it\nship it")
+    page.get_by_role("checkbox", name="Plan mode").check()
+    with page.expect_request(lambda request: request.url.endswith("/api/v1/sessions/")
+                             and request.method == "POST") as started:
+        page.get_by_role("button", name="Start session").click()
+    body = started.value.post_data_json
+    assert isinstance(body, dict) and body["plan_mode"] is True
+    page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
+    plan = region(page, "Plan")
+    expect(plan).to_contain_text("Revision 1 · Draft · 0/2 completed")
+    expect(plan.get_by_role("button", name="Execute plan")).to_be_visible()

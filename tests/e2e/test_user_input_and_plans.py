@@ -312,6 +312,28 @@ def test_a_plan_is_drafted_in_plan_mode_and_executed_on_request(stack: Stack) ->
     assert execution_turn[0]["data"]["plan_revision"] == 1
 
 
+def test_the_first_message_of_a_session_may_ask_for_a_plan(stack: Stack) -> None:
+    with stack.api("owner") as owner:
+        created = owner.post(
+            "/api/v1/sessions/",
+            json={"agent": "demo", "message": "draft it\nship it", "plan_mode": True},
+        )
+        assert created.status_code == 201, created.text
+        snapshot = idle(
+            owner,
+            created.json()["id"],
+            "Plan ready for review: 2 task(s). Execute it when you are ready.",
+        )
+        assert snapshot["turn_mode"] == "planning"
+        assert snapshot["plan"]["status"] == "draft"
+        assert [task["content"] for task in snapshot["plan"]["tasks"]] == ["draft it", "ship it"]
+
+        # Without plan_mode the same first message is an ordinary chat turn.
+        plain = start(owner, "draft it")
+        snapshot = idle(owner, plain, "You said: draft it")
+        assert snapshot["turn_mode"] == "chat" and snapshot["plan"] is None
+
+
 def test_a_plan_that_stopped_with_unfinished_tasks_is_continued(stack: Stack) -> None:
     with stack.api("owner") as owner:
         session_id = start(owner)

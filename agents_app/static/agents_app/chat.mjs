@@ -26,6 +26,7 @@
 // re-read on elicitation_requested and elicitation_closed.
 
 import { api } from "./api.mjs";
+import { attachCounter, overLimitMessage } from "./char_limit.mjs";
 import { decisionForm } from "./decision_form.mjs";
 import { contentFrom, elicitationCard, fieldErrors, fieldNodes, rawValues, showFieldErrors } from "./elicitation_form.mjs";
 import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
@@ -948,6 +949,12 @@ async function answerQuestion(answer, chosen = null) {
     byId("user-input-text").focus();
     return;
   }
+  const refusal = overLimitMessage(byId("user-input-text"));
+  if (refusal) {
+    showAnswerError(refusal);
+    byId("user-input-text").focus();
+    return;
+  }
   state.answering = callId;
   showAnswerError("");
   renderQuestion();
@@ -1337,10 +1344,15 @@ function setPlanMode(on) {
 // The composer's text is kept in this tab's sessionStorage, so a reload (or an Edit that took
 // a message out of the queue) loses nothing that was typed.
 const draftKey = `dexagents:draft:${config.session}`;
+/** Updates the composer's character counter (`char_limit.mjs`); null without a composer. */
+let composerCounter = null;
 
 function saveDraft() {
   const box = document.getElementById("composer-text");
   if (!box) return;
+  // Every change of the box's text that is not typing (a restored draft, an edited queued
+  // message, a send) comes through here; typing updates the counter by itself.
+  composerCounter?.();
   try {
     if (box.value) sessionStorage.setItem(draftKey, box.value);
     else sessionStorage.removeItem(draftKey);
@@ -1365,6 +1377,12 @@ async function send(event) {
   const value = text.value;
   if (!value.trim()) {
     showComposerError("Write a message first.");
+    text.focus();
+    return;
+  }
+  const refusal = overLimitMessage(text);
+  if (refusal) {
+    showComposerError(refusal);
     text.focus();
     return;
   }
@@ -1422,7 +1440,9 @@ function refreshNow() {
 const composer = document.getElementById("composer");
 if (composer) {
   composer.addEventListener("submit", send);
+  composerCounter = attachCounter(byId("composer-text"), { after: byId("composer-send") });
   restoreDraft();
+  composerCounter?.();
   byId("composer-text").addEventListener("input", saveDraft);
   byId("composer-text").addEventListener("keydown", (event) => {
     if (isSendShortcut(event)) {
@@ -1435,6 +1455,7 @@ if (composer) {
 }
 const answerForm = document.getElementById("user-input-form");
 if (answerForm) {
+  attachCounter(byId("user-input-text"), { after: byId("user-input-submit") });
   answerForm.addEventListener("submit", (event) => {
     event.preventDefault();
     answerQuestion(byId("user-input-text").value);

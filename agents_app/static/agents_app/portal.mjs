@@ -1,8 +1,9 @@
 // The portal (/): pick an agent, narrow its tools, write the first message, start a session.
-// POST /api/v1/sessions/ {"agent", "message"?, "tools"?} answers 201 {"id"}; the page then
+// POST /api/v1/sessions/ {"agent", "message"?, "plan_mode"?, "tools"?} answers 201 {"id"}; the page then
 // opens /sessions/<id>/. `tools` is sent only when the person unchecked some tools.
 
 import { api } from "./api.mjs";
+import { attachCounter, overLimitMessage } from "./char_limit.mjs";
 import { byId, isSendShortcut } from "./dom.mjs";
 import { sessionPagePath, sessionsApiPath } from "./urls.mjs";
 
@@ -33,7 +34,17 @@ async function start(event) {
   if (!agent.value || agent.selectedOptions[0]?.disabled || button.disabled) return;
   const body = { agent: agent.value };
   const message = byId("message").value;
-  if (message.trim()) body.message = message;
+  const refusal = overLimitMessage(byId("message"));
+  if (refusal) {
+    failure.textContent = refusal;
+    failure.hidden = false;
+    byId("message").focus();
+    return;
+  }
+  if (message.trim()) {
+    body.message = message;
+    if (byId("portal-plan").checked) body.plan_mode = true;
+  }
   const tools = chosenTools(agent.value);
   if (tools !== null) body.tools = tools;
   button.disabled = true;
@@ -56,6 +67,7 @@ if (form) {
   showAgent(agent.value);
   agent.addEventListener("change", () => showAgent(agent.value));
   form.addEventListener("submit", start);
+  attachCounter(byId("message"));
   byId("message").addEventListener("keydown", (event) => {
     if (isSendShortcut(event)) {
       event.preventDefault();
