@@ -49,6 +49,11 @@ class SessionMessageSerializer(serializers.Serializer):
         "that only asks for tools) or the tool's result as text (an image is its label).",
     )
     turn_id = serializers.CharField(help_text="The turn that stored it, turn-<n>.")
+    created_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When it was stored (UTC); for a user message that started a turn, when it "
+        "was accepted. null for a message stored before the platform kept the time.",
+    )
     tool_calls = MessageToolCallSerializer(
         many=True,
         required=False,

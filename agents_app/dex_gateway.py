@@ -919,9 +919,10 @@ async def session_messages(
 
 
 def message_to_data(message: Any) -> dict[str, Any]:
-    """One stored message as ``{"sequence", "role", "text", "turn_id"}``, plus what links tool
-    results to their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an assistant
-    message that asked for tools and ``tool_call_id`` on a tool result, read from its Chat
+    """One stored message as ``{"sequence", "role", "text", "turn_id", "created_at"}``
+    (``created_at`` ISO 8601 UTC, ``None`` for a message stored before it was kept), plus what
+    links tool results to their calls: ``tool_calls`` (``[{"id", "name", "arguments"}]``) on an
+    assistant message that asked for tools and ``tool_call_id`` on a tool result, read from its Chat
     Completions item. A message too large for one answer arrives cut (``dex_agents._views``):
     then ``text_length`` is the stored text's length in characters, and ``text`` its start
     with a last line saying how much was left out.
@@ -932,6 +933,7 @@ def message_to_data(message: Any) -> dict[str, Any]:
         "role": plain_data(message.role),
         "text": message.text,
         "turn_id": message.turn_id,
+        "created_at": plain_data(getattr(message, "created_at", None)),
     }
     item = getattr(message, "framework_item", None)
     if not isinstance(item, Mapping):

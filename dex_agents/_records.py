@@ -342,6 +342,9 @@ class AgentMessage:
         turn_id: The turn that stored it.
         text_parts: Platform addition: for a tool result whose whole text did not fit one
             value, where it is stored (``text`` holds the record's cut of it); ``None`` otherwise.
+        created_at: Platform addition: when it was written (UTC, Worker clock); for a user
+            message that starts a turn, when ``send_user_message`` accepted it. ``None`` for a
+            message stored before the field existed.
     """
 
     sequence: int
@@ -350,10 +353,12 @@ class AgentMessage:
     framework_item: Any
     turn_id: str
     text_parts: TextParts | None = None
+    created_at: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.text_parts is not None and not isinstance(self.text_parts, TextParts):
             object.__setattr__(self, "text_parts", _coerce(self.text_parts, TextParts))
+        object.__setattr__(self, "created_at", _coerce_datetime(self.created_at))
 
 
 @dataclass(frozen=True)

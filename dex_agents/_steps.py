@@ -466,6 +466,7 @@ async def _start_turn(
     *,
     plan_mode: bool = False,
     client_ids: Sequence[str] = (),
+    created_at: datetime | None = None,
 ) -> StepDecision:
     """Store the user message as the turn's first message and move to RunModel.
 
@@ -473,7 +474,8 @@ async def _start_turn(
     any other a ``chat`` turn. ``client_ids`` (platform addition): the non-empty
     ``AgentUserMessage.client_id`` of every message the turn takes as it starts; written into
     ``turn_started`` as ``client_ids`` when there is one, so a sender can tell which turn
-    answers its message.
+    answers its message. ``created_at``: when the message was accepted (stored as the
+    message's ``created_at``); ``None`` means now.
     """
     message = require_user_message(flow.runner.build_user_message(text))
     number = state.turn_number + 1
@@ -482,7 +484,14 @@ async def _start_turn(
     AGENT_MESSAGES.set(
         context,
         message_sequence_key(sequence),
-        AgentMessage(sequence, MessageRole.USER, message.text, message.framework_item, turn_id),
+        AgentMessage(
+            sequence,
+            MessageRole.USER,
+            message.text,
+            message.framework_item,
+            turn_id,
+            created_at=created_at or _now(),
+        ),
     )
     mode = TurnMode.PLANNING if plan_mode and flow.options.plans else TurnMode.CHAT
     AGENT_STATE.set(
@@ -748,6 +757,7 @@ class AwaitUserMessage(_SessionStep, Step[None]):
                 return await _start_turn(
                     self._flow, context, state, first.text, plan_mode=first.plan_mode,
                     client_ids=[message.client_id for message in steered],
+                    created_at=first.created_at,
                 )
         if self._flow.options.plans:
             requests = PLAN_EXECUTIONS.results(context)
@@ -765,7 +775,7 @@ class AwaitUserMessage(_SessionStep, Step[None]):
             return go_to(AwaitUserMessage, None)
         return await _start_turn(
             self._flow, context, state, messages[0].text, plan_mode=messages[0].plan_mode,
-            client_ids=[messages[0].client_id],
+            client_ids=[messages[0].client_id], created_at=messages[0].created_at,
         )
 
 
@@ -903,6 +913,7 @@ class RunModel(_SessionStep, Step[None]):
         assert state.turn_id is not None
         sequence = state.message_count
         taken_over: set[str] = set()
+        stored_at = _now()
         for message in outcome.new_messages:
             if not isinstance(message, FrameworkMessage):
                 raise AgentContractError("TurnCompleted.new_messages must hold FrameworkMessage")
@@ -919,6 +930,7 @@ class RunModel(_SessionStep, Step[None]):
                     message.framework_item,
                     state.turn_id,
                     parts,
+                    created_at=stored_at,
                 ),
             )
             if parts is not None:
@@ -1449,7 +1461,12 @@ class RecordTurnFailure(_SessionStep, Step[None]):
                 context,
                 message_sequence_key(sequence),
                 AgentMessage(
-                    sequence, MessageRole.USER, message.text, message.framework_item, state.turn_id
+                    sequence,
+                    MessageRole.USER,
+                    message.text,
+                    message.framework_item,
+                    state.turn_id,
+                    created_at=_now(),
                 ),
             )
         for tool_call_id, record in records.items():

@@ -82,7 +82,13 @@ def test_snapshot_to_data_shapes_the_api_answer() -> None:
     data = dex_gateway.snapshot_to_data(snapshot)
     assert data["status"] == "running_tools"
     assert data["messages"] == [
-        {"sequence": 1, "role": "user", "text": "find cats", "turn_id": "turn-1"}
+        {
+            "sequence": 1,
+            "role": "user",
+            "text": "find cats",
+            "turn_id": "turn-1",
+            "created_at": None,
+        }
     ]
     assert data["has_older_messages"] is False
     assert data["pending_interrupts"][0]["deadline"] == "2026-01-01T00:00:00+00:00"
@@ -131,12 +137,14 @@ def test_messages_link_tool_results_to_their_calls() -> None:
         text="3 results",
         turn_id="turn-1",
         framework_item={"role": "tool", "tool_call_id": "call_1", "content": "3 results"},
+        created_at=datetime(2026, 12, 5, 9, 30, tzinfo=UTC),
     )
     assert dex_gateway.message_to_data(assistant) == {
         "sequence": 2,
         "role": "assistant",
         "text": "",
         "turn_id": "turn-1",
+        "created_at": None,
         "tool_calls": [
             {"id": "call_1", "name": "search__web_search", "arguments": '{"query": "cats"}'}
         ],
@@ -146,6 +154,7 @@ def test_messages_link_tool_results_to_their_calls() -> None:
         "role": "tool",
         "text": "3 results",
         "turn_id": "turn-1",
+        "created_at": "2026-12-05T09:30:00+00:00",
         "tool_call_id": "call_1",
     }
 

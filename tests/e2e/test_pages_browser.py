@@ -10,6 +10,7 @@ Screenshots of every page at 1280 and 390 px go to ``var/screenshots/`` (or
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -47,6 +48,7 @@ for name, staff in (("owner", False), ("intruder", False), ("reviewer", True)):
     tokens[name] = api_token_create(user=user, name="browser test")[1]
 demo = User.objects.get(username="demo")
 tokens["demo"] = api_token_create(user=demo, name="browser test")[1]
+import datetime
 import json
 print(json.dumps(tokens))
 """.replace("PASSWORD", repr(PASSWORD))
@@ -1053,3 +1055,33 @@ def test_the_portal_starts_a_session_in_plan_mode(contexts: Contexts, stack: Pag
     plan = region(page, "Plan")
     expect(plan).to_contain_text("Revision 1 · Draft · 0/2 completed")
     expect(plan.get_by_role("button", name="Execute plan")).to_be_visible()
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_messages_show_their_time_and_the_day_they_start(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    page = contexts.logged_in("owner", viewport=viewport)
+    session_id = start_session(page, "what time is it")
+    expect(assistant_texts(page)).to_have_text(["You said: what time is it"])
+    stored = stored_messages(stack, "owner", session_id)
+    conversation = region(page, "Conversation")
+    times = conversation.locator(".message .message-time")
+    expect(times).to_have_count(2)
+    assert [times.nth(index).get_attribute("datetime") for index in range(2)] == [
+        message["created_at"] for message in stored
+    ]
+    # The full date is the time's title (shown on hover) and its accessible name.
+    title = times.first.get_attribute("title") or ""
+    assert str(datetime.date.today().year) in title and title == times.first.get_attribute(
+        "aria-label"
+    )
+    separators = conversation.locator(".day-separator")
+    expect(separators).to_have_text(["Today"])
+    expect(conversation.locator("li").first).to_have_class("day-separator")
+    if viewport is NARROW:
+        expect(times.first).to_have_css("opacity", "1")  # no hover on a phone
+    else:
+        conversation.locator(".message").first.hover()
+        expect(times.first).to_have_css("opacity", "1")
+    screenshot(page, f"message-times-{viewport['width']}", screen_too=True)

@@ -10,6 +10,7 @@ anonymous.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -339,3 +340,38 @@ def test_an_edit_without_plan_mode_keeps_it_and_a_full_queue_refuses_more(stack:
         assert refused.status_code == 409, refused.text
         assert "queue is full (at most 20 messages" in refused.json()["detail"]
         assert len(queue_of(owner, session_id)["queued"]) == 20
+
+
+def test_every_stored_message_says_when_it_was_written(stack: Stack) -> None:
+    """``created_at`` on each message: a user message keeps the time it was accepted, even
+    when it waited in the queue while an earlier turn ran."""
+    session_id, pending = busy_session(stack)
+    with stack.api("owner") as owner, stack.api("staff") as staff:
+        send(owner, session_id, "sent while busy")
+        [queued] = queue_of(owner, session_id)["queued"]
+        approved = staff.post(
+            f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/",
+            json={"approved": True},
+        )
+        assert approved.status_code == 200, approved.text
+        snapshot = snapshot_when(
+            owner,
+            session_id,
+            lambda snapshot: snapshot["status"] == "waiting_for_user_message"
+            and snapshot["messages"][-1]["text"] == "You said: sent while busy",
+            "the queued message to be answered",
+        )
+        page = owner.get(f"/api/v1/sessions/{session_id}/messages/").json()["messages"]
+    messages = snapshot["messages"]
+    assert [message["created_at"] for message in page] == [
+        message["created_at"] for message in messages
+    ]
+    times = [datetime.datetime.fromisoformat(message["created_at"]) for message in messages]
+    assert all(time.utcoffset() == datetime.timedelta(0) for time in times)
+    assert times[0] <= times[1]  # the first message, then the model's answer to it
+    later = next(message for message in messages if message["text"] == "sent while busy")
+    assert later["created_at"] == queued["created_at"]
+    # It was accepted before the turn it waited for ended.
+    answer_before = messages[messages.index(later) - 1]
+    assert answer_before["role"] in ("assistant", "tool")
+    assert later["created_at"] < answer_before["created_at"]

@@ -32,6 +32,7 @@ import { contentFrom, elicitationCard, fieldErrors, fieldNodes, rawValues, showF
 import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
 import { MessageQueue } from "./message_queue.mjs";
+import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
 import { sessionApiPath } from "./urls.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
@@ -56,6 +57,7 @@ const state = {
   status: config.status,
   messages: new Map(), // sequence -> message
   nodes: new Map(), // sequence -> <li>
+  daySeparators: new Map(), // sequence -> the day separator <li> before that message
   toolNames: new Map(), // tool_call_id -> tool name, from assistant messages
   oldest: null,
   hasOlder: false,
@@ -163,7 +165,7 @@ function messageNode(message) {
   const node = el(
     "li",
     { class: `message message-${role}`, dataset: { sequence: String(message.sequence), role } },
-    el("div", { class: "message-meta" }, el("span", { class: "message-role" }, label), el("span", {}, `#${message.sequence}`)),
+    el("div", { class: "message-meta" }, el("span", { class: "message-role" }, label), el("span", {}, `#${message.sequence}`), messageTime(message.created_at)),
   );
   if (Number.isInteger(message.text_length) && message.text_length > 0) {
     // In the header, where a reader meets the message, not after pages of its start.
@@ -319,6 +321,7 @@ function renderMessages() {
     }
     next = node;
   }
+  placeDaySeparators(list, dayBreaks(sequences.map((sequence) => state.messages.get(sequence))), state.nodes, state.daySeparators);
   const empty = byId("conversation-empty");
   empty.hidden = sequences.length > 0;
   if (!sequences.length) {
