@@ -35,6 +35,23 @@ class MessageToolCallSerializer(serializers.Serializer):
     )
 
 
+class MessageReasoningSerializer(serializers.Serializer):
+    """The reasoning of the model call that wrote an assistant message."""
+
+    text = serializers.CharField(
+        allow_blank=False,
+        help_text="The readable reasoning summary, as the live Thinking panel showed it (never "
+        "a provider's encrypted reasoning).",
+    )
+    seconds = serializers.FloatField(
+        min_value=0, help_text="From the model call's start to its last reasoning, in seconds."
+    )
+    cut = serializers.BooleanField(
+        required=False,
+        help_text="Present (true) when text is only the first 16,000 characters.",
+    )
+
+
 class SessionMessageSerializer(serializers.Serializer):
     """One stored conversation message (``dex_agents.AgentMessage`` without the runner's own
     replay data)."""
@@ -63,6 +80,10 @@ class SessionMessageSerializer(serializers.Serializer):
     tool_call_id = serializers.CharField(
         required=False,
         help_text="Tool messages only: the call (tool_calls[].id) this is the result of.",
+    )
+    reasoning = MessageReasoningSerializer(
+        required=False,
+        help_text="Assistant messages whose model call reasoned only.",
     )
     text_length = serializers.IntegerField(
         required=False,

@@ -926,7 +926,10 @@ def message_to_data(message: Any) -> dict[str, Any]:
     Completions item. A message too large for one answer arrives cut (``dex_agents._views``):
     then ``text_length`` is the stored text's length in characters, and ``text`` its start
     with a last line saying how much was left out.
-    Provider-specific replay data (reasoning items, thinking blocks) is left out.
+    ``reasoning`` (``{"text", "seconds", "cut"?}``) on an assistant message whose model call
+    reasoned: its readable summary as the Thinking panel showed it and how long the call
+    reasoned. Provider-specific replay data (encrypted reasoning items, thinking blocks and
+    their signatures) is left out.
     """
     data: dict[str, Any] = {
         "sequence": message.sequence,
@@ -951,6 +954,15 @@ def message_to_data(message: Any) -> dict[str, Any]:
         ]
     if item.get("tool_call_id"):
         data["tool_call_id"] = item["tool_call_id"]
+    reasoning = item.get("reasoning")
+    if (
+        isinstance(reasoning, Mapping)
+        and isinstance(reasoning.get("text"), str)
+        and isinstance(reasoning.get("seconds"), int | float)
+    ):
+        data["reasoning"] = {"text": reasoning["text"], "seconds": reasoning["seconds"]}
+        if reasoning.get("cut") is True:
+            data["reasoning"]["cut"] = True
     cut = item.get("cut")
     if isinstance(cut, Mapping) and isinstance(cut.get("text_length"), int):
         data["text_length"] = cut["text_length"]

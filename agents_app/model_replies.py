@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +111,69 @@ class DeltaBuffer:
             self._pieces.clear()
             self._size = 0
             self._write(text)
+
+
+#: How much of a model call's reasoning its assistant message keeps (characters); the live
+#: Thinking panel shows all of it while the call runs.
+REASONING_KEPT_CHARS = 16_000
+
+
+class ReasoningDeltaBuffer(DeltaBuffer):
+    """A :class:`DeltaBuffer` for reasoning deltas that also keeps what it was given, so the
+    call's reasoning summary can be stored with its assistant message (issue 27, "Reasoning
+    kept").
+
+    Only the readable text that went to the live Thinking panel is kept (Chat Completions
+    ``reasoning_content``, Anthropic thinking text, Responses summary text), never a
+    provider's encrypted reasoning items.
+
+    Args:
+        write: As for :class:`DeltaBuffer`.
+        started: ``clock()`` when the model call began.
+        clock: Seconds, monotonic; ``time.monotonic`` by default.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        *,
+        started: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(write)
+        self._started = started
+        self._clock = clock
+        self._kept: list[str] = []
+        self._kept_chars = 0
+        self._total_chars = 0
+        self._last: float | None = None
+
+    def add(self, text: str) -> None:
+        if text:
+            self._last = self._clock()
+            self._total_chars += len(text)
+            room = REASONING_KEPT_CHARS - self._kept_chars
+            if room > 0:
+                self._kept.append(text[:room])
+                self._kept_chars += min(len(text), room)
+        super().add(text)
+
+    def summary(self) -> dict[str, Any] | None:
+        """``{"text", "seconds", "cut"?}`` or ``None`` when the call gave no reasoning text.
+
+        ``seconds`` (one decimal) runs from the call's start to its last reasoning delta;
+        ``cut`` (``true``, else absent) says the text is the first ``REASONING_KEPT_CHARS``.
+        """
+        text = "".join(self._kept).strip()
+        if not text or self._last is None:
+            return None
+        summary: dict[str, Any] = {
+            "text": text,
+            "seconds": round(max(0.0, self._last - self._started), 1),
+        }
+        if self._total_chars > REASONING_KEPT_CHARS:
+            summary["cut"] = True
+        return summary
 
 
 @dataclass
@@ -459,6 +523,16 @@ def read_chat_response(response: Any) -> ModelReply:
         ),
         usage=usage_from(_get(response, "usage")),
     )
+
+
+def chat_response_reasoning(response: Any) -> str:
+    """The readable reasoning of a whole ``acompletion`` response (first choice):
+    ``reasoning_content`` (LiteLLM puts Anthropic thinking text there too), or ``""``.
+    A stream gives the same text as ``reasoning_content`` deltas."""
+    choices = _get(response, "choices") or ()
+    message = _get(choices[0], "message") if choices else None
+    text = _get(message, "reasoning_content") if message is not None else None
+    return text if isinstance(text, str) else ""
 
 
 # --- OpenAI Responses -------------------------------------------------------------------------

@@ -73,6 +73,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -86,7 +87,9 @@ from agents_app.model_replies import (
     DeltaBuffer,
     ModelReply,
     ModelResponseError,
+    ReasoningDeltaBuffer,
     ToolCallAccumulator,
+    chat_response_reasoning,
     openai_chunk_stream,
     read_chat_response,
     read_chat_stream,
@@ -993,7 +996,13 @@ def finalize_tool_calls(
     return prepared
 
 
-def _assistant_item(reply: ModelReply, calls: Sequence[PreparedToolCall]) -> dict[str, Any]:
+def _assistant_item(
+    reply: ModelReply,
+    calls: Sequence[PreparedToolCall],
+    reasoning: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The stored item of one model reply; ``reasoning`` (``ReasoningDeltaBuffer.summary``)
+    is kept for people under ``"reasoning"``, a key :func:`chat_message` never sends back."""
     item: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if calls:
         item["tool_calls"] = [call.history_item() for call in calls]
@@ -1001,6 +1010,8 @@ def _assistant_item(reply: ModelReply, calls: Sequence[PreparedToolCall]) -> dic
         item["thinking_blocks"] = [dict(block) for block in reply.thinking_blocks]
     if reply.reasoning_items:
         item["reasoning_items"] = [dict(entry) for entry in reply.reasoning_items]
+    if reasoning:
+        item["reasoning"] = dict(reasoning)
     return item
 
 
@@ -1306,6 +1317,7 @@ class LiteLLMRunner:
                         # Ends the HTTP response however the read ended.
                         await response.aclose()
                 reply = read_chat_response(response)
+                reasoning.add(chat_response_reasoning(response))
             text.add(reply.text)
             return reply
         except ModelResponseError:
@@ -1450,7 +1462,9 @@ class LiteLLMRunner:
         config = self._config(turn.agent_config).for_turn_mode(turn.turn_mode)
         messages, turn_items = build_model_input(config, turn)
         text_events = DeltaBuffer(turn.events.write_text_delta)
-        reasoning_events = DeltaBuffer(turn.events.write_reasoning_delta)
+        reasoning_events = ReasoningDeltaBuffer(
+            turn.events.write_reasoning_delta, started=time.monotonic()
+        )
         try:
             reply = await self._call_model(config, messages, text_events, reasoning_events)
         finally:
@@ -1459,7 +1473,7 @@ class LiteLLMRunner:
 
         if reply.tool_calls:
             calls = finalize_tool_calls(reply.tool_calls, config, turn_items, turn.tool_calls)
-            turn_items.append(_assistant_item(reply, calls))
+            turn_items.append(_assistant_item(reply, calls, reasoning_events.summary()))
             deferred = []
             for call in calls:
                 if call.error is not None:
@@ -1484,7 +1498,7 @@ class LiteLLMRunner:
             )
         if not reply.text.strip():
             raise ModelResponseError("the model returned an empty response")
-        turn_items.append(_assistant_item(reply, ()))
+        turn_items.append(_assistant_item(reply, (), reasoning_events.summary()))
         return TurnCompleted(
             new_messages=[_framework_message(item) for item in turn_items], usage=reply.usage
         )

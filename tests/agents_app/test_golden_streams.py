@@ -172,13 +172,27 @@ def config_for(golden: dict[str, Any], base_url: str, *, stream: bool) -> dict[s
     }
 
 
+def kept_reasoning(items: list[dict[str, Any]]) -> str | None:
+    """Take the stored reasoning out of every item (its ``seconds`` depend on the clock) and
+    return the text the newest item keeps, or ``None``."""
+    texts = []
+    for item in items:
+        reasoning = item.pop("reasoning", None)
+        if reasoning is not None:
+            assert reasoning["seconds"] >= 0
+        texts.append(reasoning["text"] if reasoning else None)
+    return texts[-1] if texts else None
+
+
 def summarize(outcome: AgentTurnOutcome) -> dict[str, Any]:
-    """The comparable content of an outcome: items, tool calls with policies, usage."""
+    """The comparable content of an outcome: items, tool calls with policies, usage, and the
+    reasoning text the call's item keeps."""
     usage = outcome.usage.as_dict()
     if isinstance(outcome, ToolCallsRequested):
         items, _ = decode_run_state(outcome.framework_run_state)
         return {
             "kind": "tool_calls",
+            "reasoning": kept_reasoning(items),
             "items": items,
             "tool_calls": [
                 {
@@ -198,9 +212,11 @@ def summarize(outcome: AgentTurnOutcome) -> dict[str, Any]:
             "usage": usage,
         }
     assert isinstance(outcome, TurnCompleted)
+    items = [json.loads(json.dumps(message.framework_item)) for message in outcome.new_messages]
     return {
         "kind": "completed",
-        "items": [message.framework_item for message in outcome.new_messages],
+        "reasoning": kept_reasoning(items),
+        "items": items,
         "usage": usage,
     }
 
@@ -232,6 +248,8 @@ def check_expected(summary: dict[str, Any], expect: dict[str, Any]) -> None:
         summary = numbered_ids(summary)
     assert summary["kind"] == expect["kind"]
     assert summary["items"] == expect["items"]
+    # The call's readable reasoning is kept with its item, as the Thinking panel showed it.
+    assert summary["reasoning"] == (expect.get("reasoning_events", "").strip() or None)
     if expect["kind"] == "tool_calls":
         assert summary["tool_calls"] == expect["tool_calls"]
     expected_usage = dict(expect["usage"])

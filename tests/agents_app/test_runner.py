@@ -15,8 +15,15 @@ from typing import Any, cast
 
 import pytest
 
+from agents_app import dex_gateway
 from agents_app.demo_model import FAIL_STATUSES
-from agents_app.model_replies import DeltaBuffer, openai_chunk_stream, read_chat_stream
+from agents_app.model_replies import (
+    REASONING_KEPT_CHARS,
+    DeltaBuffer,
+    ReasoningDeltaBuffer,
+    openai_chunk_stream,
+    read_chat_stream,
+)
 from agents_app.providers import LOCAL_SERVER_KEY, count_tokens, load_litellm
 from agents_app.runner import (
     REJECTED_CALL_POLICY,
@@ -427,6 +434,48 @@ async def test_delta_buffer_flushes_when_its_oldest_piece_is_due() -> None:
     buffer.add("three")
     buffer.flush()
     assert written == ["one two", "three"]
+
+
+async def test_reasoning_buffer_keeps_the_summary_and_how_long_the_call_reasoned() -> None:
+    now = [100.0]
+    written: list[str] = []
+    buffer = ReasoningDeltaBuffer(written.append, started=100.0, clock=lambda: now[0])
+    assert buffer.summary() is None
+    buffer.add("")
+    now[0] = 101.25
+    buffer.add("  Thinking about: ")
+    now[0] = 103.44
+    buffer.add("cats  ")
+    buffer.flush()
+    assert written == ["  Thinking about: cats  "]  # the live panel gets every piece
+    assert buffer.summary() == {"text": "Thinking about: cats", "seconds": 3.4}
+
+
+async def test_reasoning_buffer_keeps_only_the_start_of_a_long_summary() -> None:
+    buffer = ReasoningDeltaBuffer(lambda text: None, started=0.0, clock=lambda: 2.0)
+    buffer.add("a" * (REASONING_KEPT_CHARS - 1))
+    buffer.add("bcd")
+    summary = buffer.summary()
+    assert summary is not None
+    assert summary["text"] == "a" * (REASONING_KEPT_CHARS - 1) + "b"
+    assert summary["cut"] is True
+    buffer.flush()
+
+
+def test_a_stored_reasoning_summary_is_shown_but_never_sent_back_to_the_model() -> None:
+    item = {
+        "role": "assistant",
+        "content": "Hi",
+        "reasoning": {"text": "Thinking about: hi", "seconds": 1.5},
+        "reasoning_items": [{"type": "reasoning", "encrypted_content": "opaque"}],
+    }
+    assert chat_message(item) == {"role": "assistant", "content": "Hi"}
+    message = AgentMessage(
+        sequence=2, role=MessageRole.ASSISTANT, text="Hi", framework_item=item, turn_id="turn-1"
+    )
+    data = dex_gateway.message_to_data(message)
+    assert data["reasoning"] == {"text": "Thinking about: hi", "seconds": 1.5}
+    assert "opaque" not in repr(data)
 
 
 def test_default_delta_buffer_limits_are_one_second_and_16_kib() -> None:

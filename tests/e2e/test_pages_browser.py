@@ -250,15 +250,32 @@ def test_login_portal_and_a_slow_reply_streams_before_it_is_stored(
     assert stored_messages(stack, "demo", session_id)[-1]["text"] == final
 
 
-def test_reasoning_streams_under_thinking_and_is_not_stored_as_the_answer(
-    contexts: Contexts,
+def test_reasoning_streams_under_thinking_and_is_kept_collapsed_with_the_answer(
+    contexts: Contexts, stack: PageStack
 ) -> None:
     page = contexts.logged_in("owner")
-    start_session(page, f"/think\n/slow 0.4\n{SLOW_WORDS}")
+    session_id = start_session(page, f"/think\n/slow 0.4\n{SLOW_WORDS}")
     thinking = region(page, "Thinking")
     expect(thinking).to_contain_text("Thinking about:")
     expect(assistant_texts(page)).to_have_text([f"You said: {SLOW_WORDS}"])
     expect(thinking).to_be_hidden()
+
+    # After the turn the reasoning stays with the answer, collapsed, readable, not encrypted.
+    [answer] = [m for m in stored_messages(stack, "owner", session_id) if m["role"] == "assistant"]
+    assert answer["reasoning"]["text"].startswith("Thinking about:")
+    assert answer["reasoning"]["seconds"] >= 0
+    assert set(answer["reasoning"]) == {"text", "seconds"}
+    kept = region(page, "Conversation").locator(".message-assistant .message-reasoning")
+    summary = kept.locator("summary")
+    expect(summary).to_have_text(re.compile(r"^Thought for \d+ s$"))
+    expect(kept.locator(".reasoning-text")).to_be_hidden()
+    summary.click()
+    expect(kept.locator(".reasoning-text")).to_have_text(answer["reasoning"]["text"])
+    screenshot(page, "reasoning-kept", screen_too=True)
+    page.reload()
+    expect(region(page, "Conversation").locator(".message-reasoning summary")).to_have_text(
+        summary.inner_text()
+    )
 
 
 def test_messages_sent_during_a_turn_wait_in_the_queue(contexts: Contexts) -> None:

@@ -171,11 +171,25 @@ function messageNode(message) {
     // In the header, where a reader meets the message, not after pages of its start.
     node.querySelector(".message-meta").append(wholeTextControl(message));
   }
+  if (message.reasoning?.text) node.append(reasoningNode(message.reasoning));
   if (message.text) node.append(el("p", { class: "message-text" }, message.text));
   if (Array.isArray(message.tool_calls) && message.tool_calls.length) {
     node.append(el("ul", { class: "tool-requests", "aria-label": "Tool calls" }, message.tool_calls.map(toolCallNode)));
   }
   return node;
+}
+
+/** The stored reasoning of the model call behind an assistant message, collapsed under
+ * "Thought for N s" (the live Thinking panel showed it while the call ran). */
+function reasoningNode(reasoning) {
+  const seconds = Math.max(1, Math.round(Number(reasoning.seconds) || 0));
+  return el(
+    "details",
+    { class: "message-reasoning" },
+    el("summary", {}, `Thought for ${seconds} s`),
+    el("p", { class: "reasoning-text" }, reasoning.text),
+    reasoning.cut ? el("p", { class: "small muted" }, "Only the start of the reasoning is kept.") : null,
+  );
 }
 
 /** Texts up to this many characters are shown in the page when read whole; longer ones are
