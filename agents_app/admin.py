@@ -58,7 +58,9 @@ class AgentSessionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("status", "agent")
     list_select_related = ("owner", "agent")
     search_fields = ("id", "title", "owner__username")
-    readonly_fields = ("id", "owner", "agent", "title", "status", "created_at", "updated_at")
+    readonly_fields = (
+        "id", "owner", "agent", "title", "title_source", "status", "created_at", "updated_at"
+    )
 
 
 @admin.register(ApprovalDecision)

@@ -81,6 +81,7 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "LOG_FORMAT": "plain",
     "REDIS_URL": "",
     "SNAPSHOT_SHORT_PATH": True,
+    "GENERATE_TITLES": True,
 }
 
 #: Keys whose default is derived from the keys already resolved (in this order).

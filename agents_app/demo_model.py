@@ -45,6 +45,9 @@ The script is applied to the conversation a request carries (issue 6, "The demo 
     ``context_length_exceeded``) when its input has more than ``tokens`` tokens, as a provider
     does past its context window.
 
+* A request whose system message starts with ``TITLE_REQUEST_PREFIX`` (a session title,
+  ``agents_app.titles``) is answered with the first six words of the quoted user message's
+  first line that is not a directive, capitalized, quoted and ending with a period.
 * A request whose system message starts with ``SUMMARY_REQUEST_PREFIX`` (the LiteLLM runner's
   summarizer, context compaction) is answered with a deterministic summary: the previous
   summary's lines, then one line per ``[<role> #<sequence>]`` block of the transcript with the
@@ -98,6 +101,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agents_app.plan_prompts import plan_from_prompt
+from agents_app.titles import TITLE_REQUEST_PREFIX, title_from_message
 
 DEMO_MODEL_NAME = "dexagents-demo"
 """The model ID the server lists; requests may name any model and get it echoed back."""
@@ -253,6 +257,24 @@ def is_summary_request(messages: Sequence[Mapping[str, Any]]) -> bool:
     ) and messages[0].get("role") == "system"
 
 
+def is_title_request(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``messages`` ask for a session title (``agents_app.titles``)."""
+    return bool(messages) and messages[0].get("role") == "system" and message_text(
+        messages[0].get("content")
+    ).startswith(TITLE_REQUEST_PREFIX)
+
+
+def title_reply(messages: Sequence[Mapping[str, Any]]) -> DemoReply:
+    """A title as a model might write it: the first six words of the quoted user message's
+    first line that is not a directive, capitalized, in quotes and with a final period (which
+    ``agents_app.titles.clean_title`` removes)."""
+    quoted = message_text(messages[-1].get("content")) if len(messages) > 1 else ""
+    user_text = quoted.removeprefix("User: ").split("\n\nAssistant: ", 1)[0]
+    words = title_from_message(user_text).split()[:6] or ["Conversation"]
+    title = " ".join(words)
+    return DemoReply(text=f'"{title[:1].upper()}{title[1:]}."')
+
+
 def summary_reply(messages: Sequence[Mapping[str, Any]], max_tokens: int | None) -> DemoReply:
     """The deterministic summary of a summarizer request (see the module docstring)."""
     text = message_text(messages[-1].get("content")) if len(messages) > 1 else ""
@@ -288,6 +310,8 @@ def plan_reply(
     """
     if is_summary_request(messages):
         return summary_reply(messages, max_tokens)
+    if is_title_request(messages):
+        return title_reply(messages)
     user_text = next(
         (
             message_text(messages[index].get("content"))

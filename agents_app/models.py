@@ -90,6 +90,14 @@ class AgentDefinition(models.Model):
             "Empty: a quarter of the context window."
         ),
     )
+    generate_titles = models.BooleanField(
+        default=True,
+        help_text=(
+            "After a session's first turn, ask this agent's model for a short title (one "
+            "call, off the turn's path). Off: sessions keep their first message's first line. "
+            "DEXAGENTS_GENERATE_TITLES=false turns it off for every agent."
+        ),
+    )
     supports_images = models.BooleanField(
         null=True,
         blank=True,
@@ -200,6 +208,15 @@ class AgentDefinition(models.Model):
         return config
 
 
+class TitleSource(models.TextChoices):
+    """Where a session's title came from (``agents_app.titles``)."""
+
+    AGENT = "agent", "the agent's name (no message yet)"
+    MESSAGE = "message", "its first message"
+    PENDING = "pending", "its first message; a generated title is being written"
+    GENERATED = "generated", "written by the agent's model"
+
+
 class AgentSession(models.Model):
     """The index row of one agent session; ``id`` is the Dex Flow ID (``ses_<uuid hex>``).
 
@@ -214,6 +231,9 @@ class AgentSession(models.Model):
     )
     agent = models.ForeignKey(AgentDefinition, on_delete=models.PROTECT, related_name="sessions")
     title = models.CharField(max_length=200, blank=True)
+    title_source = models.CharField(
+        max_length=16, choices=TitleSource.choices, default=TitleSource.MESSAGE
+    )
     status = models.CharField(max_length=64, default="starting")
     # When the status above was observed (worker clock or snapshot read); a status observed
     # earlier never overwrites it, so late or repeated notices cannot move it backwards.

@@ -26,7 +26,9 @@ from agents_app.models import (
     ApprovalRequest,
     Delivery,
     OutboxMessage,
+    TitleSource,
 )
+from agents_app.titles import title_from_message
 from dex_agents import AgentStatus, ElicitationAnswerResult, PlanExecutionResult
 
 _AGENT_STATUSES = frozenset(status.value for status in AgentStatus)
@@ -34,7 +36,6 @@ _AGENT_STATUSES = frozenset(status.value for status in AgentStatus)
 logger = logging.getLogger(__name__)
 
 SESSION_ID_PREFIX = "ses_"
-TITLE_MAX_CHARS = 80
 # Undoing a failed create must not keep the request waiting for long.
 STOP_TIMEOUT_SECONDS = 2.0
 
@@ -83,7 +84,7 @@ def session_create(
     config = agent.agent_config(tool_names=tool_names)
     # Whom the session's MCP requests are made for (a server's "user" isolation).
     config["owner_id"] = str(owner_pk)
-    title = (message.strip().splitlines() or [""])[0][:TITLE_MAX_CHARS] or agent.name
+    title = title_from_message(message)
     limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
     capped = bool(message.strip()) and limit > 0
     with transaction.atomic():
@@ -99,7 +100,8 @@ def session_create(
             id=session_id,
             owner_id=owner_pk,
             agent=agent,
-            title=title,
+            title=title or agent.name,
+            title_source=TitleSource.MESSAGE if title else TitleSource.AGENT,
             status=(
                 session_index.SESSION_STATUS_STARTING
                 if turn_coming
@@ -135,6 +137,67 @@ def session_create(
             id=first.id, delivery=Delivery.PENDING, pending_reason=PENDING_ACTIVE_LIMIT
         )
     return session
+
+
+def _title_from_first_message(*, session: AgentSession, text: str) -> None:
+    """A session named after its agent (started without a message) takes the title of its
+    first message that has one (``titles.title_from_message``)."""
+    if session.title_source != TitleSource.AGENT:
+        return
+    title = title_from_message(text)
+    if title and AgentSession.objects.filter(
+        pk=session.pk, title_source=TitleSource.AGENT
+    ).update(title=title, title_source=TitleSource.MESSAGE):
+        session.title, session.title_source = title, TitleSource.MESSAGE
+
+
+def session_title_generate(*, session_id: str) -> str | None:
+    """Write the generated title of a session whose first turn ended (``titles.title_write``,
+    one call to its agent's model) and index it; the session must be ``title_source``
+    ``pending`` (``session_index.titles_schedule`` marks it so).
+
+    Returns:
+        The new title, or ``None`` when nothing changed: the session is gone or not pending,
+        titles are off, it has no answer yet, or the model wrote none (the first-message
+        title stays; a failure is logged, never raised, and the next ended turn tries again).
+    """
+    from agents_app.titles import title_write
+
+    session = AgentSession.objects.select_related("agent").filter(pk=session_id).first()
+    if session is None or session.title_source != TitleSource.PENDING:
+        return None
+    try:
+        if not (dexagents_setting("GENERATE_TITLES") and session.agent.generate_titles):
+            raise LookupError("titles are off")
+        messages = dex_gateway.run(
+            dex_gateway.session_messages(session_id=session_id, after_sequence=0, limit=20)
+        )
+        user_text = next((m["text"] for m in messages if m["role"] == "user"), "")
+        answer = next((m["text"] for m in messages if m["role"] == "assistant" and m["text"]), "")
+        if not answer:
+            raise LookupError("no answer yet")
+        title = dex_gateway.run(
+            title_write(
+                agent_config=session.agent.agent_config(),
+                user_text=title_from_message(user_text) or user_text,
+                answer_text=answer,
+            ),
+            timeout=60,
+        )
+    except LookupError:
+        title = ""
+    except Exception as error:
+        logger.warning("No generated title for session %s: %s", session_id, error)
+        title = ""
+    if not title:
+        AgentSession.objects.filter(pk=session_id, title_source=TitleSource.PENDING).update(
+            title_source=TitleSource.MESSAGE
+        )
+        return None
+    updated = AgentSession.objects.filter(
+        pk=session_id, title_source=TitleSource.PENDING
+    ).update(title=title, title_source=TitleSource.GENERATED)
+    return title if updated else None
 
 
 def _session_stop_quietly(*, session_id: str, reason: str) -> None:
@@ -204,6 +267,7 @@ def session_message_send(
     message = OutboxMessage.objects.create(
         id=uuid.uuid4().hex, session=session, text=text, plan_mode=plan_mode
     )
+    _title_from_first_message(session=session, text=text)
     reason = ""
     try:
         outbox.outbox_session_deliver(session_id=session.id)
@@ -1068,6 +1132,8 @@ def demo_seed() -> DemoSeedResult:
             "system_prompt": "You are a helpful assistant. Use web_search when it helps.",
             # The demo model takes image content parts (LiteLLM does not know it).
             "supports_images": True,
+            # Its title would only repeat the first line: titles are for real models.
+            "generate_titles": False,
         },
     )
     if agent_created:
@@ -1091,6 +1157,7 @@ def demo_seed() -> DemoSeedResult:
             "system_prompt": "You are a helpful assistant with a small context window.",
             "context_window": DEMO_SMALL_CONTEXT_WINDOW,
             "supports_images": True,
+            "generate_titles": False,
         },
     )
     if small_created:

@@ -35,8 +35,8 @@ from django.utils import timezone
 
 from agents_app import dex_gateway
 from agents_app.conf import dexagents_setting
-from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest
-from dex_agents import AgentSessionChange, ClosedInterrupt, InterruptOutcome
+from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest, TitleSource
+from dex_agents import AgentSessionChange, AgentStatus, ClosedInterrupt, InterruptOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +207,41 @@ def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
             for closed in change.closed:
                 approvals_changed |= _closed_apply(change.flow_id, closed, change.observed_at)
     _active_limit_release(changes, known)
+    _titles_schedule(changes, known)
     return approvals_changed
+
+
+def _titles_schedule(changes: Sequence[AgentSessionChange], known: set[str]) -> None:
+    """Sessions whose first turn just ended (they wait for a message again) and whose title
+    still comes from their first message get a generated title (``agents_app.titles``), once:
+    they are marked ``pending`` before the task is queued."""
+    from agents_app import tasks
+
+    if not dexagents_setting("GENERATE_TITLES"):
+        return
+    ended = {
+        change.flow_id
+        for change in changes
+        if change.flow_id in known
+        and change.status is not None
+        and str(change.status) == AgentStatus.WAITING_FOR_USER_MESSAGE.value
+    }
+    if not ended:
+        return
+    candidates = list(
+        AgentSession.objects.filter(
+            pk__in=ended, title_source=TitleSource.MESSAGE, agent__generate_titles=True
+        ).values_list("pk", flat=True)
+    )
+    marked = [
+        session_id
+        for session_id in candidates
+        if AgentSession.objects.filter(pk=session_id, title_source=TitleSource.MESSAGE).update(
+            title_source=TitleSource.PENDING
+        )
+    ]
+    if marked:
+        tasks.title_generation_schedule(session_ids=marked)
 
 
 def _active_limit_release(changes: Sequence[AgentSessionChange], known: set[str]) -> None:

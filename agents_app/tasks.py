@@ -1,6 +1,7 @@
 """Celery tasks of the agents app; thin wrappers over services."""
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from celery import shared_task
@@ -127,3 +128,27 @@ def outbox_delivery_schedule(
             logger.warning("Could not queue an outbox delivery: %s", error)
 
     transaction.on_commit(send)
+
+
+@shared_task(name="agents_app.generate_session_title", ignore_result=True)
+def generate_session_title(session_id: str) -> str | None:
+    """Write a session's generated title after its first turn
+    (``services.session_title_generate``); never raises."""
+    from agents_app import services
+
+    return services.session_title_generate(session_id=session_id)
+
+
+def title_generation_schedule(*, session_ids: Sequence[str]) -> None:
+    """Queue ``generate_session_title`` for each session. A broker that does not take a task
+    is logged; the session is marked back so its next ended turn tries again."""
+    from agents_app.models import AgentSession, TitleSource
+
+    for session_id in session_ids:
+        try:
+            generate_session_title.apply_async((session_id,))
+        except Exception as error:
+            logger.warning("Could not queue a title for session %s: %s", session_id, error)
+            AgentSession.objects.filter(pk=session_id, title_source=TitleSource.PENDING).update(
+                title_source=TitleSource.MESSAGE
+            )

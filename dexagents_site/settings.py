@@ -514,6 +514,9 @@ DEXAGENTS: dict[str, Any] = {
     # Snapshot reads of unchanged sessions answered without Django's request cycle
     # (agents_app.snapshot_asgi); off: every read goes through the DRF view.
     "SNAPSHOT_SHORT_PATH": env_bool("DEXAGENTS_SNAPSHOT_SHORT_PATH", True),
+    # After a session's first turn, its agent's model writes a short title (agents_app.titles;
+    # per agent: AgentDefinition.generate_titles). false: sessions keep their first line.
+    "GENERATE_TITLES": env_bool("DEXAGENTS_GENERATE_TITLES", True),
 }
 
 LOGGING = {

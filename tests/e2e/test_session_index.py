@@ -237,3 +237,54 @@ def test_stop_is_final_everywhere(stack: Stack) -> None:
     assert not [item for item in staff.get("/api/v1/approvals/").json()
                 if item["session"] == session_id]
     _assert_stopped_everywhere(stack, session_id, interrupt_id)
+
+
+TITLED_AGENT_CODE = """
+from agents_app.models import AgentDefinition
+agent = AgentDefinition.objects.get(slug="demo")
+agent.pk, agent.slug, agent.name, agent.generate_titles = None, "titled", "Titled", True
+agent.save()
+print('"ok"')
+"""
+
+
+def test_titles_skip_directives_and_a_real_model_writes_one_after_the_first_turn(
+    stack: Stack,
+) -> None:
+    """The demo agents keep their first line; an agent with ``generate_titles`` (here the
+    demo model standing in for a real one, which answers a title request) gets a title
+    written after its first turn, by the Celery worker."""
+    stack.django_shell(TITLED_AGENT_CODE)
+    with stack.api("owner") as owner:
+        kept = owner.post("/api/v1/sessions/", json={
+            "agent": "demo", "message": "/think\nplan a trip to lisbon in may please",
+        }).json()["id"]
+        titled = owner.post("/api/v1/sessions/", json={
+            "agent": "titled", "message": "/think\nplan a trip to lisbon in may please",
+        })
+        assert titled.status_code == 201, titled.text
+        assert titled.json()["title"] == "plan a trip to lisbon in may please"
+        later = owner.post("/api/v1/sessions/", json={"agent": "titled"}).json()
+        assert later["title"] == "Titled"  # the agent's name until a message comes
+
+        row = wait_until(
+            "the generated title",
+            lambda: (row := _listed(owner, titled.json()["id"]))
+            and row["title"] != "plan a trip to lisbon in may please" and row,
+            timeout=60,
+        )
+        assert row["title"] == "Plan a trip to lisbon in"
+
+        answer = owner.post(f"/api/v1/sessions/{later['id']}/messages/", json={
+            "text": "/slow 0\nhow long is a piece of string",
+        })
+        assert answer.status_code == 202, answer.text
+        row = wait_until(
+            "the second session's generated title",
+            lambda: (row := _listed(owner, later["id"]))
+            and row["title"] == "How long is a piece of" and row,
+            timeout=60,
+        )
+        # The demo agent's session was answered long ago and keeps its first line.
+        row = _listed(owner, kept)
+        assert row is not None and row["title"] == "plan a trip to lisbon in may please"

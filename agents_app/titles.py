@@ -1,0 +1,114 @@
+"""Session titles (issue 27, "Titles").
+
+A session is first named after its first message: the first line that is not a demo model
+directive (``/think``, ``/slow 0.3``, ``/tool ...``: lines that steer the demo model, not what the
+person asked), cut to :data:`TITLE_MAX_CHARS`; a session started without a message is named
+after its agent until its first message. After the first turn, a short title is written by the
+agent's own model: one Chat Completions call made by a Celery task
+(``agents_app.tasks.generate_session_title``), off the turn's path, for agents whose
+``generate_titles`` is on and while ``DEXAGENTS["GENERATE_TITLES"]`` is true. A title the model
+cannot write leaves the first-message title in place.
+
+``AgentSession.title_source`` records where the title came from (``models.TitleSource``). This
+module imports no Django, so the demo model process can use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+TITLE_MAX_CHARS = 80
+#: Characters of each message the title request quotes.
+TITLE_QUOTE_CHARS = 2_000
+#: The title request's system message starts with this (the demo model answers it).
+TITLE_REQUEST_PREFIX = "Write a short title for this conversation."
+#: Quote marks a model may put around a title (ASCII, typographic double and single, backtick).
+QUOTES = "\"'`*\u201c\u201d\u2018\u2019"
+#: Lines the demo model reads as directives (``agents_app.demo_model``'s module docstring).
+DEMO_DIRECTIVE_LINE = re.compile(
+    r"^\s*/(?:tool|wait|ask|fail|slow|think|big|context|stop)(?:\s|$)"
+)
+
+
+def title_from_message(text: str) -> str:
+    """The first non-blank line of ``text`` that is not a demo directive, stripped and cut to
+    ``TITLE_MAX_CHARS``; ``""`` when every line is blank or a directive."""
+    for line in text.splitlines():
+        if line.strip() and not DEMO_DIRECTIVE_LINE.match(line):
+            return line.strip()[:TITLE_MAX_CHARS]
+    return ""
+
+
+def title_request_messages(*, user_text: str, answer_text: str) -> list[dict[str, str]]:
+    """The Chat Completions messages that ask a model for a title of a conversation that
+    starts with ``user_text`` answered by ``answer_text`` (each quoted up to
+    ``TITLE_QUOTE_CHARS``)."""
+    quoted = f"User: {user_text[:TITLE_QUOTE_CHARS]}"
+    if answer_text:
+        quoted += f"\n\nAssistant: {answer_text[:TITLE_QUOTE_CHARS]}"
+    return [
+        {
+            "role": "system",
+            "content": f"{TITLE_REQUEST_PREFIX} Answer with the title only: at most six words, "
+            "no quotes, no final period, in the language of the conversation.",
+        },
+        {"role": "user", "content": quoted},
+    ]
+
+
+def clean_title(text: str) -> str:
+    """A model's answer as a title: its first non-blank line without surrounding quotes,
+    ``Title:`` or a final period, cut to ``TITLE_MAX_CHARS``; ``""`` if nothing is left."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    line = re.sub(r"^(?:title\s*:\s*)", "", line, flags=re.IGNORECASE)
+    line = line.strip().strip(QUOTES).strip().rstrip(".").strip()
+    return line[:TITLE_MAX_CHARS]
+
+
+async def title_write(
+    *, agent_config: Mapping[str, Any], user_text: str, answer_text: str
+) -> str:
+    """Ask the agent's model for a title (one non-streamed Chat Completions call, at most 24
+    output tokens, the turn's timeout, no retries).
+
+    Args:
+        agent_config: The agent's ``agent_config()`` snapshot (model, ``api_base``, key name).
+
+    Returns:
+        The cleaned title, ``""`` when the model gave none.
+
+    Raises:
+        runner.AgentConfigError: The provider is not configured (its key variable is unset).
+        Exception: What LiteLLM raises for a failed call (the key is never in its text:
+            ``runner.provider_failure`` redacts it).
+    """
+    from agents_app.model_replies import read_chat_response
+    from agents_app.providers import load_litellm, unpriced_model_pricing
+    from agents_app.runner import DEFAULT_MODEL_TIMEOUT, AgentModelConfig, provider_failure
+
+    config = AgentModelConfig.parse(agent_config)
+    api_key = config.api_key()
+    call: dict[str, Any] = {
+        "model": config.model,
+        "messages": title_request_messages(user_text=user_text, answer_text=answer_text),
+        "stream": False,
+        "max_tokens": 24,
+        "timeout": DEFAULT_MODEL_TIMEOUT,
+        "max_retries": 0,
+        "num_retries": 0,
+        **unpriced_model_pricing(config.model),
+    }
+    if config.api_base:
+        call["api_base"] = config.api_base
+    if api_key is not None:
+        call["api_key"] = api_key
+    try:
+        response = await load_litellm().acompletion(**call, drop_params=True)
+    except Exception as error:
+        failure = provider_failure(error, api_key, refusals=False)
+        if failure is error:
+            raise
+        raise failure from None
+    return clean_title(read_chat_response(response).text)

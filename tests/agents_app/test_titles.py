@@ -1,0 +1,57 @@
+"""Session titles: the first line that is not a demo directive, and the answer of a model asked
+for a title (``agents_app.titles``); generated titles end to end are in
+``tests/e2e/test_session_index.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents_app.demo_model import plan_reply
+from agents_app.titles import (
+    TITLE_MAX_CHARS,
+    clean_title,
+    title_from_message,
+    title_request_messages,
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "title"),
+    [
+        ("hello", "hello"),
+        ("  first line  \nsecond", "first line"),
+        ("/think\n/slow 0.3\nwhat is dex?", "what is dex?"),
+        ('/tool search__web_search {"query": "x"}\n\nfind it', "find it"),
+        ("/thinking about it", "/thinking about it"),  # not a directive
+        ("/etc/hosts is broken", "/etc/hosts is broken"),
+        ("/think\n/wait 5 later", ""),
+        ("", ""),
+        ("x" * 200, "x" * TITLE_MAX_CHARS),
+    ],
+)
+def test_the_title_is_the_first_line_that_is_not_a_directive(message: str, title: str) -> None:
+    assert title_from_message(message) == title
+
+
+@pytest.mark.parametrize(
+    ("answer", "title"),
+    [
+        ('"Trip to Lisbon."', "Trip to Lisbon"),
+        ("Title: Budget review\n\nThis title fits because...", "Budget review"),
+        ("\u201cQuarterly plan\u201d", "Quarterly plan"),
+        ("**Bold title**", "Bold title"),
+        ("  \n", ""),
+    ],
+)
+def test_a_models_answer_is_cleaned_into_a_title(answer: str, title: str) -> None:
+    assert clean_title(answer) == title
+
+
+def test_the_demo_model_answers_a_title_request_like_a_model() -> None:
+    messages = title_request_messages(
+        user_text="/think\nplan a trip to lisbon in may please", answer_text="You said: ..."
+    )
+    reply = plan_reply(messages)
+    assert reply.text == '"Plan a trip to lisbon in."'
+    assert clean_title(reply.text) == "Plan a trip to lisbon in"
+    assert reply.tool_calls == []
