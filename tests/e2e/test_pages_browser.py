@@ -638,7 +638,9 @@ def test_another_user_gets_no_page_and_no_socket(contexts: Contexts, stack: Page
 
 def test_screenshots_of_every_page_at_both_widths(contexts: Contexts, stack: PageStack) -> None:
     owner = contexts.logged_in("owner")
-    done_id = start_session(owner, '/tool search__web_search {"query": "screenshots"}')
+    done_id = start_session(
+        owner, 'find screenshots\n/tool search__web_search {"query": "screenshots"}'
+    )
     expect(assistant_texts(owner).last).to_contain_text("screenshots")
     waiting_id = start_session(
         owner, '/tool docs__create_document {"title": "Screenshot", "body": "Pending approval"}'
