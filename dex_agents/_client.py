@@ -48,6 +48,7 @@ from dex_agents._records import (
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     ToolPolicy,
+    TurnCancelResult,
     UserInputAnswer,
     message_sequence_key,
 )
@@ -283,6 +284,15 @@ class AgentSessionClient:
         """
         result: bool = await self.client.invoke_rpc(
             self.flow.steer_queued_message, session_id, QueuedMessageRequest(message_id)
+        )
+        return result
+
+    async def cancel_turn(self, session_id: str) -> TurnCancelResult:
+        """Platform addition: cancel the running turn (``AgentSessionFlow.cancel_turn``);
+        ``accepted`` False with reason ``no_turn`` when none runs. Safe to repeat.
+        """
+        result: TurnCancelResult = await self.client.invoke_rpc(
+            self.flow.cancel_turn, session_id
         )
         return result
 

@@ -32,6 +32,13 @@ Heartbeat = Callable[[], Awaitable[None]]
 CANCELLED_BY_STEER_OUTPUT = (
     '{"status": "cancelled", "reason": "superseded_by_steered_user_message"}'
 )
+#: The model-visible result of a tool call that had not started when the user cancelled its
+#: turn (platform addition, ``cancel_turn``).
+CANCELLED_BY_USER_OUTPUT = '{"status": "cancelled", "reason": "turn_cancelled_by_user"}'
+#: The first line of the note a cancelled turn that ran tools stores (platform addition).
+TURN_CANCELLED_NOTE_HEADER = "[Dex] The previous turn was cancelled after these tool calls ran:"
+#: The first line of the note ``RecordTurnFailure`` stores (seed "Flow shape").
+TURN_FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
 
 
 class AgentContractError(ValueError):
@@ -335,6 +342,8 @@ def note_excerpt(text: str, max_chars: int, max_lines: int | None = None) -> str
 def build_turn_failure_note(
     records: Iterable[AgentToolCall],
     describe: Callable[[AgentToolCall], str] = describe_tool_call_outcome,
+    *,
+    header: str = TURN_FAILURE_NOTE_HEADER,
 ) -> str:
     """The note ``RecordTurnFailure`` stores when a failed turn already ran tools.
 
@@ -344,7 +353,9 @@ def build_turn_failure_note(
     lines) with a note of what was left out: the note tells the model which calls ran and how
     they ended, not their whole output. ``describe`` renders a record's outcome before it is
     cut (``describe_tool_call_outcome``, or the runner's ``describe_outcome_for_note`` when it
-    has one: a runner that stores encoded outputs turns them into text first).
+    has one: a runner that stores encoded outputs turns them into text first). ``header``
+    (platform addition) is the first line: ``TURN_CANCELLED_NOTE_HEADER`` for a turn the user
+    cancelled.
 
     Raises:
         ValueError: If there is no record or a record is not final.
@@ -352,7 +363,7 @@ def build_turn_failure_note(
     ordered = sorted(records, key=lambda record: record.deferral_order)
     if not ordered:
         raise ValueError("a turn-failure note needs at least one tool call record")
-    lines = ["[Dex] The previous turn failed after these tool calls ran:"]
+    lines = [header]
     for record in ordered:
         arguments = note_excerpt(record.arguments, NOTE_ARGUMENTS_MAX_CHARS)
         outcome = note_excerpt(

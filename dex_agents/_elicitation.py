@@ -75,6 +75,8 @@ WITHDRAWN_STEERED = "steered"
 WITHDRAWN_CALL_ENDED = "call_ended"
 WITHDRAWN_SUPERSEDED = "superseded"
 WITHDRAWN_NOT_RUNNING = "not_running"
+#: Platform addition (``cancel_turn``): the user cancelled the turn.
+WITHDRAWN_TURN_CANCELLED = "turn_cancelled"
 
 
 def _now() -> datetime:
@@ -349,6 +351,7 @@ def _note(item: AgentElicitation) -> str:
             WITHDRAWN_CALL_ENDED: "the tool call ended",
             WITHDRAWN_SUPERSEDED: "the server asked something else",
             WITHDRAWN_NOT_RUNNING: "the tool call was no longer running",
+            WITHDRAWN_TURN_CANCELLED: "the user cancelled the turn",
         }.get(item.reason, item.reason or "the session took it back")
         return f"{what} was withdrawn ({why}), so the server was told it was cancelled."
     return ""

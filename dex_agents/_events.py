@@ -38,6 +38,15 @@ class AgentEventType(StrEnum):
     - ``usage_recorded``: ``recorded`` (this model call) and ``session`` (running total), each a
       dict of the five ``AgentUsage`` counters.
 
+    Platform addition written by the Step that ends a turn the user cancelled
+    (``cancel_turn``):
+
+    - ``turn_cancelled``: ``message_count`` (int, stored messages after the turn's commit),
+      ``interrupted_sequence`` (int or ``None``: the stored message holding the text the
+      abandoned model call had streamed, marked ``interrupted``) and
+      ``cancelled_tool_call_ids`` (list of str, calls that ended ``cancelled`` without
+      running, approvals the cancel withdrew among them).
+
     Platform additions (not in the seed), written by a runner while a tool runs:
 
     - ``tool_progress``: ``tool_call_id``, ``tool_name``, ``progress`` (float), ``total``
@@ -100,6 +109,7 @@ class AgentEventType(StrEnum):
     TURN_STARTED = "turn_started"
     TURN_COMPLETED = "turn_completed"
     TURN_FAILED = "turn_failed"
+    TURN_CANCELLED = "turn_cancelled"
     TEXT_DELTA = "text_delta"
     REASONING_DELTA = "reasoning_delta"
     TOOL_CALL_STARTED = "tool_call_started"
@@ -160,6 +170,13 @@ class AgentEventWriter:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._closed = False
+        self._streamed: list[str] = []
+
+    @property
+    def streamed_text(self) -> str:
+        """The text of every ``text_delta`` written so far (platform addition): what a model
+        call the user cancelled had shown, which the session keeps as its partial answer."""
+        return "".join(self._streamed)
 
     @property
     def turn_id(self) -> str | None:
@@ -168,6 +185,8 @@ class AgentEventWriter:
 
     def write_text_delta(self, text: str) -> None:
         """Write ``text_delta {"text"}``; one call is one Stream message, so batch tiny chunks."""
+        if text and not self._closed:
+            self._streamed.append(text)
         if text:
             self.write_event(AgentEventType.TEXT_DELTA, {"text": text})
 

@@ -64,6 +64,8 @@ from dex_agents._persistence import (
     STEERED_FOR_TURN,
     STEERED_USER_MESSAGES,
     TEXT_PARTS,
+    TURN_CANCEL,
+    TURN_CANCELS,
     USER_INPUT_ANSWERS,
 )
 from dex_agents._records import (
@@ -96,6 +98,7 @@ from dex_agents._records import (
     ResolveInterruptRequest,
     ToolEffect,
     ToolPolicy,
+    TurnCancelResult,
     UserInputAnswer,
     message_sequence_key,
 )
@@ -116,6 +119,7 @@ from dex_agents._steps import (
     _steer_pending,
 )
 from dex_agents._text_parts import read_part, text_part_key
+from dex_agents._turn_cancel import RunningModelCalls
 from dex_agents._views import (
     PAGE_MESSAGES_BYTES,
     fit_messages,
@@ -207,6 +211,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         runner: The framework adapter.
         options: Session options.
         agent_events: This Flow type's AgentEvents Stream (``AgentEvent`` values).
+        model_calls: The model calls running in this Worker process, which ``cancel_turn``
+            abandons (platform addition, ``dex_agents._turn_cancel``).
     """
 
     def __init__(
@@ -224,6 +230,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         self.agent_events: Stream[AgentEvent] = Stream(
             AGENT_EVENTS_STREAM_NAME, AgentEvent, self.options.agent_events_capacity_bytes
         )
+        self.model_calls = RunningModelCalls()
 
     def get_flow_type(self) -> str:
         return self._flow_type
@@ -277,6 +284,33 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             accepted_at = stamped.created_at.isoformat() if stamped.created_at else ""
             ACCEPTED_CLIENT_IDS.set(context, client_id, accepted_at)
         return RPCResult(True)
+
+    @rpc
+    def cancel_turn(self, context: Context) -> RPCResult[TurnCancelResult]:
+        """Platform addition: cancel the running turn; the session goes on.
+
+        ``no_turn`` when no turn runs. Otherwise records the cancel in ``TURN_CANCEL`` and wakes
+        the turn's ResumeTurn (``TURN_CANCELS``) in one commit, and abandons the turn's model
+        call when it runs in this Worker process (``dex_agents._turn_cancel``): its streamed
+        text is kept as an assistant message marked ``interrupted``. Tool calls not started
+        end ``cancelled``, running ones finish and keep their records, pending approvals are
+        withdrawn, and the turn ends with ``turn_cancelled`` instead of calling the model
+        again. Queued messages stay queued; the next starts a normal turn. The engine keeps
+        the cancel, so Steps that run after a Worker restart apply it. Accepting the same
+        turn's cancel again changes nothing and answers ``accepted`` again.
+        """
+        state = AGENT_STATE.get(context)
+        if (
+            state is None
+            or state.turn_id is None
+            or state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
+        ):
+            return RPCResult(TurnCancelResult(False, reason="no_turn"))
+        if TURN_CANCEL.get(context) != state.turn_id:
+            TURN_CANCEL.set(context, state.turn_id)
+            TURN_CANCELS.publish(context, state.turn_id, "cancel")
+        self.model_calls.signal(context.flow_id, state.turn_id)
+        return RPCResult(TurnCancelResult(True, turn_id=state.turn_id))
 
     @rpc(lock_attributes=(PENDING_USER_INPUT.lock(),))
     def answer_user_input(self, context: Context, answer: UserInputAnswer) -> RPCResult[bool]:

@@ -80,6 +80,16 @@ INTERRUPT_RESOLUTIONS: ChannelMap[AgentInterruptResolution] = ChannelMap(
 #: ``ToolCallResults`` Channel (internal).
 TOOL_CALL_RESULTS: Channel[ToolCallCompleted] = Channel("TOOL_CALL_RESULTS", ToolCallCompleted)
 
+#: The turn ``cancel_turn`` accepted a cancel for, by turn ID (platform addition): every Step
+#: of that turn reads it at its start (a tool call not started ends ``cancelled``, a model call
+#: not started is not made) until the Step that ends the turn deletes it; a value naming an
+#: older turn is stale and ignored. Kept by the engine, so a cancel survives Worker restarts.
+TURN_CANCEL: Attribute[str] = Attribute("TURN_CANCEL", str)
+#: Wake-ups ``cancel_turn`` sends the turn's waiting ResumeTurn, keyed by turn ID (platform
+#: addition, internal): it withdraws the turn's approvals and questions and ends the turn once
+#: the running calls have finished.
+TURN_CANCELS: ChannelMap[str] = ChannelMap("TURN_CANCELS", str)
+
 #: The questions MCP servers asked during the running turn's tool calls, open and answered
 #: (platform addition, MCP elicitation): an answered one is kept until the turn ends, so a
 #: retried attempt of the call that asks the same question gets the same answer. Every writer
@@ -135,6 +145,8 @@ SHARED_DEFINITIONS = (
     ELICITATION_VERSION,
     TEXT_PARTS,
     TEXT_PARTS_INDEX,
+    TURN_CANCEL,
+    TURN_CANCELS,
 )
 
 #: ``ContextSummary`` Attribute (platform addition, ``AgentSessionOptions.compaction``): the

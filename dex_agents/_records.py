@@ -187,6 +187,16 @@ class PlanExecutionResult:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class TurnCancelResult:
+    """Output of ``cancel_turn`` (platform addition): ``accepted`` with the ``turn_id`` the
+    cancel applies to, or the ``reason`` it was not (``no_turn``: no turn is running)."""
+
+    accepted: bool
+    turn_id: str | None = None
+    reason: str = ""
+
+
 class AgentStatus(StrEnum):
     """``AgentState.status`` (seed "Persistence").
 
@@ -345,6 +355,9 @@ class AgentMessage:
         created_at: Platform addition: when it was written (UTC, Worker clock); for a user
             message that starts a turn, when ``send_user_message`` accepted it. ``None`` for a
             message stored before the field existed.
+        interrupted: Platform addition (``cancel_turn``): an assistant message that holds the
+            text a model call had streamed when the user cancelled the turn; the call never
+            finished, so the text may stop mid-sentence.
     """
 
     sequence: int
@@ -354,6 +367,7 @@ class AgentMessage:
     turn_id: str
     text_parts: TextParts | None = None
     created_at: datetime | None = None
+    interrupted: bool = False
 
     def __post_init__(self) -> None:
         if self.text_parts is not None and not isinstance(self.text_parts, TextParts):

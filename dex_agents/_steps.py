@@ -57,6 +57,8 @@ from dex_agents._compaction import (
 )
 from dex_agents._contract import (
     CANCELLED_BY_STEER_OUTPUT,
+    CANCELLED_BY_USER_OUTPUT,
+    TURN_CANCELLED_NOTE_HEADER,
     AgentContractError,
     AgentTurnContext,
     DeferredToolExecution,
@@ -76,6 +78,7 @@ from dex_agents._contract import (
 from dex_agents._elicitation import (
     WITHDRAWN_CALL_ENDED,
     WITHDRAWN_STEERED,
+    WITHDRAWN_TURN_CANCELLED,
     clear_questions,
     withdraw_questions,
 )
@@ -105,6 +108,8 @@ from dex_agents._persistence import (
     STEERED_FOR_TURN,
     STEERED_USER_MESSAGES,
     TOOL_CALL_RESULTS,
+    TURN_CANCEL,
+    TURN_CANCELS,
     USER_INPUT_ANSWER,
     USER_INPUT_ANSWERS,
 )
@@ -139,6 +144,7 @@ from dex_agents._text_parts import (
     store_text_parts,
     tool_output_key,
 )
+from dex_agents._turn_cancel import ModelCallCancelled, unless_cancelled
 
 if TYPE_CHECKING:
     from dex_agents._flow import AgentSessionFlow
@@ -254,6 +260,8 @@ session_config = _config
 STEER_DRAIN_LIMIT = 1000
 #: The rejection message of an approval a steered user message withdrew.
 SUPERSEDED_BY_STEER_MESSAGE = "Withdrawn: a steered user message superseded this tool call."
+#: The rejection message of an approval withdrawn because the user cancelled the turn.
+CANCELLED_TURN_MESSAGE = "Withdrawn: the user cancelled the turn."
 
 
 def _steer_pending(flow: AgentSessionFlow, context: Context) -> bool:
@@ -262,6 +270,24 @@ def _steer_pending(flow: AgentSessionFlow, context: Context) -> bool:
     if not flow.options.steering:
         return False
     return STEERED_USER_MESSAGES.size(context) > 0 or bool(STEERED_FOR_TURN.get(context))
+
+
+def cancel_pending(context: Context, turn_id: str | None) -> bool:
+    """True when ``cancel_turn`` accepted a cancel of ``turn_id`` (platform addition) that the
+    Step ending the turn has not applied yet."""
+    return turn_id is not None and TURN_CANCEL.get(context) == turn_id
+
+
+def _stop_pending(flow: AgentSessionFlow, context: Context, turn_id: str | None) -> bool:
+    """A safe boundary must stop: a steered message waits, or the turn is being cancelled."""
+    return _steer_pending(flow, context) or cancel_pending(context, turn_id)
+
+
+def _cancelled_output(context: Context, turn_id: str | None) -> str:
+    """The model-visible result of a call that ends ``cancelled`` without running."""
+    if cancel_pending(context, turn_id):
+        return CANCELLED_BY_USER_OUTPUT
+    return CANCELLED_BY_STEER_OUTPUT
 
 
 def _steered_condition() -> Any:
@@ -405,8 +431,8 @@ COMPACTING_RUN_MODEL_OPTIONS = replace(
     RUN_MODEL_OPTIONS, execute_load_attribute_maps=(AGENT_TOOL_CALLS,)
 )
 RESUME_TURN_OPTIONS = _sync_options(execute_load_attribute_maps=(AGENT_TOOL_CALLS,))
-#: ResumeTurn of a steering session: it may withdraw approvals and MCP elicitations, so it
-#: locks PendingInterrupts and Elicitations.
+#: ResumeTurn's movements: for a steered message or a cancelled turn it may withdraw approvals
+#: and MCP elicitations, so it locks PendingInterrupts and Elicitations.
 STEERING_RESUME_TURN_OPTIONS = _sync_options(
     execute_load_attribute_maps=(AGENT_TOOL_CALLS,),
     execute_lock_attributes=(PENDING_INTERRUPTS.lock(), ELICITATIONS.lock()),
@@ -414,8 +440,9 @@ STEERING_RESUME_TURN_OPTIONS = _sync_options(
 
 
 def _resume_movement(flow: AgentSessionFlow, count: int) -> StepMovement[int]:
-    options = STEERING_RESUME_TURN_OPTIONS if flow.options.steering else RESUME_TURN_OPTIONS
-    return StepMovement.of(ResumeTurn, count, options=options)
+    # Every session can cancel a turn (platform addition, cancel_turn), which withdraws
+    # approvals and questions from ResumeTurn as a steered message does.
+    return StepMovement.of(ResumeTurn, count, options=STEERING_RESUME_TURN_OPTIONS)
 
 
 # --- built-in tools (platform addition) --------------------------------------------------------
@@ -478,6 +505,7 @@ async def _start_turn(
     message's ``created_at``); ``None`` means now.
     """
     message = require_user_message(flow.runner.build_user_message(text))
+    _forget_stale_cancel(context)
     number = state.turn_number + 1
     turn_id = f"turn-{number}"
     sequence = state.message_count + 1
@@ -520,6 +548,7 @@ async def _start_plan_turn(
 ) -> StepDecision:
     """Start an ``executing`` turn for ``plan`` without a user message (``execute_plan``); a
     draft becomes active."""
+    _forget_stale_cancel(context)
     number = state.turn_number + 1
     turn_id = f"turn-{number}"
     if plan.status is PlanStatus.DRAFT:
@@ -602,11 +631,13 @@ async def _run_tool(
         return dead_end()
     events = AgentEventWriter(flow.agent_events, context, record.turn_id)
     try:
-        if context.attempt == 1 and _steer_pending(flow, context):
-            # A safe boundary (platform addition, Steer): the call has not started, so it ends
-            # with a structured cancelled result instead of running.
+        if context.attempt == 1 and _stop_pending(flow, context, record.turn_id):
+            # A safe boundary (platform additions, Steer and cancel_turn): the call has not
+            # started, so it ends with a structured cancelled result instead of running.
             cancelled = replace(
-                record, status=ToolCallStatus.CANCELLED, output=CANCELLED_BY_STEER_OUTPUT
+                record,
+                status=ToolCallStatus.CANCELLED,
+                output=_cancelled_output(context, record.turn_id),
             )
             return _finish_tool_call(context, events, cancelled)
         events.write_tool_call_started(record.tool_call_id, record.tool_name)
@@ -818,6 +849,10 @@ class RunModel(_SessionStep, Step[None]):
         if state is None or state.turn_id is None:
             return go_to(AwaitUserMessage, None)
         turn_id = state.turn_id
+        if cancel_pending(context, turn_id):
+            # Platform addition (cancel_turn): accepted before this call started, perhaps
+            # while the Worker that ran its last attempt was down; no model call is made.
+            return await end_cancelled_turn(flow, context, state, partial_text="")
         if flow.options.steering and STEERED_USER_MESSAGES.size(context) > 0:
             # A safe boundary before the model call: ResumeTurn takes the steered messages
             # (durably) and comes straight back here.
@@ -863,7 +898,12 @@ class RunModel(_SessionStep, Step[None]):
                 return compaction
             try:
                 async with _background_heartbeat(context):
-                    outcome = await flow.runner.run_model_step(turn)
+                    # cancel_turn wakes the call it finds here (platform addition,
+                    # dex_agents._turn_cancel); nothing awaits before it is registered.
+                    with flow.model_calls.running(context.flow_id, turn_id) as cancelled:
+                        outcome = await unless_cancelled(
+                            flow.runner.run_model_step(turn), cancelled
+                        )
             except ContextWindowExceededError as overflow:
                 compaction = compact_after_overflow(flow, context, state, turn)
                 if compaction is not None:
@@ -880,6 +920,10 @@ class RunModel(_SessionStep, Step[None]):
                 # Raised here, outside the context managers: the SDK's RetryAfterError is a
                 # frozen dataclass, which contextlib's re-raise cannot give a traceback.
                 raise retry_after(limited.retry_after_seconds, limited) from None
+            if isinstance(outcome, ModelCallCancelled):
+                return await end_cancelled_turn(
+                    flow, context, state, partial_text=events.streamed_text
+                )
             if steered and isinstance(outcome, TurnCompleted | ToolCallsRequested):
                 if answer is not None:
                     USER_INPUT_ANSWER.delete(context)
@@ -1193,7 +1237,9 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                     },
                 )
                 cancelled = replace(
-                    record, status=ToolCallStatus.CANCELLED, output=CANCELLED_BY_STEER_OUTPUT
+                    record,
+                    status=ToolCallStatus.CANCELLED,
+                    output=_cancelled_output(context, record.turn_id),
                 )
                 return _finish_tool_call(context, events, cancelled)
             if answers:
@@ -1353,14 +1399,25 @@ class ResumeTurn(_SessionStep, Step[int]):
         return RESUME_TURN_OPTIONS
 
     async def wait_for(self, context: AsyncContext, input: int) -> Wait:  # type: ignore[override]
-        if self._flow.options.steering:
-            return Wait.any_of(_steered_condition(), TOOL_CALL_RESULTS.for_n(input))
-        return Wait.until(TOOL_CALL_RESULTS.for_n(input))
+        state = AGENT_STATE.get(context)
+        conditions = [_steered_condition()] if self._flow.options.steering else []
+        if state is not None and state.turn_id is not None:
+            conditions.append(TURN_CANCELS.for_one(state.turn_id))
+        conditions.append(TOOL_CALL_RESULTS.for_n(input))
+        return Wait.any_of(*conditions) if len(conditions) > 1 else Wait.until(conditions[0])
 
     async def execute(self, context: AsyncContext, input: int) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context)
-        if self._flow.options.steering:
-            steered = list(STEERED_USER_MESSAGES.results(context))
+        turn_id = state.turn_id if state is not None else None
+        cancelled = turn_id is not None and bool(TURN_CANCELS.results(context, turn_id))
+        if cancelled:
+            await self._withdraw_waits(
+                context, turn_id, WITHDRAWN_TURN_CANCELLED, CANCELLED_TURN_MESSAGE
+            )
+        if self._flow.options.steering or cancelled:
+            steered = (
+                list(STEERED_USER_MESSAGES.results(context)) if self._flow.options.steering else []
+            )
             if steered:
                 await self._take_steered(context, state, steered)
             remaining = input - len(TOOL_CALL_RESULTS.results(context))
@@ -1371,6 +1428,9 @@ class ResumeTurn(_SessionStep, Step[int]):
         ]
         if open_records:
             return go_to_many(_resume_movement(self._flow, len(open_records)))
+        if state is not None and cancel_pending(context, turn_id):
+            # Every call has its result: the cancelled turn ends instead of calling the model.
+            return await end_cancelled_turn(self._flow, context, state, partial_text="")
         if state is not None:
             AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
             await _observe(
@@ -1387,9 +1447,32 @@ class ResumeTurn(_SessionStep, Step[int]):
         """Keep ``steered`` for the next model call and withdraw the turn's pending approvals."""
         STEERED_FOR_TURN.set(context, list(STEERED_FOR_TURN.get(context) or []) + steered)
         turn_id = state.turn_id if state is not None else None
+        withdrawn = await self._withdraw_waits(
+            context, turn_id, WITHDRAWN_STEERED, SUPERSEDED_BY_STEER_MESSAGE
+        )
+        events = AgentEventWriter(self._flow.agent_events, context, turn_id)
+        applied: dict[str, Any] = {
+            "message_count": len(steered),
+            "withdrawn_interrupt_ids": [item.interrupt_id for item in withdrawn],
+        }
+        if any(message.client_id for message in steered):
+            applied["client_ids"] = [message.client_id for message in steered if message.client_id]
+        events.write_event(AgentEventType.STEER_APPLIED, applied)
+        events.close()
+
+    async def _withdraw_waits(
+        self,
+        context: AsyncContext,
+        turn_id: str | None,
+        question_reason: str,
+        rejection_message: str,
+    ) -> list[AgentInterrupt]:
+        """Withdraw the turn's pending approvals (their AwaitToolApproval Steps end the calls
+        ``cancelled``), end its MCP questions and wake its durable waits and open questions;
+        tells the observer and returns the withdrawn approvals."""
         # Questions of MCP servers the turn's running calls wait on end cancelled; their
         # Steps wake on the version change and answer the servers.
-        withdraw_questions(context, lambda item: item.turn_id == turn_id, WITHDRAWN_STEERED)
+        withdraw_questions(context, lambda item: item.turn_id == turn_id, question_reason)
         for record in _load_all(context).values():
             if not record.status.is_final and record.tool_name in _WAITING_BUILTINS:
                 # Ends a durable wait or an open question early (its Step records the outcome).
@@ -1407,19 +1490,10 @@ class ResumeTurn(_SessionStep, Step[int]):
                     AgentInterruptResolution(
                         interrupt_id=item.interrupt_id,
                         approved=False,
-                        rejection_message=SUPERSEDED_BY_STEER_MESSAGE,
+                        rejection_message=rejection_message,
                         superseded=True,
                     ),
                 )
-        events = AgentEventWriter(self._flow.agent_events, context, turn_id)
-        applied: dict[str, Any] = {
-            "message_count": len(steered),
-            "withdrawn_interrupt_ids": [item.interrupt_id for item in withdrawn],
-        }
-        if any(message.client_id for message in steered):
-            applied["client_ids"] = [message.client_id for message in steered if message.client_id]
-        events.write_event(AgentEventType.STEER_APPLIED, applied)
-        events.close()
         if withdrawn:
             await _observe(
                 self._flow,
@@ -1428,11 +1502,12 @@ class ResumeTurn(_SessionStep, Step[int]):
                 turn_id=turn_id,
                 closed=[
                     ClosedInterrupt(
-                        item.interrupt_id, InterruptOutcome.WITHDRAWN, SUPERSEDED_BY_STEER_MESSAGE
+                        item.interrupt_id, InterruptOutcome.WITHDRAWN, rejection_message
                     )
                     for item in withdrawn
                 ],
             )
+        return withdrawn
 
 
 class RecordTurnFailure(_SessionStep, Step[None]):
@@ -1527,6 +1602,128 @@ class RecordTurnFailure(_SessionStep, Step[None]):
         return go_to(AwaitUserMessage, None)
 
 
+def _forget_stale_cancel(context: AsyncContext) -> None:
+    """Delete a ``TURN_CANCEL`` left by a cancel that arrived as its turn ended anyway."""
+    if TURN_CANCEL.get(context) is not None:
+        TURN_CANCEL.delete(context)
+
+
+def _interrupted_message(
+    flow: AgentSessionFlow, text: str, sequence: int, turn_id: str
+) -> AgentMessage | None:
+    """The stored message for the text an abandoned model call streamed, marked
+    ``interrupted``; ``None`` without text or when the runner has no
+    ``build_assistant_message(text) -> FrameworkMessage`` (an optional platform addition to the
+    runner contract: only the runner knows its items' shape)."""
+    build = getattr(flow.runner, "build_assistant_message", None)
+    if not text.strip() or build is None:
+        return None
+    message = build(text)
+    if not isinstance(message, FrameworkMessage) or message.role != MessageRole.ASSISTANT:
+        raise AgentContractError("build_assistant_message must return an assistant message")
+    return AgentMessage(
+        sequence,
+        MessageRole.ASSISTANT,
+        message.text,
+        message.framework_item,
+        turn_id,
+        interrupted=True,
+    )
+
+
+async def end_cancelled_turn(
+    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, *, partial_text: str
+) -> StepDecision:
+    """End the turn ``cancel_turn`` cancelled (platform addition), from RunModel or ResumeTurn.
+
+    Stores, after the turn's messages: a note naming the tool calls the turn ran
+    (``TURN_CANCELLED_NOTE_HEADER``, as a failed turn's note), then ``partial_text`` (what the
+    abandoned model call had streamed) as an assistant message marked ``interrupted``. Clears
+    the turn's records, run state, timers and questions as RecordTurnFailure does (steered
+    messages no model call saw start the next turn), deletes ``TURN_CANCEL``, writes
+    ``turn_cancelled`` and goes back to AwaitUserMessage. The queue is not touched. The Step
+    must have loaded ``AGENT_TOOL_CALLS``.
+    """
+    assert state.turn_id is not None
+    turn_id = state.turn_id
+    records = _load_all(context)
+    final = [record for record in records.values() if record.status.is_final]
+    sequence = state.message_count
+    if final:
+        describe = getattr(flow.runner, "describe_outcome_for_note", None)
+        note = build_turn_failure_note(
+            final, describe or describe_tool_call_outcome, header=TURN_CANCELLED_NOTE_HEADER
+        )
+        message = require_user_message(flow.runner.build_user_message(note))
+        sequence += 1
+        AGENT_MESSAGES.set(
+            context,
+            message_sequence_key(sequence),
+            AgentMessage(sequence, MessageRole.USER, message.text, message.framework_item, turn_id),
+        )
+    interrupted = _interrupted_message(flow, partial_text, sequence + 1, turn_id)
+    if interrupted is not None:
+        sequence += 1
+        AGENT_MESSAGES.set(context, message_sequence_key(sequence), interrupted)
+    for tool_call_id, record in records.items():
+        AGENT_TOOL_CALLS.delete(context, tool_call_id)
+        if record.output_parts is not None:
+            delete_text_parts(context, record.output_parts)
+    if FRAMEWORK_RUN_STATE.get(context) is not None:
+        FRAMEWORK_RUN_STATE.delete(context)
+    taken = list(STEERED_FOR_TURN.get(context) or [])
+    if USER_INPUT_ANSWER.get(context) is not None:
+        USER_INPUT_ANSWER.delete(context)  # the answer's turn is over; nothing will read it
+    for pending in (PENDING_TIMER, PENDING_USER_INPUT):
+        if pending.get(context) is not None:
+            pending.delete(context)
+    clear_questions(context)
+    if taken:
+        for item in taken:
+            STEERED_USER_MESSAGES.publish(context, item)
+        STEERED_FOR_TURN.delete(context)
+    interrupts = PENDING_INTERRUPTS.get(context) or []
+    withdrawn = [item for item in interrupts if item.turn_id == turn_id]
+    if withdrawn:
+        PENDING_INTERRUPTS.set(context, [item for item in interrupts if item.turn_id != turn_id])
+    _forget_stale_cancel(context)
+    AGENT_STATE.set(
+        context,
+        replace(
+            state,
+            status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+            turn_id=None,
+            message_count=sequence,
+            last_turn_error=None,
+        ),
+    )
+    events = AgentEventWriter(flow.agent_events, context, turn_id)
+    events.write_event(
+        AgentEventType.TURN_CANCELLED,
+        {
+            "message_count": sequence,
+            "interrupted_sequence": interrupted.sequence if interrupted is not None else None,
+            "cancelled_tool_call_ids": [
+                record.tool_call_id
+                for record in sorted(final, key=lambda item: item.deferral_order)
+                if record.status is ToolCallStatus.CANCELLED
+            ],
+        },
+    )
+    events.close()
+    await _observe(
+        flow,
+        context,
+        status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+        turn_id=turn_id,
+        closed=[
+            ClosedInterrupt(item.interrupt_id, InterruptOutcome.WITHDRAWN, CANCELLED_TURN_MESSAGE)
+            for item in withdrawn
+        ],
+    )
+    return go_to(AwaitUserMessage, None)
+
+
 _WAITING_BUILTINS = frozenset({DURABLE_WAIT_TOOL, REQUEST_USER_INPUT_TOOL})
 
 
@@ -1551,7 +1748,7 @@ class DurableWait(_SessionStep, Step[str]):
             record is None
             or timer is None
             or timer.tool_call_id != input
-            or _steer_pending(self._flow, context)
+            or _stop_pending(self._flow, context, record.turn_id)
         ):
             return Wait.skip_immediately()
         seconds = deadline_timer_seconds(timer.fires_at, _now())
@@ -1567,7 +1764,7 @@ class DurableWait(_SessionStep, Step[str]):
         timer = PENDING_TIMER.get(context)
         ours = timer is not None and timer.tool_call_id == input
         woken = bool(BUILTIN_WAKEUPS.results(context, interrupt_id_for(record)))
-        if woken or _steer_pending(self._flow, context):
+        if woken or _stop_pending(self._flow, context, record.turn_id):
             output = WAIT_INTERRUPTED_OUTPUT
         else:
             seconds, reason = (
@@ -1600,7 +1797,7 @@ class AwaitUserInput(_SessionStep, Step[str]):
 
     async def wait_for(self, context: AsyncContext, input: str) -> Wait:  # type: ignore[override]
         record = _open_record(context, input)
-        if record is None or _steer_pending(self._flow, context):
+        if record is None or _stop_pending(self._flow, context, record.turn_id):
             return Wait.skip_immediately()
         key = interrupt_id_for(record)
         return Wait.any_of(USER_INPUT_ANSWERS.for_one(key), BUILTIN_WAKEUPS.for_one(key))
@@ -1629,7 +1826,9 @@ class AwaitUserInput(_SessionStep, Step[str]):
                 )
             else:
                 final = replace(
-                    record, status=ToolCallStatus.CANCELLED, output=CANCELLED_BY_STEER_OUTPUT
+                    record,
+                    status=ToolCallStatus.CANCELLED,
+                    output=_cancelled_output(context, record.turn_id),
                 )
             return _finish_tool_call(context, events, final)
         finally:

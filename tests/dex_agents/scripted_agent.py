@@ -21,6 +21,9 @@ The user message is the script:
 - ``"ask: prompt | choice | choice"`` calls ``request_user_input`` (choices optional) and, in the
   same response, ``lookup``;
 - ``"big: n"`` answers with ``n`` KB of text;
+- ``"stream"`` writes the text delta ``STREAMED_PART``, waits at the ``model_stream`` FileGate,
+  then answers ``STREAMED_PART + " and the rest"`` (a model call a test can cancel mid-answer;
+  ``"tools: a"`` followed by ``"stream"`` in the same message is not supported);
 - ``"tools: whole"`` calls ``whole``, which returns ``WHOLE_SHOWN`` characters for the model and
   ``WHOLE_RESULT`` whole (stored in parts);
 - ``"plan: a, b"`` (plan mode) writes a plan of pending tasks ``a`` and ``b``;
@@ -149,6 +152,8 @@ WORKER_SLOTS_ENV = "SCRIPTED_WORKER_SLOTS"
 #: Flow type is a pull queue with its own idle task streams, which the SDK walks per task.
 WORKER_FLOW_TYPES_ENV = "SCRIPTED_WORKER_FLOW_TYPES"
 MODEL_USAGE = AgentUsage(input_tokens=10, output_tokens=5, requests=1)
+#: What the ``stream`` script streams before it waits at the ``model_stream`` FileGate.
+STREAMED_PART = "Here is the first half of an answer"
 
 #: Tools that wait at a FileGate named after themselves.
 GATED_TOOLS = frozenset({"gated_read", "idem_write", "charge", "parallel_a", "parallel_b"})
@@ -318,6 +323,9 @@ class ScriptedRunner:
     def build_user_message(self, text: str) -> FrameworkMessage:
         return FrameworkMessage(MessageRole.USER, {"role": "user", "content": text}, text)
 
+    def build_assistant_message(self, text: str) -> FrameworkMessage:
+        return FrameworkMessage(MessageRole.ASSISTANT, {"content": text}, text)
+
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         invocation_log().record("model", turn.turn_id)
         config = turn.agent_config or {}
@@ -354,6 +362,15 @@ class ScriptedRunner:
             )
         if command == "big" and turn.framework_run_state is None:
             answer = "big " + "lorem ipsum " * int(float(argument) * 1024 // 12)
+            return TurnCompleted(
+                [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
+            )
+        if command == "stream":
+            turn.events.write_text_delta(STREAMED_PART)
+            gate = FileGate(state_dir(), "model_stream")
+            gate.reach()
+            await gate.wait_for_release()
+            answer = STREAMED_PART + " and the rest"
             return TurnCompleted(
                 [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
             )

@@ -1,0 +1,201 @@
+"""``cancel_turn`` (platform addition) against the real engine and Worker child processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dex_agents import (
+    CANCELLED_BY_USER_OUTPUT,
+    TURN_CANCELLED_NOTE_HEADER,
+    AgentEventType,
+    AgentSessionClient,
+    AgentSnapshot,
+    AgentStatus,
+    MessageRole,
+    ToolCallStatus,
+)
+from dex_agents.testing import AgentTestStack, FileGate, wait_for_agent_snapshot
+from tests.dex_agents.scripted_agent import (
+    COMPACTING_FLOW_TYPE,
+    FLOW_TYPE,
+    STREAMED_PART,
+    WORKER_SLOTS_ENV,
+    changes_path,
+    invocation_log,
+)
+from tests.dex_agents.test_agent_session import (
+    flow_of,
+    scripted_stack,
+    wait_for_idle,
+    wait_for_interrupt,
+)
+
+
+async def events_of(stack: AgentTestStack, session_id: str, flow_type: str) -> list[Any]:
+    """The session's AgentEvents, oldest first."""
+    page = await stack.client.list_stream_messages(
+        session_id, flow_of(stack, flow_type).agent_events, 500
+    )
+    return [message.value for message in reversed(page.messages)]
+
+
+def closed_interrupts(tmp_path: Path) -> list[list[str]]:
+    return [
+        item
+        for line in changes_path(tmp_path).read_text().splitlines()
+        for item in json.loads(line)["closed"]
+    ]
+
+
+async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "model_stream")
+        await sessions.start_session("session-1", "stream")
+        await gate.wait_until_reached()
+        assert await sessions.send_user_message("session-1", "next one")
+
+        result = await sessions.cancel_turn("session-1")
+        assert (result.accepted, result.turn_id) == (True, "turn-1")
+        # The queued message was not touched: it starts the next turn, which runs normally.
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+        roles_texts = [(m.role, m.text, m.interrupted) for m in snapshot.messages]
+        assert roles_texts == [
+            (MessageRole.USER, "stream", False),
+            (MessageRole.ASSISTANT, STREAMED_PART, True),
+            (MessageRole.USER, "next one", False),
+            (MessageRole.ASSISTANT, "echo: next one", False),
+        ]
+        assert snapshot.last_turn_error is None
+        # The model call was abandoned, not retried, and never finished.
+        assert invocation_log(tmp_path).count("model", "turn-1") == 1
+        events = await events_of(stack, "session-1", FLOW_TYPE)
+        ends = [(e.type, e.turn_id) for e in events if e.type in (
+            AgentEventType.TURN_CANCELLED, AgentEventType.TURN_COMPLETED, AgentEventType.TURN_FAILED
+        )]
+        assert ends == [
+            (AgentEventType.TURN_CANCELLED, "turn-1"),
+            (AgentEventType.TURN_COMPLETED, "turn-2"),
+        ]
+        cancelled = next(e for e in events if e.type == AgentEventType.TURN_CANCELLED)
+        assert cancelled.payload == {
+            "message_count": 2,
+            "interrupted_sequence": 2,
+            "cancelled_tool_call_ids": [],
+        }
+        # Nothing runs now: a cancel is refused with a reason.
+        again = await sessions.cancel_turn("session-1")
+        assert (again.accepted, again.reason) == (False, "no_turn")
+        gate.release()
+
+
+async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
+    """Not-started calls end cancelled, the running one finishes and keeps its record, the
+    pending approval is withdrawn, and no model call follows."""
+    async with scripted_stack(tmp_path) as stack:
+        # One Step slot: while gated_read runs, lookup's Step cannot start.
+        stack.worker_env[WORKER_SLOTS_ENV] = "2"
+        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read, lookup, refund")
+        await gate.wait_until_reached()
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+
+        result = await sessions.cancel_turn("session-1")
+        assert result.accepted
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+
+        assert snapshot.tool_calls == []
+        assert snapshot.pending_interrupts == []
+        note = snapshot.messages[-1]
+        assert note.role is MessageRole.USER
+        lines = note.text.splitlines()
+        assert lines[0] == TURN_CANCELLED_NOTE_HEADER
+        assert lines[1].startswith("- gated_read ") and "-> succeeded: gated_read ok" in lines[1]
+        assert lines[2].endswith(f"-> cancelled: {CANCELLED_BY_USER_OUTPUT}")
+        assert lines[3].endswith(f"-> cancelled: {CANCELLED_BY_USER_OUTPUT}")
+        log = invocation_log(tmp_path)
+        assert log.count("tool", "gated_read") == 1
+        assert log.count("tool", "lookup") == 0
+        assert log.count("tool", "refund") == 0
+        assert log.count("model", "turn-1") == 1
+        assert closed_interrupts(tmp_path) == [[interrupt.interrupt_id, "withdrawn"]]
+        assert not await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=True
+        )
+        events = await events_of(stack, "session-1", FLOW_TYPE)
+        cancelled = next(e for e in events if e.type == AgentEventType.TURN_CANCELLED)
+        assert cancelled.payload["cancelled_tool_call_ids"] == ["call-2", "call-3"]
+        assert cancelled.payload["interrupted_sequence"] is None
+        finished = {
+            e.payload["tool_call_id"]: e.payload["status"]
+            for e in events
+            if e.type == AgentEventType.TOOL_CALL_FINISHED
+        }
+        assert finished == {"call-1": "succeeded", "call-2": "cancelled", "call-3": "cancelled"}
+
+        # The next message starts a normal turn.
+        assert await sessions.send_user_message("session-1", "hello")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+        assert snapshot.messages[-1].text == "echo: hello"
+
+
+async def test_cancel_withdraws_a_pending_approval(tmp_path: Path) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+
+        assert (await sessions.cancel_turn("session-1")).accepted
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+        assert snapshot.pending_interrupts == []
+        assert f"-> cancelled: {CANCELLED_BY_USER_OUTPUT}\n" in snapshot.messages[-1].text
+        assert invocation_log(tmp_path).count("tool", "refund") == 0
+        assert closed_interrupts(tmp_path) == [[interrupt.interrupt_id, "withdrawn"]]
+
+
+async def wait_for_cancel_recorded(sessions: AgentSessionClient, session_id: str) -> None:
+    def busy(snapshot: AgentSnapshot) -> bool | None:
+        state = snapshot.state
+        return True if state and state.status is AgentStatus.RUNNING_TOOLS else None
+
+    await wait_for_agent_snapshot(sessions, session_id, busy, description="running tools")
+
+
+async def test_a_cancel_accepted_before_a_worker_kill_is_applied_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
+        worker = await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+        await wait_for_cancel_recorded(sessions, "session-1")
+
+        assert (await sessions.cancel_turn("session-1")).accepted
+        # The engine holds the cancel; the Worker that took it dies before any Step applied it.
+        worker.kill()
+        gate.release()
+        await stack.start_worker()
+
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+        assert snapshot.messages[-1].text.startswith(TURN_CANCELLED_NOTE_HEADER)
+        # The read had started, so its retry ran it again; the model was not called again.
+        assert invocation_log(tmp_path).count("tool", "gated_read") == 2
+        assert invocation_log(tmp_path).count("model", "turn-1") == 1
+        events = await events_of(stack, "session-1", FLOW_TYPE)
+        assert [e.type for e in events].count(AgentEventType.TURN_CANCELLED) == 1
+        assert snapshot.state is not None
+        assert snapshot.state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
+        assert all(
+            record.status is not ToolCallStatus.PENDING for record in snapshot.tool_calls
+        )
