@@ -71,6 +71,11 @@ class SessionMessageSerializer(serializers.Serializer):
         help_text="When it was stored (UTC); for a user message that started a turn, when it "
         "was accepted. null for a message stored before the platform kept the time.",
     )
+    interrupted = serializers.BooleanField(
+        required=False,
+        help_text="Present (true) only on an answer the user cancelled while it streamed "
+        "(POST .../turn/cancel/): text is what had arrived, and may stop mid-sentence.",
+    )
     tool_calls = MessageToolCallSerializer(
         many=True,
         required=False,

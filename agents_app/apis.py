@@ -1796,6 +1796,72 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
         )
 
 
+NO_TURN_DETAIL = "No turn is running, so there is nothing to cancel."
+
+
+class NoTurnRunning(APIException):
+    """409 ``{"detail", "reason"}``: there is no running turn to cancel."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "no_turn"
+
+    def __init__(self, reason: str) -> None:
+        detail = SESSION_STOPPED_DETAIL if reason == "session_stopped" else NO_TURN_DETAIL
+        super().__init__({"detail": detail, "reason": reason})
+
+
+class SessionTurnCancelApi(SessionOwnedMixin, APIView):
+    """``POST /api/v1/sessions/<id>/turn/cancel/`` (owner only): cancel the running turn
+    ("Stop generating"); the session goes on.
+
+    202 ``{"cancelled": true, "turn_id", "status"}``: the model call that is streaming is
+    abandoned and the text it had sent is kept as the turn's last message, marked
+    ``interrupted``; tool calls that have not started end ``cancelled``, running ones finish
+    and keep their records, pending approvals are withdrawn, and the turn ends with a
+    ``turn_cancelled`` event (``status`` is the session's status as indexed when the cancel
+    was accepted). Queued messages stay queued: the next one starts a normal turn. Sending it
+    again for the same turn changes nothing and answers 202 again. 409 ``{"detail",
+    "reason"}`` with ``reason`` ``no_turn`` when no turn runs, ``session_stopped`` for a
+    stopped session; 403 for staff on someone else's session, 404 for other users, 503 when
+    the engine or its workers do not answer.
+    """
+
+    @extend_schema(
+        request=None,
+        responses={
+            202: inline_serializer(
+                "TurnCancelAccepted",
+                {
+                    "cancelled": serializers.BooleanField(),
+                    "turn_id": serializers.CharField(help_text="The turn being cancelled."),
+                    "status": serializers.CharField(
+                        help_text="The session's indexed status when the cancel was accepted."
+                    ),
+                },
+            ),
+            409: inline_serializer(
+                "NoTurnRunningError",
+                {
+                    "detail": serializers.CharField(),
+                    "reason": serializers.ChoiceField(choices=["no_turn", "session_stopped"]),
+                },
+            ),
+        },
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session_get_for_owner(request, session_id)
+        if session.status == SESSION_STATUS_STOPPED:
+            raise NoTurnRunning("session_stopped")
+        result = services.session_turn_cancel(session=session)
+        if not result.accepted:
+            raise NoTurnRunning(result.reason)
+        session.refresh_from_db(fields=["status"])
+        return Response(
+            {"cancelled": True, "turn_id": result.turn_id, "status": session.status},
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
 class SessionHistoryApi(SessionOwnedMixin, AsyncAPIView):
     """``GET /api/v1/sessions/<id>/history/``: completed Steps, oldest first."""
 

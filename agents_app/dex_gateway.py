@@ -50,6 +50,7 @@ from dex_agents import (
     AgentUsage,
     PlanExecutionResult,
     StepHistoryEntry,
+    TurnCancelResult,
     read_flow_step_history,
 )
 from mcp_registry.content import tool_result_text
@@ -544,6 +545,25 @@ async def session_steer_queued_message(*, session_id: str, message_id: str) -> b
     )
 
 
+@_writes_session
+async def session_cancel_turn(*, session_id: str) -> TurnCancelResult:
+    """Cancel the session's running turn through ``cancel_turn`` (``dex_agents``): its model
+    call is abandoned (the streamed text kept, marked ``interrupted``), tool calls not started
+    end ``cancelled``, pending approvals are withdrawn and the turn ends with
+    ``turn_cancelled``; the queue is not touched.
+
+    Returns:
+        ``accepted`` with the ``turn_id``, or ``reason`` ``no_turn`` when none runs.
+
+    Raises:
+        EngineUnavailableError, SessionNotFoundError.
+    """
+    try:
+        return await _connection().sessions.cancel_turn(session_id)
+    except Exception as error:
+        raise _translate(error, session_id) from error
+
+
 #: The Stream ``source`` of events the web side writes (Steps write ``#<step execution>``).
 WEB_EVENT_SOURCE = "dexagents-web"
 
@@ -925,7 +945,8 @@ def message_to_data(message: Any) -> dict[str, Any]:
     assistant message that asked for tools and ``tool_call_id`` on a tool result, read from its Chat
     Completions item. A message too large for one answer arrives cut (``dex_agents._views``):
     then ``text_length`` is the stored text's length in characters, and ``text`` its start
-    with a last line saying how much was left out.
+    with a last line saying how much was left out. ``interrupted`` (true, present only then):
+    an answer the user cancelled while it streamed; ``text`` is what had arrived.
     ``reasoning`` (``{"text", "seconds", "cut"?}``) on an assistant message whose model call
     reasoned: its readable summary as the Thinking panel showed it and how long the call
     reasoned. Provider-specific replay data (encrypted reasoning items, thinking blocks and
@@ -938,6 +959,8 @@ def message_to_data(message: Any) -> dict[str, Any]:
         "turn_id": message.turn_id,
         "created_at": plain_data(getattr(message, "created_at", None)),
     }
+    if getattr(message, "interrupted", False):
+        data["interrupted"] = True
     item = getattr(message, "framework_item", None)
     if not isinstance(item, Mapping):
         return data

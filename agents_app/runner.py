@@ -115,6 +115,7 @@ from agents_app.providers import (
     unpriced_model_pricing,
 )
 from dex_agents import (
+    TURN_CANCELLED_NOTE_HEADER,
     WRITE_TODOS_TOOL,
     AgentEventType,
     AgentMessage,
@@ -1229,13 +1230,24 @@ class LiteLLMRunner:
     def build_user_message(self, text: str) -> FrameworkMessage:
         """A user message: ``framework_item={"role": "user", "content": text}``.
 
-        The note of a failed turn (``TURN_FAILURE_NOTE_HEADER``) quotes each record's output;
+        The note of a failed or cancelled turn (``TURN_FAILURE_NOTE_HEADER``,
+        ``dex_agents.TURN_CANCELLED_NOTE_HEADER``) quotes each record's output;
         a result with images is replaced by its text there, so no image data is stored in a
         message or shown to people."""
-        if text.startswith(TURN_FAILURE_NOTE_HEADER):
+        if text.startswith((TURN_FAILURE_NOTE_HEADER, TURN_CANCELLED_NOTE_HEADER)):
             text = replace_encoded_results(text)
         return FrameworkMessage(
             role=MessageRole.USER, framework_item={"role": "user", "content": text}, text=text
+        )
+
+    def build_assistant_message(self, text: str) -> FrameworkMessage:
+        """The text a cancelled model call had streamed (``dex_agents`` ``cancel_turn``):
+        ``framework_item={"role": "assistant", "content": text}``, replayed to the model as
+        its own earlier words."""
+        return FrameworkMessage(
+            role=MessageRole.ASSISTANT,
+            framework_item={"role": "assistant", "content": text},
+            text=text,
         )
 
     def _chat_request(

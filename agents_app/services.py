@@ -29,7 +29,12 @@ from agents_app.models import (
     TitleSource,
 )
 from agents_app.titles import title_from_message
-from dex_agents import AgentStatus, ElicitationAnswerResult, PlanExecutionResult
+from dex_agents import (
+    AgentStatus,
+    ElicitationAnswerResult,
+    PlanExecutionResult,
+    TurnCancelResult,
+)
 
 _AGENT_STATUSES = frozenset(status.value for status in AgentStatus)
 
@@ -485,6 +490,20 @@ def plan_execute(*, session: AgentSession, revision: int) -> PlanExecutionResult
     return dex_gateway.run(
         dex_gateway.session_execute_plan(session_id=session.id, revision=revision)
     )
+
+
+def session_turn_cancel(*, session: AgentSession) -> TurnCancelResult:
+    """Cancel the session's running turn (``dex_agents`` ``cancel_turn``); the session goes on
+    and the queue is not touched. The worker reports the turn's end (``turn_cancelled``, the
+    index status back to ``waiting_for_user_message``) moments later.
+
+    Returns:
+        ``accepted`` with the ``turn_id``, or ``reason`` ``no_turn`` when no turn runs.
+
+    Raises:
+        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+    """
+    return dex_gateway.run(dex_gateway.session_cancel_turn(session_id=session.id))
 
 
 def session_status_record(

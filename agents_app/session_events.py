@@ -77,7 +77,7 @@ FEED_TAIL_MAX = 256
 
 SNAPSHOT_REQUIRED_FRAME = json.dumps({"type": "snapshot_required"})
 #: Event types that end a turn.
-TURN_END_TYPES = frozenset({"turn_completed", "turn_failed"})
+TURN_END_TYPES = frozenset({"turn_completed", "turn_failed", "turn_cancelled"})
 #: ``queue_changed`` changes that take a queued message away before any turn takes it: a
 #: wait for that message ends with this status.
 QUEUE_REMOVALS = {"deleted": "deleted", "edited": "replaced"}
@@ -582,7 +582,8 @@ class TurnOutcome:
 
     Attributes:
         turn_id: The turn (``turn-<n>``); ``""`` when no turn took the message.
-        status: ``completed`` or ``failed`` (the ``turn_completed`` / ``turn_failed`` event);
+        status: ``completed``, ``failed`` or ``cancelled`` (the ``turn_completed`` /
+            ``turn_failed`` / ``turn_cancelled`` event);
             ``stopped`` (``session_stopped``: the session was stopped before or during the
             turn); ``deleted`` or ``replaced`` (``queue_changed`` naming the message: it was
             deleted or edited before a turn took it); ``running`` when the wait ran out first.

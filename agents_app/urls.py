@@ -19,6 +19,7 @@ from agents_app.apis import (
     SessionPlanExecuteApi,
     SessionQueueApi,
     SessionStopApi,
+    SessionTurnCancelApi,
     SessionUserInputApi,
 )
 from agents_app.token_apis import ApiTokenListCreateApi, ApiTokenRevokeApi
@@ -74,6 +75,11 @@ urlpatterns = [
         name="session-history",
     ),
     path("sessions/<str:session_id>/stop/", SessionStopApi.as_view(), name="session-stop"),
+    path(
+        "sessions/<str:session_id>/turn/cancel/",
+        SessionTurnCancelApi.as_view(),
+        name="session-turn-cancel",
+    ),
     path(
         "sessions/<str:session_id>/interrupts/<str:interrupt_id>/",
         InterruptResolveApi.as_view(),

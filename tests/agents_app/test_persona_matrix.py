@@ -86,6 +86,8 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/v1/sessions/<str:session_id>/events/", "GET"): (401, 401, 404, 200, 200),
     # Owner or staff may stop a session.
     ("api/v1/sessions/<str:session_id>/stop/", "POST"): (401, 401, 404, ENGINE, ENGINE),
+    # Only the owner cancels the running turn (staff may stop the session, not cancel a turn).
+    ("api/v1/sessions/<str:session_id>/turn/cancel/", "POST"): (401, 401, 404, ENGINE, 403),
     # Only staff decide approvals, on any session.
     ("api/v1/sessions/<str:session_id>/interrupts/<str:interrupt_id>/", "POST"): (
         401, 401, 403, 403, 400,
@@ -265,7 +267,7 @@ def test_staff_writes_to_someone_elses_session_say_why(world: dict[str, Any]) ->
     values = path_values(world["owner"])
     owner_only = [row for row, expected in MATRIX.items() if expected[3:] == (400, 403)
                   or (expected[3] == ENGINE and expected[4] == 403)]
-    assert len(owner_only) == 7
+    assert len(owner_only) == 8
     for route, method in owner_only:
         response = world["clients"]["staff"].generic(
             method, fill(route, values), "{}", "application/json"

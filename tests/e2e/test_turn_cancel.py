@@ -1,0 +1,116 @@
+"""Cancelling the running turn through the REST API (``POST .../turn/cancel/``), against the
+real platform: engine, dexworker, web and demo model as processes
+(``tests/e2e/relay_stack.py``). The demo model streams slowly (``/slow``) so the cancel lands
+mid-answer. Personas: owner, another user, staff, anonymous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.e2e.conftest import wait_until
+from tests.e2e.relay_stack import Stack, running_stack
+
+pytestmark = pytest.mark.e2e
+
+WORDS = " ".join(f"word{n}" for n in range(60))
+#: A reply of 60 words streamed a few words every 0.3 s: about five seconds in all.
+SLOW_MESSAGE = f"/slow 0.3\n{WORDS}"
+FULL_REPLY = f"You said: {WORDS}"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("turn-cancel")) as platform:
+        yield platform
+
+
+async def first_text(stack: Stack, session_id: str) -> str:
+    """Wait, through the websocket relay, for the first streamed text of the session."""
+    async with connect(
+        stack.events_url(session_id, ""), additional_headers=stack.personas["owner"].bearer()
+    ) as ws:
+        async with asyncio.timeout(60):
+            while True:
+                frame = json.loads(await ws.recv())
+                if frame["type"] == "event" and frame["event"]["type"] == "text_delta":
+                    return str(frame["event"]["data"]["text"])
+
+
+def idle_snapshot(api: httpx.Client, session_id: str, message_count: int) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
+        done = (
+            snapshot["status"] == "waiting_for_user_message"
+            and len(snapshot["messages"]) >= message_count
+        )
+        return snapshot if done else None
+
+    return wait_until("the session to be idle", probe, timeout=60)
+
+
+def test_cancel_mid_answer_keeps_the_streamed_text_and_the_session(stack: Stack) -> None:
+    with stack.api("owner") as owner:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": SLOW_MESSAGE})
+        assert created.status_code == 201, created.text
+        session_id = str(created.json()["id"])
+        cancel = f"/api/v1/sessions/{session_id}/turn/cancel/"
+        asyncio.run(first_text(stack, session_id))
+        queued = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "next"})
+        assert queued.status_code == 202, queued.text
+
+        answer = owner.post(cancel)
+        assert answer.status_code == 202, answer.text
+        body = answer.json()
+        assert (body["cancelled"], body["turn_id"]) == (True, "turn-1")
+        assert isinstance(body["status"], str)
+
+        # The queued message was left alone: it starts the next turn, which answers normally.
+        snapshot = idle_snapshot(owner, session_id, 4)
+        messages = snapshot["messages"]
+        assert [message["role"] for message in messages] == [
+            "user", "assistant", "user", "assistant"
+        ]
+        partial = messages[1]
+        assert partial["interrupted"] is True
+        assert partial["text"] and FULL_REPLY.startswith(partial["text"])
+        assert len(partial["text"]) < len(FULL_REPLY)
+        assert messages[3]["text"] == "You said: next"
+        assert "interrupted" not in messages[3]
+        assert not snapshot.get("last_turn_error")
+
+        again = owner.post(cancel)
+        assert again.status_code == 409, again.text
+        assert again.json()["reason"] == "no_turn"
+        assert "nothing to cancel" in again.json()["detail"]
+
+
+def test_cancel_permissions_owner_other_user_staff_anonymous(stack: Stack) -> None:
+    with (
+        stack.api("owner") as owner,
+        stack.api("other") as other,
+        stack.api("staff") as staff,
+        httpx.Client(base_url=stack.base_url()) as anonymous,
+    ):
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": SLOW_MESSAGE})
+        session_id = str(created.json()["id"])
+        cancel = f"/api/v1/sessions/{session_id}/turn/cancel/"
+        asyncio.run(first_text(stack, session_id))
+        assert anonymous.post(cancel).status_code == 401
+        # Another user cannot tell the session exists; staff read it but do not cancel it.
+        assert other.post(cancel).status_code == 404
+        assert staff.post(cancel).status_code == 403
+        assert owner.post("/api/v1/sessions/ses_nope/turn/cancel/").status_code == 404
+        assert owner.post(cancel).status_code == 202
+        idle_snapshot(owner, session_id, 2)
+        assert owner.post(f"/api/v1/sessions/{session_id}/stop/").status_code == 202
+        stopped = owner.post(cancel)
+        assert stopped.status_code == 409
+        assert stopped.json()["reason"] == "session_stopped"
