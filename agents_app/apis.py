@@ -799,9 +799,10 @@ MESSAGE_TURN = inline_serializer(
             help_text="null while no turn has taken the message yet.",
         ),
         "status": serializers.ChoiceField(
-            choices=["completed", "failed", "stopped", "deleted", "replaced"],
+            choices=["completed", "failed", "cancelled", "stopped", "deleted", "replaced"],
             allow_null=True,
-            help_text="How the wait ended: the turn completed or failed; the session "
+            help_text="How the wait ended: the turn completed, failed or was cancelled "
+            "(POST .../turn/cancel/); the session "
             "was stopped; the message was deleted or edited (replaced) before a turn "
             "took it. null while it goes on.",
         ),
@@ -1123,7 +1124,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
 
     Send and wait, ``?wait=<seconds>`` (up to ``DEXAGENTS_MAX_WAIT_SECONDS``): the request
     is held until the turn that takes the message ends, then answers 200 with the body above
-    plus ``"turn": {"finished": true, "turn_id", "status": "completed"|"failed"}`` and
+    plus ``"turn": {"finished": true, "turn_id", "status": "completed"|"failed"|"cancelled"}`` and
     ``"session"`` (the snapshot, as ``GET /api/v1/sessions/<id>/`` answers). It also answers
     200 when the session is stopped (``status`` ``stopped``) or the message is deleted or
     edited before a turn takes it (``deleted`` / ``replaced``, ``turn_id`` null). When the
@@ -1135,8 +1136,8 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
     ``Accept: text/event-stream``: 200 and Server-Sent Events: first ``{"type":
     "message_accepted", "queued", "id", "delivery"}``, then the events of the turn that takes
     the message (websocket frames, ``id:`` = resume token) up to its ``turn_completed`` /
-    ``turn_failed`` (or a ``session_stopped``, or the ``queue_changed`` that deleted or
-    replaced the message before a turn took it), then the stream ends; ``wait`` (or
+    ``turn_failed`` / ``turn_cancelled`` (or a ``session_stopped``, or the ``queue_changed``
+    that deleted or replaced the message before a turn took it), then the stream ends; ``wait`` (or
     ``DEXAGENTS_MAX_WAIT_SECONDS``) bounds it, after which ``GET .../events/`` with
     ``Last-Event-ID`` follows on.
     """
@@ -1207,7 +1208,8 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
                 response=SERVER_SENT_EVENT,
                 description="With Accept: text/event-stream: a message_accepted frame, then "
                 "the events of the turn that takes the message (websocket frames as SSE "
-                "data, id = resume token), ending with turn_completed or turn_failed (or "
+                "data, id = resume token), ending with turn_completed, turn_failed or "
+                "turn_cancelled (or "
                 "session_stopped, or the queue_changed that deleted or replaced the message)."
             ),
             400: error_response(

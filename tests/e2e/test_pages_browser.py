@@ -1104,3 +1104,42 @@ def test_messages_show_their_time_and_the_day_they_start(
         conversation.locator(".message").first.hover()
         expect(times.first).to_have_css("opacity", "1")
     screenshot(page, f"message-times-{viewport['width']}", screen_too=True)
+
+
+def test_stop_generating_keeps_the_text_so_far_and_the_session(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    page = contexts.logged_in("owner")
+    session_id = start_session(page, f"/slow 0.4\n{SLOW_WORDS} {SLOW_WORDS}")
+    stop = page.get_by_role("button", name="Stop generating")
+    expect(region(page, "Response")).to_contain_text("You said:")
+    expect(stop).to_be_visible()
+    screenshot(page, "chat-stop-generating")
+
+    stop.click()
+    expect(stop).to_be_hidden()
+    expect(page.locator("#chat-status")).to_have_text("Waiting for a message")
+    stored = stored_messages(stack, "owner", session_id)[-1]
+    assert stored["interrupted"] is True
+    assert f"You said: {SLOW_WORDS} {SLOW_WORDS}".startswith(stored["text"])
+    assert len(stored["text"]) < len(f"You said: {SLOW_WORDS} {SLOW_WORDS}")
+    # What had streamed stays in the conversation, marked; the session goes on.
+    expect(assistant_texts(page)).to_have_text([stored["text"]])
+    expect(region(page, "Conversation").locator(".message-interrupted-note")).to_be_visible()
+    expect(region(page, "Response")).to_be_hidden()
+    expect(page.get_by_role("button", name="Stop session")).to_be_visible()
+    screenshot(page, "chat-stopped-answer")
+
+    page.get_by_role("textbox", name="Message").fill("and now in full")
+    page.get_by_role("button", name="Send").click()
+    expect(assistant_texts(page)).to_have_text([stored["text"], "You said: and now in full"])
+    expect(stop).to_be_hidden()
+
+    phone = contexts.logged_in("owner", viewport=NARROW)
+    start_session(phone, f"/slow 0.4\n{SLOW_WORDS} {SLOW_WORDS}")
+    expect(region(phone, "Response")).to_contain_text("You said:")
+    expect(phone.get_by_role("button", name="Stop generating")).to_be_visible()
+    screenshot(phone, "chat-stop-generating")
+    phone.get_by_role("button", name="Stop generating").click()
+    expect(phone.locator(".message-interrupted-note")).to_be_visible()
+    screenshot(phone, "chat-stopped-answer")

@@ -111,6 +111,39 @@ function showStatus(status, snapshot = state.snapshot) {
   node.textContent = badge.text;
   node.className = `status status-${badge.key}`;
   node.dataset.status = status;
+  renderCancel();
+}
+
+/** A turn "Stop generating" can cancel: one whose Step has committed (not ``starting``). */
+const CANCELLABLE = new Set(["running_model", "running_tools", "waiting_for_user_input"]);
+
+/** Show "Stop generating" next to Send while a turn runs (owner only: the composer is). */
+function renderCancel() {
+  const button = document.getElementById("composer-cancel");
+  if (!button) return;
+  const running = CANCELLABLE.has(state.status) && state.snapshot?.can_send !== false;
+  button.hidden = !running;
+  if (!running) {
+    button.disabled = false;
+    button.textContent = "Stop generating";
+  }
+}
+
+/** Cancel the running turn (POST .../turn/cancel/): its answer so far is kept, the session
+ * and its queue stay. A turn that ended meanwhile (409) just refreshes the page. */
+async function cancelTurn() {
+  const button = byId("composer-cancel");
+  button.disabled = true;
+  button.textContent = "Stopping…";
+  try {
+    await api(`${sessionPath}turn/cancel/`, { method: "POST" });
+    showComposerError("");
+  } catch (error) {
+    button.disabled = false;
+    button.textContent = "Stop generating";
+    if (error.status !== 409) showComposerError(`Not stopped: ${error.message}`);
+  }
+  loadSnapshot();
 }
 
 function showAlert(text) {
@@ -173,6 +206,10 @@ function messageNode(message) {
   }
   if (message.reasoning?.text) node.append(reasoningNode(message.reasoning));
   if (message.text) node.append(el("p", { class: "message-text" }, message.text));
+  if (message.interrupted) {
+    node.classList.add("message-interrupted");
+    node.append(el("p", { class: "message-interrupted-note small muted" }, "Stopped: you cancelled this answer while it was being written."));
+  }
   if (Array.isArray(message.tool_calls) && message.tool_calls.length) {
     node.append(el("ul", { class: "tool-requests", "aria-label": "Tool calls" }, message.tool_calls.map(toolCallNode)));
   }
@@ -450,6 +487,8 @@ function describe(event) {
       return { kind: "Turn completed", detail: event.turn_id ?? "", tone: "ok" };
     case "turn_failed":
       return { kind: "Turn failed", detail: data.error ?? "", tone: "error" };
+    case "turn_cancelled":
+      return { kind: "Turn cancelled", detail: event.turn_id ?? "", tone: "muted" };
     case "tool_call_deferred":
       return {
         kind: "Tool requested",
@@ -459,7 +498,7 @@ function describe(event) {
       return { kind: "Tool started", detail: tool };
     case "tool_call_finished": {
       if (data.status === "cancelled") {
-        return { kind: "Tool finished", detail: `${tool}: cancelled (a steered message superseded it)`, tone: "muted" };
+        return { kind: "Tool finished", detail: `${tool}: cancelled before it ran`, tone: "muted" };
       }
       const tone = data.status === "succeeded" ? "ok" : data.status === "rejected" ? "warn" : "error";
       return { kind: "Tool finished", detail: `${tool}: ${data.status ?? "done"}`, tone };
@@ -1271,6 +1310,7 @@ function onEvent(frame) {
       hintStatus("running_tools");
       break;
     case "turn_completed":
+    case "turn_cancelled":
       state.ending.set(event.turn_id, { messageCount: event.data?.message_count ?? null, tries: 0 });
       loadSnapshot();
       break;
@@ -1468,6 +1508,7 @@ if (composer) {
     }
   });
   byId("composer-plan").addEventListener("change", (event) => setPlanMode(event.target.checked));
+  byId("composer-cancel").addEventListener("click", cancelTurn);
   setPlanMode(byId("composer-plan").checked);
 }
 const answerForm = document.getElementById("user-input-form");
