@@ -13,6 +13,7 @@ from agents_app.models import (
     ApprovalDecision,
     ApprovalRequest,
     OutboxMessage,
+    OutboxTurnCancel,
 )
 
 
@@ -133,4 +134,19 @@ class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     readonly_fields = (
         "id", "session", "text", "plan_mode", "steer", "delivery", "attempts", "last_error",
         "created_at", "delivered_at",
+    )
+
+
+@admin.register(OutboxTurnCancel)
+class OutboxTurnCancelAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only: turn cancels the API kept while no Dex worker answered, and whether they
+    reached their session."""
+
+    list_display = ("requested_at", "session", "turn_id", "delivery", "attempts", "delivered_at")
+    list_filter = ("delivery",)
+    list_select_related = ("session",)
+    search_fields = ("session__id",)
+    readonly_fields = (
+        "session", "turn_id", "delivery", "attempts", "last_error", "requested_at",
+        "delivered_at",
     )

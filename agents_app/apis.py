@@ -1798,17 +1798,22 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
         )
 
 
-NO_TURN_DETAIL = "No turn is running, so there is nothing to cancel."
+TURN_CANCEL_REFUSALS = {
+    "no_turn": "No turn is running, so there is nothing to cancel.",
+    "turn_ended": "That turn is no longer running; the session has moved on to another.",
+    "session_stopped": SESSION_STOPPED_DETAIL,
+}
 
 
 class NoTurnRunning(APIException):
-    """409 ``{"detail", "reason"}``: there is no running turn to cancel."""
+    """409 ``{"detail", "reason"}``: there is no running turn to cancel (or not the one
+    named)."""
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "no_turn"
 
     def __init__(self, reason: str) -> None:
-        detail = SESSION_STOPPED_DETAIL if reason == "session_stopped" else NO_TURN_DETAIL
+        detail = TURN_CANCEL_REFUSALS.get(reason, TURN_CANCEL_REFUSALS["no_turn"])
         super().__init__({"detail": detail, "reason": reason})
 
 
@@ -1816,50 +1821,79 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
     """``POST /api/v1/sessions/<id>/turn/cancel/`` (owner only): cancel the running turn
     ("Stop generating"); the session goes on.
 
-    202 ``{"cancelled": true, "turn_id", "status"}``: the model call that is streaming is
+    Optional body ``{"turn_id"}``: cancel only that turn (``turn-<n>``, as events and messages
+    name it), so a late request cannot end the turn after it.
+
+    202 ``{"cancelled": true, "turn_id", "status", "delivery"}``: the model call that is
+    streaming is
     abandoned and the text it had sent is kept as the turn's last message, marked
     ``interrupted``; tool calls that have not started end ``cancelled``, running ones finish
     and keep their records, pending approvals are withdrawn, and the turn ends with a
     ``turn_cancelled`` event (``status`` is the session's status as indexed when the cancel
     was accepted). Queued messages stay queued: the next one starts a normal turn. Sending it
-    again for the same turn changes nothing and answers 202 again. 409 ``{"detail",
-    "reason"}`` with ``reason`` ``no_turn`` when no turn runs, ``session_stopped`` for a
-    stopped session; 403 for staff on someone else's session, 404 for other users, 503 when
-    the engine or its workers do not answer.
+    again for the same turn changes nothing and answers 202 again. ``delivery`` is
+    ``delivered``, or ``pending`` when no Dex worker answered (a restart): the cancel is kept
+    and delivered once one does, and the turn ends then (``turn_id`` is then the one asked
+    for, or null). 409 ``{"detail", "reason"}`` with ``reason`` ``no_turn`` when no turn runs,
+    ``turn_ended`` when another turn than ``turn_id`` runs, ``session_stopped`` for a stopped
+    session; 400 for a bad ``turn_id``; 403 for staff on someone else's session, 404 for other
+    users; 503 when Dex does not answer and the session's index shows no turn running.
     """
 
+    class TurnCancelInputSerializer(serializers.Serializer):
+        turn_id = serializers.RegexField(
+            r"^turn-[1-9][0-9]{0,8}$",
+            required=False,
+            max_length=16,
+            help_text="Cancel only this turn (turn-<n>); left out: whichever runs.",
+        )
+
     @extend_schema(
-        request=None,
+        request=TurnCancelInputSerializer,
         responses={
             202: inline_serializer(
                 "TurnCancelAccepted",
                 {
                     "cancelled": serializers.BooleanField(),
-                    "turn_id": serializers.CharField(help_text="The turn being cancelled."),
+                    "turn_id": serializers.CharField(
+                        allow_null=True,
+                        help_text="The turn being cancelled (null: a kept cancel for "
+                        "whichever turn runs).",
+                    ),
                     "status": serializers.CharField(
                         help_text="The session's indexed status when the cancel was accepted."
                     ),
+                    "delivery": DELIVERY_FIELD,
                 },
             ),
             409: inline_serializer(
                 "NoTurnRunningError",
                 {
                     "detail": serializers.CharField(),
-                    "reason": serializers.ChoiceField(choices=["no_turn", "session_stopped"]),
+                    "reason": serializers.ChoiceField(choices=sorted(TURN_CANCEL_REFUSALS)),
                 },
             ),
         },
     )
     def post(self, request: Request, session_id: str) -> Response:
         session = self.session_get_for_owner(request, session_id)
+        serializer = self.TurnCancelInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
             raise NoTurnRunning("session_stopped")
-        result = services.session_turn_cancel(session=session)
+        result = services.session_turn_cancel(
+            session=session, turn_id=serializer.validated_data.get("turn_id", "")
+        )
         if not result.accepted:
             raise NoTurnRunning(result.reason)
         session.refresh_from_db(fields=["status"])
         return Response(
-            {"cancelled": True, "turn_id": result.turn_id, "status": session.status},
+            {
+                "cancelled": True,
+                "turn_id": result.turn_id,
+                "status": session.status,
+                "delivery": result.delivery,
+            },
             status=status.HTTP_202_ACCEPTED,
         )
 

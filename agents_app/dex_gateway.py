@@ -546,20 +546,22 @@ async def session_steer_queued_message(*, session_id: str, message_id: str) -> b
 
 
 @_writes_session
-async def session_cancel_turn(*, session_id: str) -> TurnCancelResult:
+async def session_cancel_turn(*, session_id: str, turn_id: str = "") -> TurnCancelResult:
     """Cancel the session's running turn through ``cancel_turn`` (``dex_agents``): its model
     call is abandoned (the streamed text kept, marked ``interrupted``), tool calls not started
     end ``cancelled``, pending approvals are withdrawn and the turn ends with
-    ``turn_cancelled``; the queue is not touched.
+    ``turn_cancelled``; the queue is not touched. ``turn_id`` (``""``: whichever runs)
+    names the turn meant.
 
     Returns:
-        ``accepted`` with the ``turn_id``, or ``reason`` ``no_turn`` when none runs.
+        ``accepted`` with the ``turn_id``, or ``reason``: ``no_turn`` when none runs,
+        ``turn_ended`` when another turn than ``turn_id`` runs.
 
     Raises:
         EngineUnavailableError, SessionNotFoundError.
     """
     try:
-        return await _connection().sessions.cancel_turn(session_id)
+        return await _connection().sessions.cancel_turn(session_id, turn_id)
     except Exception as error:
         raise _translate(error, session_id) from error
 

@@ -428,3 +428,35 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} {self.id} {self.delivery}"
+
+
+class OutboxTurnCancel(models.Model):
+    """A turn cancel (``POST .../turn/cancel/``) the API accepted while no Dex worker
+    answered, kept until Dex has it (ARCHITECTURE.md "Accepted means kept").
+
+    ``turn_id`` is the turn the owner meant (``""``: whichever runs); the delivery names it,
+    so a cancel delivered after that turn ended cannot end the next one. ``delivery``:
+    ``pending`` until delivered, then ``delivered`` or ``refused`` (the turn had ended, or the
+    session is gone).
+    """
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, related_name="outbox_turn_cancels"
+    )
+    turn_id = models.CharField(max_length=32, blank=True)
+    delivery = models.CharField(
+        max_length=16, choices=Delivery.choices, default=Delivery.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("requested_at", "id")
+        indexes = [
+            models.Index(fields=("delivery", "requested_at"), name="outbox_cancel_delivery_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} cancel {self.turn_id or 'running turn'} {self.delivery}"

@@ -1,5 +1,5 @@
-"""The outbox: user messages and approval decisions the API accepted, kept in Django until
-Dex has them (ARCHITECTURE.md "Accepted means kept").
+"""The outbox: user messages, approval decisions and turn cancels the API accepted, kept in
+Django until Dex has them (ARCHITECTURE.md "Accepted means kept").
 
 Dex RPCs need a running worker; while none answers (a restart, a deploy) or the engine is
 down, the API still accepts a message or a decision: it is written here first, the request
@@ -32,6 +32,7 @@ from agents_app.models import (
     ApprovalRequest,
     Delivery,
     OutboxMessage,
+    OutboxTurnCancel,
 )
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,11 @@ class QueueFullDeferred(DeliveryDeferred):
     (``DEXAGENTS["MAX_QUEUED_MESSAGES"]``); it can be delivered once a turn took one."""
 
 
-def _note_attempt(model: type[OutboxMessage] | type[ApprovalDecision], pk: Any, error: str) -> None:
+def _note_attempt(
+    model: type[OutboxMessage] | type[ApprovalDecision] | type[OutboxTurnCancel],
+    pk: Any,
+    error: str,
+) -> None:
     model.objects.filter(pk=pk, delivery=Delivery.PENDING).update(
         attempts=F("attempts") + 1, last_error=error[:_ERROR_MAX_CHARS]
     )
@@ -464,6 +469,41 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
     return decision.delivery
 
 
+def turn_cancel_deliver(*, cancel: OutboxTurnCancel) -> str:
+    """Send a kept turn cancel to Dex through ``cancel_turn``, naming the turn it was meant
+    for (``cancel.turn_id``; ``""``: whichever runs), so a late one ends no other turn.
+
+    Returns:
+        The row's delivery state afterwards: ``delivered``, or ``refused`` when that turn no
+        longer runs or Dex has no such session (``last_error`` says which).
+
+    Raises:
+        DeliveryDeferred: The engine or every worker did not answer.
+    """
+    if cancel.delivery != Delivery.PENDING:
+        return cancel.delivery
+    try:
+        result = dex_gateway.run(
+            dex_gateway.session_cancel_turn(session_id=cancel.session_id, turn_id=cancel.turn_id)
+        )
+    except dex_gateway.EngineUnavailableError as error:
+        _note_attempt(OutboxTurnCancel, cancel.pk, str(error))
+        raise DeliveryDeferred(str(error)) from error
+    except dex_gateway.SessionNotFoundError:
+        accepted, reason = False, SESSION_GONE_REASON
+    else:
+        accepted = result.accepted
+        reason = "" if accepted else f"The turn was no longer running ({result.reason})."
+    OutboxTurnCancel.objects.filter(pk=cancel.pk, delivery=Delivery.PENDING).update(
+        delivery=Delivery.DELIVERED if accepted else Delivery.REFUSED,
+        delivered_at=timezone.now() if accepted else None,
+        attempts=F("attempts") + 1,
+        last_error=reason,
+    )
+    cancel.refresh_from_db()
+    return cancel.delivery
+
+
 def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, int]:
     """Deliver every pending message and decision (the periodic sweep); stops at the first
     that the engine or a worker does not take, since the others would wait for the same.
@@ -472,17 +512,23 @@ def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, in
         sessions: Only these sessions' messages and decisions; None: every session.
 
     Returns:
-        ``{"messages": delivered, "decisions": delivered, "pruned": finished messages
-        deleted (``outbox_prune``), "pending": left pending}``.
+        ``{"messages": delivered, "decisions": delivered, "cancels": delivered, "pruned":
+        finished messages deleted (``outbox_prune``), "pending": left pending}``.
     """
     messages = OutboxMessage.objects.filter(delivery=Delivery.PENDING)
     decisions = ApprovalDecision.objects.filter(delivery=Delivery.PENDING)
+    cancels = OutboxTurnCancel.objects.filter(delivery=Delivery.PENDING)
     if sessions is not None:
         wanted = list(sessions)
         messages = messages.filter(session_id__in=wanted)
         decisions = decisions.filter(session_id__in=wanted)
-    counts = {"messages": 0, "decisions": 0, "pruned": 0, "pending": 0}
+        cancels = cancels.filter(session_id__in=wanted)
+    counts = {"messages": 0, "decisions": 0, "cancels": 0, "pruned": 0, "pending": 0}
     try:
+        # Before messages: a cancel is meant for the turn running now.
+        for cancel in cancels.order_by("requested_at", "id"):
+            if turn_cancel_deliver(cancel=cancel) == Delivery.DELIVERED:
+                counts["cancels"] += 1
         for decision in decisions.order_by("decided_at", "id"):
             if approval_decision_deliver(decision=decision) == Delivery.DELIVERED:
                 counts["decisions"] += 1
@@ -500,6 +546,7 @@ def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, in
     counts["pending"] = (
         OutboxMessage.objects.filter(delivery=Delivery.PENDING).count()
         + ApprovalDecision.objects.filter(delivery=Delivery.PENDING).count()
+        + OutboxTurnCancel.objects.filter(delivery=Delivery.PENDING).count()
     )
     return counts
 

@@ -26,6 +26,7 @@ from agents_app.models import (
     ApprovalRequest,
     Delivery,
     OutboxMessage,
+    OutboxTurnCancel,
     TitleSource,
 )
 from agents_app.titles import title_from_message
@@ -492,18 +493,65 @@ def plan_execute(*, session: AgentSession, revision: int) -> PlanExecutionResult
     )
 
 
-def session_turn_cancel(*, session: AgentSession) -> TurnCancelResult:
-    """Cancel the session's running turn (``dex_agents`` ``cancel_turn``); the session goes on
-    and the queue is not touched. The worker reports the turn's end (``turn_cancelled``, the
-    index status back to ``waiting_for_user_message``) moments later.
+#: Index statuses of a session with a turn a cancel can end.
+TURN_STATUSES = frozenset({"running_model", "running_tools", "waiting_for_user_input"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnCancelAnswer:
+    """What ``session_turn_cancel`` did.
+
+    Attributes:
+        accepted: Dex took the cancel, or it is kept to be delivered.
+        turn_id: The turn Dex cancels; when kept, the one asked for (``None``: whichever runs).
+        reason: Why it was refused: ``no_turn`` or ``turn_ended``.
+        delivery: ``delivered``, ``pending`` (kept: no worker answered) or ``""`` (refused).
+    """
+
+    accepted: bool
+    turn_id: str | None = None
+    reason: str = ""
+    delivery: str = ""
+
+
+def session_turn_cancel(*, session: AgentSession, turn_id: str = "") -> TurnCancelAnswer:
+    """Cancel the session's running turn (``dex_agents`` ``cancel_turn``), only if it is
+    ``turn_id`` when one is given; the session goes on and the queue is not touched. The
+    worker reports the turn's end (``turn_cancelled``, the index status back to
+    ``waiting_for_user_message``) moments later.
+
+    When the engine or every worker does not answer while the index shows a turn running,
+    the cancel is kept (``OutboxTurnCancel``) and a Celery task delivers it once one does
+    (ARCHITECTURE.md "Accepted means kept"); the Flow then applies it as it would have.
 
     Returns:
-        ``accepted`` with the ``turn_id``, or ``reason`` ``no_turn`` when no turn runs.
+        The answer; refused with ``no_turn`` (no turn runs) or ``turn_ended`` (another turn
+        than ``turn_id`` runs).
 
     Raises:
-        dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
+        dex_gateway.EngineUnavailableError: Dex did not answer and the index shows no turn
+            running (nothing to keep a cancel for, but Dex could not say so).
+        dex_gateway.SessionNotFoundError: Dex has no such session.
     """
-    return dex_gateway.run(dex_gateway.session_cancel_turn(session_id=session.id))
+    from agents_app import tasks
+
+    try:
+        result: TurnCancelResult = dex_gateway.run(
+            dex_gateway.session_cancel_turn(session_id=session.id, turn_id=turn_id)
+        )
+    except dex_gateway.EngineUnavailableError as error:
+        session.refresh_from_db(fields=["status"])
+        if session.status not in TURN_STATUSES:
+            raise
+        with transaction.atomic():
+            kept = OutboxTurnCancel.objects.create(
+                session=session, turn_id=turn_id, last_error=str(error)[:500]
+            )
+            tasks.outbox_delivery_schedule(cancel_id=kept.pk)
+        return TurnCancelAnswer(True, turn_id=turn_id or None, delivery=Delivery.PENDING)
+    if not result.accepted:
+        return TurnCancelAnswer(False, reason=result.reason)
+    return TurnCancelAnswer(True, turn_id=result.turn_id, delivery=Delivery.DELIVERED)
 
 
 def session_status_record(

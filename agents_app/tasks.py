@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from agents_app import dex_gateway, outbox
-from agents_app.models import ApprovalDecision
+from agents_app.models import ApprovalDecision, OutboxTurnCancel
 from agents_app.session_index import session_index_reconcile
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,23 @@ def deliver_approval_decision(self: Any, decision_id: int) -> str | None:
         raise self.retry(exc=error, countdown=_outbox_countdown(self.request.retries)) from None
 
 
+@shared_task(bind=True, name="agents_app.deliver_turn_cancel", max_retries=OUTBOX_MAX_RETRIES)
+def deliver_turn_cancel(self: Any, cancel_id: int) -> str | None:
+    """Deliver a kept turn cancel to Dex (``outbox.turn_cancel_deliver``), retrying with
+    backoff while the engine or every worker does not answer.
+
+    Returns:
+        Its delivery state afterwards, or None when the row no longer exists.
+    """
+    cancel = OutboxTurnCancel.objects.filter(pk=cancel_id).first()
+    if cancel is None:
+        return None
+    try:
+        return outbox.turn_cancel_deliver(cancel=cancel)
+    except outbox.DeliveryDeferred as error:
+        raise self.retry(exc=error, countdown=_outbox_countdown(self.request.retries)) from None
+
+
 @shared_task(name="agents_app.deliver_outbox")
 def deliver_outbox() -> dict[str, int]:
     """Deliver every pending outbox message and approval decision (the periodic sweep;
@@ -111,11 +128,14 @@ def outbox_sweep_schedule() -> bool:
 
 
 def outbox_delivery_schedule(
-    *, session_id: str | None = None, decision_id: int | None = None
+    *,
+    session_id: str | None = None,
+    decision_id: int | None = None,
+    cancel_id: int | None = None,
 ) -> None:
-    """Queue the delivery task of a session's messages or of one decision once the current
-    transaction commits. A broker that does not take it is logged: the periodic sweep
-    delivers the row anyway."""
+    """Queue the delivery task of a session's messages, of one decision or of one turn
+    cancel once the current transaction commits. A broker that does not take it is logged:
+    the periodic sweep delivers the row anyway."""
     from django.db import transaction
 
     def send() -> None:
@@ -124,6 +144,8 @@ def outbox_delivery_schedule(
                 deliver_session_messages.apply_async((session_id,), countdown=1)
             if decision_id is not None:
                 deliver_approval_decision.apply_async((decision_id,), countdown=1)
+            if cancel_id is not None:
+                deliver_turn_cancel.apply_async((cancel_id,), countdown=1)
         except Exception as error:
             logger.warning("Could not queue an outbox delivery: %s", error)
 

@@ -33,6 +33,7 @@ from dex_agents._records import (
     AgentSessionStartInput,
     AgentSnapshot,
     AgentUserMessage,
+    CancelTurnRequest,
     ElicitationAnswer,
     ElicitationAnswerResult,
     ElicitationRef,
@@ -287,12 +288,13 @@ class AgentSessionClient:
         )
         return result
 
-    async def cancel_turn(self, session_id: str) -> TurnCancelResult:
-        """Platform addition: cancel the running turn (``AgentSessionFlow.cancel_turn``);
-        ``accepted`` False with reason ``no_turn`` when none runs. Safe to repeat.
+    async def cancel_turn(self, session_id: str, turn_id: str = "") -> TurnCancelResult:
+        """Platform addition: cancel the running turn (``AgentSessionFlow.cancel_turn``), only
+        if it is ``turn_id`` when one is given; ``accepted`` False with reason ``no_turn`` when
+        none runs, ``turn_ended`` when another one does. Safe to repeat.
         """
         result: TurnCancelResult = await self.client.invoke_rpc(
-            self.flow.cancel_turn, session_id
+            self.flow.cancel_turn, session_id, CancelTurnRequest(turn_id)
         )
         return result
 

@@ -82,6 +82,7 @@ from dex_agents._records import (
     AgentStatus,
     AgentUsage,
     AgentUserMessage,
+    CancelTurnRequest,
     ElicitationAnswer,
     ElicitationAnswerResult,
     ElicitationRef,
@@ -286,7 +287,9 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         return RPCResult(True)
 
     @rpc
-    def cancel_turn(self, context: Context) -> RPCResult[TurnCancelResult]:
+    def cancel_turn(
+        self, context: Context, request: CancelTurnRequest
+    ) -> RPCResult[TurnCancelResult]:
         """Platform addition: cancel the running turn; the session goes on.
 
         ``no_turn`` when no turn runs. Otherwise records the cancel in ``TURN_CANCEL`` and wakes
@@ -297,7 +300,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         withdrawn, and the turn ends with ``turn_cancelled`` instead of calling the model
         again. Queued messages stay queued; the next starts a normal turn. The engine keeps
         the cancel, so Steps that run after a Worker restart apply it. Accepting the same
-        turn's cancel again changes nothing and answers ``accepted`` again.
+        turn's cancel again changes nothing and answers ``accepted`` again. ``turn_ended``
+        when ``request.turn_id`` names another turn than the running one.
         """
         state = AGENT_STATE.get(context)
         if (
@@ -306,6 +310,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             or state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
         ):
             return RPCResult(TurnCancelResult(False, reason="no_turn"))
+        if request.turn_id and request.turn_id != state.turn_id:
+            return RPCResult(TurnCancelResult(False, reason="turn_ended"))
         if TURN_CANCEL.get(context) != state.turn_id:
             TURN_CANCEL.set(context, state.turn_id)
             TURN_CANCELS.publish(context, state.turn_id, "cancel")

@@ -188,9 +188,19 @@ class PlanExecutionResult:
 
 
 @dataclass(frozen=True)
+class CancelTurnRequest:
+    """Input of ``cancel_turn`` (platform addition): ``turn_id`` names the turn to cancel,
+    so a cancel delivered late (kept while no Worker ran) cannot end a turn that started
+    since; ``""`` cancels whichever turn runs."""
+
+    turn_id: str = ""
+
+
+@dataclass(frozen=True)
 class TurnCancelResult:
     """Output of ``cancel_turn`` (platform addition): ``accepted`` with the ``turn_id`` the
-    cancel applies to, or the ``reason`` it was not (``no_turn``: no turn is running)."""
+    cancel applies to, or the ``reason`` it was not: ``no_turn`` (no turn is running) or
+    ``turn_ended`` (the turn named in the request is no longer the running one)."""
 
     accepted: bool
     turn_id: str | None = None

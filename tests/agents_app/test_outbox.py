@@ -53,7 +53,7 @@ def test_the_sweep_stops_at_the_first_deferral_and_counts_what_waits(
     kept(session, "one")
     kept(session, "two")
     counts = outbox.outbox_deliver_all()
-    assert counts == {"messages": 0, "decisions": 0, "pruned": 0, "pending": 2}
+    assert counts == {"messages": 0, "decisions": 0, "cancels": 0, "pruned": 0, "pending": 2}
     # Messages of a session are tried oldest first; the second waits behind the first.
     attempts = OutboxMessage.objects.order_by("created_at").values_list("attempts", flat=True)
     assert list(attempts) == [1, 0]

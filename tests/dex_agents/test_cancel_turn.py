@@ -16,7 +16,7 @@ from dex_agents import (
     MessageRole,
     ToolCallStatus,
 )
-from dex_agents.testing import AgentTestStack, FileGate, wait_for_agent_snapshot
+from dex_agents.testing import AgentTestStack, FileGate, wait_for_agent_snapshot, wait_until
 from tests.dex_agents.scripted_agent import (
     COMPACTING_FLOW_TYPE,
     FLOW_TYPE,
@@ -60,7 +60,10 @@ async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
         await gate.wait_until_reached()
         assert await sessions.send_user_message("session-1", "next one")
 
-        result = await sessions.cancel_turn("session-1")
+        # A cancel meant for another turn (delivered late) leaves this one alone.
+        stale = await sessions.cancel_turn("session-1", turn_id="turn-0")
+        assert (stale.accepted, stale.reason) == (False, "turn_ended")
+        result = await sessions.cancel_turn("session-1", turn_id="turn-1")
         assert (result.accepted, result.turn_id) == (True, "turn-1")
         # The queued message was not touched: it starts the next turn, which runs normally.
         snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
@@ -98,18 +101,24 @@ async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
     """Not-started calls end cancelled, the running one finishes and keeps its record, the
     pending approval is withdrawn, and no model call follows."""
     async with scripted_stack(tmp_path) as stack:
-        # One Step slot: while gated_read runs, lookup's Step cannot start.
+        # One Step slot: two gated reads, and whichever runs first holds it, so the other's
+        # Step cannot start.
         stack.worker_env[WORKER_SLOTS_ENV] = "2"
         sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
         await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read, lookup, refund")
-        await gate.wait_until_reached()
+        gates = {name: FileGate(tmp_path, name) for name in ("gated_read", "parallel_a")}
+        await sessions.start_session("session-1", "tools: gated_read, parallel_a, refund")
+        running = await wait_until(
+            "a gated read to run",
+            lambda: next((name for name, gate in gates.items() if gate.is_reached()), None),
+        )
+        waiting = next(name for name in gates if name != running)
         interrupt = await wait_for_interrupt(sessions, "session-1")
 
         result = await sessions.cancel_turn("session-1")
         assert result.accepted
-        gate.release()
+        for gate in gates.values():
+            gate.release()
         snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
 
         assert snapshot.tool_calls == []
@@ -118,12 +127,13 @@ async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
         assert note.role is MessageRole.USER
         lines = note.text.splitlines()
         assert lines[0] == TURN_CANCELLED_NOTE_HEADER
-        assert lines[1].startswith("- gated_read ") and "-> succeeded: gated_read ok" in lines[1]
-        assert lines[2].endswith(f"-> cancelled: {CANCELLED_BY_USER_OUTPUT}")
-        assert lines[3].endswith(f"-> cancelled: {CANCELLED_BY_USER_OUTPUT}")
+        outcomes = {line.split(" ", 2)[1]: line for line in lines[1:4]}
+        assert outcomes[running].endswith(f"-> succeeded: {running} ok")
+        for name in (waiting, "refund"):
+            assert outcomes[name].endswith(f"-> cancelled: {CANCELLED_BY_USER_OUTPUT}")
         log = invocation_log(tmp_path)
-        assert log.count("tool", "gated_read") == 1
-        assert log.count("tool", "lookup") == 0
+        assert log.count("tool", running) == 1
+        assert log.count("tool", waiting) == 0
         assert log.count("tool", "refund") == 0
         assert log.count("model", "turn-1") == 1
         assert closed_interrupts(tmp_path) == [[interrupt.interrupt_id, "withdrawn"]]
@@ -132,14 +142,16 @@ async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
         )
         events = await events_of(stack, "session-1", FLOW_TYPE)
         cancelled = next(e for e in events if e.type == AgentEventType.TURN_CANCELLED)
-        assert cancelled.payload["cancelled_tool_call_ids"] == ["call-2", "call-3"]
+        ids = {"gated_read": "call-1", "parallel_a": "call-2"}
+        assert cancelled.payload["cancelled_tool_call_ids"] == sorted([ids[waiting], "call-3"])
         assert cancelled.payload["interrupted_sequence"] is None
         finished = {
             e.payload["tool_call_id"]: e.payload["status"]
             for e in events
             if e.type == AgentEventType.TOOL_CALL_FINISHED
         }
-        assert finished == {"call-1": "succeeded", "call-2": "cancelled", "call-3": "cancelled"}
+        assert finished == {ids[running]: "succeeded", ids[waiting]: "cancelled",
+                            "call-3": "cancelled"}
 
         # The next message starts a normal turn.
         assert await sessions.send_user_message("session-1", "hello")

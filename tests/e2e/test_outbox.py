@@ -10,6 +10,7 @@ Celery worker's retrying task to deliver it.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -226,3 +227,53 @@ def test_a_decision_while_the_worker_is_down_is_kept_and_delivered(stack: Stack)
             item for item in staff.get("/api/v1/approvals/").json()
             if item["session"] == session_id
         ] == []
+
+
+#: A reply of 150 words streamed a few words a second: far longer than a worker restart.
+LONG_SLOW = "/slow 1\n" + " ".join(f"word{n}" for n in range(150))
+
+
+def test_a_cancel_while_the_worker_is_down_is_kept_and_ends_the_turn(stack: Stack) -> None:
+    with stack.api("owner") as owner:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": LONG_SLOW})
+        assert created.status_code == 201, created.text
+        session_id = str(created.json()["id"])
+        wait_until(
+            "the model to stream",
+            lambda: owner.get(f"/api/v1/sessions/{session_id}/").json()["status"]
+            == "running_model",
+            timeout=60,
+        )
+        # A crash, not a clean stop (which would let the streaming Step finish first).
+        for proc in stack.processes.started:
+            if proc.name == "worker":
+                proc.signal_group(signal.SIGKILL)
+                proc.popen.wait(timeout=30)
+        cancel = f"/api/v1/sessions/{session_id}/turn/cancel/"
+        assert owner.post(cancel, json={"turn_id": "x"}).status_code == 400
+        answer = owner.post(cancel, json={"turn_id": "turn-1"})
+        assert answer.status_code == 202, answer.text
+        body = answer.json()
+        assert (body["cancelled"], body["turn_id"], body["delivery"]) == (True, "turn-1", "pending")
+        kept: dict[str, Any] = stack.django_shell(
+            "import json; from agents_app.models import OutboxTurnCancel as C; "
+            f"print(json.dumps(list(C.objects.filter(session_id={session_id!r})"
+            ".values('turn_id', 'delivery'))))"
+        )
+        assert kept == [{"turn_id": "turn-1", "delivery": "pending"}]
+
+        start_worker(stack)
+        snapshot = idle_snapshot(stack, session_id, user_messages=1)
+        # The turn ended cancelled: no complete answer was stored.
+        full = "You said: " + LONG_SLOW.split("\n", 1)[1]
+        assert all(message["text"] != full for message in snapshot["messages"])
+        assert all(
+            message.get("interrupted") for message in snapshot["messages"][1:]
+        ), snapshot["messages"]
+        delivered: dict[str, Any] = stack.django_shell(
+            "import json; from agents_app.models import OutboxTurnCancel as C; "
+            f"print(json.dumps(list(C.objects.filter(session_id={session_id!r})"
+            ".values_list('delivery', flat=True))))"
+        )
+        assert delivered == ["delivered"]
+        assert owner.post(cancel).status_code == 409

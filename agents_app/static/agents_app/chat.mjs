@@ -136,7 +136,9 @@ async function cancelTurn() {
   button.disabled = true;
   button.textContent = "Stopping…";
   try {
-    await api(`${sessionPath}turn/cancel/`, { method: "POST" });
+    // Naming the turn shown keeps a late click (or a cancel kept during a restart) off the next.
+    const body = state.currentTurn ? { turn_id: state.currentTurn } : {};
+    await api(`${sessionPath}turn/cancel/`, { method: "POST", body });
     showComposerError("");
   } catch (error) {
     button.disabled = false;
