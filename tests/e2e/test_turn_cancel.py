@@ -66,10 +66,18 @@ def test_cancel_mid_answer_keeps_the_streamed_text_and_the_session(stack: Stack)
         queued = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "next"})
         assert queued.status_code == 202, queued.text
 
-        answer = owner.post(cancel)
+        bad = owner.post(cancel, json={"turn_id": 1})
+        assert bad.status_code == 400, bad.text
+        assert "turn_id" in bad.json()
+        other_turn = owner.post(cancel, json={"turn_id": "turn-9"})
+        assert other_turn.status_code == 409, other_turn.text
+        assert other_turn.json()["reason"] == "turn_ended"
+        answer = owner.post(cancel, json={"turn_id": "turn-1"})
         assert answer.status_code == 202, answer.text
         body = answer.json()
-        assert (body["cancelled"], body["turn_id"]) == (True, "turn-1")
+        assert (body["cancelled"], body["turn_id"], body["delivery"]) == (
+            True, "turn-1", "delivered"
+        )
         assert isinstance(body["status"], str)
 
         # The queued message was left alone: it starts the next turn, which answers normally.
