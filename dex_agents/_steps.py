@@ -1627,6 +1627,7 @@ def _interrupted_message(
         message.text,
         message.framework_item,
         turn_id,
+        created_at=_now(),
         interrupted=True,
     )
 
@@ -1659,7 +1660,14 @@ async def end_cancelled_turn(
         AGENT_MESSAGES.set(
             context,
             message_sequence_key(sequence),
-            AgentMessage(sequence, MessageRole.USER, message.text, message.framework_item, turn_id),
+            AgentMessage(
+                sequence,
+                MessageRole.USER,
+                message.text,
+                message.framework_item,
+                turn_id,
+                created_at=_now(),
+            ),
         )
     interrupted = _interrupted_message(flow, partial_text, sequence + 1, turn_id)
     if interrupted is not None:

@@ -1499,7 +1499,7 @@ function refreshNow() {
 const composer = document.getElementById("composer");
 if (composer) {
   composer.addEventListener("submit", send);
-  composerCounter = attachCounter(byId("composer-text"), { after: byId("composer-send") });
+  composerCounter = attachCounter(byId("composer-text"), { after: byId("composer-send").closest(".composer-actions") ?? byId("composer-send") });
   restoreDraft();
   composerCounter?.();
   byId("composer-text").addEventListener("input", saveDraft);

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents_app', '0010_agentdefinition_elicitation_timeout'),
+        ('agents_app', '0011_session_titles'),
     ]
 
     operations = [
