@@ -593,9 +593,17 @@ async def session_event_announce(
 
 @_writes_session
 async def session_resolve_interrupt(
-    *, session_id: str, interrupt_id: str, approved: bool, rejection_message: str | None
+    *,
+    session_id: str,
+    interrupt_id: str,
+    approved: bool,
+    rejection_message: str | None,
+    edited_arguments: str | None = None,
 ) -> bool:
     """Answer a pending approval through the seed's ``resolve_interrupt`` RPC.
+
+    ``edited_arguments``: JSON text an approved call runs with instead of the model's
+    (approve with edits; the caller validated it against the tool's input schema).
 
     Returns:
         True when Dex applied the answer; False when the interrupt is no longer pending or
@@ -611,7 +619,11 @@ async def session_resolve_interrupt(
     try:
         return bool(
             await _connection().sessions.resolve_interrupt(
-                session_id, interrupt_id, approved=approved, rejection_message=rejection_message
+                session_id,
+                interrupt_id,
+                approved=approved,
+                rejection_message=rejection_message,
+                edited_arguments=edited_arguments,
             )
         )
     except RpcLockConflictError as error:

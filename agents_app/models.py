@@ -273,8 +273,9 @@ class ApprovalDecision(models.Model):
     ``delivery`` says whether Dex took it (``delivered``), still has to (``pending``: a Celery
     task delivers it once the engine and a worker answer) or refused it (``refused``: the call
     stopped waiting first). A decision refused while its request waited is not kept (the
-    request answers 409). ``arguments`` is the tool call's JSON text exactly
-    as the model produced it; ``rejection_message`` is blank for approvals (seed "RPCs": an
+    request answers 409). ``arguments`` is the tool call's JSON text exactly as the model
+    produced it; ``edited_arguments`` what staff approved instead (approve with edits), blank
+    when they did not edit; ``rejection_message`` is blank for approvals (seed "RPCs": an
     approval drops it). Rows outlive nothing they point at: sessions and deciders are
     protected, so users with an audit trail are deactivated rather than deleted.
     """
@@ -286,6 +287,11 @@ class ApprovalDecision(models.Model):
     tool_call_id = models.CharField(max_length=255)
     tool_name = models.CharField(max_length=255)
     arguments = models.TextField(blank=True, help_text="JSON text, as the model produced it.")
+    edited_arguments = models.TextField(
+        blank=True,
+        help_text="JSON text the call ran with instead, when staff edited the arguments "
+        "before approving; blank: not edited.",
+    )
     approved = models.BooleanField()
     rejection_message = models.TextField(blank=True)
     decided_by = models.ForeignKey(

@@ -412,6 +412,7 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
                 interrupt_id=decision.interrupt_id,
                 approved=decision.approved,
                 rejection_message=decision.rejection_message or None,
+                edited_arguments=decision.edited_arguments or None,
             ),
             timeout=float(dexagents_setting("ENGINE_TIMEOUT")) + _RESOLVE_LOCK_RETRY_SECONDS,
         )

@@ -144,6 +144,7 @@ from dex_agents import (
     durable_wait_definition,
     render_summary,
     request_user_input_definition,
+    tool_call_edit_note,
     write_todos_definition,
 )
 from mcp_registry.builtin_tools import (
@@ -618,6 +619,9 @@ def tool_result_items(
             item["content"] = content.text
             if content.images:
                 item[DEX_TOOL_CALL_KEY] = dex_id
+        note = tool_call_edit_note(record)
+        if note is not None:
+            item["content"] = f"{note}\n\n{item['content']}"
         items.append(item)
     return items
 

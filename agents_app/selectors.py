@@ -354,8 +354,45 @@ def session_messages_page(
     )
 
 
-def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[str, Any]]:
-    """Every indexed tool call waiting for approval, oldest first (two queries).
+@dataclasses.dataclass(frozen=True)
+class ApprovalFilters:
+    """What the approvals lists are narrowed to; an empty string does not narrow.
+
+    ``agent`` is an agent slug, ``tool`` a tool call's (model-facing) tool name, ``owner`` the
+    session owner's username and ``session`` a session ID, all matched exactly.
+    """
+
+    agent: str = ""
+    tool: str = ""
+    owner: str = ""
+    session: str = ""
+
+    def lookups(self) -> dict[str, str]:
+        """Django lookups on ``ApprovalRequest`` or ``ApprovalDecision`` rows."""
+        fields = {
+            "session__agent__slug": self.agent,
+            "tool_name": self.tool,
+            "session__owner__username": self.owner,
+            "session_id": self.session,
+        }
+        return {lookup: value for lookup, value in fields.items() if value}
+
+
+def approval_count_pending() -> int:
+    """How many indexed tool calls wait for a decision (one query), for the navigation's count.
+
+    Counts ``ApprovalRequest`` rows in state ``pending``, so it includes calls decided while
+    the engine did not answer and calls past a deadline the worker has not recorded yet, as
+    ``approval_list_pending`` lists them.
+    """
+    return ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING).count()
+
+
+def approval_list_pending(
+    *, now: datetime.datetime | None = None, filters: ApprovalFilters | None = None
+) -> list[dict[str, Any]]:
+    """Every indexed tool call waiting for approval, oldest first (two queries), narrowed to
+    ``filters``.
 
     Returns:
         ``[{"session", "session_title", "agent" (slug), "owner" (username), "interrupt_id",
@@ -368,7 +405,9 @@ def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[
     """
     moment = now or timezone.now()
     requests = list(
-        ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING)
+        ApprovalRequest.objects.filter(
+            state=ApprovalRequest.State.PENDING, **(filters or ApprovalFilters()).lookups()
+        )
         .select_related("session__agent", "session__owner")
         .order_by("requested_at", "id")
     )
@@ -407,6 +446,7 @@ def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[
                     "decided_by": decision.decided_by.get_username(),
                     "decided_at": decision.decided_at,
                     "rejection_message": decision.rejection_message,
+                    "edited_arguments": decision.edited_arguments or None,
                     "delivery": decision.delivery,
                 },
             }
@@ -414,17 +454,28 @@ def approval_list_pending(*, now: datetime.datetime | None = None) -> list[dict[
     return items
 
 
-def approval_list_decided() -> QuerySet[ApprovalRequest]:
-    """Approvals that stopped waiting, newest first, with ``decided_by`` (username, or None
-    when no person decided) and ``decision_at`` (when the person decided, else when it
-    closed) annotated from the ``ApprovalDecision`` audit rows."""
+def approval_list_decided(
+    *, filters: ApprovalFilters | None = None, decision: str = ""
+) -> QuerySet[ApprovalRequest]:
+    """Approvals that stopped waiting, newest first, narrowed to ``filters`` and, when
+    ``decision`` is not empty, to that state (approved, rejected, expired, withdrawn).
+
+    Annotated from the ``ApprovalDecision`` audit rows: ``decided_by`` (username, or None when
+    no person decided), ``decision_at`` (when the person decided, else when it closed) and
+    ``edited_arguments`` (the JSON text an approval ran with instead of ``arguments``; None or
+    blank when not edited)."""
     decisions = ApprovalDecision.objects.filter(
         session_id=OuterRef("session_id"), interrupt_id=OuterRef("interrupt_id")
     )
+    rows = ApprovalRequest.objects.exclude(state=ApprovalRequest.State.PENDING).filter(
+        **(filters or ApprovalFilters()).lookups()
+    )
+    if decision:
+        rows = rows.filter(state=decision)
     return (
-        ApprovalRequest.objects.exclude(state=ApprovalRequest.State.PENDING)
-        .select_related("session__agent", "session__owner")
+        rows.select_related("session__agent", "session__owner")
         .annotate(
+            edited_arguments=Subquery(decisions.values("edited_arguments")[:1]),
             decided_by=Subquery(decisions.values("decided_by__username")[:1]),
             # When the person decided (the audit row), not when Dex took the decision: with
             # the outbox these differ by the delivery's delay. Expired or withdrawn: closed_at.

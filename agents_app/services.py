@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import uuid
@@ -681,12 +682,91 @@ def _pending_from_snapshot(*, session: AgentSession, interrupt_id: str) -> dict[
 
 
 class InterruptAlreadyDecidedError(InterruptNotPendingError):
-    """Someone already decided this tool call; ``decision`` is the recorded decision."""
+    """Someone already decided this tool call; ``decision`` is the recorded decision.
+
+    The message names the verdict, the decider and the time (UTC), e.g. ``"Already approved
+    by alice at 2026-12-05 08:40:12 UTC."``: the reviewer who lost the race reads it.
+    """
 
     def __init__(self, decision: ApprovalDecision) -> None:
         verdict = "approved" if decision.approved else "rejected"
-        super().__init__(f"This tool call was already {verdict}.")
+        when = decision.decided_at.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        super().__init__(
+            f"Already {verdict} by {decision.decided_by.get_username()} at {when}."
+        )
         self.decision = decision
+
+
+class ApprovalArgumentsInvalidError(Exception):
+    """Edited arguments that the tool's JSON input schema refuses.
+
+    ``messages`` lists one sentence per problem, each prefixed with the JSON path of the
+    offending value (``"count: 'x' is not of type 'integer'"``); an empty path names the
+    arguments object itself.
+    """
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = messages
+
+
+# At most this many schema problems are reported for one edit; the rest add nothing a
+# reviewer can act on before fixing the first ones.
+ARGUMENT_PROBLEMS_MAX = 20
+
+
+def approval_arguments_check(
+    *, session: AgentSession, tool_name: str, arguments: Any
+) -> str:
+    """Check a reviewer's edited ``arguments`` (a decoded JSON value) for the tool call
+    ``tool_name`` of ``session`` and return them as the JSON text the call will run with.
+
+    The schema is the MCP tool's ``inputSchema`` as discovered (``McpTool.input_schema``),
+    found among the tools the session's agent exposes by the model-facing name; validation
+    follows the schema's own ``$schema`` draft (``jsonschema.validators.validator_for``, draft
+    2020-12 when it names none), as MCP servers validate their input.
+
+    Raises:
+        ApprovalArgumentsInvalidError: Not a JSON object, the tool is no longer exposed by the
+            agent (its schema is unknown), or the schema refuses the value.
+    """
+    import jsonschema
+
+    if not isinstance(arguments, dict):
+        raise ApprovalArgumentsInvalidError(["The arguments must be a JSON object."])
+    tool = next(
+        (item for item in session.agent.exposed_tools() if item.exposed_name == tool_name), None
+    )
+    if tool is None:
+        raise ApprovalArgumentsInvalidError(
+            [f"The agent no longer offers {tool_name}, so its arguments cannot be checked."]
+        )
+    schema = tool.input_schema or {"type": "object"}
+    try:
+        validator_class = jsonschema.validators.validator_for(
+            schema, default=jsonschema.Draft202012Validator
+        )
+        validator_class.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise ApprovalArgumentsInvalidError(
+            [f"The tool's input schema is invalid, so no edit can be checked: {error.message}"]
+        ) from None
+    problems = sorted(
+        validator_class(schema).iter_errors(arguments),
+        key=lambda error: (list(map(str, error.absolute_path)), error.message),
+    )
+    if problems:
+        raise ApprovalArgumentsInvalidError(
+            [
+                (
+                    f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
+                    if error.absolute_path
+                    else error.message
+                )
+                for error in problems[:ARGUMENT_PROBLEMS_MAX]
+            ]
+        )
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
 
 
 def interrupt_resolve(
@@ -696,8 +776,13 @@ def interrupt_resolve(
     approved: bool,
     rejection_message: str = "",
     decided_by: AbstractBaseUser | AnonymousUser,
+    edited_arguments: Any = None,
 ) -> ApprovalDecision:
     """Approve or reject the pending tool call ``interrupt_id`` of ``session`` and audit it.
+
+    ``edited_arguments`` (approve with edits): a decoded JSON object the approved call runs
+    with instead of the model's arguments, checked by ``approval_arguments_check``; the audit
+    row keeps both. ``None`` runs the call as the model asked; ignored on rejection.
 
     The tool call's details come from the approvals index (or, for an interrupt it does not
     hold yet, the session's snapshot). The ``ApprovalDecision`` row (who, when, the verdict)
@@ -717,6 +802,7 @@ def interrupt_resolve(
 
     Raises:
         InterruptAlreadyDecidedError: A decision was recorded already (``.decision``).
+        ApprovalArgumentsInvalidError: ``edited_arguments`` do not fit the tool's schema.
         InterruptNotFoundError: Neither the index nor the snapshot knows the interrupt.
         InterruptNotPendingError: Past its deadline, withdrawn, or Dex answered that it no
             longer waits; no decision is kept.
@@ -748,6 +834,16 @@ def interrupt_resolve(
     else:
         pending = _pending_from_snapshot(session=session, interrupt_id=interrupt_id)
     message = "" if approved else rejection_message
+    edited = ""
+    if approved and edited_arguments is not None:
+        edited = approval_arguments_check(
+            session=session, tool_name=str(pending.get("tool_name", "")), arguments=edited_arguments
+        )
+        with contextlib.suppress(ValueError):
+            if json.loads(str(pending.get("arguments", ""))) == edited_arguments:
+                # The same value (a form sends the arguments back untouched): not an edit, so
+                # the model reads no note.
+                edited = ""
     try:
         with transaction.atomic():
             decision = ApprovalDecision.objects.create(
@@ -756,6 +852,7 @@ def interrupt_resolve(
                 tool_call_id=str(pending.get("tool_call_id", "")),
                 tool_name=str(pending.get("tool_name", "")),
                 arguments=str(pending.get("arguments", "")),
+                edited_arguments=edited,
                 approved=approved,
                 rejection_message=message,
                 decided_by_id=decider_pk,

@@ -4,9 +4,6 @@ from django.urls import path
 
 from agents_app.apis import (
     AgentListApi,
-    ApprovalDecisionListApi,
-    ApprovalListApi,
-    InterruptResolveApi,
     QueuedMessageApi,
     QueuedMessageSteerApi,
     SessionDetailApi,
@@ -22,6 +19,12 @@ from agents_app.apis import (
     SessionTurnCancelApi,
     SessionUserInputApi,
 )
+from agents_app.approval_apis import (
+    ApprovalBulkDecideApi,
+    ApprovalDecisionListApi,
+    ApprovalListApi,
+    InterruptResolveApi,
+)
 from agents_app.token_apis import ApiTokenListCreateApi, ApiTokenRevokeApi
 
 app_name = "agents_api"
@@ -30,6 +33,7 @@ urlpatterns = [
     path("agents/", AgentListApi.as_view(), name="agent-list"),
     path("approvals/", ApprovalListApi.as_view(), name="approval-list"),
     path("approvals/decisions/", ApprovalDecisionListApi.as_view(), name="approval-decision-list"),
+    path("approvals/bulk/", ApprovalBulkDecideApi.as_view(), name="approval-bulk"),
     path("tokens/", ApiTokenListCreateApi.as_view(), name="token-list"),
     path("tokens/<int:token_id>/", ApiTokenRevokeApi.as_view(), name="token-detail"),
     path("sessions/", SessionListCreateApi.as_view(), name="session-list"),

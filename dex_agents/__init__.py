@@ -107,6 +107,7 @@ from dex_agents._contract import (
     TurnCompleted,
     build_turn_failure_note,
     describe_tool_call_outcome,
+    tool_call_edit_note,
 )
 from dex_agents._elicitation import (
     DEFAULT_ELICITATION_TIMEOUT,
@@ -393,5 +394,6 @@ __all__ = [
     "read_flow_step_history",
     "render_summary",
     "request_user_input_definition",
+    "tool_call_edit_note",
     "write_todos_definition",
 ]

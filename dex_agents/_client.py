@@ -305,8 +305,12 @@ class AgentSessionClient:
         *,
         approved: bool,
         rejection_message: str | None = None,
+        edited_arguments: str | None = None,
     ) -> bool:
         """Approve or reject a pending tool call; ``False`` when not pending or past its deadline.
+
+        ``edited_arguments`` (platform addition): JSON text the approved call runs with instead
+        of the model's arguments; the record keeps the model's in ``original_arguments``.
 
         Retries ``RpcLockConflictError`` (a Step holding PendingInterrupts) for 5 seconds.
 
@@ -314,7 +318,10 @@ class AgentSessionClient:
             RpcLockConflictError: If the lock stays taken for 5 seconds.
         """
         request = ResolveInterruptRequest(
-            interrupt_id=interrupt_id, approved=approved, rejection_message=rejection_message
+            interrupt_id=interrupt_id,
+            approved=approved,
+            rejection_message=rejection_message,
+            edited_arguments=edited_arguments,
         )
         return await self._invoke_retrying_lock_conflicts(
             self.flow.resolve_interrupt, session_id, request

@@ -319,6 +319,19 @@ def describe_tool_call_outcome(record: AgentToolCall) -> str:
     raise ValueError(f"tool call {record.tool_call_id} is not final: {record.status}")
 
 
+def tool_call_edit_note(record: AgentToolCall) -> str | None:
+    """The note a model reads before the result of a call whose arguments a reviewer edited
+    before approving (platform addition, approve with edits), or ``None`` when the call ran
+    as the model asked. It names the arguments the call ran with, so the model does not
+    assume its own ones took effect."""
+    if record.original_arguments is None:
+        return None
+    return (
+        "Note: a reviewer edited the arguments of this call before approving it; it ran with "
+        f"{record.arguments} instead of {record.original_arguments}."
+    )
+
+
 #: The turn-failure note keeps this much of each call's arguments and outcome (characters),
 #: and of the outcome at most this many lines (platform addition, issue 25): the note is a
 #: user message the model reads, and four 300 KB outputs in full made it 1.2 MB, which

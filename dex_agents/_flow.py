@@ -510,7 +510,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
 
         Locks PendingInterrupts; ``False`` when the interrupt is not pending or past its
         deadline. Otherwise removes it and publishes the answer in one commit; an approval
-        drops ``rejection_message``.
+        drops ``rejection_message``, a rejection drops ``edited_arguments``.
         """
         interrupts = PENDING_INTERRUPTS.get(context) or []
         pending = next(
@@ -528,6 +528,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 interrupt_id=request.interrupt_id,
                 approved=request.approved,
                 rejection_message=None if request.approved else request.rejection_message,
+                edited_arguments=request.edited_arguments if request.approved else None,
             ),
         )
         return RPCResult(True)

@@ -409,6 +409,9 @@ class AgentToolCall:
         output_parts: Platform addition: where the tool Step stored the result's whole text
             when ``output`` holds a cut of it (``ToolExecutionResult.full_text``); the tool
             message of the turn takes it over (``AgentMessage.text_parts``).
+        original_arguments: Platform addition (approve with edits): the arguments as the
+            model produced them when the reviewer changed them before approving; ``arguments``
+            then holds the edited ones, which the tool Step runs. ``None``: not edited.
     """
 
     tool_call_id: str
@@ -425,6 +428,7 @@ class AgentToolCall:
     timeout_seconds: float | None = None
     retries: int | None = None
     output_parts: TextParts | None = None
+    original_arguments: str | None = None
 
     def __post_init__(self) -> None:
         if self.output_parts is not None and not isinstance(self.output_parts, TextParts):
@@ -492,21 +496,30 @@ class AgentInterruptResolution:
 
     ``superseded`` (platform addition, Steer): the session withdrew the interrupt because a
     steered user message superseded its tool call; the call ends ``cancelled``.
+    ``edited_arguments`` (platform addition, approve with edits): on approval, the JSON text
+    the reviewer put in place of the model's arguments; ``None`` runs the call unchanged.
     """
 
     interrupt_id: str
     approved: bool
     rejection_message: str | None = None
     superseded: bool = False
+    edited_arguments: str | None = None
 
 
 @dataclass(frozen=True)
 class ResolveInterruptRequest:
-    """Input of ``resolve_interrupt``."""
+    """Input of ``resolve_interrupt``.
+
+    ``edited_arguments`` (platform addition): JSON text that replaces the call's arguments on
+    approval (the reviewer's edit); ignored on rejection. The RPC does not check it against the
+    tool's schema: the caller does (the platform's approvals API answers 400 first).
+    """
 
     interrupt_id: str
     approved: bool
     rejection_message: str | None = None
+    edited_arguments: str | None = None
 
 
 @dataclass(frozen=True)

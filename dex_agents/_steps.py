@@ -1244,14 +1244,16 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                 return _finish_tool_call(context, events, cancelled)
             if answers:
                 answer = answers[0]
-                events.write_event(
-                    AgentEventType.INTERRUPT_RESOLVED,
-                    {
-                        "interrupt_id": interrupt_id,
-                        "approved": answer.approved,
-                        "rejection_message": answer.rejection_message,
-                    },
-                )
+                resolved: dict[str, Any] = {
+                    "interrupt_id": interrupt_id,
+                    "approved": answer.approved,
+                    "rejection_message": answer.rejection_message,
+                }
+                if answer.approved and answer.edited_arguments is not None:
+                    # Platform addition (approve with edits); absent otherwise, so the seed's
+                    # payload is unchanged for every other answer.
+                    resolved["edited"] = True
+                events.write_event(AgentEventType.INTERRUPT_RESOLVED, resolved)
                 await _observe(
                     self._flow,
                     context,
@@ -1269,6 +1271,14 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                 )
                 if answer.approved:
                     approved = replace(record, status=ToolCallStatus.APPROVED)
+                    if answer.edited_arguments is not None:
+                        # The tool Step runs whatever the record holds; the model's own
+                        # arguments stay for the audit and the model's note.
+                        approved = replace(
+                            approved,
+                            arguments=answer.edited_arguments,
+                            original_arguments=record.arguments,
+                        )
                     AGENT_TOOL_CALLS.set(context, record.tool_call_id, approved)
                     return go_to_many(_tool_movement(approved))
                 rejected = replace(

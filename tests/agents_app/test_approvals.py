@@ -100,12 +100,13 @@ def test_a_decided_interrupt_answers_409_without_asking_dex(
     assert response.status_code == 409
     # The 409 says what was decided, by whom and when.
     assert response.json() == {
-        "detail": "This tool call was already rejected.",
+        "detail": f"Already rejected by staff at {recorded.decided_at:%Y-%m-%d %H:%M:%S} UTC.",
         "decision": {
             "approved": False,
             "decided_by": "staff",
             "decided_at": recorded.decided_at.isoformat().replace("+00:00", "Z"),
             "rejection_message": "No.",
+            "edited_arguments": None,
             "delivery": "delivered",
         },
     }
