@@ -73,9 +73,11 @@ def _decisions(processes: Processes) -> list[dict[str, Any]]:
     return list(json.loads(out.strip().splitlines()[-1]))
 
 
-def test_staff_approve_and_reject_a_write(
+def _start_stack(
     processes: Processes, ports: Ports, stack_env: dict[str, str]
-) -> None:
+) -> tuple[httpx.Client, httpx.Client]:
+    """Seed the demo, start engine, demo model, worker and web; the owner's and the staff
+    reviewer's API clients once every part is up."""
     var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
     processes.migrate()
     processes.run([PYTHON, "manage.py", "seed_demo"])
@@ -102,6 +104,56 @@ def test_staff_approve_and_reject_a_write(
                          timeout=30)
     wait_until("healthz to report every part up",
                lambda: owner.get("/healthz").status_code == 200, timeout=60)
+    return owner, staff
+
+
+def test_staff_approve_with_edits_runs_the_edited_call(
+    processes: Processes, ports: Ports, stack_env: dict[str, str]
+) -> None:
+    """The reviewer changes the arguments before approving: the real MCP tool runs with the
+    edited ones, the audit keeps both, and the model reads the result with a note."""
+    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
+    owner, staff = _start_stack(processes, ports, stack_env)
+    arguments = json.dumps({"channel": "general", "text": "hi"})
+    created = owner.post("/api/v1/sessions/", json={
+        "agent": "demo", "message": f"/tool slack__post_message {arguments}"})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+    pending = _pending_for(staff, session_id, seen=set())
+    interrupt_url = f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/"
+
+    # The tool's input schema requires both fields: an edit without one is refused.
+    refused = staff.post(interrupt_url, json={
+        "approved": True, "edited_arguments": {"channel": "random"}})
+    assert refused.status_code == 400, refused.text
+    assert refused.json() == {"edited_arguments": ["'text' is a required property"]}
+
+    edited = {"channel": "random", "text": "hello from the reviewer"}
+    approved = staff.post(interrupt_url, json={"approved": True, "edited_arguments": edited})
+    assert approved.status_code == 200, approved.text
+    snapshot = _wait_for_reply(owner, session_id, message_count=2)
+    # The MCP server received the edited arguments, and only those.
+    assert [(post["channel"], post["text"]) for post in _posted(var_dir)] == [
+        ("random", "hello from the reviewer")]
+    final = snapshot["messages"][-1]
+    assert final["role"] == "assistant"
+    assert "a reviewer edited the arguments of this call before approving it" in final["text"]
+    assert "hello from the reviewer" in final["text"]
+
+    decisions = staff.get("/api/v1/approvals/decisions/", params={"session": session_id})
+    assert decisions.status_code == 200, decisions.text
+    [row] = decisions.json()["results"]
+    assert (row["decision"], row["decided_by"], row["tool_name"]) == (
+        "approved", "e2e-reviewer", "slack__post_message")
+    assert json.loads(row["arguments"]) == {"channel": "general", "text": "hi"}
+    assert json.loads(row["edited_arguments"]) == edited
+
+
+def test_staff_approve_and_reject_a_write(
+    processes: Processes, ports: Ports, stack_env: dict[str, str]
+) -> None:
+    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
+    owner, staff = _start_stack(processes, ports, stack_env)
 
     arguments = json.dumps({"channel": "general", "text": "hi"})
     created = owner.post("/api/v1/sessions/", json={
