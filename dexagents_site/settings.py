@@ -200,6 +200,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "agents_app.context_processors.pending_approvals",
             ],
         },
     },

@@ -143,6 +143,28 @@ def test_nav_shows_approvals_to_staff_only(owner: Any, staff: Any, agent: AgentD
     assert 'href="/approvals/"' in browser(staff).get("/").content.decode()
 
 
+def test_staff_see_the_pending_count_in_the_navigation_of_every_page(
+    owner: Any, staff: Any, session: AgentSession
+) -> None:
+    for call in ("call_1", "call_2"):
+        ApprovalRequest.objects.create(
+            session=session, interrupt_id=f"turn-1.{call}", tool_call_id=call,
+            tool_name="slack__post_message", arguments="{}", requested_at=timezone.now(),
+        )
+    ApprovalRequest.objects.create(
+        session=session, interrupt_id="turn-0.call_0", tool_call_id="call_0",
+        tool_name="slack__post_message", arguments="{}", requested_at=timezone.now(),
+        state="approved",
+    )
+    for path in (*PAGES, f"/sessions/{session.id}/"):
+        html = browser(staff).get(path).content.decode()
+        link = re.search(r'<a id="nav-pending-count"[^>]*>(.*?)</a>', html)
+        assert link is not None, path
+        assert re.sub(r"<[^>]+>", "", link.group(1)) == "Approvals 2 (2 pending)", path
+    assert browser(staff).get("/approvals/").content.decode().count("<title>(2) Approvals") == 1
+    assert "nav-pending-count" not in browser(owner).get(f"/sessions/{session.id}/").content.decode()
+
+
 def test_portal_lists_agents_tools_and_approval_badges(owner: Any, agent: AgentDefinition) -> None:
     html = browser(owner).get("/").content.decode()
     assert '<label for="agent">Agent</label>' in html

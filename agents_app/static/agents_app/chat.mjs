@@ -334,10 +334,11 @@ function builtinSummary(call) {
 function toolCallNode(call) {
   const args = el("pre", {}, prettyJson(call.arguments ?? ""));
   const summary = builtinSummary(call);
-  if (summary === null) return el("li", {}, "Calls ", el("code", {}, call.name ?? "?"), args);
+  const dataset = call.id ? { callId: call.id } : {};
+  if (summary === null) return el("li", { dataset }, "Calls ", el("code", {}, call.name ?? "?"), args);
   return el(
     "li",
-    { class: "builtin-call" },
+    { class: "builtin-call", dataset },
     el("span", { class: "builtin-summary" }, summary),
     el("details", {}, el("summary", {}, "Arguments of ", el("code", {}, call.name)), args),
   );
@@ -617,7 +618,7 @@ function addActivity(event) {
 function approvalNode(interrupt) {
   const item = el(
     "li",
-    { class: "inline-approval", dataset: { interrupt: interrupt.interrupt_id } },
+    { class: "inline-approval", dataset: { interrupt: interrupt.interrupt_id, callId: interrupt.tool_call_id } },
     el(
       "p",
       {},
@@ -628,12 +629,42 @@ function approvalNode(interrupt) {
   );
   if (config.canApprove) {
     item.append(
-      decisionForm({ sessionId: config.session, interruptId: interrupt.interrupt_id, onDecided: loadSnapshot }),
+      decisionForm({
+        sessionId: config.session,
+        interruptId: interrupt.interrupt_id,
+        toolName: interrupt.tool_name,
+        argumentsText: interrupt.arguments ?? "{}",
+        onDecided: loadSnapshot,
+      }),
     );
   } else {
     item.append(el("p", { class: "small" }, "The turn waits until a staff member approves or rejects this call."));
   }
   return item;
+}
+
+// A link from the approvals dashboard names a tool call in the fragment ("#call-<id>", urls.mjs
+// sessionCallPath). Once that call is on the page (its pending approval, else the newest
+// request of it in the conversation), it is scrolled into view and marked, once per page load.
+let linkedCallRevealed = false;
+
+function revealLinkedCall() {
+  const prefix = "#call-";
+  if (linkedCallRevealed || !window.location.hash.startsWith(prefix)) return;
+  let id;
+  try {
+    id = decodeURIComponent(window.location.hash.slice(prefix.length));
+  } catch {
+    return;
+  }
+  const matches = [...document.querySelectorAll("[data-call-id]")].filter((node) => node.dataset.callId === id);
+  const target = matches.find((node) => node.classList.contains("inline-approval")) ?? matches.at(-1);
+  if (!target) return;
+  linkedCallRevealed = true;
+  target.classList.add("linked-call");
+  target.tabIndex = -1;
+  target.scrollIntoView({ block: "center" });
+  target.focus({ preventScroll: true });
 }
 
 function renderApprovals(interrupts) {
@@ -1226,6 +1257,7 @@ function applySnapshot(snapshot, queueRead, snapshotRead) {
     },
     { force: first },
   );
+  revealLinkedCall();
   showStatus(snapshot.status, snapshot);
   if (snapshot.model) byId("chat-model").textContent = snapshot.model;
   showAlert(snapshot.last_turn_error ? `The last turn failed: ${snapshot.last_turn_error}` : "");

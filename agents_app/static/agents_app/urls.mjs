@@ -30,3 +30,9 @@ export function sessionApiPath(sessionId) {
 export function sessionPagePath(sessionId) {
   return `${sessionsPage}${encodeURIComponent(sessionId)}/`;
 }
+
+/** The chat page of a session, scrolled to the tool call `toolCallId` (chat.mjs reveals the
+ * element the `#call-<id>` fragment names once the conversation is rendered). */
+export function sessionCallPath(sessionId, toolCallId) {
+  return `${sessionPagePath(sessionId)}#call-${encodeURIComponent(toolCallId)}`;
+}
