@@ -162,7 +162,8 @@ def test_staff_see_the_pending_count_in_the_navigation_of_every_page(
         assert link is not None, path
         assert re.sub(r"<[^>]+>", "", link.group(1)) == "Approvals 2 (2 pending)", path
     assert browser(staff).get("/approvals/").content.decode().count("<title>(2) Approvals") == 1
-    assert "nav-pending-count" not in browser(owner).get(f"/sessions/{session.id}/").content.decode()
+    owner_page = browser(owner).get(f"/sessions/{session.id}/").content.decode()
+    assert "nav-pending-count" not in owner_page
 
 
 def test_portal_lists_agents_tools_and_approval_badges(owner: Any, agent: AgentDefinition) -> None:
