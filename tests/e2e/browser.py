@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 # Flags for a headless Chromium in a container: no sandbox (root, no user namespaces), no
 # GPU, and nothing that phones home or updates itself during a test.
@@ -37,3 +38,32 @@ def chromium_path() -> str | None:
         if found:
             return found
     return None
+
+
+#: axe-core, installed with the test peers (``tests/peers``, ``npm ci``).
+AXE_SCRIPT = (
+    Path(__file__).resolve().parents[1] / "peers" / "node_modules" / "axe-core" / "axe.min.js"
+)
+MISSING_AXE = "axe-core is missing: run npm ci in tests/peers."
+
+
+def axe_violations(page: Any) -> list[dict[str, Any]]:
+    """Run axe-core on what ``page`` (a Playwright ``Page``) shows now; its violations as
+    ``[{"id", "impact", "help", "targets": [CSS selectors]}]`` (axe-core's ``violations``).
+
+    Raises:
+        FileNotFoundError: axe-core is not installed (``MISSING_AXE``).
+    """
+    if not AXE_SCRIPT.exists():
+        raise FileNotFoundError(MISSING_AXE)
+    if not page.evaluate("typeof window.axe === 'object'"):
+        page.add_script_tag(path=str(AXE_SCRIPT))
+    found = page.evaluate(
+        """async () => (await window.axe.run(document)).violations.map((item) => ({
+            id: item.id,
+            impact: item.impact,
+            help: item.help,
+            targets: item.nodes.map((node) => node.target.join(" ")),
+        }))"""
+    )
+    return list(found)

@@ -160,6 +160,7 @@ def test_staff_see_the_pending_count_in_the_navigation_of_every_page(
         html = browser(staff).get(path).content.decode()
         link = re.search(r'<a id="nav-pending-count"[^>]*>(.*?)</a>', html)
         assert link is not None, path
+        # The badge shows "2"; it is aria-hidden, so the link's name is "Approvals (2 pending)".
         assert re.sub(r"<[^>]+>", "", link.group(1)) == "Approvals 2 (2 pending)", path
     assert browser(staff).get("/approvals/").content.decode().count("<title>(2) Approvals") == 1
     owner_page = browser(owner).get(f"/sessions/{session.id}/").content.decode()
