@@ -15,20 +15,23 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, Route, expect
 
+from tests.e2e import test_pages_browser as pages
 from tests.e2e.browser import axe_violations
 from tests.e2e.conftest import wait_until
-from tests.e2e.test_pages_browser import (  # noqa: F401  (fixtures used by name)
+from tests.e2e.test_pages_browser import (
     NARROW,
     WIDE,
     Contexts,
     PageStack,
-    browser,
-    contexts,
-    playwright,
     screenshot,
-    stack,
     wait_for_turn_end,
 )
+
+# The page tests' fixtures: the real stack (``manage.py dev``), Chromium and its contexts.
+playwright = pages.playwright
+browser = pages.browser
+stack = pages.stack
+contexts = pages.contexts
 
 pytestmark = pytest.mark.e2e
 
@@ -138,7 +141,7 @@ def test_the_approvals_inbox(contexts: Contexts, stack: PageStack) -> None:
         )
         assert first.status_code == 200, first.text
     raced_card.get_by_role("button", name="Approve").click()
-    expect(raced_card.locator(".decision-result")).to_have_text(
+    expect(raced_card.locator(".settled-note p")).to_have_text(
         re.compile(r"^Already approved by reviewer at .+\.$")
     )
     reviewer.unroute(re.compile(r"/api/v1/approvals/(\?.*)?$"), hold)

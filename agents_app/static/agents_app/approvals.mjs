@@ -165,7 +165,7 @@ function cardNode(item) {
           byId("pending-status").textContent = `${approved ? "Approved" : "Rejected"} ${item.tool_name} for ${item.owner}.`;
         } else if (answer?.status === 409) {
           // Someone else decided first (or it stopped waiting): say so here, on this card.
-          settle(card, conflictText(answer), { fromForm: true });
+          settle(card, conflictText(answer));
         }
         await loadPending();
         if (state.decisionsLoaded) loadDecisions();
@@ -177,8 +177,8 @@ function cardNode(item) {
 }
 
 /** Keep `card` on the page with `text` saying why its call no longer waits (the reviewer who
- * lost a race reads who won), until the reviewer dismisses it. */
-function settle(card, text, { fromForm = false } = {}) {
+ * lost a race reads who won and when), in place of its form, until the reviewer dismisses it. */
+function settle(card, text) {
   const key = card.dataset.key;
   state.settled.set(key, text);
   state.selected.delete(key);
@@ -186,8 +186,8 @@ function settle(card, text, { fromForm = false } = {}) {
   const select = card.querySelector(".select-call");
   select.checked = false;
   select.disabled = true;
-  for (const button of card.querySelectorAll(".decision-form button")) button.disabled = true;
-  if (!fromForm) card.querySelector(".decision-result").textContent = text;
+  card.querySelector(".decision-form").hidden = true;
+  card.querySelector(".decided-note")?.remove();
   let note = card.querySelector(".settled-note");
   if (!note) {
     const dismiss = el("button", { type: "button", class: "button-quiet" }, "Dismiss");
@@ -196,9 +196,10 @@ function settle(card, text, { fromForm = false } = {}) {
       card.remove();
       updateBulkBar();
     });
-    note = el("div", { class: "settled-note" }, el("p", { class: "small" }, "This call no longer waits for your decision."), dismiss);
+    note = el("div", { class: "settled-note" }, el("p", { role: "status" }), dismiss);
     card.querySelector("header").after(note);
   }
+  note.querySelector("p").textContent = text;
   updateBulkBar();
 }
 
@@ -413,9 +414,14 @@ async function loadDecisions() {
           el(
             "td",
             { "data-label": "Session" },
-            el("a", { href: sessionPagePath(row.session) }, row.session_title || row.session),
-            row.owner ? ` (${row.owner})` : "",
-            row.tool_call_id ? [" · ", el("a", { href: sessionCallPath(row.session, row.tool_call_id), class: "call-link" }, "at this call")] : "",
+            // One child: on a phone the cell is a two-column grid (label, value).
+            el(
+              "span",
+              {},
+              el("a", { href: sessionPagePath(row.session) }, row.session_title || row.session),
+              row.owner ? ` (${row.owner})` : "",
+              row.tool_call_id ? [" · ", el("a", { href: sessionCallPath(row.session, row.tool_call_id), class: "call-link" }, "at this call")] : "",
+            ),
           ),
         ),
       ),
