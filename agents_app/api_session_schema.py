@@ -109,7 +109,16 @@ class ToolCallRecordSerializer(serializers.Serializer):
     tool_call_id = serializers.CharField()
     tool_name = serializers.CharField()
     arguments = serializers.CharField(
-        allow_blank=True, help_text="JSON text, exactly as the model produced it."
+        allow_blank=True,
+        help_text="JSON text, exactly as the model produced it; once a reviewer approved the "
+        "call with edits, the edited arguments it runs with.",
+    )
+    original_arguments = serializers.CharField(
+        allow_null=True,
+        allow_blank=True,
+        required=False,
+        help_text="The model's arguments when a reviewer edited them before approving; null "
+        "when not edited.",
     )
     effect = serializers.ChoiceField(
         choices=[effect.value for effect in ToolEffect],
