@@ -69,18 +69,23 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only audit trail: decisions are made through the approvals API only."""
 
     list_display = (
-        "decided_at", "session", "tool_name", "approved", "decided_by", "delivery",
+        "decided_at", "session", "tool_name", "approved", "edited", "decided_by", "delivery",
         "interrupt_id",
     )
+
+    @admin.display(boolean=True, description="edited")
+    def edited(self, decision: ApprovalDecision) -> bool:
+        """Whether staff edited the arguments before approving."""
+        return bool(decision.edited_arguments)
     list_filter = ("approved", "delivery", "tool_name")
     list_select_related = ("session", "decided_by")
     search_fields = ("session__id", "interrupt_id", "tool_call_id", "tool_name",
                      "decided_by__username")
     date_hierarchy = "decided_at"
     readonly_fields = (
-        "session", "interrupt_id", "tool_call_id", "tool_name", "arguments", "approved",
-        "rejection_message", "decided_by", "decided_at", "delivery", "delivered_at",
-        "attempts", "last_error",
+        "session", "interrupt_id", "tool_call_id", "tool_name", "arguments",
+        "edited_arguments", "approved", "rejection_message", "decided_by", "decided_at",
+        "delivery", "delivered_at", "attempts", "last_error",
     )
 
 

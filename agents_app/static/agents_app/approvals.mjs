@@ -365,6 +365,7 @@ async function decideSelected(approved) {
         if (card) settle(card, outcome.status === 409 ? conflictText(outcome) : outcome.detail || `The server answered ${outcome.status}.`);
       }
     }
+    if (done) byId("bulk-message").value = "";
     const verdict = approved ? "Approved" : "Rejected";
     result.textContent = `${verdict} ${done} of ${items.length}.${refused ? ` ${refused} no longer waited for a decision; their cards say why.` : ""}`;
   } catch (error) {
