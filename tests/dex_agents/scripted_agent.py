@@ -479,6 +479,7 @@ class ScriptedRunner:
         log = invocation_log()
         log.record("tool", name)
         log.record("key", f"{name} {call.idempotency_key} attempt={call.attempt}")
+        log.record("arguments", f"{name} {call.tool_call.arguments}")
         if name in GATED_TOOLS:
             gate = FileGate(state_dir(), name)
             gate.reach()

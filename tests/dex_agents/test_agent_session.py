@@ -8,6 +8,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -21,10 +22,13 @@ from dex_agents import (
     AgentSessionFlow,
     AgentSnapshot,
     AgentStatus,
+    AgentToolCall,
     MessageRole,
     TextParts,
+    ToolCallStatus,
     ToolEffect,
     ToolPolicy,
+    tool_call_edit_note,
 )
 from dex_agents._text_parts import split_text
 from dex_agents.testing import (
@@ -193,6 +197,49 @@ async def test_rejection_is_what_the_model_sees(tmp_path: Path) -> None:
             "refund=rejected: Tool call was rejected and did not run: not today"
         )
         assert invocation_log(tmp_path).count("tool", "refund") == 0
+
+
+async def test_an_approval_with_edited_arguments_runs_the_call_with_them(
+    tmp_path: Path,
+) -> None:
+    """Platform addition (approve with edits): the tool Step runs the reviewer's arguments, the
+    record keeps the model's, and a rejection drops an edit."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "tools: refund")
+        interrupt = await wait_for_interrupt(sessions, "session-1")
+        assert await sessions.resolve_interrupt(
+            "session-1", interrupt.interrupt_id, approved=True, edited_arguments='{"amount":5}'
+        )
+        await wait_for_idle(sessions, "session-1", message_count=4)
+        assert ("arguments", 'refund {"amount":5}') in invocation_log(tmp_path).entries()
+
+        await sessions.send_user_message("session-1", "tools: refund")
+        second = await wait_for_interrupt(sessions, "session-1")
+        seen = await sessions.get_agent_snapshot("session-1")
+        [record] = [call for call in seen.tool_calls if call.tool_call_id == second.tool_call_id]
+        assert record.original_arguments is None
+        assert await sessions.resolve_interrupt(
+            "session-1", second.interrupt_id, approved=False, rejection_message="no",
+            edited_arguments='{"amount":6}',
+        )
+        await wait_for_idle(sessions, "session-1", message_count=8)
+        assert invocation_log(tmp_path).count("tool", "refund") == 1
+
+
+def test_the_edit_note_names_both_arguments() -> None:
+    record = AgentToolCall(
+        tool_call_id="call-1", tool_name="refund", arguments='{"amount":5}',
+        effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True,
+        status=ToolCallStatus.SUCCEEDED, deferral_order=0, turn_id="turn-1",
+        output="refund ok", original_arguments='{"amount":500}',
+    )
+    assert tool_call_edit_note(record) == (
+        "Note: a reviewer edited the arguments of this call before approving it; it ran with "
+        '{"amount":5} instead of {"amount":500}.'
+    )
+    assert tool_call_edit_note(replace(record, original_arguments=None)) is None
 
 
 async def test_read_tool_killed_mid_call_runs_again(tmp_path: Path) -> None:
