@@ -458,7 +458,8 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     assert {"200", "202", "409"} <= set(resolve["responses"])
     assert set(schemas["InterruptNotPending"]["properties"]) == {"detail", "decision"}
     assert set(schemas["RecordedDecision"]["properties"]) == {
-        "approved", "decided_by", "decided_at", "rejection_message", "delivery",
+        "approved", "decided_by", "decided_at", "rejection_message", "edited_arguments",
+        "delivery",
     }
     assert set(schemas["PlanNotExecutableError"]["properties"]) == {"detail", "reason"}
     reason = schemas["PlanNotExecutableError"]["properties"]["reason"]["$ref"].rsplit("/", 1)[1]

@@ -55,6 +55,7 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/v1/tokens/<int:token_id>/", "DELETE"): (401, 401, 404, 204, 404),
     ("api/v1/approvals/", "GET"): (401, 401, 403, 403, 200),
     ("api/v1/approvals/decisions/", "GET"): (401, 401, 403, 403, 200),
+    ("api/v1/approvals/bulk/", "POST"): (401, 401, 403, 403, 400),
     ("api/v1/sessions/", "GET"): (401, 401, 200, 200, 200),
     ("api/v1/sessions/", "POST"): (401, 401, 400, 400, 400),
     # Staff read every session; only its owner writes to it (staff: 403, others: 404).
