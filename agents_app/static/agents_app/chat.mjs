@@ -513,7 +513,7 @@ function describe(event) {
         return { kind: "Approval withdrawn", detail: data.rejection_message || data.interrupt_id || "", tone: "muted" };
       }
       return data.approved
-        ? { kind: "Approved", detail: data.interrupt_id ?? "", tone: "ok" }
+        ? { kind: data.edited ? "Approved with edits" : "Approved", detail: data.interrupt_id ?? "", tone: "ok" }
         : { kind: "Rejected", detail: data.rejection_message || data.interrupt_id || "", tone: "warn" };
     case "usage_recorded":
       return { kind: "Usage", detail: `${usageText(data.recorded)} (session: ${usageText(data.session)})` };
