@@ -1839,7 +1839,7 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
     users; 503 when Dex does not answer and the session's index shows no turn running.
     """
 
-    class TurnCancelInputSerializer(serializers.Serializer):
+    class TurnCancelInputSerializer(BodySerializer):
         turn_id = serializers.RegexField(
             r"^turn-[1-9][0-9]{0,8}$",
             required=False,

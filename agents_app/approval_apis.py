@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
-from agents_app.api_fields import StrictBooleanField, StrictCharField
+from agents_app.api_fields import BodySerializer, StrictBooleanField, StrictCharField
 from agents_app.api_schema import error_response, field_errors_serializer
 from agents_app.apis import (
     DELIVERY_FIELD,
@@ -311,7 +311,7 @@ def _decide(
     )
 
 
-class InterruptResolveInputSerializer(serializers.Serializer):
+class InterruptResolveInputSerializer(BodySerializer):
     approved = StrictBooleanField()
     rejection_message = StrictCharField(
         required=False, allow_blank=True, max_length=MESSAGE_MAX_CHARS
@@ -394,12 +394,12 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
         )
 
 
-class BulkItemSerializer(serializers.Serializer):
+class BulkItemSerializer(BodySerializer):
     session = StrictCharField(max_length=64)
     interrupt_id = StrictCharField(max_length=255)
 
 
-class BulkDecisionInputSerializer(serializers.Serializer):
+class BulkDecisionInputSerializer(BodySerializer):
     items = serializers.ListField(
         child=BulkItemSerializer(), min_length=1, max_length=BULK_ITEMS_MAX
     )

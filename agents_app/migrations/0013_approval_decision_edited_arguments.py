@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents_app', '0010_agentdefinition_elicitation_timeout'),
+        ('agents_app', '0012_outboxturncancel'),
     ]
 
     operations = [
