@@ -63,6 +63,7 @@ class PageStack:
     base_url: str
     demo_password: str
     tokens: dict[str, str]
+    admin_password: str = ""
 
     def api(self, persona: str) -> httpx.Client:
         return httpx.Client(
@@ -101,13 +102,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
         dev.wait_for_line("dexagents is ready at", timeout=180)
         demo_line = dev.wait_for_line("Demo login: demo / ")
         demo_password = demo_line.split("Demo login: demo / ", 1)[1].split(" ", 1)[0]
+        admin_line = dev.wait_for_line("Admin login: admin / ")
+        admin_password = admin_line.split("Admin login: admin / ", 1)[1].split(" ", 1)[0]
         done = subprocess.run(
             [PYTHON, "manage.py", "shell", "-c", USERS_CODE],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
         )
         assert done.returncode == 0, done.stderr
         tokens = json.loads(done.stdout.strip().splitlines()[-1])
-        yield PageStack(f"http://127.0.0.1:{web}", demo_password, tokens)
+        yield PageStack(f"http://127.0.0.1:{web}", demo_password, tokens, admin_password)
     finally:
         processes.stop_all()
 

@@ -27,10 +27,12 @@
 
 import { api } from "./api.mjs";
 import { attachCounter, overLimitMessage } from "./char_limit.mjs";
+import { copyButton } from "./copy_button.mjs";
 import { decisionForm } from "./decision_form.mjs";
 import { contentFrom, elicitationCard, fieldErrors, fieldNodes, rawValues, showFieldErrors } from "./elicitation_form.mjs";
 import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
+import { renderMarkdown, renderMarkdownSoon } from "./markdown.mjs";
 import { MessageQueue } from "./message_queue.mjs";
 import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
@@ -207,7 +209,10 @@ function messageNode(message) {
     node.querySelector(".message-meta").append(wholeTextControl(message));
   }
   if (message.reasoning?.text) node.append(reasoningNode(message.reasoning));
-  if (message.text) node.append(el("p", { class: "message-text" }, message.text));
+  if (message.text) {
+    node.querySelector(".message-meta").append(copyButton(COPY_LABELS[role] ?? "Copy message", () => wholeTexts.get(node) ?? message.text));
+    node.append(messageTextNode(role, message.text));
+  }
   if (message.interrupted) {
     node.classList.add("message-interrupted");
     node.append(el("p", { class: "message-interrupted-note small muted" }, "Stopped: you cancelled this answer while it was being written."));
@@ -229,6 +234,18 @@ function reasoningNode(reasoning) {
     el("p", { class: "reasoning-text" }, reasoning.text),
     reasoning.cut ? el("p", { class: "small muted" }, "Only the start of the reasoning is kept.") : null,
   );
+}
+
+const COPY_LABELS = { tool: "Copy result" };
+/** A message node's whole text once its "Show the whole text" button read it (for Copy). */
+const wholeTexts = new WeakMap();
+
+/** A message's text: Markdown for the assistant's, plain text for everyone else's. */
+function messageTextNode(role, text) {
+  if (role !== "assistant") return el("p", { class: "message-text" }, text);
+  const node = el("div", { class: "message-text" });
+  renderMarkdown(node, text);
+  return node;
 }
 
 /** Texts up to this many characters are shown in the page when read whole; longer ones are
@@ -291,8 +308,9 @@ function wholeTextControl(message) {
       }
       const node = wrap.closest(".message");
       const shown = node?.querySelector(".message-text");
-      if (shown) shown.textContent = text;
-      else node?.append(el("p", { class: "message-text" }, text));
+      if (shown) shown.replaceWith(messageTextNode(node.dataset.role, text));
+      else node?.append(messageTextNode(node.dataset.role, text));
+      if (node) wholeTexts.set(node, text);
       wrap.remove();
     } catch (error) {
       status.textContent = `Could not read it: ${error.message}`;
@@ -332,7 +350,7 @@ function builtinSummary(call) {
 /** One requested tool call: its name and arguments; the session's own tools (plan, question,
  * wait) say what they do, with the arguments folded away. */
 function toolCallNode(call) {
-  const args = el("pre", {}, prettyJson(call.arguments ?? ""));
+  const args = el("div", { class: "copyable" }, el("pre", {}, prettyJson(call.arguments ?? "")), copyButton("Copy arguments", () => prettyJson(call.arguments ?? "")));
   const summary = builtinSummary(call);
   const dataset = call.id ? { callId: call.id } : {};
   if (summary === null) return el("li", { dataset }, "Calls ", el("code", {}, call.name ?? "?"), args);
@@ -453,10 +471,12 @@ function renderLive(kind) {
   for (const group of groups) {
     let node = [...container.children].find((child) => child.dataset.key === group.key);
     if (!node) {
-      node = el("p", { class: "live-text", dataset: { key: group.key, turn: group.turnId ?? "" } });
+      node = el(kind === "response" ? "div" : "p", { class: "live-text", dataset: { key: group.key, turn: group.turnId ?? "" } });
       container.append(node);
     }
-    if (node.textContent !== group.text) node.textContent = group.text;
+    // The Response is Markdown, parsed again at most once per frame as it grows.
+    if (kind === "response") renderMarkdownSoon(node, group.text);
+    else if (node.textContent !== group.text) node.textContent = group.text;
     node.dataset.attempt = String(group.attempt);
   }
   panel.hidden = groups.every((group) => !group.text);
@@ -625,7 +645,12 @@ function approvalNode(interrupt) {
       el("strong", {}, interrupt.tool_name),
       interrupt.deadline ? [" · decision due ", el("span", { class: "countdown", "data-deadline": interrupt.deadline })] : "",
     ),
-    el("pre", { class: "arguments", "aria-label": `Arguments of ${interrupt.tool_name}` }, prettyJson(interrupt.arguments)),
+    el(
+      "div",
+      { class: "copyable" },
+      el("pre", { class: "arguments", "aria-label": `Arguments of ${interrupt.tool_name}` }, prettyJson(interrupt.arguments)),
+      copyButton("Copy arguments", () => prettyJson(interrupt.arguments)),
+    ),
   );
   if (config.canApprove) {
     item.append(

@@ -1,0 +1,34 @@
+// Tests of agents_app/static/agents_app/markdown.mjs's Markdown step (run by
+// tests/pages/test_js_modules.py). Sanitizing, links and code blocks need a DOM: the browser
+// tests (tests/e2e/test_markdown_browser.py) cover them in Chromium.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { markdownHtml } from "../../../agents_app/static/agents_app/markdown.mjs";
+
+test("headings, lists, inline code and fenced code become HTML", () => {
+  const html = markdownHtml("# Title\n\n- one\n- `two`\n\n```python\nprint('hi')\n```\n");
+  assert.match(html, /<h1>Title<\/h1>/);
+  assert.match(html, /<li><code>two<\/code><\/li>/);
+  assert.match(html, /<pre><code class="language-python"><span class="hljs-built_in">print<\/span>/);
+});
+
+test("raw HTML in the text stays text", () => {
+  const html = markdownHtml('<img src=x onerror="alert(1)"> <script>alert(2)</script>');
+  assert.doesNotMatch(html, /<img|<script/);
+  assert.match(html, /&lt;img src=x onerror=&quot;alert\(1\)&quot;&gt;/);
+});
+
+test("javascript: links are not links and images are not images", () => {
+  const html = markdownHtml("[x](javascript:alert(1)) ![y](https://example.com/t.png)");
+  assert.doesNotMatch(html, /href="javascript/);
+  assert.doesNotMatch(html, /<img/);
+  assert.match(html, /<a href="https:\/\/example.com\/t.png">y<\/a>/);
+});
+
+test("table alignment is a class, not a style attribute (the CSP allows no inline styles)", () => {
+  const html = markdownHtml("| a | b |\n|:--|--:|\n| 1 | 2 |\n");
+  assert.doesNotMatch(html, /style=/);
+  assert.match(html, /<th class="align-left">a<\/th>/);
+  assert.match(html, /<td class="align-right">2<\/td>/);
+});
