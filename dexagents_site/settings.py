@@ -45,6 +45,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import environ
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
@@ -169,6 +170,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "channels",
+    # django-csp: the Content-Security-Policy header and its settings checks.
+    "csp",
     "django_celery_beat",
     "mcp_registry",
     "agents_app",
@@ -180,6 +183,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Static files from the ASGI app itself, so `make run` needs no proxy (issue 9).
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # After WhiteNoise: the header is for pages, not for the static files it answers.
+    "agents_app.content_security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -187,6 +192,26 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# A strict Content-Security-Policy on every page (django-csp 4): scripts, styles, fonts and
+# fetches only from this site; no inline script or style, no plugins, no framing. The
+# middleware adds the page's own ws:// and wss:// origin to connect-src. img-src allows data:
+# for Django admin's and the pages' inline SVG icons in CSS. The API docs pages send their own
+# wider policy (agents_app.api_schema.DOCS_CONTENT_SECURITY_POLICY), which is kept.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 ROOT_URLCONF = "dexagents_site.urls"
 
