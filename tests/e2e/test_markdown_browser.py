@@ -154,6 +154,7 @@ def test_copy_buttons_put_code_messages_arguments_and_results_on_the_clipboard(
     result = next(message["text"] for message in messages if message["role"] == "tool")
     assert "copy me" in result
     assert clipboard(page) == result
+    screenshot(page, "chat-copy-tool", screen_too=True)
 
 
 # A standard mix of XSS payloads (OWASP's filter evasion cheat sheet and Markdown-specific
