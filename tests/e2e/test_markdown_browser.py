@@ -157,6 +157,32 @@ def test_copy_buttons_put_code_messages_arguments_and_results_on_the_clipboard(
     screenshot(page, "chat-copy-tool", screen_too=True)
 
 
+def test_copy_arguments_of_a_call_waiting_for_approval(
+    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+) -> None:
+    owner = contexts.logged_in("owner")
+    grant_clipboard(owner)
+    session_id = start_session(
+        owner, '/tool slack__post_message {"channel": "general", "text": "copy this call"}'
+    )
+    expected = '{\n  "channel": "general",\n  "text": "copy this call"\n}'
+    waiting = region(owner, "Waiting for approval")
+    waiting.get_by_role("button", name="Copy arguments").click()
+    assert clipboard(owner) == expected
+
+    for viewport in (WIDE, NARROW):
+        reviewer = contexts.logged_in("reviewer", viewport=viewport)
+        grant_clipboard(reviewer)
+        reviewer.goto("/approvals/")
+        card = reviewer.locator(".approval-card").filter(
+            has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
+        )
+        card.get_by_role("button", name="Copy arguments").click()
+        expect(card.get_by_role("button", name="Copy arguments")).to_have_text("Copied")
+        assert clipboard(reviewer) == expected
+        screenshot(reviewer, "approvals-copy", screen_too=True)
+
+
 # A standard mix of XSS payloads (OWASP's filter evasion cheat sheet and Markdown-specific
 # tricks). Each one that ran would set window.__xss or open a dialog.
 XSS_PAYLOADS = [

@@ -10,6 +10,7 @@
 // approval shows up within 2 s either way.
 
 import { api } from "./api.mjs";
+import { copyButton } from "./copy_button.mjs";
 import { conflictText, decisionForm } from "./decision_form.mjs";
 import { byId, el, prettyJson, refreshCountdowns, timeElement } from "./dom.mjs";
 import { approvalsApiPath, decisionsApiPath, sessionCallPath, sessionPagePath } from "./urls.mjs";
@@ -152,7 +153,12 @@ function cardNode(item) {
       "div",
       { class: "args-block" },
       el("p", { class: "small muted" }, "Arguments"),
-      el("pre", { class: "arguments" }, prettyJson(item.arguments ?? "")),
+      el(
+        "div",
+        { class: "copyable" },
+        el("pre", { class: "arguments" }, prettyJson(item.arguments ?? "")),
+        copyButton("Copy arguments", () => prettyJson(item.arguments ?? "")),
+      ),
     ),
     decisionForm({
       sessionId: item.session,
