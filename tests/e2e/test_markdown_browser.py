@@ -120,6 +120,9 @@ def test_an_answer_renders_as_markdown_while_it_streams_and_after(
     expect(user.locator(".message-text")).to_contain_text("# Durable agents")
     answer.scroll_into_view_if_needed()
     screenshot(page, "markdown-answer", screen_too=True)
+    page.emulate_media(color_scheme="dark")
+    answer.locator(".code-block").scroll_into_view_if_needed()
+    screenshot(page, "markdown-answer-dark", screen_too=True)
 
 
 def test_copy_buttons_put_code_messages_arguments_and_results_on_the_clipboard(
