@@ -32,3 +32,12 @@ test("table alignment is a class, not a style attribute (the CSP allows no inlin
   assert.match(html, /<th class="align-left">a<\/th>/);
   assert.match(html, /<td class="align-right">2<\/td>/);
 });
+
+// markdown-it's linkify leaves names without a scheme alone (fuzzyLink off); an upgrade that
+// changed that would turn file names such as README.md (.md is a domain) into links.
+test("addresses with a scheme become links, file names do not", () => {
+  const html = markdownHtml("See https://example.com/a and README.md or docs.python.org");
+  assert.match(html, /<a href="https:\/\/example.com\/a">https:\/\/example.com\/a<\/a>/);
+  assert.doesNotMatch(html, /href="http:\/\/README.md"/);
+  assert.equal((html.match(/<a /g) ?? []).length, 1);
+});
