@@ -833,7 +833,8 @@ def test_a_question_is_answered_with_a_choice_button_or_free_text(contexts: Cont
     user_texts = region(owner, "Conversation").locator(".message-user .message-text")
     expect(user_texts).to_have_text(["/ask Which colour? | red | blue", "blue"])
     expect(region(owner, "Activity")).to_contain_text("Answered")
-    expect(owner.get_by_role("textbox", name="Message", exact=True)).to_be_visible()
+    # The choice buttons went with the question: focus is in the message box again.
+    expect(owner.get_by_role("textbox", name="Message", exact=True)).to_be_focused()
     expect(owner.locator("#chat-status")).to_have_text("Waiting for a message")
     expect(staff_view).to_be_hidden()
 
@@ -1151,3 +1152,39 @@ def test_stop_generating_keeps_the_text_so_far_and_the_session(
     phone.get_by_role("button", name="Stop generating").click()
     expect(phone.locator(".message-interrupted-note")).to_be_visible()
     screenshot(phone, "chat-stopped-answer")
+
+
+RECORD_ANNOUNCEMENTS = """() => {
+  const region = document.getElementById("announcer");
+  window.__said = [];
+  new MutationObserver(() => {
+    if (region.textContent) window.__said.push(region.textContent);
+  }).observe(region, { childList: true, characterData: true, subtree: true });
+}"""
+
+
+def test_screen_readers_hear_answers_and_status_changes_not_each_token(
+    contexts: Contexts,
+) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, "hello")
+    expect(assistant_texts(page)).to_have_text(["You said: hello"])
+    announcer = page.locator("#announcer")
+    expect(announcer).to_have_attribute("aria-live", "polite")
+    page.evaluate(RECORD_ANNOUNCEMENTS)
+    assert page.evaluate("window.__said") == []  # what the page opened with is not news
+    page.get_by_role("textbox", name="Message", exact=True).fill(f"/slow 0.2\n{SLOW_WORDS}")
+    page.get_by_role("button", name="Send").click()
+    expect(assistant_texts(page).last).to_have_text(f"You said: {SLOW_WORDS}")
+
+    def announced() -> list[str] | None:
+        texts: list[str] = page.evaluate("window.__said")
+        heard = any(f"Assistant: You said: {SLOW_WORDS}" in text for text in texts)
+        return texts if heard else None
+
+    said = wait_until("the answer to be announced", announced, timeout=30)
+    assert "The assistant is writing an answer…" in said
+    assert any("Status: Running" in text for text in said), said
+    assert "Status: Waiting for a message" in said[-1], said
+    # The answer streamed in many chunks; it is announced once, not chunk by chunk.
+    assert len(said) <= 6, said

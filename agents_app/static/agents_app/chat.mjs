@@ -25,6 +25,7 @@
 // .../elicitations/<id>/; a 400 puts the server-checked messages next to their fields. It is
 // re-read on elicitation_requested and elicitation_closed.
 
+import { announce } from "./announcer.mjs";
 import { api } from "./api.mjs";
 import { attachCounter, overLimitMessage } from "./char_limit.mjs";
 import { copyButton } from "./copy_button.mjs";
@@ -82,6 +83,9 @@ const state = {
   elicitation: null, // the elicitation card the panel shows
   elicitationSending: null, // ID of the elicitation whose answer is in flight or sent
   socket: null,
+  announcing: false, // the first snapshot is shown: later changes are announced (announcer.mjs)
+  announcedUpTo: 0, // the newest message sequence a screen reader was told of (or shown at load)
+  writingTurns: new Set(), // turns whose streamed answer was announced as being written
 };
 
 // ---------------------------------------------------------------- scrolling
@@ -110,6 +114,7 @@ function showStatus(status, snapshot = state.snapshot) {
   state.status = status;
   const node = byId("chat-status");
   const badge = statusBadge(status, snapshot, config.statusLabels);
+  if (node.textContent !== badge.text && state.announcing) announce(`Status: ${badge.text}`);
   node.textContent = badge.text;
   node.className = `status status-${badge.key}`;
   node.dataset.status = status;
@@ -394,12 +399,27 @@ function renderMessages() {
     next = node;
   }
   placeDaySeparators(list, dayBreaks(sequences.map((sequence) => state.messages.get(sequence))), state.nodes, state.daySeparators);
+  announceNewAnswers(sequences);
   const empty = byId("conversation-empty");
   empty.hidden = sequences.length > 0;
   if (!sequences.length) {
     empty.textContent = config.canSend ? "No messages yet. Write the first one below." : "No messages yet.";
   }
   byId("load-older").hidden = !state.hasOlder || state.olderUnavailable;
+}
+
+/** Tell a screen reader of answers stored since the last render (none for the first one, or
+ * for older pages loaded above). */
+function announceNewAnswers(sequences) {
+  const newest = sequences.length ? sequences[sequences.length - 1] : 0;
+  if (state.announcing) {
+    for (const sequence of sequences) {
+      if (sequence <= state.announcedUpTo) continue;
+      const message = state.messages.get(sequence);
+      if (message?.role === "assistant" && message.text) announce(`Assistant: ${message.text}`);
+    }
+  }
+  state.announcedUpTo = Math.max(state.announcedUpTo, newest);
 }
 
 function mergeSnapshotMessages(messages) {
@@ -1048,6 +1068,10 @@ function showComposer() {
   const asking = state.question !== null && state.composeInstead !== state.question;
   const eliciting = state.elicitation !== null && state.composeInstead !== state.elicitation.id;
   composer.hidden = !canSend || asking || eliciting;
+  if (!composer.hidden && state.focusComposer) {
+    state.focusComposer = false;
+    document.getElementById("composer-text")?.focus();
+  }
   const alternative = document.querySelector("#user-input .input-alternative");
   if (alternative) alternative.hidden = !asking;
   const elsewhere = document.querySelector("#elicitation .input-alternative");
@@ -1078,6 +1102,8 @@ async function answerQuestion(answer, chosen = null) {
     await api(`${sessionPath}input/`, { method: "POST", body: { call_id: callId, answer } });
     chosen?.classList.add("input-choice-chosen");
     note.textContent = `Answer sent: ${answer}`;
+    // The buttons are gone with the question: the message box is where the person goes next.
+    if (chosen) state.focusComposer = true;
   } catch (error) {
     state.answering = null;
     note.textContent = "";
@@ -1293,6 +1319,8 @@ function applySnapshot(snapshot, queueRead, snapshotRead) {
   byId("composer-closed").hidden = snapshot.can_send;
   if (first) startSocket(snapshot);
   loadOlderIfVisible();
+  // What the page showed when it opened is not news; what changes from now on is.
+  state.announcing = true;
 }
 
 let loading = null;
@@ -1355,6 +1383,10 @@ function onEvent(frame) {
   }
   const group = live.apply(event);
   if (group) {
+    if (group.kind === "response" && event.turn_id && !state.writingTurns.has(event.turn_id)) {
+      state.writingTurns.add(event.turn_id);
+      announce("The assistant is writing an answer…");
+    }
     hintStatus("running_model");
     followingChange(() => renderLive(group.kind));
     return;
