@@ -580,24 +580,46 @@ async def _health_check(server_address: str) -> bool:
 
 
 def run_agent_worker(
-    flows: Sequence[Flow[Any]], *, max_concurrent_tasks: int = WORKER_TASK_SLOTS
+    flows: Sequence[Flow[Any]],
+    *,
+    max_concurrent_tasks: int = WORKER_TASK_SLOTS,
+    warm_up: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Serve ``flows`` from this process until SIGTERM (the Worker child's ``__main__``).
 
-    Reads the engine address from ``DEX_SERVER_ADDRESS``, runs an ``AsyncWorker`` in pull mode
-    with ``PullWorkerOptions(max_concurrent_tasks=max_concurrent_tasks)`` (32 by default; the
-    SDK keeps one of them for RPCs), prints ``WORKER_READY_LINE`` once every pull queue is
+    Reads the engine address from ``DEX_SERVER_ADDRESS``, awaits ``warm_up()`` when given,
+    runs an ``AsyncWorker`` in pull mode with
+    ``PullWorkerOptions(max_concurrent_tasks=max_concurrent_tasks)`` (32 by default; the SDK
+    keeps one of them for RPCs), prints ``WORKER_READY_LINE`` once every pull queue is
     registered, and stops cleanly on SIGTERM or SIGINT. A test that needs a Worker whose Step
     slots are all busy while it still answers RPCs passes ``max_concurrent_tasks=2``.
 
+    ``warm_up`` loads, on this event loop and before the Worker registers, what its first
+    Step would otherwise load while serving (a LiteLLM runner passes
+    ``agents_app.runner.model_calls_warm``, as ``manage.py dexworker`` does). A Worker
+    started after a kill otherwise imports LiteLLM inside the retried model Step, blocking its
+    event loop for seconds (tens under load): the pull stream that replaces the Step's is not
+    opened meanwhile, the engine routes the session's RPCs only to a Flow-type stream while the
+    killed Worker is still the sticky one, and answers them "no worker available" after 10 s.
+
     Raises:
         KeyError: If ``DEX_SERVER_ADDRESS`` is not set.
+        Exception: Whatever ``warm_up`` raises (the Worker never registers).
     """
-    asyncio.run(_serve(list(flows), os.environ[SERVER_ADDRESS_ENV], max_concurrent_tasks))
+    asyncio.run(
+        _serve(list(flows), os.environ[SERVER_ADDRESS_ENV], max_concurrent_tasks, warm_up)
+    )
 
 
-async def _serve(flows: list[Flow[Any]], server_address: str, max_concurrent_tasks: int) -> None:
+async def _serve(
+    flows: list[Flow[Any]],
+    server_address: str,
+    max_concurrent_tasks: int,
+    warm_up: Callable[[], Awaitable[None]] | None,
+) -> None:
     cache_sdk_version()
+    if warm_up is not None:
+        await warm_up()
     registry = Registry(flows, AgentCodecRegistry(), allow_async_handlers=True)
     cache_dir = os.environ.get(BLOB_CACHE_ENV) or tempfile.mkdtemp(prefix="dex-agents-cache-")
     cache = open_blob_cache(BlobCacheConfig(cache_dir, _BLOB_CACHE_BYTES))

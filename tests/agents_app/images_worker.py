@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agents_app.runner import LiteLLMRunner
+from agents_app.runner import LiteLLMRunner, model_calls_warm
 from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect
 from dex_agents.testing import run_agent_worker
 from mcp_registry.client import McpServerSpec
@@ -65,4 +65,4 @@ def build_flow() -> AgentSessionFlow:
 
 
 if __name__ == "__main__":
-    run_agent_worker([build_flow()])
+    run_agent_worker([build_flow()], warm_up=model_calls_warm)
