@@ -1,10 +1,10 @@
 """The platform as real processes for the websocket relay's tests and ``bench/relay.py``.
 
 ``start_stack`` (or ``running_stack``, which also stops it) copies a freshly migrated database
-(``Processes.migrate``), seeds the demo agent, creates the personas (owner, other, staff: API
-tokens and logged-in session cookies), then starts the embedded engine, the demo model,
-``manage.py dexworker`` and uvicorn serving ``dexagents_site.asgi``, and waits for each one's
-ready line.
+(``Processes.migrate``), starts the embedded engine, the demo model, ``manage.py dexworker``, a
+Celery worker and uvicorn serving ``dexagents_site.asgi``, seeds the demo agent and creates the
+personas (owner, other, staff: API tokens and logged-in session cookies) while they start, and
+waits for each one's ready line.
 """
 
 from __future__ import annotations
@@ -173,11 +173,6 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
     processes = stack.processes
     try:
         processes.migrate()
-        out = processes.run([PYTHON, "manage.py", "shell", "-c", PERSONAS_CODE])
-        stack.personas = {
-            name: Persona(name, data["token"], data["cookie"])
-            for name, data in json.loads(out.strip().splitlines()[-1]).items()
-        }
         engine = stack.start_engine()
         model = processes.start("model", [PYTHON, "-m", "agents_app.demo_model",
                                           "--host", "127.0.0.1", "--port", str(stack.model_port)])
@@ -190,6 +185,15 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
             "--loglevel=INFO", "--without-mingle", "--without-gossip",
             "-n", f"stack-{stack.web_port}@%h"])
         stack.web = stack.start_web(stack.web_port)
+        # While the processes start (the dexworker's LiteLLM warm-up is the longest part):
+        # one more Django process, seconds on a loaded machine, which ran before any of them.
+        # SQLite in WAL mode with a busy timeout takes its writes beside theirs, as under
+        # `manage.py dev`.
+        out = processes.run([PYTHON, "manage.py", "shell", "-c", PERSONAS_CODE])
+        stack.personas = {
+            name: Persona(name, data["token"], data["cookie"])
+            for name, data in json.loads(out.strip().splitlines()[-1]).items()
+        }
         engine.wait_for_line("dex_dev_server ready on")
         model.wait_for_line("demo model ready on")
         worker.wait_for_line("dexworker ready")
