@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 from tests.e2e.conftest import PYTHON, ROOT
-from tests.production_services import postgres_url  # noqa: F401 - a fixture
+from tests.production_services import (  # noqa: F401 - fixtures
+    migrated_postgres_url,
+    postgres_url,
+)
 
 RACERS = 4
 CHILD = """
@@ -72,9 +75,6 @@ def _env(tmp_path: Path, database_url: str) -> dict[str, str]:
 
 
 def test_one_owner_takes_one_slot_on_postgres(
-    tmp_path: Path, postgres_url: str  # noqa: F811 - the fixture
+    tmp_path: Path, migrated_postgres_url: str  # noqa: F811 - the fixture
 ) -> None:
-    env = _env(tmp_path, postgres_url)
-    subprocess.run([PYTHON, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
-                   check=True, timeout=300, capture_output=True)
-    assert _race(env) == 1
+    assert _race(_env(tmp_path, migrated_postgres_url)) == 1

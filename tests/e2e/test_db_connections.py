@@ -26,9 +26,9 @@ from websockets.exceptions import ConnectionClosed
 from dex_agents.testing import free_port
 from tests.e2e.conftest import PYTHON, Processes, wait_until
 from tests.e2e.relay_stack import PERSONAS_CODE, Persona, Stack, stack_environment
-from tests.production_services import postgres_connections, postgres_url
+from tests.production_services import migrated_postgres_url, postgres_connections, postgres_url
 
-__all__ = ["postgres_url"]
+__all__ = ["migrated_postgres_url", "postgres_url"]
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +38,9 @@ RELAY_STARTED = re.compile(r"Events relay for session \S+ started")
 
 
 @pytest.fixture
-def web_on_postgres(tmp_path: Path, postgres_url: str) -> Iterator[Stack]:
-    """Engine and one web process on ``postgres_url``; no worker, no Celery."""
+def web_on_postgres(tmp_path: Path, migrated_postgres_url: str) -> Iterator[Stack]:
+    """Engine and one web process on ``postgres_url`` (migrated); no worker, no Celery."""
+    postgres_url = migrated_postgres_url
     stack = Stack(processes=Processes({}), env={}, web_port=free_port(),
                   engine_port=free_port(), model_port=free_port())
     stack.env = stack_environment(
@@ -52,7 +53,6 @@ def web_on_postgres(tmp_path: Path, postgres_url: str) -> Iterator[Stack]:
     (tmp_path / "var").mkdir()
     stack.processes = Processes(stack.env)
     try:
-        stack.processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
         stack.processes.run([PYTHON, "manage.py", "seed_demo"])
         out = stack.processes.run([PYTHON, "manage.py", "shell", "-c", PERSONAS_CODE])
         stack.personas = {
