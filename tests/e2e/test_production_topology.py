@@ -35,9 +35,9 @@ import psycopg
 import pytest
 
 from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, wait_until
-from tests.production_services import postgres_url, redis_url
+from tests.production_services import migrated_postgres_url, postgres_url, redis_url
 
-__all__ = ["postgres_url", "redis_url"]
+__all__ = ["migrated_postgres_url", "postgres_url", "redis_url"]
 
 pytestmark = pytest.mark.e2e
 
@@ -284,10 +284,9 @@ PERIODS = 3
 
 
 def test_beat_runs_discovery_once_per_period_across_workers(
-    processes: Processes, stack_env: dict[str, str], postgres_url: str, redis_url: str,
+    processes: Processes, stack_env: dict[str, str], migrated_postgres_url: str, redis_url: str,
 ) -> None:
-    stack_env.update({"DATABASE_URL": postgres_url, "REDIS_URL": redis_url})
-    processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
+    stack_env.update({"DATABASE_URL": migrated_postgres_url, "REDIS_URL": redis_url})
     # The discovery schedule (migration mcp_registry 0003) every PERIOD_SECONDS; the other
     # periodic tasks are switched off so the workers' logs are about discovery only.
     processes.run([PYTHON, "manage.py", "shell", "-c", (
