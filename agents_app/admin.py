@@ -14,6 +14,7 @@ from agents_app.models import (
     ApprovalRequest,
     OutboxMessage,
     OutboxTurnCancel,
+    UsageRecord,
 )
 
 
@@ -155,3 +156,17 @@ class OutboxTurnCancelAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "session", "turn_id", "delivery", "attempts", "last_error", "requested_at",
         "delivered_at",
     )
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only: one row per model call, written by the worker (``agents_app.usage_records``)."""
+
+    list_display = (
+        "recorded_at", "owner", "agent", "session", "turn_id", "input_tokens", "output_tokens",
+        "cost_usd",
+    )
+    list_filter = ("day", "agent")
+    list_select_related = ("owner", "agent")
+    search_fields = ("session__id", "owner__username")
+    date_hierarchy = "day"

@@ -52,6 +52,20 @@ class MessageReasoningSerializer(serializers.Serializer):
     )
 
 
+class UsageSerializer(serializers.Serializer):
+    """Token and request counts and their cost (``dex_agents.AgentUsage``)."""
+
+    input_tokens = serializers.IntegerField(min_value=0, help_text="Cached ones included.")
+    output_tokens = serializers.IntegerField(min_value=0, help_text="Reasoning ones included.")
+    reasoning_tokens = serializers.IntegerField(min_value=0)
+    cached_input_tokens = serializers.IntegerField(min_value=0)
+    requests = serializers.IntegerField(min_value=0, help_text="Model requests made.")
+    cost_usd = serializers.CharField(
+        help_text="US dollars as a decimal string (e.g. \"0.000125\"): the agent's own "
+        "prices, else LiteLLM's cost map; \"0\" for a model without a known price."
+    )
+
+
 class SessionMessageSerializer(serializers.Serializer):
     """One stored conversation message (``dex_agents.AgentMessage`` without the runner's own
     replay data)."""
@@ -89,6 +103,11 @@ class SessionMessageSerializer(serializers.Serializer):
     reasoning = MessageReasoningSerializer(
         required=False,
         help_text="Assistant messages whose model call reasoned only.",
+    )
+    usage = UsageSerializer(
+        required=False,
+        help_text="Assistant messages only: the usage and cost of the model call that "
+        "produced it.",
     )
     text_length = serializers.IntegerField(
         required=False,
@@ -176,11 +195,16 @@ class PendingInterruptSerializer(serializers.Serializer):
     turn_id = serializers.CharField()
 
 
-class SessionUsageSerializer(serializers.Serializer):
-    """The session's token and request totals over every turn (``dex_agents.AgentUsage``)."""
+class SessionUsageSerializer(UsageSerializer):
+    """The session's token and request totals and their cost over every turn
+    (``dex_agents.AgentUsage``)."""
+
+
+class SessionListUsageSerializer(serializers.Serializer):
+    """A listed session's recorded model calls, summed (Django's usage rows, written by the
+    worker as each call ends)."""
 
     input_tokens = serializers.IntegerField(min_value=0)
     output_tokens = serializers.IntegerField(min_value=0)
-    reasoning_tokens = serializers.IntegerField(min_value=0)
-    cached_input_tokens = serializers.IntegerField(min_value=0)
-    requests = serializers.IntegerField(min_value=0, help_text="Model requests made.")
+    requests = serializers.IntegerField(min_value=0)
+    cost_usd = serializers.CharField(help_text="US dollars as a decimal string.")

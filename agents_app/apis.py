@@ -55,6 +55,7 @@ from agents_app.api_schema import (
 )
 from agents_app.api_session_schema import (
     PendingInterruptSerializer,
+    SessionListUsageSerializer,
     SessionMessageSerializer,
     SessionUsageSerializer,
     ToolCallRecordSerializer,
@@ -75,6 +76,11 @@ from agents_app.services import (
     session_create,
     session_message_send,
     session_status_record,
+)
+from agents_app.usage_records import (
+    SESSION_LIST_USAGE,
+    session_row_usage,
+    session_usage_totals,
 )
 
 MESSAGE_MAX_CHARS = 100_000
@@ -213,6 +219,7 @@ class SessionOutputSerializer(serializers.ModelSerializer):
     )
     owner = serializers.SerializerMethodField()
     awaiting_approval = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField()
 
     class Meta:
         model = AgentSession
@@ -223,12 +230,24 @@ class SessionOutputSerializer(serializers.ModelSerializer):
             "title",
             "status",
             "awaiting_approval",
+            "usage",
             "created_at",
             "updated_at",
         )
 
     def get_owner(self, session: AgentSession) -> str:
         return str(session.owner.get_username())
+
+    @extend_schema_field(SessionListUsageSerializer)
+    def get_usage(self, session: AgentSession) -> dict[str, Any]:
+        """The session's recorded model calls summed (the Django usage rows; the snapshot's
+        ``usage`` is Dex's own total)."""
+        if hasattr(session, "usage_requests"):
+            return session_row_usage(session)
+        total = session_usage_totals(session_ids=[session.pk]).get(session.pk)
+        if total is None:
+            return session_row_usage(session)  # zeros
+        return {name: total[name] for name in SESSION_LIST_USAGE}
 
     def get_awaiting_approval(self, session: AgentSession) -> bool:
         pending = getattr(session, "pending_approval_count", None)

@@ -952,6 +952,10 @@ async def session_messages(
     return [message_to_data(message) for message in page.messages]
 
 
+#: The keys of ``AgentUsage.as_dict()``.
+_USAGE_FIELDS = frozenset(AgentUsage().as_dict())
+
+
 def message_to_data(message: Any) -> dict[str, Any]:
     """One stored message as ``{"sequence", "role", "text", "turn_id", "created_at"}``
     (``created_at`` ISO 8601 UTC, ``None`` for a message stored before it was kept), plus what
@@ -963,7 +967,9 @@ def message_to_data(message: Any) -> dict[str, Any]:
     an answer the user cancelled while it streamed; ``text`` is what had arrived.
     ``reasoning`` (``{"text", "seconds", "cut"?}``) on an assistant message whose model call
     reasoned: its readable summary as the Thinking panel showed it and how long the call
-    reasoned. Provider-specific replay data (encrypted reasoning items, thinking blocks and
+    reasoned. ``usage`` (``AgentUsage.as_dict()``: tokens, requests and ``cost_usd``) on an
+    assistant message: the model call that produced it (messages stored before it was kept
+    have none). Provider-specific replay data (encrypted reasoning items, thinking blocks and
     their signatures) is left out.
     """
     data: dict[str, Any] = {
@@ -1000,6 +1006,12 @@ def message_to_data(message: Any) -> dict[str, Any]:
         data["reasoning"] = {"text": reasoning["text"], "seconds": reasoning["seconds"]}
         if reasoning.get("cut") is True:
             data["reasoning"]["cut"] = True
+    usage = item.get("usage")  # agents_app.runner.USAGE_KEY: the call that produced it
+    if isinstance(usage, Mapping) and data["role"] == "assistant":
+        data["usage"] = {
+            **AgentUsage().as_dict(),
+            **{key: value for key, value in usage.items() if key in _USAGE_FIELDS},
+        }
     cut = item.get("cut")
     if isinstance(cut, Mapping) and isinstance(cut.get("text_length"), int):
         data["text_length"] = cut["text_length"]

@@ -6,6 +6,7 @@ variable name (``api_key_env``), never stored.
 """
 
 from collections.abc import Collection
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.db import models
 from knox.models import AbstractAuthToken
 from knox.settings import CONSTANTS
 
+from dex_agents import usd_text
 from mcp_registry.models import McpTool
 
 ENV_NAME_VALIDATOR = RegexValidator(
@@ -107,6 +109,26 @@ class AgentDefinition(models.Model):
             "LiteLLM's model information (false for models it does not know)."
         ),
     )
+    input_price_per_mtok = models.DecimalField(
+        "input price per million tokens (USD)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=(
+            "Replaces LiteLLM's cost map for this agent's calls (with the output price). "
+            "Empty on both: LiteLLM's price, or 0 for a model it does not know."
+        ),
+    )
+    output_price_per_mtok = models.DecimalField(
+        "output price per million tokens (USD)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -162,7 +184,9 @@ class AgentDefinition(models.Model):
             ``context_window``, ``message_retention_limit`` and ``tool_result_max_chars`` when
             set (context compaction), ``supports_images`` when set (tool results' images), and
             ``elicitation_timeout_seconds`` (this agent's, else
-            ``DEXAGENTS["ELICITATION_TIMEOUT"]``: how long MCP servers' questions wait).
+            ``DEXAGENTS["ELICITATION_TIMEOUT"]``: how long MCP servers' questions wait),
+            and ``input_price_per_mtok`` / ``output_price_per_mtok`` as decimal strings
+            when either is set (``agents_app.pricing``).
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
@@ -200,6 +224,10 @@ class AgentDefinition(models.Model):
             value = getattr(self, name)
             if value is not None:
                 config[name] = value
+        if self.input_price_per_mtok is not None or self.output_price_per_mtok is not None:
+            for name in ("input_price_per_mtok", "output_price_per_mtok"):
+                price = getattr(self, name)
+                config[name] = usd_text(Decimal(price)) if price is not None else None
         from agents_app.conf import dexagents_setting
 
         config["elicitation_timeout_seconds"] = self.elicitation_timeout_seconds or int(
@@ -466,3 +494,49 @@ class OutboxTurnCancel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} cancel {self.turn_id or 'running turn'} {self.delivery}"
+
+
+class UsageRecord(models.Model):
+    """One model call's usage and cost, as the worker recorded it (issue 27 "Cost and usage").
+
+    Written by the Dex worker's session observer (``agents_app.usage_records``) when a RunModel
+    Step reports its priced ``AgentUsage``; keyed by session and ``model_call_id`` (the Step
+    execution ID), so a retried Step overwrites its row instead of counting twice. ``owner`` and
+    ``agent`` repeat the session's so sums per user and per agent read one table; ``day`` is
+    the UTC date of the call. Dex keeps the session's own totals; these rows feed the sums
+    across sessions (``GET /api/v1/usage/``, the usage page) and budgets.
+    """
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="usage")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage_records"
+    )
+    agent = models.ForeignKey(
+        AgentDefinition, on_delete=models.PROTECT, related_name="usage_records"
+    )
+    model_call_id = models.CharField(max_length=255)
+    turn_id = models.CharField(max_length=64, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    reasoning_tokens = models.PositiveBigIntegerField(default=0)
+    cached_input_tokens = models.PositiveBigIntegerField(default=0)
+    requests = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=12, default=0)
+    recorded_at = models.DateTimeField()
+    day = models.DateField()
+
+    class Meta:
+        ordering = ("-recorded_at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("session", "model_call_id"), name="usage_record_call_unique"
+            )
+        ]
+        indexes = [
+            models.Index(fields=("owner", "day"), name="usage_record_owner_day_idx"),
+            models.Index(fields=("agent", "day"), name="usage_record_agent_day_idx"),
+            models.Index(fields=("day",), name="usage_record_day_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.model_call_id}"

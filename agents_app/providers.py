@@ -327,9 +327,15 @@ def unpriced_model_pricing(model: str) -> dict[str, float]:
     a model it cannot price it first searches its map for a similar model, which costs about
     a fifth of the call's CPU in this process and ends with no price anyway; with a custom
     price of zero it skips that search. A model the map prices keeps LiteLLM's own pricing.
-    The platform reads no cost from LiteLLM. Imports LiteLLM.
+    The platform prices calls itself (``agents_app.pricing``). Imports LiteLLM.
     """
     return dict(_ZERO_PRICING) if _model_unpriced(model) else {}
+
+
+def model_unpriced(model: str) -> bool:
+    """Whether LiteLLM's bundled map has no token price for ``model`` (``agents_app.pricing``
+    prices such a call at zero). Imports LiteLLM."""
+    return _model_unpriced(model)
 
 
 @functools.lru_cache(maxsize=256)

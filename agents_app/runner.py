@@ -30,7 +30,10 @@ through ``turn.agent_config`` and ``call.agent_config``)::
      # whom MCP requests are made for (a server's "user" isolation): the session owner's ID
      "owner_id": "7",
      # seconds a user may take to answer an MCP server's question (elicitation); default 600
-     "elicitation_timeout_seconds": 600}
+     "elicitation_timeout_seconds": 600,
+     # optional: USD per million tokens, decimal strings; they replace LiteLLM's cost map
+     # for this agent (agents_app.pricing)
+     "input_price_per_mtok": "0.15", "output_price_per_mtok": "0.60"}
 
 Images (issue 23 point 11; ``mcp_registry.content``): for a model that accepts images
 (``supports_images``, else ``litellm.supports_vision``) a tool Step attaches the result's
@@ -77,6 +80,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any, Literal, cast
 
 from mcp.types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult
@@ -100,6 +104,7 @@ from agents_app.model_replies import (
     usage_from,
 )
 from agents_app.plan_prompts import executing_prompt, planning_prompt
+from agents_app.pricing import PriceConfigError, config_price, usage_priced
 from agents_app.providers import (
     LOCAL_SERVER_KEY,
     ModelApi,
@@ -123,6 +128,7 @@ from dex_agents import (
     AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
+    AgentUsage,
     ContextWindowExceededError,
     DeferredToolCall,
     DeferredToolExecution,
@@ -276,6 +282,9 @@ _SUMMARY_MIN_MESSAGE_CHARS = 200
 DEX_TOOL_CALL_KEY = "dex_tool_call_id"
 """Key of a tool message item naming the Dex record whose images the turn's model calls
 attach (set only on results with images; providers never see it, ``chat_message`` drops it)."""
+USAGE_KEY = "usage"
+"""Key of an assistant message item holding the priced usage of the call that produced it
+(``AgentUsage.as_dict()``); providers never see it, ``chat_message`` drops it."""
 TURN_FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
 """First line of ``dex_agents.build_turn_failure_note`` (seed "RecordTurnFailure")."""
 
@@ -442,6 +451,8 @@ class AgentModelConfig:
     owner_id: str | None = None
     supports_images: bool | None = None
     elicitation_timeout: float = DEFAULT_ELICITATION_TIMEOUT
+    input_price_per_mtok: Decimal | None = None
+    output_price_per_mtok: Decimal | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> AgentModelConfig:
@@ -450,7 +461,8 @@ class AgentModelConfig:
         Raises:
             AgentConfigError: If ``config`` is ``None``, has no ``model``, or has an invalid
                 ``api``, ``context_window``, ``tool_result_max_chars``, ``supports_images`` or
-                ``elicitation_timeout_seconds``.
+                ``elicitation_timeout_seconds``, or a price (``input_price_per_mtok``,
+                ``output_price_per_mtok``) that is not a non-negative decimal number.
         """
         if not config:
             raise AgentConfigError("the session has no agent_config")
@@ -479,6 +491,11 @@ class AgentModelConfig:
             raise AgentConfigError(
                 "agent_config 'elicitation_timeout_seconds' must be a positive number"
             )
+        try:
+            input_price = config_price(config, "input_price_per_mtok")
+            output_price = config_price(config, "output_price_per_mtok")
+        except PriceConfigError as error:
+            raise AgentConfigError(str(error)) from error
         tools = tuple(AgentToolEntry.from_config(item) for item in config.get("tools") or ())
         servers = sorted({entry.server for entry in tools})
         return cls(
@@ -498,6 +515,8 @@ class AgentModelConfig:
             owner_id=str(config["owner_id"]) if config.get("owner_id") is not None else None,
             supports_images=images,
             elicitation_timeout=float(waits),
+            input_price_per_mtok=input_price,
+            output_price_per_mtok=output_price,
         )
 
     def for_turn_mode(self, mode: TurnMode) -> AgentModelConfig:
@@ -1004,10 +1023,13 @@ def finalize_tool_calls(
 def _assistant_item(
     reply: ModelReply,
     calls: Sequence[PreparedToolCall],
+    usage: AgentUsage,
     reasoning: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The stored item of one model reply; ``reasoning`` (``ReasoningDeltaBuffer.summary``)
-    is kept for people under ``"reasoning"``, a key :func:`chat_message` never sends back."""
+    """The stored Chat Completions item of one reply; ``usage`` (``USAGE_KEY``) is the priced
+    usage of the call that produced it and ``reasoning`` (``ReasoningDeltaBuffer.summary``)
+    its readable reasoning, both kept for people (:func:`chat_message` never sends them
+    back to a provider)."""
     item: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if calls:
         item["tool_calls"] = [call.history_item() for call in calls]
@@ -1017,6 +1039,7 @@ def _assistant_item(
         item["reasoning_items"] = [dict(entry) for entry in reply.reasoning_items]
     if reasoning:
         item["reasoning"] = dict(reasoning)
+    item[USAGE_KEY] = usage.as_dict()
     return item
 
 
@@ -1486,10 +1509,16 @@ class LiteLLMRunner:
         finally:
             reasoning_events.flush()
             text_events.flush()
+        usage = usage_priced(
+            reply.usage,
+            model=config.model,
+            input_price_per_mtok=config.input_price_per_mtok,
+            output_price_per_mtok=config.output_price_per_mtok,
+        )
 
         if reply.tool_calls:
             calls = finalize_tool_calls(reply.tool_calls, config, turn_items, turn.tool_calls)
-            turn_items.append(_assistant_item(reply, calls, reasoning_events.summary()))
+            turn_items.append(_assistant_item(reply, calls, usage, reasoning_events.summary()))
             deferred = []
             for call in calls:
                 if call.error is not None:
@@ -1510,13 +1539,13 @@ class LiteLLMRunner:
             return ToolCallsRequested(
                 framework_run_state=encode_run_state(turn_items, [c.dex_id for c in calls]),
                 tool_calls=deferred,
-                usage=reply.usage,
+                usage=usage,
             )
         if not reply.text.strip():
             raise ModelResponseError("the model returned an empty response")
-        turn_items.append(_assistant_item(reply, (), reasoning_events.summary()))
+        turn_items.append(_assistant_item(reply, (), usage, reasoning_events.summary()))
         return TurnCompleted(
-            new_messages=[_framework_message(item) for item in turn_items], usage=reply.usage
+            new_messages=[_framework_message(item) for item in turn_items], usage=usage
         )
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> ToolExecutionResult:

@@ -31,6 +31,7 @@ from agents_app.models import (
 )
 from agents_app.rest_errors import UnavailablePart
 from agents_app.session_index import SESSION_STATUS_STOPPED
+from agents_app.usage_records import session_usage_annotations
 from dex_agents import AgentStatus
 
 logger = logging.getLogger(__name__)
@@ -247,7 +248,7 @@ def session_list_visible(
 
     Returns:
         AgentSession rows with ``agent`` and ``owner`` loaded and ``pending_approval_count``
-        annotated.
+        and the usage sums of ``usage_records.session_usage_annotations`` annotated.
     """
     sessions = AgentSession.objects.select_related("agent", "owner").annotate(
         pending_approval_count=_pending_approvals()
@@ -268,7 +269,8 @@ def session_list_visible(
             | Q(agent__name__icontains=term)
         )
     order = ordering if ordering in SESSION_ORDERINGS else "-created_at"
-    return sessions.order_by(order, "-pk")
+    # After the filters: django-stubs cannot follow annotations given as ``**kwargs``.
+    return sessions.order_by(order, "-pk").annotate(**session_usage_annotations())
 
 
 def agent_tools_describe(*, agent: AgentDefinition) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ from django.utils import timezone
 from agents_app import dex_gateway
 from agents_app.conf import dexagents_setting
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest, TitleSource
+from agents_app.usage_records import usage_record_apply
 from dex_agents import AgentSessionChange, AgentStatus, ClosedInterrupt, InterruptOutcome
 
 logger = logging.getLogger(__name__)
@@ -174,19 +175,27 @@ def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
         changes: ``AgentSessionChange`` values from ``dex_agents`` Steps. Changes of sessions the
             index does not hold (code-defined Flows, or a session created elsewhere) are ignored.
 
+        A change that carries a model call's usage also writes its ``UsageRecord``
+        (``agents_app.usage_records``).
+
     Returns:
         True when the approvals index changed (callers then notify ``APPROVALS_GROUP``).
     """
     approvals_changed = False
-    known = set(
-        AgentSession.objects.filter(pk__in={change.flow_id for change in changes}).values_list(
-            "pk", flat=True
-        )
-    )
+    sessions = {
+        pk: (owner_id, agent_id)
+        for pk, owner_id, agent_id in AgentSession.objects.filter(
+            pk__in={change.flow_id for change in changes}
+        ).values_list("pk", "owner_id", "agent_id")
+    }
+    known = set(sessions)
     with transaction.atomic():
         for change in changes:
             if change.flow_id not in known:
                 continue
+            if change.usage is not None:
+                owner_id, agent_id = sessions[change.flow_id]
+                usage_record_apply(change=change, owner_id=owner_id, agent_id=agent_id)
             if change.status is not None:
                 session_status_apply(
                     session_id=change.flow_id,

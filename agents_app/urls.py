@@ -26,6 +26,7 @@ from agents_app.approval_apis import (
     InterruptResolveApi,
 )
 from agents_app.token_apis import ApiTokenListCreateApi, ApiTokenRevokeApi
+from agents_app.usage_apis import UsageApi
 
 app_name = "agents_api"
 
@@ -36,6 +37,7 @@ urlpatterns = [
     path("approvals/bulk/", ApprovalBulkDecideApi.as_view(), name="approval-bulk"),
     path("tokens/", ApiTokenListCreateApi.as_view(), name="token-list"),
     path("tokens/<int:token_id>/", ApiTokenRevokeApi.as_view(), name="token-detail"),
+    path("usage/", UsageApi.as_view(), name="usage"),
     path("sessions/", SessionListCreateApi.as_view(), name="session-list"),
     path("sessions/<str:session_id>/", SessionDetailApi.as_view(), name="session-detail"),
     path(

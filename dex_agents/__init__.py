@@ -221,6 +221,7 @@ from dex_agents._records import (
     idempotency_key,
     is_approval_required,
     message_sequence_key,
+    usd_text,
 )
 from dex_agents._steps import (
     AwaitToolApproval,
@@ -395,5 +396,6 @@ __all__ = [
     "render_summary",
     "request_user_input_definition",
     "tool_call_edit_note",
+    "usd_text",
     "write_todos_definition",
 ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from dex_agents._records import AgentInterrupt, AgentStatus
+from dex_agents._records import AgentInterrupt, AgentStatus, AgentUsage
 from dex_agents._wire_types import resolve_annotations
 
 _LOG = logging.getLogger("dex_agents")
@@ -64,6 +64,12 @@ class AgentSessionChange:
         turn_id: The turn the change belongs to, or ``None`` outside a turn.
         raised: Interrupts this Step adds to ``PENDING_INTERRUPTS``.
         closed: Interrupts this Step answered, expired or withdrew.
+        usage: The model call this Step made, priced (``AgentUsage`` with ``requests=1``), or
+            ``None`` when the Step made none. Every attempt of a Step execution reports the
+            same ``model_call_id``, so an index keyed by it counts a retried call once (the
+            attempt Dex commits is the one whose figures stay).
+        model_call_id: ``"<step_execution_id>"`` of the RunModel Step that made the call;
+            ``None`` with ``usage``.
     """
 
     flow_id: str
@@ -72,6 +78,8 @@ class AgentSessionChange:
     turn_id: str | None
     raised: tuple[AgentInterrupt, ...] = field(default_factory=tuple)
     closed: tuple[ClosedInterrupt, ...] = field(default_factory=tuple)
+    usage: AgentUsage | None = None
+    model_call_id: str | None = None
 
 
 #: ``AgentSessionOptions.observer``: awaited with each change on the Worker's event loop.

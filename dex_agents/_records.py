@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -277,11 +278,15 @@ class ToolPolicy:
 
 @dataclass(frozen=True)
 class AgentUsage:
-    """Token and request counts; ``+`` adds field by field.
+    """Token and request counts, and their cost; ``+`` adds field by field.
 
     Attributes:
         input_tokens, output_tokens, reasoning_tokens, cached_input_tokens: token counts.
         requests: number of model requests.
+        cost_usd: Platform addition: what the calls cost in US dollars, as a decimal string
+            (``"0.000125"``, never exponent notation) so sums stay exact. The runner prices each
+            call; ``"0"`` when it could not (a model without a known price). Older stored
+            values lack it and decode as ``"0"``.
     """
 
     input_tokens: int = 0
@@ -289,6 +294,7 @@ class AgentUsage:
     reasoning_tokens: int = 0
     cached_input_tokens: int = 0
     requests: int = 0
+    cost_usd: str = "0"
 
     def __add__(self, other: AgentUsage) -> AgentUsage:
         if not isinstance(other, AgentUsage):
@@ -299,17 +305,34 @@ class AgentUsage:
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             requests=self.requests + other.requests,
+            cost_usd=usd_text(Decimal(self.cost_usd) + Decimal(other.cost_usd)),
         )
 
-    def as_dict(self) -> dict[str, int]:
-        """The five counters as a plain dict, as event payloads carry them."""
+    def as_dict(self) -> dict[str, int | str]:
+        """The five counters and ``cost_usd`` as a plain dict, as event payloads carry them."""
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "cached_input_tokens": self.cached_input_tokens,
             "requests": self.requests,
+            "cost_usd": self.cost_usd,
         }
+
+
+def usd_text(amount: Decimal) -> str:
+    """``amount`` as ``AgentUsage.cost_usd`` spells it: fixed-point, no exponent, no trailing
+    zeros (``Decimal("3E-7")`` gives ``"0.0000003"``, ``Decimal("0.00")`` gives ``"0"``).
+
+    Raises:
+        decimal.InvalidOperation: ``amount`` is not finite.
+    """
+    if not amount.is_finite():
+        raise InvalidOperation(f"cost must be finite, got {amount}")
+    text = format(amount, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
 
 
 @dataclass(frozen=True)

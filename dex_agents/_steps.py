@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from dex import (
@@ -137,6 +138,7 @@ from dex_agents._records import (
     TurnMode,
     idempotency_key,
     message_sequence_key,
+    usd_text,
 )
 from dex_agents._text_parts import (
     delete_text_parts,
@@ -177,8 +179,10 @@ async def _observe(
     turn_id: str | None,
     raised: Sequence[AgentInterrupt] = (),
     closed: Sequence[ClosedInterrupt] = (),
+    usage: AgentUsage | None = None,
 ) -> None:
-    """Tell the Flow's observer (platform addition) what this Step is about to commit."""
+    """Tell the Flow's observer (platform addition) what this Step is about to commit;
+    ``usage`` is the model call this Step made, keyed by its Step execution ID."""
     await notify_observer(
         flow.options.observer,
         AgentSessionChange(
@@ -188,6 +192,8 @@ async def _observe(
             turn_id=turn_id,
             raised=tuple(raised),
             closed=tuple(closed),
+            usage=usage,
+            model_call_id=context.step_execution_id if usage is not None else None,
         ),
     )
 
@@ -708,6 +714,16 @@ def _add_usage(context: AsyncContext, events: AgentEventWriter, usage: object) -
     """Add one model call's usage to the session total and write ``usage_recorded``."""
     if not isinstance(usage, AgentUsage):
         raise AgentContractError("outcome usage must be an AgentUsage")
+    try:
+        valid_cost = (
+            usd_text(Decimal(usage.cost_usd)) == usage.cost_usd and usage.cost_usd[0] != "-"
+        )
+    except (InvalidOperation, TypeError, ValueError):
+        valid_cost = False
+    if not valid_cost:
+        raise AgentContractError(
+            f"usage cost_usd must be a plain non-negative decimal string, got {usage.cost_usd!r}"
+        )
     session = (AGENT_USAGE.get(context) or AgentUsage()) + usage
     AGENT_USAGE.set(context, session)
     events.write_event(
@@ -933,12 +949,23 @@ class RunModel(_SessionStep, Step[None]):
                 decision = self._complete(context, events, state, recorded, outcome)
                 retain_newest(flow, context)  # compaction: retention after the new messages
                 await _observe(
-                    flow, context, status=AgentStatus.WAITING_FOR_USER_MESSAGE, turn_id=turn_id
+                    flow,
+                    context,
+                    status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+                    turn_id=turn_id,
+                    usage=outcome.usage,
                 )
                 return decision
             if isinstance(outcome, ToolCallsRequested):
                 decision, raised, status = self._defer(context, events, state, recorded, outcome)
-                await _observe(flow, context, status=status, turn_id=turn_id, raised=raised)
+                await _observe(
+                    flow,
+                    context,
+                    status=status,
+                    turn_id=turn_id,
+                    raised=raised,
+                    usage=outcome.usage,
+                )
                 return decision
             raise AgentContractError(
                 "run_model_step must return TurnCompleted or ToolCallsRequested"

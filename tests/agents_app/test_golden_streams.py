@@ -25,7 +25,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agents_app.runner import REJECTED_CALL_POLICY, LiteLLMRunner, decode_run_state
+from agents_app.runner import (
+    REJECTED_CALL_POLICY,
+    USAGE_KEY,
+    LiteLLMRunner,
+    decode_run_state,
+)
 from dex_agents import (
     AgentToolCall,
     AgentTurnOutcome,
@@ -184,12 +189,26 @@ def kept_reasoning(items: list[dict[str, Any]]) -> str | None:
     return texts[-1] if texts else None
 
 
+def without_usage(items: list[dict[str, Any]], usage: dict[str, Any]) -> list[dict[str, Any]]:
+    """``items`` without the usage each assistant item keeps (``USAGE_KEY``), after checking
+    the last one's is this call's (pricing is tested in test_usage_records.py)."""
+    kept = [dict(item) for item in items]
+    assistants = [item for item in kept if item.get("role") == "assistant"]
+    assert assistants and assistants[-1].get(USAGE_KEY) == usage
+    for item in assistants:
+        item.pop(USAGE_KEY, None)
+    return kept
+
+
 def summarize(outcome: AgentTurnOutcome) -> dict[str, Any]:
-    """The comparable content of an outcome: items, tool calls with policies, usage, and the
-    reasoning text the call's item keeps."""
+    """The comparable content of an outcome: items, tool calls with policies, usage (without
+    its cost), and the reasoning text the call's item keeps."""
     usage = outcome.usage.as_dict()
+    full_usage = dict(usage)
+    usage.pop("cost_usd")
     if isinstance(outcome, ToolCallsRequested):
         items, _ = decode_run_state(outcome.framework_run_state)
+        items = without_usage(items, full_usage)
         return {
             "kind": "tool_calls",
             "reasoning": kept_reasoning(items),
@@ -212,7 +231,10 @@ def summarize(outcome: AgentTurnOutcome) -> dict[str, Any]:
             "usage": usage,
         }
     assert isinstance(outcome, TurnCompleted)
-    items = [json.loads(json.dumps(message.framework_item)) for message in outcome.new_messages]
+    items = without_usage(
+        [json.loads(json.dumps(message.framework_item)) for message in outcome.new_messages],
+        full_usage,
+    )
     return {
         "kind": "completed",
         "reasoning": kept_reasoning(items),

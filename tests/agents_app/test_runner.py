@@ -605,8 +605,13 @@ async def test_echo_turn_completes_and_streams_text(demo_api_base: str) -> None:
     )
     outcome = await runner.run_model_step(turn)
     assert isinstance(outcome, TurnCompleted)
+    # The item keeps the usage of the call that produced it (issue 27), for display.
     assert [message.framework_item for message in outcome.new_messages] == [
-        {"role": "assistant", "content": "You said: hello there"}
+        {
+            "role": "assistant",
+            "content": "You said: hello there",
+            "usage": outcome.usage.as_dict(),
+        }
     ]
     assert outcome.new_messages[0].role is MessageRole.ASSISTANT
     # A fast stream fits in one buffered write (1 s / 16 KiB), flushed before the Step returns.

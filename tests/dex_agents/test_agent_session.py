@@ -529,6 +529,7 @@ async def test_snapshot_and_messages_of_a_stopped_session(tmp_path: Path) -> Non
             "reasoning_tokens": 0,
             "cached_input_tokens": 0,
             "requests": 2,
+            "cost_usd": "0",
         }
         assert AgentEventType.TEXT_DELTA in by_type
 

@@ -1,0 +1,109 @@
+"""Cost and usage per model call against the real platform (issue 27): engine, dexworker, web
+and the demo model as processes, LiteLLM calling the demo model over HTTP. The demo agent is
+given its own prices so every call's cost is non-zero and exactly checkable from its tokens."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import wait_until
+from tests.e2e.relay_stack import Stack, running_stack
+
+pytestmark = pytest.mark.e2e
+
+#: USD per million tokens set on the demo agent.
+INPUT_PRICE = Decimal("1.25")
+OUTPUT_PRICE = Decimal("10")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("usage")) as platform:
+        platform.django_shell(
+            "import json; from agents_app.models import AgentDefinition as A; "
+            f"A.objects.filter(slug='demo').update(input_price_per_mtok='{INPUT_PRICE}', "
+            f"output_price_per_mtok='{OUTPUT_PRICE}'); print(json.dumps(1))"
+        )
+        yield platform
+
+
+def expected_cost(usage: dict[str, Any]) -> Decimal:
+    return (
+        usage["input_tokens"] * INPUT_PRICE + usage["output_tokens"] * OUTPUT_PRICE
+    ) / Decimal(1_000_000)
+
+
+def finished_detail(client: httpx.Client, session_id: str) -> dict[str, Any] | None:
+    detail: dict[str, Any] = client.get(f"/api/v1/sessions/{session_id}/").json()
+    if detail["status"] != "waiting_for_user_message" or not detail["messages"]:
+        return None
+    return detail
+
+
+def test_each_call_is_priced_and_summed_per_message_turn_session_and_user(stack: Stack) -> None:
+    owner, other = stack.api("owner"), stack.api("other")
+    query = json.dumps({"query": "durable agents"})
+    created = owner.post("/api/v1/sessions/", json={
+        "agent": "demo", "message": f"/tool search__web_search {query}"})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+    detail = wait_until("the turn to finish", lambda: finished_detail(owner, session_id),
+                        timeout=60)
+
+    # Two model calls (one asks for the tool, one answers): each assistant message carries
+    # the usage of the call that produced it, priced at the agent's prices.
+    assistants = [m for m in detail["messages"] if m["role"] == "assistant"]
+    assert len(assistants) == 2, detail["messages"]
+    for message in assistants:
+        usage = message["usage"]
+        assert usage["requests"] == 1
+        assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+        assert Decimal(usage["cost_usd"]) == expected_cost(usage) > 0
+    assert all("usage" not in m for m in detail["messages"] if m["role"] != "assistant")
+
+    # The session total is the sum of its calls, the cost exactly.
+    total = detail["usage"]
+    assert total["requests"] == 2
+    for key in ("input_tokens", "output_tokens"):
+        assert total[key] == sum(m["usage"][key] for m in assistants)
+    assert Decimal(total["cost_usd"]) == sum(Decimal(m["usage"]["cost_usd"]) for m in assistants)
+
+    # The list shows the session's cost from the Django rows the worker wrote.
+    def listed() -> dict[str, Any] | None:
+        rows = owner.get("/api/v1/sessions/", params={"limit": "200"}).json()["results"]
+        row = next(row for row in rows if row["id"] == session_id)
+        return row if row["usage"]["requests"] == 2 else None
+
+    row = wait_until("the list to show both calls", listed, timeout=30)
+    assert row["usage"]["cost_usd"] == total["cost_usd"]
+
+    # GET /api/v1/usage/: the owner's own figures, per day and per agent.
+    mine = owner.get("/api/v1/usage/").json()
+    assert mine["totals"]["cost_usd"] == total["cost_usd"]
+    assert mine["totals"]["input_tokens"] == total["input_tokens"]
+    assert [a["agent"] for a in mine["agents"]] == ["demo"]
+    assert mine["agents"][0]["cost_usd"] == total["cost_usd"]
+    today = [day for day in mine["days"] if day["requests"]]
+    assert len(today) == 1 and today[0]["day"] == mine["to"]
+    assert today[0]["cost_usd"] == total["cost_usd"]
+
+    # Another user's figures do not include the owner's calls.
+    theirs = other.get("/api/v1/usage/").json()
+    assert theirs["totals"]["requests"] == 0 and theirs["agents"] == []
+
+    # A second turn adds to the same day and agent.
+    sent = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "thanks"})
+    assert sent.status_code in (200, 201, 202), sent.text
+    wait_until(
+        "the second turn's call in the usage figures",
+        lambda: owner.get("/api/v1/usage/").json()["totals"]["requests"] == 3 or None,
+        timeout=60,
+    )
+    final = owner.get(f"/api/v1/sessions/{session_id}/").json()
+    assert owner.get("/api/v1/usage/").json()["totals"]["cost_usd"] == final["usage"]["cost_usd"]
