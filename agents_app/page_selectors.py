@@ -8,6 +8,8 @@ from the REST API and the websockets, which read Dex.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,6 +26,13 @@ from agents_app.selectors import (
     session_get_for_owner_or_staff,
     session_list_visible,
 )
+from agents_app.usage_records import (
+    session_row_usage,
+    session_usage_totals,
+    usage_by_owner,
+    usage_summary,
+)
+from dex_agents import usd_text
 
 # Session index statuses (ARCHITECTURE.md "The Django index") with words for people.
 SESSION_STATUS_LABELS: dict[str, str] = {
@@ -147,6 +156,8 @@ class SessionRow:
     awaiting_approval: bool
     created_at: Any
     updated_at: Any
+    cost: str = "$0"
+    usage_title: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +234,8 @@ def session_list_page_get(
                 awaiting_approval=bool(getattr(session, "pending_approval_count", 0)),
                 created_at=session.created_at,
                 updated_at=session.updated_at,
+                cost=usd_display(session_row_usage(session)["cost_usd"]),
+                usage_title=usage_title(session_row_usage(session)),
             )
             for session in current.object_list
         ],
@@ -260,6 +273,17 @@ class ChatPage:
     status_label: str
     can_send: bool
     can_approve: bool
+    usage: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def cost(self) -> str:
+        """The session's recorded cost for display (``usd_display``)."""
+        return usd_display(self.usage.get("cost_usd", "0"))
+
+    @property
+    def usage_title(self) -> str:
+        """The session's tokens and calls in words (``usage_title``)."""
+        return usage_title(self.usage)
 
     def client_config(self) -> dict[str, Any]:
         """The JSON the page module reads (through ``json_script``); no secrets."""
@@ -296,4 +320,89 @@ def chat_page_get(*, user: AbstractBaseUser | AnonymousUser, session_id: str) ->
         status_label=SESSION_STATUS_LABELS.get(session.status, session.status),
         can_send=rights["can_send"],
         can_approve=rights["can_approve"],
+        usage=session_usage_totals(session_ids=[session.id]).get(session.id, {}),
+    )
+
+
+def usd_display(cost_usd: str) -> str:
+    """A cost in US dollars (a decimal string) as pages show it: two decimals from a cent,
+    rounded half up (``"$1.23"``), else the exact amount (``"$0.0027125"``); ``"$0"`` for
+    nothing. ``usage_display.mjs`` formats the same way."""
+    amount = Decimal(cost_usd or "0")
+    if amount <= 0:
+        return "$0"
+    if amount >= Decimal("0.01"):
+        return f"${amount.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):,}"
+    return "$" + usd_text(amount)
+
+
+def usage_title(usage: dict[str, Any]) -> str:
+    """``"1,200 input tokens, 300 output tokens, 2 model calls"`` for a usage dict (the
+    keys of ``AgentUsage.as_dict()``; missing ones count as zero)."""
+    calls = int(usage.get("requests") or 0)
+    return (
+        f"{int(usage.get('input_tokens') or 0):,} input tokens, "
+        f"{int(usage.get('output_tokens') or 0):,} output tokens, "
+        f"{calls:,} model call{'' if calls == 1 else 's'}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class UsagePage:
+    """What the usage page shows: ``summary`` is ``usage_records.usage_summary`` (everyone's
+    for staff, else the viewer's own) with display strings added (``cost`` and ``title`` on
+    the totals, each day, agent and user); ``users`` is the per-user breakdown (staff only,
+    else empty); ``chart`` is the JSON the page module draws (days and agents, costs as
+    numbers of US dollars)."""
+
+    everyone: bool
+    date_from: str
+    date_to: str
+    summary: dict[str, Any]
+    users: list[dict[str, Any]]
+    chart: dict[str, Any]
+
+
+def _displayed(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "cost": usd_display(row["cost_usd"]), "title": usage_title(row)}
+
+
+def usage_page_get(
+    *, user: AbstractBaseUser | AnonymousUser, date_from: datetime.date, date_to: datetime.date
+) -> UsagePage:
+    """The usage page between two UTC days (both included; the caller validated them)."""
+    everyone = _is_staff(user)
+    summary = usage_summary(
+        owner_id=None if everyone else user.pk, date_from=date_from, date_to=date_to
+    )
+    shown = {
+        **summary,
+        "totals": _displayed(summary["totals"]),
+        "days": [_displayed(day) for day in summary["days"]],
+        "agents": [_displayed(agent) for agent in summary["agents"]],
+    }
+    users = (
+        [_displayed(row) for row in usage_by_owner(date_from=date_from, date_to=date_to)]
+        if everyone
+        else []
+    )
+    chart = {
+        "days": [
+            {"day": day["day"], "cost": float(day["cost_usd"]), "tokens": day["input_tokens"]
+             + day["output_tokens"]}
+            for day in summary["days"]
+        ],
+        "agents": [
+            {"agent": agent["name"] or agent["agent"], "cost": float(agent["cost_usd"]),
+             "tokens": agent["input_tokens"] + agent["output_tokens"]}
+            for agent in summary["agents"]
+        ],
+    }
+    return UsagePage(
+        everyone=everyone,
+        date_from=summary["from"],
+        date_to=summary["to"],
+        summary=shown,
+        users=users,
+        chart=chart,
     )

@@ -12,4 +12,5 @@ urlpatterns = [
     path("sessions/", views.session_list_view, name="session-list"),
     path("sessions/<str:session_id>/", views.session_detail_view, name="session-detail"),
     path("approvals/", views.approvals_view, name="approvals"),
+    path("usage/", views.usage_view, name="usage"),
 ]

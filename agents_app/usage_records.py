@@ -137,6 +137,21 @@ def usage_summary(
     }
 
 
+def usage_by_owner(
+    *, date_from: datetime.date, date_to: datetime.date
+) -> list[dict[str, Any]]:
+    """Every user's sums over a date range (staff views only), costliest first:
+    ``[{"owner" (username), **SUMS}]``."""
+    rows = usage_records_for(owner_id=None, date_from=date_from, date_to=date_to)
+    return [
+        {"owner": row["owner__username"], **_plain(row)}
+        for row in rows.order_by()
+        .values("owner__username")
+        .annotate(**_sums())
+        .order_by("-cost_usd", "owner__username")
+    ]
+
+
 #: The sums ``session_usage_annotations`` adds, as ``usage_<name>``.
 SESSION_LIST_USAGE = ("input_tokens", "output_tokens", "requests", "cost_usd")
 

@@ -1,10 +1,12 @@
-"""The browser pages: portal, sessions, chat and the approvals dashboard.
+"""The browser pages: portal, sessions, chat, the approvals dashboard and usage.
 
 Views check who may see the page, read what it shows from ``page_selectors`` and render a
 template; the pages' ES modules (``static/agents_app/``) do the rest through the REST API and
 the websockets. Anonymous visitors are sent to the login page; a session the user may not read
 answers 404 like an unknown one; the approvals dashboard answers 403 to non-staff.
 """
+
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -13,6 +15,7 @@ from django.views.decorators.http import require_GET
 
 from agents_app import page_selectors
 from agents_app.models import AgentSession
+from agents_app.usage_apis import UsageRangeSerializer
 
 
 @require_GET
@@ -83,4 +86,33 @@ def approvals_view(request: HttpRequest) -> HttpResponse:
         request,
         "agents_app/approvals.html",
         {"page_module": "agents_app/approvals.mjs"},
+    )
+
+
+@require_GET
+@login_required
+def usage_view(request: HttpRequest) -> HttpResponse:
+    """``/usage/``: model usage and cost per day and per agent (and per user for staff, who
+    see everyone's; others see their own), over ``?from=&to=`` UTC days (default: the last
+    30). Bad dates show their messages and the default range."""
+    query = UsageRangeSerializer(data=request.GET)
+    errors: dict[str, Any] = {}
+    if query.is_valid():
+        first, last = query.validated_data["from"], query.validated_data["to"]
+    else:
+        errors = {key: " ".join(str(m) for m in messages) for key, messages in query.errors.items()}
+        fallback = UsageRangeSerializer(data={})
+        fallback.is_valid(raise_exception=True)
+        first, last = fallback.validated_data["from"], fallback.validated_data["to"]
+    usage = page_selectors.usage_page_get(user=request.user, date_from=first, date_to=last)
+    return render(
+        request,
+        "agents_app/usage.html",
+        {
+            "usage": usage,
+            "errors": errors,
+            "chart_data": usage.chart,
+            "page_module": "agents_app/usage.mjs",
+        },
+        status=400 if errors else 200,
     )

@@ -63,7 +63,18 @@ class PageStack:
     base_url: str
     demo_password: str
     tokens: dict[str, str]
+    env: dict[str, str]
     admin_password: str = ""
+
+    def shell(self, code: str) -> Any:
+        """Run ``code`` in ``manage.py shell`` on the stack's database; it prints one JSON
+        line last, which is returned decoded."""
+        done = subprocess.run(
+            [PYTHON, "manage.py", "shell", "-c", code],
+            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
     def api(self, persona: str) -> httpx.Client:
         return httpx.Client(
@@ -110,7 +121,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
         )
         assert done.returncode == 0, done.stderr
         tokens = json.loads(done.stdout.strip().splitlines()[-1])
-        yield PageStack(f"http://127.0.0.1:{web}", demo_password, tokens, admin_password)
+        yield PageStack(f"http://127.0.0.1:{web}", demo_password, tokens, env, admin_password)
     finally:
         processes.stop_all()
 

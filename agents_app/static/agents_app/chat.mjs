@@ -38,6 +38,7 @@ import { MessageQueue } from "./message_queue.mjs";
 import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
 import { sessionApiPath } from "./urls.mjs";
+import { messageUsageTitle, showSessionUsage, usdDisplay } from "./usage_display.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -209,6 +210,7 @@ function messageNode(message) {
     { class: `message message-${role}`, dataset: { sequence: String(message.sequence), role } },
     el("div", { class: "message-meta" }, el("span", { class: "message-role" }, label), el("span", {}, `#${message.sequence}`), messageTime(message.created_at)),
   );
+  if (message.usage) node.title = messageUsageTitle(message.usage);
   if (Number.isInteger(message.text_length) && message.text_length > 0) {
     // In the header, where a reader meets the message, not after pages of its start.
     node.querySelector(".message-meta").append(wholeTextControl(message));
@@ -513,7 +515,7 @@ function usageText(usage) {
   if (!usage) return "";
   const parts = [`${usage.input_tokens ?? 0} in`, `${usage.output_tokens ?? 0} out`];
   if (usage.reasoning_tokens) parts.push(`${usage.reasoning_tokens} reasoning`);
-  return `${parts.join(" / ")} tokens`;
+  return `${parts.join(" / ")} tokens, ${usdDisplay(usage.cost_usd)}`;
 }
 
 /** {kind, detail, tone} for an AgentEvent, or null for events not shown as activity. */
@@ -1311,6 +1313,7 @@ function applySnapshot(snapshot, queueRead, snapshotRead) {
   revealLinkedCall();
   showStatus(snapshot.status, snapshot);
   if (snapshot.model) byId("chat-model").textContent = snapshot.model;
+  showSessionUsage(byId("chat-cost"), snapshot.usage);
   showAlert(snapshot.last_turn_error ? `The last turn failed: ${snapshot.last_turn_error}` : "");
   byId("chat-stop").hidden = snapshot.status === "stopped" || !(config.isOwner || config.canApprove);
   // Nothing more can happen in a stopped session: end the live view.
@@ -1426,6 +1429,9 @@ function onEvent(frame) {
       break;
     case "session_stopped":
       loadSnapshot();
+      break;
+    case "usage_recorded":
+      showSessionUsage(byId("chat-cost"), event.data?.session);
       break;
     case "user_input_requested":
       hintStatus("waiting_for_user_input");

@@ -1,0 +1,128 @@
+"""Cost and usage in real Chromium (issue 27): a message's own call on hover, the session's
+cost in the chat header and in the sessions list, and the usage page with its two charts,
+at 1280 and 390 px (screenshots in ``var/screenshots/``). The demo agent gets its own prices
+so every figure is non-zero and checkable against the API."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.test_pages_browser import (  # noqa: F401  (fixtures used by name)
+    NARROW,
+    WIDE,
+    Contexts,
+    PageStack,
+    assistant_texts,
+    browser,
+    contexts,
+    playwright,
+    screenshot,
+    stack,
+    start_session,
+    wait_for_turn_end,
+)
+
+pytestmark = pytest.mark.e2e
+
+PRICES_CODE = (
+    "import json; from agents_app.models import AgentDefinition as A; "
+    "print(json.dumps(A.objects.filter(slug='demo').update("
+    "input_price_per_mtok='2.5', output_price_per_mtok='40')))"
+)
+
+
+@pytest.fixture(scope="module")
+def priced(stack: PageStack) -> Iterator[PageStack]:  # noqa: F811
+    assert stack.shell(PRICES_CODE) == 1
+    yield stack
+
+
+def displayed(cost_usd: str) -> str:
+    from agents_app.page_selectors import usd_display
+
+    return usd_display(cost_usd)
+
+
+def session_usage(platform: PageStack, persona: str, session_id: str) -> dict[str, Any]:
+    with platform.api(persona) as api:
+        usage: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()["usage"]
+    return usage
+
+
+def test_cost_shows_per_message_session_list_and_usage_page(
+    contexts: Contexts, priced: PageStack  # noqa: F811
+) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(owner, '/tool search__web_search {"query": "what it costs"}')
+    messages = wait_for_turn_end(priced, "owner", session_id)
+    total = session_usage(priced, "owner", session_id)
+    assert Decimal(total["cost_usd"]) > 0 and total["requests"] == 2
+    reply = [m for m in messages if m["role"] == "assistant"][-1]
+
+    for viewport in (WIDE, NARROW):
+        page = contexts.logged_in("owner", viewport=viewport)
+        page.goto(f"/sessions/{session_id}/")
+        expect(assistant_texts(page).last).to_contain_text("what it costs")
+        # The header: the session's total, its tokens on hover.
+        cost = page.locator("#chat-cost")
+        expect(cost).to_have_text(displayed(total["cost_usd"]))
+        expect(cost).to_have_attribute("title", re.compile(r"2 model calls"))
+        # Each reply: the call that produced it, on hover.
+        last = page.locator(".message-assistant").last
+        last.hover()
+        expect(last).to_have_attribute(
+            "title",
+            f"This reply: {reply['usage']['input_tokens']:,} input tokens, "
+            f"{reply['usage']['output_tokens']:,} output tokens; cost "
+            f"{displayed(reply['usage']['cost_usd'])}",
+        )
+        screenshot(page, "usage-chat", screen_too=True)
+
+        # The sessions list: a Cost column.
+        page.goto("/sessions/")
+        link = page.get_by_role("link", name=re.compile("what it costs"))
+        row = page.get_by_role("row").filter(has=link)
+        expect(row.locator('td[data-label="Cost"]')).to_have_text(displayed(total["cost_usd"]))
+        screenshot(page, "usage-sessions")
+
+        # The usage page: the owner's own figures, charts drawn by Chart.js.
+        page.goto("/usage/")
+        expect(page.get_by_role("heading", name="Usage", exact=True)).to_be_visible()
+        expect(page.get_by_text("Model calls of your sessions")).to_be_visible()
+        wait_for_chart(page, "#usage-days-chart")
+        wait_for_chart(page, "#usage-agents-chart")
+        agents = page.get_by_role("region", name="Cost per agent")
+        expect(agents.get_by_role("row").filter(has_text="Demo")).to_be_visible()
+        screenshot(page, "usage-owner")
+
+    # Staff see everyone's figures, with a per-user table.
+    for viewport in (WIDE, NARROW):
+        staff = contexts.logged_in("reviewer", viewport=viewport)
+        staff.goto("/usage/")
+        expect(staff.get_by_text("every user's sessions")).to_be_visible()
+        users = staff.get_by_role("region", name="Cost per user")
+        expect(users.get_by_role("row").filter(has_text="owner")).to_be_visible()
+        wait_for_chart(staff, "#usage-days-chart")
+        screenshot(staff, "usage-staff")
+
+    # A bad date is refused with a message beside its field; the page still shows figures.
+    answer = owner.goto("/usage/?from=2026-12-31&to=2026-01-01")
+    assert answer is not None and answer.status == 400
+    expect(owner.locator("#usage-from-error")).to_contain_text("after")
+
+
+def wait_for_chart(page: Any, selector: str) -> None:
+    """Wait until Chart.js has drawn a chart on the canvas ``selector`` with non-zero data."""
+    expect(page.locator(selector)).to_be_visible()
+    page.wait_for_function(
+        "(selector) => { const c = window.Chart && window.Chart.getChart("
+        "document.querySelector(selector)); return !!c && "
+        "c.data.datasets[0].data.some((v) => v > 0); }",
+        arg=selector,
+    )
