@@ -82,6 +82,10 @@ def test_cost_shows_per_message_session_list_and_usage_page(
             f"{reply['usage']['output_tokens']:,} output tokens; cost "
             f"{displayed(reply['usage']['cost_usd'])}",
         )
+        tokens = reply["usage"]["input_tokens"] + reply["usage"]["output_tokens"]
+        badge = last.locator(".message-usage")
+        expect(badge).to_have_text(f"{displayed(reply['usage']['cost_usd'])} · {tokens} tokens")
+        expect(badge).to_have_css("opacity", "1")
         screenshot(page, "usage-chat", screen_too=True)
 
         # The sessions list: a Cost column.

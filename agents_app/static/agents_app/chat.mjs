@@ -38,7 +38,7 @@ import { MessageQueue } from "./message_queue.mjs";
 import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
 import { sessionApiPath } from "./urls.mjs";
-import { messageUsageTitle, showSessionUsage, usdDisplay } from "./usage_display.mjs";
+import { messageUsageBadge, messageUsageTitle, showSessionUsage, usdDisplay } from "./usage_display.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -210,7 +210,10 @@ function messageNode(message) {
     { class: `message message-${role}`, dataset: { sequence: String(message.sequence), role } },
     el("div", { class: "message-meta" }, el("span", { class: "message-role" }, label), el("span", {}, `#${message.sequence}`), messageTime(message.created_at)),
   );
-  if (message.usage) node.title = messageUsageTitle(message.usage);
+  if (message.usage) {
+    node.title = messageUsageTitle(message.usage);
+    node.querySelector(".message-meta").append(messageUsageBadge(message.usage));
+  }
   if (Number.isInteger(message.text_length) && message.text_length > 0) {
     // In the header, where a reader meets the message, not after pages of its start.
     node.querySelector(".message-meta").append(wholeTextControl(message));

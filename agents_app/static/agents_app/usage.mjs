@@ -17,7 +17,11 @@ function barChart(canvas, labels, costs, { horizontal = false } = {}) {
   const muted = themeColor("--muted");
   const border = themeColor("--border");
   const axis = { ticks: { color: muted }, grid: { color: border } };
-  const money = { ...axis, beginAtZero: true, ticks: { color: muted, callback: (value) => usdDisplay(String(value)) } };
+  const money = {
+    ...axis,
+    beginAtZero: true,
+    ticks: { color: muted, maxRotation: 0, autoSkip: true, maxTicksLimit: 5, callback: (value) => usdDisplay(String(value)) },
+  };
   return new globalThis.Chart(canvas, {
     type: "bar",
     data: { labels, datasets: [{ label: "Cost (USD)", data: costs, backgroundColor: accent, borderRadius: 3, maxBarThickness: 48 }] },

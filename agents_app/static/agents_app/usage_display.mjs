@@ -2,6 +2,8 @@
 // session's total in the chat header. Money arrives as a decimal string in US dollars
 // ("0.000045"); it is formatted as page_selectors.usd_display formats it on the server.
 
+import { el } from "./dom.mjs";
+
 /** A cost in US dollars (decimal string) for display: "$1.23" from a cent (half up), else
  * the exact amount ("$0.0027125"); "$0" for nothing. */
 export function usdDisplay(costUsd) {
@@ -37,4 +39,12 @@ export function showSessionUsage(node, usage) {
   if (!node || !usage) return;
   node.textContent = usdDisplay(usage.cost_usd);
   node.title = usageTitle(usage);
+}
+
+/** The small figure an assistant message shows in its header on hover (always on touch
+ * screens): its call's cost and tokens, with the details as its title. */
+export function messageUsageBadge(usage) {
+  const tokens = Number(usage.input_tokens ?? 0) + Number(usage.output_tokens ?? 0);
+  return el("span", { class: "message-usage", title: messageUsageTitle(usage) },
+    `${usdDisplay(usage.cost_usd)} · ${count(tokens)} tokens`);
 }
