@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents_app.api_schema import error_response, field_errors_serializer
 from agents_app.api_session_schema import UsageSerializer
 from agents_app.usage_records import usage_summary
 
@@ -48,6 +49,15 @@ class UsageRangeSerializer(serializers.Serializer):
         return fields
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # DRF reads a blank query value of an optional field as absent; a blank date is not
+        # the default, it is a mistake.
+        blank = {
+            name: ["Give a date as YYYY-MM-DD."]
+            for name in ("from", "to")
+            if name in self.initial_data and not str(self.initial_data.get(name)).strip()
+        }
+        if blank:
+            raise serializers.ValidationError(blank)
         last = attrs.get("to") or utc_today()
         first = attrs.get("from") or last - datetime.timedelta(days=USAGE_DEFAULT_DAYS - 1)
         if first > last:
@@ -108,7 +118,14 @@ class UsageApi(APIView):
             ),
             OpenApiParameter("to", datetime.date, description="Last UTC day; default: today."),
         ],
-        responses={200: UsageSummarySerializer},
+        responses={
+            200: UsageSummarySerializer,
+            400: error_response(
+                400,
+                field_errors_serializer(UsageRangeSerializer, name="UsageRangeError"),
+                "A date that is not YYYY-MM-DD, from after to, or more than 366 days.",
+            ),
+        },
     )
     def get(self, request: Request) -> Response:
         query = UsageRangeSerializer(data=request.query_params)

@@ -155,6 +155,7 @@ def test_usage_api_answers_each_persona_with_their_own_figures(
     [
         ({"from": "yesterday"}, "from"),
         ({"to": "2026-13-01"}, "to"),
+        ({"to": ""}, "to"),
         ({"from": "2026-12-02", "to": "2026-12-01"}, "from"),
         ({"from": "2024-01-01", "to": "2026-12-01"}, "from"),
     ],
