@@ -12,6 +12,7 @@ from agents_app.models import (
     ApiToken,
     ApprovalDecision,
     ApprovalRequest,
+    Budget,
     OutboxMessage,
     OutboxTurnCancel,
     UsageRecord,
@@ -170,3 +171,15 @@ class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("owner", "agent")
     search_fields = ("session__id", "owner__username")
     date_hierarchy = "day"
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    """Spending limits per user or per agent, per UTC day or month (``agents_app.budgets``)."""
+
+    list_display = ("__str__", "user", "agent", "period", "limit_usd", "enabled", "updated_at")
+    list_filter = ("period", "enabled", "agent")
+    list_select_related = ("user", "agent")
+    search_fields = ("user__username", "agent__slug", "agent__name")
+    autocomplete_fields = ("user",)
+    readonly_fields = ("created_at", "updated_at")

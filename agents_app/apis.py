@@ -838,12 +838,18 @@ MESSAGE_QUEUED = inline_serializer(
         ),
         "delivery": DELIVERY_FIELD,
         "pending_reason": serializers.ChoiceField(
-            choices=["unavailable", "active_session_limit"],
+            choices=["unavailable", "active_session_limit", "budget"],
             allow_null=True,
             help_text="Why a pending message waits: unavailable (the engine or every worker did "
-            "not answer) or active_session_limit (you already run "
-            "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER turns; it goes when one ends); null when "
-            "delivered.",
+            "not answer), active_session_limit (you already run "
+            "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER turns; it goes when one ends) or budget "
+            "(a budget of yours or of the agent is spent; it goes when the budget allows); "
+            "null when delivered.",
+        ),
+        "pending_detail": serializers.CharField(
+            allow_null=True,
+            help_text="With pending_reason budget: which budget is spent and when it resets; "
+            "else null.",
         ),
         "turn": type(MESSAGE_TURN)(
             required=False,
@@ -1307,6 +1313,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
                 "id": accepted.id,
                 "delivery": accepted.delivery,
                 "pending_reason": accepted.pending_reason or None,
+                "pending_detail": accepted.pending_detail or None,
             },
             status=status.HTTP_202_ACCEPTED,
         )

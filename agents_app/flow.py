@@ -46,6 +46,17 @@ def _session_client() -> AgentSessionClient:
     return sessions
 
 
+async def _budget_check(owner_id: str | None, agent_slug: str) -> str | None:
+    """``LiteLLMRunner``'s budget check: ``budgets.budget_refusal`` from the Django database."""
+    from asgiref.sync import sync_to_async
+
+    from agents_app.budgets import budget_refusal
+
+    return await sync_to_async(budget_refusal, thread_sensitive=False)(
+        owner_id=owner_id, agent_slug=agent_slug
+    )
+
+
 def build_flow(
     *, pool: McpClientPool | None = None, observer: AgentSessionObserver | None = None
 ) -> AgentSessionFlow:
@@ -74,6 +85,8 @@ def build_flow(
         ``DEXAGENTS["TOOL_RESULT_IMAGES_MAX_BYTES"]``. A question an MCP server asks during a
         tool call waits for the session owner's answer (``elicitation_timeout_seconds`` of the
         ``agent_config``) through this process's Dex client (``dex_gateway.session_client``).
+        Each model call is priced and checked against the owner's and the agent's budgets
+        first (``agents_app.budgets``).
     """
     runner = LiteLLMRunner(
         server_resolver=_resolve_server,
@@ -83,6 +96,7 @@ def build_flow(
             result_images_max_bytes=dexagents_setting("TOOL_RESULT_IMAGES_MAX_BYTES"),
         ),
         session_client=_session_client,
+        budget_check=_budget_check,
     )
     return AgentSessionFlow(
         runner,

@@ -540,3 +540,59 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} {self.model_call_id}"
+
+
+class Budget(models.Model):
+    """A spending limit in US dollars per UTC day or month, for one user or one agent
+    (issue 27 "Budgets"; set in admin).
+
+    A user's budget counts that user's model calls with every agent; an agent's counts every
+    user's calls with that agent (``UsageRecord`` rows). While a budget is spent, a message
+    that would start a turn waits in the session's queue (``outbox.BudgetDeferred``) and a
+    running turn makes no further model call (``budgets.budget_refusal``).
+    """
+
+    class Period(models.TextChoices):
+        DAY = "day", "per UTC day"
+        MONTH = "month", "per UTC month"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="budgets",
+        help_text="Limit this user's calls with any agent. Leave empty for an agent budget.",
+    )
+    agent = models.ForeignKey(
+        AgentDefinition,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="budgets",
+        help_text="Limit every user's calls with this agent. Leave empty for a user budget.",
+    )
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
+    limit_usd = models.DecimalField(
+        "limit (USD)", max_digits=12, decimal_places=6, validators=[MinValueValidator(0)]
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("user__username", "agent__slug", "period")
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(user__isnull=False, agent__isnull=True)
+                    | models.Q(user__isnull=True, agent__isnull=False)
+                ),
+                name="budget_user_xor_agent",
+                violation_error_message="Choose a user or an agent, not both.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        whom = f"user {self.user}" if self.user_id else f"agent {self.agent}"
+        return f"{whom}: ${self.limit_usd} {self.get_period_display()}"

@@ -25,6 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents_app import dex_gateway, session_index
+from agents_app.budgets import budget_refusal
 from agents_app.conf import dexagents_setting
 from agents_app.models import (
     AgentSession,
@@ -67,6 +68,12 @@ class ActiveLimitDeferred(DeliveryDeferred):
     """The message would start a turn while its owner already has
     ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns running; it stays pending and is
     delivered when one of them ends (``active_limit_release``)."""
+
+
+class BudgetDeferred(DeliveryDeferred):
+    """A budget of the message's owner or agent is spent (``budgets.budget_refusal``, whose
+    sentence is the exception's text and the row's ``last_error``); the message stays pending
+    and the delivery sweep tries it again."""
 
 
 #: Index statuses of a session whose turn runs (and holds a Dex worker's attention).
@@ -206,6 +213,7 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
     Raises:
         QueueFullDeferred: The session's queue is full.
         ActiveLimitDeferred: The owner already runs as many turns as allowed.
+        BudgetDeferred: A budget of the owner or the agent is spent.
         DeliveryDeferred: The engine or every worker did not answer.
     """
     session = message.session
@@ -213,6 +221,10 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
         return message.delivery
     if session.status == "stopped":
         return _message_refuse(message, SESSION_STOPPED_REASON)
+    refusal = budget_refusal(owner_id=session.owner_id, agent_id=session.agent_id)
+    if refusal is not None:
+        _note_attempt(OutboxMessage, message.pk, refusal)
+        raise BudgetDeferred(refusal)
     reserved = _turn_reserve(message)
     try:
         sent = dex_gateway.run(

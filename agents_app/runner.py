@@ -289,6 +289,11 @@ TURN_FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool call
 """First line of ``dex_agents.build_turn_failure_note`` (seed "RecordTurnFailure")."""
 
 
+#: ``LiteLLMRunner(budget_check=...)``: ``async (owner_id or None, agent slug) -> why a model
+#: call may not be made now, or None``.
+BudgetCheck = Callable[[str | None, str], Awaitable[str | None]]
+
+
 class AgentConfigError(ValueError):
     """The session's ``agent_config`` is missing or malformed, or its key is not set; fails
     the Step. Messages name variables, never key values."""
@@ -1221,6 +1226,9 @@ class LiteLLMRunner:
         session_client: Gives a client of the session Flow for the running loop; a server's
             questions during a call wait for the user's answer through it. ``None``: every
             question is declined (the MCP client's default).
+        budget_check: ``async (owner_id, agent_slug) -> refusal or None``, asked before each
+            model call (issue 27 "Budgets", ``agents_app.budgets``); a refusal fails the turn
+            at once with it as the note, so a turn stops after the call that crossed a budget.
     """
 
     def __init__(
@@ -1231,12 +1239,14 @@ class LiteLLMRunner:
         default_config: Mapping[str, Any] | None = None,
         media_limits: MediaLimits | None = None,
         session_client: SessionClientFactory | None = None,
+        budget_check: BudgetCheck | None = None,
     ) -> None:
         self._server_resolver = server_resolver
         self._pool = pool if pool is not None else McpClientPool()
         self._default_config = dict(default_config) if default_config is not None else None
         self._media_limits = media_limits or MediaLimits()
         self._session_client = session_client
+        self._budget_check = budget_check
 
     @property
     def media_limits(self) -> MediaLimits:
@@ -1486,8 +1496,9 @@ class LiteLLMRunner:
             ModelResponseError: Empty response, a tool call without a name, or a failed
                 Responses stream.
             dex_agents.ModelCallError: The provider refused the request itself (HTTP 400,
-                401, 402, 403, 404 or 422 other than a context-window error): RunModel does not
-                retry it, the turn fails with this message (issue 25).
+                401, 402, 403, 404 or 422 other than a context-window error), or a budget is
+                spent (``budget_check``): RunModel does not retry it, the turn fails with this
+                message (issues 25, 27).
             ContextWindowExceededError: The input is longer than the model's window (the
                 session compacts, or fails the turn at once).
             dex_agents.ModelRateLimitError: HTTP 429 with ``Retry-After``: retried after that
@@ -1499,6 +1510,12 @@ class LiteLLMRunner:
                 (retried).
         """
         config = self._config(turn.agent_config).for_turn_mode(turn.turn_mode)
+        if self._budget_check is not None:
+            refusal = await self._budget_check(
+                config.owner_id, str((turn.agent_config or {}).get("agent") or "")
+            )
+            if refusal:
+                raise ModelCallError(refusal)
         messages, turn_items = build_model_input(config, turn)
         text_events = DeltaBuffer(turn.events.write_text_delta)
         reasoning_events = ReasoningDeltaBuffer(

@@ -229,18 +229,22 @@ class MessageAccepted:
             the engine and a worker answer).
         pending_reason: Why it is pending: ``unavailable`` (the engine or every worker did
             not answer) or ``active_session_limit`` (its owner already runs
-            ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns; it goes when one ends);
-            ``""`` when delivered.
+            ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns; it goes when one ends) or
+            ``budget`` (a budget of its owner or agent is spent); ``""`` when delivered.
+        pending_detail: The reason in words for people (a budget's refusal names the budget
+            and when it resets); ``""`` when delivered.
     """
 
     id: str
     delivery: str
     pending_reason: str = ""
+    pending_detail: str = ""
 
 
 #: ``MessageAccepted.pending_reason`` values.
 PENDING_UNAVAILABLE = "unavailable"
 PENDING_ACTIVE_LIMIT = "active_session_limit"
+PENDING_BUDGET = "budget"
 
 
 class QueueFullError(Exception):
@@ -275,7 +279,7 @@ def session_message_send(
         id=uuid.uuid4().hex, session=session, text=text, plan_mode=plan_mode
     )
     _title_from_first_message(session=session, text=text)
-    reason = ""
+    reason = detail = ""
     try:
         outbox.outbox_session_deliver(session_id=session.id)
     except outbox.QueueFullDeferred:
@@ -285,16 +289,20 @@ def session_message_send(
             raise QueueFullError() from None
     except outbox.DeliveryDeferred as error:
         logger.info("Message %s for %s kept in the outbox: %s", message.id, session.id, error)
-        reason = (
-            PENDING_ACTIVE_LIMIT
-            if isinstance(error, outbox.ActiveLimitDeferred)
-            else PENDING_UNAVAILABLE
-        )
+        if isinstance(error, outbox.BudgetDeferred):
+            reason, detail = PENDING_BUDGET, str(error)
+        elif isinstance(error, outbox.ActiveLimitDeferred):
+            reason = PENDING_ACTIVE_LIMIT
+        else:
+            reason = PENDING_UNAVAILABLE
     message.refresh_from_db()
     if message.delivery == Delivery.PENDING:
         tasks.outbox_delivery_schedule(session_id=session.id)
         return MessageAccepted(
-            id=message.id, delivery=Delivery.PENDING, pending_reason=reason or PENDING_UNAVAILABLE
+            id=message.id,
+            delivery=Delivery.PENDING,
+            pending_reason=reason or PENDING_UNAVAILABLE,
+            pending_detail=detail,
         )
     if message.delivery == Delivery.REFUSED:
         OutboxMessage.objects.filter(pk=message.pk).delete()

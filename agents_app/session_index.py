@@ -584,9 +584,10 @@ class SessionIndexObserver:
     """``AgentSessionOptions.observer`` for ``dexworker``: applies changes to the index in order.
 
     One writer task per process drains a queue, batching what has queued up into one transaction
-    (a session's changes stay in order). A change that raises or closes an interrupt is awaited
-    (up to ``wait_seconds``) so the approval is indexed before Dex commits it; a status-only
-    change returns at once. Database errors are retried with backoff for ``retry_seconds``, then
+    (a session's changes stay in order). A change that raises or closes an interrupt, or
+    reports a model call's usage, is awaited (up to ``wait_seconds``) so the approval is
+    indexed before Dex commits it and a budget sees the call; a status-only change returns at
+    once. Database errors are retried with backoff for ``retry_seconds``, then
     logged; reconciliation repairs what was lost. Build and use it inside the worker's loop.
     """
 
@@ -603,7 +604,9 @@ class SessionIndexObserver:
             self._writer = asyncio.create_task(self._drain(self._queue), name="session-index")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((change, done))
-        if change.raised or change.closed:
+        # A model call's usage is awaited too: the budget check before the session's next
+        # model call reads the row it writes.
+        if change.raised or change.closed or change.usage is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(done), timeout=self._wait_seconds)
             except TimeoutError:

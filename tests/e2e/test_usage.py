@@ -107,3 +107,42 @@ def test_each_call_is_priced_and_summed_per_message_turn_session_and_user(stack:
     )
     final = owner.get(f"/api/v1/sessions/{session_id}/").json()
     assert owner.get("/api/v1/usage/").json()["totals"]["cost_usd"] == final["usage"]["cost_usd"]
+
+
+def test_a_spent_budget_stops_the_turn_after_its_call_and_holds_the_next_message(
+    stack: Stack,
+) -> None:
+    # The small-context demo agent, so the other test's figures stay the demo agent's.
+    stack.django_shell(
+        "import json; from agents_app.models import AgentDefinition as A, Budget as B; "
+        "a = A.objects.get(slug='demo-small'); "
+        f"A.objects.filter(pk=a.pk).update(input_price_per_mtok='{INPUT_PRICE}', "
+        f"output_price_per_mtok='{OUTPUT_PRICE}'); "
+        "B.objects.create(agent=a, period='day', limit_usd='0.000001'); print(json.dumps(1))"
+    )
+    owner = stack.api("owner")
+    query = json.dumps({"query": "budgets"})
+    created = owner.post("/api/v1/sessions/", json={
+        "agent": "demo-small", "message": f"/tool search__web_search {query}"})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+
+    def failed() -> dict[str, Any] | None:
+        detail: dict[str, Any] = owner.get(f"/api/v1/sessions/{session_id}/").json()
+        return detail if detail.get("last_turn_error") else None
+
+    # The first call crossed the budget; its tool ran; the call after it was never made.
+    detail = wait_until("the turn to stop at the budget", failed, timeout=60)
+    assert detail["last_turn_error"].startswith("Budget reached: agent 'Demo agent, small")
+    assert detail["usage"]["requests"] == 1
+    assert Decimal(detail["usage"]["cost_usd"]) > Decimal("0.000001")
+
+    # The next message is kept in the queue with the reason, not started.
+    sent = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "more"})
+    assert sent.status_code == 202, sent.text
+    body = sent.json()
+    assert (body["delivery"], body["pending_reason"]) == ("pending", "budget")
+    assert body["pending_detail"].startswith("Budget reached:")
+    queue = owner.get(f"/api/v1/sessions/{session_id}/queue/").json()
+    assert [item["text"] for item in queue["queued"]] == ["more"]
+    assert owner.get(f"/api/v1/sessions/{session_id}/").json()["usage"]["requests"] == 1
