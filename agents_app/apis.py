@@ -323,7 +323,13 @@ class QueuedMessageOutputSerializer(serializers.Serializer):
     delivery = serializers.ChoiceField(
         choices=["delivered", "pending"],
         help_text="pending: accepted and kept by the platform while the engine or every "
-        "worker did not answer; it joins the session's queue once delivered.",
+        "worker did not answer, or while a budget is spent; it joins the session's queue "
+        "once delivered.",
+    )
+    held_reason = serializers.CharField(
+        required=False,
+        help_text="Only on a pending message a spent budget holds: which budget and when it "
+        "resets.",
     )
 
 

@@ -25,7 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents_app import dex_gateway, session_index
-from agents_app.budgets import budget_refusal
+from agents_app.budgets import BUDGET_REFUSAL_PREFIX, budget_refusal
 from agents_app.conf import dexagents_setting
 from agents_app.models import (
     AgentSession,
@@ -192,14 +192,19 @@ def outbox_message_pending(*, session: AgentSession) -> list[OutboxMessage]:
 
 def outbox_message_to_queue_entry(message: OutboxMessage) -> dict[str, Any]:
     """A pending message as the queue lists it: ``{"id", "text", "plan_mode", "created_at"
-    (ISO 8601), "delivery": "pending"}``."""
-    return {
+    (ISO 8601), "delivery": "pending"}``, plus ``"held_reason"`` when a spent budget holds
+    it (``budgets.budget_refusal``'s sentence; other delivery errors are not shown, they may
+    name the platform's addresses)."""
+    entry = {
         "id": message.id,
         "text": message.text,
         "plan_mode": message.plan_mode,
         "created_at": message.created_at.isoformat(),
         "delivery": message.delivery,
     }
+    if message.last_error.startswith(BUDGET_REFUSAL_PREFIX):
+        entry["held_reason"] = message.last_error
+    return entry
 
 
 def outbox_message_deliver(*, message: OutboxMessage) -> str:
@@ -364,8 +369,16 @@ def outbox_session_deliver(*, session_id: str) -> int:
         .filter(session_id=session_id, delivery=Delivery.PENDING)
         .order_by("created_at", "id")
     ):
-        if outbox_message_deliver(message=message) == Delivery.DELIVERED:
-            delivered += 1
+        try:
+            if outbox_message_deliver(message=message) == Delivery.DELIVERED:
+                delivered += 1
+        except BudgetDeferred as spent:
+            # Every message behind it waits for the same budget: say so on each (the queue
+            # shows it as held_reason).
+            OutboxMessage.objects.filter(
+                session_id=session_id, delivery=Delivery.PENDING
+            ).update(last_error=str(spent))
+            raise
     return delivered
 
 

@@ -115,6 +115,27 @@ def test_cost_shows_per_message_session_list_and_usage_page(
         wait_for_chart(staff, "#usage-days-chart")
         screenshot(staff, "usage-staff")
 
+    # A spent budget (the owner's, of $0 a day) holds the next message in the queue and says
+    # why, on the page that sent it.
+    assert priced.shell(
+        "import json; from agents_app.models import Budget; "
+        "from django.contrib.auth import get_user_model as U; "
+        "b = Budget.objects.create(user=U().objects.get(username='owner'), period='day', "
+        "limit_usd=0); print(json.dumps(b.pk))"
+    )
+    for viewport in (WIDE, NARROW):
+        page = contexts.logged_in("owner", viewport=viewport)
+        page.goto(f"/sessions/{session_id}/")
+        expect(assistant_texts(page).last).to_contain_text("what it costs")
+        page.get_by_role("textbox", name="Message", exact=True).fill(f"held {viewport['width']}")
+        page.get_by_role("button", name="Send").click()
+        queue = page.get_by_role("region", name="Message queue")
+        held = queue.locator("li").filter(has_text=f"held {viewport['width']}")
+        expect(held).to_contain_text("Held: budget spent")
+        expect(held.locator(".queue-held")).to_contain_text(
+            "Budget reached: your daily budget of $0 is spent")
+        screenshot(page, "usage-budget-held", screen_too=True)
+
     # A bad date is refused with a message beside its field; the page still shows figures.
     answer = owner.goto("/usage/?from=2026-12-31&to=2026-01-01")
     assert answer is not None and answer.status == 400

@@ -746,6 +746,7 @@ function canChangeQueue() {
 function queueBadge(row) {
   if (row.kind === "steered") return el("span", { class: "badge badge-steering" }, "Steering");
   if (row.kind === "sending" && !row.confirmed) return el("span", { class: "badge" }, "Sending…");
+  if (row.heldReason) return el("span", { class: "badge badge-held" }, "Held: budget spent");
   if (row.delivery === "pending") return el("span", { class: "badge", title: "Kept until the worker answers" }, "Queued, not delivered");
   return el("span", { class: "badge" }, "Queued");
 }
@@ -758,6 +759,7 @@ function queueRowNode(row) {
     row.planMode ? el("span", { class: "badge badge-plan" }, "Plan mode") : null,
     el("span", { class: "queue-text" }, row.text),
   );
+  node.dataset.held = row.heldReason ?? "";
   if (row.kind === "queued" && canChangeQueue()) {
     node.append(
       el(
@@ -769,6 +771,7 @@ function queueRowNode(row) {
       ),
     );
   }
+  if (row.heldReason) node.append(el("p", { class: "queue-held small" }, row.heldReason));
   return node;
 }
 
@@ -786,7 +789,8 @@ function renderQueue() {
   rows.forEach((row, index) => {
     let node = state.queueNodes.get(row.key);
     const actionable = row.kind === "queued" && canChangeQueue();
-    const stale = node && (node.querySelector(".queue-actions") !== null) !== actionable;
+    const stale =
+      node && ((node.querySelector(".queue-actions") !== null) !== actionable || node.dataset.held !== (row.heldReason ?? ""));
     const relabel = node && row.kind === "sending" && row.confirmed && node.dataset.confirmed !== "true";
     if (!node || stale || relabel) {
       const fresh = queueRowNode(row);

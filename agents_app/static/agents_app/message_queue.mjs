@@ -19,6 +19,8 @@ function row(kind, entry) {
     createdAt: entry.created_at ?? null,
     // "pending": kept by the platform until the engine and a worker answer.
     delivery: entry.delivery ?? "delivered",
+    // Set when a spent budget holds a pending message: which budget, when it resets.
+    heldReason: entry.held_reason ?? "",
   };
 }
 
