@@ -76,11 +76,14 @@ def test_cost_shows_per_message_session_list_and_usage_page(
         # Each reply: the call that produced it, on hover.
         last = page.locator(".message-assistant").last
         last.hover()
+        # The turn's last reply adds the turn's total (two calls: the tool request, the answer).
         expect(last).to_have_attribute(
             "title",
             f"This reply: {reply['usage']['input_tokens']:,} input tokens, "
             f"{reply['usage']['output_tokens']:,} output tokens; cost "
-            f"{displayed(reply['usage']['cost_usd'])}",
+            f"{displayed(reply['usage']['cost_usd'])}\n"
+            f"This turn: {displayed(total['cost_usd'])}, {total['input_tokens']:,} input tokens, "
+            f"{total['output_tokens']:,} output tokens, 2 model calls",
         )
         tokens = reply["usage"]["input_tokens"] + reply["usage"]["output_tokens"]
         badge = last.locator(".message-usage")

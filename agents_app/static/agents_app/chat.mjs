@@ -38,7 +38,7 @@ import { MessageQueue } from "./message_queue.mjs";
 import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
 import { sessionApiPath } from "./urls.mjs";
-import { messageUsageBadge, messageUsageTitle, showSessionUsage, usdDisplay } from "./usage_display.mjs";
+import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage, usdDisplay } from "./usage_display.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -405,6 +405,7 @@ function renderMessages() {
   }
   placeDaySeparators(list, dayBreaks(sequences.map((sequence) => state.messages.get(sequence))), state.nodes, state.daySeparators);
   announceNewAnswers(sequences);
+  showTurnUsage(state.messages.values(), state.nodes);
   const empty = byId("conversation-empty");
   empty.hidden = sequences.length > 0;
   if (!sequences.length) {

@@ -17,6 +17,21 @@ export function usdDisplay(costUsd) {
   return `$${text.includes(".") ? text.replace(/0+$/, "").replace(/\.$/, "") : text}`;
 }
 
+/** Costs carry at most 12 decimal places (the worker's pricing and UsageRecord keep 12). */
+const USD_PLACES = 12;
+
+/** `a + b` for decimal strings of US dollars, exactly (no binary floating point). */
+export function addUsd(a, b) {
+  const units = (text) => {
+    const [whole, fraction = ""] = String(text ?? "0").split(".");
+    return BigInt(whole || "0") * 10n ** BigInt(USD_PLACES) + BigInt((fraction + "0".repeat(USD_PLACES)).slice(0, USD_PLACES) || "0");
+  };
+  const sum = units(a) + units(b);
+  const scale = 10n ** BigInt(USD_PLACES);
+  const fraction = (sum % scale).toString().padStart(USD_PLACES, "0").replace(/0+$/, "");
+  return fraction ? `${sum / scale}.${fraction}` : `${sum / scale}`;
+}
+
 const count = (value) => Number(value ?? 0).toLocaleString("en-US");
 
 /** "1,200 input tokens, 300 output tokens, 2 model calls" (the server's usage_title). */
@@ -47,4 +62,39 @@ export function messageUsageBadge(usage) {
   const tokens = Number(usage.input_tokens ?? 0) + Number(usage.output_tokens ?? 0);
   return el("span", { class: "message-usage", title: messageUsageTitle(usage) },
     `${usdDisplay(usage.cost_usd)} · ${count(tokens)} tokens`);
+}
+
+/** Per turn, the sum of its assistant messages' usage (as AgentUsage sums it; cost exactly,
+ * as a decimal string) and the sequence of its last assistant message:
+ * Map(turn_id -> {usage, lastSequence}). Messages without usage are skipped. */
+export function turnUsage(messages) {
+  const turns = new Map();
+  for (const message of messages) {
+    if (message.role !== "assistant" || !message.usage || !message.turn_id) continue;
+    const turn = turns.get(message.turn_id) ?? {
+      usage: { input_tokens: 0, output_tokens: 0, requests: 0, cost_usd: "0" },
+      lastSequence: 0,
+    };
+    turn.usage.input_tokens += Number(message.usage.input_tokens ?? 0);
+    turn.usage.output_tokens += Number(message.usage.output_tokens ?? 0);
+    turn.usage.requests += Number(message.usage.requests ?? 0);
+    turn.usage.cost_usd = addUsd(turn.usage.cost_usd, message.usage.cost_usd ?? "0");
+    turn.lastSequence = Math.max(turn.lastSequence, message.sequence);
+    turns.set(message.turn_id, turn);
+  }
+  return turns;
+}
+
+/** Add each turn's total to the hover text of its last reply (nodes: Map(sequence -> li)),
+ * when the turn made more than one model call. */
+export function showTurnUsage(messages, nodes) {
+  for (const { usage, lastSequence } of turnUsage(messages).values()) {
+    const node = nodes.get(lastSequence);
+    if (!node || usage.requests < 2 || node.dataset.turnUsage === String(usage.requests)) continue;
+    node.dataset.turnUsage = String(usage.requests);
+    const total = `This turn: ${usdDisplay(usage.cost_usd)}, ${usageTitle(usage)}`;
+    const badge = node.querySelector(".message-usage");
+    node.title = `${node.title}\n${total}`;
+    if (badge) badge.title = `${badge.title}\n${total}`;
+  }
 }
