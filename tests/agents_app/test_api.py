@@ -445,7 +445,7 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     assert set(steer["responses"]) == {"202", "401", "403", "404", "409", "429", "503"}
     schemas = response.json()["components"]["schemas"]
     assert set(schemas["MessageQueued"]["properties"]) == {
-        "queued", "id", "delivery", "pending_reason", "turn", "session"
+        "queued", "id", "delivery", "pending_reason", "pending_detail", "turn", "session"
     }
     messages = paths["/api/v1/sessions/{session_id}/messages/"]["post"]["responses"]
     assert set(messages["200"]["content"]) == {"application/json", "text/event-stream"}
@@ -453,7 +453,7 @@ def test_schema_is_served_to_authenticated_users(owner_client: APIClient) -> Non
     assert set(events["200"]["content"]) == {"text/event-stream"}
     assert set(schemas["MessageQueue"]["properties"]) == {"queued", "steered", "partial"}
     entry = schemas["QueuedMessageOutput"]["properties"]
-    assert set(entry) == {"id", "text", "plan_mode", "created_at", "delivery"}
+    assert set(entry) == {"id", "text", "plan_mode", "created_at", "delivery", "held_reason"}
     resolve = paths["/api/v1/sessions/{session_id}/interrupts/{interrupt_id}/"]["post"]
     assert {"200", "202", "409"} <= set(resolve["responses"])
     assert set(schemas["InterruptNotPending"]["properties"]) == {"detail", "decision"}

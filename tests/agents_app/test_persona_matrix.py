@@ -49,6 +49,8 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/docs/", "GET"): (302, 302, 302, 302, 302),
     ("api/redoc/", "GET"): (302, 302, 302, 302, 302),
     ("api/v1/agents/", "GET"): (401, 401, 200, 200, 200),
+    # Everyone reads their own usage figures (another user's calls are never in them).
+    ("api/v1/usage/", "GET"): (401, 401, 200, 200, 200),
     ("api/v1/tokens/", "GET"): (401, 401, 200, 200, 200),
     # Clients here hold tokens, and a token may not create tokens (password or session only).
     ("api/v1/tokens/", "POST"): (401, 401, 403, 403, 403),
