@@ -629,6 +629,8 @@ async def record_change(change: AgentSessionChange) -> None:
                 for item in change.raised
             ],
             "closed": [[item.interrupt_id, str(item.outcome)] for item in change.closed],
+            "usage": None if change.usage is None else change.usage.as_dict(),
+            "model_call_id": change.model_call_id,
         }
     )
     with changes_path().open("a") as log:

@@ -51,6 +51,12 @@ async def test_the_observer_hears_every_status_and_approval_change(tmp_path: Pat
         ("waiting_for_user_message", [], []),
     ]
     assert all(change["turn_id"] == "turn-1" for change in seen)
+    # Each RunModel Step reports its model call's usage, keyed by its own Step execution.
+    calls = [change for change in seen if change["usage"] is not None]
+    assert [change["status"] for change in calls] == ["running_tools", "waiting_for_user_message"]
+    assert all(change["usage"]["requests"] == 1 for change in calls)
+    assert len({change["model_call_id"] for change in calls}) == 2
+    assert all(change["model_call_id"] for change in calls)
     times = [datetime.fromisoformat(change["observed_at"]) for change in seen]
     assert times == sorted(times)
 
