@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents_app', '0011_usage_records'),
+        ('agents_app', '0014_usage_records'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

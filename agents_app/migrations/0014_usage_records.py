@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents_app', '0010_agentdefinition_elicitation_timeout'),
+        ('agents_app', '0013_approval_decision_edited_arguments'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
