@@ -81,6 +81,8 @@ KNOWN_MIDDLEWARE = frozenset(
         "agents_app.rest_errors.ApiJsonErrorsMiddleware",
         "django.middleware.security.SecurityMiddleware",
         "whitenoise.middleware.WhiteNoiseMiddleware",
+        # Sends nothing under /api/v1/ (CONTENT_SECURITY_POLICY["EXCLUDE_URL_PREFIXES"]).
+        "agents_app.content_security.ContentSecurityPolicyMiddleware",
         "django.contrib.sessions.middleware.SessionMiddleware",
         "django.middleware.common.CommonMiddleware",
         "django.middleware.csrf.CsrfViewMiddleware",

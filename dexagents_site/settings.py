@@ -199,6 +199,9 @@ MIDDLEWARE = [
 # for Django admin's and the pages' inline SVG icons in CSS. The API docs pages send their own
 # wider policy (agents_app.api_schema.DOCS_CONTENT_SECURITY_POLICY), which is kept.
 CONTENT_SECURITY_POLICY = {
+    # The JSON API is not a page: no policy there, which also keeps its answers the same as
+    # the snapshot short path's (agents_app.snapshot_asgi), which sends none.
+    "EXCLUDE_URL_PREFIXES": ["/api/v1/"],
     "DIRECTIVES": {
         "default-src": [SELF],
         "script-src": [SELF],
