@@ -59,7 +59,10 @@ def test_cost_shows_per_message_session_list_and_usage_page(
     contexts: Contexts, priced: PageStack  # noqa: F811
 ) -> None:
     owner = contexts.logged_in("owner")
-    session_id = start_session(owner, '/tool search__web_search {"query": "what it costs"}')
+    # A line that is not a directive: it is the session's title, which the list links.
+    session_id = start_session(
+        owner, 'what it costs\n/tool search__web_search {"query": "what it costs"}'
+    )
     messages = wait_for_turn_end(priced, "owner", session_id)
     total = session_usage(priced, "owner", session_id)
     assert Decimal(total["cost_usd"]) > 0 and total["requests"] == 2
