@@ -113,7 +113,8 @@ def test_every_page_loads_without_a_policy_violation(
     markdown_id = start_session(owner, MARKDOWN_MESSAGE.replace("/slow 0.25\n", ""))
     expect(owner.locator(".message-assistant .code-block")).to_be_visible()
     waiting_id = start_session(
-        owner, '/tool docs__create_document {"title": "CSP", "body": "Pending approval"}'
+        owner,
+        'check the CSP\n/tool docs__create_document {"title": "CSP", "body": "Pending approval"}',
     )
     expect(region(owner, "Waiting for approval")).to_be_visible()
     for session_id in (markdown_id, waiting_id):
