@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -60,6 +60,7 @@ from dex_agents._contract import (
     CANCELLED_BY_STEER_OUTPUT,
     CANCELLED_BY_USER_OUTPUT,
     TURN_CANCELLED_NOTE_HEADER,
+    TURN_FAILURE_NOTE_HEADER,
     AgentContractError,
     AgentTurnContext,
     DeferredToolExecution,
@@ -1565,37 +1566,13 @@ class RecordTurnFailure(_SessionStep, Step[None]):
         final = [record for record in records.values() if record.status.is_final]
         sequence = state.message_count
         if final and state.turn_id is not None:
-            describe = getattr(self._flow.runner, "describe_outcome_for_note", None)
-            note = build_turn_failure_note(final, describe or describe_tool_call_outcome)
-            message = require_user_message(self._flow.runner.build_user_message(note))
-            sequence += 1
-            AGENT_MESSAGES.set(
-                context,
-                message_sequence_key(sequence),
-                AgentMessage(
-                    sequence,
-                    MessageRole.USER,
-                    message.text,
-                    message.framework_item,
-                    state.turn_id,
-                    created_at=_now(),
-                ),
-            )
-        for tool_call_id, record in records.items():
-            AGENT_TOOL_CALLS.delete(context, tool_call_id)
-            if record.output_parts is not None:
-                delete_text_parts(context, record.output_parts)
-        if FRAMEWORK_RUN_STATE.get(context) is not None:
-            FRAMEWORK_RUN_STATE.delete(context)
+            sequence = _store_turn_note(self._flow, context, final, state.turn_id, sequence)
+        _clear_turn_state(context, records)
         taken = list(STEERED_FOR_TURN.get(context) or [])
         answer = USER_INPUT_ANSWER.get(context)
         if answer is not None:
             taken.insert(0, answer)
             USER_INPUT_ANSWER.delete(context)
-        for pending in (PENDING_TIMER, PENDING_USER_INPUT):
-            if pending.get(context) is not None:
-                pending.delete(context)
-        clear_questions(context)
         if taken:
             # Steered messages no model call saw: steered again, so they start the next turn.
             for item in taken:
@@ -1637,6 +1614,54 @@ class RecordTurnFailure(_SessionStep, Step[None]):
             ],
         )
         return go_to(AwaitUserMessage, None)
+
+
+def _store_turn_note(
+    flow: AgentSessionFlow,
+    context: AsyncContext,
+    final: Sequence[AgentToolCall],
+    turn_id: str,
+    sequence: int,
+    *,
+    header: str = TURN_FAILURE_NOTE_HEADER,
+) -> int:
+    """Store the note of a turn that ended early (failed, or cancelled with ``header``
+    ``TURN_CANCELLED_NOTE_HEADER``) naming what its ``final`` tool calls did, as the user
+    message after ``sequence``; returns the new message count."""
+    describe = getattr(flow.runner, "describe_outcome_for_note", None)
+    describe = describe or describe_tool_call_outcome
+    note = build_turn_failure_note(final, describe, header=header)
+    message = require_user_message(flow.runner.build_user_message(note))
+    sequence += 1
+    AGENT_MESSAGES.set(
+        context,
+        message_sequence_key(sequence),
+        AgentMessage(
+            sequence,
+            MessageRole.USER,
+            message.text,
+            message.framework_item,
+            turn_id,
+            created_at=_now(),
+        ),
+    )
+    return sequence
+
+
+def _clear_turn_state(context: AsyncContext, records: Mapping[str, AgentToolCall]) -> None:
+    """What a turn that ended early leaves behind: its tool call records (and their stored
+    text parts), the runner's run state, a durable wait or question of the turn, and the MCP
+    servers' open questions."""
+    for tool_call_id, record in records.items():
+        AGENT_TOOL_CALLS.delete(context, tool_call_id)
+        if record.output_parts is not None:
+            delete_text_parts(context, record.output_parts)
+    if FRAMEWORK_RUN_STATE.get(context) is not None:
+        FRAMEWORK_RUN_STATE.delete(context)
+    for pending in (PENDING_TIMER, PENDING_USER_INPUT):
+        if pending.get(context) is not None:
+            pending.delete(context)
+    clear_questions(context)
 
 
 def _forget_stale_cancel(context: AsyncContext) -> None:
@@ -1688,41 +1713,17 @@ async def end_cancelled_turn(
     final = [record for record in records.values() if record.status.is_final]
     sequence = state.message_count
     if final:
-        describe = getattr(flow.runner, "describe_outcome_for_note", None)
-        note = build_turn_failure_note(
-            final, describe or describe_tool_call_outcome, header=TURN_CANCELLED_NOTE_HEADER
-        )
-        message = require_user_message(flow.runner.build_user_message(note))
-        sequence += 1
-        AGENT_MESSAGES.set(
-            context,
-            message_sequence_key(sequence),
-            AgentMessage(
-                sequence,
-                MessageRole.USER,
-                message.text,
-                message.framework_item,
-                turn_id,
-                created_at=_now(),
-            ),
+        sequence = _store_turn_note(
+            flow, context, final, turn_id, sequence, header=TURN_CANCELLED_NOTE_HEADER
         )
     interrupted = _interrupted_message(flow, partial_text, sequence + 1, turn_id)
     if interrupted is not None:
         sequence += 1
         AGENT_MESSAGES.set(context, message_sequence_key(sequence), interrupted)
-    for tool_call_id, record in records.items():
-        AGENT_TOOL_CALLS.delete(context, tool_call_id)
-        if record.output_parts is not None:
-            delete_text_parts(context, record.output_parts)
-    if FRAMEWORK_RUN_STATE.get(context) is not None:
-        FRAMEWORK_RUN_STATE.delete(context)
+    _clear_turn_state(context, records)
     taken = list(STEERED_FOR_TURN.get(context) or [])
     if USER_INPUT_ANSWER.get(context) is not None:
         USER_INPUT_ANSWER.delete(context)  # the answer's turn is over; nothing will read it
-    for pending in (PENDING_TIMER, PENDING_USER_INPUT):
-        if pending.get(context) is not None:
-            pending.delete(context)
-    clear_questions(context)
     if taken:
         for item in taken:
             STEERED_USER_MESSAGES.publish(context, item)
