@@ -12,11 +12,18 @@ answer. A model call in another Worker process (or one restarted after a crash) 
 durable ``TURN_CANCEL`` instead: at its start it makes no call; one that already runs in
 another process finishes, and the turn ends at the next boundary (before a tool call or the
 next model call).
+
+A retried attempt reads the attributes of its first scheduling (Dex engine spec §2.7), so an
+attempt that restarts the call after a Worker crash does not see a cancel committed after the
+call was first scheduled. The process that accepted such a cancel remembers it
+(``RunningModelCalls.signal`` when no call runs here) and a call of that turn that starts here
+later is woken at once; a restart in another Worker process ends at the next boundary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -39,14 +46,26 @@ class RunningModelCalls:
     run there), but ``signal`` hands the wake-up to the call's own loop in any case.
     """
 
+    #: Seconds a cancel of a turn whose call does not run here is remembered for a retried
+    #: attempt of that call (one started after a Worker restart) to find.
+    REMEMBER_SECONDS = 3600.0
+    #: Most remembered cancels; the oldest go first.
+    REMEMBER_MAX = 10_000
+
     def __init__(self) -> None:
         self._calls: dict[tuple[str, str], tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+        # (flow_id, turn_id) -> time.monotonic() of a cancel that found no call here.
+        self._cancelled: dict[tuple[str, str], float] = {}
 
     @contextmanager
     def running(self, flow_id: str, turn_id: str) -> Iterator[asyncio.Event]:
-        """Register the call for the duration of the block; yields the event ``signal`` sets."""
+        """Register the call for the duration of the block; yields the event ``signal`` sets,
+        already set when a cancel of this turn reached this process before the call started."""
         event = asyncio.Event()
         key = (flow_id, turn_id)
+        remembered = self._cancelled.pop(key, None)
+        if remembered is not None and time.monotonic() - remembered < self.REMEMBER_SECONDS:
+            event.set()
         self._calls[key] = (asyncio.get_running_loop(), event)
         try:
             yield event
@@ -55,9 +74,15 @@ class RunningModelCalls:
                 del self._calls[key]
 
     def signal(self, flow_id: str, turn_id: str) -> bool:
-        """Wake the call of ``turn_id`` if it runs here; ``True`` when one was found."""
-        found = self._calls.get((flow_id, turn_id))
+        """Wake the call of ``turn_id`` if it runs here; ``True`` when one was found. Otherwise
+        remember the cancel for a call of that turn that starts here later (``running``)."""
+        key = (flow_id, turn_id)
+        found = self._calls.get(key)
         if found is None:
+            self._cancelled.pop(key, None)
+            self._cancelled[key] = time.monotonic()
+            while len(self._cancelled) > self.REMEMBER_MAX:
+                del self._cancelled[next(iter(self._cancelled))]
             return False
         loop, event = found
         try:

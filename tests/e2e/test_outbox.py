@@ -229,8 +229,9 @@ def test_a_decision_while_the_worker_is_down_is_kept_and_delivered(stack: Stack)
         ] == []
 
 
-#: A reply of 150 words streamed a few words a second: far longer than a worker restart.
-LONG_SLOW = "/slow 1\n" + " ".join(f"word{n}" for n in range(150))
+#: A reply of 900 words streamed three words a second (five minutes): far longer than a worker
+#: restart and the cancel's delivery after it, which end it early.
+LONG_SLOW = "/slow 1\n" + " ".join(f"word{n}" for n in range(900))
 
 
 def test_a_cancel_while_the_worker_is_down_is_kept_and_ends_the_turn(stack: Stack) -> None:

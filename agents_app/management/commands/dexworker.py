@@ -42,6 +42,12 @@ class HydrationShortfallFilter(logging.Filter):
         return True
 
 
+def _sweep_outbox() -> None:
+    from agents_app import tasks
+
+    tasks.outbox_sweep_schedule()
+
+
 class Command(BaseCommand):
     help = (
         "Serve the AgentSession Flow in pull mode against DEX_SERVER_ADDRESS until SIGTERM or "
@@ -154,6 +160,11 @@ class Command(BaseCommand):
                 )
                 self.stdout.flush()
                 beating = asyncio.create_task(_beat(heartbeat, worker))
+                # Messages, decisions and turn cancels kept while no worker answered go out
+                # now, not after their task's next backoff (up to 30 s) or the periodic sweep:
+                # a cancel that waited out a restart must reach the turn it was meant for
+                # before that turn finishes.
+                sweeping = asyncio.create_task(asyncio.to_thread(_sweep_outbox))
                 # Index writes a previous worker lost (killed between a Step and its write)
                 # are repaired from Dex; the tasks it left are being redelivered meanwhile.
                 # MCP sessions a killed predecessor on this host left open are ended.
@@ -161,7 +172,7 @@ class Command(BaseCommand):
                 ending = asyncio.create_task(_end_orphaned_mcp_sessions())
                 await asyncio.wait({serving, asyncio.create_task(stop.wait())},
                                    return_when=asyncio.FIRST_COMPLETED)
-                for task in (beating, reconciling, ending):
+                for task in (beating, reconciling, ending, sweeping):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
