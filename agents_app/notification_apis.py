@@ -59,7 +59,8 @@ class NotificationPreferenceApi(APIView):
     @extend_schema(summary="Your notification choices (staff)",
                    responses={200: NotificationPreferenceSerializer})
     def get(self, request: Request) -> Response:
-        preference = NotificationPreference.objects.filter(user=request.user).first()
+        user_id = cast(int, request.user.pk)
+        preference = NotificationPreference.objects.filter(user_id=user_id).first()
         return _answer(request, preference)
 
     @extend_schema(
