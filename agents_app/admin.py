@@ -226,6 +226,7 @@ class WebhookAdmin(admin.ModelAdmin):
     change page shows only its last characters."""
 
     form = WebhookForm
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ("name", "url", "event_list", "active", "secret_hint", "updated_at")
     list_filter = ("active",)
     search_fields = ("name", "url")
