@@ -7,11 +7,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -26,52 +23,17 @@ from agents_app.webhooks import (
     webhook_signature,
     webhook_signature_verify,
 )
+from tests.webhook_receiver import Receiver, running_receiver
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "whsec_test-secret"
 
 
-@dataclass
-class Receiver:
-    """A local HTTP endpoint: answers ``statuses`` in turn (then 200) and keeps each request."""
-
-    statuses: list[int] = field(default_factory=list)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    port: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks/dexagents?x=1"
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            state.requests.append({"path": self.path, "headers": dict(self.headers),
-                                   "body": body})
-            status = state.statuses.pop(0) if state.statuses else 200
-            self.send_response(status)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with running_receiver() as state:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
