@@ -13,6 +13,7 @@ from agents_app.models import (
     AgentSession,
     ApiToken,
     ApprovalDecision,
+    ApprovalNotification,
     ApprovalRequest,
     Budget,
     NotificationPreference,
@@ -201,6 +202,20 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
     list_select_related = ("user",)
     search_fields = ("user__username", "user__email")
     autocomplete_fields = ("user",)
+
+
+@admin.register(ApprovalNotification)
+class ApprovalNotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only: the approval emails, one per approval, person and kind, and whether they
+    went out (``agents_app.notifications``)."""
+
+    list_display = ("created_at", "user", "kind", "request", "sent_at", "attempts")
+    list_filter = ("kind",)
+    list_select_related = ("user", "request")
+    search_fields = ("user__username", "request__interrupt_id", "request__session__id")
+    readonly_fields = (
+        "request", "user", "kind", "created_at", "sent_at", "attempts", "last_error",
+    )
 
 
 class WebhookForm(forms.ModelForm):
