@@ -131,11 +131,11 @@ def test_a_reminder_goes_once_before_the_deadline(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     now = timezone.now()
-    near = ApprovalRequest.objects.create(
+    near_deadline = now + datetime.timedelta(minutes=5)
+    ApprovalRequest.objects.create(
         session=session, interrupt_id="turn-1.call_1", tool_call_id="call_1",
         tool_name="slack__post_message", arguments="{}", turn_id="turn-1",
-        requested_at=now - datetime.timedelta(hours=1),
-        deadline=now + datetime.timedelta(minutes=5),
+        requested_at=now - datetime.timedelta(hours=1), deadline=near_deadline,
     )
     # Its whole wait is shorter than the reminder's lead: its first email said the deadline.
     ApprovalRequest.objects.create(
@@ -157,7 +157,7 @@ def test_a_reminder_goes_once_before_the_deadline(
     assert [(m.to, m.subject) for m in mail.outbox] == [(
         ["opted@example.com"],
         f"[dexagents] Reminder: approve slack__post_message before "
-        f"{near.deadline.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        f"{near_deadline.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC",
     )]
 
 
