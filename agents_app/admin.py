@@ -221,6 +221,7 @@ class ApprovalNotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class WebhookForm(forms.ModelForm):
     """The events as checkboxes, and a way to replace the secret (it is never shown again)."""
 
+    url = forms.URLField(max_length=2000, assume_scheme="https")
     events = forms.MultipleChoiceField(
         choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple
     )
@@ -241,7 +242,6 @@ class WebhookAdmin(admin.ModelAdmin):
     change page shows only its last characters."""
 
     form = WebhookForm
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ("name", "url", "event_list", "active", "secret_hint", "updated_at")
     list_filter = ("active",)
     search_fields = ("name", "url")
