@@ -1,8 +1,10 @@
 """Django admin for agent definitions and the session index."""
 
+import secrets
 from typing import Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpRequest
 
@@ -11,11 +13,16 @@ from agents_app.models import (
     AgentSession,
     ApiToken,
     ApprovalDecision,
+    ApprovalNotification,
     ApprovalRequest,
     Budget,
+    NotificationPreference,
     OutboxMessage,
     OutboxTurnCancel,
     UsageRecord,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
 )
 
 
@@ -183,3 +190,93 @@ class BudgetAdmin(admin.ModelAdmin):
     search_fields = ("user__username", "agent__slug", "agent__name")
     autocomplete_fields = ("user",)
     readonly_fields = ("created_at", "updated_at")
+
+
+@admin.register(NotificationPreference)
+class NotificationPreferenceAdmin(admin.ModelAdmin):
+    """Who is emailed about approvals (staff with an email address who opted in); users set
+    their own with ``PUT /api/v1/me/notifications/``."""
+
+    list_display = ("user", "email_on_approval", "updated_at")
+    list_filter = ("email_on_approval",)
+    list_select_related = ("user",)
+    search_fields = ("user__username", "user__email")
+    autocomplete_fields = ("user",)
+
+
+@admin.register(ApprovalNotification)
+class ApprovalNotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only: the approval emails, one per approval, person and kind, and whether they
+    went out (``agents_app.notifications``)."""
+
+    list_display = ("created_at", "user", "kind", "request", "sent_at", "attempts")
+    list_filter = ("kind",)
+    list_select_related = ("user", "request")
+    search_fields = ("user__username", "request__interrupt_id", "request__session__id")
+    readonly_fields = (
+        "request", "user", "kind", "created_at", "sent_at", "attempts", "last_error",
+    )
+
+
+class WebhookForm(forms.ModelForm):
+    """The events as checkboxes, and a way to replace the secret (it is never shown again)."""
+
+    url = forms.URLField(max_length=2000, assume_scheme="https")
+    events = forms.MultipleChoiceField(
+        choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple
+    )
+    rotate_secret = forms.BooleanField(
+        required=False,
+        help_text="Replace the signing secret with a new one (shown once after saving).",
+    )
+
+    class Meta:
+        model = Webhook
+        fields = ("name", "url", "events", "active")
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    """Outgoing webhooks (``agents_app.webhooks``). The signing secret is generated on
+    creation (or on **rotate secret**) and shown once, in the message after saving; the
+    change page shows only its last characters."""
+
+    form = WebhookForm
+    list_display = ("name", "url", "event_list", "active", "secret_hint", "updated_at")
+    list_filter = ("active",)
+    search_fields = ("name", "url")
+    readonly_fields = ("secret_hint", "created_at", "updated_at")
+
+    @admin.display(description="events")
+    def event_list(self, webhook: Webhook) -> str:
+        return ", ".join(webhook.events)
+
+    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
+        new_secret = not obj.secret or form.cleaned_data.get("rotate_secret")
+        if new_secret:
+            obj.secret = "whsec_" + secrets.token_urlsafe(32)
+        super().save_model(request, obj, form, change)
+        if new_secret:
+            messages.warning(
+                request,
+                f"Signing secret of {obj.name} (copy it now, it is not shown again): "
+                f"{obj.secret}",
+            )
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only delivery log: each event sent (or to send) to each webhook."""
+
+    list_display = (
+        "created_at", "webhook", "event", "status", "response_status", "attempts",
+        "last_attempt_at",
+    )
+    list_filter = ("status", "event", "webhook")
+    list_select_related = ("webhook",)
+    search_fields = ("event_id", "key")
+    date_hierarchy = "created_at"
+    readonly_fields = (
+        "webhook", "event", "event_id", "key", "payload", "status", "response_status",
+        "attempts", "last_error", "created_at", "last_attempt_at", "delivered_at",
+    )

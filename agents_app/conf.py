@@ -33,7 +33,10 @@ Keys (units in the names' comments):
     (bool: unchanged sessions' snapshot reads skip Django's request cycle,
     ``agents_app.snapshot_asgi``), WEBSOCKET_DB_TIMEOUT (seconds a websocket handshake's
     database lookup may take before that socket closes with 4503,
-    ``agents_app.websocket_db``).
+    ``agents_app.websocket_db``), PUBLIC_URL (the site's address as people reach it, used
+    for links in emails and webhooks), WEBHOOKS_ALLOW_PRIVATE (bool: webhooks may call
+    private, loopback and link-local addresses), APPROVAL_REMINDER_BEFORE (seconds before an
+    approval's deadline its reminder email goes; 0: none).
 
 Keys the apps do not know are kept as given (the dexagents project keeps knobs of its own
 development stack in the same dict).
@@ -82,6 +85,9 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "REDIS_URL": "",
     "SNAPSHOT_SHORT_PATH": True,
     "GENERATE_TITLES": True,
+    "PUBLIC_URL": "http://127.0.0.1:8000",
+    "WEBHOOKS_ALLOW_PRIVATE": False,
+    "APPROVAL_REMINDER_BEFORE": 600,
 }
 
 #: Keys whose default is derived from the keys already resolved (in this order).

@@ -596,3 +596,154 @@ class Budget(models.Model):
     def __str__(self) -> str:
         whom = f"user {self.user}" if self.user_id else f"agent {self.agent}"
         return f"{whom}: ${self.limit_usd} {self.get_period_display()}"
+
+
+class NotificationPreference(models.Model):
+    """One user's choice of notices (issue 27 "Notifications"; edited in admin and with
+    ``GET/PUT /api/v1/me/notifications/``).
+
+    ``email_on_approval``: a staff user with an email address is mailed when a tool call
+    starts waiting for approval, and once more before its deadline
+    (``agents_app.notifications``). No row means no email.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference"
+    )
+    email_on_approval = models.BooleanField(
+        default=False,
+        help_text="Email this user (staff with an email address only) when a tool call waits "
+        "for approval, and a reminder before its deadline.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {'email' if self.email_on_approval else 'no email'} on approval"
+
+
+class ApprovalNotification(models.Model):
+    """One email about one approval to one user: the ``requested`` notice or the
+    ``reminder`` before the deadline. The unique key makes each one sent at most once
+    however often the index write that asks for it repeats."""
+
+    class Kind(models.TextChoices):
+        REQUESTED = "requested"
+        REMINDER = "reminder"
+
+    request = models.ForeignKey(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="notifications"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="approval_notifications"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("request", "user", "kind"), name="approval_notification_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.request_id} to {self.user}"
+
+
+class WebhookEvent(models.TextChoices):
+    """The events a webhook may subscribe to (README "Notifications and webhooks")."""
+
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_DECIDED = "approval.decided"
+    TURN_COMPLETED = "turn.completed"
+    TURN_FAILED = "turn.failed"
+    SESSION_STOPPED = "session.stopped"
+
+
+class Webhook(models.Model):
+    """An outgoing webhook registered in admin: ``events`` are POSTed to ``url`` as signed
+    JSON (``agents_app.webhooks``).
+
+    ``secret`` signs every delivery (HMAC-SHA256); it is generated when the webhook is
+    created, shown once in admin, masked afterwards and never logged. A URL whose host
+    resolves to a private, loopback, link-local or otherwise non-public address is refused
+    (``clean`` and again before each send), unless ``DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE``.
+    """
+
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=2000)
+    events = models.JSONField(
+        default=list, help_text="Event names to send (approval.requested, ...)."
+    )
+    secret = models.CharField(max_length=128, editable=False)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name", "id")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from agents_app.webhooks import WebhookAddressError, webhook_url_check
+
+        unknown = sorted(set(self.events or []) - set(WebhookEvent.values))
+        if not isinstance(self.events, list) or unknown:
+            raise ValidationError({"events": f"Unknown events: {', '.join(unknown)}."})
+        try:
+            webhook_url_check(url=self.url)
+        except WebhookAddressError as error:
+            raise ValidationError({"url": str(error)}) from None
+
+    @property
+    def secret_hint(self) -> str:
+        """The secret masked: its prefix and last four characters only."""
+        return f"whsec_…{self.secret[-4:]}" if self.secret else ""
+
+
+class WebhookDelivery(models.Model):
+    """One event sent (or to send) to one webhook: the delivery log (read-only in admin).
+
+    ``key`` is the event's idempotency key (e.g. ``turn.completed:<session>:<turn>``), unique
+    per webhook, so a fact reported twice is delivered once; ``event_id`` is derived from it
+    and is the body's ``id``. ``payload`` is the JSON body exactly as sent.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=32, choices=WebhookEvent.choices)
+    event_id = models.CharField(max_length=64)
+    key = models.CharField(max_length=400)
+    payload = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    response_status = models.PositiveIntegerField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name_plural = "webhook deliveries"
+        constraints = [
+            models.UniqueConstraint(fields=("webhook", "key"), name="webhook_delivery_unique_key")
+        ]
+        indexes = [
+            models.Index(fields=("status", "created_at"), name="webhook_delivery_status_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.event_id} to {self.webhook_id}: {self.status}"

@@ -33,7 +33,7 @@ from django.db import OperationalError, transaction
 from django.db.models import Case, Count, F, Max, Q, Value, When
 from django.utils import timezone
 
-from agents_app import dex_gateway
+from agents_app import dex_gateway, notifications
 from agents_app.conf import dexagents_setting
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest, TitleSource
 from agents_app.usage_records import usage_record_apply
@@ -128,12 +128,15 @@ def _request_open(
         },
     )
     if created:
+        notifications.approval_requested_notify(session_id=session_id, interrupt_id=interrupt_id)
         return True
     if request.state == ApprovalRequest.State.WITHDRAWN:
         request.state = ApprovalRequest.State.PENDING
         request.closed_at = None
         request.outcome_message = ""
         request.save(update_fields=["state", "closed_at", "outcome_message", "updated_at"])
+        # Notices are unique per approval: a reopened row sends nothing again.
+        notifications.approval_requested_notify(session_id=session_id, interrupt_id=interrupt_id)
         return True
     return False
 
@@ -165,6 +168,8 @@ def approval_request_close(
         closed_at=closed_at or timezone.now(),
         updated_at=timezone.now(),
     )
+    if changed and state != ApprovalRequest.State.WITHDRAWN:
+        notifications.approval_decided_notify(session_id=session_id, interrupt_id=interrupt_id)
     return bool(changed)
 
 
@@ -215,6 +220,14 @@ def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
                 )
             for closed in change.closed:
                 approvals_changed |= _closed_apply(change.flow_id, closed, change.observed_at)
+            if change.turn_ended is not None and change.turn_id:
+                notifications.turn_ended_notify(
+                    session_id=change.flow_id,
+                    turn_id=change.turn_id,
+                    outcome=str(change.turn_ended),
+                    error=change.turn_error,
+                    ended_at=change.observed_at,
+                )
     _active_limit_release(changes, known)
     _titles_schedule(changes, known)
     return approvals_changed
@@ -298,9 +311,11 @@ def session_stopped_index(*, session: AgentSession) -> bool:
     """
     now = timezone.now()
     with transaction.atomic():
-        AgentSession.objects.filter(pk=session.pk).update(
-            status=SESSION_STATUS_STOPPED, status_observed_at=now, updated_at=now
-        )
+        # Only the first marking counts: a stop already indexed is not reported again.
+        if AgentSession.objects.filter(pk=session.pk).exclude(
+            status=SESSION_STATUS_STOPPED
+        ).update(status=SESSION_STATUS_STOPPED, status_observed_at=now, updated_at=now):
+            notifications.session_stopped_notify(session_id=session.pk)
         withdrawn = ApprovalRequest.objects.filter(
             session_id=session.pk, state=ApprovalRequest.State.PENDING
         ).update(

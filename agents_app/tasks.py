@@ -174,3 +174,69 @@ def title_generation_schedule(*, session_ids: Sequence[str]) -> None:
             AgentSession.objects.filter(pk=session_id, title_source=TitleSource.PENDING).update(
                 title_source=TitleSource.MESSAGE
             )
+
+
+#: Attempts of one approval email after the first (SMTP errors), 30 s apart at first.
+EMAIL_MAX_RETRIES = 5
+#: Retries of one webhook delivery after the first attempt; the pause doubles from
+#: ``WEBHOOK_RETRY_FIRST_SECONDS`` up to ``WEBHOOK_RETRY_MAX_SECONDS`` (about 2.5 hours in all).
+WEBHOOK_MAX_RETRIES = 8
+WEBHOOK_RETRY_FIRST_SECONDS = 10
+WEBHOOK_RETRY_MAX_SECONDS = 3600
+
+
+def webhook_retry_countdown(retries: int) -> int:
+    """Seconds before retry number ``retries + 1`` of a webhook delivery: 10, 20, 40, ...
+    at most ``WEBHOOK_RETRY_MAX_SECONDS``."""
+    return int(min(WEBHOOK_RETRY_MAX_SECONDS, WEBHOOK_RETRY_FIRST_SECONDS * 2**retries))
+
+
+@shared_task(bind=True, name="agents_app.send_approval_email", max_retries=EMAIL_MAX_RETRIES,
+             ignore_result=True)
+def send_approval_email(self: Any, notification_id: int) -> bool:
+    """Send one approval email (``notifications.approval_email_send``), retrying on the
+    backend's errors (30 s, 60 s, ... apart).
+
+    Returns:
+        Whether this run sent it.
+    """
+    from agents_app import notifications
+
+    try:
+        return notifications.approval_email_send(notification_id=notification_id)
+    except Exception as error:
+        logger.warning("Approval email %s not sent: %s", notification_id, error)
+        raise self.retry(exc=error, countdown=30 * 2**self.request.retries) from None
+
+
+@shared_task(bind=True, name="agents_app.deliver_webhook", max_retries=WEBHOOK_MAX_RETRIES,
+             ignore_result=True)
+def deliver_webhook(self: Any, delivery_id: int) -> str:
+    """Deliver one webhook event (``webhooks.webhook_delivery_send``), retrying with
+    exponential backoff (``webhook_retry_countdown``); after the last retry the delivery is
+    marked ``failed``.
+
+    Returns:
+        The delivery's status afterwards.
+    """
+    from agents_app import webhooks
+
+    try:
+        return webhooks.webhook_delivery_send(delivery_id=delivery_id)
+    except webhooks.WebhookDeliveryFailed as error:
+        if self.request.retries >= WEBHOOK_MAX_RETRIES:
+            webhooks.webhook_delivery_give_up(delivery_id=delivery_id)
+            return "failed"
+        raise self.retry(
+            exc=error, countdown=webhook_retry_countdown(self.request.retries)
+        ) from None
+
+
+@shared_task(name="agents_app.send_approval_reminders", ignore_result=True)
+def send_approval_reminders() -> int:
+    """Queue the reminder emails of approvals near their deadline
+    (``notifications.approval_reminders_send``); Celery beat runs it every minute
+    (PeriodicTask created by migration 0016)."""
+    from agents_app import notifications
+
+    return notifications.approval_reminders_send()

@@ -25,6 +25,7 @@ from agents_app.approval_apis import (
     ApprovalListApi,
     InterruptResolveApi,
 )
+from agents_app.notification_apis import NotificationPreferenceApi
 from agents_app.token_apis import ApiTokenListCreateApi, ApiTokenRevokeApi
 from agents_app.usage_apis import UsageApi
 
@@ -38,6 +39,7 @@ urlpatterns = [
     path("tokens/", ApiTokenListCreateApi.as_view(), name="token-list"),
     path("tokens/<int:token_id>/", ApiTokenRevokeApi.as_view(), name="token-detail"),
     path("usage/", UsageApi.as_view(), name="usage"),
+    path("me/notifications/", NotificationPreferenceApi.as_view(), name="me-notifications"),
     path("sessions/", SessionListCreateApi.as_view(), name="session-list"),
     path("sessions/<str:session_id>/", SessionDetailApi.as_view(), name="session-detail"),
     path(

@@ -137,6 +137,7 @@ from dex_agents._observer import (
     AgentSessionObserver,
     ClosedInterrupt,
     InterruptOutcome,
+    TurnEnd,
 )
 from dex_agents._persistence import (
     AGENT_CONFIG,
@@ -380,6 +381,7 @@ __all__ = [
     "ToolPolicyResolver",
     "TurnCancelResult",
     "TurnCompleted",
+    "TurnEnd",
     "TurnMode",
     "UserInputAnswer",
     "build_turn_failure_note",

@@ -36,6 +36,15 @@ class InterruptOutcome(StrEnum):
     WITHDRAWN = "withdrawn"
 
 
+class TurnEnd(StrEnum):
+    """How a turn ended (``AgentSessionChange.turn_ended``): with a final answer, failed
+    (``last_turn_error``), or cancelled by ``cancel_turn``."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 @dataclass(frozen=True)
 class ClosedInterrupt:
     """An interrupt that left ``PENDING_INTERRUPTS`` (or whose answer a Step consumed).
@@ -70,6 +79,10 @@ class AgentSessionChange:
             attempt Dex commits is the one whose figures stay).
         model_call_id: ``"<step_execution_id>"`` of the RunModel Step that made the call;
             ``None`` with ``usage``.
+        turn_ended: How the turn ``turn_id`` ended when this Step ends it (``TurnEnd``), else
+            ``None``; every attempt of the ending Step reports it, so an index keys what it
+            does with it by session and turn.
+        turn_error: The turn's error text when ``turn_ended`` is ``failed``, else ``None``.
     """
 
     flow_id: str
@@ -80,6 +93,8 @@ class AgentSessionChange:
     closed: tuple[ClosedInterrupt, ...] = field(default_factory=tuple)
     usage: AgentUsage | None = None
     model_call_id: str | None = None
+    turn_ended: TurnEnd | None = None
+    turn_error: str | None = None
 
 
 #: ``AgentSessionOptions.observer``: awaited with each change on the Worker's event loop.

@@ -89,6 +89,7 @@ from dex_agents._observer import (
     AgentSessionChange,
     ClosedInterrupt,
     InterruptOutcome,
+    TurnEnd,
     notify_observer,
 )
 from dex_agents._persistence import (
@@ -181,9 +182,12 @@ async def _observe(
     raised: Sequence[AgentInterrupt] = (),
     closed: Sequence[ClosedInterrupt] = (),
     usage: AgentUsage | None = None,
+    turn_ended: TurnEnd | None = None,
+    turn_error: str | None = None,
 ) -> None:
     """Tell the Flow's observer (platform addition) what this Step is about to commit;
-    ``usage`` is the model call this Step made, keyed by its Step execution ID."""
+    ``usage`` is the model call this Step made, keyed by its Step execution ID;
+    ``turn_ended`` says how the turn ended when this Step ends it."""
     await notify_observer(
         flow.options.observer,
         AgentSessionChange(
@@ -195,6 +199,8 @@ async def _observe(
             closed=tuple(closed),
             usage=usage,
             model_call_id=context.step_execution_id if usage is not None else None,
+            turn_ended=turn_ended,
+            turn_error=turn_error,
         ),
     )
 
@@ -955,6 +961,7 @@ class RunModel(_SessionStep, Step[None]):
                     status=AgentStatus.WAITING_FOR_USER_MESSAGE,
                     turn_id=turn_id,
                     usage=outcome.usage,
+                    turn_ended=TurnEnd.COMPLETED,
                 )
                 return decision
             if isinstance(outcome, ToolCallsRequested):
@@ -1612,6 +1619,8 @@ class RecordTurnFailure(_SessionStep, Step[None]):
                 )
                 for item in withdrawn
             ],
+            turn_ended=TurnEnd.FAILED if state.turn_id is not None else None,
+            turn_error=error if state.turn_id is not None else None,
         )
         return go_to(AwaitUserMessage, None)
 
@@ -1766,6 +1775,7 @@ async def end_cancelled_turn(
             ClosedInterrupt(item.interrupt_id, InterruptOutcome.WITHDRAWN, CANCELLED_TURN_MESSAGE)
             for item in withdrawn
         ],
+        turn_ended=TurnEnd.CANCELLED,
     )
     return go_to(AwaitUserMessage, None)
 

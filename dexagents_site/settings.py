@@ -546,7 +546,31 @@ DEXAGENTS: dict[str, Any] = {
     # After a session's first turn, its agent's model writes a short title (agents_app.titles;
     # per agent: AgentDefinition.generate_titles). false: sessions keep their first line.
     "GENERATE_TITLES": env_bool("DEXAGENTS_GENERATE_TITLES", True),
+    # The site's address as people reach it: links in approval emails and webhook bodies.
+    "PUBLIC_URL": env.str("DEXAGENTS_PUBLIC_URL", default="").strip().rstrip("/")
+    or f"http://127.0.0.1:{env_int('PORT', 8000, minimum=1, maximum=65535)}",
+    # Webhooks may call private, loopback and link-local addresses (a receiver on the LAN,
+    # tests); off, such a URL is refused when saved and before every send.
+    "WEBHOOKS_ALLOW_PRIVATE": env_bool("DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE", False),
+    # Seconds before an approval's deadline its reminder email goes (once); 0: no reminders.
+    "APPROVAL_REMINDER_BEFORE": env_int(
+        "DEXAGENTS_APPROVAL_REMINDER_BEFORE", 600, minimum=0, maximum=30 * 24 * 3600
+    ),
 }
+
+# Outgoing email (approval notifications): EMAIL_URL in django-environ's form, e.g.
+# smtp+tls://user:password@smtp.example.com:587, filemail:///path/to/dir, or the default
+# consolemail:// (printed by the process that sends: the Celery worker under `make run`).
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="") or _email["EMAIL_BACKEND"]
+for _email_key in ("EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER", "EMAIL_HOST_PASSWORD",
+                   "EMAIL_USE_TLS", "EMAIL_USE_SSL", "EMAIL_FILE_PATH"):
+    if _email.get(_email_key) not in (None, ""):
+        globals()[_email_key] = _email[_email_key]
+if env.str("EMAIL_FILE_PATH", default=""):
+    EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1, maximum=300)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="dexagents <dexagents@localhost>")
 
 LOGGING = {
     "version": 1,

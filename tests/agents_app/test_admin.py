@@ -78,3 +78,32 @@ def test_the_approvals_index_is_read_only_in_admin(superuser: Any, owner: Any) -
     listing = client.get(reverse("admin:agents_app_approvalrequest_changelist"))
     assert "slack__post_message" in listing.content.decode()
     assert client.get(reverse("admin:agents_app_approvalrequest_add")).status_code == 403
+
+
+def test_a_webhook_secret_is_shown_once_and_a_private_url_refused(superuser: Any) -> None:
+    """Admin generates the signing secret, shows it in the message after saving only, and
+    refuses a URL that points at a loopback address (DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE off)."""
+    from agents_app.models import Webhook
+
+    client = logged_in(superuser)
+    add = reverse("admin:agents_app_webhook_add")
+    refused = client.post(add, {"name": "internal", "url": "http://127.0.0.1:8000/hook",
+                                "events": ["turn.completed"], "active": "on"})
+    assert refused.status_code == 200
+    assert "public addresses only" in refused.content.decode()
+    assert not Webhook.objects.exists()
+
+    saved = client.post(add, {"name": "public", "url": "https://93.184.215.14/hook",
+                              "events": ["turn.completed", "turn.failed"], "active": "on"},
+                        follow=True)
+    webhook = Webhook.objects.get()
+    assert webhook.secret.startswith("whsec_") and len(webhook.secret) > 30
+    assert webhook.events == ["turn.completed", "turn.failed"]
+    assert webhook.secret in saved.content.decode()
+    change = client.get(reverse("admin:agents_app_webhook_change", args=[webhook.pk]))
+    assert webhook.secret not in change.content.decode()
+    assert webhook.secret_hint in change.content.decode()
+    listing = client.get(reverse("admin:agents_app_webhook_changelist"))
+    assert webhook.secret not in listing.content.decode()
+    # The delivery log is read-only.
+    assert client.get(reverse("admin:agents_app_webhookdelivery_add")).status_code == 403

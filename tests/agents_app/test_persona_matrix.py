@@ -51,6 +51,9 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/v1/agents/", "GET"): (401, 401, 200, 200, 200),
     # Everyone reads their own usage figures (another user's calls are never in them).
     ("api/v1/usage/", "GET"): (401, 401, 200, 200, 200),
+    # Staff choose their own approval emails (only staff decide approvals).
+    ("api/v1/me/notifications/", "GET"): (401, 401, 403, 403, 200),
+    ("api/v1/me/notifications/", "PUT"): (401, 401, 403, 403, 400),
     ("api/v1/tokens/", "GET"): (401, 401, 200, 200, 200),
     # Clients here hold tokens, and a token may not create tokens (password or session only).
     ("api/v1/tokens/", "POST"): (401, 401, 403, 403, 403),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 from tests.e2e.conftest import PYTHON, wait_until
 from tests.e2e.relay_stack import Stack, running_stack
+from tests.webhook_receiver import running_receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +29,16 @@ GATED = "/tool slack__post_message " + json.dumps({"channel": "general", "text":
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("outbox")) as platform:
+    root = tmp_path_factory.mktemp("outbox")
+    # Approval emails are written as files (one per message) for the notification test;
+    # webhooks may call its receiver on the loopback address.
+    notices = {
+        "EMAIL_URL": "filemail://",
+        "EMAIL_FILE_PATH": str(root / "mail"),
+        "DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE": "true",
+        "DEXAGENTS_PUBLIC_URL": "https://agents.example.com",
+    }
+    with running_stack(root, extra_env=notices) as platform:
         platform.processes.start(
             "celery",
             [PYTHON, "-m", "celery", "-A", "dexagents_site", "worker", "--pool=solo",
@@ -278,3 +289,95 @@ def test_a_cancel_while_the_worker_is_down_is_kept_and_ends_the_turn(stack: Stac
         )
         assert delivered == ["delivered"]
         assert owner.post(cancel).status_code == 409
+
+
+WEBHOOK_SECRET = "whsec_e2e-secret"
+
+
+def test_an_approval_mails_opted_in_staff_and_webhooks_report_it_signed(stack: Stack) -> None:
+    """A write waits for approval: the opted-in staff user alone gets an email (through the
+    file backend, from the Celery worker) and the local receiver gets approval.requested,
+    approval.decided and turn.completed, each with a signature it verifies."""
+    from agents_app.webhooks import webhook_signature_verify
+
+    mail_dir = Path(stack.env["EMAIL_FILE_PATH"])
+    with running_receiver() as receiver, stack.api("staff") as staff, \
+            stack.api("owner") as owner:
+        created_hook = stack.django_shell(
+            "import json; from django.contrib.auth import get_user_model; "
+            "from agents_app.models import Webhook; U = get_user_model(); "
+            "U.objects.filter(username='staff').update(email='staff@example.com'); "
+            "U.objects.create(username='quiet-reviewer', is_staff=True, "
+            "email='quiet@example.com'); "
+            f"w = Webhook.objects.create(name='e2e', url={receiver.url!r}, "
+            f"secret={WEBHOOK_SECRET!r}, events=['approval.requested', 'approval.decided', "
+            "'turn.completed']); print(json.dumps(w.pk))"
+        )
+        try:
+            opted = staff.put("/api/v1/me/notifications/", json={"email_on_approval": True})
+            assert opted.status_code == 200, opted.text
+            assert opted.json() == {"email_on_approval": True, "email": "staff@example.com"}
+            # Not staff: no say in approvals, no emails.
+            assert owner.put("/api/v1/me/notifications/",
+                             json={"email_on_approval": True}).status_code == 403
+
+            created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": GATED})
+            assert created.status_code == 201, created.text
+            session_id = str(created.json()["id"])
+            held = wait_until("the approval to wait in Dex",
+                              lambda: stack.held_approvals(session_id), timeout=60)
+
+            def session_mails() -> list[str] | None:
+                texts = [path.read_text() for path in sorted(mail_dir.glob("*.log"))]
+                mine = [text for text in texts if f"/sessions/{session_id}/" in text]
+                return mine or None
+
+            mails = wait_until("the approval email", session_mails, timeout=60)
+            assert len(mails) == 1, mails
+            assert "To: staff@example.com" in mails[0]
+            assert "Subject: [dexagents] Approval needed: slack__post_message (demo)" in mails[0]
+            assert "Tool: slack__post_message" in mails[0]
+            assert (f"https://agents.example.com/sessions/{session_id}/"
+                    f"#call-{held[0]['tool_call_id']}") in mails[0]
+
+            url = f"/api/v1/sessions/{session_id}/interrupts/{held[0]['interrupt_id']}/"
+            decided = staff.post(url, json={"approved": True})
+            assert decided.status_code == 200, decided.text
+            idle_snapshot(stack, session_id, user_messages=1)
+
+            def session_events() -> list[dict[str, Any]] | None:
+                found = []
+                for request in list(receiver.requests):
+                    body = json.loads(request["body"])
+                    if body["data"].get("session") == session_id:
+                        found.append({**request, "json": body})
+                return found if len(found) >= 3 else None
+
+            received = wait_until("three webhook events", session_events, timeout=90)
+            by_event = {item["json"]["event"]: item for item in received}
+            assert sorted(by_event) == ["approval.decided", "approval.requested",
+                                        "turn.completed"]
+            assert len(received) == 3, [item["json"]["event"] for item in received]
+            for item in received:
+                headers = item["headers"]
+                assert webhook_signature_verify(
+                    secret=WEBHOOK_SECRET, timestamp=headers["X-Dexagents-Timestamp"],
+                    body=item["body"], signature=headers["X-Dexagents-Signature"],
+                    now=time.time(),
+                ), item
+            # Emitted in the order the facts were committed.
+            order = sorted(received, key=lambda item: item["json"]["created_at"])
+            assert [item["json"]["event"] for item in order] == [
+                "approval.requested", "approval.decided", "turn.completed"]
+            decided_data = by_event["approval.decided"]["json"]["data"]
+            assert (decided_data["outcome"], decided_data["decided_by"]) == ("approved", "staff")
+            assert by_event["approval.requested"]["json"]["data"]["tool"] == (
+                "slack__post_message")
+            # Only the opted-in reviewer was mailed, once.
+            assert len(session_mails() or []) == 1
+        finally:
+            stack.django_shell(
+                "import json; from agents_app.models import Webhook; "
+                f"print(json.dumps(Webhook.objects.filter(pk={created_hook}).update("
+                "active=False)))"
+            )
