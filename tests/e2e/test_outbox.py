@@ -38,12 +38,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE": "true",
         "DEXAGENTS_PUBLIC_URL": "https://agents.example.com",
     }
+    # running_stack's own Celery worker delivers (a second one only competed for the CPU).
     with running_stack(root, extra_env=notices) as platform:
-        platform.processes.start(
-            "celery",
-            [PYTHON, "-m", "celery", "-A", "dexagents_site", "worker", "--pool=solo",
-             "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", "outbox-e2e@%h"],
-        ).wait_for_line(" ready.")
         yield platform
 
 
