@@ -226,3 +226,7 @@ def processes(stack_env: dict[str, str]) -> Iterator[Processes]:
 
 
 PYTHON = sys.executable
+
+
+# The page tests' one shared ``manage.py dev`` stack (session scope).
+from tests.e2e.page_stack import page_stack  # noqa: E402, F401

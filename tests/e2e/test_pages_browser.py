@@ -11,119 +11,33 @@ Screenshots of every page at 1280 and 390 px go to ``var/screenshots/`` (or
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 
-from dex_agents.testing import free_port
 from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
-from tests.e2e.conftest import PYTHON, ROOT, Processes, wait_until
+from tests.e2e.conftest import ROOT, wait_until
+from tests.e2e.page_stack import PASSWORD, PageStack
 
 pytestmark = pytest.mark.e2e
 
-PASSWORD = "browser-test-password-1"
 WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 390, "height": 844}
 SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "screenshots"))
 
-USERS_CODE = """
-from django.contrib.auth import get_user_model
-from agents_app.services import api_token_create
-User = get_user_model()
-tokens = {}
-for name, staff in (("owner", False), ("intruder", False), ("reviewer", True)):
-    user, _ = User.objects.get_or_create(username=name)
-    user.is_staff = staff
-    user.set_password(PASSWORD)
-    user.save()
-    tokens[name] = api_token_create(user=user, name="browser test")[1]
-demo = User.objects.get(username="demo")
-tokens["demo"] = api_token_create(user=demo, name="browser test")[1]
-import datetime
-import json
-print(json.dumps(tokens))
-""".replace("PASSWORD", repr(PASSWORD))
-
 expect.set_options(timeout=30_000)
 
 
-@dataclass
-class PageStack:
-    """The running platform: its URL, the demo password and API tokens per persona."""
-
-    base_url: str
-    demo_password: str
-    tokens: dict[str, str]
-    env: dict[str, str]
-    admin_password: str = ""
-
-    def shell(self, code: str) -> Any:
-        """Run ``code`` in ``manage.py shell`` on the stack's database; it prints one JSON
-        line last, which is returned decoded."""
-        done = subprocess.run(
-            [PYTHON, "manage.py", "shell", "-c", code],
-            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120, check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    def api(self, persona: str) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Token {self.tokens[persona]}"},
-            timeout=30,
-        )
-
-    def ws_url(self, session_id: str) -> str:
-        return self.base_url.replace("http://", "ws://") + f"/ws/sessions/{session_id}/events/"
-
-
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
-    """``manage.py dev`` (what ``make run`` runs) on private ports, plus the personas."""
-    root = tmp_path_factory.mktemp("pages")
-    var = root / "var"
-    var.mkdir()
-    web, engine, model = free_port(), free_port(), free_port()
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL",
-                          "DEXAGENTS_DEMO_PASSWORD", "DEXAGENTS_ADMIN_PASSWORD"}}
-    env.update({
-        "DEXAGENTS_VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
-        "PORT": str(web),
-        "DEX_PORT": str(engine),
-        "DEMO_MODEL_PORT": str(model),
-        "PYTHONUNBUFFERED": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MODE": "PRODUCTION",
-    })
-    processes = Processes(env)
-    try:
-        dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(web)])
-        dev.wait_for_line("dexagents is ready at", timeout=180)
-        demo_line = dev.wait_for_line("Demo login: demo / ")
-        demo_password = demo_line.split("Demo login: demo / ", 1)[1].split(" ", 1)[0]
-        admin_line = dev.wait_for_line("Admin login: admin / ")
-        admin_password = admin_line.split("Admin login: admin / ", 1)[1].split(" ", 1)[0]
-        done = subprocess.run(
-            [PYTHON, "manage.py", "shell", "-c", USERS_CODE],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        tokens = json.loads(done.stdout.strip().splitlines()[-1])
-        yield PageStack(f"http://127.0.0.1:{web}", demo_password, tokens, env, admin_password)
-    finally:
-        processes.stop_all()
+def stack(page_stack: PageStack) -> PageStack:
+    """The page tests' platform: one ``manage.py dev`` stack shared by every page module
+    (``tests.e2e.page_stack.page_stack``)."""
+    return page_stack
 
 
 @pytest.fixture(scope="module")
