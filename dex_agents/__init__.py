@@ -137,6 +137,7 @@ from dex_agents._observer import (
     AgentSessionObserver,
     ClosedInterrupt,
     InterruptOutcome,
+    ObservedMessage,
 )
 from dex_agents._persistence import (
     AGENT_CONFIG,
@@ -348,6 +349,7 @@ __all__ = [
     "MessageTextPart",
     "ModelCallError",
     "ModelRateLimitError",
+    "ObservedMessage",
     "PendingTimer",
     "PendingUserInput",
     "PlanExecutionRequest",

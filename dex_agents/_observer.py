@@ -53,6 +53,24 @@ class ClosedInterrupt:
 
 
 @dataclass(frozen=True)
+class ObservedMessage:
+    """A user or assistant message a Step stores, as a text index outside Dex needs it
+    (platform addition: full-text search over sessions).
+
+    Attributes:
+        sequence: The message's ``AgentMessage.sequence`` (stable: an index keyed by session
+            and sequence stays idempotent when a Step attempt repeats).
+        role: ``"user"`` or ``"assistant"``.
+        text: The message's text as stored (tool-call-only assistant messages are not
+            reported).
+    """
+
+    sequence: int
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
 class AgentSessionChange:
     """What one Step attempt is about to commit, as an index outside Dex needs it.
 
@@ -70,6 +88,8 @@ class AgentSessionChange:
             attempt Dex commits is the one whose figures stay).
         model_call_id: ``"<step_execution_id>"`` of the RunModel Step that made the call;
             ``None`` with ``usage``.
+        messages: The user message that starts a turn and the messages a completed turn
+            stores (``ObservedMessage``, with text), for a search index; empty otherwise.
     """
 
     flow_id: str
@@ -80,6 +100,7 @@ class AgentSessionChange:
     closed: tuple[ClosedInterrupt, ...] = field(default_factory=tuple)
     usage: AgentUsage | None = None
     model_call_id: str | None = None
+    messages: tuple[ObservedMessage, ...] = field(default_factory=tuple)
 
 
 #: ``AgentSessionOptions.observer``: awaited with each change on the Worker's event loop.
