@@ -131,7 +131,7 @@ def test_only_the_owner_renames_or_archives(
 def test_archived_sessions_leave_the_list_unless_asked_for(
     owner: Any, owner_client: APIClient, staff_client: APIClient, client: Any
 ) -> None:
-    kept, archived = make_session(owner, 1, "Kept"), make_session(owner, 2, "Old")
+    kept, archived = make_session(owner, 1, "Kept"), make_session(owner, 2, "Bygone chat")
     response = owner_client.post(f"/api/v1/sessions/{archived.pk}/archive/")
     assert response.status_code == 200 and response.json()["archived"] is True
 
@@ -146,8 +146,8 @@ def test_archived_sessions_leave_the_list_unless_asked_for(
     client.force_login(owner)
     assert client.get(f"/sessions/{archived.pk}/").status_code == 200
     page = client.get("/sessions/").content.decode()
-    assert "Kept" in page and "Old" not in page
-    assert "Old" in client.get("/sessions/?archived=1").content.decode()
+    assert "Kept" in page and "Bygone chat" not in page
+    assert "Bygone chat" in client.get("/sessions/?archived=1").content.decode()
     # PATCH does the same, both ways.
     response = owner_client.patch(
         f"/api/v1/sessions/{archived.pk}/", {"archived": False}, format="json"
