@@ -1,3 +1,5 @@
+# mypy: disable-error-code="arg-type"
+# (AsyncClient.invoke_rpc in dex-python-sdk 1.23.0 is typed for synchronous RPC handlers only.)
 """``dexdev.FlowRetention/DeleteFlow`` (``dex_dev_server._retention_service``): a closed Flow's
 runs, Attributes, history, Stream messages and blobs are deleted; running Flows are refused;
 other Flows keep theirs; the deletion survives a restart."""

@@ -1238,6 +1238,7 @@ def test_sessions_are_renamed_archived_searched_and_deleted_after_confirmation(
     box.fill("")
     box.press("Enter")
     expect(page.get_by_role("alert").filter(has_text="cannot be blank")).to_be_visible()
+    screenshot(page, "chat-rename", full_page=False)
     box.fill(title)
     box.press("Enter")
     expect(page.get_by_role("heading", name=title, level=1)).to_be_visible()
@@ -1291,4 +1292,5 @@ def test_sessions_are_renamed_archived_searched_and_deleted_after_confirmation(
     with stack.api("owner") as api:
         assert api.get(f"/api/v1/sessions/{session_id}/").status_code == 404
         assert api.get("/api/v1/sessions/", params={"search": word}).json()["results"] == []
-    assert page.goto(f"/sessions/{session_id}/").status == 404
+    gone = page.goto(f"/sessions/{session_id}/")
+    assert gone is not None and gone.status == 404

@@ -17,7 +17,7 @@ export const TITLE_MAX_CHARS = 200;
  */
 export function startRename({ target, sessionId, title, onRenamed, onClosed }) {
   const input = el("input", {
-    type: "text", value: title, maxlength: String(TITLE_MAX_CHARS), required: true,
+    type: "text", value: title, maxlength: String(TITLE_MAX_CHARS),
     "aria-label": "Session title", class: "rename-input", autocomplete: "off",
   });
   const error = el("p", { class: "field-error small", role: "alert", hidden: true });
