@@ -77,6 +77,7 @@ from agents_app.services import (
     session_message_send,
     session_status_record,
 )
+from agents_app.session_search import message_matches_get, search_words
 from agents_app.usage_records import (
     SESSION_LIST_USAGE,
     session_row_usage,
@@ -213,6 +214,18 @@ class AgentListApi(ListAPIView):
         return agent_list_enabled()
 
 
+class SessionMatchSerializer(serializers.Serializer):
+    """The message a search matched (``session_search.MessageMatch``)."""
+
+    sequence = serializers.IntegerField()
+    role = serializers.ChoiceField(choices=["user", "assistant"])
+    snippet = serializers.CharField(help_text="Plain text around the matched words.")
+    highlights = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        help_text="[start, end) character offsets of the matched words in snippet.",
+    )
+
+
 class SessionOutputSerializer(serializers.ModelSerializer):
     agent: serializers.SlugRelatedField[AgentDefinition] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
@@ -220,6 +233,8 @@ class SessionOutputSerializer(serializers.ModelSerializer):
     owner = serializers.SerializerMethodField()
     awaiting_approval = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
+    archived = serializers.SerializerMethodField()
+    match = serializers.SerializerMethodField()
 
     class Meta:
         model = AgentSession
@@ -230,10 +245,21 @@ class SessionOutputSerializer(serializers.ModelSerializer):
             "title",
             "status",
             "awaiting_approval",
+            "archived",
             "usage",
+            "match",
             "created_at",
             "updated_at",
         )
+
+    def get_archived(self, session: AgentSession) -> bool:
+        return session.archived_at is not None
+
+    @extend_schema_field(SessionMatchSerializer(allow_null=True))
+    def get_match(self, session: AgentSession) -> dict[str, Any] | None:
+        """With ``?search=``: the session's message that matched best, else ``null``."""
+        found = self.context.get("matches", {}).get(session.pk)
+        return found.as_data() if found is not None else None
 
     def get_owner(self, session: AgentSession) -> str:
         return str(session.owner.get_username())
@@ -744,6 +770,65 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
                 await session_events.change_wait(session_id=session.id, after=after, seconds=wait)
         return Response(await snapshot_read(request, session))
 
+    class SessionUpdateInputSerializer(BodySerializer):
+        title = StrictCharField(
+            required=False,
+            max_length=services.SESSION_TITLE_MAX_CHARS,
+            help_text="The new title, 1 to 200 characters; no generated title replaces it.",
+        )
+        archived = StrictBooleanField(
+            required=False,
+            help_text="true archives the session (hidden from lists, still usable); false "
+            "brings it back.",
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if not attrs:
+                raise serializers.ValidationError(
+                    {"non_field_errors": ["Give a title or archived."]}
+                )
+            return attrs
+
+    @extend_schema(
+        request=SessionUpdateInputSerializer,
+        responses={
+            200: SessionOutputSerializer,
+            400: error_response(
+                400,
+                field_errors_serializer(
+                    SessionUpdateInputSerializer, name="SessionUpdateInputError"
+                ),
+                "A bad title or archived, or neither.",
+            ),
+        },
+    )
+    async def patch(self, request: Request, session_id: str) -> Response:
+        """Rename or archive the session (owner only; staff get 403)."""
+        return Response(await db(self._update)(request, session_id))
+
+    def _update(self, request: Request, session_id: str) -> dict[str, Any]:
+        session = self.session_get_for_owner(request, session_id)
+        serializer = self.SessionUpdateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = serializer.validated_data
+        if "title" in values:
+            services.session_rename(session=session, title=values["title"])
+        if "archived" in values:
+            services.session_archive_set(session=session, archived=values["archived"])
+        return dict(SessionOutputSerializer(session).data)
+
+    @extend_schema(request=None, responses={204: None})
+    async def delete(self, request: Request, session_id: str) -> Response:
+        """Delete the session (owner or staff): its Flow is stopped, it leaves the index
+        (404 everywhere from now on) and the engine deletes its history."""
+        await db(self._delete)(request, session_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _delete(self, request: Request, session_id: str) -> None:
+        session = self.session_get(request, session_id)
+        body_refuse(request.data)
+        services.session_delete(session=session)
+
     @staticmethod
     def answer(
         *,
@@ -894,8 +979,10 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     """``GET /api/v1/sessions/`` lists the caller's sessions, staff: everyone's, newest first.
 
     Query: ``status`` (an index status, or ``awaiting_approval``), ``agent__slug``, ``search``
-    (title, agent slug or name), ``ordering`` (``created_at``, ``updated_at``, ``title``,
-    ``status``, each may start with ``-``), ``limit``/``offset``.
+    (title, agent slug or name, or the words of a user or assistant message: each session
+    then has ``match``, the message that matched with a snippet), ``archived`` (``true``:
+    only archived sessions; default only the others), ``ordering`` (``created_at``,
+    ``updated_at``, ``title``, ``status``, each may start with ``-``), ``limit``/``offset``.
 
     ``POST`` ``{"agent": slug, "message"?: str, "plan_mode"?: false, "tools"?: [exposed tool
     names]}`` starts one and answers 201 ``{"id", ...}``; ``plan_mode`` makes the first message
@@ -962,13 +1049,18 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             required=False,
             allow_blank=True,
             max_length=200,
-            help_text="Part of the title, agent slug or agent name.",
+            help_text="Part of the title, agent slug or agent name, or words of a message.",
         )
         ordering = serializers.ChoiceField(
             choices=[*selectors.SESSION_ORDERINGS],
             required=False,
             allow_blank=True,
             help_text="Sort key; default -created_at.",
+        )
+        archived = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="true: only archived sessions; false (default): only the others.",
         )
 
     @extend_schema(
@@ -994,13 +1086,28 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
         query = self.SessionListQuerySerializer(data=query_values(self.request))
         query.is_valid(raise_exception=True)
         params = query.validated_data
+        self.search_words = search_words(params.get("search", ""))
         return selectors.session_list_visible(
             user=self.request.user,
             status=params.get("status", ""),
             agent_slug=params.get("agent__slug", ""),
             search=params.get("search", ""),
             ordering=params.get("ordering", ""),
+            archived=params["archived"],
         )
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        """The list's serializer, with each listed session's best-matching message of the
+        search (``session_search.message_matches_get``, one query for the page)."""
+        words = getattr(self, "search_words", [])
+        if words and args and kwargs.get("many"):
+            rows = list(args[0])
+            args = (rows, *args[1:])
+            kwargs.setdefault("context", self.get_serializer_context())
+            kwargs["context"]["matches"] = message_matches_get(
+                words=words, session_ids=[row.pk for row in rows]
+            )
+        return super().get_serializer(*args, **kwargs)
 
     @extend_schema(
         request=SessionCreateInputSerializer,
@@ -1989,6 +2096,26 @@ class SchemaView(SpectacularAPIView):
             request.accepted_renderer = JSONRenderer()
             request.accepted_media_type = JSONRenderer.media_type
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+class SessionArchiveApi(SessionOwnedMixin, APIView):
+    """``POST /api/v1/sessions/<id>/archive/`` and ``.../unarchive/`` (owner only): the same
+    as ``PATCH .../`` with ``{"archived": true}`` or ``false``; 200 with the session."""
+
+    archived = True
+    engine_methods: frozenset[str] = frozenset()
+
+    @extend_schema(request=None, responses={200: SessionOutputSerializer})
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session_get_for_owner(request, session_id)
+        body_refuse(request.data)
+        services.session_archive_set(session=session, archived=self.archived)
+        return Response(SessionOutputSerializer(session).data)
+
+
+class SessionUnarchiveApi(SessionArchiveApi):
+    __doc__ = SessionArchiveApi.__doc__
+    archived = False
 
 
 class SessionStopApi(DexErrorsMixin, APIView):

@@ -11,7 +11,8 @@ Protocol:
   ``AgentSession`` index row); nothing else is sent. The handshake's database lookups run on
   threads of their own (``agents_app.websocket_db``): one that the database does not answer
   within ``DEXAGENTS["WEBSOCKET_DB_TIMEOUT"]`` seconds (10) closes that socket with 4503, and
-  no other request of the process waits for it; the client retries.
+  no other request of the process waits for it; the client retries. A socket whose session
+  is deleted closes with 4404 too (the ``session.deleted`` notice on the channel layer).
 - Text frames, JSON, in Stream order, each Stream message at most once per connection:
   ``{"type": "event", "token", "event": {"type", "turn_id", "step_execution_id", "attempt",
   "data", "created_at"}}`` (``dex_gateway.SessionEventMessage``), and
@@ -70,7 +71,7 @@ from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
 from agents_app.models import AgentSession
 from agents_app.session_events import SNAPSHOT_REQUIRED_FRAME, event_frame
-from agents_app.session_index import APPROVALS_GROUP, approval_index_version
+from agents_app.session_index import APPROVALS_GROUP, approval_index_version, session_group
 from agents_app.websocket_db import WebsocketDatabaseTimeout, websocket_db
 
 logger = logging.getLogger(__name__)
@@ -178,6 +179,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     """Relays one session's AgentEvents to one websocket (protocol: module docstring)."""
 
     relay_task: asyncio.Task[None] | None = None
+    group: str = ""
 
     async def connect(self) -> None:
         user = await accept_authenticated(self)
@@ -197,6 +199,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         except PermissionDenied:
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        if self.channel_layer is not None:
+            # Hears "session.deleted" (services.session_delete) and closes.
+            self.group = session_group(session_id)
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_add(self.group, self.channel_name)
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         after = query.get("after", [""])[0]
         task = asyncio.create_task(self.relay(session_id, after), name=f"events {session_id}")
@@ -205,6 +212,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         self.relay_task = task
 
     async def disconnect(self, code: int) -> None:
+        if self.group and self.channel_layer is not None:
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(self.group, self.channel_name)
         task = self.relay_task
         if task is None:
             return
@@ -216,6 +226,16 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
     ) -> None:
         """The protocol has no client messages; ignore them rather than fail on bad JSON."""
+
+    async def session_deleted(self, event: dict[str, Any]) -> None:
+        """The session was deleted: stop relaying and close with 4404 (no such session)."""
+        task = self.relay_task
+        self.relay_task = None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._close_quietly(CLOSE_UNKNOWN_SESSION)
 
     async def relay(self, session_id: str, after: str) -> None:
         """Run the Stream reader and the socket writer until one of them ends."""

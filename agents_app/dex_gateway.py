@@ -358,6 +358,46 @@ async def session_stop(*, session_id: str, reason: str) -> None:
     )
 
 
+#: The embedded engine's Flow deletion (``dex_dev_server._retention_service``): not part of
+#: the Dex protocol, so SDK 1.23.0 has no call for it and a real Dex server answers
+#: UNIMPLEMENTED (it deletes closed Flows after its namespace's retention period).
+FLOW_DELETE_METHOD = "/dexdev.FlowRetention/DeleteFlow"
+
+
+async def session_history_delete(*, session_id: str) -> bool:
+    """Delete the stopped session's stored history (runs, messages, events, blobs) from the
+    engine, through the embedded engine's ``dexdev.FlowRetention/DeleteFlow``.
+
+    Returns:
+        True when the engine deleted it or does not know the Flow; False when the engine
+        has no such call (a real Dex server: its retention deletes the closed Flow later).
+
+    Raises:
+        EngineUnavailableError: The engine did not answer.
+        Exception: The engine refused (e.g. FAILED_PRECONDITION: the Flow still runs).
+    """
+    from google.protobuf import empty_pb2, wrappers_pb2
+
+    call = _connection().history_channel.unary_unary(
+        FLOW_DELETE_METHOD,
+        request_serializer=wrappers_pb2.StringValue.SerializeToString,
+        response_deserializer=empty_pb2.Empty.FromString,
+    )
+    try:
+        await call(
+            wrappers_pb2.StringValue(value=session_id),
+            timeout=float(dexagents_setting("ENGINE_TIMEOUT")),
+        )
+    except grpc.RpcError as error:
+        if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return False
+        translated = _translate(error, session_id)
+        if isinstance(translated, SessionNotFoundError):
+            return True
+        raise translated from error
+    return True
+
+
 async def session_flow_running(*, session_id: str) -> bool:
     """Whether the session's Flow still runs, from Dex's Flow summary (``describe_flow``, a
     FlowService call that needs no worker).

@@ -243,6 +243,17 @@ class TitleSource(models.TextChoices):
     MESSAGE = "message", "its first message"
     PENDING = "pending", "its first message; a generated title is being written"
     GENERATED = "generated", "written by the agent's model"
+    #: Renamed by its owner: never replaced by a generated or first-message title.
+    USER = "user", "set by its owner"
+
+
+class LiveSessionManager(models.Manager["AgentSession"]):
+    """``AgentSession.objects``: sessions that were not deleted (``deleted_at``). Every list,
+    page, API, websocket and index write reads through it, so a deleted session is unknown
+    everywhere."""
+
+    def get_queryset(self) -> "models.QuerySet[AgentSession]":
+        return super().get_queryset().filter(deleted_at__isnull=True)
 
 
 class AgentSession(models.Model):
@@ -251,6 +262,11 @@ class AgentSession(models.Model):
     ``status`` is the last AgentState status seen (``starting``,
     ``waiting_for_user_message``, ``running_model``, ``running_tools``,
     ``waiting_for_user_input``, ``stopped``); Dex has the truth.
+
+    ``archived_at``: archived by its owner (hidden from lists unless asked for, still
+    readable and usable). ``deleted_at``: deleted (``services.session_delete``): the row stays
+    only as a tombstone without title, so the approval audit and usage records that point at
+    it stay whole; ``objects`` leaves it out (404 everywhere), ``with_deleted`` has it.
     """
 
     id = models.CharField(primary_key=True, max_length=64, editable=False)
@@ -266,8 +282,13 @@ class AgentSession(models.Model):
     # When the status above was observed (worker clock or snapshot read); a status observed
     # earlier never overwrites it, so late or repeated notices cannot move it backwards.
     status_observed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    archived_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = LiveSessionManager()
+    with_deleted = models.Manager()
 
     class Meta:
         ordering = ("-created_at",)
@@ -278,6 +299,35 @@ class AgentSession(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class SessionMessageText(models.Model):
+    """One user or assistant message's text in the session search index (issue 27,
+    "Sessions"), written by the Dex worker's session observer as it writes the session index
+    (``agents_app.session_search``); keyed by session and message sequence, so a repeated
+    Step attempt overwrites its row. ``text`` keeps the first ``SEARCH_TEXT_MAX_CHARS``.
+
+    Searched through a full-text index the migration adds beside the table: an FTS5 table
+    kept by triggers on SQLite, a GIN index over ``to_tsvector('simple', text)`` on
+    PostgreSQL. Dex keeps the conversation; this is only what search needs.
+    """
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, related_name="message_texts"
+    )
+    sequence = models.PositiveIntegerField()
+    role = models.CharField(max_length=16)
+    text = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=("session", "sequence"), name="session_message_text_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} #{self.sequence}"
 
 
 class Delivery(models.TextChoices):

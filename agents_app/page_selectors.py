@@ -26,6 +26,7 @@ from agents_app.selectors import (
     session_get_for_owner_or_staff,
     session_list_visible,
 )
+from agents_app.session_search import MessageMatch, message_matches_get, search_words
 from agents_app.usage_records import (
     session_row_usage,
     session_usage_totals,
@@ -158,13 +159,19 @@ class SessionRow:
     updated_at: Any
     cost: str = "$0"
     usage_title: str = ""
+    #: The caller owns it, so may rename it here.
+    can_rename: bool = False
+    archived: bool = False
+    #: With a search: the message that matched (``session_search.MessageMatch``), or None.
+    match: MessageMatch | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class SessionListPage:
     """One page of the sessions list with the filters that produced it.
 
-    ``query`` holds the normalized filters (``search``, ``status``, ``agent``, ``ordering``);
+    ``query`` holds the normalized filters (``search``, ``status``, ``agent``, ``ordering``,
+    ``archived``: ``"1"`` to list archived sessions instead of the others);
     ``previous_query`` / ``next_query`` are ready-made query strings (``None`` at the ends).
     """
 
@@ -189,6 +196,7 @@ def session_list_page_get(
     ordering: str = "",
     page: str | int = 1,
     page_size: int = SESSION_PAGE_SIZE,
+    archived: str = "",
 ) -> SessionListPage:
     """Filter, sort and page the sessions ``user`` may read (``selectors.session_list_visible``,
     from the Django index).
@@ -201,18 +209,32 @@ def session_list_page_get(
         ordering: A key of ``SESSION_ORDERING_LABELS``; anything else means the default
             (recently active first).
         page: 1-based; out-of-range or malformed values give the nearest valid page.
+        archived: ``"1"``: only archived sessions; anything else: only the others.
+
+    With a search, each row has the message that matched (``session_search``) as ``match``.
     """
     search = search.strip()[:200]
+    archived = "1" if archived == "1" else ""
     statuses = [*SESSION_STATUS_LABELS.items(), (STATUS_AWAITING_APPROVAL, AWAITING_APPROVAL_LABEL)]
     status = status if status in dict(statuses) else ""
     ordering = ordering if ordering in SESSION_ORDERING_LABELS else SESSION_DEFAULT_ORDERING
     agent = agent.strip()[:64]
     sessions = session_list_visible(
-        user=user, status=status, agent_slug=agent, search=search, ordering=ordering
+        user=user, status=status, agent_slug=agent, search=search, ordering=ordering,
+        archived=bool(archived),
     )
     paginator = Paginator(sessions, page_size)
     current = paginator.get_page(page)
-    query = {"search": search, "status": status, "agent": agent, "ordering": ordering}
+    query = {
+        "search": search, "status": status, "agent": agent, "ordering": ordering,
+        "archived": archived,
+    }
+    words = search_words(search)
+    matches = (
+        message_matches_get(words=words, session_ids=[row.pk for row in current.object_list])
+        if words
+        else {}
+    )
 
     def page_query(number: int) -> str:
         kept = {key: value for key, value in query.items() if value}
@@ -236,6 +258,9 @@ def session_list_page_get(
                 updated_at=session.updated_at,
                 cost=usd_display(session_row_usage(session)["cost_usd"]),
                 usage_title=usage_title(session_row_usage(session)),
+                can_rename=session.owner_id == user.pk,
+                archived=session.archived_at is not None,
+                match=matches.get(session.pk),
             )
             for session in current.object_list
         ],
@@ -274,6 +299,13 @@ class ChatPage:
     can_send: bool
     can_approve: bool
     usage: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Archived by its owner (still usable; hidden from the sessions list by default).
+    archived: bool = False
+
+    @property
+    def can_delete(self) -> bool:
+        """Its owner and staff may delete it."""
+        return self.is_owner or self.can_approve
 
     @property
     def cost(self) -> str:
@@ -294,6 +326,7 @@ class ChatPage:
             "owner": self.owner,
             "canSend": self.can_send,
             "canApprove": self.can_approve,
+            "archived": self.archived,
             "statusLabels": SESSION_STATUS_LABELS,
         }
 
@@ -321,6 +354,7 @@ def chat_page_get(*, user: AbstractBaseUser | AnonymousUser, session_id: str) ->
         can_send=rights["can_send"],
         can_approve=rights["can_approve"],
         usage=session_usage_totals(session_ids=[session.id]).get(session.id, {}),
+        archived=session.archived_at is not None,
     )
 
 

@@ -31,6 +31,7 @@ from agents_app.models import (
 )
 from agents_app.rest_errors import UnavailablePart
 from agents_app.session_index import SESSION_STATUS_STOPPED
+from agents_app.session_search import matching_session_ids, search_words
 from agents_app.usage_records import session_usage_annotations
 from dex_agents import AgentStatus
 
@@ -235,6 +236,7 @@ def session_list_visible(
     agent_slug: str = "",
     search: str = "",
     ordering: str = "",
+    archived: bool = False,
 ) -> QuerySet[AgentSession]:
     """Sessions ``user`` may read (their own; staff: everyone's), filtered and sorted.
 
@@ -243,8 +245,11 @@ def session_list_visible(
             ``running_tools``, ``waiting_for_user_input``, ``starting``, ``stopped``) or
             ``awaiting_approval``; blank: any.
         agent_slug: Only this agent's sessions; blank: any.
-        search: Case-insensitive match on the title, the agent's slug or name.
+        search: Case-insensitive match on the title, the agent's slug or name, or every word
+            of it (as word prefixes) in one user or assistant message (the full-text index of
+            ``session_search``).
         ordering: One of ``SESSION_ORDERINGS``; anything else sorts newest first.
+        archived: True: only archived sessions; False: only those not archived.
 
     Returns:
         AgentSession rows with ``agent`` and ``owner`` loaded and ``pending_approval_count``
@@ -261,13 +266,18 @@ def session_list_visible(
         sessions = sessions.filter(status=status)
     if agent_slug:
         sessions = sessions.filter(agent__slug=agent_slug)
+    sessions = sessions.filter(archived_at__isnull=not archived)
     if search.strip():
         term = search.strip()
-        sessions = sessions.filter(
+        matches = (
             Q(title__icontains=term)
             | Q(agent__slug__icontains=term)
             | Q(agent__name__icontains=term)
         )
+        words = search_words(term)
+        if words:
+            matches |= Q(pk__in=matching_session_ids(words=words))
+        sessions = sessions.filter(matches)
     order = ordering if ordering in SESSION_ORDERINGS else "-created_at"
     # After the filters: django-stubs cannot follow annotations given as ``**kwargs``.
     return sessions.order_by(order, "-pk").annotate(**session_usage_annotations())

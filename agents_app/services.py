@@ -1365,3 +1365,111 @@ def demo_seed() -> DemoSeedResult:
     return DemoSeedResult(
         created=created, admin_password=generated_password, demo_password=demo_password
     )
+
+
+# --- rename, archive, delete (issue 27, "Sessions") ------------------------------------------
+
+#: Characters a title may have (``AgentSession.title``).
+SESSION_TITLE_MAX_CHARS = 200
+
+
+def session_rename(*, session: AgentSession, title: str) -> AgentSession:
+    """Give ``session`` the title its owner chose (stripped; callers check it is 1 to
+    ``SESSION_TITLE_MAX_CHARS`` characters). The title's source becomes ``user``, so no
+    generated or first-message title replaces it later (``titles``)."""
+    title = " ".join(title.split())
+    if not title or len(title) > SESSION_TITLE_MAX_CHARS:
+        raise ValueError("A title has 1 to 200 characters.")
+    AgentSession.objects.filter(pk=session.pk).update(
+        title=title, title_source=TitleSource.USER
+    )
+    session.title, session.title_source = title, TitleSource.USER
+    return session
+
+
+def session_archive_set(*, session: AgentSession, archived: bool) -> AgentSession:
+    """Archive ``session`` (hidden from lists unless they ask for archived sessions; still
+    readable and usable) or bring it back; archiving an archived session keeps its time."""
+    if archived and session.archived_at is None:
+        session.archived_at = datetime.datetime.now(tz=datetime.UTC)
+    elif not archived:
+        session.archived_at = None
+    AgentSession.objects.filter(pk=session.pk).update(archived_at=session.archived_at)
+    return session
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionDeleted:
+    """What ``session_delete`` did.
+
+    Attributes:
+        history_deleted: The engine deleted the session's stored history (False: the engine
+            has no deletion call, a real Dex server, whose retention deletes the stopped Flow
+            later; or it did not answer: a Celery task tries again).
+    """
+
+    history_deleted: bool
+
+
+def session_delete(*, session: AgentSession) -> SessionDeleted:
+    """Delete ``session``: stop its Flow (as ``session_stop``), remove it from the index, then
+    delete its stored history in the engine.
+
+    The index row becomes a tombstone (``deleted_at`` set, title blank) that
+    ``AgentSession.objects`` leaves out, so the session answers 404 everywhere; its pending
+    approval rows, outbox rows and search index rows are deleted; the approval audit
+    (``ApprovalDecision``, for staff) and usage records (spent money still counts toward
+    budgets and usage) stay, pointing at the tombstone. Open websockets of the session hear
+    ``session.deleted`` on the channel layer and close.
+
+    Raises:
+        dex_gateway.EngineUnavailableError: Dex did not answer the stop; nothing changed.
+    """
+    from agents_app import snapshot_cache, tasks
+    from agents_app.models import SessionMessageText
+
+    dex_gateway.run(dex_gateway.session_stop(session_id=session.id, reason="deleted by user"))
+    now = datetime.datetime.now(tz=datetime.UTC)
+    with transaction.atomic():
+        AgentSession.objects.filter(pk=session.pk).update(
+            deleted_at=now, title="", status=session_index.SESSION_STATUS_STOPPED,
+            status_observed_at=now, updated_at=now,
+        )
+        withdrawn = ApprovalRequest.objects.filter(session_id=session.pk).delete()[0]
+        ApprovalDecision.objects.filter(session_id=session.pk, delivery=Delivery.PENDING).update(
+            delivery=Delivery.REFUSED, last_error="The session was deleted."
+        )
+        OutboxMessage.objects.filter(session_id=session.pk).delete()
+        OutboxTurnCancel.objects.filter(session_id=session.pk).delete()
+        SessionMessageText.objects.filter(session_id=session.pk).delete()
+    if withdrawn:
+        session_index.approvals_changed_notify()
+    _session_deleted_announce(session_id=session.id)
+    dex_gateway.run(snapshot_cache.forget(session.id))
+    try:
+        deleted = dex_gateway.run(dex_gateway.session_history_delete(session_id=session.id))
+    except dex_gateway.EngineUnavailableError as error:
+        logger.warning("History of deleted session %s not deleted yet: %s", session.id, error)
+        tasks.session_history_delete_schedule(session_id=session.id)
+        deleted = False
+    if not deleted:
+        logger.info("The engine keeps the history of deleted session %s until its retention.",
+                    session.id)
+    return SessionDeleted(history_deleted=deleted)
+
+
+def _session_deleted_announce(*, session_id: str) -> None:
+    """Tell the session's websocket consumers it is gone (best effort; a socket that misses
+    it reads nothing more: the session's Stream is deleted with its history)."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(
+            session_index.session_group(session_id), {"type": session_index.SESSION_DELETED}
+        )
+    except Exception as error:
+        logger.info("Deleted-session notice not sent for %s: %s", session_id, error)

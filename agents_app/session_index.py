@@ -36,6 +36,7 @@ from django.utils import timezone
 from agents_app import dex_gateway, notifications
 from agents_app.conf import dexagents_setting
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest, TitleSource
+from agents_app.session_search import message_texts_apply
 from agents_app.usage_records import usage_record_apply
 from dex_agents import AgentSessionChange, AgentStatus, ClosedInterrupt, InterruptOutcome
 
@@ -45,6 +46,18 @@ logger = logging.getLogger(__name__)
 APPROVALS_GROUP = "approvals"
 #: Channel layer message type of that notice (consumers handle ``approvals_changed``).
 APPROVALS_CHANGED = "approvals.changed"
+
+#: Channel layer group of one session's websocket consumers (``session_group(id)``); they
+#: hear ``session.deleted`` there and close.
+SESSION_GROUP_PREFIX = "session."
+#: Channel layer message type of that notice (consumers handle ``session_deleted``).
+SESSION_DELETED = "session.deleted"
+
+
+def session_group(session_id: str) -> str:
+    """The channel layer group name of ``session_id``'s websocket consumers."""
+    return f"{SESSION_GROUP_PREFIX}{session_id}"
+
 
 SESSION_STATUS_STARTING = "starting"
 SESSION_STATUS_STOPPED = "stopped"
@@ -181,7 +194,8 @@ def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
             index does not hold (code-defined Flows, or a session created elsewhere) are ignored.
 
         A change that carries a model call's usage also writes its ``UsageRecord``
-        (``agents_app.usage_records``).
+        (``agents_app.usage_records``); one that carries messages writes their text to the
+        search index (``agents_app.session_search``).
 
     Returns:
         True when the approvals index changed (callers then notify ``APPROVALS_GROUP``).
@@ -201,6 +215,8 @@ def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
             if change.usage is not None:
                 owner_id, agent_id = sessions[change.flow_id]
                 usage_record_apply(change=change, owner_id=owner_id, agent_id=agent_id)
+            if change.messages:
+                message_texts_apply(session_id=change.flow_id, messages=change.messages)
             if change.status is not None:
                 session_status_apply(
                     session_id=change.flow_id,

@@ -240,3 +240,24 @@ def send_approval_reminders() -> int:
     from agents_app import notifications
 
     return notifications.approval_reminders_send()
+@shared_task(bind=True, name="agents_app.delete_session_history", max_retries=OUTBOX_MAX_RETRIES)
+def delete_session_history(self: Any, session_id: str) -> bool:
+    """Delete a deleted session's history from the engine
+    (``dex_gateway.session_history_delete``), retrying with backoff while it does not answer.
+
+    Returns:
+        Whether the engine deleted it (False: it has no deletion call).
+    """
+    try:
+        return dex_gateway.run(dex_gateway.session_history_delete(session_id=session_id))
+    except dex_gateway.EngineUnavailableError as error:
+        raise self.retry(exc=error, countdown=_outbox_countdown(self.request.retries)) from None
+
+
+def session_history_delete_schedule(*, session_id: str) -> None:
+    """Queue ``delete_session_history``; a broker that does not take it is logged (the
+    history then stays until the engine's retention, or a later delete of the ID)."""
+    try:
+        delete_session_history.apply_async((session_id,), countdown=1)
+    except Exception as error:
+        logger.warning("Could not queue the history deletion of %s: %s", session_id, error)

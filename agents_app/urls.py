@@ -6,6 +6,7 @@ from agents_app.apis import (
     AgentListApi,
     QueuedMessageApi,
     QueuedMessageSteerApi,
+    SessionArchiveApi,
     SessionDetailApi,
     SessionElicitationAnswerApi,
     SessionEventsApi,
@@ -17,6 +18,7 @@ from agents_app.apis import (
     SessionQueueApi,
     SessionStopApi,
     SessionTurnCancelApi,
+    SessionUnarchiveApi,
     SessionUserInputApi,
 )
 from agents_app.approval_apis import (
@@ -83,6 +85,14 @@ urlpatterns = [
         name="session-history",
     ),
     path("sessions/<str:session_id>/stop/", SessionStopApi.as_view(), name="session-stop"),
+    path(
+        "sessions/<str:session_id>/archive/", SessionArchiveApi.as_view(), name="session-archive"
+    ),
+    path(
+        "sessions/<str:session_id>/unarchive/",
+        SessionUnarchiveApi.as_view(),
+        name="session-unarchive",
+    ),
     path(
         "sessions/<str:session_id>/turn/cancel/",
         SessionTurnCancelApi.as_view(),

@@ -46,6 +46,7 @@ def session_list_view(request: HttpRequest) -> HttpResponse:
         agent=request.GET.get("agent", ""),
         ordering=request.GET.get("ordering", ""),
         page=request.GET.get("page", "1"),
+        archived=request.GET.get("archived", ""),
     )
     return render(
         request,

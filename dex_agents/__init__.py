@@ -137,6 +137,7 @@ from dex_agents._observer import (
     AgentSessionObserver,
     ClosedInterrupt,
     InterruptOutcome,
+    ObservedMessage,
     TurnEnd,
 )
 from dex_agents._persistence import (
@@ -349,6 +350,7 @@ __all__ = [
     "MessageTextPart",
     "ModelCallError",
     "ModelRateLimitError",
+    "ObservedMessage",
     "PendingTimer",
     "PendingUserInput",
     "PlanExecutionRequest",

@@ -62,6 +62,24 @@ class ClosedInterrupt:
 
 
 @dataclass(frozen=True)
+class ObservedMessage:
+    """A user or assistant message a Step stores, as a text index outside Dex needs it
+    (platform addition: full-text search over sessions).
+
+    Attributes:
+        sequence: The message's ``AgentMessage.sequence`` (stable: an index keyed by session
+            and sequence stays idempotent when a Step attempt repeats).
+        role: ``"user"`` or ``"assistant"``.
+        text: The message's text as stored (tool-call-only assistant messages are not
+            reported).
+    """
+
+    sequence: int
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
 class AgentSessionChange:
     """What one Step attempt is about to commit, as an index outside Dex needs it.
 
@@ -83,6 +101,8 @@ class AgentSessionChange:
             ``None``; every attempt of the ending Step reports it, so an index keys what it
             does with it by session and turn.
         turn_error: The turn's error text when ``turn_ended`` is ``failed``, else ``None``.
+        messages: The user message that starts a turn and the messages a completed turn
+            stores (``ObservedMessage``, with text), for a search index; empty otherwise.
     """
 
     flow_id: str
@@ -95,6 +115,7 @@ class AgentSessionChange:
     model_call_id: str | None = None
     turn_ended: TurnEnd | None = None
     turn_error: str | None = None
+    messages: tuple[ObservedMessage, ...] = field(default_factory=tuple)
 
 
 #: ``AgentSessionOptions.observer``: awaited with each change on the Worker's event loop.

@@ -89,6 +89,7 @@ from dex_agents._observer import (
     AgentSessionChange,
     ClosedInterrupt,
     InterruptOutcome,
+    ObservedMessage,
     TurnEnd,
     notify_observer,
 )
@@ -184,10 +185,12 @@ async def _observe(
     usage: AgentUsage | None = None,
     turn_ended: TurnEnd | None = None,
     turn_error: str | None = None,
+    messages: Sequence[ObservedMessage] = (),
 ) -> None:
     """Tell the Flow's observer (platform addition) what this Step is about to commit;
     ``usage`` is the model call this Step made, keyed by its Step execution ID;
-    ``turn_ended`` says how the turn ended when this Step ends it."""
+    ``turn_ended`` says how the turn ended when this Step ends it; ``messages`` the user and
+    assistant texts it stores."""
     await notify_observer(
         flow.options.observer,
         AgentSessionChange(
@@ -201,6 +204,7 @@ async def _observe(
             model_call_id=context.step_execution_id if usage is not None else None,
             turn_ended=turn_ended,
             turn_error=turn_error,
+            messages=tuple(messages),
         ),
     )
 
@@ -552,8 +556,23 @@ async def _start_turn(
         started["client_ids"] = [client_id for client_id in client_ids if client_id]
     events.write_event(AgentEventType.TURN_STARTED, started)
     events.close()
-    await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
+    await _observe(
+        flow,
+        context,
+        status=AgentStatus.RUNNING_MODEL,
+        turn_id=turn_id,
+        messages=_observed([(sequence, MessageRole.USER.value, message.text)]),
+    )
     return next_model_call(flow, context)
+
+
+def _observed(messages: Sequence[tuple[int, str, str]]) -> list[ObservedMessage]:
+    """``ObservedMessage`` values of the ``(sequence, role, text)`` that have text."""
+    return [
+        ObservedMessage(sequence, role, text)
+        for sequence, role, text in messages
+        if text and text.strip() and role in ("user", "assistant")
+    ]
 
 
 async def _start_plan_turn(
@@ -962,6 +981,12 @@ class RunModel(_SessionStep, Step[None]):
                     turn_id=turn_id,
                     usage=outcome.usage,
                     turn_ended=TurnEnd.COMPLETED,
+                    messages=_observed(
+                        [
+                            (state.message_count + number, str(message.role), message.text)
+                            for number, message in enumerate(outcome.new_messages, start=1)
+                        ]
+                    ),
                 )
                 return decision
             if isinstance(outcome, ToolCallsRequested):

@@ -22,6 +22,7 @@ from ._channel_service import ChannelService
 from ._errors import ServiceError, uncategorized
 from ._flow_service import SERVER_VERSION, FlowLifecycleService
 from ._history_service import HistoryService
+from ._retention_service import FlowRetentionService, add_retention_service
 from ._rpc_service import RpcService
 from ._runs import flow_result
 from ._state import DEFAULT_METHOD_TIMEOUT
@@ -41,6 +42,7 @@ class Engine(
     RpcService,
     StreamService,
     WorkerTaskService,
+    FlowRetentionService,
 ):
     """The embedded Dex engine: state, reducer, dispatcher and all service handlers."""
 
@@ -66,12 +68,14 @@ def _wrap_unary(
 
 
 def add_services(engine: Engine, server: grpc.aio.Server) -> None:
-    """Register FlowService and WorkerTaskService backed by ``engine``."""
+    """Register FlowService, WorkerTaskService and this engine's ``dexdev.FlowRetention``
+    (``_retention_service``) backed by ``engine``."""
     flow = dex_pb2_grpc.FlowServiceServicer()
     for method in pb.DESCRIPTOR.services_by_name["FlowService"].methods:
         setattr(flow, method.name, _wrap_unary(getattr(engine, method.name)))
     dex_pb2_grpc.add_FlowServiceServicer_to_server(flow, server)
     dex_pb2_grpc.add_WorkerTaskServiceServicer_to_server(WorkerTaskServicer(engine), server)
+    add_retention_service(engine, server, _wrap_unary)
 
 
 __all__ = ["DEFAULT_METHOD_TIMEOUT", "SERVER_VERSION", "Engine", "add_services", "flow_result"]

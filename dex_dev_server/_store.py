@@ -542,6 +542,39 @@ class Store:
         self.blobs_collected += swept
         return int(swept)
 
+    def delete_flow(self, flow_id: str, run_ids: Sequence[str]) -> int:
+        """Delete everything stored for ``flow_id`` (its runs ``run_ids``): run rows,
+        Attributes, channel messages, history, Stream messages and ``blob_refs``, and the
+        blobs nothing else references, in one transaction (``FlowRetention.DeleteFlow``).
+
+        Returns:
+            The number of history events deleted.
+        """
+        released: set[str] = set()
+        with self.transaction() as db:
+            marks = ",".join("?" * len(run_ids))
+            released.update(
+                row[0]
+                for row in db.execute(
+                    f"SELECT blob_id FROM blob_refs WHERE run_id IN ({marks})", run_ids
+                )
+            )
+            events = db.execute(
+                f"DELETE FROM history WHERE run_id IN ({marks})", run_ids
+            ).rowcount
+            for table in ("blob_refs", "attributes", "channel_messages", "runs"):
+                db.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", run_ids)
+            scopes = db.execute(
+                "SELECT DISTINCT flow_type, stream FROM stream_messages WHERE flow_id=?",
+                (flow_id,),
+            ).fetchall()
+            db.execute("DELETE FROM stream_messages WHERE flow_id=?", (flow_id,))
+            self._collect(db, released, False)
+        for flow_type, stream in scopes:
+            # Recounted from the table on the scope's next append.
+            self.stream_totals.pop((flow_type, stream), None)
+        return int(events)
+
     # Reads -------------------------------------------------------------------------------
 
     def load_runs(self) -> list[tuple[Any, ...]]:

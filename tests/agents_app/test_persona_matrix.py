@@ -92,6 +92,11 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/v1/sessions/<str:session_id>/events/", "GET"): (401, 401, 404, 200, 200),
     # Owner or staff may stop a session.
     ("api/v1/sessions/<str:session_id>/stop/", "POST"): (401, 401, 404, ENGINE, ENGINE),
+    # Only the owner renames or archives (an empty PATCH body is a 400); owner or staff delete.
+    ("api/v1/sessions/<str:session_id>/", "PATCH"): (401, 401, 404, 400, 403),
+    ("api/v1/sessions/<str:session_id>/", "DELETE"): (401, 401, 404, ENGINE, ENGINE),
+    ("api/v1/sessions/<str:session_id>/archive/", "POST"): (401, 401, 404, 200, 403),
+    ("api/v1/sessions/<str:session_id>/unarchive/", "POST"): (401, 401, 404, 200, 403),
     # Only the owner cancels the running turn (staff may stop the session, not cancel a turn).
     ("api/v1/sessions/<str:session_id>/turn/cancel/", "POST"): (401, 401, 404, ENGINE, 403),
     # Only staff decide approvals, on any session.
@@ -272,8 +277,8 @@ def test_staff_writes_to_someone_elses_session_say_why(world: dict[str, Any]) ->
 
     values = path_values(world["owner"])
     owner_only = [row for row, expected in MATRIX.items() if expected[3:] == (400, 403)
-                  or (expected[3] == ENGINE and expected[4] == 403)]
-    assert len(owner_only) == 8
+                  or (expected[3] in (ENGINE, 200) and expected[4] == 403)]
+    assert len(owner_only) == 11
     for route, method in owner_only:
         response = world["clients"]["staff"].generic(
             method, fill(route, values), "{}", "application/json"

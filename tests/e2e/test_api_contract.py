@@ -91,8 +91,9 @@ def snapshot_when(client: httpx.Client, session_id: str, description: str,
 
 
 def make_sessions(base_url: str, token: str) -> dict[str, list[str]]:
-    """An idle session, one waiting for approval (with a queued message) and a stopped one;
-    returns the path parameter values schemathesis should use (schemathesis_hooks.py)."""
+    """An idle session, one waiting for approval (with a queued message), a stopped one and
+    two for DELETE to delete; returns the path parameter values schemathesis should use
+    (schemathesis_hooks.py)."""
     with api(base_url, token) as client:
 
         def start(message: str) -> str:
@@ -104,6 +105,7 @@ def make_sessions(base_url: str, token: str) -> dict[str, list[str]]:
         idle = start("hello")
         waiting = start('/tool slack__post_message {"channel": "general", "text": "hi"}')
         stopped = start("hello")
+        deletable = [start("delete me"), start("delete me too")]
         snapshot_when(client, idle, "the idle session's turn to end",
                       lambda body: body["status"] == "waiting_for_user_message")
         pending = snapshot_when(client, waiting, "the approval to be requested",
@@ -114,6 +116,8 @@ def make_sessions(base_url: str, token: str) -> dict[str, list[str]]:
         assert stop.status_code == 202, stop.text
     return {
         "session_id": [idle, waiting, stopped],
+        # DELETE /sessions/{session_id}/ gets these instead, so the others stay for the rest.
+        "deletable_session_id": deletable,
         "interrupt_id": [pending["pending_interrupts"][0]["interrupt_id"]],
         "message_id": [queued.json()["id"]],
     }

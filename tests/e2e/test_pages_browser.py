@@ -1130,3 +1130,98 @@ def test_screen_readers_hear_answers_and_status_changes_not_each_token(
     assert "Status: Waiting for a message" in said[-1], said
     # The answer streamed in many chunks; it is announced once, not chunk by chunk.
     assert len(said) <= 6, said
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_sessions_are_renamed_archived_searched_and_deleted_after_confirmation(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    """Issue 27 "Sessions": rename on the chat page and in the list, archive (hidden from the
+    list, shown with the filter), search over a message's words (the worker's full-text
+    index) with the matching snippet, and delete through a confirmation dialog."""
+    word = f"quokkaland{viewport['width']}"
+    page = contexts.logged_in("owner", viewport=viewport)
+    session_id = start_session(page, f"Plan a trip\nWhere should we stay near {word} beach?")
+    wait_for_turn_end(stack, "owner", session_id)
+    title = f"Trip {viewport['width']}"
+
+    # Rename in the chat header.
+    page.get_by_role("button", name="Rename").click()
+    box = page.get_by_role("textbox", name="Session title")
+    expect(box).to_have_value("Plan a trip")
+    box.fill("")
+    box.press("Enter")
+    expect(page.get_by_role("alert").filter(has_text="cannot be blank")).to_be_visible()
+    screenshot(page, "chat-rename", full_page=False)
+    box.fill(title)
+    box.press("Enter")
+    expect(page.get_by_role("heading", name=title, level=1)).to_be_visible()
+    expect(page.get_by_role("button", name="Rename")).to_be_focused()
+
+    # Archive: still usable here, gone from the list until the filter asks for it.
+    page.get_by_role("button", name="Archive").click()
+    expect(page.locator("#chat-archived")).to_be_visible()
+    expect(page.get_by_role("button", name="Unarchive")).to_be_visible()
+    screenshot(page, "chat-archived", screen_too=True)
+    page.goto("/sessions/")
+    expect(page.get_by_role("status").first).to_be_visible()
+    expect(page.get_by_role("link", name=title)).to_have_count(0)
+    page.get_by_label("Archived sessions").check()
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_role("link", name=title)).to_be_visible()
+
+    # Rename in the list.
+    renamed = f"Beach plans {viewport['width']}"
+    page.get_by_role("button", name=f"Rename {title}").click()
+    page.get_by_role("textbox", name="Session title").fill(renamed)
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("link", name=renamed)).to_be_visible()
+    with stack.api("owner") as api:
+        assert api.get(f"/api/v1/sessions/{session_id}/").json()["title"] == renamed
+
+    # Search: a word of the message, not of the title; the row shows where it matched.
+    page.get_by_role("searchbox", name="Search").fill(word[:-3])
+    page.get_by_role("button", name="Apply").click()
+    row = page.get_by_role("row").filter(has=page.get_by_role("link", name=renamed))
+    expect(row.locator(".search-match mark").first).to_have_text(word)
+    expect(page.get_by_role("link")).not_to_contain_text(["Plan a trip"])
+    screenshot(page, "sessions-search")
+    if viewport is WIDE:
+        # Sessions older than the index are filled from Dex by a command, idempotently.
+        refilled = stack.shell(
+            "import io, json\n"
+            "from django.core.management import call_command\n"
+            "from agents_app.models import SessionMessageText\n"
+            f"SessionMessageText.objects.filter(session_id={session_id!r}).delete()\n"
+            "out = io.StringIO()\n"
+            f"call_command('sessionsearch_index', {session_id!r}, stdout=out)\n"
+            f"call_command('sessionsearch_index', {session_id!r}, stdout=out)\n"
+            "print(json.dumps([out.getvalue(), sorted(SessionMessageText.objects.filter("
+            f"session_id={session_id!r}).values_list('sequence', 'role'))]))\n"
+        )
+        assert refilled == ["Indexed 2 messages.\nIndexed 2 messages.\n",
+                            [[1, "user"], [2, "assistant"]]]
+        page.reload()
+        expect(row.locator(".search-match mark").first).to_have_text(word)
+
+    # Delete: a real dialog that says it cannot be undone; Cancel keeps the session.
+    page.get_by_role("link", name=renamed).click()
+    expect(page.get_by_role("heading", name=renamed, level=1)).to_be_visible()
+    page.get_by_role("button", name="Delete session").click()
+    dialog = page.get_by_role("dialog", name="Delete this session?")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("This cannot be undone.")
+    screenshot(page, "chat-delete-dialog", full_page=False)
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    with stack.api("owner") as api:
+        assert api.get(f"/api/v1/sessions/{session_id}/").status_code == 200
+    page.get_by_role("button", name="Delete session").click()
+    dialog.get_by_role("button", name="Delete session").click()
+    page.wait_for_url(re.compile(r"/sessions/$"))
+    expect(page.get_by_role("heading", name="Sessions", level=1)).to_be_visible()
+    with stack.api("owner") as api:
+        assert api.get(f"/api/v1/sessions/{session_id}/").status_code == 404
+        assert api.get("/api/v1/sessions/", params={"search": word}).json()["results"] == []
+    gone = page.goto(f"/sessions/{session_id}/")
+    assert gone is not None and gone.status == 404

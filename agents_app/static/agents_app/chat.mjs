@@ -37,7 +37,8 @@ import { renderMarkdown, renderMarkdownSoon } from "./markdown.mjs";
 import { MessageQueue } from "./message_queue.mjs";
 import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
-import { sessionApiPath } from "./urls.mjs";
+import { confirmDelete, deleteSession, setArchived, startRename } from "./session_manage.mjs";
+import { sessionApiPath, sessionsPagePath } from "./urls.mjs";
 import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage, usdDisplay } from "./usage_display.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
@@ -1592,6 +1593,65 @@ async function stopSession() {
   loadSnapshot();
 }
 
+/** Rename in place: the heading becomes a text box (owner only). */
+function renameSession() {
+  const heading = byId("chat-title");
+  const button = byId("chat-rename");
+  button.hidden = true;
+  startRename({
+    target: heading,
+    sessionId: config.session,
+    title: heading.textContent,
+    onRenamed: (title) => {
+      heading.textContent = title;
+      // "<title> · dexagents", with "(n) " before it when approvals wait (approvals.mjs).
+      const [, count = ""] = /^(\(\d+\) )?/.exec(document.title);
+      const site = document.title.slice(document.title.lastIndexOf(" · "));
+      document.title = `${count}${title}${site}`;
+      announce(`Renamed to ${title}.`);
+    },
+    onClosed: () => {
+      button.hidden = false;
+      button.focus();
+    },
+  });
+}
+
+/** Archive or bring back the session (owner only); it stays usable either way. */
+async function toggleArchived() {
+  const button = byId("chat-archive");
+  const archived = button.dataset.archived !== "true";
+  button.disabled = true;
+  try {
+    const session = await setArchived(config.session, archived);
+    button.dataset.archived = String(session.archived);
+    button.textContent = session.archived ? "Unarchive" : "Archive";
+    byId("chat-archived").hidden = !session.archived;
+    announce(session.archived ? "Session archived." : "Session no longer archived.");
+    showAlert("");
+  } catch (error) {
+    showAlert(`Not changed: ${error.message}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+/** Delete the session after the dialog's confirmation, then go to the sessions list. */
+async function deleteThisSession() {
+  if (!(await confirmDelete(byId("delete-dialog")))) return;
+  const button = byId("chat-delete");
+  button.disabled = true;
+  try {
+    state.socket?.pause();
+    await deleteSession(config.session);
+    window.location.assign(sessionsPagePath);
+  } catch (error) {
+    showAlert(`Not deleted: ${error.message}`);
+    button.disabled = false;
+    state.socket?.reconnectNow();
+  }
+}
+
 // ---------------------------------------------------------------- start
 
 function refreshNow() {
@@ -1645,6 +1705,9 @@ byId("plan-execute").addEventListener("click", executePlan);
 byId("load-older").addEventListener("click", loadOlder);
 byId("queue-list").addEventListener("click", onQueueClick);
 byId("chat-stop").addEventListener("click", stopSession);
+document.getElementById("chat-rename")?.addEventListener("click", renameSession);
+document.getElementById("chat-archive")?.addEventListener("click", toggleArchived);
+document.getElementById("chat-delete")?.addEventListener("click", deleteThisSession);
 if ("IntersectionObserver" in window) {
   new IntersectionObserver((entries) => {
     if (entries.some((entry) => entry.isIntersecting) && state.snapshot) loadOlder();

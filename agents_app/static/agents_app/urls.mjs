@@ -26,6 +26,9 @@ export function sessionApiPath(sessionId) {
   return `${sessionsApi}${encodeURIComponent(sessionId)}/`;
 }
 
+/** The sessions list page. */
+export const sessionsPagePath = sessionsPage;
+
 /** The chat page of a session. */
 export function sessionPagePath(sessionId) {
   return `${sessionsPage}${encodeURIComponent(sessionId)}/`;
