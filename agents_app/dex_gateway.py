@@ -390,7 +390,8 @@ async def session_send_message(
     lost may be repeated.
 
     An accepted message is announced on the session's AgentEvents Stream as
-    ``message_queued`` (best effort), so every open page shows the queue at once.
+    ``message_queued`` (best effort; ``{"message_id": client_id}`` when there is one), so
+    every open page shows the queue at once.
 
     Raises:
         EngineUnavailableError: Dex did not answer, or another send of the same
@@ -412,7 +413,13 @@ async def session_send_message(
     except Exception as error:
         raise _translate(error, session_id) from error
     if accepted:
-        await session_event_announce(session_id=session_id, event_type="message_queued")
+        # The message's ID lets a viewer place this event before the turn_started that took
+        # it (whose client_ids name it), which the worker may have written first.
+        await session_event_announce(
+            session_id=session_id,
+            event_type="message_queued",
+            payload={"message_id": client_id} if client_id else None,
+        )
     return accepted
 
 

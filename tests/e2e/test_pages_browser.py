@@ -1216,3 +1216,63 @@ def test_screen_readers_hear_answers_and_status_changes_not_each_token(
     assert "Status: Waiting for a message" in said[-1], said
     # The answer streamed in many chunks; it is announced once, not chunk by chunk.
     assert len(said) <= 6, said
+
+
+def activity_rows(page: Page) -> list[str]:
+    """The Activity rows' text without their times, oldest first."""
+    rows: list[str] = region(page, "Activity").locator(".activity-row > span").all_inner_texts()
+    return rows
+
+
+PARALLEL_AND_WAIT = "\n".join([
+    '/tool search__web_search {"query": "durable agents"}',
+    '/tool search__web_search {"query": "steering"}',
+    "/wait 3600 cooling off",
+])
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_a_reloaded_page_rebuilds_the_running_turns_activity(
+    contexts: Contexts, viewport: dict[str, int]
+) -> None:
+    context = contexts.new(viewport)
+    live = context.new_page()
+    log_in(live, "owner", PASSWORD)
+    session_id = start_session(live, PARALLEL_AND_WAIT)
+    expect(live.locator("#chat-status")).to_have_text("Waiting on a timer")
+    composer = live.get_by_role("textbox", name="Message", exact=True)
+    composer.fill("/ask Which colour? | red | blue")
+    live.get_by_role("button", name="Send").click()
+    queued = region(live, "Message queue").locator('li[data-kind="queued"]')
+    queued.get_by_role("button", name="Steer queued message").click()
+    expect(region(live, "Which colour?")).to_be_visible()
+    expect(region(live, "Activity")).to_contain_text("Question Which colour?")
+    # Both searches ran and the wait ended before the question was asked.
+    expect(region(live, "Activity").locator('[data-type="tool_call_finished"]')).to_have_count(3)
+
+    reloaded = context.new_page()
+    reloaded.goto(f"/sessions/{session_id}/")
+    expect(region(reloaded, "Which colour?")).to_be_visible()
+    expected = activity_rows(live)
+    expect(region(reloaded, "Activity").locator(".activity-row > span")).to_have_text(expected)
+    assert "Tool finished durable_wait: interrupted" in expected
+    assert expected.count("Tool finished search__web_search: succeeded") == 2
+    assert expected[0] == "Turn started turn-1"
+    # The steered message is announced before the turn takes it.
+    steered = expected.index("Steered 1 steered message applied")
+    assert expected[steered - 1] == "Queue changed a queued message was steered into the turn"
+    screenshot(reloaded, "activity-after-reload", screen_too=True)
+
+    # The reloaded page goes on live: the answer's rows arrive in both pages alike.
+    region(reloaded, "Which colour?").get_by_role("button", name="red").click()
+    for page in (live, reloaded):
+        expect(region(page, "Activity")).to_contain_text("Turn completed turn-1")
+    assert "Tool finished request_user_input: answered" in activity_rows(reloaded)
+    assert activity_rows(reloaded) == activity_rows(live)
+
+    # A message sent while no turn runs: its row comes before the start of the turn it began.
+    composer.fill("one more")
+    live.get_by_role("button", name="Send").click()
+    expect(region(live, "Activity")).to_contain_text("Turn completed turn-2")
+    rows = activity_rows(live)
+    assert rows.index("Message queued") < rows.index("Turn started turn-2"), rows
