@@ -589,7 +589,9 @@ def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
     expect(tools.locator("li").filter(has_text="search__web_search").locator(".badge-approval")
            ).to_have_count(0)
     tools.get_by_role("checkbox", name=re.compile("Post a message")).uncheck()
-    page.get_by_role("textbox", name="Message").fill("only four tools")
+    page.get_by_role("textbox", name="Message").fill(
+        'only four tools\n/tool slack__post_message {"channel": "general", "text": "hi"}'
+    )
     with page.expect_request(lambda request: request.url.endswith("/api/v1/sessions/")
                              and request.method == "POST") as started:
         page.get_by_role("button", name="Start session").click()
@@ -601,7 +603,12 @@ def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
         "slack__search_messages",
     ]
     page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
-    expect(assistant_texts(page)).to_have_text(["You said: only four tools"])
+    # The unchecked tool is refused without an approval; Activity says why.
+    refusal = "Tool 'slack__post_message' is not enabled for this session."
+    expect(region(page, "Activity")).to_contain_text(
+        f"Tool finished slack__post_message: failed ({refusal})"
+    )
+    expect(assistant_texts(page)).to_have_text([re.compile(re.escape(refusal))])
 
 
 def test_keyboard_only_login_start_and_send(contexts: Contexts) -> None:
