@@ -1283,3 +1283,80 @@ def test_a_reloaded_page_rebuilds_the_running_turns_activity(
     expect(region(live, "Activity")).to_contain_text("Turn completed turn-2")
     rows = activity_rows(live)
     assert rows.index("Message queued") < rows.index("Turn started turn-2"), rows
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    owner = contexts.logged_in("owner", viewport=viewport)
+    # The first model request is refused once with a 503: its Step's second attempt answers.
+    # (The demo model counts failures per distinct request: each width sends its own.)
+    query = json.dumps({"query": f"durable agents at {viewport['width']} px"})
+    session_id = start_session(owner, f"/fail 1 503\n/tool search__web_search {query}")
+    expect(assistant_texts(owner).last).to_contain_text("durable agents")
+    tabs = owner.get_by_role("tablist", name="Session views")
+    chat_tab = tabs.get_by_role("tab", name="Chat")
+    timeline_tab = tabs.get_by_role("tab", name="Timeline")
+    expect(chat_tab).to_have_attribute("aria-selected", "true")
+    # Keyboard: the arrow keys move between the tabs and select them.
+    chat_tab.focus()
+    owner.keyboard.press("ArrowRight")
+    expect(timeline_tab).to_be_focused()
+    expect(timeline_tab).to_have_attribute("aria-selected", "true")
+    expect(region(owner, "Conversation")).to_be_hidden()
+    timeline = owner.get_by_role("tabpanel", name="Timeline")
+    model_call = timeline.locator('[data-step="RunModel-1"]')
+    expect(model_call.locator(".timeline-step-kind")).to_have_text("Model call #1")
+    expect(model_call).to_contain_text("Run 2 attempts")
+    expect(model_call.locator(".timeline-error")).to_have_text(
+        re.compile(r"^Attempt 1 failed: The model provider failed \(HTTP 503\)")
+    )
+    expect(model_call.locator(".timeline-status")).to_have_text("completed")
+    tool = timeline.locator('[data-step="CallTool-1"]')
+    expect(tool).to_contain_text("For tool call search__web_search (call_1)")
+    expect(tool.locator(".timeline-status")).to_have_text("completed")
+    expect(tool.locator(".timeline-method")).to_have_text([re.compile(r"^Run 1 attempt, from ")])
+
+    # Live: a turn that waits for an approval shows its Steps as they end, with no reload.
+    with stack.api("owner") as api:
+        sent = api.post(f"/api/v1/sessions/{session_id}/messages/", json={
+            "text": '/tool slack__post_message {"channel": "general", "text": "hi"}'})
+        assert sent.status_code == 202, sent.text
+    expect(timeline.locator('[data-step="RunModel-3"] .timeline-status')).to_have_text("completed")
+
+    def pending() -> str | None:
+        with stack.api("owner") as api:
+            interrupts = api.get(f"/api/v1/sessions/{session_id}/").json()["pending_interrupts"]
+        return interrupts[0]["interrupt_id"] if interrupts else None
+
+    interrupt_id = wait_until("the approval to wait", pending, timeout=30)
+    with stack.api("reviewer") as staff:
+        decided = staff.post(f"/api/v1/sessions/{session_id}/interrupts/{interrupt_id}/",
+                             json={"approved": True})
+        assert decided.status_code == 200, decided.text
+    approval = timeline.locator('[data-step="AwaitToolApproval-1"]')
+    expect(approval).to_contain_text("For approval of slack__post_message (call_2)")
+    expect(approval.locator(".timeline-status")).to_have_text("completed")
+    expect(timeline.locator('[data-step="CallSingleAttemptTool-1"]')).to_contain_text(
+        "For tool call slack__post_message (call_2)"
+    )
+    expect(timeline.locator('[data-step="RunModel-4"] .timeline-status')).to_have_text("completed")
+    screenshot(owner, "timeline", screen_too=True)
+    owner.keyboard.press("ArrowLeft")
+    expect(chat_tab).to_have_attribute("aria-selected", "true")
+    expect(region(owner, "Conversation")).to_be_visible()
+    expect(timeline).to_be_hidden()
+
+    # Staff read the timeline; another user gets no page at all, nor the history.
+    reviewer = contexts.logged_in("reviewer", viewport=viewport)
+    reviewer.goto(f"/sessions/{session_id}/")
+    reviewer.get_by_role("tab", name="Timeline").click()
+    expect(reviewer.get_by_role("tabpanel", name="Timeline").locator(
+        '[data-step="RunModel-1"]')).to_contain_text("Attempt 1 failed")
+    intruder = contexts.logged_in("intruder", viewport=viewport)
+    answer = intruder.goto(f"/sessions/{session_id}/")
+    assert answer is not None and answer.status == 404
+    expect(intruder.get_by_role("tab", name="Timeline")).to_have_count(0)
+    with stack.api("intruder") as api:
+        assert api.get(f"/api/v1/sessions/{session_id}/history/").status_code == 404

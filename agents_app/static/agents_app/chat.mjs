@@ -40,6 +40,7 @@ import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs"
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
 import { sessionApiPath } from "./urls.mjs";
 import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage } from "./usage_display.mjs";
+import { Timeline } from "./timeline.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -57,6 +58,12 @@ const FOLLOW_DISTANCE_PX = 160;
 const live = new LiveText();
 const queue = new MessageQueue();
 const activity = new ActivityLog({ list: byId("activity-list"), empty: byId("activity-empty") });
+const timeline = new Timeline({
+  historyPath: `${sessionPath}history/`,
+  tablist: document.querySelector(".chat-tabs"),
+  panel: byId("timeline-panel"),
+  toolName: (id) => state.toolNames.get(id) ?? state.snapshot?.tool_calls?.find((call) => call.tool_call_id === id)?.tool_name,
+});
 const state = {
   snapshot: null,
   status: config.status,
@@ -1239,6 +1246,7 @@ function hintStatus(status) {
 function onEvent(frame) {
   const event = frame.event;
   if (!event || typeof event.type !== "string") return;
+  timeline.onEvent(event);
   // Replays of turns whose messages are already stored add nothing.
   if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
   activity.note(event);
