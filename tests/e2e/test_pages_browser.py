@@ -25,7 +25,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 
 from dex_agents.testing import free_port
-from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
+from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, axe_violations, chromium_path
 from tests.e2e.conftest import PYTHON, ROOT, Processes, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -590,7 +590,9 @@ def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
            ).to_have_count(0)
     tools.get_by_role("checkbox", name=re.compile("Post a message")).uncheck()
     page.get_by_role("textbox", name="Message").fill(
-        'only four tools\n/tool slack__post_message {"channel": "general", "text": "hi"}'
+        # /slow keeps the turn running until the chat page follows it (Activity shows the
+        # running turn's events).
+        'only four tools\n/slow 1\n/tool slack__post_message {"channel": "general", "text": "hi"}'
     )
     with page.expect_request(lambda request: request.url.endswith("/api/v1/sessions/")
                              and request.method == "POST") as started:
@@ -1343,6 +1345,8 @@ def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
     )
     expect(timeline.locator('[data-step="RunModel-4"] .timeline-status')).to_have_text("completed")
     screenshot(owner, "timeline", screen_too=True)
+    serious = [item for item in axe_violations(owner) if item["impact"] in ("serious", "critical")]
+    assert serious == [], serious
     owner.keyboard.press("ArrowLeft")
     expect(chat_tab).to_have_attribute("aria-selected", "true")
     expect(region(owner, "Conversation")).to_be_visible()
