@@ -83,6 +83,7 @@ from agents_app.usage_records import (
     session_row_usage,
     session_usage_totals,
 )
+from dex_agents import StepHistoryEntry
 
 MESSAGE_MAX_CHARS = 100_000
 MESSAGE_PAGE_DEFAULT = 50
@@ -2036,8 +2037,16 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
         )
 
 
+#: Steps whose input is the ID of the tool call they belong to (``dex_agents`` Steps).
+TOOL_CALL_STEPS = frozenset({
+    "AwaitToolApproval", "CallTool", "CallSingleAttemptTool", "RecordToolFailure",
+    "RecordToolOutcomeUnknown", "DurableWait", "AwaitUserInput",
+})
+
+
 class SessionHistoryApi(SessionOwnedMixin, AsyncAPIView):
-    """``GET /api/v1/sessions/<id>/history/``: completed Steps, oldest first."""
+    """``GET /api/v1/sessions/<id>/history/``: the session's ended Step methods, oldest first
+    (the chat page's Timeline tab reads it; owner and staff)."""
 
     @extend_schema(
         responses={
@@ -2045,9 +2054,38 @@ class SessionHistoryApi(SessionOwnedMixin, AsyncAPIView):
                 "StepHistoryEntry",
                 {
                     "step_type": serializers.CharField(),
-                    "step_execution_id": serializers.CharField(),
-                    "event_type": serializers.CharField(),
-                    "final_attempt": serializers.IntegerField(),
+                    "step_execution_id": serializers.CharField(
+                        help_text="``<step_type>-<n>``, shared by both methods and every "
+                        "attempt of one Step execution."
+                    ),
+                    "event_type": serializers.ChoiceField(
+                        choices=sorted(dex_gateway.HISTORY_EVENT_TYPES)
+                    ),
+                    "method": serializers.ChoiceField(choices=["wait_for", "execute"]),
+                    "status": serializers.ChoiceField(choices=["completed", "failed"]),
+                    "final_attempt": serializers.IntegerField(
+                        help_text="The one-based attempt that ended the method."
+                    ),
+                    "started_at": serializers.DateTimeField(
+                        allow_null=True,
+                        help_text="When the method's first attempt began (UTC).",
+                    ),
+                    "duration_seconds": serializers.FloatField(
+                        help_text="Seconds from started_at to the end, retries included."
+                    ),
+                    "failed_attempt": serializers.IntegerField(
+                        allow_null=True,
+                        help_text="The attempt `error` belongs to: the last that failed.",
+                    ),
+                    "error": serializers.CharField(
+                        allow_null=True,
+                        help_text="That attempt's error (at most 1,000 characters).",
+                    ),
+                    "tool_call_id": serializers.CharField(
+                        allow_null=True,
+                        help_text="The tool call a tool, approval, wait or question Step "
+                        "belongs to.",
+                    ),
                 },
                 many=True,
             )
@@ -2056,17 +2094,26 @@ class SessionHistoryApi(SessionOwnedMixin, AsyncAPIView):
     async def get(self, request: Request, session_id: str) -> Response:
         session = await db(self.session_get)(request, session_id)
         entries = await dex_gateway.call(dex_gateway.session_history(session_id=session.id))
-        return Response(
-            [
-                {
-                    "step_type": entry.step_type,
-                    "step_execution_id": entry.step_execution_id,
-                    "event_type": entry.event_type,
-                    "final_attempt": entry.final_attempt,
-                }
-                for entry in entries
-            ]
-        )
+        return Response([_history_entry_data(entry) for entry in entries])
+
+
+def _history_entry_data(entry: StepHistoryEntry) -> dict[str, Any]:
+    """One ``/history/`` item (see ``SessionHistoryApi``'s schema)."""
+    return {
+        "step_type": entry.step_type,
+        "step_execution_id": entry.step_execution_id,
+        "event_type": entry.event_type,
+        "method": "wait_for" if entry.event_type.startswith("step_wait_for") else "execute",
+        "status": "failed" if entry.event_type.endswith("_failed") else "completed",
+        "final_attempt": entry.final_attempt,
+        "started_at": (
+            entry.started_at.isoformat().replace("+00:00", "Z") if entry.started_at else None
+        ),
+        "duration_seconds": round(entry.duration_seconds, 3),
+        "failed_attempt": entry.failed_attempt,
+        "error": entry.failure,
+        "tool_call_id": entry.input_text if entry.step_type in TOOL_CALL_STEPS else None,
+    }
 
 
 @never_cache

@@ -46,7 +46,9 @@ import grpc
 from agents_app.conf import dexagents_setting
 from dex_agents import (
     EXECUTE_COMPLETED_EVENT,
+    EXECUTE_FAILED_EVENT,
     WAIT_FOR_COMPLETED_EVENT,
+    WAIT_FOR_FAILED_EVENT,
     AgentUsage,
     PlanExecutionResult,
     StepHistoryEntry,
@@ -63,8 +65,10 @@ P = ParamSpec("P")
 # gRPC codes that mean "the engine is not there", as opposed to "the request was wrong".
 _UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
-# History events reported as completed Steps (reference/dex-engine-spec.md 4.6).
-_HISTORY_PAYLOADS = frozenset({WAIT_FOR_COMPLETED_EVENT, EXECUTE_COMPLETED_EVENT})
+# History events reported as ended Step methods (reference/dex-engine-spec.md 4.6).
+HISTORY_EVENT_TYPES = _HISTORY_PAYLOADS = frozenset(
+    {WAIT_FOR_COMPLETED_EVENT, EXECUTE_COMPLETED_EVENT, WAIT_FOR_FAILED_EVENT, EXECUTE_FAILED_EVENT}
+)
 _HISTORY_MAX_EVENTS = 10_000
 
 
@@ -430,7 +434,8 @@ async def session_send_message(
     lost may be repeated.
 
     An accepted message is announced on the session's AgentEvents Stream as
-    ``message_queued`` (best effort), so every open page shows the queue at once.
+    ``message_queued`` (best effort; ``{"message_id": client_id}`` when there is one), so
+    every open page shows the queue at once.
 
     Raises:
         EngineUnavailableError: Dex did not answer, or another send of the same
@@ -452,7 +457,13 @@ async def session_send_message(
     except Exception as error:
         raise _translate(error, session_id) from error
     if accepted:
-        await session_event_announce(session_id=session_id, event_type="message_queued")
+        # The message's ID lets a viewer place this event before the turn_started that took
+        # it (whose client_ids name it), which the worker may have written first.
+        await session_event_announce(
+            session_id=session_id,
+            event_type="message_queued",
+            payload={"message_id": client_id} if client_id else None,
+        )
     return accepted
 
 
@@ -1085,10 +1096,11 @@ def plain_data(value: Any) -> Any:
 
 
 async def session_history(*, session_id: str) -> list[StepHistoryEntry]:
-    """List the session's completed Step methods, oldest first (current run).
+    """List the session's ended Step methods, oldest first (current run).
 
-    Keeps the ``step_wait_for_completed`` and ``step_execute_completed`` events of
-    FlowService.GetHistoryEvents (reference/dex-engine-spec.md 4.6).
+    Keeps the ``step_wait_for_completed``, ``step_execute_completed``, ``step_wait_for_failed``
+    and ``step_execute_failed`` events of FlowService.GetHistoryEvents
+    (reference/dex-engine-spec.md 4.6).
 
     Raises:
         EngineUnavailableError: The engine could not be reached or did not answer in time.

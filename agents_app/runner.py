@@ -1009,7 +1009,7 @@ def finalize_tool_calls(
             error = str(invalid)
             history_arguments = "{}"
         if error is None and config.tool(name) is None:
-            error = f"Tool {name!r} is not enabled for this agent."
+            error = f"Tool {name!r} is not enabled for this session."
         extra = call.get("provider_specific_fields")
         prepared.append(
             PreparedToolCall(
@@ -1613,7 +1613,7 @@ class LiteLLMRunner:
         record = call.tool_call
         entry = config.tool(record.tool_name)
         if entry is None:
-            raise ToolExecutionError(f"Tool {record.tool_name!r} is not enabled for this agent.")
+            raise ToolExecutionError(f"Tool {record.tool_name!r} is not enabled for this session.")
         try:
             arguments = parse_tool_arguments(record.tool_name, record.arguments)
         except ModelResponseError as error:

@@ -29,7 +29,11 @@ class AgentEventType(StrEnum):
     - ``text_delta``, ``reasoning_delta``: ``text`` (str);
     - ``tool_call_started``: ``tool_call_id``, ``tool_name``;
     - ``tool_call_finished``: ``tool_call_id``, ``tool_name``, ``status`` (final
-      ``ToolCallStatus`` value), once per tool call, including rejections;
+      ``ToolCallStatus`` value), once per tool call, including rejections; platform addition:
+      ``outcome`` (str), present only when the status alone misleads a reader: ``interrupted``
+      or ``completed`` for a ``durable_wait`` that succeeded, ``answered`` for a
+      ``request_user_input`` that succeeded, and the failure text (at most
+      ``FINISHED_OUTCOME_MAX_CHARS`` characters) for ``failed`` and ``outcome_unknown``;
     - ``tool_call_deferred``: ``tool_call_id``, ``tool_name``, ``effect``, ``requires_approval``;
     - ``interrupt_raised``: ``interrupt_id``, ``tool_call_id``, ``tool_name``, ``deadline``
       (ISO-8601 UTC or ``None``);
@@ -99,7 +103,8 @@ class AgentEventType(StrEnum):
     ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
     viewer hears of changes no Step reports:
 
-    - ``message_queued``: no payload keys; a user message joined ``QUEUED_USER_MESSAGES``;
+    - ``message_queued``: a user message joined ``QUEUED_USER_MESSAGES``; ``message_id``
+      (its ``client_id``), present only when the sender gave one;
     - ``queue_changed``: ``change`` (``deleted``, ``edited`` or ``steered``) and
       ``message_id`` (the message's ID as the queue lists it); a queued message was deleted,
       replaced or steered;
@@ -133,6 +138,10 @@ class AgentEventType(StrEnum):
     MESSAGE_QUEUED = "message_queued"
     QUEUE_CHANGED = "queue_changed"
     SESSION_STOPPED = "session_stopped"
+
+
+#: The longest ``tool_call_finished`` ``outcome`` (a failure text is cut to it).
+FINISHED_OUTCOME_MAX_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -202,12 +211,15 @@ class AgentEventWriter:
             {"tool_call_id": tool_call_id, "tool_name": tool_name},
         )
 
-    def write_tool_call_finished(self, tool_call_id: str, tool_name: str, status: str) -> None:
-        """Write ``tool_call_finished {"tool_call_id", "tool_name", "status"}``."""
-        self.write_event(
-            AgentEventType.TOOL_CALL_FINISHED,
-            {"tool_call_id": tool_call_id, "tool_name": tool_name, "status": str(status)},
-        )
+    def write_tool_call_finished(
+        self, tool_call_id: str, tool_name: str, status: str, outcome: str | None = None
+    ) -> None:
+        """Write ``tool_call_finished {"tool_call_id", "tool_name", "status"}``, plus
+        ``outcome`` when given (cut to ``FINISHED_OUTCOME_MAX_CHARS`` characters)."""
+        payload = {"tool_call_id": tool_call_id, "tool_name": tool_name, "status": str(status)}
+        if outcome:
+            payload["outcome"] = outcome[:FINISHED_OUTCOME_MAX_CHARS]
+        self.write_event(AgentEventType.TOOL_CALL_FINISHED, payload)
 
     def write_event(self, event_type: AgentEventType | str, payload: dict[str, Any]) -> None:
         """Write one event of any type with a plain-JSON payload.

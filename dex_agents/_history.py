@@ -7,6 +7,7 @@ The SDK 1.23.0 clients have no history call, so this reads the protocol directly
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
@@ -22,6 +23,8 @@ STEP_EVENTS = frozenset(
     {EXECUTE_COMPLETED_EVENT, EXECUTE_FAILED_EVENT, WAIT_FOR_COMPLETED_EVENT, WAIT_FOR_FAILED_EVENT}
 )
 _PAGE_SIZE = 500
+#: The longest failure text an entry keeps (a worker's error detail is cut to it).
+FAILURE_MAX_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,27 @@ class StepHistoryEntry:
         step_type: The Step name.
         step_execution_id: ``"<StepType>-<n>"``, shared by every attempt of one execution.
         final_attempt: The one-based attempt that produced the event.
+        started_at: When the method's first attempt was handed to a worker (UTC), or None when
+            the engine did not say.
+        duration_seconds: Seconds from ``started_at`` to the event, backoff between attempts
+            included.
+        failed_attempt: The attempt ``failure`` belongs to: the last failed attempt before a
+            completed event, the failing one of a failed event; None when none failed.
+        failure: That attempt's error (the worker's detail, else its error type, else the
+            engine's reason), at most ``FAILURE_MAX_CHARS`` characters.
+        input_text: The Step's input when it is a string (the tool call ID of a tool Step),
+            else None.
     """
 
     event_type: str
     step_type: str
     step_execution_id: str
     final_attempt: int
+    started_at: datetime | None = None
+    duration_seconds: float = 0.0
+    failed_attempt: int | None = None
+    failure: str | None = None
+    input_text: str | None = None
 
 
 async def read_flow_step_history(
@@ -78,19 +96,54 @@ async def read_flow_step_history(
             kind = event.WhichOneof("payload")
             if kind not in event_types:
                 continue
-            context = getattr(event, kind).context
+            payload = getattr(event, kind)
+            context = payload.context
+            if kind in (EXECUTE_FAILED_EVENT, WAIT_FOR_FAILED_EVENT):
+                failure: pb.StepMethodFailure | None = payload.output.failure
+            else:
+                failure = (
+                    context.last_failure_info if context.HasField("last_failure_info") else None
+                )
+            step_input = payload.input.step_input
             entries.append(
                 StepHistoryEntry(
                     event_type=kind,
                     step_type=context.step_type,
                     step_execution_id=context.step_execution_id,
                     final_attempt=context.final_attempt,
+                    started_at=(
+                        context.started_time.ToDatetime(tzinfo=UTC)
+                        if context.HasField("started_time")
+                        else None
+                    ),
+                    duration_seconds=context.duration.ToTimedelta().total_seconds(),
+                    failed_attempt=(failure.attempt or None) if failure is not None else None,
+                    failure=_failure_text(failure),
+                    input_text=(
+                        step_input.string_value
+                        if step_input.WhichOneof("kind") == "string_value"
+                        else None
+                    ),
                 )
             )
         if not response.next_page_token or not response.events:
             break
         token = response.next_page_token
     return entries
+
+
+def _failure_text(failure: pb.StepMethodFailure | None) -> str | None:
+    """A failed attempt's error as one line of text, or None without one."""
+    if failure is None:
+        return None
+    details = failure.details
+    text = (
+        details.original_worker_error_detail
+        or details.original_worker_error_type
+        or details.detail
+        or failure.backend_error
+    )
+    return text[:FAILURE_MAX_CHARS] if text else None
 
 
 resolve_annotations(globals())

@@ -636,7 +636,23 @@ def _publish_final(context: AsyncContext, events: AgentEventWriter, record: Agen
     """Store a final record and publish its one ToolCallResults message."""
     AGENT_TOOL_CALLS.set(context, record.tool_call_id, record)
     TOOL_CALL_RESULTS.publish(context, ToolCallCompleted(record.tool_call_id, record.status))
-    events.write_tool_call_finished(record.tool_call_id, record.tool_name, record.status)
+    events.write_tool_call_finished(
+        record.tool_call_id, record.tool_name, record.status, _finished_outcome(record)
+    )
+
+
+def _finished_outcome(record: AgentToolCall) -> str | None:
+    """``tool_call_finished``'s ``outcome`` for ``record`` (see ``AgentEventType``): what a
+    viewer should read where ``succeeded`` or ``failed`` alone would mislead, else None."""
+    if record.status in (ToolCallStatus.FAILED, ToolCallStatus.OUTCOME_UNKNOWN):
+        return record.error or None
+    if record.status is not ToolCallStatus.SUCCEEDED:
+        return None
+    if record.tool_name == REQUEST_USER_INPUT_TOOL:
+        return "answered"
+    if record.tool_name == DURABLE_WAIT_TOOL:
+        return "interrupted" if record.output == WAIT_INTERRUPTED_OUTPUT else "completed"
+    return None
 
 
 def _finish_tool_call(

@@ -12,6 +12,8 @@ from dex import StepExecutionId, TimerId
 from dex_agents import (
     CANCELLED_BY_STEER_OUTPUT,
     EXECUTE_COMPLETED_EVENT,
+    WAIT_FOR_COMPLETED_EVENT,
+    AgentEventType,
     AgentSessionClient,
     AgentStatus,
     PendingTimer,
@@ -115,6 +117,28 @@ async def test_steer_ends_a_durable_wait_early(tmp_path: Path) -> None:
         assert snapshot.pending_timer is None
         assert json.loads(snapshot.messages[2].text)["status"] == "interrupted"
         assert last_text(snapshot).endswith("steered=['go now']")
+        # Viewers read "interrupted" from the event, not only "succeeded".
+        flow = flow_of(stack, STEERING_FLOW_TYPE)
+        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
+        finished = [
+            message.value.payload for message in events.messages
+            if message.value.type is AgentEventType.TOOL_CALL_FINISHED
+        ]
+        assert [(item["tool_name"], item["status"], item.get("outcome")) for item in finished] == [
+            ("durable_wait", "succeeded", "interrupted")
+        ]
+        # The history names the wait's tool call and times its methods.
+        waits = [
+            entry for entry in await stack.read_step_history("session-1")
+            if entry.step_execution_id == "DurableWait-1"
+        ]
+        assert [entry.event_type for entry in waits] == [
+            WAIT_FOR_COMPLETED_EVENT, EXECUTE_COMPLETED_EVENT
+        ]
+        assert {entry.input_text for entry in waits} == {"call-1"}
+        for entry in waits:
+            assert entry.started_at is not None and entry.duration_seconds >= 0
+            assert entry.failed_attempt is None and entry.failure is None
 
 
 async def test_a_question_is_answered_once_and_cancels_the_other_calls(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ Screenshots of every page at 1280 and 390 px go to ``var/screenshots/`` (or
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 
-from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
+from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, axe_violations, chromium_path
 from tests.e2e.conftest import ROOT, wait_until
 from tests.e2e.page_stack import PASSWORD, PageStack
 
@@ -503,7 +504,11 @@ def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
     expect(tools.locator("li").filter(has_text="search__web_search").locator(".badge-approval")
            ).to_have_count(0)
     tools.get_by_role("checkbox", name=re.compile("Post a message")).uncheck()
-    page.get_by_role("textbox", name="Message").fill("only four tools")
+    page.get_by_role("textbox", name="Message").fill(
+        # /slow keeps the turn running until the chat page follows it (Activity shows the
+        # running turn's events).
+        'only four tools\n/slow 1\n/tool slack__post_message {"channel": "general", "text": "hi"}'
+    )
     with page.expect_request(lambda request: request.url.endswith("/api/v1/sessions/")
                              and request.method == "POST") as started:
         page.get_by_role("button", name="Start session").click()
@@ -515,7 +520,12 @@ def test_portal_narrows_the_tools_of_a_session(contexts: Contexts) -> None:
         "slack__search_messages",
     ]
     page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
-    expect(assistant_texts(page)).to_have_text(["You said: only four tools"])
+    # The unchecked tool is refused without an approval; Activity says why.
+    refusal = "Tool 'slack__post_message' is not enabled for this session."
+    expect(region(page, "Activity")).to_contain_text(
+        f"Tool finished slack__post_message: failed ({refusal})"
+    )
+    expect(assistant_texts(page)).to_have_text([re.compile(re.escape(refusal))])
 
 
 def test_keyboard_only_login_start_and_send(contexts: Contexts) -> None:
@@ -1225,3 +1235,142 @@ def test_sessions_are_renamed_archived_searched_and_deleted_after_confirmation(
         assert api.get("/api/v1/sessions/", params={"search": word}).json()["results"] == []
     gone = page.goto(f"/sessions/{session_id}/")
     assert gone is not None and gone.status == 404
+
+
+def activity_rows(page: Page) -> list[str]:
+    """The Activity rows' text without their times, oldest first."""
+    rows: list[str] = region(page, "Activity").locator(".activity-row > span").all_inner_texts()
+    return rows
+
+
+PARALLEL_AND_WAIT = "\n".join([
+    '/tool search__web_search {"query": "durable agents"}',
+    '/tool search__web_search {"query": "steering"}',
+    "/wait 3600 cooling off",
+])
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_a_reloaded_page_rebuilds_the_running_turns_activity(
+    contexts: Contexts, viewport: dict[str, int]
+) -> None:
+    context = contexts.new(viewport)
+    live = context.new_page()
+    log_in(live, "owner", PASSWORD)
+    session_id = start_session(live, PARALLEL_AND_WAIT)
+    expect(live.locator("#chat-status")).to_have_text("Waiting on a timer")
+    composer = live.get_by_role("textbox", name="Message", exact=True)
+    composer.fill("/ask Which colour? | red | blue")
+    live.get_by_role("button", name="Send").click()
+    queued = region(live, "Message queue").locator('li[data-kind="queued"]')
+    queued.get_by_role("button", name="Steer queued message").click()
+    expect(region(live, "Which colour?")).to_be_visible()
+    expect(region(live, "Activity")).to_contain_text("Question Which colour?")
+    # Both searches ran and the wait ended before the question was asked.
+    expect(region(live, "Activity").locator('[data-type="tool_call_finished"]')).to_have_count(3)
+
+    reloaded = context.new_page()
+    reloaded.goto(f"/sessions/{session_id}/")
+    expect(region(reloaded, "Which colour?")).to_be_visible()
+    expected = activity_rows(live)
+    expect(region(reloaded, "Activity").locator(".activity-row > span")).to_have_text(expected)
+    assert "Tool finished durable_wait: interrupted" in expected
+    assert expected.count("Tool finished search__web_search: succeeded") == 2
+    assert expected[0] == "Turn started turn-1"
+    # The steered message is announced before the turn takes it.
+    steered = expected.index("Steered 1 steered message applied")
+    assert expected[steered - 1] == "Queue changed a queued message was steered into the turn"
+    screenshot(reloaded, "activity-after-reload", screen_too=True)
+
+    # The reloaded page goes on live: the answer's rows arrive in both pages alike.
+    region(reloaded, "Which colour?").get_by_role("button", name="red").click()
+    for page in (live, reloaded):
+        expect(region(page, "Activity")).to_contain_text("Turn completed turn-1")
+    assert "Tool finished request_user_input: answered" in activity_rows(reloaded)
+    assert activity_rows(reloaded) == activity_rows(live)
+
+    # A message sent while no turn runs: its row comes before the start of the turn it began.
+    composer.fill("one more")
+    live.get_by_role("button", name="Send").click()
+    expect(region(live, "Activity")).to_contain_text("Turn completed turn-2")
+    rows = activity_rows(live)
+    assert rows.index("Message queued") < rows.index("Turn started turn-2"), rows
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    owner = contexts.logged_in("owner", viewport=viewport)
+    # The first model request is refused once with a 503: its Step's second attempt answers.
+    # (The demo model counts failures per distinct request: each width sends its own.)
+    query = json.dumps({"query": f"durable agents at {viewport['width']} px"})
+    session_id = start_session(owner, f"/fail 1 503\n/tool search__web_search {query}")
+    expect(assistant_texts(owner).last).to_contain_text("durable agents")
+    tabs = owner.get_by_role("tablist", name="Session views")
+    chat_tab = tabs.get_by_role("tab", name="Chat")
+    timeline_tab = tabs.get_by_role("tab", name="Timeline")
+    expect(chat_tab).to_have_attribute("aria-selected", "true")
+    # Keyboard: the arrow keys move between the tabs and select them.
+    chat_tab.focus()
+    owner.keyboard.press("ArrowRight")
+    expect(timeline_tab).to_be_focused()
+    expect(timeline_tab).to_have_attribute("aria-selected", "true")
+    expect(region(owner, "Conversation")).to_be_hidden()
+    timeline = owner.get_by_role("tabpanel", name="Timeline")
+    model_call = timeline.locator('[data-step="RunModel-1"]')
+    expect(model_call.locator(".timeline-step-kind")).to_have_text("Model call #1")
+    expect(model_call).to_contain_text("Run 2 attempts")
+    expect(model_call.locator(".timeline-error")).to_have_text(
+        re.compile(r"^Attempt 1 failed: The model provider failed \(HTTP 503\)")
+    )
+    expect(model_call.locator(".timeline-status")).to_have_text("completed")
+    tool = timeline.locator('[data-step="CallTool-1"]')
+    expect(tool).to_contain_text("For tool call search__web_search (call_1)")
+    expect(tool.locator(".timeline-status")).to_have_text("completed")
+    expect(tool.locator(".timeline-method")).to_have_text([re.compile(r"^Run 1 attempt, from ")])
+
+    # Live: a turn that waits for an approval shows its Steps as they end, with no reload.
+    with stack.api("owner") as api:
+        sent = api.post(f"/api/v1/sessions/{session_id}/messages/", json={
+            "text": '/tool slack__post_message {"channel": "general", "text": "hi"}'})
+        assert sent.status_code == 202, sent.text
+    expect(timeline.locator('[data-step="RunModel-3"] .timeline-status')).to_have_text("completed")
+
+    def pending() -> str | None:
+        with stack.api("owner") as api:
+            interrupts = api.get(f"/api/v1/sessions/{session_id}/").json()["pending_interrupts"]
+        return interrupts[0]["interrupt_id"] if interrupts else None
+
+    interrupt_id = wait_until("the approval to wait", pending, timeout=30)
+    with stack.api("reviewer") as staff:
+        decided = staff.post(f"/api/v1/sessions/{session_id}/interrupts/{interrupt_id}/",
+                             json={"approved": True})
+        assert decided.status_code == 200, decided.text
+    approval = timeline.locator('[data-step="AwaitToolApproval-1"]')
+    expect(approval).to_contain_text("For approval of slack__post_message (call_2)")
+    expect(approval.locator(".timeline-status")).to_have_text("completed")
+    expect(timeline.locator('[data-step="CallSingleAttemptTool-1"]')).to_contain_text(
+        "For tool call slack__post_message (call_2)"
+    )
+    expect(timeline.locator('[data-step="RunModel-4"] .timeline-status')).to_have_text("completed")
+    screenshot(owner, "timeline", screen_too=True)
+    serious = [item for item in axe_violations(owner) if item["impact"] in ("serious", "critical")]
+    assert serious == [], serious
+    owner.keyboard.press("ArrowLeft")
+    expect(chat_tab).to_have_attribute("aria-selected", "true")
+    expect(region(owner, "Conversation")).to_be_visible()
+    expect(timeline).to_be_hidden()
+
+    # Staff read the timeline; another user gets no page at all, nor the history.
+    reviewer = contexts.logged_in("reviewer", viewport=viewport)
+    reviewer.goto(f"/sessions/{session_id}/")
+    reviewer.get_by_role("tab", name="Timeline").click()
+    expect(reviewer.get_by_role("tabpanel", name="Timeline").locator(
+        '[data-step="RunModel-1"]')).to_contain_text("Attempt 1 failed")
+    intruder = contexts.logged_in("intruder", viewport=viewport)
+    answer = intruder.goto(f"/sessions/{session_id}/")
+    assert answer is not None and answer.status == 404
+    expect(intruder.get_by_role("tab", name="Timeline")).to_have_count(0)
+    with stack.api("intruder") as api:
+        assert api.get(f"/api/v1/sessions/{session_id}/history/").status_code == 404

@@ -25,13 +25,14 @@
 // .../elicitations/<id>/; a 400 puts the server-checked messages next to their fields. It is
 // re-read on elicitation_requested and elicitation_closed.
 
+import { ActivityLog } from "./activity.mjs";
 import { announce } from "./announcer.mjs";
 import { api } from "./api.mjs";
 import { attachCounter, overLimitMessage } from "./char_limit.mjs";
 import { copyButton } from "./copy_button.mjs";
 import { decisionForm } from "./decision_form.mjs";
 import { contentFrom, elicitationCard, fieldErrors, fieldNodes, rawValues, showFieldErrors } from "./elicitation_form.mjs";
-import { byId, clockTime, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
+import { byId, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
 import { renderMarkdown, renderMarkdownSoon } from "./markdown.mjs";
 import { MessageQueue } from "./message_queue.mjs";
@@ -40,6 +41,7 @@ import { planCard, questionPanel, statusBadge, timerCard } from "./session_panel
 import { confirmDelete, deleteSession, setArchived, startRename } from "./session_manage.mjs";
 import { sessionApiPath, sessionsPagePath } from "./urls.mjs";
 import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage, usdDisplay } from "./usage_display.mjs";
+import { Timeline } from "./timeline.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -51,12 +53,18 @@ const FALLBACK_REFRESH_MS = 8000;
 const EVENT_REFRESH_DEBOUNCE_MS = 250;
 const TURN_END_RETRY_MS = 300;
 const TURN_END_MAX_TRIES = 30;
-const ACTIVITY_LIMIT = 100;
 const OLDER_PAGE_SIZE = 50;
 const FOLLOW_DISTANCE_PX = 160;
 
 const live = new LiveText();
 const queue = new MessageQueue();
+const activity = new ActivityLog({ list: byId("activity-list"), empty: byId("activity-empty") });
+const timeline = new Timeline({
+  historyPath: `${sessionPath}history/`,
+  tablist: document.querySelector(".chat-tabs"),
+  panel: byId("timeline-panel"),
+  toolName: (id) => state.toolNames.get(id) ?? state.snapshot?.tool_calls?.find((call) => call.tool_call_id === id)?.tool_name,
+});
 const state = {
   snapshot: null,
   status: config.status,
@@ -71,8 +79,6 @@ const state = {
   completedTurns: new Set(),
   currentTurn: null,
   ending: new Map(), // turn_id -> {messageCount, tries}
-  attempts: new Map(), // step_execution_id -> highest attempt seen
-  withdrawn: new Set(), // interrupt IDs a steer withdrew (steer_applied)
   queueNodes: new Map(), // queue row key -> <li>
   queueBusy: false, // a delete, edit or steer is in flight
   queueFocus: null, // {action, index}: where focus goes once the queue is shown again
@@ -512,152 +518,6 @@ function renderLive(kind) {
 function renderAllLive() {
   renderLive("response");
   renderLive("thinking");
-}
-
-// ---------------------------------------------------------------- activity
-
-function usageText(usage) {
-  if (!usage) return "";
-  const parts = [`${usage.input_tokens ?? 0} in`, `${usage.output_tokens ?? 0} out`];
-  if (usage.reasoning_tokens) parts.push(`${usage.reasoning_tokens} reasoning`);
-  return `${parts.join(" / ")} tokens, ${usdDisplay(usage.cost_usd)}`;
-}
-
-/** {kind, detail, tone} for an AgentEvent, or null for events not shown as activity. */
-function describe(event) {
-  const data = event.data ?? {};
-  const tool = data.tool_name ?? "";
-  switch (event.type) {
-    case "turn_started":
-      return {
-        kind: "Turn started",
-        detail: (event.turn_id ?? "") + (data.plan_revision ? ` (executing plan revision ${data.plan_revision})` : ""),
-      };
-    case "turn_completed":
-      return { kind: "Turn completed", detail: event.turn_id ?? "", tone: "ok" };
-    case "turn_failed":
-      return { kind: "Turn failed", detail: data.error ?? "", tone: "error" };
-    case "turn_cancelled":
-      return { kind: "Turn cancelled", detail: event.turn_id ?? "", tone: "muted" };
-    case "tool_call_deferred":
-      return {
-        kind: "Tool requested",
-        detail: `${tool} (${data.effect ?? "unknown effect"}${data.requires_approval ? ", needs approval" : ""})`,
-      };
-    case "tool_call_started":
-      return { kind: "Tool started", detail: tool };
-    case "tool_call_finished": {
-      if (data.status === "cancelled") {
-        return { kind: "Tool finished", detail: `${tool}: cancelled before it ran`, tone: "muted" };
-      }
-      const tone = data.status === "succeeded" ? "ok" : data.status === "rejected" ? "warn" : "error";
-      return { kind: "Tool finished", detail: `${tool}: ${data.status ?? "done"}`, tone };
-    }
-    case "interrupt_raised":
-      return { kind: "Approval requested", detail: tool + (data.deadline ? ` (deadline ${clockTime(new Date(data.deadline))})` : ""), tone: "warn" };
-    case "interrupt_resolved":
-      if (data.superseded || state.withdrawn.has(data.interrupt_id)) {
-        return { kind: "Approval withdrawn", detail: data.rejection_message || data.interrupt_id || "", tone: "muted" };
-      }
-      return data.approved
-        ? { kind: data.edited ? "Approved with edits" : "Approved", detail: data.interrupt_id ?? "", tone: "ok" }
-        : { kind: "Rejected", detail: data.rejection_message || data.interrupt_id || "", tone: "warn" };
-    case "usage_recorded":
-      return { kind: "Usage", detail: `${usageText(data.recorded)} (session: ${usageText(data.session)})` };
-    case "tool_progress": {
-      const amount = data.total ? `${data.progress}/${data.total}` : `${data.progress ?? ""}`;
-      return { kind: "Tool progress", detail: `${tool} ${amount}${data.message ? ` ${data.message}` : ""}` };
-    }
-    case "tool_log":
-      return { kind: `Tool log (${data.level ?? "info"})`, detail: `${tool}: ${typeof data.data === "string" ? data.data : JSON.stringify(data.data)}` };
-    case "steer_applied": {
-      const count = data.message_count ?? 0;
-      const withdrawn = Array.isArray(data.withdrawn_interrupt_ids) ? data.withdrawn_interrupt_ids.length : 0;
-      const detail = `${count} steered message${count === 1 ? "" : "s"} applied` + (withdrawn ? `; ${withdrawn} approval${withdrawn === 1 ? "" : "s"} withdrawn` : "");
-      return { kind: "Steered", detail, tone: "warn" };
-    }
-    case "message_queued":
-    case "queue_changed":
-      return data.change ? { kind: "Queue changed", detail: QUEUE_CHANGES[data.change] ?? data.change } : { kind: "Message queued", detail: "" };
-    case "session_stopped":
-      return { kind: "Session stopped", detail: data.reason ?? "", tone: "warn" };
-    case "user_input_requested": {
-      const choices = Array.isArray(data.choices) && data.choices.length ? ` (${data.choices.join(" / ")})` : " (free text)";
-      return { kind: "Question", detail: `${data.prompt ?? ""}${choices}`, tone: "warn" };
-    }
-    case "user_input_answered":
-      return { kind: "Answered", detail: "the turn goes on with the answer", tone: "ok" };
-    case "elicitation_requested":
-      return { kind: `Question from ${data.server || "the MCP server"}`, detail: `${data.message ?? ""}${data.mode === "url" ? " (a link to open)" : ""}`, tone: "warn" };
-    case "elicitation_closed":
-      return elicitationClosedRow(data);
-    case "durable_wait_started": {
-      const until = data.fires_at ? new Date(data.fires_at) : null;
-      const when = until && !Number.isNaN(until.getTime()) ? `until ${clockTime(until)}` : `${data.duration_seconds ?? "?"} s`;
-      return { kind: "Waiting", detail: `${when}${data.reason ? `: ${data.reason}` : ""}` };
-    }
-    case "plan_updated": {
-      const count = data.task_count ?? 0;
-      return { kind: "Plan updated", detail: `revision ${data.revision}: ${data.status}, ${count} task${count === 1 ? "" : "s"}` };
-    }
-    case "plan_started":
-      return { kind: "Plan started", detail: `executing revision ${data.revision}`, tone: "ok" };
-    case "context_compaction_started":
-      return { kind: "Compacting context", detail: `summarizing messages up to ${data.through_sequence}`, tone: "muted" };
-    case "context_compacted":
-      return { kind: "Context compacted", detail: `messages up to ${data.through_sequence} summarized`, tone: "muted" };
-    case "attempt_retried":
-      return { kind: "Retrying", detail: `${data.what} (attempt ${data.attempt}); the earlier attempt's text is dropped`, tone: "warn" };
-    default:
-      return null;
-  }
-}
-
-const ELICITATION_ENDINGS = {
-  accepted: { kind: "Answered", tone: "ok", detail: "the server got the answer" },
-  declined: { kind: "Declined", tone: "warn", detail: "the server was told no" },
-  cancelled: { kind: "Question cancelled", tone: "muted", detail: "the server was told cancel" },
-  expired: { kind: "Question expired", tone: "warn", detail: "no answer before the deadline; the server was told cancel" },
-  withdrawn: { kind: "Question withdrawn", tone: "muted", detail: "the server was told cancel" },
-};
-const WITHDRAWN_REASONS = {
-  steered: "a steered message superseded it",
-  call_ended: "the tool call ended",
-  superseded: "the server asked something else",
-  not_running: "the tool call was not running",
-};
-
-function elicitationClosedRow(data) {
-  const ending = ELICITATION_ENDINGS[data.status] ?? { kind: "Question closed", tone: "muted", detail: data.status ?? "" };
-  let detail = ending.detail;
-  if (data.status === "withdrawn" && data.reason) detail = `${WITHDRAWN_REASONS[data.reason] ?? data.reason}; ${detail}`;
-  if (data.reused) detail = `${detail} (the answer given before the call was retried)`;
-  return { kind: ending.kind, detail, tone: ending.tone };
-}
-
-const QUEUE_CHANGES = {
-  deleted: "a queued message was deleted",
-  edited: "a queued message was edited",
-  steered: "a queued message was steered into the turn",
-};
-
-function addActivity(event) {
-  const row = describe(event);
-  if (!row) return;
-  const list = byId("activity-list");
-  const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 24;
-  const when = event.created_at ? new Date(event.created_at) : new Date();
-  list.append(
-    el(
-      "li",
-      { class: "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
-      el("time", { datetime: when.toISOString() }, clockTime(when)),
-      el("span", {}, el("span", { class: "kind" }, row.kind), row.detail ? " " : "", row.detail ? el("span", { class: "detail" }, row.detail) : ""),
-    ),
-  );
-  while (list.children.length > ACTIVITY_LIMIT) list.firstElementChild.remove();
-  byId("activity-empty").hidden = true;
-  if (atEnd) list.scrollTop = list.scrollHeight;
 }
 
 // ---------------------------------------------------------------- approvals
@@ -1387,12 +1247,10 @@ function hintStatus(status) {
 function onEvent(frame) {
   const event = frame.event;
   if (!event || typeof event.type !== "string") return;
+  timeline.onEvent(event);
   // Replays of turns whose messages are already stored add nothing.
   if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
-  noteRetry(event);
-  if (event.type === "steer_applied") {
-    for (const id of event.data?.withdrawn_interrupt_ids ?? []) state.withdrawn.add(id);
-  }
+  activity.note(event);
   const group = live.apply(event);
   if (group) {
     if (group.kind === "response" && event.turn_id && !state.writingTurns.has(event.turn_id)) {
@@ -1403,7 +1261,7 @@ function onEvent(frame) {
     followingChange(() => renderLive(group.kind));
     return;
   }
-  addActivity(event);
+  activity.add(event);
   switch (event.type) {
     case "turn_started":
       if (event.turn_id !== state.currentTurn) hintStatus("running_model");
@@ -1457,21 +1315,6 @@ function onEvent(frame) {
       break;
     default:
       break;
-  }
-}
-
-/**
- * A Step attempt above the highest seen for its Step execution means the earlier attempt
- * failed (a worker died, a model call errored) and runs again: say so in Activity.
- */
-function noteRetry(event) {
-  const id = event.step_execution_id;
-  if (!id || !Number.isInteger(event.attempt)) return;
-  const seen = state.attempts.get(id);
-  state.attempts.set(id, Math.max(seen ?? 0, event.attempt));
-  if (seen !== undefined && event.attempt > seen) {
-    const what = id.startsWith("RunModel") ? "model call" : id.replace(/-\d+$/, "");
-    addActivity({ type: "attempt_retried", created_at: event.created_at, data: { what, attempt: event.attempt } });
   }
 }
 

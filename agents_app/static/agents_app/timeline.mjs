@@ -1,0 +1,251 @@
+// The chat page's Timeline tab: every Step of the session (GET /api/v1/sessions/<id>/history/),
+// oldest first, with its methods' attempts, durations and status, the tool call, model call or
+// approval it belongs to, and the error of the last failed attempt.
+//
+// Live without polling: every event the page's websocket delivers names the Step execution
+// that wrote it (step_execution_id, attempt), so a Step the history does not list yet shows as
+// running at once, and any event other than streamed text means a Step may have ended: the
+// history is read again (debounced) while the tab is shown, or once when it is shown next.
+// A Step writes its events just before it commits, so a read right after its last event may
+// not list it yet: while Steps seen in events are missing, the read is repeated a few times
+// with growing delays (CATCH_UP_DELAYS_MS), then waits for the next event.
+//
+// The tabs follow the WAI-ARIA tabs pattern: role tablist / tab / tabpanel, the selected tab
+// in the Tab order, Left / Right / Home / End move between tabs and select them.
+
+import { api } from "./api.mjs";
+import { clockTime, el } from "./dom.mjs";
+
+const REREAD_DEBOUNCE_MS = 300;
+const CATCH_UP_DELAYS_MS = [300, 700, 1500, 3000];
+/** Events that stream text: a Step that writes them is still running. */
+const STREAMING = new Set(["text_delta", "reasoning_delta", "tool_progress", "tool_log"]);
+
+/** What a Step is, for people: [label, what it belongs to ("model" | "tool" | "approval" | "")]. */
+const STEP_KINDS = {
+  StartAgentSession: ["Session start", ""],
+  AwaitUserMessage: ["Wait for a message", ""],
+  RunModel: ["Model call", "model"],
+  CompactContext: ["Context compaction", "model"],
+  AwaitToolApproval: ["Approval", "approval"],
+  CallTool: ["Tool call", "tool"],
+  CallSingleAttemptTool: ["Tool call (one attempt)", "tool"],
+  RecordToolFailure: ["Tool failure recorded", "tool"],
+  RecordToolOutcomeUnknown: ["Tool outcome unknown", "tool"],
+  DurableWait: ["Durable wait", "tool"],
+  AwaitUserInput: ["Question", "tool"],
+  ResumeTurn: ["Resume the turn", ""],
+  RecordTurnFailure: ["Turn failure recorded", ""],
+};
+
+/** "0.42 s", "12 s", "3 min 05 s". */
+export function durationText(seconds) {
+  const value = Math.max(0, Number(seconds) || 0);
+  if (value < 10) return `${value.toFixed(2)} s`;
+  if (value < 60) return `${Math.round(value)} s`;
+  const minutes = Math.floor(value / 60);
+  return `${minutes} min ${String(Math.round(value % 60)).padStart(2, "0")} s`;
+}
+
+/**
+ * Group /history/ entries (one per ended method) into Steps, oldest first:
+ * [{id, stepType, toolCallId, status: "completed" | "failed" | "running", methods: [entry]}].
+ * `running` maps the step_execution_id of Steps seen in events to their highest attempt; those
+ * the history does not list yet (or lists only their wait_for) are "running".
+ */
+export function groupSteps(entries, running = new Map()) {
+  const steps = new Map();
+  for (const entry of entries) {
+    let step = steps.get(entry.step_execution_id);
+    if (!step) {
+      step = { id: entry.step_execution_id, stepType: entry.step_type, toolCallId: null, status: "completed", methods: [] };
+      steps.set(step.id, step);
+    }
+    step.methods.push(entry);
+    step.toolCallId = step.toolCallId ?? entry.tool_call_id ?? null;
+    if (entry.status === "failed") step.status = "failed";
+  }
+  for (const step of steps.values()) {
+    // A completed wait_for is followed by the execute method, unless that is listed too.
+    const executed = step.methods.some((entry) => entry.method === "execute");
+    const waitFailedOn = step.methods.some((entry) => entry.method === "wait_for" && entry.status === "failed");
+    if (!executed && !waitFailedOn && running.has(step.id)) step.status = "running";
+  }
+  for (const [id, attempt] of running) {
+    if (steps.has(id)) continue;
+    const stepType = id.replace(/-\d+$/, "");
+    steps.set(id, { id, stepType, toolCallId: null, status: "running", methods: [], attempt });
+  }
+  return [...steps.values()];
+}
+
+/** A method's line: "execute: 2 attempts, from 12:00:01, 1.52 s". */
+function methodLine(entry) {
+  const attempts = entry.final_attempt === 1 ? "1 attempt" : `${entry.final_attempt} attempts`;
+  const started = entry.started_at ? `, from ${clockTime(new Date(entry.started_at))}` : "";
+  const verb = entry.method === "wait_for" ? "waited" : "ran";
+  const status = entry.status === "failed" ? ", failed" : "";
+  const line = el("li", { class: "timeline-method", dataset: { method: entry.method, status: entry.status } },
+    el("span", { class: "timeline-method-name" }, entry.method === "wait_for" ? "Wait" : "Run"),
+    ` ${attempts}${started}, ${verb} ${durationText(entry.duration_seconds)}${status}`);
+  if (entry.error) {
+    const attempt = entry.failed_attempt ? `Attempt ${entry.failed_attempt} failed: ` : "Failed: ";
+    line.append(el("p", { class: "timeline-error" }, el("strong", {}, attempt), entry.error));
+  }
+  return line;
+}
+
+const STATUS_TEXT = { completed: "completed", failed: "failed", running: "running" };
+
+/** The Timeline tab of one chat page. */
+export class Timeline {
+  /**
+   * @param {object} options
+   * @param {string} options.historyPath the session's /history/ API path
+   * @param {HTMLElement} options.tablist the role=tablist element
+   * @param {HTMLElement} options.panel the Timeline tabpanel
+   * @param {(id: string) => string | undefined} options.toolName a tool call's tool, if known
+   */
+  constructor({ historyPath, tablist, panel, toolName }) {
+    this.historyPath = historyPath;
+    this.tablist = tablist;
+    this.panel = panel;
+    this.list = panel.querySelector(".timeline-list");
+    this.state = panel.querySelector(".timeline-state");
+    this.toolName = toolName;
+    this.running = new Map(); // step_execution_id -> highest attempt seen in events
+    this.toolNames = new Map(); // tool_call_id -> tool name, from events
+    this.entries = null; // the last /history/ answer
+    this.stale = true;
+    this.reading = null;
+    this.debounce = null;
+    this.catchUps = 0; // catch-up reads since the last event
+    this.tabs = [...tablist.querySelectorAll('[role="tab"]')];
+    tablist.addEventListener("click", (event) => {
+      const tab = event.target.closest('[role="tab"]');
+      if (tab) this.select(tab);
+    });
+    tablist.addEventListener("keydown", (event) => this.onKey(event));
+  }
+
+  get shown() {
+    return !this.panel.hidden;
+  }
+
+  /** Select `tab`, show its panel and hide the others. */
+  select(tab, { focus = false } = {}) {
+    for (const other of this.tabs) {
+      const selected = other === tab;
+      other.setAttribute("aria-selected", String(selected));
+      other.tabIndex = selected ? 0 : -1;
+      document.getElementById(other.getAttribute("aria-controls")).hidden = !selected;
+    }
+    if (focus) tab.focus();
+    if (this.shown && this.stale) this.read();
+  }
+
+  onKey(event) {
+    const index = this.tabs.indexOf(document.activeElement);
+    if (index < 0) return;
+    const last = this.tabs.length - 1;
+    const next = { ArrowRight: index === last ? 0 : index + 1, ArrowLeft: index === 0 ? last : index - 1, Home: 0, End: last }[event.key];
+    if (next === undefined) return;
+    event.preventDefault();
+    this.select(this.tabs[next], { focus: true });
+  }
+
+  /** Take what a websocket event says about Steps (every event, streamed text included). */
+  onEvent(event) {
+    if (event.data?.tool_call_id && event.data?.tool_name) this.toolNames.set(event.data.tool_call_id, event.data.tool_name);
+    const id = event.step_execution_id;
+    const known = this.running.get(id);
+    if (id && Number.isInteger(event.attempt) && event.attempt > 0 && (known === undefined || event.attempt > known)) {
+      this.running.set(id, event.attempt);
+      if (this.shown && this.entries) this.render();
+    }
+    if (STREAMING.has(event.type)) return;
+    this.stale = true;
+    this.catchUps = 0;
+    if (!this.shown || this.debounce) return;
+    this.debounce = setTimeout(() => {
+      this.debounce = null;
+      this.read();
+    }, REREAD_DEBOUNCE_MS);
+  }
+
+  /** Read the history now (one read at a time; a request during a read runs once after it). */
+  async read() {
+    if (this.reading) {
+      this.again = true;
+      return;
+    }
+    this.stale = false;
+    if (!this.entries) this.state.textContent = "Reading the session's Steps…";
+    this.reading = api(this.historyPath);
+    try {
+      this.entries = await this.reading;
+      this.render();
+      this.catchUp();
+    } catch (error) {
+      this.state.textContent = `The Steps could not be read: ${error.message}`;
+      this.stale = true;
+    } finally {
+      this.reading = null;
+    }
+    if (this.again) {
+      this.again = false;
+      await this.read();
+    }
+  }
+
+  /** Read again soon while a Step seen in events has not ended in the history read. */
+  catchUp() {
+    const ended = new Set(this.entries.filter((entry) => entry.method === "execute" || entry.status === "failed").map((entry) => entry.step_execution_id));
+    const missing = [...this.running.keys()].some((id) => !ended.has(id));
+    if (!missing || this.catchUps >= CATCH_UP_DELAYS_MS.length || this.debounce) return;
+    const delay = CATCH_UP_DELAYS_MS[this.catchUps];
+    this.catchUps += 1;
+    this.debounce = setTimeout(() => {
+      this.debounce = null;
+      if (this.shown) this.read();
+      else this.stale = true;
+    }, delay);
+  }
+
+  /** The tool call or approval a Step belongs to, in words ("" for the others). */
+  belongsTo(step) {
+    const [, kind] = STEP_KINDS[step.stepType] ?? ["", ""];
+    if (!step.toolCallId) return "";
+    const name = this.toolName(step.toolCallId) ?? this.toolNames.get(step.toolCallId);
+    const call = name ? `${name} (${step.toolCallId})` : step.toolCallId;
+    return kind === "approval" ? `approval of ${call}` : `tool call ${call}`;
+  }
+
+  render() {
+    const steps = groupSteps(this.entries ?? [], this.running);
+    this.list.replaceChildren(
+      ...steps.map((step) => {
+        const [name, kind] = STEP_KINDS[step.stepType] ?? [step.stepType, ""];
+        // A model Step is the model call itself: its number is the call's.
+        const label = kind === "model" ? `${name} #${step.id.replace(/^\D+-/, "")}` : name;
+        const belongs = this.belongsTo(step);
+        const item = el(
+          "li",
+          { class: "timeline-step", dataset: { status: step.status, step: step.id } },
+          el(
+            "div",
+            { class: "timeline-step-head" },
+            el("strong", { class: "timeline-step-kind" }, label),
+            el("code", { class: "timeline-step-id" }, step.id),
+            el("span", { class: `badge timeline-status timeline-status-${step.status}` }, STATUS_TEXT[step.status]),
+          ),
+          belongs ? el("p", { class: "timeline-belongs small" }, `For ${belongs}`) : null,
+        );
+        if (step.methods.length) item.append(el("ul", { class: "timeline-methods small" }, step.methods.map(methodLine)));
+        else item.append(el("p", { class: "timeline-methods small muted" }, `Attempt ${step.attempt ?? 1} running`));
+        return item;
+      }),
+    );
+    this.state.textContent = steps.length ? `${steps.length} Step${steps.length === 1 ? "" : "s"}` : "No Step has run yet.";
+  }
+}
