@@ -512,7 +512,8 @@ class TurnCancelAnswer:
 
     Attributes:
         accepted: Dex took the cancel, or it is kept to be delivered.
-        turn_id: The turn Dex cancels; when kept, the one asked for (``None``: whichever runs).
+        turn_id: The turn Dex cancels; when kept, the one asked for (``None``: whichever runs);
+            refused with ``turn_ended``: the turn that runs instead.
         reason: Why it was refused: ``no_turn`` or ``turn_ended``.
         delivery: ``delivered``, ``pending`` (kept: no worker answered) or ``""`` (refused).
     """
@@ -559,7 +560,7 @@ def session_turn_cancel(*, session: AgentSession, turn_id: str = "") -> TurnCanc
             tasks.outbox_delivery_schedule(cancel_id=kept.pk)
         return TurnCancelAnswer(True, turn_id=turn_id or None, delivery=Delivery.PENDING)
     if not result.accepted:
-        return TurnCancelAnswer(False, reason=result.reason)
+        return TurnCancelAnswer(False, turn_id=result.turn_id, reason=result.reason)
     return TurnCancelAnswer(True, turn_id=result.turn_id, delivery=Delivery.DELIVERED)
 
 

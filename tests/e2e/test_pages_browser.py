@@ -1163,6 +1163,9 @@ def test_stop_generating_keeps_the_text_so_far_and_the_session(
     # What had streamed stays in the conversation, marked; the session goes on.
     expect(assistant_texts(page)).to_have_text([stored["text"]])
     expect(region(page, "Conversation").locator(".message-interrupted-note")).to_be_visible()
+    expect(region(page, "Conversation").locator(".message-assistant .badge-stopped")).to_have_text(
+        "Stopped"
+    )
     expect(region(page, "Response")).to_be_hidden()
     expect(page.get_by_role("button", name="Stop session")).to_be_visible()
     screenshot(page, "chat-stopped-answer")
@@ -1180,6 +1183,36 @@ def test_stop_generating_keeps_the_text_so_far_and_the_session(
     phone.get_by_role("button", name="Stop generating").click()
     expect(phone.locator(".message-interrupted-note")).to_be_visible()
     screenshot(phone, "chat-stopped-answer")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_stop_generating_while_a_call_waits_shows_a_stopped_notice_not_a_user_message(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    page = contexts.logged_in("owner", viewport=viewport)
+    session_id = start_session(
+        page, '/tool slack__post_message {"channel": "general", "text": "never sent"}'
+    )
+    expect(region(page, "Waiting for approval")).to_contain_text("slack__post_message")
+    page.get_by_role("button", name="Stop generating").click()
+    expect(page.locator("#chat-status")).to_have_text("Waiting for a message")
+    stored = stored_messages(stack, "owner", session_id)
+    assert [(item["role"], item.get("notice")) for item in stored] == [
+        ("user", None), ("system", "turn_cancelled")
+    ]
+    conversation = region(page, "Conversation")
+    for _ in ("live", "after a reload"):
+        # One message of the user's; the cancel is the session's notice, marked Stopped.
+        expect(conversation.locator(".message-user")).to_have_count(1)
+        notice = conversation.locator(".message-notice")
+        expect(notice).to_have_count(1)
+        expect(notice.locator(".badge-stopped")).to_have_text("Stopped")
+        expect(notice).to_contain_text("The previous turn was cancelled after these tool calls")
+        expect(notice).not_to_contain_text("[Dex]")
+        expect(conversation).not_to_contain_text("You#2")
+        assert "You" not in (notice.locator(".message-meta").text_content() or "")
+        page.reload()
+    screenshot(page, "chat-stopped-notice")
 
 
 RECORD_ANNOUNCEMENTS = """() => {
