@@ -319,9 +319,24 @@ class InterruptResolveInputSerializer(BodySerializer):
     edited_arguments = serializers.DictField(
         required=False,
         help_text="Approve with edits: the arguments (a JSON object) the call runs with "
-        "instead of the model's, checked against the tool's input schema (400 "
-        "{\"edited_arguments\": [messages]} when it refuses them). Ignored on rejection.",
+        "instead of the model's, checked against the tool's input schema, which must name "
+        "every property unless it allows others (400 {\"edited_arguments\": [messages]} when "
+        "it refuses them). Only with approved true: sent with a rejection, 400.",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Edits go with an approval only: a rejection carrying them is refused (400), not
+        silently dropped, so a client that meant to approve learns of its mistake."""
+        if not attrs.get("approved") and "edited_arguments" in attrs:
+            raise ValidationError({"edited_arguments": [EDITS_NEED_APPROVAL]})
+        return attrs
+
+
+#: The field message of a rejection that carries edited arguments.
+EDITS_NEED_APPROVAL = (
+    "Edited arguments go only with an approval: send approved true to run the call with "
+    "them, or leave edited_arguments out to reject it."
+)
 
 
 class InterruptResolveApi(DexErrorsMixin, APIView):
@@ -337,10 +352,11 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     meanwhile. 409 ``{"detail", "decision"}`` when it was already decided (``detail`` says
     ``"Already approved by <user> at <time> UTC."``, ``decision`` is the recorded one) or is
     past its deadline or withdrawn (``decision`` null); 400 with field messages when
-    ``edited_arguments`` do not fit the tool's input schema; 404 for an unknown session or
-    interrupt. ``rejection_message`` is ignored on approval, ``edited_arguments`` on
-    rejection. 409 also when the session is stopped (``"This session is stopped; start a new
-    one."``, also when Dex reports the stop first).
+    ``edited_arguments`` do not fit the tool's input schema (a property the schema does not
+    name is refused unless the schema allows others) or come with ``approved`` false; 404 for
+    an unknown session or interrupt. ``rejection_message`` is ignored on approval. 409 also
+    when the session is stopped (``"This session is stopped; start a new one."``, also when
+    Dex reports the stop first).
     """
 
     permission_classes = (IsAdminUser,)

@@ -724,6 +724,26 @@ class ApprovalArgumentsInvalidError(Exception):
 ARGUMENT_PROBLEMS_MAX = 20
 
 
+#: Keywords by which an object schema says what it does with properties it does not name.
+_OTHER_PROPERTIES_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def unnamed_properties(schema: Any, arguments: dict[str, Any]) -> list[str]:
+    """The top-level keys of ``arguments`` that the object ``schema`` does not name in its
+    ``properties``, sorted, when the schema says nothing about other properties (none of
+    ``additionalProperties``, ``patternProperties``, ``unevaluatedProperties``).
+
+    JSON Schema allows such keys, but a reviewer who adds one has most likely misspelt a
+    property the tool would then never see; LangChain's Agent Inbox likewise edits only the
+    fields the tool declares. A schema that names no ``properties`` at all is left alone, and
+    so is one that says what other properties may be (``additionalProperties: true`` too)."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return []
+    if any(keyword in schema for keyword in _OTHER_PROPERTIES_KEYWORDS):
+        return []
+    return sorted(name for name in arguments if name not in schema["properties"])
+
+
 def approval_arguments_check(
     *, session: AgentSession, tool_name: str, arguments: Any
 ) -> str:
@@ -733,7 +753,9 @@ def approval_arguments_check(
     The schema is the MCP tool's ``inputSchema`` as discovered (``McpTool.input_schema``),
     found among the tools the session's agent exposes by the model-facing name; validation
     follows the schema's own ``$schema`` draft (``jsonschema.validators.validator_for``, draft
-    2020-12 when it names none), as MCP servers validate their input.
+    2020-12 when it names none), as MCP servers validate their input; a property the schema
+    does not name is refused too unless the schema says what other properties may be
+    (``unnamed_properties``).
 
     Raises:
         ApprovalArgumentsInvalidError: Not a JSON object, the tool is no longer exposed by the
@@ -764,17 +786,20 @@ def approval_arguments_check(
         validator_class(schema).iter_errors(arguments),
         key=lambda error: (list(map(str, error.absolute_path)), error.message),
     )
-    if problems:
-        raise ApprovalArgumentsInvalidError(
-            [
-                (
-                    f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
-                    if error.absolute_path
-                    else error.message
-                )
-                for error in problems[:ARGUMENT_PROBLEMS_MAX]
-            ]
+    messages = [
+        (
+            f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
+            if error.absolute_path
+            else error.message
         )
+        for error in problems
+    ]
+    messages.extend(
+        f"{name}: the tool's input schema has no such property"
+        for name in unnamed_properties(schema, arguments)
+    )
+    if messages:
+        raise ApprovalArgumentsInvalidError(messages[:ARGUMENT_PROBLEMS_MAX])
     return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
 
 
