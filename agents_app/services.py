@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, models, transaction
+from django.utils import timezone
 from knox.models import get_digest_token
 from knox.settings import CONSTANTS as KNOX_CONSTANTS
 
@@ -30,7 +31,7 @@ from agents_app.models import (
     OutboxTurnCancel,
     TitleSource,
 )
-from agents_app.titles import title_from_message
+from agents_app.titles import fallback_title, title_from_message
 from dex_agents import (
     AgentStatus,
     ElicitationAnswerResult,
@@ -92,6 +93,10 @@ def session_create(
     # Whom the session's MCP requests are made for (a server's "user" isolation).
     config["owner_id"] = str(owner_pk)
     title = title_from_message(message)
+    fallback = agent.name
+    if message.strip() and not title:
+        # Every line a demo directive: "Demo agent" alone would name them all alike.
+        fallback = fallback_title(agent_name=agent.name, started_at=timezone.now())
     limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
     capped = bool(message.strip()) and limit > 0
     with transaction.atomic():
@@ -107,7 +112,7 @@ def session_create(
             id=session_id,
             owner_id=owner_pk,
             agent=agent,
-            title=title or agent.name,
+            title=title or fallback,
             title_source=TitleSource.MESSAGE if title else TitleSource.AGENT,
             status=(
                 session_index.SESSION_STATUS_STARTING
