@@ -1619,7 +1619,7 @@ function refreshNow() {
 const composer = document.getElementById("composer");
 if (composer) {
   composer.addEventListener("submit", send);
-  composerCounter = attachCounter(byId("composer-text"), { after: byId("composer-send").closest(".composer-actions") ?? byId("composer-send") });
+  composerCounter = attachCounter(byId("composer-text"), { after: byId("composer-send").closest(".composer-actions") ?? byId("composer-send"), submit: byId("composer-send") });
   restoreDraft();
   composerCounter?.();
   byId("composer-text").addEventListener("input", saveDraft);
@@ -1635,7 +1635,7 @@ if (composer) {
 }
 const answerForm = document.getElementById("user-input-form");
 if (answerForm) {
-  attachCounter(byId("user-input-text"), { after: byId("user-input-submit") });
+  attachCounter(byId("user-input-text"), { after: byId("user-input-submit"), submit: byId("user-input-submit") });
   answerForm.addEventListener("submit", (event) => {
     event.preventDefault();
     answerQuestion(byId("user-input-text").value);
