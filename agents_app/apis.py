@@ -47,6 +47,7 @@ from agents_app.api_fields import (
     StrictIntegerField,
     body_refuse,
 )
+from agents_app.api_query import KnownQueryParametersFilter
 from agents_app.api_schema import (
     CONFLICT,
     NOT_ACCEPTABLE,
@@ -945,7 +946,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             return agent
 
     serializer_class = SessionOutputSerializer
-    filter_backends = ()
+    filter_backends = (KnownQueryParametersFilter,)
     #: The list reads the Django index only.
     engine_methods = frozenset({"POST"})
 
@@ -989,6 +990,9 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     async def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:  # type: ignore[override]
         response: Response = await db(self.list)(request, *args, **kwargs)
         return response
+
+    #: What ``agents_app.api_query`` lets through besides ``limit`` and ``offset``.
+    query_serializer_class = SessionListQuerySerializer
 
     def get_queryset(self) -> Any:
         query = self.SessionListQuerySerializer(data=query_values(self.request))

@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
 from agents_app.api_fields import BodySerializer, StrictBooleanField, StrictCharField
+from agents_app.api_query import KnownQueryParametersFilter, query_parameters_check
 from agents_app.api_schema import error_response, field_errors_serializer
 from agents_app.apis import (
     DELIVERY_FIELD,
@@ -143,6 +144,7 @@ class ApprovalListApi(APIView):
         },
     )
     def get(self, request: Request) -> Response:
+        query_parameters_check(request=request, known=ApprovalFilterQuerySerializer().fields)
         query = ApprovalFilterQuerySerializer(data=query_values(request))
         query.is_valid(raise_exception=True)
         return Response(selectors.approval_list_pending(filters=query.filters()))
@@ -159,7 +161,7 @@ class ApprovalDecisionListApi(ListAPIView):
     """
 
     permission_classes = (IsAdminUser,)
-    filter_backends = ()
+    filter_backends = (KnownQueryParametersFilter,)
 
     class DecisionOutputSerializer(serializers.Serializer):
         session = serializers.CharField(source="session_id")
@@ -198,6 +200,9 @@ class ApprovalDecisionListApi(ListAPIView):
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self.list(request, *args, **kwargs)
+
+    #: What ``agents_app.api_query`` lets through besides ``limit`` and ``offset``.
+    query_serializer_class = DecisionListQuerySerializer
 
     def get_queryset(self) -> Any:
         query = DecisionListQuerySerializer(data=query_values(self.request))
