@@ -1146,6 +1146,22 @@ def test_the_composer_counts_near_the_limit_and_refuses_past_it(
     expect(counter).to_be_hidden()
 
 
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_the_portal_message_box_is_on_the_first_screen(
+    contexts: Contexts, viewport: dict[str, int]
+) -> None:
+    page = contexts.logged_in("owner", viewport=viewport)
+    page.goto("/")
+    # Right after the agent, before the (long) list of tools, at both widths.
+    box = page.get_by_role("textbox", name="Message").bounding_box()
+    assert box is not None and box["y"] + box["height"] <= viewport["height"], box
+    tools = page.get_by_role("heading", name="Tools for this session").bounding_box()
+    assert tools is not None
+    if viewport is NARROW:
+        assert tools["y"] > box["y"]
+    screenshot(page, "portal-first-screen", screen_too=True)
+
+
 def test_the_portal_starts_a_session_in_plan_mode(contexts: Contexts, stack: PageStack) -> None:
     page = contexts.logged_in("owner")
     page.get_by_role("textbox", name="Message").fill("draft it\nship it")
