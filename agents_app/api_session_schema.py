@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from dex_agents import MessageRole, ToolCallStatus, ToolEffect
+from dex_agents import MessageNotice, MessageRole, ToolCallStatus, ToolEffect
 
 
 class MessageToolCallSerializer(serializers.Serializer):
@@ -89,6 +89,13 @@ class SessionMessageSerializer(serializers.Serializer):
         required=False,
         help_text="Present (true) only on an answer the user cancelled while it streamed "
         "(POST .../turn/cancel/): text is what had arrived, and may stop mid-sentence.",
+    )
+    notice = serializers.ChoiceField(
+        choices=[notice.value for notice in MessageNotice],
+        required=False,
+        help_text="Present only on a note the session stored when a turn ended early "
+        "(turn_failed: the turn failed after running tools; turn_cancelled: the user "
+        "cancelled it): role is then system, and text names what the turn's tool calls did.",
     )
     tool_calls = MessageToolCallSerializer(
         many=True,

@@ -47,6 +47,7 @@ from agents_app.api_fields import (
     StrictIntegerField,
     body_refuse,
 )
+from agents_app.api_query import KnownQueryParametersFilter
 from agents_app.api_schema import (
     CONFLICT,
     NOT_ACCEPTABLE,
@@ -1033,7 +1034,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             return agent
 
     serializer_class = SessionOutputSerializer
-    filter_backends = ()
+    filter_backends = (KnownQueryParametersFilter,)
     #: The list reads the Django index only.
     engine_methods = frozenset({"POST"})
 
@@ -1082,6 +1083,9 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     async def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:  # type: ignore[override]
         response: Response = await db(self.list)(request, *args, **kwargs)
         return response
+
+    #: What ``agents_app.api_query`` lets through besides ``limit`` and ``offset``.
+    query_serializer_class = SessionListQuerySerializer
 
     def get_queryset(self) -> Any:
         query = self.SessionListQuerySerializer(data=query_values(self.request))
@@ -1939,21 +1943,38 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
 
 TURN_CANCEL_REFUSALS = {
     "no_turn": "No turn is running, so there is nothing to cancel.",
-    "turn_ended": "That turn is no longer running; the session has moved on to another.",
+    "turn_ended": "The turn named is not the one running.",
     "session_stopped": SESSION_STOPPED_DETAIL,
 }
 
 
+def turn_cancel_refusal(*, reason: str, asked: str, running: str | None) -> str:
+    """The 409 ``detail`` of a refused cancel: which turn runs (or that none does) and, when
+    the request named a turn (``asked``, ``""`` when it did not), that it is not that one."""
+    if reason == "turn_ended" and asked:
+        now = f"{running} is running now" if running else "another turn is running now"
+        return (
+            f"{asked} is not the running turn: {now}. Cancel that one, or leave turn_id out "
+            "to cancel whichever turn runs."
+        )
+    if reason == "no_turn" and asked:
+        return f"No turn is running, so there is nothing to cancel ({asked} is not running)."
+    return TURN_CANCEL_REFUSALS.get(reason, TURN_CANCEL_REFUSALS["no_turn"])
+
+
 class NoTurnRunning(APIException):
-    """409 ``{"detail", "reason"}``: there is no running turn to cancel (or not the one
-    named)."""
+    """409 ``{"detail", "reason"}``: there is no running turn to cancel, or not the one named
+    (then ``running_turn_id`` names the one that runs)."""
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "no_turn"
 
-    def __init__(self, reason: str) -> None:
-        detail = TURN_CANCEL_REFUSALS.get(reason, TURN_CANCEL_REFUSALS["no_turn"])
-        super().__init__({"detail": detail, "reason": reason})
+    def __init__(self, reason: str, *, asked: str = "", running: str | None = None) -> None:
+        detail = turn_cancel_refusal(reason=reason, asked=asked, running=running)
+        body = {"detail": detail, "reason": reason}
+        if running:
+            body["running_turn_id"] = running
+        super().__init__(body)
 
 
 class SessionTurnCancelApi(SessionOwnedMixin, APIView):
@@ -1974,7 +1995,8 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
     ``delivered``, or ``pending`` when no Dex worker answered (a restart): the cancel is kept
     and delivered once one does, and the turn ends then (``turn_id`` is then the one asked
     for, or null). 409 ``{"detail", "reason"}`` with ``reason`` ``no_turn`` when no turn runs,
-    ``turn_ended`` when another turn than ``turn_id`` runs, ``session_stopped`` for a stopped
+    ``turn_ended`` when another turn than ``turn_id`` runs (``running_turn_id`` names it, and
+    ``detail`` says both), ``session_stopped`` for a stopped
     session; 400 for a bad ``turn_id``; 403 for staff on someone else's session, 404 for other
     users; 503 when Dex does not answer and the session's index shows no turn running.
     """
@@ -2008,8 +2030,15 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
             409: inline_serializer(
                 "NoTurnRunningError",
                 {
-                    "detail": serializers.CharField(),
+                    "detail": serializers.CharField(
+                        help_text="Which turn runs (or that none does) and, when turn_id "
+                        "was given, that it is not that one."
+                    ),
                     "reason": serializers.ChoiceField(choices=sorted(TURN_CANCEL_REFUSALS)),
+                    "running_turn_id": serializers.CharField(
+                        required=False,
+                        help_text="turn_ended only: the turn that runs.",
+                    ),
                 },
             ),
         },
@@ -2024,7 +2053,11 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
             session=session, turn_id=serializer.validated_data.get("turn_id", "")
         )
         if not result.accepted:
-            raise NoTurnRunning(result.reason)
+            raise NoTurnRunning(
+                result.reason,
+                asked=serializer.validated_data.get("turn_id", ""),
+                running=result.turn_id if result.reason == "turn_ended" else None,
+            )
         session.refresh_from_db(fields=["status"])
         return Response(
             {

@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 
 from agents_app import dex_gateway, selectors, services
 from agents_app.api_fields import BodySerializer, StrictBooleanField, StrictCharField
+from agents_app.api_query import KnownQueryParametersFilter, query_parameters_check
 from agents_app.api_schema import error_response, field_errors_serializer
 from agents_app.apis import (
     DELIVERY_FIELD,
@@ -143,6 +144,7 @@ class ApprovalListApi(APIView):
         },
     )
     def get(self, request: Request) -> Response:
+        query_parameters_check(request=request, known=ApprovalFilterQuerySerializer().fields)
         query = ApprovalFilterQuerySerializer(data=query_values(request))
         query.is_valid(raise_exception=True)
         return Response(selectors.approval_list_pending(filters=query.filters()))
@@ -159,7 +161,7 @@ class ApprovalDecisionListApi(ListAPIView):
     """
 
     permission_classes = (IsAdminUser,)
-    filter_backends = ()
+    filter_backends = (KnownQueryParametersFilter,)
 
     class DecisionOutputSerializer(serializers.Serializer):
         session = serializers.CharField(source="session_id")
@@ -198,6 +200,9 @@ class ApprovalDecisionListApi(ListAPIView):
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self.list(request, *args, **kwargs)
+
+    #: What ``agents_app.api_query`` lets through besides ``limit`` and ``offset``.
+    query_serializer_class = DecisionListQuerySerializer
 
     def get_queryset(self) -> Any:
         query = DecisionListQuerySerializer(data=query_values(self.request))
@@ -319,9 +324,24 @@ class InterruptResolveInputSerializer(BodySerializer):
     edited_arguments = serializers.DictField(
         required=False,
         help_text="Approve with edits: the arguments (a JSON object) the call runs with "
-        "instead of the model's, checked against the tool's input schema (400 "
-        "{\"edited_arguments\": [messages]} when it refuses them). Ignored on rejection.",
+        "instead of the model's, checked against the tool's input schema, which must name "
+        "every property unless it allows others (400 {\"edited_arguments\": [messages]} when "
+        "it refuses them). Only with approved true: sent with a rejection, 400.",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Edits go with an approval only: a rejection carrying them is refused (400), not
+        silently dropped, so a client that meant to approve learns of its mistake."""
+        if not attrs.get("approved") and "edited_arguments" in attrs:
+            raise ValidationError({"edited_arguments": [EDITS_NEED_APPROVAL]})
+        return attrs
+
+
+#: The field message of a rejection that carries edited arguments.
+EDITS_NEED_APPROVAL = (
+    "Edited arguments go only with an approval: send approved true to run the call with "
+    "them, or leave edited_arguments out to reject it."
+)
 
 
 class InterruptResolveApi(DexErrorsMixin, APIView):
@@ -337,10 +357,11 @@ class InterruptResolveApi(DexErrorsMixin, APIView):
     meanwhile. 409 ``{"detail", "decision"}`` when it was already decided (``detail`` says
     ``"Already approved by <user> at <time> UTC."``, ``decision`` is the recorded one) or is
     past its deadline or withdrawn (``decision`` null); 400 with field messages when
-    ``edited_arguments`` do not fit the tool's input schema; 404 for an unknown session or
-    interrupt. ``rejection_message`` is ignored on approval, ``edited_arguments`` on
-    rejection. 409 also when the session is stopped (``"This session is stopped; start a new
-    one."``, also when Dex reports the stop first).
+    ``edited_arguments`` do not fit the tool's input schema (a property the schema does not
+    name is refused unless the schema allows others) or come with ``approved`` false; 404 for
+    an unknown session or interrupt. ``rejection_message`` is ignored on approval. 409 also
+    when the session is stopped (``"This session is stopped; start a new one."``, also when
+    Dex reports the stop first).
     """
 
     permission_classes = (IsAdminUser,)

@@ -1016,6 +1016,9 @@ def message_to_data(message: Any) -> dict[str, Any]:
     then ``text_length`` is the stored text's length in characters, and ``text`` its start
     with a last line saying how much was left out. ``interrupted`` (true, present only then):
     an answer the user cancelled while it streamed; ``text`` is what had arrived.
+    ``notice`` (``turn_failed`` or ``turn_cancelled``, present only then): a note the session
+    stored when a turn ended early; its ``role`` is ``system`` (the model reads it as a user
+    item, but no user wrote it).
     ``reasoning`` (``{"text", "seconds", "cut"?}``) on an assistant message whose model call
     reasoned: its readable summary as the Thinking panel showed it and how long the call
     reasoned. ``usage`` (``AgentUsage.as_dict()``: tokens, requests and ``cost_usd``) on an
@@ -1032,6 +1035,11 @@ def message_to_data(message: Any) -> dict[str, Any]:
     }
     if getattr(message, "interrupted", False):
         data["interrupted"] = True
+    notice = getattr(message, "notice", None)
+    if notice is not None:
+        # The model reads the note as a user item, but nobody typed it.
+        data["role"] = "system"
+        data["notice"] = plain_data(notice)
     item = getattr(message, "framework_item", None)
     if not isinstance(item, Mapping):
         return data

@@ -459,13 +459,20 @@ def openai_chunk_stream(stream: Any) -> Any | None:
     return inner if isinstance(inner, AsyncStream) else None
 
 
-async def read_chat_stream(stream: Any, text: DeltaBuffer, reasoning: DeltaBuffer) -> ModelReply:
+async def read_chat_stream(
+    stream: Any,
+    text: DeltaBuffer,
+    reasoning: DeltaBuffer,
+    usage_seen: list[Any] | None = None,
+) -> ModelReply:
     """Read a LiteLLM ``acompletion(stream=True)`` stream into a :class:`ModelReply`.
 
     ``delta.content`` goes to ``text`` and ``delta.reasoning_content`` to ``reasoning`` as they
     arrive; tool calls merge through :class:`ToolCallAccumulator`, thinking blocks through
-    :class:`ThinkingBlockAccumulator`; the last chunk with ``usage`` gives the usage. The
-    buffers are not flushed here.
+    :class:`ThinkingBlockAccumulator`; the last chunk with ``usage`` gives the usage, and each
+    usage object is appended to ``usage_seen`` as it arrives (so a reader whose task is
+    cancelled mid-stream can still tell what the provider reported). The buffers are not
+    flushed here.
     """
     parts: list[str] = []
     calls = ToolCallAccumulator()
@@ -475,6 +482,8 @@ async def read_chat_stream(stream: Any, text: DeltaBuffer, reasoning: DeltaBuffe
         usage = _get(chunk, "usage")
         if usage is not None:
             raw_usage = usage
+            if usage_seen is not None:
+                usage_seen.append(usage)
         for choice in _get(chunk, "choices") or ():
             delta = _get(choice, "delta")
             if delta is None:

@@ -369,6 +369,15 @@ def _model_vision(model: str) -> bool:
         return False
 
 
+def count_text_tokens(model: str, text: str) -> int:
+    """Count the tokens of plain ``text`` (no message overhead) with LiteLLM's counter, as
+    LiteLLM counts a streamed completion that reported no usage. Imports LiteLLM."""
+    if not text:
+        return 0
+    counted: int = load_litellm().token_counter(model=model, text=text)
+    return counted
+
+
 def count_tokens(
     model: str,
     messages: Sequence[Mapping[str, Any]],

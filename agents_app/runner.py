@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -111,6 +112,7 @@ from agents_app.providers import (
     ProviderNotConfiguredError,
     choose_api,
     context_window,
+    count_text_tokens,
     count_tokens,
     litellm_warm,
     load_litellm,
@@ -1207,6 +1209,11 @@ def _retry_after_seconds(error: Exception) -> int | None:
 _RUN_MODEL_ATTEMPTS = 3
 
 
+_LOG = logging.getLogger(__name__)
+#: How many abandoned calls' reported usage ``LiteLLMRunner`` keeps for the Step to read.
+_ABANDONED_KEPT = 64
+
+
 class LiteLLMRunner:
     """``AgentFrameworkRunner`` over LiteLLM (model calls) and MCP (tools).
 
@@ -1247,11 +1254,59 @@ class LiteLLMRunner:
         self._media_limits = media_limits or MediaLimits()
         self._session_client = session_client
         self._budget_check = budget_check
+        #: Usage the provider had reported when a call was abandoned, by (flow, turn, attempt).
+        self._abandoned: dict[tuple[str, str, int], Any] = {}
 
     @property
     def media_limits(self) -> MediaLimits:
         """The bounds of the images a tool result attaches (``accept_images`` is per agent)."""
         return self._media_limits
+
+    def _remember_abandoned(self, turn: AgentTurnContext, raw_usage: Any) -> None:
+        """Keep what a cancelled call's provider reported until ``abandoned_call_usage``
+        reads it (at most ``_ABANDONED_KEPT`` calls: one the Step never asks for is dropped)."""
+        while len(self._abandoned) >= _ABANDONED_KEPT:
+            del self._abandoned[next(iter(self._abandoned))]
+        self._abandoned[(turn.flow_id, turn.turn_id, turn.attempt)] = raw_usage
+
+    def abandoned_call_usage(self, turn: AgentTurnContext, streamed_text: str) -> AgentUsage:
+        """The usage of ``turn``'s model call that ``cancel_turn`` abandoned (``dex_agents``
+        calls it once the call's task was cancelled), priced as every call is.
+
+        What the provider reported, when its usage arrived before the call was abandoned (a
+        Chat Completions stream sends it in its last chunk, so this is rare). Otherwise an
+        estimate made the way LiteLLM builds the usage of a stream that sent none (its
+        ``token_counter``): the input as ``count_input_tokens(turn)`` counts it, and the
+        output as the tokens of ``streamed_text``, what had arrived. A provider that goes on
+        generating until it notices the closed connection bills a few tokens more; reasoning
+        the call streamed is not in the estimate. Never raises: a count that fails leaves
+        the request counted with no tokens (``requests=1``).
+        """
+        config = self._config(turn.agent_config).for_turn_mode(turn.turn_mode)
+        raw = self._abandoned.pop((turn.flow_id, turn.turn_id, turn.attempt), None)
+        if raw is not None:
+            usage = usage_from(raw)
+        else:
+            usage = AgentUsage(requests=1)
+            try:
+                usage = AgentUsage(
+                    input_tokens=self.count_input_tokens(turn),
+                    output_tokens=count_text_tokens(config.model, streamed_text),
+                    requests=1,
+                )
+            except Exception:
+                _LOG.warning("Could not estimate the usage of a cancelled model call",
+                             exc_info=True)
+        try:
+            return usage_priced(
+                usage,
+                model=config.model,
+                input_price_per_mtok=config.input_price_per_mtok,
+                output_price_per_mtok=config.output_price_per_mtok,
+            )
+        except Exception:
+            _LOG.warning("Could not price a cancelled model call", exc_info=True)
+            return usage
 
     def _config(self, agent_config: Mapping[str, Any] | None) -> AgentModelConfig:
         return AgentModelConfig.parse(
@@ -1332,8 +1387,10 @@ class LiteLLMRunner:
         messages: Sequence[Mapping[str, Any]],
         text: DeltaBuffer,
         reasoning: DeltaBuffer,
+        usage_seen: list[Any] | None = None,
     ) -> ModelReply:
-        """Make the one LiteLLM call and read its reply (streamed deltas go to the buffers)."""
+        """Make the one LiteLLM call and read its reply (streamed deltas go to the buffers,
+        a streamed Chat Completions usage to ``usage_seen`` as it arrives)."""
         litellm = _litellm()
         api_key = config.api_key()
         if config.api == "responses":
@@ -1359,9 +1416,9 @@ class LiteLLMRunner:
                 if config.stream:
                     chunks = openai_chunk_stream(response)
                     if chunks is None:
-                        return await read_chat_stream(response, text, reasoning)
+                        return await read_chat_stream(response, text, reasoning, usage_seen)
                     try:
-                        return await read_chat_stream(chunks, text, reasoning)
+                        return await read_chat_stream(chunks, text, reasoning, usage_seen)
                     finally:
                         # Ends the HTTP response however the read ended.
                         await response.aclose()
@@ -1521,8 +1578,15 @@ class LiteLLMRunner:
         reasoning_events = ReasoningDeltaBuffer(
             turn.events.write_reasoning_delta, started=time.monotonic()
         )
+        usage_seen: list[Any] = []
         try:
-            reply = await self._call_model(config, messages, text_events, reasoning_events)
+            reply = await self._call_model(
+                config, messages, text_events, reasoning_events, usage_seen
+            )
+        except asyncio.CancelledError:
+            # cancel_turn abandoned the call: abandoned_call_usage reads what it reported.
+            self._remember_abandoned(turn, usage_seen[-1] if usage_seen else None)
+            raise
         finally:
             reasoning_events.flush()
             text_events.flush()

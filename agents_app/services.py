@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, models, transaction
+from django.utils import timezone
 from knox.models import get_digest_token
 from knox.settings import CONSTANTS as KNOX_CONSTANTS
 
@@ -30,7 +31,7 @@ from agents_app.models import (
     OutboxTurnCancel,
     TitleSource,
 )
-from agents_app.titles import title_from_message
+from agents_app.titles import fallback_title, title_from_message
 from dex_agents import (
     AgentStatus,
     ElicitationAnswerResult,
@@ -92,6 +93,10 @@ def session_create(
     # Whom the session's MCP requests are made for (a server's "user" isolation).
     config["owner_id"] = str(owner_pk)
     title = title_from_message(message)
+    fallback = agent.name
+    if message.strip() and not title:
+        # Every line a demo directive: "Demo agent" alone would name them all alike.
+        fallback = fallback_title(agent_name=agent.name, started_at=timezone.now())
     limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
     capped = bool(message.strip()) and limit > 0
     with transaction.atomic():
@@ -107,7 +112,7 @@ def session_create(
             id=session_id,
             owner_id=owner_pk,
             agent=agent,
-            title=title or agent.name,
+            title=title or fallback,
             title_source=TitleSource.MESSAGE if title else TitleSource.AGENT,
             status=(
                 session_index.SESSION_STATUS_STARTING
@@ -512,7 +517,8 @@ class TurnCancelAnswer:
 
     Attributes:
         accepted: Dex took the cancel, or it is kept to be delivered.
-        turn_id: The turn Dex cancels; when kept, the one asked for (``None``: whichever runs).
+        turn_id: The turn Dex cancels; when kept, the one asked for (``None``: whichever runs);
+            refused with ``turn_ended``: the turn that runs instead.
         reason: Why it was refused: ``no_turn`` or ``turn_ended``.
         delivery: ``delivered``, ``pending`` (kept: no worker answered) or ``""`` (refused).
     """
@@ -559,7 +565,7 @@ def session_turn_cancel(*, session: AgentSession, turn_id: str = "") -> TurnCanc
             tasks.outbox_delivery_schedule(cancel_id=kept.pk)
         return TurnCancelAnswer(True, turn_id=turn_id or None, delivery=Delivery.PENDING)
     if not result.accepted:
-        return TurnCancelAnswer(False, reason=result.reason)
+        return TurnCancelAnswer(False, turn_id=result.turn_id, reason=result.reason)
     return TurnCancelAnswer(True, turn_id=result.turn_id, delivery=Delivery.DELIVERED)
 
 
@@ -723,6 +729,26 @@ class ApprovalArgumentsInvalidError(Exception):
 ARGUMENT_PROBLEMS_MAX = 20
 
 
+#: Keywords by which an object schema says what it does with properties it does not name.
+_OTHER_PROPERTIES_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def unnamed_properties(schema: Any, arguments: dict[str, Any]) -> list[str]:
+    """The top-level keys of ``arguments`` that the object ``schema`` does not name in its
+    ``properties``, sorted, when the schema says nothing about other properties (none of
+    ``additionalProperties``, ``patternProperties``, ``unevaluatedProperties``).
+
+    JSON Schema allows such keys, but a reviewer who adds one has most likely misspelt a
+    property the tool would then never see; LangChain's Agent Inbox likewise edits only the
+    fields the tool declares. A schema that names no ``properties`` at all is left alone, and
+    so is one that says what other properties may be (``additionalProperties: true`` too)."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return []
+    if any(keyword in schema for keyword in _OTHER_PROPERTIES_KEYWORDS):
+        return []
+    return sorted(name for name in arguments if name not in schema["properties"])
+
+
 def approval_arguments_check(
     *, session: AgentSession, tool_name: str, arguments: Any
 ) -> str:
@@ -732,7 +758,9 @@ def approval_arguments_check(
     The schema is the MCP tool's ``inputSchema`` as discovered (``McpTool.input_schema``),
     found among the tools the session's agent exposes by the model-facing name; validation
     follows the schema's own ``$schema`` draft (``jsonschema.validators.validator_for``, draft
-    2020-12 when it names none), as MCP servers validate their input.
+    2020-12 when it names none), as MCP servers validate their input; a property the schema
+    does not name is refused too unless the schema says what other properties may be
+    (``unnamed_properties``).
 
     Raises:
         ApprovalArgumentsInvalidError: Not a JSON object, the tool is no longer exposed by the
@@ -763,17 +791,20 @@ def approval_arguments_check(
         validator_class(schema).iter_errors(arguments),
         key=lambda error: (list(map(str, error.absolute_path)), error.message),
     )
-    if problems:
-        raise ApprovalArgumentsInvalidError(
-            [
-                (
-                    f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
-                    if error.absolute_path
-                    else error.message
-                )
-                for error in problems[:ARGUMENT_PROBLEMS_MAX]
-            ]
+    messages = [
+        (
+            f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
+            if error.absolute_path
+            else error.message
         )
+        for error in problems
+    ]
+    messages.extend(
+        f"{name}: the tool's input schema has no such property"
+        for name in unnamed_properties(schema, arguments)
+    )
+    if messages:
+        raise ApprovalArgumentsInvalidError(messages[:ARGUMENT_PROBLEMS_MAX])
     return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -2,12 +2,14 @@
 
 A session is first named after its first message: the first line that is not a demo model
 directive (``/think``, ``/slow 0.3``, ``/tool ...``: lines that steer the demo model, not what the
-person asked), cut to :data:`TITLE_MAX_CHARS`; a session started without a message is named
-after its agent until its first message. After the first turn, a short title is written by the
-agent's own model: one Chat Completions call made by a Celery task
-(``agents_app.tasks.generate_session_title``), off the turn's path, for agents whose
-``generate_titles`` is on and while ``DEXAGENTS["GENERATE_TITLES"]`` is true. A title the model
-cannot write leaves the first-message title in place.
+person asked), without its Markdown heading and emphasis markers, cut to
+:data:`TITLE_MAX_CHARS`; a session started without a message is named after its agent until its
+first message, and one whose first message is all directives after its agent and start time
+(``fallback_title``). After the first turn, a short title is written by the agent's own model:
+one Chat Completions call made by a Celery task (``agents_app.tasks.generate_session_title``),
+off the turn's path, for agents whose ``generate_titles`` is on and while
+``DEXAGENTS["GENERATE_TITLES"]`` is true. A title the model cannot write leaves the
+first-message title in place.
 
 ``AgentSession.title_source`` records where the title came from (``models.TitleSource``). This
 module imports no Django, so the demo model process can use it.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 TITLE_MAX_CHARS = 80
@@ -32,13 +35,49 @@ DEMO_DIRECTIVE_LINE = re.compile(
 )
 
 
+#: A Markdown ATX heading's opening (``# ``..``###### ``) and its optional closing ``#``s.
+_HEADING_OPEN = re.compile(r"^#{1,6}(?:\s+|$)")
+_HEADING_CLOSE = re.compile(r"\s+#+\s*$")
+#: Emphasis, strike-through and inline code around a run of text (``**x**``, ``_x_``, ``~~x~~``,
+#: `` `x` ``); ``_`` only at word edges, so ``snake_case`` names keep theirs.
+_EMPHASIS = re.compile(
+    r"(\*\*|\*|~~|`)(?=\S)(.+?)(?<=\S)\1|(?<!\w)(__|_)(?=\S)(.+?)(?<=\S)\3(?!\w)"
+)
+
+
+def plain_title_line(line: str) -> str:
+    """``line`` without the Markdown a person typed around it: a heading's ``#`` marks and
+    emphasis, strike-through and inline-code markers (``"# **Plan** for Q3"`` becomes
+    ``"Plan for Q3"``); stripped."""
+    text = line.strip()
+    if _HEADING_OPEN.match(text):
+        text = _HEADING_CLOSE.sub("", _HEADING_OPEN.sub("", text, count=1))
+    previous = None
+    while previous != text:  # nested markers (``***x***``) unwrap one layer at a time
+        previous = text
+        text = _EMPHASIS.sub(lambda match: match.group(2) or match.group(4), text)
+    return text.strip()
+
+
 def title_from_message(text: str) -> str:
-    """The first non-blank line of ``text`` that is not a demo directive, stripped and cut to
-    ``TITLE_MAX_CHARS``; ``""`` when every line is blank or a directive."""
+    """The first line of ``text`` that is not a demo directive and has text once its Markdown
+    markers are gone (``plain_title_line``), cut to ``TITLE_MAX_CHARS``; ``""`` when there is
+    none."""
     for line in text.splitlines():
         if line.strip() and not DEMO_DIRECTIVE_LINE.match(line):
-            return line.strip()[:TITLE_MAX_CHARS]
+            title = plain_title_line(line)
+            if title:
+                return title[:TITLE_MAX_CHARS]
     return ""
+
+
+def fallback_title(*, agent_name: str, started_at: datetime) -> str:
+    """The title of a session whose first message has no title line (every line a demo
+    directive): its agent's name and when it started, ``"Demo agent · 2026-12-05 14:03 UTC"``,
+    so that such sessions can be told apart in the list. A later message with a title line
+    renames it (``title_source`` ``agent``)."""
+    when = started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"{agent_name} · {when}"[:TITLE_MAX_CHARS]
 
 
 def title_request_messages(*, user_text: str, answer_text: str) -> list[dict[str, str]]:

@@ -26,6 +26,7 @@ from rest_framework.views import APIView
 
 from agents_app import selectors, services
 from agents_app.api_fields import BodySerializer
+from agents_app.api_query import KnownQueryParametersFilter
 from agents_app.api_schema import CONFLICT, error_response
 from agents_app.auth import BearerTokenAuthentication
 from agents_app.models import ApiToken
@@ -96,7 +97,7 @@ class ApiTokenListCreateApi(ListAPIView):
 
     authentication_classes = TOKEN_AUTHENTICATION
     serializer_class = ApiTokenOutputSerializer
-    filter_backends = ()
+    filter_backends = (KnownQueryParametersFilter,)
 
     class ApiTokenCreateInputSerializer(BodySerializer):
         name = serializers.CharField(

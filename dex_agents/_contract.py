@@ -37,6 +37,11 @@ CANCELLED_BY_STEER_OUTPUT = (
 CANCELLED_BY_USER_OUTPUT = '{"status": "cancelled", "reason": "turn_cancelled_by_user"}'
 #: The first line of the note a cancelled turn that ran tools stores (platform addition).
 TURN_CANCELLED_NOTE_HEADER = "[Dex] The previous turn was cancelled after these tool calls ran:"
+#: The note a cancelled turn stores when it ran no tool call and streamed no text (platform
+#: addition): without it the turn would leave no trace, in the conversation or for the model.
+TURN_CANCELLED_EMPTY_NOTE = (
+    "[Dex] The previous turn was cancelled before the model answered; no tool call ran."
+)
 #: The first line of the note ``RecordTurnFailure`` stores (seed "Flow shape").
 TURN_FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
 

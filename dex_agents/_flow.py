@@ -301,7 +301,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         again. Queued messages stay queued; the next starts a normal turn. The engine keeps
         the cancel, so Steps that run after a Worker restart apply it. Accepting the same
         turn's cancel again changes nothing and answers ``accepted`` again. ``turn_ended``
-        when ``request.turn_id`` names another turn than the running one.
+        when ``request.turn_id`` names another turn than the running one, whose ID is then
+        the result's ``turn_id``.
         """
         state = AGENT_STATE.get(context)
         if (
@@ -311,7 +312,9 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         ):
             return RPCResult(TurnCancelResult(False, reason="no_turn"))
         if request.turn_id and request.turn_id != state.turn_id:
-            return RPCResult(TurnCancelResult(False, reason="turn_ended"))
+            return RPCResult(
+                TurnCancelResult(False, turn_id=state.turn_id, reason="turn_ended")
+            )
         if TURN_CANCEL.get(context) != state.turn_id:
             TURN_CANCEL.set(context, state.turn_id)
             TURN_CANCELS.publish(context, state.turn_id, "cancel")

@@ -48,6 +48,18 @@ class MessageRole(StrEnum):
     SYSTEM = "system"
 
 
+class MessageNotice(StrEnum):
+    """Platform addition: what kind of note the Flow itself stored (``AgentMessage.notice``).
+
+    The note is stored with the runner's user item (seed: ``RecordTurnFailure`` builds it with
+    ``build_user_message``) so the model reads it, but nobody typed it: pages show it as a
+    notice of the session, not as the user's message.
+    """
+
+    TURN_FAILED = "turn_failed"
+    TURN_CANCELLED = "turn_cancelled"
+
+
 class ToolEffect(StrEnum):
     """What a tool does to the world; selects its Step and retries (seed "Effects and policies")."""
 
@@ -201,7 +213,8 @@ class CancelTurnRequest:
 class TurnCancelResult:
     """Output of ``cancel_turn`` (platform addition): ``accepted`` with the ``turn_id`` the
     cancel applies to, or the ``reason`` it was not: ``no_turn`` (no turn is running) or
-    ``turn_ended`` (the turn named in the request is no longer the running one)."""
+    ``turn_ended`` (the turn named in the request is no longer the running one; ``turn_id``
+    is then the turn that runs)."""
 
     accepted: bool
     turn_id: str | None = None
@@ -391,6 +404,9 @@ class AgentMessage:
         interrupted: Platform addition (``cancel_turn``): an assistant message that holds the
             text a model call had streamed when the user cancelled the turn; the call never
             finished, so the text may stop mid-sentence.
+        notice: Platform addition: set on a note the Flow stored when a turn ended early (a
+            failed turn's note, or a cancelled turn's); its ``role`` is ``USER`` because the
+            model reads it as one, but no user wrote it. ``None`` for every other message.
     """
 
     sequence: int
@@ -401,11 +417,14 @@ class AgentMessage:
     text_parts: TextParts | None = None
     created_at: datetime | None = None
     interrupted: bool = False
+    notice: MessageNotice | None = None
 
     def __post_init__(self) -> None:
         if self.text_parts is not None and not isinstance(self.text_parts, TextParts):
             object.__setattr__(self, "text_parts", _coerce(self.text_parts, TextParts))
         object.__setattr__(self, "created_at", _coerce_datetime(self.created_at))
+        if self.notice is not None and not isinstance(self.notice, MessageNotice):
+            object.__setattr__(self, "notice", MessageNotice(self.notice))
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from dex_agents._compaction import (
 from dex_agents._contract import (
     CANCELLED_BY_STEER_OUTPUT,
     CANCELLED_BY_USER_OUTPUT,
+    TURN_CANCELLED_EMPTY_NOTE,
     TURN_CANCELLED_NOTE_HEADER,
     TURN_FAILURE_NOTE_HEADER,
     AgentContractError,
@@ -129,6 +130,7 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    MessageNotice,
     MessageRole,
     PendingTimer,
     PendingUserInput,
@@ -979,8 +981,11 @@ class RunModel(_SessionStep, Step[None]):
                 # frozen dataclass, which contextlib's re-raise cannot give a traceback.
                 raise retry_after(limited.retry_after_seconds, limited) from None
             if isinstance(outcome, ModelCallCancelled):
+                usage = _abandoned_call_usage(flow, turn, events.streamed_text)
+                if usage is not None:
+                    _add_usage(context, events, usage)
                 return await end_cancelled_turn(
-                    flow, context, state, partial_text=events.streamed_text
+                    flow, context, state, partial_text=events.streamed_text, usage=usage
                 )
             if steered and isinstance(outcome, TurnCompleted | ToolCallsRequested):
                 if answer is not None:
@@ -1674,14 +1679,20 @@ def _store_turn_note(
     sequence: int,
     *,
     header: str = TURN_FAILURE_NOTE_HEADER,
+    notice: MessageNotice = MessageNotice.TURN_FAILED,
+    text: str | None = None,
 ) -> int:
     """Store the note of a turn that ended early (failed, or cancelled with ``header``
-    ``TURN_CANCELLED_NOTE_HEADER``) naming what its ``final`` tool calls did, as the user
-    message after ``sequence``; returns the new message count."""
-    describe = getattr(flow.runner, "describe_outcome_for_note", None)
-    describe = describe or describe_tool_call_outcome
-    note = build_turn_failure_note(final, describe, header=header)
-    message = require_user_message(flow.runner.build_user_message(note))
+    ``TURN_CANCELLED_NOTE_HEADER`` and ``notice`` ``TURN_CANCELLED``) naming what its
+    ``final`` tool calls did, or ``text`` instead when given, as the message after
+    ``sequence``: the runner's user item (the model reads it as the seed says), marked with
+    ``notice`` so that pages show it as the session's notice, not as the user's message.
+    Returns the new message count."""
+    if text is None:
+        describe = getattr(flow.runner, "describe_outcome_for_note", None)
+        describe = describe or describe_tool_call_outcome
+        text = build_turn_failure_note(final, describe, header=header)
+    message = require_user_message(flow.runner.build_user_message(text))
     sequence += 1
     AGENT_MESSAGES.set(
         context,
@@ -1693,6 +1704,7 @@ def _store_turn_note(
             message.framework_item,
             turn_id,
             created_at=_now(),
+            notice=notice,
         ),
     )
     return sequence
@@ -1744,18 +1756,42 @@ def _interrupted_message(
     )
 
 
+def _abandoned_call_usage(
+    flow: AgentSessionFlow, turn: AgentTurnContext, streamed_text: str
+) -> AgentUsage | None:
+    """The usage of the model call ``cancel_turn`` abandoned, from the runner's optional
+    ``abandoned_call_usage(turn, streamed_text) -> AgentUsage | None`` (a platform addition to
+    the runner contract: only the runner knows what its provider reported, or how to estimate
+    what it did not); ``None`` when the runner has no such method or cannot tell."""
+    estimate = getattr(flow.runner, "abandoned_call_usage", None)
+    if estimate is None:
+        return None
+    usage = estimate(turn, streamed_text)
+    if usage is not None and not isinstance(usage, AgentUsage):
+        raise AgentContractError("abandoned_call_usage must return an AgentUsage or None")
+    return usage
+
+
 async def end_cancelled_turn(
-    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, *, partial_text: str
+    flow: AgentSessionFlow,
+    context: AsyncContext,
+    state: AgentState,
+    *,
+    partial_text: str,
+    usage: AgentUsage | None = None,
 ) -> StepDecision:
     """End the turn ``cancel_turn`` cancelled (platform addition), from RunModel or ResumeTurn.
 
     Stores, after the turn's messages: a note naming the tool calls the turn ran
     (``TURN_CANCELLED_NOTE_HEADER``, as a failed turn's note), then ``partial_text`` (what the
-    abandoned model call had streamed) as an assistant message marked ``interrupted``. Clears
+    abandoned model call had streamed) as an assistant message marked ``interrupted``; when
+    the turn left neither, the note ``TURN_CANCELLED_EMPTY_NOTE``. Notes are marked
+    ``MessageNotice.TURN_CANCELLED``. Clears
     the turn's records, run state, timers and questions as RecordTurnFailure does (steered
     messages no model call saw start the next turn), deletes ``TURN_CANCEL``, writes
     ``turn_cancelled`` and goes back to AwaitUserMessage. The queue is not touched. The Step
-    must have loaded ``AGENT_TOOL_CALLS``.
+    must have loaded ``AGENT_TOOL_CALLS``. ``usage``: the abandoned model call's, already added
+    to ``AGENT_USAGE``, for the observer (usage and cost indexes count a cancelled call too).
     """
     assert state.turn_id is not None
     turn_id = state.turn_id
@@ -1764,12 +1800,28 @@ async def end_cancelled_turn(
     sequence = state.message_count
     if final:
         sequence = _store_turn_note(
-            flow, context, final, turn_id, sequence, header=TURN_CANCELLED_NOTE_HEADER
+            flow,
+            context,
+            final,
+            turn_id,
+            sequence,
+            header=TURN_CANCELLED_NOTE_HEADER,
+            notice=MessageNotice.TURN_CANCELLED,
         )
     interrupted = _interrupted_message(flow, partial_text, sequence + 1, turn_id)
     if interrupted is not None:
         sequence += 1
         AGENT_MESSAGES.set(context, message_sequence_key(sequence), interrupted)
+    elif not final:
+        sequence = _store_turn_note(
+            flow,
+            context,
+            final,
+            turn_id,
+            sequence,
+            notice=MessageNotice.TURN_CANCELLED,
+            text=TURN_CANCELLED_EMPTY_NOTE,
+        )
     _clear_turn_state(context, records)
     taken = list(STEERED_FOR_TURN.get(context) or [])
     if USER_INPUT_ANSWER.get(context) is not None:
@@ -1817,6 +1869,7 @@ async def end_cancelled_turn(
             for item in withdrawn
         ],
         turn_ended=TurnEnd.CANCELLED,
+        usage=usage,
     )
     return go_to(AwaitUserMessage, None)
 

@@ -401,7 +401,11 @@ REST_FRAMEWORK = {
     ],
     # Request bodies are JSON only (any other Content-Type answers 415): a form field is text,
     # so "0" or "" would not mean what the schema's types say.
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        # A misspelt query parameter on a list endpoint answers 400 (agents_app.api_query).
+        "agents_app.api_query.KnownQueryParametersFilter",
+    ],
     "DEFAULT_SCHEMA_CLASS": "agents_app.api_schema.ApiAutoSchema",
     "DEFAULT_PAGINATION_CLASS": "agents_app.api_pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,

@@ -8,13 +8,16 @@ is enough to see what is audited. The edited call running through a real MCP too
 """
 
 import datetime
+import json
 from typing import Any
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from agents_app.approval_apis import EDITS_NEED_APPROVAL
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest
+from mcp_registry.models import McpTool
 from tests.factories import (
     AgentDefinitionFactory,
     AgentSessionFactory,
@@ -142,7 +145,7 @@ def test_edits_the_schema_refuses_are_400_with_field_messages(
     assert not ApprovalDecision.objects.exists()
 
 
-def test_an_unchanged_edit_is_no_edit_and_a_rejection_ignores_it(
+def test_an_unchanged_edit_is_no_edit_and_a_rejection_with_edits_is_400(
     staff_client: APIClient, session: AgentSession, engine_down: str
 ) -> None:
     same, rejected = pending_call(session, "call_1"), pending_call(session, "call_2")
@@ -150,14 +153,61 @@ def test_an_unchanged_edit_is_no_edit_and_a_rejection_ignores_it(
         interrupt_url(same), {"approved": True, "edited_arguments": {"title": "draft"}},
         format="json",
     )
-    staff_client.post(
-        interrupt_url(rejected),
-        {"approved": False, "rejection_message": "No.", "edited_arguments": {"title": 5}},
-        format="json",
-    )
+    for edits in ({"title": "final"}, {}):
+        refused = staff_client.post(
+            interrupt_url(rejected),
+            {"approved": False, "rejection_message": "No.", "edited_arguments": edits},
+            format="json",
+        )
+        assert refused.status_code == 400, refused.content
+        assert refused.json() == {"edited_arguments": [EDITS_NEED_APPROVAL]}
+    assert "approved true" in EDITS_NEED_APPROVAL
     assert sorted(ApprovalDecision.objects.values_list("tool_call_id", "edited_arguments")) == [
-        ("call_1", ""), ("call_2", ""),
+        ("call_1", ""),
     ]
+
+
+@pytest.mark.parametrize(
+    ("schema", "edited", "messages"),
+    [
+        # Named nowhere and the schema is silent on other properties: refused.
+        (
+            {"type": "object", "properties": {"title": {"type": "string"}}},
+            {"title": "a", "titel": "b", "count": 1},
+            [
+                "count: the tool's input schema has no such property",
+                "titel: the tool's input schema has no such property",
+            ],
+        ),
+        # The schema says other properties are welcome, or names none: allowed.
+        (
+            {"type": "object", "properties": {"title": {}}, "additionalProperties": True},
+            {"title": "a", "extra": 1},
+            [],
+        ),
+        ({"type": "object"}, {"anything": 1}, []),
+    ],
+)
+def test_edits_with_properties_the_schema_does_not_name_are_400(
+    staff_client: APIClient,
+    session: AgentSession,
+    engine_down: str,
+    schema: dict[str, Any],
+    edited: dict[str, Any],
+    messages: list[str],
+) -> None:
+    McpTool.objects.filter(name="write_note").update(input_schema=schema)
+    call = pending_call(session)
+    response = staff_client.post(
+        interrupt_url(call), {"approved": True, "edited_arguments": edited}, format="json"
+    )
+    if messages:
+        assert response.status_code == 400, response.content
+        assert response.json() == {"edited_arguments": messages}
+        assert not ApprovalDecision.objects.exists()
+    else:
+        assert response.status_code == 202, response.content
+        assert json.loads(ApprovalDecision.objects.get().edited_arguments) == edited
 
 
 # --- the race ------------------------------------------------------------------------------

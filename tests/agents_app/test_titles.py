@@ -4,12 +4,15 @@ for a title (``agents_app.titles``); generated titles end to end are in
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from agents_app.demo_model import plan_reply
 from agents_app.titles import (
     TITLE_MAX_CHARS,
     clean_title,
+    fallback_title,
     title_from_message,
     title_request_messages,
 )
@@ -27,10 +30,25 @@ from agents_app.titles import (
         ("/think\n/wait 5 later", ""),
         ("", ""),
         ("x" * 200, "x" * TITLE_MAX_CHARS),
+        # Markdown a person typed around the line is not part of the title.
+        ("# Heading", "Heading"),
+        ("## **Plan** for _Q3_ ##", "Plan for Q3"),
+        ("***both*** and `code` and ~~old~~", "both and code and old"),
+        ("fix snake_case_names", "fix snake_case_names"),
+        ("#\n\n**real** line", "real line"),  # a line of markers only is skipped
+        ("#hashtag stays", "#hashtag stays"),  # no space: not a heading
+        ("2 * 3 * 4", "2 * 3 * 4"),
     ],
 )
 def test_the_title_is_the_first_line_that_is_not_a_directive(message: str, title: str) -> None:
     assert title_from_message(message) == title
+
+
+def test_a_message_of_directives_only_is_named_after_the_agent_and_its_start() -> None:
+    started = datetime.datetime(2026, 12, 5, 14, 3, 59, tzinfo=datetime.UTC)
+    assert fallback_title(agent_name="Demo agent", started_at=started) == (
+        "Demo agent · 2026-12-05 14:03 UTC"
+    )
 
 
 @pytest.mark.parametrize(

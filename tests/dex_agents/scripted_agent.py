@@ -24,6 +24,8 @@ The user message is the script:
 - ``"stream"`` writes the text delta ``STREAMED_PART``, waits at the ``model_stream`` FileGate,
   then answers ``STREAMED_PART + " and the rest"`` (a model call a test can cancel mid-answer;
   ``"tools: a"`` followed by ``"stream"`` in the same message is not supported);
+- ``"hold"`` waits at the ``model_hold`` FileGate before it streams anything, then answers
+  ``"held"`` (a model call a test can cancel before any text);
 - ``"tools: whole"`` calls ``whole``, which returns ``WHOLE_SHOWN`` characters for the model and
   ``WHOLE_RESULT`` whole (stored in parts);
 - ``"plan: a, b"`` (plan mode) writes a plan of pending tasks ``a`` and ``b``;
@@ -326,6 +328,16 @@ class ScriptedRunner:
     def build_assistant_message(self, text: str) -> FrameworkMessage:
         return FrameworkMessage(MessageRole.ASSISTANT, {"content": text}, text)
 
+    def abandoned_call_usage(self, turn: AgentTurnContext, streamed_text: str) -> AgentUsage:
+        """A cancelled call's usage: the input as ``MODEL_USAGE`` counts it, one output token
+        per streamed word."""
+        return AgentUsage(
+            input_tokens=MODEL_USAGE.input_tokens,
+            output_tokens=len(streamed_text.split()),
+            requests=1,
+            cost_usd="0.0001",
+        )
+
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         invocation_log().record("model", turn.turn_id)
         config = turn.agent_config or {}
@@ -373,6 +385,13 @@ class ScriptedRunner:
             answer = STREAMED_PART + " and the rest"
             return TurnCompleted(
                 [FrameworkMessage(MessageRole.ASSISTANT, {"content": answer}, answer)], MODEL_USAGE
+            )
+        if command == "hold":
+            gate = FileGate(state_dir(), "model_hold")
+            gate.reach()
+            await gate.wait_for_release()
+            return TurnCompleted(
+                [FrameworkMessage(MessageRole.ASSISTANT, {"content": "held"}, "held")], MODEL_USAGE
             )
         if command == "config":
             answer = json.dumps(turn.agent_config, sort_keys=True)

@@ -23,6 +23,7 @@ from dex_agents import (
     AgentSnapshot,
     AgentStatus,
     AgentToolCall,
+    MessageNotice,
     MessageRole,
     TextParts,
     ToolCallStatus,
@@ -344,6 +345,9 @@ async def test_failed_model_step_records_the_error_and_the_note(tmp_path: Path) 
         assert snapshot.tool_calls == []
         note = snapshot.messages[-1]
         assert note.role is MessageRole.USER
+        # The model reads it as a user item; pages show it as the session's notice.
+        assert note.notice is MessageNotice.TURN_FAILED
+        assert snapshot.messages[0].notice is None
         assert note.text == (
             "[Dex] The previous turn failed after these tool calls ran:\n"
             f"- lookup {json.dumps({'n': 1})} -> succeeded: lookup ok\n"

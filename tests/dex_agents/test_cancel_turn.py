@@ -8,11 +8,13 @@ from typing import Any
 
 from dex_agents import (
     CANCELLED_BY_USER_OUTPUT,
+    TURN_CANCELLED_EMPTY_NOTE,
     TURN_CANCELLED_NOTE_HEADER,
     AgentEventType,
     AgentSessionClient,
     AgentSnapshot,
     AgentStatus,
+    MessageNotice,
     MessageRole,
     ToolCallStatus,
 )
@@ -62,7 +64,7 @@ async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
 
         # A cancel meant for another turn (delivered late) leaves this one alone.
         stale = await sessions.cancel_turn("session-1", turn_id="turn-0")
-        assert (stale.accepted, stale.reason) == (False, "turn_ended")
+        assert (stale.accepted, stale.reason, stale.turn_id) == (False, "turn_ended", "turn-1")
         result = await sessions.cancel_turn("session-1", turn_id="turn-1")
         assert (result.accepted, result.turn_id) == (True, "turn-1")
         # The queued message was not touched: it starts the next turn, which runs normally.
@@ -74,6 +76,8 @@ async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
             (MessageRole.USER, "next one", False),
             (MessageRole.ASSISTANT, "echo: next one", False),
         ]
+        # The streamed text is the turn's mark: no note besides it.
+        assert [m.notice for m in snapshot.messages] == [None] * 4
         assert snapshot.last_turn_error is None
         # The model call was abandoned, not retried, and never finished.
         assert invocation_log(tmp_path).count("model", "turn-1") == 1
@@ -85,6 +89,13 @@ async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
             (AgentEventType.TURN_CANCELLED, "turn-1"),
             (AgentEventType.TURN_COMPLETED, "turn-2"),
         ]
+        # The abandoned call counts: the runner's abandoned_call_usage, then the next call.
+        recorded = [e.payload["recorded"] for e in events
+                    if e.type == AgentEventType.USAGE_RECORDED]
+        assert recorded[0]["output_tokens"] == len(STREAMED_PART.split())
+        assert (recorded[0]["requests"], recorded[0]["cost_usd"]) == (1, "0.0001")
+        assert snapshot.usage.requests == 2
+        assert snapshot.usage.output_tokens == len(STREAMED_PART.split()) + 5
         cancelled = next(e for e in events if e.type == AgentEventType.TURN_CANCELLED)
         assert cancelled.payload == {
             "message_count": 2,
@@ -94,6 +105,29 @@ async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
         # Nothing runs now: a cancel is refused with a reason.
         again = await sessions.cancel_turn("session-1")
         assert (again.accepted, again.reason) == (False, "no_turn")
+        gate.release()
+
+
+async def test_cancel_before_any_text_or_tool_stores_a_cancelled_notice(tmp_path: Path) -> None:
+    """A turn cancelled before its model streamed anything and before any tool call still
+    leaves its mark: a note the model reads and pages show as a notice, not as the user's."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "model_hold")
+        await sessions.start_session("session-1", "hold")
+        await gate.wait_until_reached()
+
+        assert (await sessions.cancel_turn("session-1", turn_id="turn-1")).accepted
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+        note = snapshot.messages[-1]
+        assert (note.role, note.text, note.notice, note.interrupted) == (
+            MessageRole.USER, TURN_CANCELLED_EMPTY_NOTE, MessageNotice.TURN_CANCELLED, False
+        )
+        assert snapshot.messages[0].notice is None
+        events = await events_of(stack, "session-1", FLOW_TYPE)
+        cancelled = next(e for e in events if e.type == AgentEventType.TURN_CANCELLED)
+        assert cancelled.payload["message_count"] == 2
         gate.release()
 
 
@@ -125,6 +159,7 @@ async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
         assert snapshot.pending_interrupts == []
         note = snapshot.messages[-1]
         assert note.role is MessageRole.USER
+        assert note.notice is MessageNotice.TURN_CANCELLED
         lines = note.text.splitlines()
         assert lines[0] == TURN_CANCELLED_NOTE_HEADER
         outcomes = {line.split(" ", 2)[1]: line for line in lines[1:4]}

@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
+from tests.e2e.browser import axe_violations
 from tests.e2e.test_markdown_browser import MARKDOWN_MESSAGE
 from tests.e2e.test_pages_browser import (  # noqa: F401 (fixtures)
+    NARROW,
+    WIDE,
     Contexts,
     PageStack,
     browser,
@@ -178,3 +181,63 @@ def test_every_page_loads_without_a_policy_violation(
     assert violations.events or violations.console
     directives = [json.loads(event)["directive"] for event in violations.events]
     assert any(directive.startswith("script-src") for directive in directives), directives
+
+
+def serious_axe(page: Page) -> list[dict[str, Any]]:
+    """axe-core's serious and critical violations on what ``page`` shows now."""
+    return [item for item in axe_violations(page) if item["impact"] in ("serious", "critical")]
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_every_page_has_no_serious_accessibility_violation(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]  # noqa: F811 (fixtures)
+) -> None:
+    """Issue 27, "Accessibility": axe-core on every page of the product (login, portal, a chat
+    with Markdown and a tool call, one waiting for approval, the sessions list, usage, the
+    approvals inbox and its decisions) at both widths."""
+    found: dict[str, list[dict[str, Any]]] = {}
+
+    def check(page: Page, name: str) -> None:
+        page.wait_for_load_state("networkidle")
+        violations = serious_axe(page)
+        if violations:
+            found[name] = violations
+
+    anonymous = contexts.new(viewport).new_page()
+    anonymous.goto("/accounts/login/")
+    expect(anonymous.get_by_role("button", name="Log in")).to_be_visible()
+    check(anonymous, "login")
+
+    owner = contexts.logged_in("owner", viewport=viewport)
+    check(owner, "portal")
+    answered = start_session(owner, MARKDOWN_MESSAGE.replace("/slow 0.25\n", ""))
+    expect(owner.locator(".message-assistant .code-block")).to_be_visible()
+    check(owner, "chat with an answer")
+    waiting = start_session(
+        owner, 'check axe\n/tool docs__create_document {"title": "axe", "body": "Pending"}'
+    )
+    expect(region(owner, "Waiting for approval")).to_be_visible()
+    check(owner, "chat waiting for approval")
+    owner.goto("/sessions/")
+    expect(owner.get_by_role("link", name=re.compile("check axe")).first).to_be_visible()
+    check(owner, "sessions")
+    owner.goto("/usage/")
+    expect(owner.get_by_role("heading", level=1)).to_be_visible()
+    check(owner, "usage")
+
+    staff = contexts.logged_in("reviewer", viewport=viewport)
+    staff.goto("/approvals/")
+    expect(staff.locator(".approval-card").first).to_be_visible()
+    check(staff, "approvals")
+    staff.get_by_role("tab", name="Decisions").click()
+    expect(staff.locator("#decisions-status")).not_to_be_empty()
+    check(staff, "approval decisions")
+    staff.goto(f"/sessions/{waiting}/")
+    expect(region(staff, "Waiting for approval")).to_be_visible()
+    check(staff, "chat as staff")
+    staff.goto(f"/sessions/{answered}/")
+    staff.get_by_role("tab", name="Timeline").click()
+    expect(staff.get_by_role("tabpanel", name="Timeline").locator("[data-step]").first
+           ).to_be_visible()
+    check(staff, "timeline")
+    assert found == {}, found

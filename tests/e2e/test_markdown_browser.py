@@ -125,6 +125,42 @@ def test_an_answer_renders_as_markdown_while_it_streams_and_after(
     screenshot(page, "markdown-answer-dark", screen_too=True)
 
 
+LONG_CODE_LINE = "result = compute(" + ", ".join(f"argument_{n}" for n in range(40)) + ")"
+TAIL_WORDS = " ".join(f"word{n}" for n in range(80))
+#: A code block with one long line, then words that keep the answer streaming a while.
+LONG_CODE_MESSAGE = "\n".join([
+    "/slow 0.3", "a long line of code", "", "```python", LONG_CODE_LINE, "```", "", TAIL_WORDS,
+])
+
+PAGE_OVERFLOW = "document.documentElement.scrollWidth - window.innerWidth"
+#: Whether the <pre> or its <code> (highlight.js makes it the scroller) scrolls sideways.
+SCROLLS_INSIDE = """pre => [pre, pre.querySelector("code")].some((node) =>
+  ["auto", "scroll"].includes(getComputedStyle(node).overflowX)
+  && node.scrollWidth > node.clientWidth)"""
+
+
+def test_a_long_code_line_scrolls_in_its_block_while_streaming_and_after_at_phone_width(
+    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+) -> None:
+    page = contexts.logged_in("owner", viewport=NARROW)
+    session_id = start_session(page, LONG_CODE_MESSAGE)
+    response = region(page, "Response")
+    live_pre = response.locator(".code-block pre")
+    expect(live_pre).to_contain_text("argument_39")
+    # Still streaming: the words after the block have not all arrived.
+    assert "word79" not in (response.text_content() or "")
+    assert page.evaluate(PAGE_OVERFLOW) <= 0, "the live code block widens the page"
+    assert live_pre.evaluate(SCROLLS_INSIDE), "the long line does not scroll in its block"
+    screenshot(page, "markdown-long-code-live", screen_too=True)
+
+    stored = page.locator(".message-assistant .code-block pre")
+    expect(stored).to_contain_text("argument_39")
+    wait_for_turn_end(stack, "owner", session_id)
+    assert page.evaluate(PAGE_OVERFLOW) <= 0, "the stored code block widens the page"
+    assert stored.evaluate(SCROLLS_INSIDE), "the long line does not scroll in its block"
+    screenshot(page, "markdown-long-code-stored", screen_too=True)
+
+
 def test_copy_buttons_put_code_messages_arguments_and_results_on_the_clipboard(
     contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
 ) -> None:

@@ -275,8 +275,12 @@ def test_a_cancel_while_the_worker_is_down_is_kept_and_ends_the_turn(stack: Stac
         # The turn ended cancelled: no complete answer was stored.
         full = "You said: " + LONG_SLOW.split("\n", 1)[1]
         assert all(message["text"] != full for message in snapshot["messages"])
+        # What follows the message is marked: streamed text as interrupted, or, when the
+        # restarted call made no request, the cancelled turn's notice.
+        assert snapshot["messages"][1:], snapshot["messages"]
         assert all(
-            message.get("interrupted") for message in snapshot["messages"][1:]
+            message.get("interrupted") or message.get("notice") == "turn_cancelled"
+            for message in snapshot["messages"][1:]
         ), snapshot["messages"]
         delivered: dict[str, Any] = stack.django_shell(
             "import json; from agents_app.models import OutboxTurnCancel as C; "

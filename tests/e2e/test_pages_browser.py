@@ -416,6 +416,47 @@ def test_staff_approve_on_the_dashboard_and_the_owner_sees_the_result_live(
     assert owner.evaluate("performance.getEntriesByType('navigation').length") == 1
 
 
+def pending_count(page: Page) -> int:
+    text = page.locator("#nav-pending-count .count").text_content() or ""
+    return int(text) if text.strip() else 0
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_the_nav_pending_count_is_live_on_pages_other_than_approvals(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    reviewer = contexts.logged_in("reviewer", viewport=viewport)
+    reviewer.goto("/sessions/")
+    expect(reviewer.locator("#nav-pending-count")).to_be_visible()
+    before = pending_count(reviewer)
+    with stack.api("owner") as owner:
+        created = owner.post("/api/v1/sessions/", json={
+            "agent": "demo",
+            "message": '/tool slack__post_message {"channel": "general", "text": "count me"}',
+        })
+        assert created.status_code == 201, created.text
+    session_id = created.json()["id"]
+    # The page is not reloaded: the count follows the approvals socket.
+    expect(reviewer.locator("#nav-pending-count .count")).to_have_text(str(before + 1))
+    expect(reviewer.locator("#nav-pending-count .visually-hidden")).to_have_text(
+        f" ({before + 1} pending)"
+    )
+    screenshot(reviewer, "nav-pending-count")
+    with stack.api("reviewer") as staff:
+        pending = [item for item in staff.get("/api/v1/approvals/").json()
+                   if item["session"] == session_id]
+        assert len(pending) == 1
+        decided = staff.post(
+            f"/api/v1/sessions/{session_id}/interrupts/{pending[0]['interrupt_id']}/",
+            json={"approved": False, "rejection_message": "not now"},
+        )
+        assert decided.status_code in (200, 202), decided.text
+    expect(reviewer.locator("#nav-pending-count .count")).to_have_text(
+        str(before) if before else ""
+    )
+    assert reviewer.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
 def test_staff_reject_inline_on_the_chat_page_with_a_message(contexts: Contexts) -> None:
     owner = contexts.logged_in("owner")
     session_id = start_session(
@@ -991,14 +1032,20 @@ def test_the_composer_counts_near_the_limit_and_refuses_past_it(
     composer.fill("😀" * 99_990)
     expect(counter).to_have_text("99,990 / 100,000 characters")
     expect(composer).not_to_have_attribute("aria-invalid", "true")
+    send = page.get_by_role("button", name="Send")
+    expect(send).to_be_enabled()
     composer.fill("😀" * 100_005)
-    expect(counter).to_have_text("100,005 / 100,000 characters: 5 over the limit")
+    # Refused as soon as it is past the limit, before any Send: said, and Send disabled.
+    expect(counter).to_have_text(
+        "100,005 / 100,000 characters: 5 over the limit; shorten it to send"
+    )
     expect(composer).to_have_attribute("aria-invalid", "true")
+    expect(send).to_be_disabled()
     posts: list[str] = []
     page.on("request", lambda request: posts.append(request.url)
             if request.method == "POST" else None)
-    page.get_by_role("button", name="Send").click()
-    # The refusal is shown by the same click handler that would have sent the POST.
+    composer.press("Control+Enter")
+    # The keyboard shortcut reaches the send handler, which refuses instead of posting.
     expect(page.locator("#composer-error")).to_have_text(
         "The message is 5 characters over the limit of 100,000; shorten it to send. "
         "Nothing was sent."
@@ -1009,6 +1056,7 @@ def test_the_composer_counts_near_the_limit_and_refuses_past_it(
 
     composer.fill("😀" * 100_000)
     expect(composer).not_to_have_attribute("aria-invalid", "true")
+    expect(send).to_be_enabled()
     if viewport is NARROW:
         return  # what is sent is the same at both widths
     page.get_by_role("button", name="Send").click()
@@ -1022,13 +1070,36 @@ def test_the_composer_counts_near_the_limit_and_refuses_past_it(
     expect(counter).to_be_hidden()
 
 
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_the_portal_message_box_is_on_the_first_screen(
+    contexts: Contexts, viewport: dict[str, int]
+) -> None:
+    page = contexts.logged_in("owner", viewport=viewport)
+    page.goto("/")
+    # Right after the agent, before the (long) list of tools, at both widths.
+    box = page.get_by_role("textbox", name="Message").bounding_box()
+    assert box is not None and box["y"] + box["height"] <= viewport["height"], box
+    tools = page.get_by_role("heading", name="Tools for this session").bounding_box()
+    assert tools is not None
+    if viewport is NARROW:
+        assert tools["y"] > box["y"]
+    screenshot(page, "portal-first-screen", screen_too=True)
+
+
 def test_the_portal_starts_a_session_in_plan_mode(contexts: Contexts, stack: PageStack) -> None:
     page = contexts.logged_in("owner")
     page.get_by_role("textbox", name="Message").fill("draft it\nship it")
+    start = page.get_by_role("button", name="Start session", exact=True)
+    expect(start).to_be_visible()
+    page.get_by_role("checkbox", name="Plan mode").check()
+    # The button says what it starts.
+    expect(start).to_be_hidden()
+    page.get_by_role("checkbox", name="Plan mode").uncheck()
+    expect(start).to_be_visible()
     page.get_by_role("checkbox", name="Plan mode").check()
     with page.expect_request(lambda request: request.url.endswith("/api/v1/sessions/")
                              and request.method == "POST") as started:
-        page.get_by_role("button", name="Start session").click()
+        page.get_by_role("button", name="Start session in plan mode", exact=True).click()
     body = started.value.post_data_json
     assert isinstance(body, dict) and body["plan_mode"] is True
     page.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
@@ -1087,6 +1158,9 @@ def test_stop_generating_keeps_the_text_so_far_and_the_session(
     # What had streamed stays in the conversation, marked; the session goes on.
     expect(assistant_texts(page)).to_have_text([stored["text"]])
     expect(region(page, "Conversation").locator(".message-interrupted-note")).to_be_visible()
+    expect(region(page, "Conversation").locator(".message-assistant .badge-stopped")).to_have_text(
+        "Stopped"
+    )
     expect(region(page, "Response")).to_be_hidden()
     expect(page.get_by_role("button", name="Stop session")).to_be_visible()
     screenshot(page, "chat-stopped-answer")
@@ -1104,6 +1178,36 @@ def test_stop_generating_keeps_the_text_so_far_and_the_session(
     phone.get_by_role("button", name="Stop generating").click()
     expect(phone.locator(".message-interrupted-note")).to_be_visible()
     screenshot(phone, "chat-stopped-answer")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_stop_generating_while_a_call_waits_shows_a_stopped_notice_not_a_user_message(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    page = contexts.logged_in("owner", viewport=viewport)
+    session_id = start_session(
+        page, '/tool slack__post_message {"channel": "general", "text": "never sent"}'
+    )
+    expect(region(page, "Waiting for approval")).to_contain_text("slack__post_message")
+    page.get_by_role("button", name="Stop generating").click()
+    expect(page.locator("#chat-status")).to_have_text("Waiting for a message")
+    stored = stored_messages(stack, "owner", session_id)
+    assert [(item["role"], item.get("notice")) for item in stored] == [
+        ("user", None), ("system", "turn_cancelled")
+    ]
+    conversation = region(page, "Conversation")
+    for _ in ("live", "after a reload"):
+        # One message of the user's; the cancel is the session's notice, marked Stopped.
+        expect(conversation.locator(".message-user")).to_have_count(1)
+        notice = conversation.locator(".message-notice")
+        expect(notice).to_have_count(1)
+        expect(notice.locator(".badge-stopped")).to_have_text("Stopped")
+        expect(notice).to_contain_text("The previous turn was cancelled after these tool calls")
+        expect(notice).not_to_contain_text("[Dex]")
+        expect(conversation).not_to_contain_text("You#2")
+        assert "You" not in (notice.locator(".message-meta").text_content() or "")
+        page.reload()
+    screenshot(page, "chat-stopped-notice")
 
 
 RECORD_ANNOUNCEMENTS = """() => {

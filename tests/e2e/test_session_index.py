@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -266,6 +267,15 @@ def test_titles_skip_directives_and_a_real_model_writes_one_after_the_first_turn
         assert titled.json()["title"] == "plan a trip to lisbon in may please"
         later = owner.post("/api/v1/sessions/", json={"agent": "titled"}).json()
         assert later["title"] == "Titled"  # the agent's name until a message comes
+        # A heading's marks are not part of the title; all directives: the agent and time.
+        headed = owner.post("/api/v1/sessions/", json={
+            "agent": "demo", "message": "# Trip to **Lisbon**\nbook it",
+        }).json()
+        assert headed["title"] == "Trip to Lisbon"
+        directives = owner.post("/api/v1/sessions/", json={
+            "agent": "demo", "message": "/slow 0\n/think",
+        }).json()
+        assert re.fullmatch(r"Demo agent · \d{4}-\d\d-\d\d \d\d:\d\d UTC", directives["title"])
 
         row = wait_until(
             "the generated title",

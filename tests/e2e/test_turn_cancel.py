@@ -72,6 +72,11 @@ def test_cancel_mid_answer_keeps_the_streamed_text_and_the_session(stack: Stack)
         other_turn = owner.post(cancel, json={"turn_id": "turn-9"})
         assert other_turn.status_code == 409, other_turn.text
         assert other_turn.json()["reason"] == "turn_ended"
+        # It says which turn runs and that the named one is not it.
+        assert other_turn.json()["running_turn_id"] == "turn-1"
+        assert "turn-9 is not the running turn: turn-1 is running now" in (
+            other_turn.json()["detail"]
+        )
         answer = owner.post(cancel, json={"turn_id": "turn-1"})
         assert answer.status_code == 202, answer.text
         body = answer.json()
@@ -93,11 +98,32 @@ def test_cancel_mid_answer_keeps_the_streamed_text_and_the_session(stack: Stack)
         assert messages[3]["text"] == "You said: next"
         assert "interrupted" not in messages[3]
         assert not snapshot.get("last_turn_error")
+        # The abandoned call is counted (estimated: the demo model sends its usage last):
+        # in the session's totals, in the Django rows behind the list, and in /usage/.
+        assert snapshot["usage"]["requests"] == 2
+        answered = messages[3]["usage"]
+        assert snapshot["usage"]["output_tokens"] > answered["output_tokens"]
+        assert snapshot["usage"]["input_tokens"] > answered["input_tokens"]
+
+        def listed() -> dict[str, Any] | None:
+            rows = owner.get("/api/v1/sessions/", params={"limit": "200"}).json()["results"]
+            row = next(row for row in rows if row["id"] == session_id)
+            return row if row["usage"]["requests"] == 2 else None
+
+        row = wait_until("the list to count both calls", listed, timeout=30)
+        assert row["usage"]["cost_usd"] == snapshot["usage"]["cost_usd"]
+        assert owner.get("/api/v1/usage/").json()["totals"]["requests"] >= 2
 
         again = owner.post(cancel)
         assert again.status_code == 409, again.text
         assert again.json()["reason"] == "no_turn"
         assert "nothing to cancel" in again.json()["detail"]
+        assert "running_turn_id" not in again.json()
+        named = owner.post(cancel, json={"turn_id": "turn-7"})
+        assert named.status_code == 409, named.text
+        assert named.json()["reason"] == "no_turn"
+        assert "No turn is running" in named.json()["detail"]
+        assert "turn-7 is not running" in named.json()["detail"]
 
 
 def test_cancel_permissions_owner_other_user_staff_anonymous(stack: Stack) -> None:

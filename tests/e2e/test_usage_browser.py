@@ -55,6 +55,16 @@ def session_usage(platform: PageStack, persona: str, session_id: str) -> dict[st
     return usage
 
 
+#: Whether every part of a message header (role, badges, time, usage, Copy) is one line tall.
+PARTS_ON_ONE_LINE = """meta => [...meta.children].every((part) => {
+  const style = getComputedStyle(part);
+  const line = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.4;
+  const padding = parseFloat(style.paddingTop) + parseFloat(style.paddingBottom)
+    + parseFloat(style.borderTopWidth) + parseFloat(style.borderBottomWidth);
+  return part.getBoundingClientRect().height - padding < line * 1.5;
+})"""
+
+
 def test_cost_shows_per_message_session_list_and_usage_page(
     contexts: Contexts, priced: PageStack  # noqa: F811
 ) -> None:
@@ -92,6 +102,8 @@ def test_cost_shows_per_message_session_list_and_usage_page(
         badge = last.locator(".message-usage")
         expect(badge).to_have_text(f"{displayed(reply['usage']['cost_usd'])} · {tokens} tokens")
         expect(badge).to_have_css("opacity", "1")
+        # The reply's header wraps between its parts, never inside one (a phone's "12:20\nPM").
+        assert last.locator(".message-meta").evaluate(PARTS_ON_ONE_LINE), viewport
         screenshot(page, "usage-chat", screen_too=True)
 
         # The sessions list: a Cost column.

@@ -26,10 +26,12 @@ export function overLimitMessage(textarea) {
 /**
  * Attach a counter to `textarea` (which carries `data-max-chars`): shown from `showFrom` of the
  * limit on, polite to screen readers, and marked invalid past the limit. It is placed after
- * `after` (the box's send button, in the grid forms where that sits beside the box).
+ * `after` (the box's send button, in the grid forms where that sits beside the box). Past the
+ * limit the counter says so at once and `submit` (the form's send button, when given) is
+ * disabled until the text is short enough again; a button some other code disabled is left so.
  * Returns the function that brings it up to date after the text changed other than by typing.
  */
-export function attachCounter(textarea, { showFrom = 0.9, after = textarea } = {}) {
+export function attachCounter(textarea, { showFrom = 0.9, after = textarea, submit = null } = {}) {
   const limit = Number(textarea.dataset.maxChars);
   if (!limit) return null;
   const counter = el("p", { id: `${textarea.id}-count`, class: "char-count small", "aria-live": "polite", hidden: true });
@@ -37,6 +39,16 @@ export function attachCounter(textarea, { showFrom = 0.9, after = textarea } = {
   const described = (textarea.getAttribute("aria-describedby") ?? "").split(" ").filter(Boolean);
   textarea.setAttribute("aria-describedby", [...described, counter.id].join(" "));
   let last = -1;
+  const refuse = (over) => {
+    if (!submit) return;
+    if (over && !submit.disabled) {
+      submit.disabled = true;
+      submit.dataset.overLimit = "true";
+    } else if (!over && submit.dataset.overLimit) {
+      submit.disabled = false;
+      delete submit.dataset.overLimit;
+    }
+  };
   const update = () => {
     // Counting is linear in the text; only the box's own length decides when it is needed.
     if (textarea.value.length < limit * showFrom) {
@@ -44,6 +56,7 @@ export function attachCounter(textarea, { showFrom = 0.9, after = textarea } = {
         counter.hidden = true;
         textarea.removeAttribute("aria-invalid");
       }
+      refuse(false);
       last = -1;
       return;
     }
@@ -54,10 +67,11 @@ export function attachCounter(textarea, { showFrom = 0.9, after = textarea } = {
     counter.hidden = count < limit * showFrom;
     counter.classList.toggle("char-count-over", over);
     counter.textContent = over
-      ? `${numberFormat.format(count)} / ${numberFormat.format(limit)} characters: ${numberFormat.format(count - limit)} over the limit`
+      ? `${numberFormat.format(count)} / ${numberFormat.format(limit)} characters: ${numberFormat.format(count - limit)} over the limit; shorten it to send`
       : `${numberFormat.format(count)} / ${numberFormat.format(limit)} characters`;
     if (over) textarea.setAttribute("aria-invalid", "true");
     else textarea.removeAttribute("aria-invalid");
+    refuse(over);
   };
   textarea.addEventListener("input", update);
   update();

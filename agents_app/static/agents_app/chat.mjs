@@ -205,7 +205,23 @@ function showComposerError(text) {
 
 const ROLE_LABELS = { user: config.isOwner ? "You" : config.owner, assistant: "Assistant", system: "System" };
 
+/** Labels of the notes a session stores when a turn ended early (``message.notice``). */
+const NOTICE_LABELS = { turn_cancelled: "Stopped", turn_failed: "Turn failed" };
+
+/** A note the session stored when a turn ended early: shown as the session's notice (the
+ * model reads it as a user item, but nobody typed it), without its "[Dex] " prefix. */
+function noticeNode(message) {
+  const label = NOTICE_LABELS[message.notice] ?? "Notice";
+  return el(
+    "li",
+    { class: `message message-notice notice-${message.notice}`, dataset: { sequence: String(message.sequence), role: "notice" } },
+    el("div", { class: "message-meta" }, el("span", { class: "badge badge-stopped message-role" }, label), el("span", {}, `#${message.sequence}`), messageTime(message.created_at)),
+    el("p", { class: "message-text" }, message.text.replace(/^\[Dex\] /, "")),
+  );
+}
+
 function messageNode(message) {
+  if (message.notice) return noticeNode(message);
   const role = message.role;
   let label = ROLE_LABELS[role] ?? role;
   if (role === "tool") {
@@ -232,6 +248,7 @@ function messageNode(message) {
   }
   if (message.interrupted) {
     node.classList.add("message-interrupted");
+    node.querySelector(".message-role").after(el("span", { class: "badge badge-stopped" }, "Stopped"));
     node.append(el("p", { class: "message-interrupted-note small muted" }, "Stopped: you cancelled this answer while it was being written."));
   }
   if (Array.isArray(message.tool_calls) && message.tool_calls.length) {
@@ -1505,7 +1522,7 @@ function refreshNow() {
 const composer = document.getElementById("composer");
 if (composer) {
   composer.addEventListener("submit", send);
-  composerCounter = attachCounter(byId("composer-text"), { after: byId("composer-send").closest(".composer-actions") ?? byId("composer-send") });
+  composerCounter = attachCounter(byId("composer-text"), { after: byId("composer-send").closest(".composer-actions") ?? byId("composer-send"), submit: byId("composer-send") });
   restoreDraft();
   composerCounter?.();
   byId("composer-text").addEventListener("input", saveDraft);
@@ -1521,7 +1538,7 @@ if (composer) {
 }
 const answerForm = document.getElementById("user-input-form");
 if (answerForm) {
-  attachCounter(byId("user-input-text"), { after: byId("user-input-submit") });
+  attachCounter(byId("user-input-text"), { after: byId("user-input-submit"), submit: byId("user-input-submit") });
   answerForm.addEventListener("submit", (event) => {
     event.preventDefault();
     answerQuestion(byId("user-input-text").value);

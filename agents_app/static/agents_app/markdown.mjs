@@ -5,7 +5,7 @@
 // DOMPurify then keeps only the tags and attributes Markdown produces, so nothing a model
 // writes (or a tool result it quotes) can run script in the page. Images are not rendered:
 // an image loads by itself, and a prompt-injected answer could leak data through its URL;
-// `![alt](url)` shows as a link instead. Links open in a new tab with rel="noopener
+// `![alt](url)` shows as a link named by its alt text instead. Links open in a new tab with rel="noopener
 // noreferrer". Table alignment becomes a class, not a style attribute, because the page's
 // Content-Security-Policy allows no inline styles. The vendored libraries and their versions
 // are listed in static/vendor/README.md.
@@ -35,7 +35,16 @@ function highlight(code, language) {
 }
 
 const markdown = new MarkdownIt({ html: false, linkify: true, breaks: false, highlight });
-markdown.disable("image");
+// An image is parsed (so its "!" is not left behind) but rendered as a link named by its alt
+// text, or by its address when it has none; markdown-it's link check refuses unsafe addresses
+// for images as for links.
+markdown.renderer.rules.image = (tokens, index, options, env, renderer) => {
+  const token = tokens[index];
+  const src = token.attrGet("src") ?? "";
+  const alt = renderer.renderInlineAsText(token.children ?? [], options, env) || src;
+  const escape = markdown.utils.escapeHtml;
+  return `<a href="${escape(src)}">${escape(alt)}</a>`;
+};
 markdown.core.ruler.push("align_classes", (state) => {
   for (const token of state.tokens) {
     if (token.type !== "th_open" && token.type !== "td_open") continue;

@@ -31,10 +31,10 @@ async function start(event) {
   const button = byId("start-session");
   const status = byId("portal-status");
   const failure = byId("portal-error");
-  if (!agent.value || agent.selectedOptions[0]?.disabled || button.disabled) return;
+  const refusal = overLimitMessage(byId("message"));
+  if (!refusal && (!agent.value || agent.selectedOptions[0]?.disabled || button.disabled)) return;
   const body = { agent: agent.value };
   const message = byId("message").value;
-  const refusal = overLimitMessage(byId("message"));
   if (refusal) {
     failure.textContent = refusal;
     failure.hidden = false;
@@ -67,7 +67,14 @@ if (form) {
   showAgent(agent.value);
   agent.addEventListener("change", () => showAgent(agent.value));
   form.addEventListener("submit", start);
-  attachCounter(byId("message"));
+  attachCounter(byId("message"), { submit: byId("start-session") });
+  // The button says what it will start (README: plan mode on the first message too).
+  const plan = byId("portal-plan");
+  const startLabel = () => {
+    byId("start-session").textContent = plan.checked ? "Start session in plan mode" : "Start session";
+  };
+  plan.addEventListener("change", startLabel);
+  startLabel();
   byId("message").addEventListener("keydown", (event) => {
     if (isSendShortcut(event)) {
       event.preventDefault();

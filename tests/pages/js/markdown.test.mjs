@@ -26,6 +26,12 @@ test("javascript: links are not links and images are not images", () => {
   assert.match(html, /<a href="https:\/\/example.com\/t.png">y<\/a>/);
 });
 
+test("an image is a link named by its alt text, with no stray '!'", () => {
+  const html = markdownHtml("See ![a *chart*](https://example.com/c.png) and ![](https://example.com/n.png).");
+  assert.equal(html, '<p>See <a href="https://example.com/c.png">a chart</a> and <a href="https://example.com/n.png">https://example.com/n.png</a>.</p>\n');
+  assert.doesNotMatch(markdownHtml("![x](javascript:alert(1))"), /href=/);
+});
+
 test("table alignment is a class, not a style attribute (the CSP allows no inline styles)", () => {
   const html = markdownHtml("| a | b |\n|:--|--:|\n| 1 | 2 |\n");
   assert.doesNotMatch(html, /style=/);
