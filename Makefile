@@ -50,8 +50,12 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
+# Two test processes (pytest-xdist), each module kept on one of them (--dist loadfile: a
+# module's stack serves all its tests): most e2e time is spent waiting on real processes.
+PYTEST_WORKERS ?= 2
+
 pytest: install peers chromium
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck pytest
 

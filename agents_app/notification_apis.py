@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app.api_fields import BodySerializer
+from agents_app.api_fields import BodySerializer, StrictBooleanField
 from agents_app.api_schema import error_response, field_errors_serializer
 from agents_app.models import NotificationPreference
 
@@ -29,7 +29,7 @@ from agents_app.models import NotificationPreference
 class NotificationPreferenceBodySerializer(BodySerializer):
     """The body of ``PUT /api/v1/me/notifications/``."""
 
-    email_on_approval = serializers.BooleanField(
+    email_on_approval = StrictBooleanField(
         help_text="Email me when a tool call starts waiting for approval, and a reminder "
         "before its deadline."
     )

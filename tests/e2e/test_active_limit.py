@@ -60,7 +60,14 @@ def test_a_turn_over_the_cap_waits_for_the_running_one_and_is_never_lost(stack: 
     # The first turn ends; the held messages run, one at a time, and each is answered once.
     answered(stack, first_id, 1)
     for session_id, text in ((second_id, "second"), (idle, "third")):
-        snapshot = answered(stack, session_id, 1)
+        # One after the other, each through the Celery worker once the turn before it ended:
+        # minutes on a loaded machine.
+        snapshot = snapshot_when(
+            stack, session_id,
+            lambda s: s["status"] == "waiting_for_user_message"
+            and any(m["role"] == "assistant" for m in s["messages"]),
+            f"the held message of {session_id} to be answered", timeout=240,
+        )
         users = [m["text"] for m in snapshot["messages"] if m["role"] == "user"]
         assert users == [text]
 

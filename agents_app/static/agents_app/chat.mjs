@@ -1394,6 +1394,10 @@ function restoreDraft() {
   }
 }
 
+/** The POST of the message sent last: each send waits for it, so messages sent in quick
+ * succession reach the server (and the queue) in the order they were sent. */
+let previousSend = Promise.resolve();
+
 async function send(event) {
   event.preventDefault();
   const text = byId("composer-text");
@@ -1419,7 +1423,10 @@ async function send(event) {
   followingChange(() => renderQueue(), { force: true });
   renderPlan();
   try {
-    const answer = await api(`${sessionPath}messages/`, { method: "POST", body: { text: value, plan_mode: planMode } });
+    const posting = previousSend.then(() =>
+      api(`${sessionPath}messages/`, { method: "POST", body: { text: value, plan_mode: planMode } }));
+    previousSend = posting.catch(() => undefined);
+    const answer = await posting;
     queue.confirmSending(sending, answer?.id ?? null);
     renderQueue();
     showAlert("");
