@@ -7,10 +7,13 @@ spent, summing the ``UsageRecord`` rows the worker writes as each model call end
 - the outbox, before it delivers a message (``outbox.outbox_message_deliver``): a message
   that would start a turn past a budget stays pending in the session's queue, with the
   refusal as its reason, and goes once the budget allows it again (the periodic delivery
-  sweep retries it: the next UTC day or month, or after an administrator raises the limit);
-- the runner, before each model call (``runner.LiteLLMRunner``, ``budget_check``): the call
-  after the one that crossed a budget is not made, and the turn fails with the refusal as its
-  note (``last_turn_error``).
+  sweep retries it the next UTC day or month; when an administrator saves or deletes a
+  budget, ``budget_changed`` queues the delivery of the messages it may have held at once);
+- the session Flow, after each model call that requested tool calls (``flow._turn_guard``,
+  ``AgentSessionOptions.turn_guard``): the call that crossed a budget stops its turn before
+  its tool calls run (they end ``cancelled``), with the refusal as the turn's note and
+  ``last_turn_error``; and the runner before each model call (``runner.LiteLLMRunner``,
+  ``budget_check``), for a budget another session spent meanwhile.
 
 A budget is "spent" when the period's cost is at or above its limit, so a limit of 0 stops
 every call. The call that crosses a limit is never cut short: costs are known only after it.
@@ -23,6 +26,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import Q, Sum
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.utils import timezone
 
 from agents_app.models import Budget, UsageRecord
@@ -86,3 +91,15 @@ def _refusal_text(budget: Budget, spent: Decimal) -> str:
         f"is spent ({usd_display(str(spent))} used). Messages wait in the queue until "
         f"{resets} or until an administrator raises the budget."
     )
+
+
+@receiver(post_save, sender=Budget, dispatch_uid="budget_saved")
+@receiver(post_delete, sender=Budget, dispatch_uid="budget_deleted")
+def budget_changed(sender: type[Budget], instance: Budget, **kwargs: Any) -> None:
+    """A budget was saved (raised, lowered, disabled) or deleted, in admin or elsewhere:
+    queue the delivery of the messages held for a budget in the sessions it covers (its
+    user's, or its agent's), once the change commits (``outbox.budget_release``). Messages
+    another budget still holds stay pending with that budget's reason."""
+    from agents_app.outbox import budget_release
+
+    budget_release(owner_id=instance.user_id, agent_id=instance.agent_id)

@@ -17,6 +17,7 @@ from dex_agents import (
     AgentSessionOptions,
     CompactionOptions,
     ToolEffect,
+    TurnGuardCheck,
 )
 from mcp_registry.client import McpClientPool, McpServerSpec
 from mcp_registry.content import MediaLimits
@@ -57,6 +58,17 @@ async def _budget_check(owner_id: str | None, agent_slug: str) -> str | None:
     )
 
 
+async def _turn_guard(check: TurnGuardCheck) -> str | None:
+    """``AgentSessionOptions.turn_guard``: a spent budget (``budgets.budget_refusal``) stops
+    the turn right after the model call that crossed it, before its tool calls run. The
+    observer has already indexed that call's usage, so the sum counts it."""
+    config = check.agent_config or {}
+    owner_id = config.get("owner_id")
+    return await _budget_check(
+        str(owner_id) if owner_id is not None else None, str(config.get("agent") or "")
+    )
+
+
 def build_flow(
     *, pool: McpClientPool | None = None, observer: AgentSessionObserver | None = None
 ) -> AgentSessionFlow:
@@ -86,7 +98,8 @@ def build_flow(
         tool call waits for the session owner's answer (``elicitation_timeout_seconds`` of the
         ``agent_config``) through this process's Dex client (``dex_gateway.session_client``).
         Each model call is priced and checked against the owner's and the agent's budgets
-        first (``agents_app.budgets``).
+        first (``agents_app.budgets``), and a call that crossed a budget stops its turn
+        before the tool calls it requested run (``turn_guard``).
     """
     runner = LiteLLMRunner(
         server_resolver=_resolve_server,
@@ -112,5 +125,6 @@ def build_flow(
             max_queued_messages=dexagents_setting("MAX_QUEUED_MESSAGES"),
             max_queued_bytes=QUEUED_MESSAGES_BYTES,
             compaction=CompactionOptions(),
+            turn_guard=_turn_guard,
         ),
     )

@@ -166,6 +166,31 @@ def active_limit_release(*, owner_ids: Iterable[Any]) -> int:
     return len(session_ids)
 
 
+def budget_release(*, owner_id: Any = None, agent_id: Any = None) -> int:
+    """Queue delivery of the messages a spent budget holds in the sessions of ``owner_id``
+    or of ``agent_id`` (a budget of theirs was raised, disabled or deleted, so they may go
+    now); the delivery checks every budget again.
+
+    Returns:
+        How many sessions' deliveries were queued.
+    """
+    from agents_app import tasks
+
+    held = OutboxMessage.objects.filter(
+        delivery=Delivery.PENDING, last_error__startswith=BUDGET_REFUSAL_PREFIX
+    )
+    if owner_id is not None:
+        held = held.filter(session__owner_id=owner_id)
+    elif agent_id is not None:
+        held = held.filter(session__agent_id=agent_id)
+    else:
+        return 0
+    session_ids = list(held.values_list("session_id", flat=True).distinct())
+    for session_id in session_ids:
+        tasks.outbox_delivery_schedule(session_id=session_id)
+    return len(session_ids)
+
+
 class QueueFullDeferred(DeliveryDeferred):
     """The session refused a message because its queue is full
     (``DEXAGENTS["MAX_QUEUED_MESSAGES"]``); it can be delivered once a turn took one."""
@@ -564,7 +589,9 @@ def outbox_deliver_all(*, sessions: Iterable[str] | None = None) -> dict[str, in
         for session_id in session_ids:
             try:
                 counts["messages"] += outbox_session_deliver(session_id=session_id)
-            except (QueueFullDeferred, ActiveLimitDeferred):
+            except (QueueFullDeferred, ActiveLimitDeferred, BudgetDeferred):
+                # Another session's messages do not wait for this one's queue, cap or budget
+                # (a held message goes on a later sweep: the next UTC day or month).
                 continue
     except DeliveryDeferred as error:
         logger.info("Outbox delivery deferred: %s", error)

@@ -139,6 +139,7 @@ from dex_agents import (
     ModelCallError,
     ModelRateLimitError,
     SummarizeRequest,
+    SummaryResult,
     ToolCallElicitations,
     ToolCallsRequested,
     ToolCallStatus,
@@ -1464,14 +1465,16 @@ class LiteLLMRunner:
         item = cut_tool_result(stored_message_item(message), config.tool_result_limit())
         return count_tokens(config.model, [chat_message(item)])
 
-    async def summarize(self, request: SummarizeRequest) -> str:
+    async def summarize(self, request: SummarizeRequest) -> SummaryResult:
         """``_summarize`` with the session ID on its log lines."""
         with bind_session(request.flow_id, request_id=f"{request.flow_id}/compaction"):
             return await self._summarize(request)
 
-    async def _summarize(self, request: SummarizeRequest) -> str:
+    async def _summarize(self, request: SummarizeRequest) -> SummaryResult:
         """Fold ``request.messages`` into the previous summary with one non-streamed Chat
-        Completions call (``compaction_model``, else the agent's model).
+        Completions call (``compaction_model``, else the agent's model); the call's usage is
+        priced like a turn's model call (the agent's prices when the summarizer is its
+        model) and the session counts it (``SummaryResult``).
 
         The input stays within ``request.input_budget_tokens``: each message is cut (to no
         less than 200 characters) until it fits; the answer is asked for with ``max_tokens``
@@ -1514,10 +1517,20 @@ class LiteLLMRunner:
             if failure is error:
                 raise
             raise failure from None
-        text = read_chat_response(response).text.strip()
+        reply = read_chat_response(response)
+        text = reply.text.strip()
         if not text:
             raise ModelResponseError("the summarizer returned an empty summary")
-        return text[: request.summary_budget_tokens * CHARS_PER_TOKEN]
+        # The agent's own prices are for its model; another summarizer model is priced from
+        # LiteLLM's cost map.
+        own_prices = model == config.model
+        usage = usage_priced(
+            reply.usage,
+            model=model,
+            input_price_per_mtok=config.input_price_per_mtok if own_prices else None,
+            output_price_per_mtok=config.output_price_per_mtok if own_prices else None,
+        )
+        return SummaryResult(text[: request.summary_budget_tokens * CHARS_PER_TOKEN], usage)
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         """``_run_model_step`` with the session ID on its log lines and the turn counters

@@ -85,6 +85,7 @@ from dex_agents._compaction import (
     CompactionOptions,
     ContextWindowExceededError,
     SummarizeRequest,
+    SummaryResult,
     render_summary,
 )
 from dex_agents._contract import (
@@ -92,6 +93,8 @@ from dex_agents._contract import (
     CANCELLED_BY_USER_OUTPUT,
     TURN_CANCELLED_EMPTY_NOTE,
     TURN_CANCELLED_NOTE_HEADER,
+    TURN_STOPPED_NOTE_HEADER,
+    TURN_STOPPED_OUTPUT_REASON,
     AgentContractError,
     AgentFrameworkRunner,
     AgentTurnContext,
@@ -140,6 +143,8 @@ from dex_agents._observer import (
     InterruptOutcome,
     ObservedMessage,
     TurnEnd,
+    TurnGuard,
+    TurnGuardCheck,
 )
 from dex_agents._persistence import (
     AGENT_CONFIG,
@@ -282,6 +287,8 @@ __all__ = [
     "TURN_CANCELLED_EMPTY_NOTE",
     "TURN_CANCELLED_NOTE_HEADER",
     "TURN_CANCELS",
+    "TURN_STOPPED_NOTE_HEADER",
+    "TURN_STOPPED_OUTPUT_REASON",
     "USER_INPUT_ANSWER",
     "USER_INPUT_ANSWERS",
     "WAIT_FOR_COMPLETED_EVENT",
@@ -375,6 +382,7 @@ __all__ = [
     "StartAgentSession",
     "StepHistoryEntry",
     "SummarizeRequest",
+    "SummaryResult",
     "TextParts",
     "ToolCallCompleted",
     "ToolCallElicitations",
@@ -388,6 +396,8 @@ __all__ = [
     "TurnCancelResult",
     "TurnCompleted",
     "TurnEnd",
+    "TurnGuard",
+    "TurnGuardCheck",
     "TurnMode",
     "UserInputAnswer",
     "build_turn_failure_note",

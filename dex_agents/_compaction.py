@@ -63,6 +63,7 @@ from dex_agents._records import (
     AgentMessageRange,
     AgentMessagesSlice,
     AgentState,
+    AgentUsage,
     CompactionPlan,
     ContextSummary,
     MessageRole,
@@ -237,6 +238,19 @@ class SummarizeRequest:
         await self.heartbeat_callback()
 
 
+@dataclass(frozen=True)
+class SummaryResult:
+    """What ``CompactingRunner.summarize`` may return instead of bare text (platform
+    addition): the summary and the summarizer call's priced usage (``AgentUsage`` with
+    ``requests=1``), which CompactContext adds to ``AGENT_USAGE``, writes as
+    ``usage_recorded`` and reports to the observer like a RunModel call's (keyed by the
+    CompactContext Step execution, so a retried attempt counts once).
+    """
+
+    text: str
+    usage: AgentUsage | None = None
+
+
 @runtime_checkable
 class CompactingRunner(Protocol):
     """What a runner adds to ``AgentFrameworkRunner`` for ``AgentSessionOptions.compaction``.
@@ -260,8 +274,9 @@ class CompactingRunner(Protocol):
         """Tokens one stored message takes in the model input."""
         ...
 
-    async def summarize(self, request: SummarizeRequest) -> str:
-        """Fold ``request.messages`` into ``request.previous_summary``; non-blank text."""
+    async def summarize(self, request: SummarizeRequest) -> str | SummaryResult:
+        """Fold ``request.messages`` into ``request.previous_summary``; non-blank text, or a
+        ``SummaryResult`` with the call's usage."""
         ...
 
 
@@ -734,7 +749,13 @@ class CompactContext(Step[CompactionPlan]):
         return compact_context_options()
 
     async def execute(self, context: AsyncContext, input: CompactionPlan) -> StepDecision:  # type: ignore[override]
-        from dex_agents._steps import AwaitUserMessage, background_heartbeat, session_config
+        from dex_agents._steps import (
+            AwaitUserMessage,
+            add_usage,
+            background_heartbeat,
+            observe,
+            session_config,
+        )
 
         flow = self._flow
         state = AGENT_STATE.get(context)
@@ -773,10 +794,18 @@ class CompactContext(Step[CompactionPlan]):
                 {"through_sequence": end, "reason": plan.reason},
             )
             async with background_heartbeat(context):
-                text = await _compacting_runner(flow).summarize(request)
+                result = await _compacting_runner(flow).summarize(request)
+            if isinstance(result, SummaryResult):
+                text, usage = result.text, result.usage
+            else:
+                text, usage = result, None
             if not isinstance(text, str) or not text.strip():
                 raise AgentContractError("summarize must return non-blank text")
-            return self._commit(context, events, state, summary, plan, end, text, settings)
+            decision = self._commit(context, events, state, summary, plan, end, text, settings)
+            if usage is not None:
+                add_usage(context, events, usage)
+                await observe(flow, context, status=None, turn_id=state.turn_id, usage=usage)
+            return decision
         finally:
             events.close()
 

@@ -42,6 +42,15 @@ TURN_CANCELLED_NOTE_HEADER = "[Dex] The previous turn was cancelled after these 
 TURN_CANCELLED_EMPTY_NOTE = (
     "[Dex] The previous turn was cancelled before the model answered; no tool call ran."
 )
+#: The line after the reason in the note of a turn ``AgentSessionOptions.turn_guard`` stopped
+#: (platform addition).
+TURN_STOPPED_NOTE_HEADER = (
+    "The turn was stopped after its last model call; these tool calls of the turn ended"
+    " (cancelled ones did not run):"
+)
+#: ``reason`` in the result of a tool call a stopped turn cancelled:
+#: ``{"status": "cancelled", "reason": "turn_stopped", "detail": <the guard's reason>}``.
+TURN_STOPPED_OUTPUT_REASON = "turn_stopped"
 #: The first line of the note ``RecordTurnFailure`` stores (seed "Flow shape").
 TURN_FAILURE_NOTE_HEADER = "[Dex] The previous turn failed after these tool calls ran:"
 

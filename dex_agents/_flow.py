@@ -44,7 +44,7 @@ from dex_agents._elicitation import (
     state_of,
 )
 from dex_agents._events import AgentEvent
-from dex_agents._observer import AgentSessionObserver
+from dex_agents._observer import AgentSessionObserver, TurnGuard
 from dex_agents._persistence import (
     ACCEPTED_CLIENT_IDS,
     AGENT_MESSAGES,
@@ -185,6 +185,13 @@ class AgentSessionOptions:
             queued and steered messages together past this many bytes of JSON
             (``_views.queued_bytes``; ``None``: no limit), so that a snapshot, which lists
             them, stays under the 4 MiB one answer may carry whatever their characters.
+        turn_guard: Platform addition: asked after each model call that requested tool calls,
+            before any of them runs (``TurnGuardCheck``). A reason stops the turn there: the
+            requested calls end ``cancelled`` without running, the turn fails with the reason
+            as ``last_turn_error`` and a note (``MessageNotice.TURN_FAILED``) that starts with
+            the reason and lists the turn's tool calls for the model, like a cancelled turn's.
+            A guard that raises is logged and the turn goes on. The platform stops a turn
+            that crossed a spending budget with it.
     """
 
     tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
@@ -199,6 +206,7 @@ class AgentSessionOptions:
     max_queued_messages: int | None = None
     max_queued_bytes: int | None = None
     compaction: CompactionOptions | None = None
+    turn_guard: TurnGuard | None = None
 
 
 class AgentSessionFlow(Flow[AgentSessionStartInput]):

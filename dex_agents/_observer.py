@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from dex_agents._records import AgentInterrupt, AgentStatus, AgentUsage
 from dex_agents._wire_types import resolve_annotations
@@ -120,6 +121,30 @@ class AgentSessionChange:
 
 #: ``AgentSessionOptions.observer``: awaited with each change on the Worker's event loop.
 AgentSessionObserver = Callable[[AgentSessionChange], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TurnGuardCheck:
+    """What ``AgentSessionOptions.turn_guard`` is asked about: a model call that just ended
+    and requested tool calls, before any of them runs (platform addition).
+
+    Attributes:
+        flow_id: The session ID.
+        turn_id: The running turn.
+        agent_config: The session's ``agent_config`` (the platform's agent snapshot).
+        usage: The call's priced usage; the observer has already been told of it (awaited),
+            so an index the guard reads counts it.
+    """
+
+    flow_id: str
+    turn_id: str
+    agent_config: dict[str, Any] | None
+    usage: AgentUsage
+
+
+#: ``AgentSessionOptions.turn_guard``: ``async (TurnGuardCheck) -> why the turn must stop now
+#: (a sentence people read), or None to go on``.
+TurnGuard = Callable[[TurnGuardCheck], Awaitable[str | None]]
 
 
 async def notify_observer(

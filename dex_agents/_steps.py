@@ -8,6 +8,8 @@ instance through per-movement ``StepOptions``.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -62,6 +64,8 @@ from dex_agents._contract import (
     TURN_CANCELLED_EMPTY_NOTE,
     TURN_CANCELLED_NOTE_HEADER,
     TURN_FAILURE_NOTE_HEADER,
+    TURN_STOPPED_NOTE_HEADER,
+    TURN_STOPPED_OUTPUT_REASON,
     AgentContractError,
     AgentTurnContext,
     DeferredToolExecution,
@@ -92,6 +96,7 @@ from dex_agents._observer import (
     InterruptOutcome,
     ObservedMessage,
     TurnEnd,
+    TurnGuardCheck,
     notify_observer,
 )
 from dex_agents._persistence import (
@@ -176,7 +181,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _observe(
+async def observe(
     flow: AgentSessionFlow,
     context: AsyncContext,
     *,
@@ -558,7 +563,7 @@ async def _start_turn(
         started["client_ids"] = [client_id for client_id in client_ids if client_id]
     events.write_event(AgentEventType.TURN_STARTED, started)
     events.close()
-    await _observe(
+    await observe(
         flow,
         context,
         status=AgentStatus.RUNNING_MODEL,
@@ -603,7 +608,7 @@ async def _start_plan_turn(
     )
     events.write_event(AgentEventType.PLAN_STARTED, {"revision": plan.revision})
     events.close()
-    await _observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
+    await observe(flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=turn_id)
     return next_model_call(flow, context)
 
 
@@ -754,7 +759,7 @@ def _validate_tool_calls(outcome: ToolCallsRequested, recorded: dict[str, AgentT
         seen.add(tool_call_id)
 
 
-def _add_usage(context: AsyncContext, events: AgentEventWriter, usage: object) -> None:
+def add_usage(context: AsyncContext, events: AgentEventWriter, usage: object) -> None:
     """Add one model call's usage to the session total and write ``usage_recorded``."""
     if not isinstance(usage, AgentUsage):
         raise AgentContractError("outcome usage must be an AgentUsage")
@@ -814,7 +819,7 @@ class StartAgentSession(_SessionStep, Step[AgentSessionStartInput]):
                 plan_mode=input.initial_plan_mode,
             )
         AGENT_STATE.set(context, state)
-        await _observe(self._flow, context, status=state.status, turn_id=None)
+        await observe(self._flow, context, status=state.status, turn_id=None)
         return go_to(AwaitUserMessage, None)
 
 
@@ -983,10 +988,14 @@ class RunModel(_SessionStep, Step[None]):
             if isinstance(outcome, ModelCallCancelled):
                 usage = _abandoned_call_usage(flow, turn, events.streamed_text)
                 if usage is not None:
-                    _add_usage(context, events, usage)
+                    add_usage(context, events, usage)
                 return await end_cancelled_turn(
                     flow, context, state, partial_text=events.streamed_text, usage=usage
                 )
+            if isinstance(outcome, ToolCallsRequested) and flow.options.turn_guard is not None:
+                reason = await _ask_turn_guard(flow, context, turn_id, config, outcome)
+                if reason:
+                    return await _stop_turn(flow, context, events, state, recorded, outcome, reason)
             if steered and isinstance(outcome, TurnCompleted | ToolCallsRequested):
                 if answer is not None:
                     USER_INPUT_ANSWER.delete(context)
@@ -995,7 +1004,7 @@ class RunModel(_SessionStep, Step[None]):
             if isinstance(outcome, TurnCompleted):
                 decision = self._complete(context, events, state, recorded, outcome)
                 retain_newest(flow, context)  # compaction: retention after the new messages
-                await _observe(
+                await observe(
                     flow,
                     context,
                     status=AgentStatus.WAITING_FOR_USER_MESSAGE,
@@ -1012,7 +1021,7 @@ class RunModel(_SessionStep, Step[None]):
                 return decision
             if isinstance(outcome, ToolCallsRequested):
                 decision, raised, status = self._defer(context, events, state, recorded, outcome)
-                await _observe(
+                await observe(
                     flow,
                     context,
                     status=status,
@@ -1060,7 +1069,7 @@ class RunModel(_SessionStep, Step[None]):
             )
             if parts is not None:
                 index_message_parts(context, key, parts)
-        _add_usage(context, events, outcome.usage)
+        add_usage(context, events, outcome.usage)
         if FRAMEWORK_RUN_STATE.get(context) is not None:
             FRAMEWORK_RUN_STATE.delete(context)
         for tool_call_id, record in recorded.items():
@@ -1258,7 +1267,7 @@ class RunModel(_SessionStep, Step[None]):
                 movements.append(_tool_movement(record))
         PENDING_INTERRUPTS.set(context, interrupts)
         FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
-        _add_usage(context, events, outcome.usage)
+        add_usage(context, events, outcome.usage)
         # A question cancels every other call of the response: the turn waits for the user.
         status = (
             AgentStatus.WAITING_FOR_USER_INPUT
@@ -1335,7 +1344,7 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                     # payload is unchanged for every other answer.
                     resolved["edited"] = True
                 events.write_event(AgentEventType.INTERRUPT_RESOLVED, resolved)
-                await _observe(
+                await observe(
                     self._flow,
                     context,
                     status=None,
@@ -1381,7 +1390,7 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                 {"interrupt_id": interrupt_id, "approved": False, "rejection_message": message},
             )
             expired = replace(record, status=ToolCallStatus.REJECTED, rejection_message=message)
-            await _observe(
+            await observe(
                 self._flow,
                 context,
                 status=None,
@@ -1524,7 +1533,7 @@ class ResumeTurn(_SessionStep, Step[int]):
             return await end_cancelled_turn(self._flow, context, state, partial_text="")
         if state is not None:
             AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
-            await _observe(
+            await observe(
                 self._flow, context, status=AgentStatus.RUNNING_MODEL, turn_id=state.turn_id
             )
         return next_model_call(self._flow, context)
@@ -1586,7 +1595,7 @@ class ResumeTurn(_SessionStep, Step[int]):
                     ),
                 )
         if withdrawn:
-            await _observe(
+            await observe(
                 self._flow,
                 context,
                 status=None,
@@ -1652,7 +1661,7 @@ class RecordTurnFailure(_SessionStep, Step[None]):
         events = AgentEventWriter(self._flow.agent_events, context, state.turn_id)
         events.write_event(AgentEventType.TURN_FAILED, {"error": error})
         events.close()
-        await _observe(
+        await observe(
             self._flow,
             context,
             status=AgentStatus.WAITING_FOR_USER_MESSAGE,
@@ -1669,6 +1678,138 @@ class RecordTurnFailure(_SessionStep, Step[None]):
             turn_error=error if state.turn_id is not None else None,
         )
         return go_to(AwaitUserMessage, None)
+
+
+_LOG = logging.getLogger("dex_agents")
+
+
+async def _ask_turn_guard(
+    flow: AgentSessionFlow,
+    context: AsyncContext,
+    turn_id: str,
+    config: AgentSessionConfig,
+    outcome: ToolCallsRequested,
+) -> str | None:
+    """``AgentSessionOptions.turn_guard``'s reason to stop the turn after this call, or
+    ``None``. The observer hears of the call's usage first (an index the guard reads counts
+    it; keyed by the Step execution, so hearing it again when the Step commits counts it
+    once). A guard that raises is logged: the turn goes on."""
+    guard = flow.options.turn_guard
+    if guard is None or not isinstance(outcome.usage, AgentUsage):
+        return None  # a bad usage fails the Step in add_usage
+    await observe(flow, context, status=None, turn_id=turn_id, usage=outcome.usage)
+    try:
+        reason = await guard(
+            TurnGuardCheck(context.flow_id, turn_id, config.agent_config, outcome.usage)
+        )
+    except Exception:
+        _LOG.exception("turn guard failed for %s", context.flow_id)
+        return None
+    return reason.strip() if isinstance(reason, str) and reason.strip() else None
+
+
+async def _stop_turn(
+    flow: AgentSessionFlow,
+    context: AsyncContext,
+    events: AgentEventWriter,
+    state: AgentState,
+    recorded: dict[str, AgentToolCall],
+    outcome: ToolCallsRequested,
+    reason: str,
+) -> StepDecision:
+    """End the turn right after the model call ``turn_guard`` stopped (platform addition).
+
+    The calls it requested end ``cancelled`` without running (``tool_call_finished`` events;
+    their result for the model: ``{"status": "cancelled", "reason": "turn_stopped",
+    "detail": reason}``); the call's usage is added; the note (``MessageNotice.TURN_FAILED``)
+    is ``[Dex] <reason>``, ``TURN_STOPPED_NOTE_HEADER`` and one line per tool call of the
+    turn. Then as RecordTurnFailure: the turn's state is cleared, steered messages go back
+    to start the next turn (the run state that held them is dropped), its interrupts are
+    withdrawn, ``last_turn_error`` is the reason, ``turn_failed`` is written and the
+    observer hears ``TurnEnd.FAILED``.
+    """
+    assert state.turn_id is not None
+    turn_id = state.turn_id
+    _validate_tool_calls(outcome, recorded)
+    output = json.dumps(
+        {"status": "cancelled", "reason": TURN_STOPPED_OUTPUT_REASON, "detail": reason}
+    )
+    records = dict(recorded)
+    for order, call in enumerate(outcome.tool_calls, start=len(recorded)):
+        record = AgentToolCall(
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            arguments=call.arguments,
+            effect=ToolEffect(call.policy.effect),
+            requires_approval=False,
+            status=ToolCallStatus.CANCELLED,
+            output=output,
+            deferral_order=order,
+            turn_id=turn_id,
+        )
+        records[record.tool_call_id] = record
+        events.write_tool_call_finished(
+            record.tool_call_id, record.tool_name, record.status, "not run: the turn stopped"
+        )
+    add_usage(context, events, outcome.usage)
+    final = [record for record in records.values() if record.status.is_final]
+    sequence = _store_turn_note(
+        flow,
+        context,
+        final,
+        turn_id,
+        state.message_count,
+        header=f"[Dex] {reason}\n{TURN_STOPPED_NOTE_HEADER}",
+        notice=MessageNotice.TURN_FAILED,
+    )
+    _clear_turn_state(context, recorded)
+    taken = list(STEERED_FOR_TURN.get(context) or [])
+    answer = USER_INPUT_ANSWER.get(context)
+    if answer is not None:
+        taken.insert(0, answer)
+        USER_INPUT_ANSWER.delete(context)
+    if taken:
+        for item in taken:
+            STEERED_USER_MESSAGES.publish(context, item)
+        if STEERED_FOR_TURN.get(context):
+            STEERED_FOR_TURN.delete(context)
+    interrupts = PENDING_INTERRUPTS.get(context) or []
+    withdrawn = [item for item in interrupts if item.turn_id == turn_id]
+    if withdrawn:
+        PENDING_INTERRUPTS.set(context, [item for item in interrupts if item.turn_id != turn_id])
+    _forget_stale_cancel(context)
+    error = reason
+    if len(error) > _TURN_ERROR_MAX_CHARS:
+        error = error[: _TURN_ERROR_MAX_CHARS - 1] + "…"
+    AGENT_STATE.set(
+        context,
+        replace(
+            state,
+            status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+            turn_id=None,
+            message_count=sequence,
+            last_turn_error=error,
+        ),
+    )
+    events.write_event(AgentEventType.TURN_FAILED, {"error": error})
+    await observe(
+        flow,
+        context,
+        status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+        turn_id=turn_id,
+        closed=[
+            ClosedInterrupt(
+                item.interrupt_id,
+                InterruptOutcome.WITHDRAWN,
+                f"The turn failed before a decision: {error}",
+            )
+            for item in withdrawn
+        ],
+        usage=outcome.usage,
+        turn_ended=TurnEnd.FAILED,
+        turn_error=error,
+    )
+    return go_to(AwaitUserMessage, None)
 
 
 def _store_turn_note(
@@ -1859,7 +2000,7 @@ async def end_cancelled_turn(
         },
     )
     events.close()
-    await _observe(
+    await observe(
         flow,
         context,
         status=AgentStatus.WAITING_FOR_USER_MESSAGE,

@@ -6,6 +6,7 @@ by a budget runs against the real stack in tests/e2e/test_budgets.py."""
 from __future__ import annotations
 
 import datetime
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from agents_app.budgets import BUDGET_REFUSAL_PREFIX, budget_refusal
 from agents_app.models import AgentSession, Budget, OutboxMessage
+from agents_app.outbox import DeliveryDeferred, outbox_session_deliver
 from agents_app.session_index import session_changes_apply
 from dex_agents import AgentSessionChange, AgentStatus, AgentUsage
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory
@@ -103,3 +105,74 @@ def test_usage_on_another_day_does_not_hold_todays_messages(
     Budget.objects.create(user=owner, period="day", limit_usd=Decimal("1"))
     spend(session, "old", "3", timezone.now().date() - datetime.timedelta(days=2))
     assert budget_refusal(owner_id=owner.pk, agent_id=session.agent_id) is None
+
+
+def held_message(client: Any, session: AgentSession, text: str) -> OutboxMessage:
+    answer = client.post(f"/api/v1/sessions/{session.pk}/messages/", {"text": text},
+                         format="json")
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["pending_reason"] == "budget"
+    return OutboxMessage.objects.get(pk=answer.json()["id"])
+
+
+@pytest.mark.parametrize("change", ["raise", "delete"])
+def test_raising_or_deleting_the_budget_delivers_the_held_message_at_once(
+    session: AgentSession, owner: Any, owner_client: Any, engine_down: str,
+    django_capture_on_commit_callbacks: Any, change: str,
+) -> None:
+    budget = Budget.objects.create(user=owner, period="day", limit_usd=Decimal("0"))
+    kept = held_message(owner_client, session, "hello")
+    with django_capture_on_commit_callbacks() as queued:
+        if change == "raise":
+            budget.limit_usd = Decimal("5")
+            budget.save()
+        else:
+            budget.delete()
+    # The change queued one delivery of the session's messages; run it as the task does: it
+    # passes the budget and asks the engine (absent here: the message stays pending).
+    assert len(queued) == 1
+    with pytest.raises(DeliveryDeferred, match=re.escape(engine_down)):
+        outbox_session_deliver(session_id=session.pk)
+    kept.refresh_from_db()
+    assert kept.delivery == "pending" and engine_down in kept.last_error
+
+
+def test_a_budget_change_leaves_other_users_held_messages_alone(
+    session: AgentSession, owner: Any, owner_client: Any, other_user: Any,
+    engine_down: str, django_capture_on_commit_callbacks: Any,
+) -> None:
+    Budget.objects.create(user=owner, period="day", limit_usd=Decimal("0"))
+    kept = held_message(owner_client, session, "hello")
+    with django_capture_on_commit_callbacks() as queued:
+        Budget.objects.create(user=other_user, period="month", limit_usd=Decimal("9"))
+    assert queued == []
+    kept.refresh_from_db()
+    assert kept.last_error.startswith(BUDGET_REFUSAL_PREFIX) and kept.attempts == 1
+
+
+def test_the_sweep_passes_a_held_session_and_delivers_it_the_next_day(
+    session: AgentSession, owner: Any, owner_client: Any, other_user: Any,
+    token_client: Any, engine_down: str,
+) -> None:
+    from agents_app.models import UsageRecord
+    from agents_app.outbox import outbox_deliver_all
+
+    Budget.objects.create(user=owner, period="day", limit_usd=Decimal("1"))
+    spend(session, "today", "2", timezone.now().date())
+    held = held_message(owner_client, session, "held")
+    other = AgentSessionFactory.create(owner=other_user, agent=session.agent,
+                                       status="waiting_for_user_message")
+    free = OutboxMessage.objects.create(session=other, text="free")
+
+    outbox_deliver_all()
+    held.refresh_from_db()
+    free.refresh_from_db()
+    # The held session did not stop the sweep: the other one was tried (the engine is absent).
+    assert held.last_error.startswith(BUDGET_REFUSAL_PREFIX)
+    assert free.attempts == 1 and not free.last_error.startswith(BUDGET_REFUSAL_PREFIX)
+
+    # A new UTC day: yesterday's spending no longer holds the message; the sweep tries it.
+    UsageRecord.objects.update(day=timezone.now().date() - datetime.timedelta(days=1))
+    outbox_deliver_all()
+    held.refresh_from_db()
+    assert held.delivery == "pending" and not held.last_error.startswith(BUDGET_REFUSAL_PREFIX)

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
 
@@ -1208,7 +1209,11 @@ async def test_summarize_and_context_window_errors_through_the_demo_model(
     demo_api_base: str,
 ) -> None:
     runner = LiteLLMRunner(_unused_resolver)
-    config = agent_config(demo_api_base)
+    config = {
+        **agent_config(demo_api_base),
+        "input_price_per_mtok": "2",
+        "output_price_per_mtok": "8",
+    }
     request = SummarizeRequest(
         flow_id="session-1",
         previous_summary="user #1: hello",
@@ -1219,7 +1224,15 @@ async def test_summarize_and_context_window_errors_through_the_demo_model(
         attempt=1,
         heartbeat_callback=_no_heartbeat,
     )
-    assert await runner.summarize(request) == "user #1: hello\nuser #2: book the table for four"
+    result = await runner.summarize(request)
+    assert result.text == "user #1: hello\nuser #2: book the table for four"
+    # The summarizer's call is priced like a turn's (issue 27): the agent's prices, its tokens.
+    usage = result.usage
+    assert usage is not None and usage.requests == 1
+    assert usage.input_tokens > 0 and usage.output_tokens > 0
+    assert Decimal(usage.cost_usd) == (
+        usage.input_tokens * 2 + usage.output_tokens * 8
+    ) / Decimal(1_000_000)
 
     turn = make_turn(config, [user_message(1, "/context 3\nfar too many words here", "turn-2")])
     with pytest.raises(ContextWindowExceededError, match="maximum context length"):

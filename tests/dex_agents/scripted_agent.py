@@ -107,6 +107,7 @@ from dex_agents import (
     PlanTaskStatus,
     ResolveInterruptRequest,
     SummarizeRequest,
+    SummaryResult,
     ToolCallElicitations,
     ToolCallsRequested,
     ToolEffect,
@@ -114,6 +115,7 @@ from dex_agents import (
     ToolExecutionResult,
     ToolPolicy,
     TurnCompleted,
+    TurnGuardCheck,
     TurnMode,
     describe_tool_call_outcome,
     render_summary,
@@ -154,6 +156,8 @@ WORKER_SLOTS_ENV = "SCRIPTED_WORKER_SLOTS"
 #: Flow type is a pull queue with its own idle task streams, which the SDK walks per task.
 WORKER_FLOW_TYPES_ENV = "SCRIPTED_WORKER_FLOW_TYPES"
 MODEL_USAGE = AgentUsage(input_tokens=10, output_tokens=5, requests=1)
+#: What each summarizer call reports (``SummaryResult.usage``).
+SUMMARY_USAGE = AgentUsage(input_tokens=7, output_tokens=3, requests=1, cost_usd="0.0002")
 #: What the ``stream`` script streams before it waits at the ``model_stream`` FileGate.
 STREAMED_PART = "Here is the first half of an answer"
 
@@ -277,7 +281,7 @@ class ScriptedRunner:
         total += sum(tokens(item.text) for item in turn.steered_messages)
         return total
 
-    async def summarize(self, request: SummarizeRequest) -> str:
+    async def summarize(self, request: SummarizeRequest) -> SummaryResult:
         sequences = [message.sequence for message in request.messages]
         invocation_log().record("summarize", f"{sequences[0]}-{sequences[-1]}")
         if (request.agent_config or {}).get("summarize_gate"):
@@ -290,7 +294,7 @@ class ScriptedRunner:
             f"{shown_text(message, request.agent_config)[:40]}"
             for message in request.messages
         )
-        return "\n".join(lines)[-request.summary_budget_tokens * 4 :]
+        return SummaryResult("\n".join(lines)[-request.summary_budget_tokens * 4 :], SUMMARY_USAGE)
 
     def _record_input(self, turn: AgentTurnContext) -> None:
         """Append what this model call "sends" (``record_inputs``) to ``inputs.jsonl``."""
@@ -656,6 +660,23 @@ async def record_change(change: AgentSessionChange) -> None:
         log.write(line + "\n")
 
 
+async def scripted_turn_guard(check: TurnGuardCheck) -> str | None:
+    """The compacting Flow's ``turn_guard``: ``stop_after_calls`` of the agent config against
+    the model calls the observer logged for the session (so the call just made counts)."""
+    limit = (check.agent_config or {}).get("stop_after_calls")
+    invocation_log().record("guard", check.turn_id)
+    if not isinstance(limit, int):
+        return None
+    path = changes_path()
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    calls = {
+        line["model_call_id"]
+        for line in lines
+        if line["flow_id"] == check.flow_id and line["usage"] is not None
+    }
+    return f"Budget reached: {limit} calls" if len(calls) >= limit else None
+
+
 def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
     deadline = {
         DEADLINE_FLOW_TYPE: INTERRUPT_DEADLINE,
@@ -675,6 +696,7 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
             user_input=flow_type in PLATFORM_LIKE_FLOW_TYPES,
             plans=flow_type in PLATFORM_LIKE_FLOW_TYPES,
             compaction=CompactionOptions() if flow_type == COMPACTING_FLOW_TYPE else None,
+            turn_guard=scripted_turn_guard if flow_type == COMPACTING_FLOW_TYPE else None,
         ),
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,13 @@ from dex_agents.testing import (
 from tests.dex_agents.scripted_agent import (
     COMPACTING_FLOW_TYPE,
     HUGE_RESULT,
+    MODEL_USAGE,
     SUMMARIZE_GATE,
+    SUMMARY_USAGE,
     TOOL_RESULT_MAX_CHARS,
     WHOLE_RESULT,
     ScriptedRunner,
+    changes_path,
     inputs_path,
     invocation_log,
 )
@@ -336,6 +340,21 @@ async def test_compaction_summarizes_older_messages_and_keeps_the_tail(tmp_path:
         history = await stack.read_step_history("s")
         executed = [e.step_type for e in history if e.event_type == EXECUTE_COMPLETED_EVENT]
         assert executed.count("CompactContext") == summary.generation
+        # Each summarizer call is counted with the session's model calls and reported to the
+        # observer with its own ID, like a RunModel call (issue 27: compaction is priced).
+        assert snapshot.usage.requests == len(inputs) + summary.generation
+        assert snapshot.usage.input_tokens == (
+            len(inputs) * MODEL_USAGE.input_tokens + summary.generation * SUMMARY_USAGE.input_tokens
+        )
+        assert Decimal(snapshot.usage.cost_usd) == summary.generation * Decimal(
+            SUMMARY_USAGE.cost_usd
+        )
+        lines = [json.loads(line) for line in changes_path(tmp_path).read_text().splitlines()]
+        reported = {line["model_call_id"]: line["usage"] for line in lines if line["usage"]}
+        assert len(reported) == len(inputs) + summary.generation
+        assert sum(usage == SUMMARY_USAGE.as_dict() for usage in reported.values()) == (
+            summary.generation
+        )
 
         # The seed's read still pages from the oldest retained message.
         page = await sessions.list_agent_messages("s", after_sequence=0, limit=200)

@@ -8,8 +8,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dex_agents import (
+    TURN_STOPPED_NOTE_HEADER,
+    AgentEventType,
+    MessageNotice,
+    MessageRole,
+)
 from dex_agents.testing import FileGate, wait_for_agent_snapshot, wait_until
-from tests.dex_agents.scripted_agent import changes_path
+from tests.dex_agents.scripted_agent import (
+    COMPACTING_FLOW_TYPE,
+    changes_path,
+    invocation_log,
+)
 from tests.dex_agents.test_agent_session import (
     flow_of,
     last_text,
@@ -17,6 +27,7 @@ from tests.dex_agents.test_agent_session import (
     wait_for_idle,
     wait_for_interrupt,
 )
+from tests.dex_agents.test_cancel_turn import events_of
 
 
 def changes(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
@@ -108,3 +119,52 @@ async def test_the_snapshot_lists_queued_messages_in_order(tmp_path: Path) -> No
         gate.release()
         snapshot = await wait_for_idle(sessions, "session-1", message_count=8)
         assert snapshot.queued_messages == []
+
+
+async def test_a_turn_guard_stops_the_turn_before_the_crossing_calls_tools_run(
+    tmp_path: Path,
+) -> None:
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session(
+            "session-1", "tools: lookup, charge", agent_config={"stop_after_calls": 1}
+        )
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+
+        # The call that crossed the limit was made and counted; none of its tools ran.
+        log = invocation_log(tmp_path)
+        assert log.count("model", "turn-1") == 1
+        assert log.count("guard", "turn-1") == 1
+        assert log.count("tool", "lookup") == 0 and log.count("tool", "charge") == 0
+        assert snapshot.usage.requests == 1
+        assert snapshot.state is not None
+        assert snapshot.state.last_turn_error == "Budget reached: 1 calls"
+        assert snapshot.tool_calls == []
+        # The note the user sees starts with the reason; the model reads each call cancelled.
+        note = snapshot.messages[-1]
+        assert (note.role, note.notice) == (MessageRole.USER, MessageNotice.TURN_FAILED)
+        lines = note.text.splitlines()
+        assert lines[:2] == ["[Dex] Budget reached: 1 calls", TURN_STOPPED_NOTE_HEADER]
+        assert lines[2].startswith("- lookup ") and lines[3].startswith("- charge ")
+        assert all(" -> cancelled: " in line and '"turn_stopped"' in line for line in lines[2:4])
+
+        events = await events_of(stack, "session-1", COMPACTING_FLOW_TYPE)
+        finished = [e.payload for e in events if e.type is AgentEventType.TOOL_CALL_FINISHED]
+        assert [(p["tool_name"], p["status"]) for p in finished] == [
+            ("lookup", "cancelled"), ("charge", "cancelled")]
+        assert events[-1].type is AgentEventType.TURN_FAILED
+        assert events[-1].payload == {"error": "Budget reached: 1 calls"}
+        # The observer heard the call's usage before the guard was asked (its one ID), and the
+        # turn's end as a failure.
+        seen = changes(tmp_path, "session-1")
+        calls = {change["model_call_id"] for change in seen if change["usage"]}
+        assert len(calls) == 1
+        assert seen[-1]["status"] == "waiting_for_user_message"
+
+        # The guard is asked only before tools run: the next message's answer completes.
+        assert await sessions.send_user_message("session-1", "again")
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
+        assert snapshot.messages[-1].text == "echo: again"
+        assert snapshot.state is not None and snapshot.state.last_turn_error is None
+        assert snapshot.usage.requests == 2
