@@ -131,11 +131,17 @@ def test_a_spent_budget_stops_the_turn_after_its_call_and_holds_the_next_message
         detail: dict[str, Any] = owner.get(f"/api/v1/sessions/{session_id}/").json()
         return detail if detail.get("last_turn_error") else None
 
-    # The first call crossed the budget; its tool ran; the call after it was never made.
+    # The first call crossed the budget: the turn stopped right after it, its tool call
+    # ended cancelled without running, and the note the user sees names the budget.
     detail = wait_until("the turn to stop at the budget", failed, timeout=60)
     assert detail["last_turn_error"].startswith("Budget reached: agent 'Demo agent, small")
     assert detail["usage"]["requests"] == 1
     assert Decimal(detail["usage"]["cost_usd"]) > Decimal("0.000001")
+    note = detail["messages"][-1]
+    assert note["notice"] == "turn_failed"
+    assert note["text"].startswith("[Dex] Budget reached: agent 'Demo agent, small")
+    assert "- search__web_search " in note["text"] and "-> cancelled: " in note["text"]
+    assert not [m for m in detail["messages"] if m["role"] == "tool"]
 
     # The next message is kept in the queue with the reason, not started.
     sent = owner.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "more"})

@@ -1,7 +1,9 @@
 """Cost and usage in real Chromium (issue 27): a message's own call on hover, the session's
-cost in the chat header and in the sessions list, and the usage page with its two charts,
-at 1280 and 390 px (screenshots in ``var/screenshots/``). The demo agent gets its own prices
-so every figure is non-zero and checkable against the API."""
+cost in the chat header and in the sessions list, the usage page with its two charts, and a
+message held by a spent budget until an administrator raises it in admin, at 1280 and 390 px
+(screenshots in ``var/screenshots/``). The demo agent gets its own prices so every figure is
+non-zero and checkable against the API; prices and budgets are undone after each use (the
+stack is shared by every page module)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tests.e2e.test_pages_browser import (  # noqa: F401  (fixtures used by name
     browser,
     contexts,
     playwright,
+    region,
     screenshot,
     stack,
     start_session,
@@ -37,10 +40,21 @@ PRICES_CODE = (
 )
 
 
+#: Undo: the stack is shared by every page module.
+NO_PRICES_CODE = (
+    "import json; from agents_app.models import AgentDefinition as A; "
+    "print(json.dumps(A.objects.filter(slug='demo').update("
+    "input_price_per_mtok=None, output_price_per_mtok=None)))"
+)
+
+
 @pytest.fixture(scope="module")
 def priced(stack: PageStack) -> Iterator[PageStack]:  # noqa: F811
     assert stack.shell(PRICES_CODE) == 1
-    yield stack
+    try:
+        yield stack
+    finally:
+        stack.shell(NO_PRICES_CODE)
 
 
 def displayed(cost_usd: str) -> str:
@@ -133,27 +147,6 @@ def test_cost_shows_per_message_session_list_and_usage_page(
         wait_for_chart(staff, "#usage-days-chart")
         screenshot(staff, "usage-staff")
 
-    # A spent budget (the owner's, of $0 a day) holds the next message in the queue and says
-    # why, on the page that sent it.
-    assert priced.shell(
-        "import json; from agents_app.models import Budget; "
-        "from django.contrib.auth import get_user_model as U; "
-        "b = Budget.objects.create(user=U().objects.get(username='owner'), period='day', "
-        "limit_usd=0); print(json.dumps(b.pk))"
-    )
-    for viewport in (WIDE, NARROW):
-        page = contexts.logged_in("owner", viewport=viewport)
-        page.goto(f"/sessions/{session_id}/")
-        expect(assistant_texts(page).last).to_contain_text("what it costs")
-        page.get_by_role("textbox", name="Message", exact=True).fill(f"held {viewport['width']}")
-        page.get_by_role("button", name="Send").click()
-        queue = page.get_by_role("region", name="Message queue")
-        held = queue.locator("li").filter(has_text=f"held {viewport['width']}")
-        expect(held).to_contain_text("Held: budget spent")
-        expect(held.locator(".queue-held")).to_contain_text(
-            "Budget reached: your daily budget of $0 is spent")
-        screenshot(page, "usage-budget-held", screen_too=True)
-
     # A bad date is refused with a message beside its field; the page still shows figures.
     answer = owner.goto("/usage/?from=2026-12-31&to=2026-01-01")
     assert answer is not None and answer.status == 400
@@ -169,3 +162,60 @@ def wait_for_chart(page: Any, selector: str) -> None:
         "c.data.datasets[0].data.some((v) => v > 0); }",
         arg=selector,
     )
+
+
+BUDGET_CODE = (
+    "import json; from agents_app.models import Budget as B; "
+    "from django.contrib.auth import get_user_model as U; "
+    "print(json.dumps(B.objects.create(user=U().objects.get(username='owner'), period='day', "
+    "limit_usd='0').pk))"
+)
+#: Undo: budgets are per user, and the stack is shared by every page module.
+NO_BUDGET_CODE = (
+    "import json; from agents_app.models import Budget as B; "
+    "print(json.dumps(B.objects.filter(user__username='owner').delete()[0]))"
+)
+
+
+def test_a_spent_budget_holds_the_message_until_admin_raises_it(
+    contexts: Contexts, stack: PageStack  # noqa: F811
+) -> None:
+    owner = contexts.logged_in("owner")
+    session_id = start_session(owner, "before the budget")
+    wait_for_turn_end(stack, "owner", session_id)
+    admin = contexts.new().new_page()
+    admin.goto("/admin/login/")
+    admin.get_by_label("Username").fill("admin")
+    admin.get_by_label("Password").fill(stack.admin_password)
+    admin.get_by_role("button", name="Log in").click()
+    expect(admin.get_by_role("heading", name="Site administration")).to_be_visible()
+    try:
+        for viewport in (WIDE, NARROW):
+            budget_id = stack.shell(BUDGET_CODE)
+            width = viewport["width"]
+            page = contexts.logged_in("owner", viewport=viewport)
+            page.goto(f"/sessions/{session_id}/")
+            page.get_by_role("textbox", name="Message").fill(f"held at {width}")
+            page.get_by_role("button", name="Send").click()
+            # Kept in the queue with the budget's reason; no turn starts.
+            queue = region(page, "Message queue")
+            held = queue.locator("li").filter(has_text=f"held at {width}")
+            expect(held.locator(".badge-held")).to_have_text("Held: budget spent")
+            expect(held.locator(".queue-held")).to_contain_text(
+                "Budget reached: your daily budget of $0"
+            )
+            held.scroll_into_view_if_needed()
+            screenshot(page, "budget-held", screen_too=True)
+
+            # An administrator raises the limit in admin: the message goes at once and runs.
+            admin.goto(f"/admin/agents_app/budget/{budget_id}/change/")
+            admin.get_by_label("Limit (USD)").fill("1000")
+            admin.get_by_role("button", name="Save", exact=True).click()
+            expect(admin.locator(".messagelist")).to_contain_text("was changed successfully")
+            expect(assistant_texts(page).last).to_have_text(f"You said: held at {width}",
+                                                            timeout=60_000)
+            expect(queue.locator("li")).to_have_count(0)
+            screenshot(page, "budget-delivered", screen_too=True)
+            stack.shell(NO_BUDGET_CODE)
+    finally:
+        stack.shell(NO_BUDGET_CODE)
