@@ -215,6 +215,7 @@ def test_a_spent_budget_holds_the_message_until_admin_raises_it(
             expect(assistant_texts(page).last).to_have_text(f"You said: held at {width}",
                                                             timeout=60_000)
             expect(queue.locator("li")).to_have_count(0)
+            assistant_texts(page).last.scroll_into_view_if_needed()
             screenshot(page, "budget-delivered", screen_too=True)
             stack.shell(NO_BUDGET_CODE)
     finally:
