@@ -1236,7 +1236,9 @@ class LiteLLMRunner:
             question is declined (the MCP client's default).
         budget_check: ``async (owner_id, agent_slug) -> refusal or None``, asked before each
             model call (issue 27 "Budgets", ``agents_app.budgets``); a refusal fails the turn
-            at once with it as the note, so a turn stops after the call that crossed a budget.
+            at once with it as the note. The call that crossed a budget already stops its own
+            turn before its tool calls run (the Flow's ``turn_guard``); this catches a budget
+            that another session spent meanwhile.
     """
 
     def __init__(
