@@ -140,6 +140,13 @@ def test_staff_turn_approval_emails_on_and_see_them_sent(
     reviewer.reload()
     expect(box).not_to_be_checked()
     save(reviewer, True, f"Saved: approval emails go to {ADDRESS}.")
+    # A save that does not reach the server says so, and nothing changed.
+    reviewer.route("**/api/v1/me/notifications/", lambda route: route.abort())
+    save(reviewer, False, "Not saved: The server cannot be reached; check the connection.")
+    expect(reviewer.get_by_role("button", name="Save")).to_be_enabled()
+    reviewer.unroute("**/api/v1/me/notifications/")
+    reviewer.reload()
+    expect(box).to_be_checked()
 
     # At phone width: the same page, nothing wider than the screen, no serious violation.
     phone = contexts.logged_in("reviewer", viewport=NARROW)
