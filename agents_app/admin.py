@@ -199,8 +199,8 @@ class BudgetAdmin(admin.ModelAdmin):
 
 @admin.register(NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
-    """Who is emailed about approvals (staff with an email address who opted in); users set
-    their own with ``PUT /api/v1/me/notifications/``."""
+    """Who is emailed about approvals (staff with an email address who opted in); staff set
+    their own on ``/settings/notifications/`` or with ``PUT /api/v1/me/notifications/``."""
 
     list_display = ("user", "email_on_approval", "updated_at")
     list_filter = ("email_on_approval",)

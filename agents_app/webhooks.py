@@ -9,6 +9,8 @@ The body is ``{"id", "event", "created_at", "data"}``; the headers
 ``X-Dexagents-Timestamp: <unix seconds>`` and
 ``X-Dexagents-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>" with the secret>``
 let a receiver check that the platform sent it and when (README "Notifications and webhooks").
+``webhook_ping`` records a ``ping`` test event for one webhook (admin's "Send a test
+event"), delivered the same way.
 
 A URL whose host resolves to a non-public address (private, loopback, link-local, shared,
 reserved, multicast) is refused when the webhook is saved and again before every send, and
