@@ -6,9 +6,13 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from agents_app.models import (
+    WEBHOOK_SUBSCRIBABLE_EVENTS,
     AgentDefinition,
     AgentSession,
     ApiToken,
@@ -24,6 +28,7 @@ from agents_app.models import (
     WebhookDelivery,
     WebhookEvent,
 )
+from agents_app.webhooks import webhook_ping
 
 
 class ReadOnlyAdminMixin:
@@ -194,8 +199,8 @@ class BudgetAdmin(admin.ModelAdmin):
 
 @admin.register(NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
-    """Who is emailed about approvals (staff with an email address who opted in); users set
-    their own with ``PUT /api/v1/me/notifications/``."""
+    """Who is emailed about approvals (staff with an email address who opted in); staff set
+    their own on ``/settings/notifications/`` or with ``PUT /api/v1/me/notifications/``."""
 
     list_display = ("user", "email_on_approval", "updated_at")
     list_filter = ("email_on_approval",)
@@ -223,7 +228,11 @@ class WebhookForm(forms.ModelForm):
 
     url = forms.URLField(max_length=2000, assume_scheme="https")
     events = forms.MultipleChoiceField(
-        choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple
+        choices=[
+            (value, label) for value, label in WebhookEvent.choices
+            if value in WEBHOOK_SUBSCRIBABLE_EVENTS
+        ],
+        widget=forms.CheckboxSelectMultiple,
     )
     rotate_secret = forms.BooleanField(
         required=False,
@@ -246,6 +255,28 @@ class WebhookAdmin(admin.ModelAdmin):
     list_filter = ("active",)
     search_fields = ("name", "url")
     readonly_fields = ("secret_hint", "created_at", "updated_at")
+    actions = ("send_test_event",)
+
+    @admin.action(description="Send a test event")
+    def send_test_event(self, request: HttpRequest, queryset: QuerySet[Webhook]) -> None:
+        """Send each selected active webhook a signed ``ping`` event
+        (``webhooks.webhook_ping``), logged in *Webhook deliveries* like every event."""
+        sent: list[Webhook] = []
+        for webhook in queryset:
+            if not webhook.active:
+                messages.warning(
+                    request, f"No test event for {webhook.name}: the webhook is inactive."
+                )
+                continue
+            webhook_ping(webhook=webhook, sent_by=request.user.get_username())
+            sent.append(webhook)
+        if sent:
+            log = reverse("admin:agents_app_webhookdelivery_changelist")
+            messages.success(request, format_html(
+                'Test event (<code>ping</code>) queued for {}; its outcome shows in '
+                '<a href="{}?event__exact=ping">Webhook deliveries</a>.',
+                ", ".join(webhook.name for webhook in sent), log,
+            ))
 
     @admin.display(description="events")
     def event_list(self, webhook: Webhook) -> str:

@@ -712,6 +712,15 @@ class WebhookEvent(models.TextChoices):
     TURN_COMPLETED = "turn.completed"
     TURN_FAILED = "turn.failed"
     SESSION_STOPPED = "session.stopped"
+    #: The test event admin's "Send a test event" sends (like GitHub's ping); no webhook
+    #: subscribes to it.
+    PING = "ping"
+
+
+#: The events a webhook may subscribe to: all but ``ping``.
+WEBHOOK_SUBSCRIBABLE_EVENTS: tuple[str, ...] = tuple(
+    value for value in WebhookEvent.values if value != WebhookEvent.PING
+)
 
 
 class Webhook(models.Model):
@@ -745,7 +754,7 @@ class Webhook(models.Model):
 
         from agents_app.webhooks import WebhookAddressError, webhook_url_check
 
-        unknown = sorted(set(self.events or []) - set(WebhookEvent.values))
+        unknown = sorted(set(self.events or []) - set(WEBHOOK_SUBSCRIBABLE_EVENTS))
         if not isinstance(self.events, list) or unknown:
             raise ValidationError({"events": f"Unknown events: {', '.join(unknown)}."})
         try:

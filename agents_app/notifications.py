@@ -341,7 +341,7 @@ def _email_text(notification: ApprovalNotification) -> tuple[str, str]:
         f"Open the session at this call: {data['url']}",
         f"All pending approvals: {public_url('/approvals/')}",
         "",
-        "You get these emails because you opted in; turn them off with "
-        f"PUT {public_url('/api/v1/me/notifications/')} {{\"email_on_approval\": false}}.",
+        "You get these emails because you opted in; turn them off at "
+        f"{public_url('/settings/notifications/')}.",
     ])
     return subject, body

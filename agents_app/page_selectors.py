@@ -16,7 +16,12 @@ from urllib.parse import urlencode
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.paginator import Page, Paginator
 
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import (
+    AgentDefinition,
+    AgentSession,
+    ApprovalNotification,
+    NotificationPreference,
+)
 from agents_app.selectors import (
     STATUS_AWAITING_APPROVAL,
     agent_list_enabled,
@@ -439,4 +444,75 @@ def usage_page_get(
         summary=shown,
         users=users,
         chart=chart,
+    )
+
+
+#: How many of a user's latest approval emails the notification settings page lists.
+NOTIFICATION_HISTORY_SIZE = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class SentEmail:
+    """One approval email to the viewer (an ``ApprovalNotification``) as the notification
+    settings page lists it. ``state`` is ``sent``, ``queued`` (the Celery worker has not sent
+    it yet), ``failed`` (``detail``: the mail server's last error; retried) or ``skipped``
+    (``detail``: the approval was decided before it went out); ``session_id`` and
+    ``tool_call_id`` link to the call."""
+
+    kind: str
+    tool: str
+    session_id: str
+    session_title: str
+    tool_call_id: str
+    created_at: datetime.datetime
+    sent_at: datetime.datetime | None
+    state: str
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NotificationSettingsPage:
+    """What ``/settings/notifications/`` shows: the viewer's choice (``email_on_approval``),
+    the address emails go to (``email``, blank: none is set, so none are sent) and their
+    latest ``NOTIFICATION_HISTORY_SIZE`` approval emails, newest first."""
+
+    email_on_approval: bool
+    email: str
+    emails: list[SentEmail]
+
+
+def _sent_email(notification: ApprovalNotification) -> SentEmail:
+    request = notification.request
+    if notification.sent_at is not None:
+        state, detail = "sent", ""
+    elif notification.last_error:
+        failed = not notification.last_error.startswith("Not sent:")
+        state, detail = ("failed" if failed else "skipped"), notification.last_error
+    else:
+        state, detail = "queued", ""
+    return SentEmail(
+        kind=notification.kind,
+        tool=request.tool_name,
+        session_id=request.session_id,
+        session_title=request.session.title,
+        tool_call_id=request.tool_call_id,
+        created_at=notification.created_at,
+        sent_at=notification.sent_at,
+        state=state,
+        detail=detail,
+    )
+
+
+def notification_settings_page_get(*, user: AbstractBaseUser) -> NotificationSettingsPage:
+    """The notification settings page of ``user`` (the view admits staff only)."""
+    preference = NotificationPreference.objects.filter(user_id=user.pk).first()
+    notifications = (
+        ApprovalNotification.objects.filter(user_id=user.pk)
+        .select_related("request__session")
+        .order_by("-created_at", "-id")[:NOTIFICATION_HISTORY_SIZE]
+    )
+    return NotificationSettingsPage(
+        email_on_approval=bool(preference and preference.email_on_approval),
+        email=str(getattr(user, "email", "") or ""),
+        emails=[_sent_email(notification) for notification in notifications],
     )

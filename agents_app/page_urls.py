@@ -13,4 +13,9 @@ urlpatterns = [
     path("sessions/<str:session_id>/", views.session_detail_view, name="session-detail"),
     path("approvals/", views.approvals_view, name="approvals"),
     path("usage/", views.usage_view, name="usage"),
+    path(
+        "settings/notifications/",
+        views.notification_settings_view,
+        name="notification-settings",
+    ),
 ]

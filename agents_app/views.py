@@ -1,9 +1,11 @@
-"""The browser pages: portal, sessions, chat, the approvals dashboard and usage.
+"""The browser pages: portal, sessions, chat, the approvals dashboard, usage and the staff
+notification settings.
 
 Views check who may see the page, read what it shows from ``page_selectors`` and render a
 template; the pages' ES modules (``static/agents_app/``) do the rest through the REST API and
 the websockets. Anonymous visitors are sent to the login page; a session the user may not read
-answers 404 like an unknown one; the approvals dashboard answers 403 to non-staff.
+answers 404 like an unknown one; the approvals dashboard and the notification settings answer
+403 to non-staff.
 """
 
 from typing import Any
@@ -70,19 +72,18 @@ def session_detail_view(request: HttpRequest, session_id: str) -> HttpResponse:
     )
 
 
+def _staff_only(request: HttpRequest, reason: str) -> HttpResponse:
+    # Rendered here rather than raised: Django logs a raised PermissionDenied with its
+    # whole traceback, and a user following a link is no server problem.
+    return render(request, "agents_app/403.html", {"exception": reason}, status=403)
+
+
 @require_GET
 @login_required
 def approvals_view(request: HttpRequest) -> HttpResponse:
     """``/approvals/`` (staff only): pending approvals of every session and the decisions."""
     if not request.user.is_staff:
-        # Rendered here rather than raised: Django logs a raised PermissionDenied with its
-        # whole traceback, and a user following a link is no server problem.
-        return render(
-            request,
-            "agents_app/403.html",
-            {"exception": "Only staff decide approvals."},
-            status=403,
-        )
+        return _staff_only(request, "Only staff decide approvals.")
     return render(
         request,
         "agents_app/approvals.html",
@@ -116,4 +117,20 @@ def usage_view(request: HttpRequest) -> HttpResponse:
             "page_module": "agents_app/usage.mjs",
         },
         status=400 if errors else 200,
+    )
+
+
+@require_GET
+@login_required
+def notification_settings_view(request: HttpRequest) -> HttpResponse:
+    """``/settings/notifications/`` (staff only): turn approval emails on or off (the page
+    module saves with ``PUT /api/v1/me/notifications/``), the address they go to, and the
+    approval emails sent lately."""
+    if not request.user.is_staff:
+        return _staff_only(request, "Only staff are told about approvals.")
+    settings_page = page_selectors.notification_settings_page_get(user=request.user)
+    return render(
+        request,
+        "agents_app/notification_settings.html",
+        {"settings": settings_page, "page_module": "agents_app/notification_settings.mjs"},
     )

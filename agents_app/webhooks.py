@@ -9,6 +9,8 @@ The body is ``{"id", "event", "created_at", "data"}``; the headers
 ``X-Dexagents-Timestamp: <unix seconds>`` and
 ``X-Dexagents-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>" with the secret>``
 let a receiver check that the platform sent it and when (README "Notifications and webhooks").
+``webhook_ping`` records a ``ping`` test event for one webhook (admin's "Send a test
+event"), delivered the same way.
 
 A URL whose host resolves to a non-public address (private, loopback, link-local, shared,
 reserved, multicast) is refused when the webhook is saved and again before every send, and
@@ -26,6 +28,7 @@ import json
 import logging
 import socket
 import time
+import uuid
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +37,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app.conf import dexagents_setting
-from agents_app.models import Webhook, WebhookDelivery
+from agents_app.models import Webhook, WebhookDelivery, WebhookEvent
 
 logger = logging.getLogger(__name__)
 
@@ -164,16 +167,7 @@ def webhook_event_emit(*, event: str, key: str, data: dict[str, Any]) -> int:
     if not webhooks:
         return 0
     event_id = webhook_event_id(key)
-    payload = json.dumps(
-        {
-            "id": event_id,
-            "event": event,
-            "created_at": timezone.now().isoformat(),
-            "data": data,
-        },
-        separators=(",", ":"),
-        default=str,
-    )
+    payload = _payload(event_id=event_id, event=event, data=data)
     created_ids = []
     for hook in webhooks:
         delivery, created = WebhookDelivery.objects.get_or_create(
@@ -186,6 +180,47 @@ def webhook_event_emit(*, event: str, key: str, data: dict[str, Any]) -> int:
     if created_ids:
         transaction.on_commit(lambda: _deliveries_schedule(created_ids))
     return len(created_ids)
+
+
+def _payload(*, event_id: str, event: str, data: dict[str, Any]) -> str:
+    return json.dumps(
+        {"id": event_id, "event": event, "created_at": timezone.now().isoformat(), "data": data},
+        separators=(",", ":"),
+        default=str,
+    )
+
+
+def webhook_ping(*, webhook: Webhook, sent_by: str) -> WebhookDelivery:
+    """Record a ``ping`` test event for ``webhook`` (admin's "Send a test event", like
+    GitHub's ping) and queue its delivery once the current transaction commits. It is
+    signed, sent and retried like every event (``tasks.deliver_webhook``) and logged in
+    ``WebhookDelivery``; each call is a new event (its own ``id``), whatever the webhook
+    subscribed to.
+
+    Args:
+        webhook: The webhook to test; an inactive one gets a delivery that fails at once
+            ("The webhook is inactive.").
+        sent_by: The user name of who asked, shown in the body's ``data``.
+
+    Returns:
+        The new delivery (``pending``).
+    """
+    key = f"{WebhookEvent.PING}:{webhook.pk}:{uuid.uuid4().hex}"
+    event_id = webhook_event_id(key)
+    data = {
+        "webhook": webhook.name,
+        "webhook_id": webhook.pk,
+        "events": list(webhook.events),
+        "sent_by": sent_by,
+        "zen": "A test event: answer with any 2xx.",
+    }
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.create(
+            webhook=webhook, key=key, event=WebhookEvent.PING, event_id=event_id,
+            payload=_payload(event_id=event_id, event=WebhookEvent.PING, data=data),
+        )
+        transaction.on_commit(lambda: _deliveries_schedule([delivery.pk]))
+    return delivery
 
 
 def webhook_event_emit_safely(*, event: str, key: str, data: dict[str, Any]) -> None:

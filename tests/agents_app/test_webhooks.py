@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import Client
+from django.urls import reverse
 
 from agents_app import tasks
 from agents_app.models import Webhook, WebhookDelivery
@@ -196,3 +198,66 @@ def test_the_backoff_doubles_up_to_an_hour() -> None:
     assert [tasks.webhook_retry_countdown(n) for n in range(10)] == [
         10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600
     ]
+
+
+def test_send_a_test_event_pings_each_active_webhook_signed_and_logged(
+    receiver: Receiver, allow_private: None, eager_celery: None, superuser: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Admin's "Send a test event" (like GitHub's ping): a ``ping`` event, signed like every
+    event, delivered by the Celery task (a 500 first, so retried) and logged in *Webhook
+    deliveries*; an inactive webhook gets none. Repeating it sends a new event."""
+    receiver.statuses = [500]
+    active = hook(receiver.url, ["approval.requested"])
+    inactive = Webhook.objects.create(name="paused", url=receiver.url, events=["turn.failed"],
+                                      secret=SECRET, active=False)
+    client = Client()
+    client.force_login(superuser)
+    changelist = reverse("admin:agents_app_webhook_changelist")
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(changelist, {
+            "action": "send_test_event", "_selected_action": [active.pk, inactive.pk],
+        }, follow=True)
+    assert answer.status_code == 200
+    page = answer.content.decode()
+    assert "Test event (<code>ping</code>) queued for receiver" in page
+    assert "No test event for paused: the webhook is inactive." in page
+
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.webhook_id, delivery.event, delivery.status, delivery.attempts) == (
+        active.pk, "ping", "delivered", 2
+    )
+    assert len(receiver.requests) == 2
+    for request in receiver.requests:
+        headers = request["headers"]
+        assert headers["X-Dexagents-Event"] == "ping"
+        assert webhook_signature_verify(
+            secret=SECRET, timestamp=headers["X-Dexagents-Timestamp"], body=request["body"],
+            signature=headers["X-Dexagents-Signature"],
+        )
+        assert not webhook_signature_verify(
+            secret="whsec_other", timestamp=headers["X-Dexagents-Timestamp"],
+            body=request["body"], signature=headers["X-Dexagents-Signature"],
+        )
+    body = json.loads(receiver.requests[-1]["body"])
+    assert (body["id"], body["event"]) == (delivery.event_id, "ping")
+    assert body["data"]["webhook_id"] == active.pk
+    assert body["data"]["events"] == ["approval.requested"]
+    assert body["data"]["sent_by"] == superuser.get_username()
+    assert SECRET not in receiver.requests[-1]["body"].decode()
+
+    # The delivery log lists it under the ping filter; a second ping is a second event.
+    log = client.get(reverse("admin:agents_app_webhookdelivery_changelist") + "?event__exact=ping")
+    assert log.status_code == 200
+    assert [row.pk for row in log.context["cl"].result_list] == [delivery.pk]
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(changelist, {"action": "send_test_event", "_selected_action": [active.pk]})
+    ids = set(WebhookDelivery.objects.values_list("event_id", flat=True))
+    assert len(ids) == 2 and len(receiver.requests) == 3
+
+
+def test_no_webhook_subscribes_to_ping() -> None:
+    with pytest.raises(ValidationError) as refused:
+        Webhook(name="public", url="https://93.184.215.14/hook",
+                events=["ping"]).full_clean(exclude=["secret"])
+    assert refused.value.message_dict["events"] == ["Unknown events: ping."]

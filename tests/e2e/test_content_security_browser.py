@@ -142,6 +142,11 @@ def test_every_page_loads_without_a_policy_violation(
     visit(staff, f"/sessions/{waiting_id}/",
           lambda page: expect(region(page, "Waiting for approval")
                               .get_by_role("button", name="Approve")).to_be_visible())
+    # The notification settings save through the API (a PUT with the CSRF token).
+    visit(staff, "/settings/notifications/",
+          lambda page: expect(page.get_by_role("button", name="Save")).to_be_visible())
+    staff.get_by_role("button", name="Save").click()
+    expect(staff.locator("#save-state")).to_have_attribute("data-state", "saved")
     violations.assert_none("staff pages")
 
     admin = violations.watch(contexts.new()).new_page()
@@ -194,7 +199,7 @@ def test_every_page_has_no_serious_accessibility_violation(
 ) -> None:
     """Issue 27, "Accessibility": axe-core on every page of the product (login, portal, a chat
     with Markdown and a tool call, one waiting for approval, the sessions list, usage, the
-    approvals inbox and its decisions) at both widths."""
+    approvals inbox and its decisions, the notification settings) at both widths."""
     found: dict[str, list[dict[str, Any]]] = {}
 
     def check(page: Page, name: str) -> None:
@@ -240,4 +245,7 @@ def test_every_page_has_no_serious_accessibility_violation(
     expect(staff.get_by_role("tabpanel", name="Timeline").locator("[data-step]").first
            ).to_be_visible()
     check(staff, "timeline")
+    staff.goto("/settings/notifications/")
+    expect(staff.get_by_role("heading", name="Approval emails", exact=True)).to_be_visible()
+    check(staff, "notification settings")
     assert found == {}, found

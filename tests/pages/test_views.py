@@ -289,3 +289,56 @@ def test_not_found_pages_are_pages_of_the_site(owner: Any, settings: Any) -> Non
     html = page.content.decode()
     assert "<h1>Not found</h1>" in html
     assert 'aria-label="Main"' in html
+
+
+def test_notification_settings_are_staff_only_and_list_the_emails_sent(
+    owner: Any, staff: Any, session: AgentSession
+) -> None:
+    """``/settings/notifications/``: 403 for non-staff (a page of the site with the reason),
+    the login page for anonymous visitors; staff see their choice, where emails go (or that
+    no address is set) and their latest approval emails, linked to the call."""
+    from agents_app.models import ApprovalNotification, NotificationPreference
+
+    refused = browser(owner).get("/settings/notifications/")
+    assert refused.status_code == 403
+    assert "Only staff are told about approvals." in refused.content.decode()
+    assert "/settings/notifications/" not in browser(owner).get("/").content.decode()
+    anonymous = browser(None).get("/settings/notifications/")
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+
+    staff.email = ""
+    staff.save()
+    html = browser(staff).get("/settings/notifications/").content.decode()
+    assert re.search(r'<input type="checkbox" id="email-on-approval"[^>]*>', html)
+    assert not re.search(r'<input type="checkbox" id="email-on-approval"[^>]*checked', html)
+    assert "set an email address in admin" in html
+    assert "No approval emails yet." in html
+    assert 'data-api="/api/v1/me/notifications/"' in html
+    assert 'src="/static/agents_app/notification_settings.mjs"' in html
+    # Linked from the navigation (current here) and from the approvals page.
+    assert re.search(r'href="/settings/notifications/" aria-current="page">Notifications<', html)
+    assert 'href="/settings/notifications/"' in browser(staff).get("/approvals/").content.decode()
+
+    staff.email = "staff@example.com"
+    staff.save()
+    NotificationPreference.objects.create(user=staff, email_on_approval=True)
+    request = ApprovalRequest.objects.create(
+        session=session, interrupt_id="turn-1.call_1", tool_call_id="call_1",
+        tool_name="slack__post_message", arguments="{}", requested_at=timezone.now(),
+    )
+    ApprovalNotification.objects.create(request=request, user=staff, kind="requested",
+                                        sent_at=timezone.now())
+    ApprovalNotification.objects.create(request=request, user=staff, kind="reminder",
+                                        last_error="SMTPServerDisconnected: gone")
+    ApprovalNotification.objects.create(request=request, user=owner, kind="requested")
+    html = browser(staff).get("/settings/notifications/").content.decode()
+    assert re.search(r'<input type="checkbox" id="email-on-approval"[^>]*checked', html)
+    assert "Emails go to <strong>staff@example.com</strong>." in html
+    rows = re.findall(r"<tr>\s*<td data-label=\"Time\">.*?</tr>", html, re.S)
+    assert len(rows) == 2  # the owner's notification is not listed
+    texts = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip() for row in rows]
+    assert "Reminder slack__post_message Owned chat Failed SMTPServerDisconnected: gone" in (
+        texts[0]
+    )
+    assert "Approval needed slack__post_message Owned chat Sent" in texts[1]
+    assert f'href="/sessions/{session.id}/#call-call_1"' in rows[1]
