@@ -603,7 +603,12 @@ def _fixed_headers(secure: bool) -> tuple[tuple[bytes, bytes], ...]:
 
     response = HttpResponse(content_type="application/json")
     response["Vary"] = "Accept"
-    response["Allow"] = "GET, HEAD, OPTIONS"
+    # DRF's Allow: the methods the detail view has handlers for, in its order.
+    from agents_app.apis import SessionDetailApi
+
+    view = SessionDetailApi()
+    view.head = view.get  # type: ignore[attr-defined]  # View.setup adds it for a GET handler
+    response["Allow"] = ", ".join(view.allowed_methods)
     request = _Secure(secure)
     names = set(settings.MIDDLEWARE)
     if "django.middleware.clickjacking.XFrameOptionsMiddleware" in names:

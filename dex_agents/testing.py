@@ -98,6 +98,9 @@ WORKER_TASK_SLOTS = 32
 
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
+#: Seconds a Worker child may take to import, warm up and register: longer than the other
+#: deadlines, since on a loaded 2-core machine its start-up alone took over 30 s.
+WORKER_READY_TIMEOUT_SECONDS = 90.0
 _POLL_SECONDS = 0.05
 _BLOB_CACHE_BYTES = 64 * 1024 * 1024
 
@@ -457,7 +460,7 @@ class AgentTestStack:
 
     async def start_worker(
         self,
-        timeout: float = DEFAULT_TIMEOUT_SECONDS,  # noqa: ASYNC109 - readiness deadline
+        timeout: float = WORKER_READY_TIMEOUT_SECONDS,  # noqa: ASYNC109 - readiness deadline
     ) -> WorkerProcess:
         """Start ``python -m <worker_module>`` and wait until its pull queues are registered.
 

@@ -442,6 +442,10 @@ SPECTACULAR_SETTINGS = {
         "MessageDeliveryEnum": ["delivered", "pending"],
         "DecisionDeliveryEnum": ["delivered", "pending", "refused"],
         "UndeliveredDeliveryEnum": ["pending"],
+        # A stored message's role keeps the name generated clients know (a search match has
+        # a role field of its own, user or assistant, which would otherwise rename both).
+        "RoleEnum": ["user", "assistant", "tool", "system"],
+        "SearchMatchRoleEnum": ["user", "assistant"],
     },
 }
 

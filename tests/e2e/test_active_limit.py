@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.conftest import wait_until
 from tests.e2e.relay_stack import Stack, running_stack
 from tests.e2e.test_events_relay import answered, slow_message, snapshot_when
 
@@ -72,7 +73,22 @@ def test_a_turn_over_the_cap_waits_for_the_running_one_and_is_never_lost(stack: 
         assert users == [text]
 
 
+def no_turn_runs(stack: Stack) -> None:
+    """Wait until the index (which the cap counts) shows none of the user's sessions running
+    a turn: an earlier test's last turn may still be ending there."""
+    with stack.api() as api:
+        def idle() -> bool | None:
+            listed = api.get("/api/v1/sessions/", params={"limit": 200}).json()["results"]
+            return all(
+                item["status"] not in ("starting", "running_model", "running_tools")
+                for item in listed
+            ) or None
+
+        wait_until("no running turn in the session index", idle, timeout=120)
+
+
 def test_a_held_first_message_is_waited_for_by_send_and_wait(stack: Stack) -> None:
+    no_turn_runs(stack)
     with stack.api() as api:
         running = api.post("/api/v1/sessions/",
                            json={"agent": "demo", "message": slow_message(0.2, words=30)})

@@ -134,7 +134,7 @@ def test_cost_shows_per_message_session_list_and_usage_page(
         wait_for_chart(page, "#usage-days-chart")
         wait_for_chart(page, "#usage-agents-chart")
         agents = page.get_by_role("region", name="Cost per agent")
-        expect(agents.get_by_role("row").filter(has_text="Demo")).to_be_visible()
+        expect(agents.get_by_role("row", name=re.compile(r"^Demo agent \$"))).to_be_visible()
         screenshot(page, "usage-owner")
 
     # Staff see everyone's figures, with a per-user table.

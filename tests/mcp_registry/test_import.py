@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import sys
 from pathlib import Path
@@ -173,6 +174,16 @@ def test_import_without_a_file_is_an_error(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_periodic_discovery_is_scheduled_and_configurable() -> None:
+    # The schedule is migration 0003's row. A transactional test run earlier on this test
+    # database (pytest-xdist orders tests freely) flushes every table, so the migration's
+    # function is run again here, as migrate ran it (it creates the row only when absent).
+    from django.apps import apps as installed_apps
+    from django.db import connection
+
+    schedule_migration = importlib.import_module(
+        "mcp_registry.migrations.0003_discovery_schedule"
+    )
+    schedule_migration.schedule_create(installed_apps, connection.schema_editor())
     task = PeriodicTask.objects.get(name=DISCOVERY_TASK_NAME)
     assert task.task == "mcp_registry.discover_all_servers"
     assert task.enabled is True
