@@ -1630,17 +1630,7 @@ class RecordTurnFailure(_SessionStep, Step[None]):
         if final and state.turn_id is not None:
             sequence = _store_turn_note(self._flow, context, final, state.turn_id, sequence)
         _clear_turn_state(context, records)
-        taken = list(STEERED_FOR_TURN.get(context) or [])
-        answer = USER_INPUT_ANSWER.get(context)
-        if answer is not None:
-            taken.insert(0, answer)
-            USER_INPUT_ANSWER.delete(context)
-        if taken:
-            # Steered messages no model call saw: steered again, so they start the next turn.
-            for item in taken:
-                STEERED_USER_MESSAGES.publish(context, item)
-            if STEERED_FOR_TURN.get(context):
-                STEERED_FOR_TURN.delete(context)
+        _steer_back_taken(context, answer_too=True)
         turn_interrupts = {interrupt_id_for(record) for record in records.values()}
         interrupts = PENDING_INTERRUPTS.get(context) or []
         withdrawn = [item for item in interrupts if item.interrupt_id in turn_interrupts]
@@ -1763,20 +1753,8 @@ async def _stop_turn(
         notice=MessageNotice.TURN_FAILED,
     )
     _clear_turn_state(context, recorded)
-    taken = list(STEERED_FOR_TURN.get(context) or [])
-    answer = USER_INPUT_ANSWER.get(context)
-    if answer is not None:
-        taken.insert(0, answer)
-        USER_INPUT_ANSWER.delete(context)
-    if taken:
-        for item in taken:
-            STEERED_USER_MESSAGES.publish(context, item)
-        if STEERED_FOR_TURN.get(context):
-            STEERED_FOR_TURN.delete(context)
-    interrupts = PENDING_INTERRUPTS.get(context) or []
-    withdrawn = [item for item in interrupts if item.turn_id == turn_id]
-    if withdrawn:
-        PENDING_INTERRUPTS.set(context, [item for item in interrupts if item.turn_id != turn_id])
+    _steer_back_taken(context, answer_too=True)
+    withdrawn = _withdraw_turn_interrupts(context, turn_id)
     _forget_stale_cancel(context)
     error = reason
     if len(error) > _TURN_ERROR_MAX_CHARS:
@@ -1810,6 +1788,32 @@ async def _stop_turn(
         turn_error=error,
     )
     return go_to(AwaitUserMessage, None)
+
+
+def _steer_back_taken(context: AsyncContext, *, answer_too: bool) -> None:
+    """For a turn that ended early: the steered messages it took but no model call saw are
+    steered again, so they start the next turn (``STEERED_FOR_TURN`` is cleared); the
+    question's answer it held (``USER_INPUT_ANSWER``) is deleted, and steered again first
+    when ``answer_too``."""
+    taken = list(STEERED_FOR_TURN.get(context) or [])
+    answer = USER_INPUT_ANSWER.get(context)
+    if answer is not None:
+        if answer_too:
+            taken.insert(0, answer)
+        USER_INPUT_ANSWER.delete(context)
+    for item in taken:
+        STEERED_USER_MESSAGES.publish(context, item)
+    if STEERED_FOR_TURN.get(context):
+        STEERED_FOR_TURN.delete(context)
+
+
+def _withdraw_turn_interrupts(context: AsyncContext, turn_id: str) -> list[AgentInterrupt]:
+    """Remove ``turn_id``'s pending interrupts from ``PENDING_INTERRUPTS``; returns them."""
+    interrupts = PENDING_INTERRUPTS.get(context) or []
+    withdrawn = [item for item in interrupts if item.turn_id == turn_id]
+    if withdrawn:
+        PENDING_INTERRUPTS.set(context, [item for item in interrupts if item.turn_id != turn_id])
+    return withdrawn
 
 
 def _store_turn_note(
@@ -1964,17 +1968,9 @@ async def end_cancelled_turn(
             text=TURN_CANCELLED_EMPTY_NOTE,
         )
     _clear_turn_state(context, records)
-    taken = list(STEERED_FOR_TURN.get(context) or [])
-    if USER_INPUT_ANSWER.get(context) is not None:
-        USER_INPUT_ANSWER.delete(context)  # the answer's turn is over; nothing will read it
-    if taken:
-        for item in taken:
-            STEERED_USER_MESSAGES.publish(context, item)
-        STEERED_FOR_TURN.delete(context)
-    interrupts = PENDING_INTERRUPTS.get(context) or []
-    withdrawn = [item for item in interrupts if item.turn_id == turn_id]
-    if withdrawn:
-        PENDING_INTERRUPTS.set(context, [item for item in interrupts if item.turn_id != turn_id])
+    # The answer's turn is over; nothing will read it.
+    _steer_back_taken(context, answer_too=False)
+    withdrawn = _withdraw_turn_interrupts(context, turn_id)
     _forget_stale_cancel(context)
     AGENT_STATE.set(
         context,
