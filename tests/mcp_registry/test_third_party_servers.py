@@ -345,22 +345,39 @@ def test_structured_content_alone_when_it_adds_information() -> None:
 # Admin: per server, process state, PIDs, restarts, stderr tail, last discovery.
 
 
+async def _read_while_the_pool_writes(read: Callable[[], Any]) -> Any:
+    """Run the synchronous ``read`` in a thread; ``None`` when SQLite refused it (locked).
+
+    The test database is SQLite in memory with a shared cache, whose table locks refuse a
+    read at once while the pool's status writer (another thread) writes; a file database
+    (WAL), as the platform runs on, waits instead.
+    """
+    try:
+        return await sync_to_async(read)()
+    except OperationalError as error:
+        if "locked" not in str(error):
+            raise
+        return None
+
+
+async def _read_until_unlocked(read: Callable[[], Any]) -> Any:
+    """``read`` again until SQLite lets it through, within ``DEADLINE_SECONDS``."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while (result := await _read_while_the_pool_writes(read)) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError("the test database stayed locked")
+        await asyncio.sleep(0.05)
+    return result
+
+
 async def _poll_process(
     description: str, accept: Callable[[McpServerProcess], bool]
 ) -> McpServerProcess:
     deadline = time.monotonic() + DEADLINE_SECONDS
     while True:
-        try:
-            row = await sync_to_async(
-                lambda: McpServerProcess.objects.select_related("server").first()
-            )()
-        except OperationalError as error:
-            # The test database is SQLite in memory with a shared cache, whose table locks
-            # refuse a read at once while the pool's status writer (another thread) writes;
-            # a file database (WAL) as the platform runs on waits instead. Read again.
-            if "locked" not in str(error):
-                raise
-            row = None
+        row = await _read_while_the_pool_writes(
+            lambda: McpServerProcess.objects.select_related("server").first()
+        )
         if row is not None and accept(row):
             return row
         if time.monotonic() > deadline:
@@ -399,9 +416,9 @@ def test_admin_shows_process_state_stderr_and_last_discovery(
             )
             assert again.server_pid is not None
             os.kill(again.server_pid, 0)  # alive
-            page = await sync_to_async(client.get)(change)
-            listing = await sync_to_async(client.get)(
-                reverse("admin:mcp_registry_mcpserver_changelist")
+            page = await _read_until_unlocked(lambda: client.get(change))
+            listing = await _read_until_unlocked(
+                lambda: client.get(reverse("admin:mcp_registry_mcpserver_changelist"))
             )
             return page.content, listing.content
 
