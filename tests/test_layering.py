@@ -31,19 +31,6 @@ PACKAGE_ARROWS: dict[str, frozenset[str]] = {
     "dex_dev_server": frozenset(),
 }
 
-#: Import cycles still to be taken apart (issue 28), as the exact set of modules in each.
-#: The test fails when one grows, shrinks or goes: then change or remove its entry.
-KNOWN_CYCLES: dict[str, frozenset[str]] = {
-    "dex_agents": frozenset({
-        "dex_agents._client",
-        "dex_agents._compaction",
-        "dex_agents._elicitation",
-        "dex_agents._flow",
-        "dex_agents._steps",
-    }),
-}
-
-
 def _parse(path: Path) -> ast.Module:
     """``ast.parse`` with the cyclic garbage collector paused.
 
@@ -181,13 +168,6 @@ def test_no_import_cycle_in_the_package(graph: dict[str, set[str]], package: str
         if module.split(".")[0] == package
     }
     cycles = strongly_connected(mine)
-    known = KNOWN_CYCLES.get(package)
-    if known is not None:
-        assert known in cycles, (
-            f"the known cycle of {package} changed; update or remove KNOWN_CYCLES[{package!r}]:\n"
-            + "\n\n".join(_cycle_text(mine, part) for part in cycles)
-        )
-        cycles.remove(known)
     assert not cycles, f"import cycles in {package}:\n" + "\n\n".join(
         _cycle_text(mine, part) for part in cycles
     )
