@@ -34,8 +34,13 @@ from agents_app.apis import (
     SessionStopped,
     query_values,
 )
-from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest, Delivery
-from agents_app.session_index import SESSION_STATUS_STOPPED
+from agents_app.models import (
+    SESSION_STATUS_STOPPED,
+    AgentSession,
+    ApprovalDecision,
+    ApprovalRequest,
+    Delivery,
+)
 
 #: The most calls one bulk decision may name.
 BULK_ITEMS_MAX = 100

@@ -11,5 +11,5 @@ class AgentsAppConfig(AppConfig):
     verbose_name = "Agents"
 
     def ready(self) -> None:
-        """Connect the budget signals (``budgets.budget_changed``)."""
-        from agents_app import budgets  # noqa: F401
+        """Connect the app's signal receivers (``agents_app.signals``)."""
+        from agents_app import signals  # noqa: F401

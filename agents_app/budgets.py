@@ -8,7 +8,7 @@ spent, summing the ``UsageRecord`` rows the worker writes as each model call end
   that would start a turn past a budget stays pending in the session's queue, with the
   refusal as its reason, and goes once the budget allows it again (the periodic delivery
   sweep retries it the next UTC day or month; when an administrator saves or deletes a
-  budget, ``budget_changed`` queues the delivery of the messages it may have held at once);
+  budget, ``signals.budget_changed`` queues the delivery of the messages it may have held at once);
 - the session Flow, after each model call that requested tool calls (``flow._turn_guard``,
   ``AgentSessionOptions.turn_guard``): the call that crossed a budget stops its turn before
   its tool calls run (they end ``cancelled``), with the refusal as the turn's note and
@@ -26,11 +26,10 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import Q, Sum
-from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
 from django.utils import timezone
 
 from agents_app.models import Budget, UsageRecord
+from agents_app.usage_records import usd_display
 
 #: How every refusal starts.
 BUDGET_REFUSAL_PREFIX = "Budget reached:"
@@ -79,8 +78,6 @@ def budget_refusal(
 
 
 def _refusal_text(budget: Budget, spent: Decimal) -> str:
-    from agents_app.page_selectors import usd_display
-
     whom = "your" if budget.user_id else f"agent {budget.agent.name!r}'s" if budget.agent else ""
     period, resets = (
         ("daily", "midnight UTC") if budget.period == Budget.Period.DAY
@@ -91,15 +88,3 @@ def _refusal_text(budget: Budget, spent: Decimal) -> str:
         f"is spent ({usd_display(str(spent))} used). Messages wait in the queue until "
         f"{resets} or until an administrator raises the budget."
     )
-
-
-@receiver(post_save, sender=Budget, dispatch_uid="budget_saved")
-@receiver(post_delete, sender=Budget, dispatch_uid="budget_deleted")
-def budget_changed(sender: type[Budget], instance: Budget, **kwargs: Any) -> None:
-    """A budget was saved (raised, lowered, disabled) or deleted, in admin or elsewhere:
-    queue the delivery of the messages held for a budget in the sessions it covers (its
-    user's, or its agent's), once the change commits (``outbox.budget_release``). Messages
-    another budget still holds stay pending with that budget's reason."""
-    from agents_app.outbox import budget_release
-
-    budget_release(owner_id=instance.user_id, agent_id=instance.agent_id)

@@ -65,13 +65,14 @@ from django.core.exceptions import PermissionDenied
 # Flow for its client on first use).
 import agents_app.flow  # noqa: F401
 from agents_app import dex_gateway, selectors, session_events
+from agents_app.approval_index import APPROVALS_GROUP
 from agents_app.auth import DATABASE_TIMEOUT_KEY
 from agents_app.conf import dexagents_setting
 from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
 from agents_app.models import AgentSession
 from agents_app.session_events import SNAPSHOT_REQUIRED_FRAME, event_frame
-from agents_app.session_index import APPROVALS_GROUP, approval_index_version, session_group
+from agents_app.session_index import approval_index_version, session_group
 from agents_app.websocket_db import WebsocketDatabaseTimeout, websocket_db
 
 logger = logging.getLogger(__name__)
@@ -310,7 +311,7 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
     Sends ``{"type": "approvals_changed"}`` once after connect and whenever the approvals index
     changes; the dashboard then re-reads ``GET /api/v1/approvals/``. Changes are heard two
     ways (ARCHITECTURE.md "Live events"): a notice on the channel layer group
-    ``session_index.APPROVALS_GROUP`` (instant, but lossy, and per process without Redis) and
+    ``approval_index.APPROVALS_GROUP`` (instant, but lossy, and per process without Redis) and
     a poll of ``session_index.approval_index_version`` every ``APPROVALS_POLL_SECONDS``, so a
     lost notice delays the dashboard by at most that long. Refusals: 4401 (not authenticated),
     4403 (not staff), nothing else sent. Clients send nothing.
@@ -353,7 +354,7 @@ class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
         """The protocol has no client messages; ignore them."""
 
     async def approvals_changed(self, event: dict[str, Any]) -> None:
-        """Channel layer notice (``session_index.APPROVALS_CHANGED``)."""
+        """Channel layer notice (``approval_index.APPROVALS_CHANGED``)."""
         await self._check(force=True)
 
     async def _poll(self) -> None:

@@ -7,6 +7,8 @@ Every session of every agent definition runs as one ``AgentSessionFlow`` of flow
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agents_app.conf import dexagents_setting
 from agents_app.runner import LiteLLMRunner
 from dex_agents import (
@@ -38,15 +40,6 @@ async def _resolve_server(name: str) -> McpServerSpec:
     return await sync_to_async(server_spec_get, thread_sensitive=False)(name=name)
 
 
-def _session_client() -> AgentSessionClient:
-    """The session Flow's client for the running loop (the worker's): tool Steps put MCP
-    servers' questions to the user through the session's own RPCs."""
-    from agents_app import dex_gateway
-
-    sessions: AgentSessionClient = dex_gateway.session_client()
-    return sessions
-
-
 async def _budget_check(owner_id: str | None, agent_slug: str) -> str | None:
     """``LiteLLMRunner``'s budget check: ``budgets.budget_refusal`` from the Django database."""
     from asgiref.sync import sync_to_async
@@ -70,7 +63,10 @@ async def _turn_guard(check: TurnGuardCheck) -> str | None:
 
 
 def build_flow(
-    *, pool: McpClientPool | None = None, observer: AgentSessionObserver | None = None
+    *,
+    pool: McpClientPool | None = None,
+    observer: AgentSessionObserver | None = None,
+    session_client: Callable[[], AgentSessionClient] | None = None,
 ) -> AgentSessionFlow:
     """Build the shared Flow.
 
@@ -81,6 +77,9 @@ def build_flow(
     Args:
         pool: The worker's MCP client pool; ``None`` creates an idle one (clients never use it).
         observer: The Steps' session observer; ``None`` for clients.
+        session_client: Returns the worker's session Flow client (the worker passes
+            ``dex_gateway.session_client``), through which a tool Step puts an MCP server's
+            question to the user; ``None`` for clients (a server's question is declined).
 
     Returns:
         An ``AgentSessionFlow`` with flow type ``AgentSession``. Tools the platform did not
@@ -96,7 +95,7 @@ def build_flow(
         them within ``DEXAGENTS["TOOL_IMAGE_MAX_BYTES"]`` and
         ``DEXAGENTS["TOOL_RESULT_IMAGES_MAX_BYTES"]``. A question an MCP server asks during a
         tool call waits for the session owner's answer (``elicitation_timeout_seconds`` of the
-        ``agent_config``) through this process's Dex client (``dex_gateway.session_client``).
+        ``agent_config``) through ``session_client``.
         Each model call is priced and checked against the owner's and the agent's budgets
         first (``agents_app.budgets``), and a call that crossed a budget stops its turn
         before the tool calls it requested run (``turn_guard``).
@@ -108,7 +107,7 @@ def build_flow(
             image_max_bytes=dexagents_setting("TOOL_IMAGE_MAX_BYTES"),
             result_images_max_bytes=dexagents_setting("TOOL_RESULT_IMAGES_MAX_BYTES"),
         ),
-        session_client=_session_client,
+        session_client=session_client,
         budget_check=_budget_check,
     )
     return AgentSessionFlow(

@@ -50,14 +50,14 @@ async def web_warm(*, engine_timeout: float = ENGINE_WARM_TIMEOUT) -> bool:
 
 
 def _sweep_outbox() -> None:
-    from agents_app import tasks
+    from agents_app import task_queue
 
-    tasks.outbox_sweep_schedule()
+    task_queue.outbox_sweep_schedule()
 
 
 class WebWarmUp:
     """ASGI application for ``lifespan`` scopes: :func:`web_warm` at start-up, then one outbox
-    sweep queued (``tasks.outbox_sweep_schedule``: rows a killed predecessor kept but did not
+    sweep queued (``task_queue.outbox_sweep_schedule``: rows a killed predecessor kept but did not
     deliver go out now, not at the next periodic sweep).
 
     Raises:

@@ -256,6 +256,12 @@ class LiveSessionManager(models.Manager["AgentSession"]):
         return super().get_queryset().filter(deleted_at__isnull=True)
 
 
+#: ``AgentSession.status`` of a session Dex has not reported on yet (a Dex ``AgentStatus``
+#: value otherwise, or ``SESSION_STATUS_STOPPED``).
+SESSION_STATUS_STARTING = "starting"
+SESSION_STATUS_STOPPED = "stopped"
+
+
 class AgentSession(models.Model):
     """The index row of one agent session; ``id`` is the Dex Flow ID (``ses_<uuid hex>``).
 
@@ -278,7 +284,7 @@ class AgentSession(models.Model):
     title_source = models.CharField(
         max_length=16, choices=TitleSource.choices, default=TitleSource.MESSAGE
     )
-    status = models.CharField(max_length=64, default="starting")
+    status = models.CharField(max_length=64, default=SESSION_STATUS_STARTING)
     # When the status above was observed (worker clock or snapshot read); a status observed
     # earlier never overwrites it, so late or repeated notices cannot move it backwards.
     status_observed_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -752,7 +758,7 @@ class Webhook(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from agents_app.webhooks import WebhookAddressError, webhook_url_check
+        from agents_app.webhook_urls import WebhookAddressError, webhook_url_check
 
         unknown = sorted(set(self.events or []) - set(WEBHOOK_SUBSCRIBABLE_EVENTS))
         if not isinstance(self.events, list) or unknown:

@@ -35,6 +35,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from agents_app import task_queue
 from agents_app.conf import dexagents_setting
 from agents_app.models import (
     AgentSession,
@@ -163,18 +164,8 @@ def _notifications_create(request: ApprovalRequest, kind: str) -> list[int]:
         if created:
             created_ids.append(notification.pk)
     if created_ids:
-        transaction.on_commit(lambda: _emails_schedule(created_ids))
+        transaction.on_commit(lambda: task_queue.approval_emails_schedule(created_ids))
     return created_ids
-
-
-def _emails_schedule(notification_ids: list[int]) -> None:
-    from agents_app import tasks
-
-    for notification_id in notification_ids:
-        try:
-            tasks.send_approval_email.apply_async((notification_id,))
-        except Exception as error:
-            logger.warning("Could not queue approval email %s: %s", notification_id, error)
 
 
 def approval_decided_notify(*, session_id: str, interrupt_id: str) -> None:

@@ -24,10 +24,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents_app import dex_gateway, session_index
+from agents_app import dex_gateway
+from agents_app.approval_index import approval_request_close, approvals_changed_notify
 from agents_app.budgets import BUDGET_REFUSAL_PREFIX, budget_refusal
 from agents_app.conf import dexagents_setting
 from agents_app.models import (
+    SESSION_STATUS_STARTING,
     AgentSession,
     ApprovalDecision,
     ApprovalRequest,
@@ -152,7 +154,7 @@ def active_limit_release(*, owner_ids: Iterable[Any]) -> int:
     Returns:
         How many sessions' deliveries were queued.
     """
-    from agents_app import tasks
+    from agents_app import task_queue
 
     session_ids = list(
         OutboxMessage.objects.filter(
@@ -162,7 +164,7 @@ def active_limit_release(*, owner_ids: Iterable[Any]) -> int:
         .distinct()
     )
     for session_id in session_ids:
-        tasks.outbox_delivery_schedule(session_id=session_id)
+        task_queue.outbox_delivery_schedule(session_id=session_id)
     return len(session_ids)
 
 
@@ -174,7 +176,7 @@ def budget_release(*, owner_id: Any = None, agent_id: Any = None) -> int:
     Returns:
         How many sessions' deliveries were queued.
     """
-    from agents_app import tasks
+    from agents_app import task_queue
 
     held = OutboxMessage.objects.filter(
         delivery=Delivery.PENDING, last_error__startswith=BUDGET_REFUSAL_PREFIX
@@ -187,7 +189,7 @@ def budget_release(*, owner_id: Any = None, agent_id: Any = None) -> int:
         return 0
     session_ids = list(held.values_list("session_id", flat=True).distinct())
     for session_id in session_ids:
-        tasks.outbox_delivery_schedule(session_id=session_id)
+        task_queue.outbox_delivery_schedule(session_id=session_id)
     return len(session_ids)
 
 
@@ -325,7 +327,7 @@ def _turn_reserve(message: OutboxMessage) -> bool:
             over = False
             marked = AgentSession.objects.filter(
                 pk=session.pk, status="waiting_for_user_message"
-            ).update(status=session_index.SESSION_STATUS_STARTING)
+            ).update(status=SESSION_STATUS_STARTING)
     if over:
         reason = active_limit_reason()
         _note_attempt(OutboxMessage, message.pk, reason)
@@ -339,7 +341,7 @@ def _turn_unreserve(session: AgentSession, reserved: bool) -> None:
     if reserved:
         AgentSession.objects.filter(
             pk=session.pk,
-            status=session_index.SESSION_STATUS_STARTING,
+            status=SESSION_STATUS_STARTING,
             status_observed_at=session.status_observed_at,
         ).update(status="waiting_for_user_message")
 
@@ -510,13 +512,13 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
         last_error="",
     )
     decision.refresh_from_db()
-    if session_index.approval_request_close(
+    if approval_request_close(
         session_id=decision.session_id,
         interrupt_id=decision.interrupt_id,
         state=verdict,
         message=decision.rejection_message,
     ):
-        session_index.approvals_changed_notify()
+        approvals_changed_notify()
     return decision.delivery
 
 

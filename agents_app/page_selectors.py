@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -37,8 +36,8 @@ from agents_app.usage_records import (
     session_usage_totals,
     usage_by_owner,
     usage_summary,
+    usd_display,
 )
-from dex_agents import usd_text
 
 # Session index statuses (ARCHITECTURE.md "The Django index") with words for people.
 SESSION_STATUS_LABELS: dict[str, str] = {
@@ -361,18 +360,6 @@ def chat_page_get(*, user: AbstractBaseUser | AnonymousUser, session_id: str) ->
         usage=session_usage_totals(session_ids=[session.id]).get(session.id, {}),
         archived=session.archived_at is not None,
     )
-
-
-def usd_display(cost_usd: str) -> str:
-    """A cost in US dollars (a decimal string) as pages show it: two decimals from a cent,
-    rounded half up (``"$1.23"``), else the exact amount (``"$0.0027125"``); ``"$0"`` for
-    nothing. ``usage_display.mjs`` formats the same way."""
-    amount = Decimal(cost_usd or "0")
-    if amount <= 0:
-        return "$0"
-    if amount >= Decimal("0.01"):
-        return f"${amount.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):,}"
-    return "$" + usd_text(amount)
 
 
 def usage_title(usage: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from django.utils import timezone
 from agents_app import dex_gateway
 from agents_app.conf import dexagents_setting
 from agents_app.models import (
+    SESSION_STATUS_STOPPED,
     AgentDefinition,
     AgentSession,
     ApiToken,
@@ -30,7 +31,6 @@ from agents_app.models import (
     OutboxMessage,
 )
 from agents_app.rest_errors import UnavailablePart
-from agents_app.session_index import SESSION_STATUS_STOPPED
 from agents_app.session_search import matching_session_ids, search_words
 from agents_app.usage_records import session_usage_annotations
 from dex_agents import AgentStatus

@@ -18,9 +18,11 @@ from knox.models import get_digest_token
 from knox.settings import CONSTANTS as KNOX_CONSTANTS
 
 import mcp_registry
-from agents_app import dex_gateway, session_index
+from agents_app import approval_index, dex_gateway, session_index
 from agents_app.conf import dexagents_setting
 from agents_app.models import (
+    SESSION_STATUS_STARTING,
+    SESSION_STATUS_STOPPED,
     AgentDefinition,
     AgentSession,
     ApiToken,
@@ -115,7 +117,7 @@ def session_create(
             title=title or fallback,
             title_source=TitleSource.MESSAGE if title else TitleSource.AGENT,
             status=(
-                session_index.SESSION_STATUS_STARTING
+                SESSION_STATUS_STARTING
                 if turn_coming
                 else AgentStatus.WAITING_FOR_USER_MESSAGE.value
             ),
@@ -138,13 +140,13 @@ def session_create(
     if held:
         # Over the owner's running-turn cap: the session starts idle and its first message
         # waits in the outbox like any held message (delivered when one of their turns ends).
-        from agents_app import tasks
+        from agents_app import task_queue
 
         first = OutboxMessage.objects.create(
             id=uuid.uuid4().hex, session=session, text=message, plan_mode=plan_mode,
             last_error=outbox.active_limit_reason(),
         )
-        tasks.outbox_delivery_schedule(session_id=session.id)
+        task_queue.outbox_delivery_schedule(session_id=session.id)
         session.first_message = MessageAccepted(  # type: ignore[attr-defined]
             id=first.id, delivery=Delivery.PENDING, pending_reason=PENDING_ACTIVE_LIMIT
         )
@@ -275,7 +277,7 @@ def session_message_send(
         QueueFullError: The session's queue is full; nothing was kept.
         dex_gateway.SessionNotFoundError: Dex no longer has the session; nothing was kept.
     """
-    from agents_app import outbox, tasks
+    from agents_app import outbox, task_queue
 
     limit = int(dexagents_setting("MAX_QUEUED_MESSAGES"))
     if OutboxMessage.objects.filter(session=session, delivery=Delivery.PENDING).count() >= limit:
@@ -302,7 +304,7 @@ def session_message_send(
             reason = PENDING_UNAVAILABLE
     message.refresh_from_db()
     if message.delivery == Delivery.PENDING:
-        tasks.outbox_delivery_schedule(session_id=session.id)
+        task_queue.outbox_delivery_schedule(session_id=session.id)
         return MessageAccepted(
             id=message.id,
             delivery=Delivery.PENDING,
@@ -548,7 +550,7 @@ def session_turn_cancel(*, session: AgentSession, turn_id: str = "") -> TurnCanc
             running (nothing to keep a cancel for, but Dex could not say so).
         dex_gateway.SessionNotFoundError: Dex has no such session.
     """
-    from agents_app import tasks
+    from agents_app import task_queue
 
     try:
         result: TurnCancelResult = dex_gateway.run(
@@ -562,7 +564,7 @@ def session_turn_cancel(*, session: AgentSession, turn_id: str = "") -> TurnCanc
             kept = OutboxTurnCancel.objects.create(
                 session=session, turn_id=turn_id, last_error=str(error)[:500]
             )
-            tasks.outbox_delivery_schedule(cancel_id=kept.pk)
+            task_queue.outbox_delivery_schedule(cancel_id=kept.pk)
         return TurnCancelAnswer(True, turn_id=turn_id or None, delivery=Delivery.PENDING)
     if not result.accepted:
         return TurnCancelAnswer(False, turn_id=result.turn_id, reason=result.reason)
@@ -594,7 +596,6 @@ def session_status_record_needed(*, indexed: str, status: str) -> bool:
     return indexed not in (SESSION_STATUS_STOPPED, status) and status in _AGENT_STATUSES
 
 
-SESSION_STATUS_STOPPED = "stopped"
 
 
 def session_stop(*, session: AgentSession) -> None:
@@ -608,7 +609,7 @@ def session_stop(*, session: AgentSession) -> None:
     """
     dex_gateway.run(dex_gateway.session_stop(session_id=session.id, reason="stopped by user"))
     if session_index.session_stopped_index(session=session):
-        session_index.approvals_changed_notify()
+        approval_index.approvals_changed_notify()
 
 
 def session_stopped_detect(*, session: AgentSession, flow_running: bool | None = None) -> bool:
@@ -636,7 +637,7 @@ def session_stopped_detect(*, session: AgentSession, flow_running: bool | None =
     if flow_running:
         return False
     if session_index.session_stopped_index(session=session):
-        session_index.approvals_changed_notify()
+        approval_index.approvals_changed_notify()
     return True
 
 
@@ -851,7 +852,7 @@ def interrupt_resolve(
             snapshot that would describe it could not be read.
         dex_gateway.SessionNotFoundError: Dex has no such session.
     """
-    from agents_app import outbox, tasks
+    from agents_app import outbox, task_queue
 
     decider_pk = decided_by.pk
     if decider_pk is None:
@@ -903,7 +904,7 @@ def interrupt_resolve(
         if existing is None:
             raise
         raise InterruptAlreadyDecidedError(existing) from None
-    session_index.approvals_changed_notify()
+    approval_index.approvals_changed_notify()
     try:
         state = outbox.approval_decision_deliver(decision=decision)
     except outbox.InterruptNotRecordedDeferred as error:
@@ -918,11 +919,11 @@ def interrupt_resolve(
             decision.delete()
             raise SessionIsStoppedError() from None
         logger.info("Decision on %s kept in the outbox: %s", interrupt_id, error)
-        tasks.outbox_delivery_schedule(decision_id=decision.pk)
+        task_queue.outbox_delivery_schedule(decision_id=decision.pk)
         return decision
     except outbox.DeliveryDeferred as error:
         logger.info("Decision on %s kept in the outbox: %s", interrupt_id, error)
-        tasks.outbox_delivery_schedule(decision_id=decision.pk)
+        task_queue.outbox_delivery_schedule(decision_id=decision.pk)
         return decision
     if state == Delivery.REFUSED:
         decision.delete()
@@ -1456,14 +1457,14 @@ def session_delete(*, session: AgentSession) -> SessionDeleted:
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer the stop; nothing changed.
     """
-    from agents_app import snapshot_cache, tasks
+    from agents_app import snapshot_cache, task_queue
     from agents_app.models import SessionMessageText
 
     dex_gateway.run(dex_gateway.session_stop(session_id=session.id, reason="deleted by user"))
     now = datetime.datetime.now(tz=datetime.UTC)
     with transaction.atomic():
         AgentSession.objects.filter(pk=session.pk).update(
-            deleted_at=now, title="", status=session_index.SESSION_STATUS_STOPPED,
+            deleted_at=now, title="", status=SESSION_STATUS_STOPPED,
             status_observed_at=now, updated_at=now,
         )
         withdrawn = ApprovalRequest.objects.filter(session_id=session.pk).delete()[0]
@@ -1474,14 +1475,14 @@ def session_delete(*, session: AgentSession) -> SessionDeleted:
         OutboxTurnCancel.objects.filter(session_id=session.pk).delete()
         SessionMessageText.objects.filter(session_id=session.pk).delete()
     if withdrawn:
-        session_index.approvals_changed_notify()
+        approval_index.approvals_changed_notify()
     _session_deleted_announce(session_id=session.id)
     dex_gateway.run(snapshot_cache.forget(session.id))
     try:
         deleted = dex_gateway.run(dex_gateway.session_history_delete(session_id=session.id))
     except dex_gateway.EngineUnavailableError as error:
         logger.warning("History of deleted session %s not deleted yet: %s", session.id, error)
-        tasks.session_history_delete_schedule(session_id=session.id)
+        task_queue.session_history_delete_schedule(session_id=session.id)
         deleted = False
     if not deleted:
         logger.info("The engine keeps the history of deleted session %s until its retention.",

@@ -34,18 +34,25 @@ from django.db.models import Case, Count, F, Max, Q, Value, When
 from django.utils import timezone
 
 from agents_app import dex_gateway, notifications
+from agents_app.approval_index import (
+    approval_request_close,
+    approvals_changed_anotify,
+    approvals_changed_notify,
+)
 from agents_app.conf import dexagents_setting
-from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest, TitleSource
+from agents_app.models import (
+    SESSION_STATUS_STARTING,
+    SESSION_STATUS_STOPPED,
+    AgentSession,
+    ApprovalDecision,
+    ApprovalRequest,
+    TitleSource,
+)
 from agents_app.session_search import message_texts_apply
 from agents_app.usage_records import usage_record_apply
 from dex_agents import AgentSessionChange, AgentStatus, ClosedInterrupt, InterruptOutcome
 
 logger = logging.getLogger(__name__)
-
-#: Channel layer group that hears "the approvals index changed".
-APPROVALS_GROUP = "approvals"
-#: Channel layer message type of that notice (consumers handle ``approvals_changed``).
-APPROVALS_CHANGED = "approvals.changed"
 
 #: Channel layer group of one session's websocket consumers (``session_group(id)``); they
 #: hear ``session.deleted`` there and close.
@@ -59,8 +66,6 @@ def session_group(session_id: str) -> str:
     return f"{SESSION_GROUP_PREFIX}{session_id}"
 
 
-SESSION_STATUS_STARTING = "starting"
-SESSION_STATUS_STOPPED = "stopped"
 #: Index statuses that say a session is doing something a snapshot may have moved on from.
 ACTIVE_STATUSES = (
     SESSION_STATUS_STARTING,
@@ -154,38 +159,6 @@ def _request_open(
     return False
 
 
-def approval_request_close(
-    *,
-    session_id: str,
-    interrupt_id: str,
-    state: str,
-    message: str = "",
-    closed_at: datetime.datetime | None = None,
-) -> bool:
-    """Close an indexed interrupt as ``state`` (approved, rejected, expired, withdrawn).
-
-    A pending or withdrawn row takes the new state; a row already answered keeps its answer (the
-    worker's later report of the same answer changes nothing). A missing row is not created:
-    only raising an interrupt creates rows.
-
-    Returns:
-        True when a row changed.
-    """
-    changed = ApprovalRequest.objects.filter(
-        session_id=session_id,
-        interrupt_id=interrupt_id,
-        state__in=(ApprovalRequest.State.PENDING, ApprovalRequest.State.WITHDRAWN),
-    ).exclude(state=state).update(
-        state=state,
-        outcome_message=message or "",
-        closed_at=closed_at or timezone.now(),
-        updated_at=timezone.now(),
-    )
-    if changed and state != ApprovalRequest.State.WITHDRAWN:
-        notifications.approval_decided_notify(session_id=session_id, interrupt_id=interrupt_id)
-    return bool(changed)
-
-
 def session_changes_apply(*, changes: Sequence[AgentSessionChange]) -> bool:
     """Apply worker-reported changes to the index, in order, in one transaction.
 
@@ -253,7 +226,7 @@ def _titles_schedule(changes: Sequence[AgentSessionChange], known: set[str]) -> 
     """Sessions whose first turn just ended (they wait for a message again) and whose title
     still comes from their first message get a generated title (``agents_app.titles``), once:
     they are marked ``pending`` before the task is queued."""
-    from agents_app import tasks
+    from agents_app import task_queue
 
     if not dexagents_setting("GENERATE_TITLES"):
         return
@@ -279,7 +252,7 @@ def _titles_schedule(changes: Sequence[AgentSessionChange], known: set[str]) -> 
         )
     ]
     if marked:
-        tasks.title_generation_schedule(session_ids=marked)
+        task_queue.title_generation_schedule(session_ids=marked)
 
 
 def _active_limit_release(changes: Sequence[AgentSessionChange], known: set[str]) -> None:
@@ -342,33 +315,6 @@ def session_stopped_index(*, session: AgentSession) -> bool:
         )
     session.status = SESSION_STATUS_STOPPED
     return bool(withdrawn)
-
-
-def approvals_changed_notify() -> None:
-    """Tell ``APPROVALS_GROUP`` listeners (the dashboard) to re-read; best effort, sync code.
-
-    The notice is only a hint: a lost broadcast delays the dashboard by one poll
-    (``approval_index_version``).
-    """
-    from asgiref.sync import async_to_sync
-
-    try:
-        async_to_sync(approvals_changed_anotify)()
-    except Exception as error:
-        logger.info("Approvals notice not sent: %s", error)
-
-
-async def approvals_changed_anotify() -> None:
-    """``approvals_changed_notify`` for async code; never raises."""
-    from channels.layers import get_channel_layer
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        await layer.group_send(APPROVALS_GROUP, {"type": APPROVALS_CHANGED})
-    except Exception as error:
-        logger.info("Approvals notice not sent: %s", error)
 
 
 # --- reads -------------------------------------------------------------------------------------

@@ -473,8 +473,7 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
     from agents_app import outbox, selectors
     from agents_app.apis import SessionDetailApi
     from agents_app.auth import ApiTokenExpiredError, token_key_prefix, token_match
-    from agents_app.models import AgentSession
-    from agents_app.session_index import SESSION_STATUS_STOPPED
+    from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
 
     try:
         candidates = _TOKENS.rows(token_key_prefix(request.key))
@@ -527,7 +526,7 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
 
     from agents_app import dex_gateway, selectors, services, session_events, snapshot_cache
     from agents_app.apis import flow_check_due, session_detail_body
-    from agents_app.session_index import SESSION_STATUS_STOPPED
+    from agents_app.models import SESSION_STATUS_STOPPED
 
     work = functools.partial(contextvars.copy_context().run, _reader, request, scope)
     reader = await _lane().run(work)

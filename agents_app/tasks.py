@@ -1,7 +1,10 @@
-"""Celery tasks of the agents app; thin wrappers over services."""
+"""Celery tasks of the agents app; thin wrappers over services.
+
+The top of the app's Celery side: nothing in ``agents_app`` imports this module; the modules
+below queue these tasks by name through ``agents_app.task_queue``.
+"""
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from celery import shared_task
@@ -108,50 +111,6 @@ def deliver_outbox() -> dict[str, int]:
     return outbox.outbox_deliver_all()
 
 
-def outbox_sweep_schedule() -> bool:
-    """Queue one ``deliver_outbox`` sweep now; the web process does this at start-up.
-
-    A web process killed after it kept a message or a decision but before it delivered or
-    queued it leaves the row pending; the restarted process sweeps at once instead of leaving
-    it to the periodic sweep (every 30 s by default). Delivery is idempotent: a row another
-    process delivers meanwhile is skipped. A broker that does not take the task is logged.
-
-    Returns:
-        Whether the broker took the task.
-    """
-    try:
-        deliver_outbox.apply_async()
-    except Exception as error:
-        logger.warning("Could not queue the start-up outbox sweep: %s", error)
-        return False
-    return True
-
-
-def outbox_delivery_schedule(
-    *,
-    session_id: str | None = None,
-    decision_id: int | None = None,
-    cancel_id: int | None = None,
-) -> None:
-    """Queue the delivery task of a session's messages, of one decision or of one turn
-    cancel once the current transaction commits. A broker that does not take it is logged:
-    the periodic sweep delivers the row anyway."""
-    from django.db import transaction
-
-    def send() -> None:
-        try:
-            if session_id is not None:
-                deliver_session_messages.apply_async((session_id,), countdown=1)
-            if decision_id is not None:
-                deliver_approval_decision.apply_async((decision_id,), countdown=1)
-            if cancel_id is not None:
-                deliver_turn_cancel.apply_async((cancel_id,), countdown=1)
-        except Exception as error:
-            logger.warning("Could not queue an outbox delivery: %s", error)
-
-    transaction.on_commit(send)
-
-
 @shared_task(name="agents_app.generate_session_title", ignore_result=True)
 def generate_session_title(session_id: str) -> str | None:
     """Write a session's generated title after its first turn
@@ -159,21 +118,6 @@ def generate_session_title(session_id: str) -> str | None:
     from agents_app import services
 
     return services.session_title_generate(session_id=session_id)
-
-
-def title_generation_schedule(*, session_ids: Sequence[str]) -> None:
-    """Queue ``generate_session_title`` for each session. A broker that does not take a task
-    is logged; the session is marked back so its next ended turn tries again."""
-    from agents_app.models import AgentSession, TitleSource
-
-    for session_id in session_ids:
-        try:
-            generate_session_title.apply_async((session_id,))
-        except Exception as error:
-            logger.warning("Could not queue a title for session %s: %s", session_id, error)
-            AgentSession.objects.filter(pk=session_id, title_source=TitleSource.PENDING).update(
-                title_source=TitleSource.MESSAGE
-            )
 
 
 #: Attempts of one approval email after the first (SMTP errors), 30 s apart at first.
@@ -240,6 +184,8 @@ def send_approval_reminders() -> int:
     from agents_app import notifications
 
     return notifications.approval_reminders_send()
+
+
 @shared_task(bind=True, name="agents_app.delete_session_history", max_retries=OUTBOX_MAX_RETRIES)
 def delete_session_history(self: Any, session_id: str) -> bool:
     """Delete a deleted session's history from the engine
@@ -252,12 +198,3 @@ def delete_session_history(self: Any, session_id: str) -> bool:
         return dex_gateway.run(dex_gateway.session_history_delete(session_id=session_id))
     except dex_gateway.EngineUnavailableError as error:
         raise self.retry(exc=error, countdown=_outbox_countdown(self.request.retries)) from None
-
-
-def session_history_delete_schedule(*, session_id: str) -> None:
-    """Queue ``delete_session_history``; a broker that does not take it is logged (the
-    history then stays until the engine's retention, or a later delete of the ID)."""
-    try:
-        delete_session_history.apply_async((session_id,), countdown=1)
-    except Exception as error:
-        logger.warning("Could not queue the history deletion of %s: %s", session_id, error)

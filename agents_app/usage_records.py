@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
@@ -66,6 +66,18 @@ def usage_record_apply(*, change: AgentSessionChange, owner_id: int, agent_id: i
         },
     )
     return True
+
+
+def usd_display(cost_usd: str) -> str:
+    """A cost in US dollars (a decimal string) as pages show it: two decimals from a cent,
+    rounded half up (``"$1.23"``), else the exact amount (``"$0.0027125"``); ``"$0"`` for
+    nothing. ``usage_display.mjs`` formats the same way."""
+    amount = Decimal(cost_usd or "0")
+    if amount <= 0:
+        return "$0"
+    if amount >= Decimal("0.01"):
+        return f"${amount.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):,}"
+    return "$" + usd_text(amount)
 
 
 # --- reads -------------------------------------------------------------------------------------

@@ -23,10 +23,8 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
-import socket
 import time
 import uuid
 from typing import Any
@@ -36,8 +34,14 @@ import httpx
 from django.db import transaction
 from django.utils import timezone
 
-from agents_app.conf import dexagents_setting
+from agents_app import task_queue
 from agents_app.models import Webhook, WebhookDelivery, WebhookEvent
+from agents_app.webhook_urls import (
+    IpAddress,
+    WebhookAddressError,
+    WebhookHostUnresolvedError,
+    webhook_url_check,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,18 +52,6 @@ EVENT_HEADER = "X-Dexagents-Event"
 SEND_TIMEOUT_SECONDS = 10.0
 #: Characters of a receiver's answer or error kept in the delivery log.
 ERROR_MAX_CHARS = 500
-
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-class WebhookAddressError(ValueError):
-    """The URL is not one a webhook may call: bad scheme, credentials in it, a host that
-    does not resolve, or one that resolves to a non-public address."""
-
-
-class WebhookHostUnresolvedError(WebhookAddressError):
-    """The URL's host does not resolve (now: a later attempt may succeed)."""
-
 
 class WebhookDeliveryFailed(Exception):
     """One attempt failed in a way worth retrying: no answer, or an answer that is not 2xx."""
@@ -95,56 +87,6 @@ def webhook_signature_verify(
     return hmac.compare_digest(expected, signature)
 
 
-def _address_public(address: IpAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
-
-
-def webhook_url_check(*, url: str) -> list[IpAddress]:
-    """Resolve ``url``'s host and check every address it resolves to.
-
-    Returns:
-        The addresses, in the resolver's order (the first is the one to call).
-
-    Raises:
-        WebhookAddressError: The scheme is not http or https, the URL carries credentials,
-            the host does not resolve, or (unless ``WEBHOOKS_ALLOW_PRIVATE``) an address is
-            not public.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise WebhookAddressError("Enter an http:// or https:// URL with a host.")
-    if parts.username or parts.password:
-        raise WebhookAddressError("The URL may not carry a user name or password.")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise WebhookAddressError("The URL's port is not a number from 1 to 65535.") from None
-    try:
-        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as error:
-        raise WebhookHostUnresolvedError(
-            f"The host {parts.hostname} does not resolve: {error}"
-        ) from None
-    addresses: list[IpAddress] = []
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if address not in addresses:
-            addresses.append(address)
-    if not addresses:
-        raise WebhookHostUnresolvedError(f"The host {parts.hostname} does not resolve.")
-    if not dexagents_setting("WEBHOOKS_ALLOW_PRIVATE"):
-        refused = [str(address) for address in addresses if not _address_public(address)]
-        if refused:
-            raise WebhookAddressError(
-                f"The host {parts.hostname} resolves to a private, loopback or link-local "
-                f"address ({', '.join(refused)}); webhooks call public addresses only "
-                "(DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE=true lifts this)."
-            )
-    return addresses
-
-
 def webhook_event_id(key: str) -> str:
     """The body's ``id`` of the event with idempotency key ``key``: the same for every
     webhook and every retry, so a receiver can drop repeats."""
@@ -178,7 +120,7 @@ def webhook_event_emit(*, event: str, key: str, data: dict[str, Any]) -> int:
         if created:
             created_ids.append(delivery.pk)
     if created_ids:
-        transaction.on_commit(lambda: _deliveries_schedule(created_ids))
+        transaction.on_commit(lambda: task_queue.webhook_deliveries_schedule(created_ids))
     return len(created_ids)
 
 
@@ -219,7 +161,7 @@ def webhook_ping(*, webhook: Webhook, sent_by: str) -> WebhookDelivery:
             webhook=webhook, key=key, event=WebhookEvent.PING, event_id=event_id,
             payload=_payload(event_id=event_id, event=WebhookEvent.PING, data=data),
         )
-        transaction.on_commit(lambda: _deliveries_schedule([delivery.pk]))
+        transaction.on_commit(lambda: task_queue.webhook_deliveries_schedule([delivery.pk]))
     return delivery
 
 
@@ -231,16 +173,6 @@ def webhook_event_emit_safely(*, event: str, key: str, data: dict[str, Any]) -> 
             webhook_event_emit(event=event, key=key, data=data)
     except Exception as error:
         logger.warning("Webhook event %s (%s) not recorded: %s", event, key, error)
-
-
-def _deliveries_schedule(delivery_ids: list[int]) -> None:
-    from agents_app import tasks
-
-    for delivery_id in delivery_ids:
-        try:
-            tasks.deliver_webhook.apply_async((delivery_id,))
-        except Exception as error:
-            logger.warning("Could not queue webhook delivery %s: %s", delivery_id, error)
 
 
 def _pinned_target(url: str, address: IpAddress) -> tuple[str, dict[str, str], dict[str, Any]]:

@@ -80,7 +80,6 @@ from dex_agents._builtin_tools import (
 from dex_agents._client import AgentSessionClient
 from dex_agents._codecs import AgentCodecRegistry
 from dex_agents._compaction import (
-    CompactContext,
     CompactingRunner,
     CompactionOptions,
     ContextWindowExceededError,
@@ -113,12 +112,7 @@ from dex_agents._contract import (
     describe_tool_call_outcome,
     tool_call_edit_note,
 )
-from dex_agents._elicitation import (
-    DEFAULT_ELICITATION_TIMEOUT,
-    ElicitationOutcome,
-    ToolCallElicitations,
-    elicitation_id_for,
-)
+from dex_agents._elicitation import elicitation_id_for
 from dex_agents._elicitation_schema import (
     ElicitationField,
     ElicitationForm,
@@ -127,7 +121,7 @@ from dex_agents._elicitation_schema import (
     elicitation_form,
 )
 from dex_agents._events import AgentEvent, AgentEventType, AgentEventWriter
-from dex_agents._flow import AgentSessionFlow, AgentSessionOptions
+from dex_agents._flow import AgentSessionFlow
 from dex_agents._history import (
     EXECUTE_COMPLETED_EVENT,
     EXECUTE_FAILED_EVENT,
@@ -146,6 +140,7 @@ from dex_agents._observer import (
     TurnGuard,
     TurnGuardCheck,
 )
+from dex_agents._options import AgentSessionOptions
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
@@ -238,6 +233,7 @@ from dex_agents._steps import (
     AwaitUserMessage,
     CallSingleAttemptTool,
     CallTool,
+    CompactContext,
     DurableWait,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
@@ -248,6 +244,11 @@ from dex_agents._steps import (
     interrupt_id_for,
 )
 from dex_agents._text_parts import MAX_STORED_TEXT_BYTES, TEXT_PART_BYTES
+from dex_agents._tool_call_elicitations import (
+    DEFAULT_ELICITATION_TIMEOUT,
+    ElicitationOutcome,
+    ToolCallElicitations,
+)
 from dex_agents._views import QUEUED_MESSAGES_BYTES
 
 __all__ = [

@@ -31,40 +31,33 @@ History is never compacted". With ``compaction`` set:
 - Reads: ``get_message_range`` and ``read_agent_messages`` (with per-call instance loads) page
   retained messages; ``get_agent_snapshot_page`` is the snapshot with only its last page loaded
   (``AgentSessionClient`` uses both when the Flow compacts).
+
+This module holds the plans, summaries, message ranges and reads; the Step side (RunModel's
+hooks ``next_model_call``, ``compact_before_model_call``, ``compact_after_overflow``,
+``retain_newest``, and the ``CompactContext`` Step) is in ``dex_agents._steps``, because Steps
+name one another in their decisions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from dex import (
-    AsyncContext,
     AttributeMapLoad,
     AttributeMapNotLoadedError,
     Context,
-    RetryPolicy,
-    Step,
-    StepDecision,
     StepDurability,
-    StepMovement,
-    StepOptions,
-    go_to,
-    go_to_many,
 )
 
-from dex_agents._contract import AgentContractError, AgentTurnContext
-from dex_agents._events import AgentEventType, AgentEventWriter
-from dex_agents._persistence import AGENT_CONFIG, AGENT_MESSAGES, AGENT_STATE, CONTEXT_SUMMARY
+from dex_agents._contract import AgentTurnContext
+from dex_agents._persistence import AGENT_MESSAGES, AGENT_STATE, CONTEXT_SUMMARY
 from dex_agents._records import (
     AgentMessage,
     AgentMessageRange,
     AgentMessagesSlice,
-    AgentState,
     AgentUsage,
-    CompactionPlan,
     ContextSummary,
     MessageRole,
     ReadAgentMessagesRequest,
@@ -73,9 +66,6 @@ from dex_agents._records import (
 from dex_agents._text_parts import delete_message_parts_before
 from dex_agents._views import PAGE_MESSAGES_BYTES, fit_messages
 from dex_agents._wire_types import resolve_annotations
-
-if TYPE_CHECKING:
-    from dex_agents._flow import AgentSessionFlow
 
 #: ``read_agent_messages`` returns at most this many messages.
 MAX_READ_MESSAGES = 200
@@ -478,381 +468,6 @@ def delete_before(context: Context, summary: ContextSummary, kept_from: int) -> 
 def snapshot_summary(context: Context) -> ContextSummary | None:
     """The summary a snapshot shows: ``None`` until a compaction ran."""
     return CONTEXT_SUMMARY.get(context)
-
-
-# --- RunModel hooks ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelContext:
-    """What RunModel hands the runner: the messages and the summary before them."""
-
-    messages: tuple[AgentMessage, ...]
-    summary: ContextSummary | None
-
-
-def run_model_movement(
-    flow: AgentSessionFlow, message_count: int, summary: ContextSummary
-) -> StepMovement[None]:
-    """A RunModel movement that loads exactly the unsummarized tail."""
-    from dex_agents._steps import (
-        COMPACTING_RUN_MODEL_OPTIONS,
-        RECORD_TURN_FAILURE_OPTIONS,
-        RecordTurnFailure,
-        RunModel,
-    )
-
-    options = replace(
-        COMPACTING_RUN_MODEL_OPTIONS,
-        execute_load_attribute_map_instances=message_loads(
-            summary.through_sequence + 1, message_count
-        ),
-    ).on_execute_failure_proceed_to(RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS)
-    return StepMovement.of(RunModel, None, options=options)
-
-
-def next_model_call(flow: AgentSessionFlow, context: AsyncContext) -> StepDecision:
-    """The decision that moves to RunModel: with compaction, loading only the unsummarized tail
-    of the state this Step is about to commit."""
-    from dex_agents._steps import RunModel
-
-    state = AGENT_STATE.get(context)
-    if flow.options.compaction is None or state is None:
-        return go_to(RunModel, None)
-    return go_to_many(run_model_movement(flow, state.message_count, current_summary(context)))
-
-
-def load_model_context(
-    flow: AgentSessionFlow, context: AsyncContext, state: AgentState
-) -> ModelContext | StepDecision:
-    """RunModel's messages: the whole map without compaction; with it the unsummarized tail,
-    or a move to RunModel with the tail's loads when this movement lacks them."""
-    if flow.options.compaction is None:
-        return ModelContext(
-            messages=tuple(
-                AGENT_MESSAGES.get(context, key)
-                for key in AGENT_MESSAGES.get_all_instance_keys(context)
-            ),
-            summary=None,
-        )
-    summary = current_summary(context)
-    messages: list[AgentMessage] = []
-    for sequence in range(summary.through_sequence + 1, state.message_count + 1):
-        try:
-            message = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
-        except AttributeMapNotLoadedError:
-            return go_to_many(run_model_movement(flow, state.message_count, summary))
-        if message is not None:
-            messages.append(message)
-    return ModelContext(
-        messages=tuple(messages), summary=summary if summary.generation > 0 else None
-    )
-
-
-def _compacting_runner(flow: AgentSessionFlow) -> CompactingRunner:
-    runner = flow.runner
-    if not isinstance(runner, CompactingRunner):
-        raise AgentContractError("AgentSessionOptions.compaction needs a CompactingRunner")
-    return runner
-
-
-def _token_counter(
-    runner: CompactingRunner, agent_config: dict[str, Any] | None
-) -> Callable[[AgentMessage], int]:
-    counted: dict[int, int] = {}
-
-    def tokens_of(message: AgentMessage) -> int:
-        if message.sequence not in counted:
-            tokens = runner.count_message_tokens(message, agent_config)
-            counted[message.sequence] = max(0, int(tokens))
-        return counted[message.sequence]
-
-    return tokens_of
-
-
-def _plan(
-    flow: AgentSessionFlow,
-    state: AgentState,
-    turn: AgentTurnContext,
-    summary: ContextSummary,
-    *,
-    over_tokens: bool,
-    budgets: CompactionBudgets,
-    settings: CompactionOptions,
-    reason: str,
-    force: bool = False,
-    overflow_retry_of: str = "",
-) -> CompactionPlan | None:
-    runner = _compacting_runner(flow)
-    tokens_of = _token_counter(runner, turn.agent_config)
-    cutoff = choose_cutoff(
-        tail=turn.messages,
-        tokens_of=tokens_of,
-        budgets=budgets,
-        settings=settings,
-        summary=summary,
-        message_count=state.message_count,
-        turn_id=state.turn_id,
-        over_tokens=over_tokens,
-        force=force,
-    )
-    if cutoff is None:
-        return None
-    ranged = [message for message in turn.messages if message.sequence <= cutoff]
-    following = next((message for message in turn.messages if message.sequence > cutoff), None)
-    ends = plan_chunks(ranged, tokens_of, budgets.chunk, following)
-    if not ends:
-        return None
-    return CompactionPlan(chunk_ends=ends, reason=reason, overflow_retry_of=overflow_retry_of)
-
-
-def _settings(
-    flow: AgentSessionFlow, agent_config: dict[str, Any] | None
-) -> tuple[CompactionOptions, CompactionBudgets]:
-    options = flow.options.compaction
-    assert options is not None
-    settings = options.for_agent(agent_config)
-    window = _compacting_runner(flow).context_window(agent_config)
-    return settings, CompactionBudgets.of(window or settings.default_context_window, settings)
-
-
-def compact_before_model_call(
-    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, turn: AgentTurnContext
-) -> StepDecision | None:
-    """The move to CompactContext when ``turn``'s input reached the trigger (or retention is
-    over its limit) and a cutoff exists; ``None`` to call the model now."""
-    if flow.options.compaction is None:
-        return None
-    settings, budgets = _settings(flow, turn.agent_config)
-    summary = current_summary(context)
-    input_tokens = _compacting_runner(flow).count_input_tokens(turn)
-    over_tokens = input_tokens >= budgets.trigger
-    reason = "context" if over_tokens else "retention"
-    plan = _plan(
-        flow,
-        state,
-        turn,
-        summary,
-        over_tokens=over_tokens,
-        budgets=budgets,
-        settings=settings,
-        reason=reason,
-    )
-    if plan is not None:
-        return go_to_many(compact_movement(plan, summary))
-    _retain(context, state.message_count, settings.retention_limit)
-    return None
-
-
-def _retain(context: AsyncContext, message_count: int, retention_limit: int) -> None:
-    """Stage retention's deletions of summarized messages past the newest ``retention_limit``
-    (and the summary's new ``first_retained_sequence``) into this Step's commit."""
-    summary = current_summary(context)
-    kept_from = retained_from(message_count, retention_limit, summary)
-    if delete_before(context, summary, kept_from):
-        CONTEXT_SUMMARY.set(context, replace(summary, first_retained_sequence=kept_from))
-
-
-def retain_newest(flow: AgentSessionFlow, context: AsyncContext) -> None:
-    """After RunModel stored a turn's messages: retention over the new message count."""
-    state = AGENT_STATE.get(context)
-    if flow.options.compaction is None or state is None:
-        return
-    config = AGENT_CONFIG.get(context)
-    settings = flow.options.compaction.for_agent(config.agent_config if config else None)
-    _retain(context, state.message_count, settings.retention_limit)
-
-
-def compact_after_overflow(
-    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, turn: AgentTurnContext
-) -> StepDecision | None:
-    """After a ``ContextWindowExceededError``: the move to CompactContext (then the same model
-    call again), or ``None`` when this call was already retried or nothing can be summarized
-    (the caller fails the turn, or the attempt when the runner's next one may fit)."""
-    if flow.options.compaction is None:
-        return None
-    summary = current_summary(context)
-    call = f"{turn.turn_id}:{len(turn.tool_calls)}"
-    if summary.overflow_retry_of == call:
-        return None
-    settings, budgets = _settings(flow, turn.agent_config)
-    plan = _plan(
-        flow,
-        state,
-        turn,
-        summary,
-        over_tokens=True,
-        budgets=budgets,
-        settings=settings,
-        reason="overflow",
-        force=True,
-        overflow_retry_of=call,
-    )
-    return None if plan is None else go_to_many(compact_movement(plan, summary))
-
-
-# --- CompactContext ----------------------------------------------------------------------------
-
-#: Per-attempt timeout, heartbeat timeout and retries of CompactContext (a model call, like
-#: RunModel's).
-COMPACT_CONTEXT_ATTEMPT_TIMEOUT = timedelta(minutes=15)
-_COMPACT_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=3,
-    total_duration=timedelta(minutes=30),
-)
-
-
-def compact_context_options(loads: Iterable[AttributeMapLoad] = ()) -> StepOptions:
-    """CompactContext: SYNC, 15 minute attempts, 2 minute heartbeat timeout, 3 attempts in 30
-    minutes, failure route RecordTurnFailure; ``loads`` are the chunk's messages."""
-    from dex_agents._steps import (
-        RECORD_TURN_FAILURE_OPTIONS,
-        STEP_HEARTBEAT_TIMEOUT,
-        RecordTurnFailure,
-    )
-
-    return StepOptions(
-        wait_for_durability=_SYNC,
-        execute_durability=_SYNC,
-        execute_method_timeout=COMPACT_CONTEXT_ATTEMPT_TIMEOUT,
-        heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT,
-        execute_retry=_COMPACT_RETRY,
-        execute_load_attribute_map_instances=tuple(loads),
-    ).on_execute_failure_proceed_to(RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS)
-
-
-def compact_movement(plan: CompactionPlan, summary: ContextSummary) -> StepMovement[CompactionPlan]:
-    """A CompactContext movement loading the messages of ``plan``'s first chunk."""
-    end = plan.chunk_ends[0]
-    return StepMovement.of(
-        CompactContext,
-        plan,
-        options=compact_context_options(message_loads(summary.through_sequence + 1, end)),
-    )
-
-
-class CompactContext(Step[CompactionPlan]):
-    """Summarizes one chunk of ``CompactionPlan`` and commits it, with retention's deletions.
-
-    Next: CompactContext for the plan's next chunk, else RunModel (loading the new tail). A
-    Worker killed mid-Step reruns the chunk (nothing is committed before the summary); retries
-    exhausted go to RecordTurnFailure, which leaves every message in place.
-    """
-
-    def __init__(self, flow: AgentSessionFlow) -> None:
-        self._flow = flow
-
-    def get_step_options(self) -> StepOptions:
-        return compact_context_options()
-
-    async def execute(self, context: AsyncContext, input: CompactionPlan) -> StepDecision:  # type: ignore[override]
-        from dex_agents._steps import (
-            AwaitUserMessage,
-            add_usage,
-            background_heartbeat,
-            observe,
-            session_config,
-        )
-
-        flow = self._flow
-        state = AGENT_STATE.get(context)
-        if state is None or state.turn_id is None:
-            return go_to(AwaitUserMessage, None)
-        summary = current_summary(context)
-        ends = [end for end in input.chunk_ends if end > summary.through_sequence]
-        if not ends:
-            return go_to_many(run_model_movement(flow, state.message_count, summary))
-        plan = replace(input, chunk_ends=ends)
-        end = min(ends[0], state.message_count)
-        messages: list[AgentMessage] = []
-        for sequence in range(summary.through_sequence + 1, end + 1):
-            try:
-                message = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
-            except AttributeMapNotLoadedError:
-                return go_to_many(compact_movement(plan, summary))
-            if message is not None:
-                messages.append(message)
-        config = session_config(context).agent_config
-        settings, budgets = _settings(flow, config)
-        request = SummarizeRequest(
-            flow_id=context.flow_id,
-            previous_summary=summary.text,
-            messages=tuple(messages),
-            agent_config=config,
-            input_budget_tokens=budgets.summarizer_input,
-            summary_budget_tokens=budgets.summary,
-            attempt=context.attempt,
-            heartbeat_callback=context.heartbeat,
-        )
-        events = AgentEventWriter(flow.agent_events, context, state.turn_id)
-        try:
-            events.write_event(
-                AgentEventType.CONTEXT_COMPACTION_STARTED,
-                {"through_sequence": end, "reason": plan.reason},
-            )
-            async with background_heartbeat(context):
-                result = await _compacting_runner(flow).summarize(request)
-            if isinstance(result, SummaryResult):
-                text, usage = result.text, result.usage
-            else:
-                text, usage = result, None
-            if not isinstance(text, str) or not text.strip():
-                raise AgentContractError("summarize must return non-blank text")
-            decision = self._commit(context, events, state, summary, plan, end, text, settings)
-            if usage is not None:
-                add_usage(context, events, usage)
-                await observe(flow, context, status=None, turn_id=state.turn_id, usage=usage)
-            return decision
-        finally:
-            events.close()
-
-    def _commit(
-        self,
-        context: AsyncContext,
-        events: AgentEventWriter,
-        state: AgentState,
-        summary: ContextSummary,
-        plan: CompactionPlan,
-        end: int,
-        text: str,
-        settings: CompactionOptions,
-    ) -> StepDecision:
-        """Stage the chunk's summary, retention's deletions and the event; the next move."""
-        flow = self._flow
-        ends = plan.chunk_ends
-        # Retention: the newest retention_limit messages stay; only summarized ones go.
-        covered = replace(summary, through_sequence=end)
-        kept_from = retained_from(state.message_count, settings.retention_limit, covered)
-        deleted = delete_before(context, summary, kept_from)
-        last_chunk = len(ends) == 1
-        committed = ContextSummary(
-            generation=summary.generation + 1,
-            through_sequence=end,
-            text=text.strip(),
-            first_retained_sequence=kept_from,
-            overflow_retry_of=(
-                plan.overflow_retry_of
-                if last_chunk and plan.overflow_retry_of
-                else summary.overflow_retry_of
-            ),
-        )
-        CONTEXT_SUMMARY.set(context, committed)
-        events.write_event(
-            AgentEventType.CONTEXT_COMPACTED,
-            {
-                "through_sequence": end,
-                "generation": committed.generation,
-                "first_retained_sequence": kept_from,
-                "deleted_count": deleted,
-                "reason": plan.reason,
-            },
-        )
-        if not last_chunk:
-            return go_to_many(compact_movement(replace(plan, chunk_ends=ends[1:]), committed))
-        return go_to_many(run_model_movement(flow, state.message_count, committed))
 
 
 resolve_annotations(globals())

@@ -75,7 +75,7 @@ class AgentEventType(StrEnum):
     - ``user_input_answered``: ``tool_call_id``.
 
     Platform additions written by a tool Step while an MCP server's question waits for the
-    user (``dex_agents._elicitation.ToolCallElicitations``):
+    user (``dex_agents._tool_call_elicitations.ToolCallElicitations``):
 
     - ``elicitation_requested``: ``tool_call_id``, ``tool_name``, ``elicitation_id``,
       ``server``, ``mode`` (``form`` or ``url``), ``message``, ``deadline`` (ISO-8601 UTC);

@@ -11,15 +11,17 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dex import (
     AsyncContext,
+    AttributeMapLoad,
+    AttributeMapNotLoadedError,
     Context,
     RetryPolicy,
     Step,
@@ -50,13 +52,18 @@ from dex_agents._builtin_tools import (
     waiting_for_user_output,
 )
 from dex_agents._compaction import (
+    CompactingRunner,
+    CompactionBudgets,
+    CompactionOptions,
     ContextWindowExceededError,
-    ModelContext,
-    compact_after_overflow,
-    compact_before_model_call,
-    load_model_context,
-    next_model_call,
-    retain_newest,
+    SummarizeRequest,
+    SummaryResult,
+    choose_cutoff,
+    current_summary,
+    delete_before,
+    message_loads,
+    plan_chunks,
+    retained_from,
 )
 from dex_agents._contract import (
     CANCELLED_BY_STEER_OUTPUT,
@@ -99,6 +106,7 @@ from dex_agents._observer import (
     TurnGuardCheck,
     notify_observer,
 )
+from dex_agents._options import SessionFlow
 from dex_agents._persistence import (
     AGENT_CONFIG,
     AGENT_MESSAGES,
@@ -107,6 +115,7 @@ from dex_agents._persistence import (
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
     BUILTIN_WAKEUPS,
+    CONTEXT_SUMMARY,
     ELICITATIONS,
     FRAMEWORK_RUN_STATE,
     INTERRUPT_RESOLUTIONS,
@@ -135,6 +144,8 @@ from dex_agents._records import (
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
+    CompactionPlan,
+    ContextSummary,
     MessageNotice,
     MessageRole,
     PendingTimer,
@@ -157,9 +168,7 @@ from dex_agents._text_parts import (
     tool_output_key,
 )
 from dex_agents._turn_cancel import ModelCallCancelled, unless_cancelled
-
-if TYPE_CHECKING:
-    from dex_agents._flow import AgentSessionFlow
+from dex_agents._wire_types import resolve_annotations
 
 #: The background heartbeat period of RunModel and the tool Steps (seed "run_model_step").
 HEARTBEAT_INTERVAL = timedelta(seconds=20)
@@ -182,7 +191,7 @@ def _now() -> datetime:
 
 
 async def observe(
-    flow: AgentSessionFlow,
+    flow: SessionFlow,
     context: AsyncContext,
     *,
     status: AgentStatus | None,
@@ -217,7 +226,7 @@ async def observe(
 
 
 def _approval_deadline(
-    flow: AgentSessionFlow, policy: ToolPolicy, now: datetime
+    flow: SessionFlow, policy: ToolPolicy, now: datetime
 ) -> datetime | None:
     """The deadline of an approval: the policy's own (platform addition), else the Flow's."""
     if policy.approval_deadline_seconds is not None:
@@ -250,7 +259,7 @@ async def _background_heartbeat(context: AsyncContext) -> AsyncIterator[None]:
             await task
 
 
-#: Shared with ``dex_agents._compaction``'s CompactContext.
+#: Shared with CompactContext.
 background_heartbeat = _background_heartbeat
 
 
@@ -276,7 +285,7 @@ def _config(context: AsyncContext) -> AgentSessionConfig:
     return AGENT_CONFIG.get(context) or AgentSessionConfig()
 
 
-#: Shared with ``dex_agents._compaction``'s CompactContext.
+#: Shared with CompactContext.
 session_config = _config
 
 
@@ -288,7 +297,7 @@ SUPERSEDED_BY_STEER_MESSAGE = "Withdrawn: a steered user message superseded this
 CANCELLED_TURN_MESSAGE = "Withdrawn: the user cancelled the turn."
 
 
-def _steer_pending(flow: AgentSessionFlow, context: Context) -> bool:
+def _steer_pending(flow: SessionFlow, context: Context) -> bool:
     """True when the session steers and a steered message waits to reach the model (platform
     addition): one still in ``STEERED_USER_MESSAGES``, or one a Step already took."""
     if not flow.options.steering:
@@ -302,7 +311,7 @@ def cancel_pending(context: Context, turn_id: str | None) -> bool:
     return turn_id is not None and TURN_CANCEL.get(context) == turn_id
 
 
-def _stop_pending(flow: AgentSessionFlow, context: Context, turn_id: str | None) -> bool:
+def _stop_pending(flow: SessionFlow, context: Context, turn_id: str | None) -> bool:
     """A safe boundary must stop: a steered message waits, or the turn is being cancelled."""
     return _steer_pending(flow, context) or cancel_pending(context, turn_id)
 
@@ -450,7 +459,7 @@ RUN_MODEL_OPTIONS = _sync_options(
     execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
 )
 #: RunModel with ``AgentSessionOptions.compaction``: movements add the unsummarized tail's
-#: ``AGENT_MESSAGES`` instances (``dex_agents._compaction.run_model_movement``).
+#: ``AGENT_MESSAGES`` instances (``run_model_movement``).
 COMPACTING_RUN_MODEL_OPTIONS = replace(
     RUN_MODEL_OPTIONS, execute_load_attribute_maps=(AGENT_TOOL_CALLS,)
 )
@@ -463,7 +472,7 @@ STEERING_RESUME_TURN_OPTIONS = _sync_options(
 )
 
 
-def _resume_movement(flow: AgentSessionFlow, count: int) -> StepMovement[int]:
+def _resume_movement(flow: SessionFlow, count: int) -> StepMovement[int]:
     # Every session can cancel a turn (platform addition, cancel_turn), which withdraws
     # approvals and questions from ResumeTurn as a steered message does.
     return StepMovement.of(ResumeTurn, count, options=STEERING_RESUME_TURN_OPTIONS)
@@ -510,7 +519,7 @@ def _builtin_movement(step: type[Step[str]], tool_call_id: str) -> StepMovement[
 
 
 async def _start_turn(
-    flow: AgentSessionFlow,
+    flow: SessionFlow,
     context: AsyncContext,
     state: AgentState,
     text: str,
@@ -583,7 +592,7 @@ def _observed(messages: Sequence[tuple[int, str, str]]) -> list[ObservedMessage]
 
 
 async def _start_plan_turn(
-    flow: AgentSessionFlow, context: AsyncContext, state: AgentState, plan: AgentPlan
+    flow: SessionFlow, context: AsyncContext, state: AgentState, plan: AgentPlan
 ) -> StepDecision:
     """Start an ``executing`` turn for ``plan`` without a user message (``execute_plan``); a
     draft becomes active."""
@@ -679,7 +688,7 @@ def _open_record(context: AsyncContext, tool_call_id: str) -> AgentToolCall | No
 
 
 async def _run_tool(
-    flow: AgentSessionFlow, context: AsyncContext, tool_call_id: str
+    flow: SessionFlow, context: AsyncContext, tool_call_id: str
 ) -> StepDecision:
     record = _open_record(context, tool_call_id)
     if record is None:
@@ -787,7 +796,7 @@ def add_usage(context: AsyncContext, events: AgentEventWriter, usage: object) ->
 class _SessionStep:
     """Gives a Step its Flow (runner, options, AgentEvents Stream)."""
 
-    def __init__(self, flow: AgentSessionFlow) -> None:
+    def __init__(self, flow: SessionFlow) -> None:
         self._flow = flow
 
 
@@ -1460,7 +1469,7 @@ class RecordToolOutcomeUnknown(_SessionStep, Step[str]):
 
 
 def _record_recovery(
-    flow: AgentSessionFlow,
+    flow: SessionFlow,
     context: AsyncContext,
     tool_call_id: str,
     status_for: Callable[[AgentToolCall], ToolCallStatus],
@@ -1674,7 +1683,7 @@ _LOG = logging.getLogger("dex_agents")
 
 
 async def _ask_turn_guard(
-    flow: AgentSessionFlow,
+    flow: SessionFlow,
     context: AsyncContext,
     turn_id: str,
     config: AgentSessionConfig,
@@ -1699,7 +1708,7 @@ async def _ask_turn_guard(
 
 
 async def _stop_turn(
-    flow: AgentSessionFlow,
+    flow: SessionFlow,
     context: AsyncContext,
     events: AgentEventWriter,
     state: AgentState,
@@ -1817,7 +1826,7 @@ def _withdraw_turn_interrupts(context: AsyncContext, turn_id: str) -> list[Agent
 
 
 def _store_turn_note(
-    flow: AgentSessionFlow,
+    flow: SessionFlow,
     context: AsyncContext,
     final: Sequence[AgentToolCall],
     turn_id: str,
@@ -1878,7 +1887,7 @@ def _forget_stale_cancel(context: AsyncContext) -> None:
 
 
 def _interrupted_message(
-    flow: AgentSessionFlow, text: str, sequence: int, turn_id: str
+    flow: SessionFlow, text: str, sequence: int, turn_id: str
 ) -> AgentMessage | None:
     """The stored message for the text an abandoned model call streamed, marked
     ``interrupted``; ``None`` without text or when the runner has no
@@ -1902,7 +1911,7 @@ def _interrupted_message(
 
 
 def _abandoned_call_usage(
-    flow: AgentSessionFlow, turn: AgentTurnContext, streamed_text: str
+    flow: SessionFlow, turn: AgentTurnContext, streamed_text: str
 ) -> AgentUsage | None:
     """The usage of the model call ``cancel_turn`` abandoned, from the runner's optional
     ``abandoned_call_usage(turn, streamed_text) -> AgentUsage | None`` (a platform addition to
@@ -1918,7 +1927,7 @@ def _abandoned_call_usage(
 
 
 async def end_cancelled_turn(
-    flow: AgentSessionFlow,
+    flow: SessionFlow,
     context: AsyncContext,
     state: AgentState,
     *,
@@ -2120,3 +2129,363 @@ class AwaitUserInput(_SessionStep, Step[str]):
             return _finish_tool_call(context, events, final)
         finally:
             events.close()
+
+
+# --- Context compaction: RunModel's hooks and the CompactContext Step --------------------------
+# (dex_agents._compaction holds the plans, summaries and message ranges they use)
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What RunModel hands the runner: the messages and the summary before them."""
+
+    messages: tuple[AgentMessage, ...]
+    summary: ContextSummary | None
+
+
+def run_model_movement(
+    flow: SessionFlow, message_count: int, summary: ContextSummary
+) -> StepMovement[None]:
+    """A RunModel movement that loads exactly the unsummarized tail."""
+
+    options = replace(
+        COMPACTING_RUN_MODEL_OPTIONS,
+        execute_load_attribute_map_instances=message_loads(
+            summary.through_sequence + 1, message_count
+        ),
+    ).on_execute_failure_proceed_to(RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS)
+    return StepMovement.of(RunModel, None, options=options)
+
+
+def next_model_call(flow: SessionFlow, context: AsyncContext) -> StepDecision:
+    """The decision that moves to RunModel: with compaction, loading only the unsummarized tail
+    of the state this Step is about to commit."""
+
+    state = AGENT_STATE.get(context)
+    if flow.options.compaction is None or state is None:
+        return go_to(RunModel, None)
+    return go_to_many(run_model_movement(flow, state.message_count, current_summary(context)))
+
+
+def load_model_context(
+    flow: SessionFlow, context: AsyncContext, state: AgentState
+) -> ModelContext | StepDecision:
+    """RunModel's messages: the whole map without compaction; with it the unsummarized tail,
+    or a move to RunModel with the tail's loads when this movement lacks them."""
+    if flow.options.compaction is None:
+        return ModelContext(
+            messages=tuple(
+                AGENT_MESSAGES.get(context, key)
+                for key in AGENT_MESSAGES.get_all_instance_keys(context)
+            ),
+            summary=None,
+        )
+    summary = current_summary(context)
+    messages: list[AgentMessage] = []
+    for sequence in range(summary.through_sequence + 1, state.message_count + 1):
+        try:
+            message = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
+        except AttributeMapNotLoadedError:
+            return go_to_many(run_model_movement(flow, state.message_count, summary))
+        if message is not None:
+            messages.append(message)
+    return ModelContext(
+        messages=tuple(messages), summary=summary if summary.generation > 0 else None
+    )
+
+
+def _compacting_runner(flow: SessionFlow) -> CompactingRunner:
+    runner = flow.runner
+    if not isinstance(runner, CompactingRunner):
+        raise AgentContractError("AgentSessionOptions.compaction needs a CompactingRunner")
+    return runner
+
+
+def _token_counter(
+    runner: CompactingRunner, agent_config: dict[str, Any] | None
+) -> Callable[[AgentMessage], int]:
+    counted: dict[int, int] = {}
+
+    def tokens_of(message: AgentMessage) -> int:
+        if message.sequence not in counted:
+            tokens = runner.count_message_tokens(message, agent_config)
+            counted[message.sequence] = max(0, int(tokens))
+        return counted[message.sequence]
+
+    return tokens_of
+
+
+def _plan(
+    flow: SessionFlow,
+    state: AgentState,
+    turn: AgentTurnContext,
+    summary: ContextSummary,
+    *,
+    over_tokens: bool,
+    budgets: CompactionBudgets,
+    settings: CompactionOptions,
+    reason: str,
+    force: bool = False,
+    overflow_retry_of: str = "",
+) -> CompactionPlan | None:
+    runner = _compacting_runner(flow)
+    tokens_of = _token_counter(runner, turn.agent_config)
+    cutoff = choose_cutoff(
+        tail=turn.messages,
+        tokens_of=tokens_of,
+        budgets=budgets,
+        settings=settings,
+        summary=summary,
+        message_count=state.message_count,
+        turn_id=state.turn_id,
+        over_tokens=over_tokens,
+        force=force,
+    )
+    if cutoff is None:
+        return None
+    ranged = [message for message in turn.messages if message.sequence <= cutoff]
+    following = next((message for message in turn.messages if message.sequence > cutoff), None)
+    ends = plan_chunks(ranged, tokens_of, budgets.chunk, following)
+    if not ends:
+        return None
+    return CompactionPlan(chunk_ends=ends, reason=reason, overflow_retry_of=overflow_retry_of)
+
+
+def _settings(
+    flow: SessionFlow, agent_config: dict[str, Any] | None
+) -> tuple[CompactionOptions, CompactionBudgets]:
+    options = flow.options.compaction
+    assert options is not None
+    settings = options.for_agent(agent_config)
+    window = _compacting_runner(flow).context_window(agent_config)
+    return settings, CompactionBudgets.of(window or settings.default_context_window, settings)
+
+
+def compact_before_model_call(
+    flow: SessionFlow, context: AsyncContext, state: AgentState, turn: AgentTurnContext
+) -> StepDecision | None:
+    """The move to CompactContext when ``turn``'s input reached the trigger (or retention is
+    over its limit) and a cutoff exists; ``None`` to call the model now."""
+    if flow.options.compaction is None:
+        return None
+    settings, budgets = _settings(flow, turn.agent_config)
+    summary = current_summary(context)
+    input_tokens = _compacting_runner(flow).count_input_tokens(turn)
+    over_tokens = input_tokens >= budgets.trigger
+    reason = "context" if over_tokens else "retention"
+    plan = _plan(
+        flow,
+        state,
+        turn,
+        summary,
+        over_tokens=over_tokens,
+        budgets=budgets,
+        settings=settings,
+        reason=reason,
+    )
+    if plan is not None:
+        return go_to_many(compact_movement(plan, summary))
+    _retain(context, state.message_count, settings.retention_limit)
+    return None
+
+
+def _retain(context: AsyncContext, message_count: int, retention_limit: int) -> None:
+    """Stage retention's deletions of summarized messages past the newest ``retention_limit``
+    (and the summary's new ``first_retained_sequence``) into this Step's commit."""
+    summary = current_summary(context)
+    kept_from = retained_from(message_count, retention_limit, summary)
+    if delete_before(context, summary, kept_from):
+        CONTEXT_SUMMARY.set(context, replace(summary, first_retained_sequence=kept_from))
+
+
+def retain_newest(flow: SessionFlow, context: AsyncContext) -> None:
+    """After RunModel stored a turn's messages: retention over the new message count."""
+    state = AGENT_STATE.get(context)
+    if flow.options.compaction is None or state is None:
+        return
+    config = AGENT_CONFIG.get(context)
+    settings = flow.options.compaction.for_agent(config.agent_config if config else None)
+    _retain(context, state.message_count, settings.retention_limit)
+
+
+def compact_after_overflow(
+    flow: SessionFlow, context: AsyncContext, state: AgentState, turn: AgentTurnContext
+) -> StepDecision | None:
+    """After a ``ContextWindowExceededError``: the move to CompactContext (then the same model
+    call again), or ``None`` when this call was already retried or nothing can be summarized
+    (the caller fails the turn, or the attempt when the runner's next one may fit)."""
+    if flow.options.compaction is None:
+        return None
+    summary = current_summary(context)
+    call = f"{turn.turn_id}:{len(turn.tool_calls)}"
+    if summary.overflow_retry_of == call:
+        return None
+    settings, budgets = _settings(flow, turn.agent_config)
+    plan = _plan(
+        flow,
+        state,
+        turn,
+        summary,
+        over_tokens=True,
+        budgets=budgets,
+        settings=settings,
+        reason="overflow",
+        force=True,
+        overflow_retry_of=call,
+    )
+    return None if plan is None else go_to_many(compact_movement(plan, summary))
+
+
+# --- CompactContext ----------------------------------------------------------------------------
+
+#: Per-attempt timeout, heartbeat timeout and retries of CompactContext (a model call, like
+#: RunModel's).
+COMPACT_CONTEXT_ATTEMPT_TIMEOUT = timedelta(minutes=15)
+_COMPACT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=3,
+    total_duration=timedelta(minutes=30),
+)
+
+
+def compact_context_options(loads: Iterable[AttributeMapLoad] = ()) -> StepOptions:
+    """CompactContext: SYNC, 15 minute attempts, 2 minute heartbeat timeout, 3 attempts in 30
+    minutes, failure route RecordTurnFailure; ``loads`` are the chunk's messages."""
+
+    return StepOptions(
+        wait_for_durability=_SYNC,
+        execute_durability=_SYNC,
+        execute_method_timeout=COMPACT_CONTEXT_ATTEMPT_TIMEOUT,
+        heartbeat_timeout=STEP_HEARTBEAT_TIMEOUT,
+        execute_retry=_COMPACT_RETRY,
+        execute_load_attribute_map_instances=tuple(loads),
+    ).on_execute_failure_proceed_to(RecordTurnFailure, RECORD_TURN_FAILURE_OPTIONS)
+
+
+def compact_movement(plan: CompactionPlan, summary: ContextSummary) -> StepMovement[CompactionPlan]:
+    """A CompactContext movement loading the messages of ``plan``'s first chunk."""
+    end = plan.chunk_ends[0]
+    return StepMovement.of(
+        CompactContext,
+        plan,
+        options=compact_context_options(message_loads(summary.through_sequence + 1, end)),
+    )
+
+
+class CompactContext(Step[CompactionPlan]):
+    """Summarizes one chunk of ``CompactionPlan`` and commits it, with retention's deletions.
+
+    Next: CompactContext for the plan's next chunk, else RunModel (loading the new tail). A
+    Worker killed mid-Step reruns the chunk (nothing is committed before the summary); retries
+    exhausted go to RecordTurnFailure, which leaves every message in place.
+    """
+
+    def __init__(self, flow: SessionFlow) -> None:
+        self._flow = flow
+
+    def get_step_options(self) -> StepOptions:
+        return compact_context_options()
+
+    async def execute(self, context: AsyncContext, input: CompactionPlan) -> StepDecision:  # type: ignore[override]
+
+        flow = self._flow
+        state = AGENT_STATE.get(context)
+        if state is None or state.turn_id is None:
+            return go_to(AwaitUserMessage, None)
+        summary = current_summary(context)
+        ends = [end for end in input.chunk_ends if end > summary.through_sequence]
+        if not ends:
+            return go_to_many(run_model_movement(flow, state.message_count, summary))
+        plan = replace(input, chunk_ends=ends)
+        end = min(ends[0], state.message_count)
+        messages: list[AgentMessage] = []
+        for sequence in range(summary.through_sequence + 1, end + 1):
+            try:
+                message = AGENT_MESSAGES.get(context, message_sequence_key(sequence))
+            except AttributeMapNotLoadedError:
+                return go_to_many(compact_movement(plan, summary))
+            if message is not None:
+                messages.append(message)
+        config = session_config(context).agent_config
+        settings, budgets = _settings(flow, config)
+        request = SummarizeRequest(
+            flow_id=context.flow_id,
+            previous_summary=summary.text,
+            messages=tuple(messages),
+            agent_config=config,
+            input_budget_tokens=budgets.summarizer_input,
+            summary_budget_tokens=budgets.summary,
+            attempt=context.attempt,
+            heartbeat_callback=context.heartbeat,
+        )
+        events = AgentEventWriter(flow.agent_events, context, state.turn_id)
+        try:
+            events.write_event(
+                AgentEventType.CONTEXT_COMPACTION_STARTED,
+                {"through_sequence": end, "reason": plan.reason},
+            )
+            async with background_heartbeat(context):
+                result = await _compacting_runner(flow).summarize(request)
+            if isinstance(result, SummaryResult):
+                text, usage = result.text, result.usage
+            else:
+                text, usage = result, None
+            if not isinstance(text, str) or not text.strip():
+                raise AgentContractError("summarize must return non-blank text")
+            decision = self._commit(context, events, state, summary, plan, end, text, settings)
+            if usage is not None:
+                add_usage(context, events, usage)
+                await observe(flow, context, status=None, turn_id=state.turn_id, usage=usage)
+            return decision
+        finally:
+            events.close()
+
+    def _commit(
+        self,
+        context: AsyncContext,
+        events: AgentEventWriter,
+        state: AgentState,
+        summary: ContextSummary,
+        plan: CompactionPlan,
+        end: int,
+        text: str,
+        settings: CompactionOptions,
+    ) -> StepDecision:
+        """Stage the chunk's summary, retention's deletions and the event; the next move."""
+        flow = self._flow
+        ends = plan.chunk_ends
+        # Retention: the newest retention_limit messages stay; only summarized ones go.
+        covered = replace(summary, through_sequence=end)
+        kept_from = retained_from(state.message_count, settings.retention_limit, covered)
+        deleted = delete_before(context, summary, kept_from)
+        last_chunk = len(ends) == 1
+        committed = ContextSummary(
+            generation=summary.generation + 1,
+            through_sequence=end,
+            text=text.strip(),
+            first_retained_sequence=kept_from,
+            overflow_retry_of=(
+                plan.overflow_retry_of
+                if last_chunk and plan.overflow_retry_of
+                else summary.overflow_retry_of
+            ),
+        )
+        CONTEXT_SUMMARY.set(context, committed)
+        events.write_event(
+            AgentEventType.CONTEXT_COMPACTED,
+            {
+                "through_sequence": end,
+                "generation": committed.generation,
+                "first_retained_sequence": kept_from,
+                "deleted_count": deleted,
+                "reason": plan.reason,
+            },
+        )
+        if not last_chunk:
+            return go_to_many(compact_movement(replace(plan, chunk_ends=ends[1:]), committed))
+        return go_to_many(run_model_movement(flow, state.message_count, committed))
+
+
+resolve_annotations(globals())

@@ -175,17 +175,23 @@ def server_record_discovery_error(*, server: McpServer, message: str) -> None:
     server.save(update_fields=["last_error", "last_error_at", "updated_at"])
 
 
+#: The registered name of ``tasks.discover_server_tools``.
+DISCOVER_SERVER_TOOLS_TASK = "mcp_registry.discover_server_tools"
+
+
 def server_discovery_enqueue(*, server: McpServer) -> None:
     """Queue ``tasks.discover_server_tools`` for ``server`` once the transaction commits.
 
     The task goes to the Celery queue that ``CELERY_TASK_ROUTES`` names for it (``discovery``
     in the dexagents project), which a worker of its own consumes, so a server that hangs
-    delays no outbox delivery.
+    delays no outbox delivery. It is queued by its registered name, which runs it exactly as
+    its function would (``CELERY_TASK_ALWAYS_EAGER`` included): ``tasks`` imports this module,
+    never the other way.
     """
-    from mcp_registry.tasks import discover_server_tools
+    from celery import current_app
 
-    server_id = server.pk
-    transaction.on_commit(lambda: discover_server_tools.delay(server_id))
+    signature = current_app.signature(DISCOVER_SERVER_TOOLS_TASK, args=(server.pk,))
+    transaction.on_commit(signature.apply_async)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from celery import shared_task
 
 from mcp_registry.models import McpServer
 from mcp_registry.services import (
+    DISCOVER_SERVER_TOOLS_TASK,
     ToolDiscoveryError,
     server_discover_tools,
     server_discovery_enqueue_by_name,
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="mcp_registry.discover_server_tools")
+@shared_task(name=DISCOVER_SERVER_TOOLS_TASK)
 def discover_server_tools(server_id: int) -> int | None:
     """Discover the tools of the server with primary key ``server_id``.
 

@@ -13,12 +13,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents_app import dex_gateway
-from agents_app.models import AgentSession
-from agents_app.session_index import (
-    SESSION_STATUS_STOPPED,
-    START_ABANDONED_AFTER,
-    session_index_reconcile,
-)
+from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
+from agents_app.session_index import START_ABANDONED_AFTER, session_index_reconcile
 from tests.factories import AgentDefinitionFactory
 
 pytestmark = pytest.mark.django_db

@@ -176,8 +176,8 @@ async def test_approvals_socket_hears_notices_and_polls_for_lost_ones(
 ) -> None:
     from django.utils import timezone
 
+    from agents_app.approval_index import approvals_changed_anotify
     from agents_app.models import ApprovalRequest
-    from agents_app.session_index import approvals_changed_anotify
 
     session = await asyncio.to_thread(session_of, owner)
     headers = await asyncio.to_thread(token_headers, staff)

@@ -32,13 +32,8 @@ from dex_agents import (
     ToolCallStatus,
     message_sequence_key,
 )
-from dex_agents._compaction import (
-    CompactionBudgets,
-    choose_cutoff,
-    compact_movement,
-    plan_chunks,
-    run_model_movement,
-)
+from dex_agents._compaction import CompactionBudgets, choose_cutoff, plan_chunks
+from dex_agents._steps import compact_movement, run_model_movement
 from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
     AgentTestStack,

@@ -32,7 +32,6 @@ from dex_agents import (
     ToolEffect,
     ToolPolicy,
 )
-from dex_agents._compaction import compact_movement, run_model_movement
 from dex_agents._contract import require_user_message
 from dex_agents._steps import (
     RECORD_TURN_FAILURE_OPTIONS,
@@ -49,7 +48,9 @@ from dex_agents._steps import (
     _tool_movement,
     _validate_tool_calls,
     approval_options,
+    compact_movement,
     deadline_timer_seconds,
+    run_model_movement,
     tool_options,
 )
 from dex_agents.testing import DEX_SERVER_ZD_BINARY_ENV, dex_server_zd_binary

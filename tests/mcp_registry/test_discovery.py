@@ -232,7 +232,9 @@ def test_tools_list_changed_queues_discovery(monkeypatch: pytest.MonkeyPatch) ->
     from mcp_registry import tasks
 
     queued: list[int] = []
-    monkeypatch.setattr(tasks.discover_server_tools, "delay", queued.append)
+    monkeypatch.setattr(
+        tasks.discover_server_tools, "apply_async", lambda args, *_, **__: queued.append(*args)
+    )
     server = McpServerFactory.create(name="everything")
     McpServerFactory.create(name="off", enabled=False)
     async_to_sync(tasks.tools_list_changed_enqueue)("everything")

@@ -203,7 +203,9 @@ def test_the_periodic_task_queues_every_enabled_server(
     from tests.factories import McpServerFactory
 
     queued: list[int] = []
-    monkeypatch.setattr(tasks.discover_server_tools, "delay", queued.append)
+    monkeypatch.setattr(
+        tasks.discover_server_tools, "apply_async", lambda args, *_, **__: queued.append(*args)
+    )
     on = McpServerFactory.create(name="on")
     McpServerFactory.create(name="off", enabled=False)
     with django_capture_on_commit_callbacks(execute=True):

@@ -43,9 +43,9 @@ class HydrationShortfallFilter(logging.Filter):
 
 
 def _sweep_outbox() -> None:
-    from agents_app import tasks
+    from agents_app import task_queue
 
-    tasks.outbox_sweep_schedule()
+    task_queue.outbox_sweep_schedule()
 
 
 class Command(BaseCommand):
@@ -89,6 +89,7 @@ class Command(BaseCommand):
             open_blob_cache,
         )
 
+        from agents_app import dex_gateway
         from agents_app.flow import build_flow
         from agents_app.runner import model_calls_warm
         from agents_app.session_index import SessionIndexObserver
@@ -128,7 +129,9 @@ class Command(BaseCommand):
             max_processes=knobs["MCP_MAX_PROCESSES"],
         )
         observer = SessionIndexObserver()
-        flow = build_flow(pool=pool, observer=observer)
+        flow = build_flow(
+            pool=pool, observer=observer, session_client=dex_gateway.session_client
+        )
         registry = Registry([flow], AgentCodecRegistry(), allow_async_handlers=True)
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"
         cache_dir.mkdir(parents=True, exist_ok=True)
