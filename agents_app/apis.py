@@ -84,7 +84,7 @@ from agents_app.usage_records import (
     session_row_usage,
     session_usage_totals,
 )
-from dex_agents import StepHistoryEntry
+from dex_agents import STEP_OUTCOMES, StepHistoryEntry
 
 MESSAGE_MAX_CHARS = 100_000
 MESSAGE_PAGE_DEFAULT = 50
@@ -2119,6 +2119,22 @@ class SessionHistoryApi(SessionOwnedMixin, AsyncAPIView):
                         help_text="The tool call a tool, approval, wait or question Step "
                         "belongs to.",
                     ),
+                    "tool_name": serializers.CharField(
+                        allow_null=True,
+                        help_text="That call's tool, when the Step recorded it (approvals).",
+                    ),
+                    "outcome": serializers.ChoiceField(
+                        choices=sorted(STEP_OUTCOMES),
+                        allow_null=True,
+                        help_text="What a completed method's ending meant, when `status` "
+                        "alone hides it: a model call refused by the provider (`failed`) or "
+                        "cancelled; an approval approved, rejected, withdrawn or expired.",
+                    ),
+                    "outcome_detail": serializers.CharField(
+                        allow_null=True,
+                        help_text="That outcome's detail: the provider's refusal, the "
+                        "rejection message (at most 1,000 characters).",
+                    ),
                 },
                 many=True,
             )
@@ -2146,6 +2162,9 @@ def _history_entry_data(entry: StepHistoryEntry) -> dict[str, Any]:
         "failed_attempt": entry.failed_attempt,
         "error": entry.failure,
         "tool_call_id": entry.input_text if entry.step_type in TOOL_CALL_STEPS else None,
+        "tool_name": entry.tool_name,
+        "outcome": entry.outcome,
+        "outcome_detail": entry.outcome_detail,
     }
 
 

@@ -1309,26 +1309,58 @@ async def session_events_after_retained(*, session_id: str, after: str, newer: i
 
 async def session_events_turn_start_token(*, session_id: str, turn_id: str) -> str | None:
     """Where a live view of the running turn ``turn_id`` starts: the token of the message just
-    before the turn's ``turn_started`` event.
+    before the turn's ``turn_started`` event, or before the ``message_queued`` of a message the
+    turn took (its ``client_ids``) when the web wrote that announcement first.
 
     A page that opens while a turn runs relays from here, so the text the turn already
-    streamed (which no stored message holds yet) shows too.
+    streamed (which no stored message holds yet) shows too, and the Activity row of the
+    message that started the turn comes before the turn's start, as on a page open since.
+    The web announces a message after the engine took it, so its ``message_queued`` lands on
+    either side of the worker's ``turn_started``; only web announcements (no turn) between the
+    two are passed over, at most ``_TURN_START_LOOKBACK`` of them, so an earlier turn's events
+    are never replayed.
 
     Returns:
-        The token; ``""`` when ``turn_started`` is the oldest retained message (relay from the
-        start); ``None`` when it is not retained (trimmed, or not written yet).
+        The token; ``""`` when the relay starts at the oldest retained message; ``None`` when
+        ``turn_started`` is not retained (trimmed, or not written yet).
 
     Raises:
         EngineUnavailableError: Dex did not answer.
     """
     found = False
+    wanted: set[str] = set()
+    older: list[Any] = []  # web announcements older than turn_started, newest first
+    exhausted = True
     async for message in _events_newest_first(session_id):
-        if found:
-            return str(message.resume_token)
         value = message.value
-        if value.turn_id == turn_id and plain_data(value.type) == "turn_started":
-            found = True
-    return "" if found else None
+        if not found:
+            if value.turn_id == turn_id and plain_data(value.type) == "turn_started":
+                found = True
+                client_ids = (value.payload or {}).get("client_ids") or []
+                wanted = {str(item) for item in client_ids if item}
+            continue
+        older.append(message)
+        if value.turn_id or not wanted or len(older) > _TURN_START_LOOKBACK:
+            exhausted = False
+            break
+    if not found:
+        return None
+    taken = [
+        index
+        for index, message in enumerate(older)
+        if not message.value.turn_id
+        and plain_data(message.value.type) == "message_queued"
+        and (message.value.payload or {}).get("message_id") in wanted
+    ]
+    start = taken[-1] + 1 if taken else 0
+    if start < len(older):
+        return str(older[start].resume_token)
+    return "" if exhausted else str(older[-1].resume_token)
+
+
+#: How many web announcements (queue changes, other queued messages) before a turn's
+#: ``turn_started`` ``session_events_turn_start_token`` passes over to find the turn's message.
+_TURN_START_LOOKBACK = 20
 
 
 async def engine_connection_open() -> None:

@@ -125,6 +125,7 @@ from dex_agents._flow import AgentSessionFlow
 from dex_agents._history import (
     EXECUTE_COMPLETED_EVENT,
     EXECUTE_FAILED_EVENT,
+    STEP_OUTCOMES,
     WAIT_FOR_COMPLETED_EVENT,
     WAIT_FOR_FAILED_EVENT,
     StepHistoryEntry,
@@ -280,6 +281,7 @@ __all__ = [
     "REQUEST_USER_INPUT_TOOL",
     "STEERED_FOR_TURN",
     "STEERED_USER_MESSAGES",
+    "STEP_OUTCOMES",
     "TEXT_PARTS",
     "TEXT_PARTS_INDEX",
     "TEXT_PART_BYTES",

@@ -35,8 +35,13 @@ CANCELLED_BY_STEER_OUTPUT = (
 #: The model-visible result of a tool call that had not started when the user cancelled its
 #: turn (platform addition, ``cancel_turn``).
 CANCELLED_BY_USER_OUTPUT = '{"status": "cancelled", "reason": "turn_cancelled_by_user"}'
-#: The first line of the note a cancelled turn that ran tools stores (platform addition).
-TURN_CANCELLED_NOTE_HEADER = "[Dex] The previous turn was cancelled after these tool calls ran:"
+#: The first line of the note a cancelled turn that ended tool calls stores (platform
+#: addition). Calls the cancel caught before they started are listed ``cancelled``: they did
+#: not run, and the header says so (it once said "after these tool calls ran").
+TURN_CANCELLED_NOTE_HEADER = (
+    "[Dex] The previous turn was cancelled; its tool calls ended as follows"
+    " (cancelled ones did not run):"
+)
 #: The note a cancelled turn stores when it ran no tool call and streamed no text (platform
 #: addition): without it the turn would leave no trace, in the conversation or for the model.
 TURN_CANCELLED_EMPTY_NOTE = (

@@ -6,6 +6,7 @@ The SDK 1.23.0 clients have no history call, so this reads the protocol directly
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -22,6 +23,16 @@ WAIT_FOR_FAILED_EVENT = "step_wait_for_failed"
 STEP_EVENTS = frozenset(
     {EXECUTE_COMPLETED_EVENT, EXECUTE_FAILED_EVENT, WAIT_FOR_COMPLETED_EVENT, WAIT_FOR_FAILED_EVENT}
 )
+#: Names of the application events (Dex ``record_event``) a Step method records for the
+#: history (platform addition): what the Step's ending meant when its status alone hides it,
+#: that meaning's detail, and the tool a tool Step's call belongs to.
+OUTCOME_RECORD = "outcome"
+OUTCOME_DETAIL_RECORD = "outcome_detail"
+TOOL_NAME_RECORD = "tool_name"
+#: ``StepHistoryEntry.outcome`` values: a model call the provider refused (``failed``) or the
+#: user cancelled; an approval answered, withdrawn (its turn ended, or a steered message
+#: superseded it) or expired at its deadline.
+STEP_OUTCOMES = frozenset({"failed", "cancelled", "approved", "rejected", "withdrawn", "expired"})
 _PAGE_SIZE = 500
 #: The longest failure text an entry keeps (a worker's error detail is cut to it).
 FAILURE_MAX_CHARS = 1000
@@ -47,6 +58,11 @@ class StepHistoryEntry:
             engine's reason), at most ``FAILURE_MAX_CHARS`` characters.
         input_text: The Step's input when it is a string (the tool call ID of a tool Step),
             else None.
+        outcome: What a completed method's ending meant (one of ``STEP_OUTCOMES``), when the
+            Step recorded it; None otherwise.
+        outcome_detail: That outcome's detail (the provider's refusal, the rejection message),
+            at most ``FAILURE_MAX_CHARS`` characters, or None.
+        tool_name: The tool of the call a tool Step belongs to, when the method recorded it.
     """
 
     event_type: str
@@ -58,6 +74,9 @@ class StepHistoryEntry:
     failed_attempt: int | None = None
     failure: str | None = None
     input_text: str | None = None
+    outcome: str | None = None
+    outcome_detail: str | None = None
+    tool_name: str | None = None
 
 
 async def read_flow_step_history(
@@ -98,12 +117,14 @@ async def read_flow_step_history(
                 continue
             payload = getattr(event, kind)
             context = payload.context
+            recorded: dict[str, str] = {}
             if kind in (EXECUTE_FAILED_EVENT, WAIT_FOR_FAILED_EVENT):
                 failure: pb.StepMethodFailure | None = payload.output.failure
             else:
                 failure = (
                     context.last_failure_info if context.HasField("last_failure_info") else None
                 )
+                recorded = _recorded_texts(payload.output.record_events)
             step_input = payload.input.step_input
             entries.append(
                 StepHistoryEntry(
@@ -124,12 +145,32 @@ async def read_flow_step_history(
                         if step_input.WhichOneof("kind") == "string_value"
                         else None
                     ),
+                    outcome=(
+                        recorded.get(OUTCOME_RECORD)
+                        if recorded.get(OUTCOME_RECORD) in STEP_OUTCOMES
+                        else None
+                    ),
+                    outcome_detail=(
+                        recorded[OUTCOME_DETAIL_RECORD][:FAILURE_MAX_CHARS]
+                        if recorded.get(OUTCOME_DETAIL_RECORD)
+                        else None
+                    ),
+                    tool_name=recorded.get(TOOL_NAME_RECORD) or None,
                 )
             )
         if not response.next_page_token or not response.events:
             break
         token = response.next_page_token
     return entries
+
+
+def _recorded_texts(records: Iterable[pb.KV]) -> dict[str, str]:
+    """A method's recorded application events whose values are strings, by name."""
+    return {
+        record.key: record.value.string_value
+        for record in records
+        if record.value.WhichOneof("kind") == "string_value"
+    }
 
 
 def _failure_text(failure: pb.StepMethodFailure | None) -> str | None:

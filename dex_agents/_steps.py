@@ -97,6 +97,12 @@ from dex_agents._elicitation import (
     withdraw_questions,
 )
 from dex_agents._events import AgentEventType, AgentEventWriter
+from dex_agents._history import (
+    FAILURE_MAX_CHARS,
+    OUTCOME_DETAIL_RECORD,
+    OUTCOME_RECORD,
+    TOOL_NAME_RECORD,
+)
 from dex_agents._observer import (
     AgentSessionChange,
     ClosedInterrupt,
@@ -884,6 +890,18 @@ class AwaitUserMessage(_SessionStep, Step[None]):
         )
 
 
+def record_step_outcome(
+    context: AsyncContext, outcome: str, *, detail: str | None = None
+) -> None:
+    """Record in the Step method's history event what its ending meant (platform addition,
+    read back as ``StepHistoryEntry.outcome``; ``outcome`` is one of ``STEP_OUTCOMES``): the
+    status of a Step that completed says only that it ran, not that the model call it made was
+    refused or cancelled, or that the approval it waited for was withdrawn."""
+    context.record_event(OUTCOME_RECORD, outcome)
+    if detail:
+        context.record_event(OUTCOME_DETAIL_RECORD, detail[:FAILURE_MAX_CHARS])
+
+
 def _fail_turn_now(context: AsyncContext, state: AgentState, message: str) -> StepDecision:
     """RunModel's way to RecordTurnFailure for a model call no retry can fix (issue 25: a
     provider's 400, 401, 403 or 404, or an input still too long after compaction): the turn
@@ -891,6 +909,7 @@ def _fail_turn_now(context: AsyncContext, state: AgentState, message: str) -> St
     which RecordTurnFailure reads when no Step failure brought it there."""
     if len(message) > _TURN_ERROR_MAX_CHARS:
         message = message[: _TURN_ERROR_MAX_CHARS - 1] + "…"
+    record_step_outcome(context, "failed", detail=message)
     AGENT_STATE.set(context, replace(state, last_turn_error=message))
     return go_to(RecordTurnFailure, None)
 
@@ -1304,6 +1323,8 @@ class AwaitToolApproval(_SessionStep, Step[str]):
         record = _open_record(context, input)
         if record is None or record.status is ToolCallStatus.APPROVED:
             return Wait.skip_immediately()
+        # The history names the call's tool even after the turn ended and took the record.
+        context.record_event(TOOL_NAME_RECORD, record.tool_name)
         interrupt_id = interrupt_id_for(record)
         answer = INTERRUPT_RESOLUTIONS.for_one(interrupt_id)
         pending = _find_interrupt(PENDING_INTERRUPTS.get(context) or [], interrupt_id)
@@ -1316,6 +1337,8 @@ class AwaitToolApproval(_SessionStep, Step[str]):
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         record = _open_record(context, input)
         if record is None:
+            # Its turn ended (failed, cancelled, stopped) and withdrew the approval.
+            record_step_outcome(context, "withdrawn")
             return dead_end()
         if record.status is ToolCallStatus.APPROVED:
             return go_to_many(_tool_movement(record))
@@ -1324,6 +1347,7 @@ class AwaitToolApproval(_SessionStep, Step[str]):
         try:
             answers = INTERRUPT_RESOLUTIONS.results(context, interrupt_id)
             if answers and answers[0].superseded:
+                record_step_outcome(context, "withdrawn", detail=answers[0].rejection_message)
                 # ResumeTurn withdrew the interrupt for a steered message (and told the
                 # observer); the call never runs.
                 events.write_event(
@@ -1352,6 +1376,11 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                     # Platform addition (approve with edits); absent otherwise, so the seed's
                     # payload is unchanged for every other answer.
                     resolved["edited"] = True
+                record_step_outcome(
+                    context,
+                    "approved" if answer.approved else "rejected",
+                    detail=None if answer.approved else answer.rejection_message,
+                )
                 events.write_event(AgentEventType.INTERRUPT_RESOLVED, resolved)
                 await observe(
                     self._flow,
@@ -1394,6 +1423,7 @@ class AwaitToolApproval(_SessionStep, Step[str]):
                 context, [item for item in interrupts if item.interrupt_id != interrupt_id]
             )
             message = f"No approval before the deadline {pending.deadline.isoformat()}."
+            record_step_outcome(context, "expired", detail=message)
             events.write_event(
                 AgentEventType.INTERRUPT_RESOLVED,
                 {"interrupt_id": interrupt_id, "approved": False, "rejection_message": message},
@@ -1949,6 +1979,7 @@ async def end_cancelled_turn(
     """
     assert state.turn_id is not None
     turn_id = state.turn_id
+    record_step_outcome(context, "cancelled")
     records = _load_all(context)
     final = [record for record in records.values() if record.status.is_final]
     sequence = state.message_count

@@ -8,8 +8,10 @@ from typing import Any
 
 from dex_agents import (
     CANCELLED_BY_USER_OUTPUT,
+    EXECUTE_COMPLETED_EVENT,
     TURN_CANCELLED_EMPTY_NOTE,
     TURN_CANCELLED_NOTE_HEADER,
+    WAIT_FOR_COMPLETED_EVENT,
     AgentEventType,
     AgentSessionClient,
     AgentSnapshot,
@@ -172,6 +174,16 @@ async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
         assert log.count("tool", "refund") == 0
         assert log.count("model", "turn-1") == 1
         assert closed_interrupts(tmp_path) == [[interrupt.interrupt_id, "withdrawn"]]
+        # The history says what the Steps' endings meant (the Timeline shows it).
+        history = await stack.read_step_history("session-1")
+        outcomes = {
+            (entry.step_execution_id, entry.event_type): (entry.outcome, entry.tool_name)
+            for entry in history
+            if entry.outcome or entry.tool_name
+        }
+        assert outcomes[("AwaitToolApproval-1", WAIT_FOR_COMPLETED_EVENT)] == (None, "refund")
+        assert outcomes[("AwaitToolApproval-1", EXECUTE_COMPLETED_EVENT)] == ("withdrawn", None)
+        assert [outcome for outcome, _ in outcomes.values()].count("cancelled") == 1
         assert not await sessions.resolve_interrupt(
             "session-1", interrupt.interrupt_id, approved=True
         )

@@ -489,11 +489,25 @@ def test_stopping_a_session_waiting_for_approval_is_final(
 
     composer = owner.get_by_role("textbox", name="Message", exact=True)
     composer.fill("queued before the stop")
-    owner.get_by_role("button", name="Send").click()
+    # A double-click on Send sends once, with no refusal of the box the first click emptied.
+    owner.get_by_role("button", name="Send").dblclick()
     expect(region(owner, "Message queue")).to_contain_text("queued before the stop")
+    expect(region(owner, "Message queue").get_by_text("queued before the stop")).to_have_count(1)
+    expect(owner.locator("#composer-error")).to_be_hidden()
 
-    owner.once("dialog", lambda dialog: dialog.accept())
+    # Stop asks in the page's own dialog (as Delete does); Cancel keeps the session running.
+    browser_dialogs: list[str] = []
+    owner.on("dialog", lambda dialog: (browser_dialogs.append(dialog.message), dialog.dismiss()))
+    dialog = owner.get_by_role("dialog", name="Stop this session?")
     owner.get_by_role("button", name="Stop session").click()
+    expect(dialog).to_be_visible()
+    screenshot(owner, "chat-stop-dialog", screen_too=True)
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    expect(region(owner, "Waiting for approval")).to_be_visible()
+    owner.get_by_role("button", name="Stop session").click()
+    dialog.get_by_role("button", name="Stop session").click()
+    assert browser_dialogs == []
     expect(owner.locator("#chat-status")).to_have_text("Stopped")
     expect(region(owner, "Activity")).to_contain_text("Session stopped")
     expect(region(owner, "Message queue")).to_contain_text("No messages waiting.")
@@ -1202,7 +1216,12 @@ def test_stop_generating_while_a_call_waits_shows_a_stopped_notice_not_a_user_me
         notice = conversation.locator(".message-notice")
         expect(notice).to_have_count(1)
         expect(notice.locator(".badge-stopped")).to_have_text("Stopped")
-        expect(notice).to_contain_text("The previous turn was cancelled after these tool calls")
+        # For people: the call never ran, and none of the model's JSON shows.
+        expect(notice.locator(".message-text")).to_have_text(
+            "This turn was cancelled. Its tool calls:")
+        expect(notice.locator(".notice-calls li")).to_have_text(
+            ["slack__post_message: cancelled; it did not run"])
+        expect(notice).not_to_contain_text("{")
         expect(notice).not_to_contain_text("[Dex]")
         expect(conversation).not_to_contain_text("You#2")
         assert "You" not in (notice.locator(".message-meta").text_content() or "")
@@ -1453,11 +1472,29 @@ def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
         assert decided.status_code == 200, decided.text
     approval = timeline.locator('[data-step="AwaitToolApproval-1"]')
     expect(approval).to_contain_text("For approval of slack__post_message (call_2)")
-    expect(approval.locator(".timeline-status")).to_have_text("completed")
+    expect(approval.locator(".timeline-status")).to_have_text("approved")
+    # The wait lasted until the decision ran the Step on, not the wait_for method's own time.
+    expect(approval.locator('[data-method="wait_for"]')).to_have_text(
+        re.compile(r"^Wait 1 attempt, from \S+, waited \d"))
     expect(timeline.locator('[data-step="CallSingleAttemptTool-1"]')).to_contain_text(
         "For tool call slack__post_message (call_2)"
     )
     expect(timeline.locator('[data-step="RunModel-4"] .timeline-status')).to_have_text("completed")
+    # The wait for the next message is still open.
+    open_wait = timeline.locator('.timeline-step[data-status="waiting"]')
+    expect(open_wait).to_have_count(1)
+    expect(open_wait.locator(".timeline-step-kind")).to_have_text("Wait for a message")
+    expect(open_wait.locator('[data-method="wait_for"]')).to_contain_text("waiting")
+
+    # A model call the provider refuses fails, with the provider's error.
+    with stack.api("owner") as api:
+        sent = api.post(f"/api/v1/sessions/{session_id}/messages/",
+                        json={"text": f"/fail 1 400\nRefuse me at {viewport['width']}"})
+        assert sent.status_code == 202, sent.text
+    refused = timeline.locator('[data-step="RunModel-5"]')
+    expect(refused.locator(".timeline-status")).to_have_text("failed")
+    expect(refused.locator(".timeline-error")).to_have_text(
+        re.compile(r"^Failed: The model provider refused the request \(HTTP 400\)"))
     screenshot(owner, "timeline", screen_too=True)
     serious = [item for item in axe_violations(owner) if item["impact"] in ("serious", "critical")]
     assert serious == [], serious

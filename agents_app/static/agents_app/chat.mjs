@@ -38,10 +38,11 @@ import { renderMarkdown, renderMarkdownSoon } from "./markdown.mjs";
 import { MessageQueue } from "./message_queue.mjs";
 import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
-import { confirmDelete, deleteSession, setArchived, startRename } from "./session_manage.mjs";
+import { confirmDelete, confirmWith, deleteSession, setArchived, startRename } from "./session_manage.mjs";
 import { sessionApiPath, sessionsPagePath } from "./urls.mjs";
 import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage, usdDisplay } from "./usage_display.mjs";
 import { Timeline } from "./timeline.mjs";
+import { readTurnNotice } from "./turn_notice.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -163,10 +164,13 @@ async function cancelTurn() {
   loadSnapshot();
 }
 
-function showAlert(text) {
+/** Show `text` in the page's alert (none when empty); `kind` names what it is about
+ * ("turn-failed" for the last turn's failure, which the next turn's start clears). */
+function showAlert(text, kind = "") {
   const alert = byId("chat-alert");
   alert.textContent = text;
   alert.hidden = !text;
+  alert.dataset.kind = text ? kind : "";
 }
 
 const CONNECTION_TEXT = {
@@ -216,8 +220,20 @@ function noticeNode(message) {
     "li",
     { class: `message message-notice notice-${message.notice}`, dataset: { sequence: String(message.sequence), role: "notice" } },
     el("div", { class: "message-meta" }, el("span", { class: "badge badge-stopped message-role" }, label), el("span", {}, `#${message.sequence}`), messageTime(message.created_at)),
-    el("p", { class: "message-text" }, message.text.replace(/^\[Dex\] /, "")),
+    ...noticeBody(message.text),
   );
+}
+
+/** A turn note's text for people (turn_notice.mjs): plain header lines, then each tool call
+ * of the turn with what happened to it. */
+function noticeBody(text) {
+  const { lines, calls } = readTurnNotice(text);
+  const nodes = lines.map((line) => el("p", { class: "message-text" }, line));
+  if (calls.length) {
+    nodes.push(el("ul", { class: "notice-calls" }, calls.map((call) =>
+      el("li", { dataset: { status: call.status } }, el("code", {}, call.tool), `: ${call.ending}`))));
+  }
+  return nodes;
 }
 
 function messageNode(message) {
@@ -1199,8 +1215,12 @@ function applySnapshot(snapshot, queueRead, snapshotRead) {
   revealLinkedCall();
   showStatus(snapshot.status, snapshot);
   if (snapshot.model) byId("chat-model").textContent = snapshot.model;
+  showTitle(snapshot.title);
   showSessionUsage(byId("chat-cost"), snapshot.usage);
-  showAlert(snapshot.last_turn_error ? `The last turn failed: ${snapshot.last_turn_error}` : "");
+  // The failure stays in the state until a turn completes; once the next turn runs, it is
+  // no longer news about "the last turn".
+  const failed = snapshot.last_turn_error && !snapshot.turn_id;
+  showAlert(failed ? `The last turn failed: ${snapshot.last_turn_error}` : "", "turn-failed");
   byId("chat-stop").hidden = snapshot.status === "stopped" || !(config.isOwner || config.canApprove);
   // Nothing more can happen in a stopped session: end the live view.
   if (snapshot.status === "stopped") state.socket?.stop();
@@ -1282,6 +1302,7 @@ function onEvent(frame) {
   switch (event.type) {
     case "turn_started":
       if (event.turn_id !== state.currentTurn) hintStatus("running_model");
+      if (byId("chat-alert").dataset.kind === "turn-failed") showAlert("");
       scheduleSnapshot();
       break;
     case "tool_call_started":
@@ -1397,11 +1418,16 @@ function restoreDraft() {
 /** The POST of the message sent last: each send waits for it, so messages sent in quick
  * succession reach the server (and the queue) in the order they were sent. */
 let previousSend = Promise.resolve();
+/** When the last message was sent (performance.now() ms): the second click of a double-click
+ * on Send finds the box emptied by the first and is ignored, not refused. */
+let lastSendAt = -Infinity;
+const DOUBLE_CLICK_MS = 800;
 
 async function send(event) {
   event.preventDefault();
   const text = byId("composer-text");
   const value = text.value;
+  if (!value.trim() && performance.now() - lastSendAt < DOUBLE_CLICK_MS) return;
   if (!value.trim()) {
     showComposerError("Write a message first.");
     text.focus();
@@ -1416,6 +1442,7 @@ async function send(event) {
   showComposerError("");
   const planMode = byId("composer-plan").checked;
   const sending = queue.addSending(value, { planMode });
+  lastSendAt = performance.now();
   text.value = "";
   saveDraft();
   // Plan mode is per message.
@@ -1446,7 +1473,7 @@ async function send(event) {
 
 /** Stop the session (owner or staff) after the user confirms; the Flow stops for good. */
 async function stopSession() {
-  if (!window.confirm("Stop this session? A running turn ends and no message can be sent to it again.")) return;
+  if (!(await confirmWith(byId("stop-dialog"), "stop"))) return;
   const button = byId("chat-stop");
   button.disabled = true;
   try {
@@ -1460,6 +1487,18 @@ async function stopSession() {
   loadSnapshot();
 }
 
+/** Show `title` in the heading and the tab's title (a rename here, or one another tab or
+ * client made, which the next snapshot read brings: on focus, on any event). */
+function showTitle(title) {
+  const heading = byId("chat-title");
+  if (!title || heading.textContent === title) return;
+  heading.textContent = title;
+  // "<title> · dexagents", with "(n) " before it when approvals wait (approvals.mjs).
+  const [, count = ""] = /^(\(\d+\) )?/.exec(document.title);
+  const site = document.title.slice(document.title.lastIndexOf(" · "));
+  document.title = `${count}${title}${site}`;
+}
+
 /** Rename in place: the heading becomes a text box (owner only). */
 function renameSession() {
   const heading = byId("chat-title");
@@ -1470,11 +1509,7 @@ function renameSession() {
     sessionId: config.session,
     title: heading.textContent,
     onRenamed: (title) => {
-      heading.textContent = title;
-      // "<title> · dexagents", with "(n) " before it when approvals wait (approvals.mjs).
-      const [, count = ""] = /^(\(\d+\) )?/.exec(document.title);
-      const site = document.title.slice(document.title.lastIndexOf(" · "));
-      document.title = `${count}${title}${site}`;
+      showTitle(title);
       announce(`Renamed to ${title}.`);
     },
     onClosed: () => {

@@ -76,9 +76,18 @@ export function setArchived(sessionId, archived) {
  * modal and resolve true when the user chose to delete, false on Cancel or Escape.
  */
 export function confirmDelete(dialog) {
+  return confirmWith(dialog, "delete");
+}
+
+/**
+ * Show the page's own modal confirmation `dialog` (a <dialog> whose <form method="dialog">
+ * buttons carry values); resolves true when it closed with the button whose value is
+ * `confirmValue`, false for any other button or Escape.
+ */
+export function confirmWith(dialog, confirmValue) {
   return new Promise((resolve) => {
     dialog.returnValue = "";
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "delete"), { once: true });
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === confirmValue), { once: true });
     dialog.showModal();
   });
 }

@@ -1,6 +1,8 @@
 // The chat page's Timeline tab: every Step of the session (GET /api/v1/sessions/<id>/history/),
 // oldest first, with its methods' attempts, durations and status, the tool call, model call or
-// approval it belongs to, and the error of the last failed attempt.
+// approval it belongs to, and the error of the last failed attempt. A Step's status says what
+// its ending meant when the Step recorded it (a refused or cancelled model call, a withdrawn or
+// expired approval), and a wait's time is the time it really waited.
 //
 // Live without polling: every event the page's websocket delivers names the Step execution
 // that wrote it (step_execution_id, attempt), so a Step the history does not list yet shows as
@@ -47,9 +49,17 @@ export function durationText(seconds) {
   return `${minutes} min ${String(Math.round(value % 60)).padStart(2, "0")} s`;
 }
 
+/** The Step statuses an execute method's recorded `outcome` gives (see /history/). */
+const OUTCOME_STATUSES = new Set(["failed", "cancelled", "approved", "rejected", "withdrawn", "expired"]);
+
 /**
  * Group /history/ entries (one per ended method) into Steps, oldest first:
- * [{id, stepType, toolCallId, status: "completed" | "failed" | "running", methods: [entry]}].
+ * [{id, stepType, toolCallId, toolName, status, waitStart, waitEnd, methods: [entry]}].
+ * `status` is "completed", "failed", "running", "waiting" (its wait_for ended and nothing
+ * ended the wait yet), or what the Step recorded its ending meant (`outcome`: "cancelled",
+ * "approved", "rejected", "withdrawn", "expired", or "failed" for a model call the provider
+ * refused). `waitStart` / `waitEnd` (Dates or null) bound the time the Step really waited:
+ * from its wait_for's start to the start of the execute method that the ended wait ran.
  * `running` maps the step_execution_id of Steps seen in events to their highest attempt; those
  * the history does not list yet (or lists only their wait_for) are "running".
  */
@@ -58,44 +68,77 @@ export function groupSteps(entries, running = new Map()) {
   for (const entry of entries) {
     let step = steps.get(entry.step_execution_id);
     if (!step) {
-      step = { id: entry.step_execution_id, stepType: entry.step_type, toolCallId: null, status: "completed", methods: [] };
+      step = { id: entry.step_execution_id, stepType: entry.step_type, toolCallId: null, toolName: null, status: "completed", waitStart: null, waitEnd: null, methods: [] };
       steps.set(step.id, step);
     }
     step.methods.push(entry);
     step.toolCallId = step.toolCallId ?? entry.tool_call_id ?? null;
+    step.toolName = step.toolName ?? entry.tool_name ?? null;
     if (entry.status === "failed") step.status = "failed";
+    else if (OUTCOME_STATUSES.has(entry.outcome)) step.status = entry.outcome;
   }
   for (const step of steps.values()) {
-    // A completed wait_for is followed by the execute method, unless that is listed too.
-    const executed = step.methods.some((entry) => entry.method === "execute");
-    const waitFailedOn = step.methods.some((entry) => entry.method === "wait_for" && entry.status === "failed");
-    if (!executed && !waitFailedOn && running.has(step.id)) step.status = "running";
+    const wait = step.methods.find((entry) => entry.method === "wait_for");
+    const execute = step.methods.find((entry) => entry.method === "execute");
+    if (wait?.started_at) {
+      step.waitStart = new Date(wait.started_at);
+      if (execute?.started_at) step.waitEnd = new Date(execute.started_at);
+    }
+    if (execute || step.status === "failed") continue;
+    // A completed wait_for is followed by the execute method once the wait ends: a Step seen
+    // in events runs it now; any other still waits.
+    step.status = running.has(step.id) ? "running" : "waiting";
   }
   for (const [id, attempt] of running) {
     if (steps.has(id)) continue;
     const stepType = id.replace(/-\d+$/, "");
-    steps.set(id, { id, stepType, toolCallId: null, status: "running", methods: [], attempt });
+    steps.set(id, { id, stepType, toolCallId: null, toolName: null, status: "running", waitStart: null, waitEnd: null, methods: [], attempt });
   }
   return [...steps.values()];
 }
 
-/** A method's line: "execute: 2 attempts, from 12:00:01, 1.52 s". */
-function methodLine(entry) {
+/** A method's line: "Run 2 attempts, from 12:00:01, ran 1.52 s" or, for the wait of `step`,
+ * "Wait from 12:00:01, waited 3 min 05 s" (still "waiting" while nothing ended it). */
+function methodLine(entry, step) {
   const attempts = entry.final_attempt === 1 ? "1 attempt" : `${entry.final_attempt} attempts`;
   const started = entry.started_at ? `, from ${clockTime(new Date(entry.started_at))}` : "";
-  const verb = entry.method === "wait_for" ? "waited" : "ran";
   const status = entry.status === "failed" ? ", failed" : "";
+  let took = `ran ${durationText(entry.duration_seconds)}`;
+  if (entry.method === "wait_for" && entry.status !== "failed") {
+    // The wait_for method only names what to wait for; the wait lasts until the execute
+    // method starts.
+    if (step.waitEnd) took = `waited ${durationText((step.waitEnd - step.waitStart) / 1000)}`;
+    else if (step.status === "waiting") took = "waiting";
+    else took = "wait ended";
+  }
   const line = el("li", { class: "timeline-method", dataset: { method: entry.method, status: entry.status } },
     el("span", { class: "timeline-method-name" }, entry.method === "wait_for" ? "Wait" : "Run"),
-    ` ${attempts}${started}, ${verb} ${durationText(entry.duration_seconds)}${status}`);
+    ` ${attempts}${started}, ${took}${status}`);
   if (entry.error) {
     const attempt = entry.failed_attempt ? `Attempt ${entry.failed_attempt} failed: ` : "Failed: ";
     line.append(el("p", { class: "timeline-error" }, el("strong", {}, attempt), entry.error));
   }
+  if (entry.outcome_detail) {
+    const failed = entry.outcome === "failed";
+    line.append(el("p", { class: failed ? "timeline-error" : "timeline-outcome" }, el("strong", {}, `${OUTCOME_LABELS[entry.outcome] ?? "Ended"}: `), entry.outcome_detail));
+  }
   return line;
 }
 
-const STATUS_TEXT = { completed: "completed", failed: "failed", running: "running" };
+/** The lead-in of an execute method's `outcome_detail`. */
+const OUTCOME_LABELS = { failed: "Failed", rejected: "Rejected", withdrawn: "Withdrawn", expired: "Expired" };
+
+const STATUS_TEXT = {
+  completed: "completed",
+  failed: "failed",
+  running: "running",
+  waiting: "waiting",
+  cancelled: "cancelled",
+  approved: "approved",
+  rejected: "rejected",
+  withdrawn: "withdrawn",
+  expired: "expired",
+};
 
 /** The Timeline tab of one chat page. */
 export class Timeline {
@@ -216,7 +259,7 @@ export class Timeline {
   belongsTo(step) {
     const [, kind] = STEP_KINDS[step.stepType] ?? ["", ""];
     if (!step.toolCallId) return "";
-    const name = this.toolName(step.toolCallId) ?? this.toolNames.get(step.toolCallId);
+    const name = this.toolName(step.toolCallId) ?? this.toolNames.get(step.toolCallId) ?? step.toolName;
     const call = name ? `${name} (${step.toolCallId})` : step.toolCallId;
     return kind === "approval" ? `approval of ${call}` : `tool call ${call}`;
   }
@@ -241,7 +284,7 @@ export class Timeline {
           ),
           belongs ? el("p", { class: "timeline-belongs small" }, `For ${belongs}`) : null,
         );
-        if (step.methods.length) item.append(el("ul", { class: "timeline-methods small" }, step.methods.map(methodLine)));
+        if (step.methods.length) item.append(el("ul", { class: "timeline-methods small" }, step.methods.map((entry) => methodLine(entry, step))));
         else item.append(el("p", { class: "timeline-methods small muted" }, `Attempt ${step.attempt ?? 1} running`));
         return item;
       }),

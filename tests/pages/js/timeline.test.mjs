@@ -43,3 +43,30 @@ test("durations read in seconds, then minutes", () => {
   assert.equal(durationText(185), "3 min 05 s");
   assert.equal(durationText(undefined), "0.00 s");
 });
+
+test("a wait still open is waiting; one that ended waited until its Step ran on", () => {
+  const steps = groupSteps([
+    entry("AwaitToolApproval-1", "wait_for", { started_at: "2026-01-05T15:14:52Z", tool_name: "slack__post_message", tool_call_id: "call_1" }),
+    entry("AwaitToolApproval-1", "execute", { started_at: "2026-01-05T15:17:35Z", outcome: "approved", tool_call_id: "call_1" }),
+    entry("AwaitUserMessage-1", "wait_for", { started_at: "2026-01-05T15:17:37Z" }),
+  ]);
+  assert.deepEqual(steps.map((step) => [step.id, step.status, step.toolName]), [
+    ["AwaitToolApproval-1", "approved", "slack__post_message"],
+    ["AwaitUserMessage-1", "waiting", null],
+  ]);
+  assert.equal((steps[0].waitEnd - steps[0].waitStart) / 1000, 163);
+  assert.equal(steps[1].waitEnd, null);
+});
+
+test("a Step's recorded outcome is its status", () => {
+  const steps = groupSteps([
+    entry("RunModel-1", "execute", { outcome: "failed", outcome_detail: "HTTP 400" }),
+    entry("RunModel-2", "execute", { outcome: "cancelled" }),
+    entry("AwaitToolApproval-1", "wait_for"),
+    entry("AwaitToolApproval-1", "execute", { outcome: "withdrawn" }),
+    entry("AwaitToolApproval-2", "wait_for"),
+    entry("AwaitToolApproval-2", "execute", { outcome: "expired" }),
+    entry("CallTool-1", "execute", { outcome: "not-a-status" }),
+  ]);
+  assert.deepEqual(steps.map((step) => step.status), ["failed", "cancelled", "withdrawn", "expired", "completed"]);
+});

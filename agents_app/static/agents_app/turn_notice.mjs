@@ -1,0 +1,50 @@
+// The note a session stores when a turn ended early (failed, cancelled, stopped by the turn
+// guard), read for people. The note is also the model's input (dex_agents
+// build_turn_failure_note): a header line, one "- <tool> <arguments> -> <status>: <outcome>"
+// line per tool call of the turn (the outcome may run on over more lines, often as JSON), and
+// "Do not repeat these tool calls…". People get the header in plain words and, per call, its
+// tool and what happened to it, never the raw JSON meant for the model.
+
+/** What each final status of a tool call means for people. */
+const CALL_ENDINGS = {
+  succeeded: "ran",
+  failed: "ran and failed",
+  rejected: "rejected; it did not run",
+  cancelled: "cancelled; it did not run",
+  outcome_unknown: "may or may not have run",
+};
+const CALL_LINE = /^- (\S+) .*? -> (succeeded|failed|rejected|cancelled|outcome_unknown):/;
+const FOR_THE_MODEL = /^Do not repeat these tool calls/;
+/** The note's header lines in plain words (the first that matches wins). */
+const HEADERS = [
+  [/^The previous turn was cancelled before the model answered/, "This turn was cancelled before the model answered; no tool call ran."],
+  [/^The previous turn was cancelled/, "This turn was cancelled. Its tool calls:"],
+  [/^The previous turn failed after these tool calls ran/, "This turn failed. Its tool calls:"],
+  [/^The turn was stopped after its last model call/, "The turn was stopped after its last model call. Its tool calls:"],
+];
+
+/**
+ * Read a turn note.
+ * @param {string} text the stored note
+ * @returns {{lines: string[], calls: {tool: string, status: string, ending: string}[]}} the
+ *   header lines in plain words (a guard's own reason kept as written), then the tool calls;
+ *   a text in no known shape comes back whole as one line, without its "[Dex] " prefix.
+ */
+export function readTurnNotice(text) {
+  const lines = [];
+  const calls = [];
+  for (const raw of String(text ?? "").replace(/^\[Dex\] /, "").split("\n")) {
+    const line = raw.replace(/^\[Dex\] /, "").trim();
+    const call = CALL_LINE.exec(line);
+    if (call) {
+      calls.push({ tool: call[1], status: call[2], ending: CALL_ENDINGS[call[2]] });
+      continue;
+    }
+    // Past the first call, other lines are a call's outcome or the note for the model.
+    if (calls.length || !line || FOR_THE_MODEL.test(line)) continue;
+    const header = HEADERS.find(([pattern]) => pattern.test(line));
+    lines.push(header ? header[1] : line);
+  }
+  if (!lines.length && !calls.length) return { lines: [String(text ?? "").replace(/^\[Dex\] /, "")], calls };
+  return { lines, calls };
+}

@@ -1,0 +1,30 @@
+// Tests of agents_app/static/agents_app/turn_notice.mjs (run by tests/pages/test_js_modules.py).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { readTurnNotice } from "../../../agents_app/static/agents_app/turn_notice.mjs";
+
+test("a cancelled turn's note says which calls ran and which never did, without JSON", () => {
+  const notice = readTurnNotice([
+    "[Dex] The previous turn was cancelled; its tool calls ended as follows (cancelled ones did not run):",
+    '- search__web_search {"query": "a -> b"} -> succeeded: {"results": [1, 2]}',
+    "  more output",
+    '- slack__post_message {"channel": "general"} -> cancelled: {"status": "cancelled", "reason": "turn_cancelled_by_user"}',
+    "Do not repeat these tool calls unless the user asks again.",
+  ].join("\n"));
+  assert.deepEqual(notice.lines, ["This turn was cancelled. Its tool calls:"]);
+  assert.deepEqual(notice.calls.map((call) => [call.tool, call.ending]), [
+    ["search__web_search", "ran"],
+    ["slack__post_message", "cancelled; it did not run"],
+  ]);
+  assert.ok(!JSON.stringify(notice).includes("turn_cancelled_by_user"));
+});
+
+test("a guard's reason is kept; a note in no known shape comes back whole", () => {
+  const stopped = readTurnNotice("[Dex] Too many tool calls.\nThe turn was stopped after its last model call; these tool calls of the turn ended (cancelled ones did not run):\n- a {} -> outcome_unknown: x");
+  assert.deepEqual(stopped.lines, ["Too many tool calls.", "The turn was stopped after its last model call. Its tool calls:"]);
+  assert.deepEqual(stopped.calls.map((call) => call.ending), ["may or may not have run"]);
+  assert.deepEqual(readTurnNotice("[Dex] Something else."), { lines: ["Something else."], calls: [] });
+  assert.deepEqual(readTurnNotice("[Dex] The previous turn was cancelled before the model answered; no tool call ran.").lines,
+    ["This turn was cancelled before the model answered; no tool call ran."]);
+});
