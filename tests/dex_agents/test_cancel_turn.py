@@ -176,14 +176,16 @@ async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
         assert closed_interrupts(tmp_path) == [[interrupt.interrupt_id, "withdrawn"]]
         # The history says what the Steps' endings meant (the Timeline shows it).
         history = await stack.read_step_history("session-1")
-        outcomes = {
+        step_outcomes = {
             (entry.step_execution_id, entry.event_type): (entry.outcome, entry.tool_name)
             for entry in history
             if entry.outcome or entry.tool_name
         }
-        assert outcomes[("AwaitToolApproval-1", WAIT_FOR_COMPLETED_EVENT)] == (None, "refund")
-        assert outcomes[("AwaitToolApproval-1", EXECUTE_COMPLETED_EVENT)] == ("withdrawn", None)
-        assert [outcome for outcome, _ in outcomes.values()].count("cancelled") == 1
+        assert step_outcomes[("AwaitToolApproval-1", WAIT_FOR_COMPLETED_EVENT)] == (None, "refund")
+        assert step_outcomes[("AwaitToolApproval-1", EXECUTE_COMPLETED_EVENT)] == (
+            "withdrawn", None
+        )
+        assert [outcome for outcome, _ in step_outcomes.values()].count("cancelled") == 1
         assert not await sessions.resolve_interrupt(
             "session-1", interrupt.interrupt_id, approved=True
         )

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Dialog,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, axe_violations, chromium_path
 from tests.e2e.conftest import ROOT, wait_until
@@ -497,7 +505,12 @@ def test_stopping_a_session_waiting_for_approval_is_final(
 
     # Stop asks in the page's own dialog (as Delete does); Cancel keeps the session running.
     browser_dialogs: list[str] = []
-    owner.on("dialog", lambda dialog: (browser_dialogs.append(dialog.message), dialog.dismiss()))
+
+    def refuse_browser_dialog(dialog: Dialog) -> None:
+        browser_dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    owner.on("dialog", refuse_browser_dialog)
     dialog = owner.get_by_role("dialog", name="Stop this session?")
     owner.get_by_role("button", name="Stop session").click()
     expect(dialog).to_be_visible()
