@@ -226,8 +226,7 @@ def priced(stack: PageStack) -> Iterator[PageStack]:
     try:
         yield stack
     finally:
-        stack.shell(NO_BUDGET_CODE)
-        stack.shell(NO_PRICES_CODE)
+        stack.shell(f"{NO_BUDGET_CODE}\n{NO_PRICES_CODE}")  # one Django start for both
 
 
 def budget_add_in_admin(admin: Page, *, username: str, limit_usd: Decimal) -> int:
