@@ -282,6 +282,17 @@ class WebhookAdmin(admin.ModelAdmin):
     def event_list(self, webhook: Webhook) -> str:
         return ", ".join(webhook.events)
 
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        """What deleting ``objs`` deletes, as ``ModelAdmin.get_deleted_objects``, except that
+        a webhook's delivery log goes with it: the log is read-only in admin (no one deletes
+        its rows), and Django would otherwise refuse to delete any webhook that has sent an
+        event ("your account doesn't have permission to delete ... webhook delivery")."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed.discard(str(WebhookDelivery._meta.verbose_name))
+        return deleted, counts, perms_needed, protected
+
     def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
         new_secret = not obj.secret or form.cleaned_data.get("rotate_secret")
         if new_secret:

@@ -231,6 +231,9 @@ def wait_completed_output(seconds: int, reason: str) -> str:
 WAIT_INTERRUPTED_OUTPUT = json.dumps(
     {"status": "interrupted", "reason": "superseded_by_steered_user_message"}
 )
+#: The model-visible result of a ``durable_wait`` that the cancel of its turn ended early
+#: (platform addition, ``cancel_turn``): no steered message superseded it.
+WAIT_CANCELLED_OUTPUT = json.dumps({"status": "interrupted", "reason": "turn_cancelled_by_user"})
 #: The model-visible result of a call cancelled because the same response asked the user.
 CANCELLED_BY_USER_INPUT_OUTPUT = json.dumps(
     {"status": "cancelled", "reason": "superseded_by_user_input"}

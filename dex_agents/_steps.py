@@ -41,6 +41,7 @@ from dex_agents._builtin_tools import (
     CANCELLED_BY_USER_INPUT_OUTPUT,
     DURABLE_WAIT_TOOL,
     REQUEST_USER_INPUT_TOOL,
+    WAIT_CANCELLED_OUTPUT,
     WAIT_INTERRUPTED_OUTPUT,
     WRITE_TODOS_TOOL,
     BuiltinToolArgumentError,
@@ -673,7 +674,8 @@ def _finished_outcome(record: AgentToolCall) -> str | None:
     if record.tool_name == REQUEST_USER_INPUT_TOOL:
         return "answered"
     if record.tool_name == DURABLE_WAIT_TOOL:
-        return "interrupted" if record.output == WAIT_INTERRUPTED_OUTPUT else "completed"
+        interrupted = record.output in (WAIT_INTERRUPTED_OUTPUT, WAIT_CANCELLED_OUTPUT)
+        return "interrupted" if interrupted else "completed"
     return None
 
 
@@ -2062,7 +2064,9 @@ class DurableWait(_SessionStep, Step[str]):
     the wait at once with ``skip_timer`` (condition ``DURABLE_WAIT_TIMER_ID``). Fired:
     ``succeeded`` with
     ``{"status": "completed", ...}``; steered: ``succeeded`` with ``{"status": "interrupted",
-    ...}``. Either way it clears ``PENDING_TIMER`` and publishes the call's result.
+    "reason": "superseded_by_steered_user_message"}``; its turn cancelled (``cancel_turn``):
+    the same with ``"reason": "turn_cancelled_by_user"``. Either way it clears
+    ``PENDING_TIMER`` and publishes the call's result.
     """
 
     def get_step_options(self) -> StepOptions:
@@ -2091,7 +2095,9 @@ class DurableWait(_SessionStep, Step[str]):
         timer = PENDING_TIMER.get(context)
         ours = timer is not None and timer.tool_call_id == input
         woken = bool(BUILTIN_WAKEUPS.results(context, interrupt_id_for(record)))
-        if woken or _stop_pending(self._flow, context, record.turn_id):
+        if cancel_pending(context, record.turn_id):
+            output = WAIT_CANCELLED_OUTPUT
+        elif woken or _stop_pending(self._flow, context, record.turn_id):
             output = WAIT_INTERRUPTED_OUTPUT
         else:
             seconds, reason = (

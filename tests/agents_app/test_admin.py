@@ -107,3 +107,35 @@ def test_a_webhook_secret_is_shown_once_and_a_private_url_refused(superuser: Any
     assert webhook.secret not in listing.content.decode()
     # The delivery log is read-only.
     assert client.get(reverse("admin:agents_app_webhookdelivery_add")).status_code == 403
+
+
+def test_a_webhook_that_sent_events_is_deleted_with_its_read_only_delivery_log(
+    superuser: Any,
+) -> None:
+    """The delivery log is read-only, yet it does not keep admin from deleting its webhook
+    (one by one or with the bulk action); the webhook's deliveries go with it."""
+    from agents_app.models import Webhook, WebhookDelivery
+
+    client = logged_in(superuser)
+    for how in ("delete view", "bulk action"):
+        webhook = Webhook.objects.create(name=how, url="https://93.184.215.14/hook",
+                                         secret="whsec_test", events=["turn.completed"])
+        WebhookDelivery.objects.create(webhook=webhook, event="ping", event_id="evt_1",
+                                       key=f"ping:{webhook.pk}", payload="{}")
+        if how == "delete view":
+            url = reverse("admin:agents_app_webhook_delete", args=[webhook.pk])
+            asked = client.get(url).content.decode()
+            assert "permission" not in asked and "Are you sure you want to delete" in asked
+            done = client.post(url, {"post": "yes"}, follow=True)
+        else:
+            done = client.post(reverse("admin:agents_app_webhook_changelist"), {
+                "action": "delete_selected", "_selected_action": [webhook.pk], "post": "yes",
+            }, follow=True)
+        assert done.status_code == 200
+        assert "deleted successfully" in done.content.decode() or (
+            "Successfully deleted 1 webhook" in done.content.decode()
+        ), done.content.decode()[:2000]
+        assert not Webhook.objects.filter(pk=webhook.pk).exists()
+        assert not WebhookDelivery.objects.filter(webhook_id=webhook.pk).exists()
+    # Still read-only row by row.
+    assert client.get(reverse("admin:agents_app_webhookdelivery_add")).status_code == 403

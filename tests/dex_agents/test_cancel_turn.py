@@ -20,6 +20,7 @@ from dex_agents import (
     MessageRole,
     ToolCallStatus,
 )
+from dex_agents._builtin_tools import WAIT_CANCELLED_OUTPUT
 from dex_agents.testing import AgentTestStack, FileGate, wait_for_agent_snapshot, wait_until
 from tests.dex_agents.scripted_agent import (
     COMPACTING_FLOW_TYPE,
@@ -34,6 +35,7 @@ from tests.dex_agents.test_agent_session import (
     scripted_stack,
     wait_for_idle,
     wait_for_interrupt,
+    wait_for_step_waiting,
 )
 
 
@@ -221,6 +223,40 @@ async def test_cancel_withdraws_a_pending_approval(tmp_path: Path) -> None:
         assert f"-> cancelled: {CANCELLED_BY_USER_OUTPUT}\n" in snapshot.messages[-1].text
         assert invocation_log(tmp_path).count("tool", "refund") == 0
         assert closed_interrupts(tmp_path) == [[interrupt.interrupt_id, "withdrawn"]]
+
+
+async def test_cancel_ends_a_running_durable_wait_with_the_cancel_as_its_reason(
+    tmp_path: Path,
+) -> None:
+    """The wait ends at once, ``interrupted`` by the cancel: its result names the cancel, not
+    a steered message (none was sent), for the model and for the notice people read."""
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
+        await stack.start_worker()
+        await sessions.start_session("session-1", "wait: 3600")
+        await wait_for_agent_snapshot(
+            sessions, "session-1", lambda snapshot: snapshot.pending_timer,
+            description="a timer",
+        )
+        await wait_for_step_waiting(stack, "session-1", "DurableWait-1")
+
+        assert (await sessions.cancel_turn("session-1")).accepted
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
+        assert snapshot.pending_timer is None
+        note = snapshot.messages[-1]
+        assert note.notice is MessageNotice.TURN_CANCELLED
+        assert f"-> succeeded: {WAIT_CANCELLED_OUTPUT}\n" in note.text
+        assert "superseded_by_steered_user_message" not in note.text
+        assert json.loads(WAIT_CANCELLED_OUTPUT) == {
+            "status": "interrupted", "reason": "turn_cancelled_by_user"
+        }
+        events = await events_of(stack, "session-1", COMPACTING_FLOW_TYPE)
+        finished = [
+            (e.payload["tool_name"], e.payload["status"], e.payload.get("outcome"))
+            for e in events if e.type == AgentEventType.TOOL_CALL_FINISHED
+        ]
+        assert finished == [("durable_wait", "succeeded", "interrupted")]
+        assert invocation_log(tmp_path).count("model", "turn-1") == 1
 
 
 async def wait_for_cancel_recorded(sessions: AgentSessionClient, session_id: str) -> None:

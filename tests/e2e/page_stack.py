@@ -91,6 +91,10 @@ def page_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
         "PYTHONUNBUFFERED": "1",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "LITELLM_MODE": "PRODUCTION",
+        # Webhooks registered in admin may call a receiver of the test process on the
+        # loopback address (``tests/webhook_receiver.py``); the refusal of such URLs is
+        # tested without the stack (``tests/agents_app/test_admin.py``).
+        "DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE": "true",
     })
     processes = Processes(env)
     try:

@@ -106,12 +106,18 @@ export class MessageQueue {
     ];
   }
 
-  /** "No messages waiting.", "2 messages waiting for the current turn.", or with steered
-   * messages "1 message steering the current turn, 2 waiting." */
+  /** "No messages waiting.", "2 messages waiting for the current turn.", with steered
+   * messages "1 message steering the current turn, 2 waiting.", or, when a spent budget holds
+   * every listed message (no turn runs for them to wait for), "1 message held: a budget is
+   * spent." */
   summary() {
     const waiting = this.queued.length + this.unlisted().length;
     const steering = this.steered.length;
     if (!steering && !waiting) return "No messages waiting.";
+    const held = this.queued.filter((entry) => entry.held_reason).length;
+    if (!steering && held && held === this.queued.length) {
+      return `${plural(waiting, "message")} held: a budget is spent.`;
+    }
     if (!steering) return `${plural(waiting, "message")} waiting for the current turn.`;
     return `${plural(steering, "message")} steering the current turn${waiting ? `, ${waiting} waiting` : ""}.`;
   }

@@ -85,6 +85,22 @@ test("the summary counts waiting and steering messages", () => {
   assert.equal(queue.summary(), "2 messages steering the current turn, 1 waiting.");
 });
 
+test("the summary says a spent budget holds the messages, not a turn", () => {
+  const queue = new MessageQueue();
+  const held = { delivery: "pending", held_reason: "Budget reached: your daily budget of $0 is spent" };
+  queue.apply(queue.startRead(), { queued: [entry("q1", "a", held)] });
+  assert.equal(queue.summary(), "1 message held: a budget is spent.");
+  // A message being sent joins the held ones (the budget holds it too).
+  const sending = queue.addSending("b");
+  assert.equal(queue.summary(), "2 messages held: a budget is spent.");
+  queue.dropSending(sending);
+  // One that no budget holds waits for a turn.
+  queue.apply(queue.startRead(), { queued: [entry("q1", "a", held), entry("q2", "b")] });
+  assert.equal(queue.summary(), "2 messages waiting for the current turn.");
+  queue.apply(queue.startRead(), { queued: [entry("q1", "a", held)], steered: [entry("s1", "c")] });
+  assert.equal(queue.summary(), "1 message steering the current turn, 1 waiting.");
+});
+
 test("answers without lists count as empty", () => {
   const queue = new MessageQueue();
   queue.apply(queue.startRead(), { queued: null, steered: undefined });
