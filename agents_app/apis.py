@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -288,8 +288,11 @@ class SessionCreatedSerializer(SessionOutputSerializer):
     first_message = serializers.SerializerMethodField(
         help_text="Present when the first message did not start the session's turn at once: "
         "you already run DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER turns, so it waits (pending, "
-        "pending_reason active_session_limit) and goes when one ends; null otherwise. With "
-        "wait, where it stands when the answer is sent (delivered once a turn took it)."
+        "pending_reason active_session_limit) and goes when one ends; or a budget of yours or "
+        "of the agent is spent, so it waits in the queue (pending_reason budget, "
+        "pending_detail naming the budget and when it resets) and goes when the budget "
+        "allows it; null otherwise. With wait, where it stands when the answer is sent "
+        "(delivered once a turn took it; a message a budget holds answers at once)."
     )
 
     class Meta(SessionOutputSerializer.Meta):
@@ -302,6 +305,10 @@ class SessionCreatedSerializer(SessionOutputSerializer):
                 "id": serializers.CharField(),
                 "delivery": serializers.CharField(),
                 "pending_reason": serializers.CharField(),
+                "pending_detail": serializers.CharField(
+                    help_text="The reason in words (a budget's names it and when it "
+                    "resets); empty otherwise."
+                ),
             },
             allow_null=True,
         )
@@ -310,7 +317,12 @@ class SessionCreatedSerializer(SessionOutputSerializer):
         held = getattr(session, "first_message", None)
         if held is None:
             return None
-        return {"id": held.id, "delivery": held.delivery, "pending_reason": held.pending_reason}
+        return {
+            "id": held.id,
+            "delivery": held.delivery,
+            "pending_reason": held.pending_reason,
+            "pending_detail": held.pending_detail,
+        }
 
 
 class WaitQuerySerializer(serializers.Serializer):
@@ -676,6 +688,17 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
 #: How long send-and-wait re-reads a snapshot that does not show the turn's end yet (the
 #: turn_completed event is written just before its Step commits).
 TURN_END_SETTLE_SECONDS = 2.0
+
+
+def _budget_held(accepted: Mapping[str, Any] | None) -> bool:
+    """Whether the message ``accepted`` describes (a send's answer, a held ``first_message``)
+    waits because a budget is spent (``services.PENDING_BUDGET``)."""
+    return accepted is not None and accepted.get("pending_reason") == services.PENDING_BUDGET
+
+
+async def _frames_once(frame: bytes) -> AsyncIterator[bytes]:
+    """A stream of one SSE ``frame`` that then ends."""
+    yield frame
 
 
 async def turn_wait_answer(
@@ -1143,7 +1166,8 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
         # the turn that takes it names in client_ids.
         held = body.get("first_message")
         _, waited = await turn_wait_answer(
-            request, session, after="", client_id=held["id"] if held else "", seconds=wait
+            request, session, after="", client_id=held["id"] if held else "",
+            seconds=0 if _budget_held(held) else wait,
         )
         # The index row as it is now (the turn changed its status), not as it was created.
         body = await db(self._created_again)(session)
@@ -1390,11 +1414,16 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
         if not (wait or stream):
             return response
         accepted = dict(response.data)
+        # No turn takes a message a spent budget holds until the budget allows it (the next
+        # UTC day or month, or an administrator): waiting for one would only hold the request.
+        held = _budget_held(accepted)
         if stream:
             await release_database()
             opening = session_events.sse_event(
                 json.dumps({"type": "message_accepted", **accepted}, separators=(",", ":"))
             )
+            if held:
+                return event_stream_response(_frames_once(opening))
             return event_stream_response(
                 session_events.sse_frames(
                     session_events.turn_events(session.id, after, accepted["id"]),
@@ -1404,7 +1433,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             )
         assert wait is not None
         finished, waited = await turn_wait_answer(
-            request, session, after=after, client_id=accepted["id"], seconds=wait
+            request, session, after=after, client_id=accepted["id"], seconds=0 if held else wait
         )
         return Response(
             {**accepted, **waited},
@@ -1679,22 +1708,46 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
     its next safe boundary (tool calls that have not started end ``cancelled``, pending
     approvals are withdrawn, and the model's next call sees the message), announced by a
     ``steer_applied`` event. A message the platform still keeps (``delivery`` ``pending``) is
-    steered right after its delivery. 404 once a turn took it; 403, 409 and 503 as for
-    ``DELETE``.
+    steered right after its delivery. 409 ``{"detail", "reason": "budget"}`` for a message a
+    spent budget holds (no turn may take it before the budget allows it; ``detail`` is the
+    budget's sentence), and nothing changes. 404 once a turn took it; 403, 409 and 503 as
+    for ``DELETE``.
     """
 
     @extend_schema(
         request=None,
         responses={
             202: inline_serializer("QueuedMessageSteered", {"steered": serializers.BooleanField()}),
-            409: SESSION_STOPPED_CONFLICT,
+            409: error_response(
+                409,
+                inline_serializer(
+                    "QueuedMessageSteerConflict",
+                    {
+                        "detail": serializers.CharField(),
+                        "reason": serializers.ChoiceField(
+                            choices=[services.PENDING_BUDGET],
+                            required=False,
+                            help_text="budget: a spent budget holds the message.",
+                        ),
+                    },
+                ),
+                "The session is stopped, or a spent budget holds the message (reason "
+                "budget); nothing changed.",
+            ),
         },
     )
     def post(self, request: Request, session_id: str, message_id: str) -> Response:
         session = self.session_get_for_queue_write(request, session_id, message_id)
         body_refuse(request.data)
         self.refuse_stopped(session)
-        if not services.queued_message_steer(session=session, message_id=message_id):
+        try:
+            steered = services.queued_message_steer(session=session, message_id=message_id)
+        except services.MessageHeldError as held:
+            return Response(
+                {"detail": str(held), "reason": services.PENDING_BUDGET},
+                status=status.HTTP_409_CONFLICT,
+            )
+        if not steered:
             raise QueuedMessageGone()
         return Response({"steered": True}, status=status.HTTP_202_ACCEPTED)
 

@@ -424,14 +424,20 @@ async def session_flow_running(*, session_id: str) -> bool:
 
 @_writes_session
 async def session_send_message(
-    *, session_id: str, text: str, plan_mode: bool = False, client_id: str = ""
+    *,
+    session_id: str,
+    text: str,
+    plan_mode: bool = False,
+    client_id: str = "",
+    created_at: datetime.datetime | None = None,
 ) -> bool:
     """Queue a user message; return False when the session refuses it (blank text).
 
     ``client_id`` is the sender's own ID for the message (``AgentUserMessage.client_id``): the
     queue RPCs find the message by it as well as by its Channel message ID, and a message the
     session already accepted under it is not queued again (True), so a send whose answer was
-    lost may be repeated.
+    lost may be repeated. ``created_at`` (timezone-aware): when the user sent it, kept as the
+    message's time (the outbox gives it for a message it held); ``None``: when Dex accepts it.
 
     An accepted message is announced on the session's AgentEvents Stream as
     ``message_queued`` (best effort; ``{"message_id": client_id}`` when there is one), so
@@ -447,7 +453,8 @@ async def session_send_message(
     try:
         accepted = bool(
             await _connection().sessions.send_user_message(
-                session_id, text, plan_mode=plan_mode, client_id=client_id
+                session_id, text, plan_mode=plan_mode, client_id=client_id,
+                created_at=created_at,
             )
         )
     except RpcLockConflictError as error:

@@ -265,6 +265,8 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
                 text=message.text,
                 plan_mode=message.plan_mode,
                 client_id=message.id,
+                # A held message keeps the time it was sent, not the time it was delivered.
+                created_at=message.created_at,
             )
         )
     except dex_gateway.EngineUnavailableError as error:

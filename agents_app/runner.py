@@ -1335,15 +1335,18 @@ class LiteLLMRunner:
             role=MessageRole.USER, framework_item={"role": "user", "content": text}, text=text
         )
 
-    def build_assistant_message(self, text: str) -> FrameworkMessage:
+    def build_assistant_message(
+        self, text: str, usage: AgentUsage | None = None
+    ) -> FrameworkMessage:
         """The text a cancelled model call had streamed (``dex_agents`` ``cancel_turn``):
         ``framework_item={"role": "assistant", "content": text}``, replayed to the model as
-        its own earlier words."""
-        return FrameworkMessage(
-            role=MessageRole.ASSISTANT,
-            framework_item={"role": "assistant", "content": text},
-            text=text,
-        )
+        its own earlier words, with the abandoned call's priced ``usage``
+        (``abandoned_call_usage``) under ``USAGE_KEY`` when it is known, as every answered
+        call's (:func:`chat_message` never sends it back to a provider)."""
+        item: dict[str, Any] = {"role": "assistant", "content": text}
+        if usage is not None:
+            item[USAGE_KEY] = usage.as_dict()
+        return FrameworkMessage(role=MessageRole.ASSISTANT, framework_item=item, text=text)
 
     def _chat_request(
         self, config: AgentModelConfig, messages: Sequence[Mapping[str, Any]]

@@ -19,6 +19,7 @@ from knox.settings import CONSTANTS as KNOX_CONSTANTS
 
 import mcp_registry
 from agents_app import approval_index, dex_gateway, session_index
+from agents_app.budgets import budget_refusal
 from agents_app.conf import dexagents_setting
 from agents_app.models import (
     SESSION_STATUS_STARTING,
@@ -81,6 +82,10 @@ def session_create(
     ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns, the session starts without it and the
     message waits in its outbox until one of those turns ends; the returned session then has
     ``first_message`` (a ``MessageAccepted`` with ``pending_reason`` ``active_session_limit``).
+    Likewise when a budget of the owner or the agent is spent (``budgets.budget_refusal``):
+    the message waits in the outbox, held like any message past a budget, and goes when the
+    budget allows it (``pending_reason`` ``budget``, ``pending_detail`` the refusal). A first
+    turn started past a budget would fail at its first model call and lose the message.
 
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer; nothing was created.
@@ -101,12 +106,17 @@ def session_create(
         fallback = fallback_title(agent_name=agent.name, started_at=timezone.now())
     limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
     capped = bool(message.strip()) and limit > 0
+    refusal = (
+        budget_refusal(owner_id=owner_pk, agent_id=agent.pk) if message.strip() else None
+    )
     with transaction.atomic():
         # The count and the new "starting" row in one transaction under the owner's lock:
         # concurrent creates of one owner cannot both take the last free slot.
-        if capped:
+        if capped and refusal is None:
             outbox.owner_turn_lock(owner_id=owner_pk)
-        held = capped and outbox.active_sessions_count(owner_id=owner_pk) >= limit
+        held = refusal is not None or (
+            capped and outbox.active_sessions_count(owner_id=owner_pk) >= limit
+        )
         # "starting" while a first turn is coming; without one the session waits for a
         # message from the start (the cap on running turns counts "starting" as running).
         turn_coming = bool(message.strip()) and not held
@@ -138,17 +148,21 @@ def session_create(
         AgentSession.objects.filter(pk=session_id).delete()
         raise
     if held:
-        # Over the owner's running-turn cap: the session starts idle and its first message
-        # waits in the outbox like any held message (delivered when one of their turns ends).
+        # Past a budget or over the owner's running-turn cap: the session starts idle and its
+        # first message waits in the outbox like any held message (delivered when the budget
+        # allows it, or when one of their turns ends).
         from agents_app import task_queue
 
         first = OutboxMessage.objects.create(
             id=uuid.uuid4().hex, session=session, text=message, plan_mode=plan_mode,
-            last_error=outbox.active_limit_reason(),
+            last_error=refusal or outbox.active_limit_reason(),
         )
         task_queue.outbox_delivery_schedule(session_id=session.id)
         session.first_message = MessageAccepted(  # type: ignore[attr-defined]
-            id=first.id, delivery=Delivery.PENDING, pending_reason=PENDING_ACTIVE_LIMIT
+            id=first.id,
+            delivery=Delivery.PENDING,
+            pending_reason=PENDING_BUDGET if refusal else PENDING_ACTIVE_LIMIT,
+            pending_detail=refusal or "",
         )
     return session
 
@@ -416,6 +430,11 @@ def queued_message_plan_mode(*, session: AgentSession, message_id: str) -> bool 
     return None
 
 
+class MessageHeldError(Exception):
+    """A message a spent budget holds cannot be steered: no turn may take it before the budget
+    allows it. The text is the budget's refusal (``budgets.budget_refusal``)."""
+
+
 def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
     """Steer the queued message ``message_id`` into the running turn, which applies it at its
     next safe boundary (``dex_agents`` Steer); a message still in the outbox is steered right
@@ -425,10 +444,18 @@ def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
         False when it is no longer pending.
 
     Raises:
+        MessageHeldError: It waits in the outbox and a budget of the owner or the agent is
+            spent; nothing changed.
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
     from agents_app import outbox
 
+    if OutboxMessage.objects.filter(
+        pk=message_id, session=session, delivery=Delivery.PENDING
+    ).exists():
+        refusal = budget_refusal(owner_id=session.owner_id, agent_id=session.agent_id)
+        if refusal is not None:
+            raise MessageHeldError(refusal)
     if outbox.outbox_message_mark_steer(session=session, message_id=message_id):
         return True
     return dex_gateway.run(

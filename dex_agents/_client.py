@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dex import (
@@ -104,21 +104,32 @@ class AgentSessionClient:
         )
 
     async def send_user_message(
-        self, session_id: str, text: str, *, plan_mode: bool = False, client_id: str = ""
+        self,
+        session_id: str,
+        text: str,
+        *,
+        plan_mode: bool = False,
+        client_id: str = "",
+        created_at: datetime | None = None,
     ) -> bool:
         """Queue a user message; ``False`` for blank text.
 
-        ``plan_mode`` and ``client_id`` are platform additions (``AgentUserMessage``). A
-        non-empty ``client_id`` (no ``/``) makes the send idempotent: a message the session
-        already accepted under that ID answers ``True`` and is not queued again, so a send
-        whose answer was lost may be repeated. Concurrent sends of the same ID take turns on
-        its ``ACCEPTED_CLIENT_IDS`` lock (retried for 5 seconds).
+        ``plan_mode``, ``client_id`` and ``created_at`` are platform additions
+        (``AgentUserMessage``). A non-empty ``client_id`` (no ``/``) makes the send
+        idempotent: a message the session already accepted under that ID answers ``True`` and
+        is not queued again, so a send whose answer was lost may be repeated. Concurrent sends
+        of the same ID take turns on its ``ACCEPTED_CLIENT_IDS`` lock (retried for 5 seconds).
+        ``created_at`` (timezone-aware) is when the user sent it, for a sender that kept the
+        message a while before this send (an outbox); ``None`` stamps it with the Worker
+        clock when the session accepts it.
 
         Raises:
             RpcLockConflictError: If another send of the same ``client_id`` held the lock for
                 5 seconds.
         """
-        message = AgentUserMessage(text=text, plan_mode=plan_mode, client_id=client_id)
+        message = AgentUserMessage(
+            text=text, plan_mode=plan_mode, client_id=client_id, created_at=created_at
+        )
         if not client_id or "/" in client_id:
             result: bool = await self.client.invoke_rpc(
                 self.flow.send_user_message, session_id, message

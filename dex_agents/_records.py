@@ -399,8 +399,8 @@ class AgentMessage:
         text_parts: Platform addition: for a tool result whose whole text did not fit one
             value, where it is stored (``text`` holds the record's cut of it); ``None`` otherwise.
         created_at: Platform addition: when it was written (UTC, Worker clock); for a user
-            message that starts a turn, when ``send_user_message`` accepted it. ``None`` for a
-            message stored before the field existed.
+            message that starts a turn, its ``AgentUserMessage.created_at`` (when it was
+            sent). ``None`` for a message stored before the field existed.
         interrupted: Platform addition (``cancel_turn``): an assistant message that holds the
             text a model call had streamed when the user cancelled the turn; the call never
             finished, so the text may stop mid-sentence.
@@ -519,8 +519,10 @@ class AgentUserMessage:
         plan_mode: Platform addition: ask the agent for a plan instead of executing.
         client_id: Platform addition: an ID the sender chose (empty when it chose none); the
             queue RPCs find a message by its Channel message ID or by this ID.
-        created_at: Platform addition: when ``send_user_message`` accepted it (UTC, Worker
-            clock); ``None`` for messages queued before this field existed.
+        created_at: Platform addition: when the user sent it, as the sender gave it (a sender
+            that kept the message before the send, such as an outbox, gives the time it was
+            sent), else when ``send_user_message`` accepted it (UTC, Worker clock); ``None``
+            for messages queued before this field existed.
     """
 
     text: str

@@ -1919,16 +1919,23 @@ def _forget_stale_cancel(context: AsyncContext) -> None:
 
 
 def _interrupted_message(
-    flow: SessionFlow, text: str, sequence: int, turn_id: str
+    flow: SessionFlow,
+    text: str,
+    sequence: int,
+    turn_id: str,
+    usage: AgentUsage | None = None,
 ) -> AgentMessage | None:
     """The stored message for the text an abandoned model call streamed, marked
     ``interrupted``; ``None`` without text or when the runner has no
-    ``build_assistant_message(text) -> FrameworkMessage`` (an optional platform addition to the
-    runner contract: only the runner knows its items' shape)."""
+    ``build_assistant_message(text, usage) -> FrameworkMessage`` (an optional platform
+    addition to the runner contract: only the runner knows its items' shape). ``usage``: the
+    abandoned call's (``_abandoned_call_usage``), or ``None`` when it is not known; the runner
+    keeps it with the message as it keeps every answered call's, so people see what the
+    stopped answer cost."""
     build = getattr(flow.runner, "build_assistant_message", None)
     if not text.strip() or build is None:
         return None
-    message = build(text)
+    message = build(text, usage)
     if not isinstance(message, FrameworkMessage) or message.role != MessageRole.ASSISTANT:
         raise AgentContractError("build_assistant_message must return an assistant message")
     return AgentMessage(
@@ -1995,7 +2002,7 @@ async def end_cancelled_turn(
             header=TURN_CANCELLED_NOTE_HEADER,
             notice=MessageNotice.TURN_CANCELLED,
         )
-    interrupted = _interrupted_message(flow, partial_text, sequence + 1, turn_id)
+    interrupted = _interrupted_message(flow, partial_text, sequence + 1, turn_id, usage)
     if interrupted is not None:
         sequence += 1
         AGENT_MESSAGES.set(context, message_sequence_key(sequence), interrupted)

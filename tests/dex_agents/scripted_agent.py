@@ -70,6 +70,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from dex import (
     AsyncClient,
@@ -329,8 +330,13 @@ class ScriptedRunner:
     def build_user_message(self, text: str) -> FrameworkMessage:
         return FrameworkMessage(MessageRole.USER, {"role": "user", "content": text}, text)
 
-    def build_assistant_message(self, text: str) -> FrameworkMessage:
-        return FrameworkMessage(MessageRole.ASSISTANT, {"content": text}, text)
+    def build_assistant_message(
+        self, text: str, usage: AgentUsage | None = None
+    ) -> FrameworkMessage:
+        item: dict[str, Any] = {"content": text}
+        if usage is not None:
+            item["usage"] = usage.as_dict()
+        return FrameworkMessage(MessageRole.ASSISTANT, item, text)
 
     def abandoned_call_usage(self, turn: AgentTurnContext, streamed_text: str) -> AgentUsage:
         """A cancelled call's usage: the input as ``MODEL_USAGE`` counts it, one output token

@@ -98,6 +98,8 @@ async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
                     if e.type == AgentEventType.USAGE_RECORDED]
         assert recorded[0]["output_tokens"] == len(STREAMED_PART.split())
         assert (recorded[0]["requests"], recorded[0]["cost_usd"]) == (1, "0.0001")
+        # The stopped answer carries what its call cost, as an answered call's reply does.
+        assert snapshot.messages[1].framework_item["usage"] == recorded[0]
         assert snapshot.usage.requests == 2
         assert snapshot.usage.output_tokens == len(STREAMED_PART.split()) + 5
         cancelled = next(e for e in events if e.type == AgentEventType.TURN_CANCELLED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from pathlib import Path
 
@@ -249,3 +250,27 @@ async def test_a_flow_without_steering_refuses_to_steer(tmp_path: Path) -> None:
         gate.release()
         snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
         assert last_text(snapshot) == "echo: wait your turn"
+
+
+async def test_a_message_keeps_the_time_its_sender_gives_it(tmp_path: Path) -> None:
+    """A sender that kept a message before sending it (the platform's outbox, while a budget
+    held it) gives the time it was sent: the queue and the stored message keep that time,
+    not the time the session accepted it."""
+    sent = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    async with scripted_stack(tmp_path) as stack:
+        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
+        await stack.start_worker()
+        gate = FileGate(tmp_path, "gated_read")
+        await sessions.start_session("session-1", "tools: gated_read")
+        await gate.wait_until_reached()
+        assert await sessions.send_user_message(
+            "session-1", "kept a while", client_id="k1", created_at=sent
+        )
+        assert await sessions.send_user_message("session-1", "sent now")
+        queue = await sessions.get_message_queue("session-1")
+        assert queue.queued[0].created_at == sent
+        assert queue.queued[1].created_at is not None and queue.queued[1].created_at > sent
+        gate.release()
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=7)
+        kept = [message for message in snapshot.messages if message.text == "kept a while"]
+        assert [message.created_at for message in kept] == [sent]

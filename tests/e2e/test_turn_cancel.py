@@ -104,6 +104,11 @@ def test_cancel_mid_answer_keeps_the_streamed_text_and_the_session(stack: Stack)
         answered = messages[3]["usage"]
         assert snapshot["usage"]["output_tokens"] > answered["output_tokens"]
         assert snapshot["usage"]["input_tokens"] > answered["input_tokens"]
+        # The stopped answer carries its call's usage (hover shows it), the rest of the total.
+        stopped = partial["usage"]
+        assert stopped["requests"] == 1
+        for key in ("input_tokens", "output_tokens"):
+            assert stopped[key] == snapshot["usage"][key] - answered[key] > 0
 
         def listed() -> dict[str, Any] | None:
             rows = owner.get("/api/v1/sessions/", params={"limit": "200"}).json()["results"]

@@ -4,6 +4,7 @@ given its own prices so every call's cost is non-zero and exactly checkable from
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Iterator
 from decimal import Decimal
@@ -152,3 +153,77 @@ def test_a_spent_budget_stops_the_turn_after_its_call_and_holds_the_next_message
     queue = owner.get(f"/api/v1/sessions/{session_id}/queue/").json()
     assert [item["text"] for item in queue["queued"]] == ["more"]
     assert owner.get(f"/api/v1/sessions/{session_id}/").json()["usage"]["requests"] == 1
+
+
+def test_a_first_message_sent_past_a_budget_waits_held_and_is_answered_once_raised(
+    stack: Stack,
+) -> None:
+    # Staff's own daily budget of $0: spent before any call. Staff's figures are no other
+    # test's; the budget is deleted again at the end.
+    stack.django_shell(
+        "import json; from django.contrib.auth import get_user_model; "
+        "from agents_app.models import Budget as B; "
+        "B.objects.create(user=get_user_model().objects.get(username='staff'), period='day', "
+        "limit_usd='0'); print(json.dumps(1))"
+    )
+    staff = stack.api("staff")
+    # Neither send blocks for its wait: no turn takes a held message before the budget allows
+    # it (the client's timeout is far below the 60 s asked for).
+    created = staff.post("/api/v1/sessions/", params={"wait": "60"}, timeout=30,
+                         json={"agent": "demo", "message": "first while spent"})
+    assert created.status_code == 201, created.text
+    body = created.json()
+    session_id = body["id"]
+    held = body["first_message"]
+    assert (held["delivery"], held["pending_reason"]) == ("pending", "budget")
+    assert held["pending_detail"].startswith("Budget reached: your daily budget of $0")
+    assert body["turn"]["finished"] is False and body["turn"]["turn_id"] is None
+    # No turn started: nothing failed, and the message waits in the queue with the reason.
+    assert body["status"] == "waiting_for_user_message"
+    assert not body["session"]["last_turn_error"] and body["session"]["messages"] == []
+    sent = staff.post(f"/api/v1/sessions/{session_id}/messages/", params={"wait": "60"},
+                      timeout=30, json={"text": "second while spent"})
+    assert sent.status_code == 202, sent.text
+    assert sent.json()["pending_reason"] == "budget" and sent.json()["turn"]["finished"] is False
+    queue = staff.get(f"/api/v1/sessions/{session_id}/queue/").json()
+    assert [(item["text"], item["id"]) for item in queue["queued"]] == [
+        ("first while spent", held["id"]), ("second while spent", sent.json()["id"])
+    ]
+    assert all(item["held_reason"].startswith("Budget reached:") for item in queue["queued"])
+    sent_at = [item["created_at"] for item in queue["queued"]]
+    # Steering a held message changes nothing and says why.
+    steer = staff.post(f"/api/v1/sessions/{session_id}/queue/{held['id']}/steer/")
+    assert steer.status_code == 409, steer.text
+    assert steer.json()["reason"] == "budget"
+    assert steer.json()["detail"].startswith("Budget reached:")
+
+    # The administrator raises the budget: both messages are answered, in order, and each
+    # keeps the time it was sent.
+    stack.django_shell(
+        "import json; from agents_app.models import Budget as B; "
+        "b = B.objects.get(user__username='staff'); b.limit_usd = '100'; b.save(); "
+        "print(json.dumps(1))"
+    )
+
+    def answered() -> dict[str, Any] | None:
+        detail: dict[str, Any] = staff.get(f"/api/v1/sessions/{session_id}/").json()
+        users = [m["text"] for m in detail["messages"] if m["role"] == "user"]
+        done = (
+            detail["status"] == "waiting_for_user_message"
+            and len(users) == 2
+            and not detail["queued_messages"]
+            and detail["messages"][-1]["role"] == "assistant"
+        )
+        return detail if done else None
+
+    detail = wait_until("both held messages to be answered", answered, timeout=90)
+    assert not detail["last_turn_error"]
+    users = [m for m in detail["messages"] if m["role"] == "user"]
+    assert [m["text"] for m in users] == ["first while spent", "second while spent"]
+    assert [datetime.datetime.fromisoformat(m["created_at"]) for m in users] == [
+        datetime.datetime.fromisoformat(at) for at in sent_at
+    ]
+    stack.django_shell(
+        "import json; from agents_app.models import Budget as B; "
+        "B.objects.filter(user__username='staff').delete(); print(json.dumps(1))"
+    )

@@ -204,6 +204,12 @@ def test_a_spent_budget_holds_the_message_until_admin_raises_it(
             expect(held.locator(".queue-held")).to_contain_text(
                 "Budget reached: your daily budget of $0"
             )
+            # No turn runs and none may take it: the summary says it is held, and it offers
+            # no Steer (only Edit and Delete).
+            expect(queue.locator("#queue-summary")).to_have_text(
+                "1 message held: a budget is spent."
+            )
+            expect(held.get_by_role("button")).to_have_text(["Edit", "Delete"])
             held.scroll_into_view_if_needed()
             screenshot(page, "budget-held", screen_too=True)
 

@@ -128,6 +128,7 @@ function showStatus(status, snapshot = state.snapshot) {
   node.className = `status status-${badge.key}`;
   node.dataset.status = status;
   renderCancel();
+  renderQueueSummary();
 }
 
 /** A turn "Stop generating" can cancel: one whose Step has committed (not ``starting``). */
@@ -660,7 +661,8 @@ function queueRowNode(row) {
       el(
         "span",
         { class: "queue-actions" },
-        QUEUE_ACTIONS.map(({ action, label, name }) =>
+        // A held message cannot be steered: no turn takes it before the budget allows it.
+        QUEUE_ACTIONS.filter(({ action }) => !(row.heldReason && action === "steer")).map(({ action, label, name }) =>
           el("button", { type: "button", class: "button-quiet queue-action", "aria-label": name, dataset: { action } }, label),
         ),
       ),
@@ -701,10 +703,16 @@ function renderQueue() {
   const panel = byId("queue");
   panel.dataset.count = String(queue.count);
   panel.setAttribute("aria-busy", String(state.queueBusy));
-  byId("queue-summary").textContent = queue.summary();
+  renderQueueSummary();
   restoreQueueFocus();
   // Execute plan waits for an empty queue.
   renderPlan();
+}
+
+/** The queue's summary line: "for the current turn" only while one runs. */
+function renderQueueSummary() {
+  const node = document.getElementById("queue-summary");
+  if (node) node.textContent = queue.summary({ turnRunning: TURN_OPEN.has(state.status) });
 }
 
 /** After a delete or steer, focus the same button of the row that took the old one's place,

@@ -106,20 +106,28 @@ export class MessageQueue {
     ];
   }
 
-  /** "No messages waiting.", "2 messages waiting for the current turn.", with steered
-   * messages "1 message steering the current turn, 2 waiting.", or, when a spent budget holds
-   * every listed message (no turn runs for them to wait for), "1 message held: a budget is
-   * spent." */
-  summary() {
-    const waiting = this.queued.length + this.unlisted().length;
-    const steering = this.steered.length;
-    if (!steering && !waiting) return "No messages waiting.";
+  /**
+   * "No messages waiting.", "2 messages waiting for the current turn." (or "2 messages
+   * waiting." when `turnRunning` is false: they wait for the platform or the owner's other
+   * turns), with steered messages "1 message steering the current turn, 2 waiting.", and the
+   * messages a spent budget holds counted apart: "1 message held: a budget is spent." or
+   * "1 message waiting for the current turn, 1 held: a budget is spent."
+   */
+  summary({ turnRunning = true } = {}) {
     const held = this.queued.filter((entry) => entry.held_reason).length;
-    if (!steering && held && held === this.queued.length) {
-      return `${plural(waiting, "message")} held: a budget is spent.`;
+    const waiting = this.queued.length + this.unlisted().length - held;
+    const steering = this.steered.length;
+    const heldText = held ? `held: a budget is spent` : "";
+    if (!steering && !waiting) return held ? `${plural(held, "message")} ${heldText}.` : "No messages waiting.";
+    const parts = [];
+    if (steering) {
+      parts.push(`${plural(steering, "message")} steering the current turn`);
+      if (waiting) parts.push(`${waiting} waiting`);
+    } else {
+      parts.push(`${plural(waiting, "message")} waiting${turnRunning ? " for the current turn" : ""}`);
     }
-    if (!steering) return `${plural(waiting, "message")} waiting for the current turn.`;
-    return `${plural(steering, "message")} steering the current turn${waiting ? `, ${waiting} waiting` : ""}.`;
+    if (held) parts.push(`${held} ${heldText}`);
+    return `${parts.join(", ")}.`;
   }
 
   /** How many messages the panel lists. */

@@ -85,20 +85,25 @@ test("the summary counts waiting and steering messages", () => {
   assert.equal(queue.summary(), "2 messages steering the current turn, 1 waiting.");
 });
 
-test("the summary says a spent budget holds the messages, not a turn", () => {
+test("no turn runs: messages wait, not for the current turn", () => {
   const queue = new MessageQueue();
-  const held = { delivery: "pending", held_reason: "Budget reached: your daily budget of $0 is spent" };
-  queue.apply(queue.startRead(), { queued: [entry("q1", "a", held)] });
-  assert.equal(queue.summary(), "1 message held: a budget is spent.");
-  // A message being sent joins the held ones (the budget holds it too).
-  const sending = queue.addSending("b");
-  assert.equal(queue.summary(), "2 messages held: a budget is spent.");
-  queue.dropSending(sending);
-  // One that no budget holds waits for a turn.
-  queue.apply(queue.startRead(), { queued: [entry("q1", "a", held), entry("q2", "b")] });
-  assert.equal(queue.summary(), "2 messages waiting for the current turn.");
-  queue.apply(queue.startRead(), { queued: [entry("q1", "a", held)], steered: [entry("s1", "c")] });
-  assert.equal(queue.summary(), "1 message steering the current turn, 1 waiting.");
+  queue.apply(queue.startRead(), { queued: [entry("q1", "a"), entry("q2", "b")] });
+  assert.equal(queue.summary({ turnRunning: false }), "2 messages waiting.");
+  assert.equal(queue.summary({ turnRunning: true }), "2 messages waiting for the current turn.");
+});
+
+test("messages a spent budget holds are counted as held, not as waiting for a turn", () => {
+  const queue = new MessageQueue();
+  const held = (id, text) => ({ ...entry(id, text), delivery: "pending", held_reason: "Budget reached: ..." });
+  queue.apply(queue.startRead(), { queued: [held("o1", "a")] });
+  assert.equal(queue.summary({ turnRunning: false }), "1 message held: a budget is spent.");
+  queue.apply(queue.startRead(), { queued: [held("o1", "a"), held("o2", "b")] });
+  assert.equal(queue.summary({ turnRunning: false }), "2 messages held: a budget is spent.");
+  assert.equal(queue.rows()[0].heldReason, "Budget reached: ...");
+  queue.apply(queue.startRead(), { queued: [entry("q1", "a"), held("o2", "b")] });
+  assert.equal(queue.summary(), "1 message waiting for the current turn, 1 held: a budget is spent.");
+  queue.apply(queue.startRead(), { queued: [held("o2", "b")], steered: [entry("s1", "c")] });
+  assert.equal(queue.summary(), "1 message steering the current turn, 1 held: a budget is spent.");
 });
 
 test("answers without lists count as empty", () => {
