@@ -277,15 +277,15 @@ def test_a_phone_starts_in_plan_mode_answers_a_choice_and_lays_out_queue_and_lis
             api.post(f"/api/v1/sessions/{session_id}/stop/")
 
 
-#: The demo agent writes titles with its model after a first turn; undone after the test (the
-#: stack is shared by every page module).
+#: The demo agent writes titles with its model after a first turn, for this module's last tests;
+#: undone after them (the stack is shared by every page module).
 TITLES_CODE = (
     "import json; from agents_app.models import AgentDefinition as A; "
     "print(json.dumps(A.objects.filter(slug='demo').update(generate_titles={on})))"
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def generated_titles(stack: PageStack) -> Iterator[None]:  # noqa: F811 (fixtures)
     assert stack.shell(TITLES_CODE.format(on=True)) == 1
     try:
