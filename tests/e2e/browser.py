@@ -69,3 +69,50 @@ def axe_violations(page: Any) -> list[dict[str, Any]]:
         }))"""
     )
     return list(found)
+
+
+#: Layout checks for phone width, run with ``Locator.evaluate`` on a container: each returns a
+#: list of what is wrong (empty when nothing is).
+#:
+#: ``BADGES_ON_ONE_LINE``: every shown badge (``.badge``, ``.status``) in the container is one
+#: line tall and as wide as its text (not wrapped inside itself, not stretched to a bar).
+BADGES_ON_ONE_LINE = """(root) => [...root.querySelectorAll(".badge, .status")]
+  .filter((badge) => badge.getClientRects().length > 0 && badge.textContent.trim())
+  .flatMap((badge) => {
+    const style = getComputedStyle(badge);
+    const line = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.5;
+    const box = badge.getBoundingClientRect();
+    const range = document.createRange();
+    range.selectNodeContents(badge);
+    const text = range.getBoundingClientRect();
+    const sides = ["Left", "Right"].reduce((sum, side) => sum + parseFloat(style[`padding${side}`])
+      + parseFloat(style[`border${side}Width`]), 0);
+    const name = badge.textContent.trim();
+    const problems = [];
+    if (box.height > line * 1.5) problems.push(`${name}: ${box.height} px tall`);
+    if (box.width > text.width + sides + 4) problems.push(`${name}: stretched to ${box.width} px`);
+    return problems;
+  })"""
+
+#: ``NOTHING_UNDER_THE_LABELS``: a table shown as stacked cards (a phone's sessions list,
+#: decisions, emails: each cell a grid of its ``data-label`` and its value) keeps every part of
+#: every cell in the value column, none under the label.
+NOTHING_UNDER_THE_LABELS = """(table) => [...table.querySelectorAll("tbody td[data-label]")]
+  .filter((cell) => cell.getClientRects().length > 0)
+  .flatMap((cell) => {
+    const style = getComputedStyle(cell);
+    if (style.display !== "grid") return [`${cell.dataset.label}: not stacked (${style.display})`];
+    const valueLeft = cell.getBoundingClientRect().left
+      + parseFloat(style.gridTemplateColumns.split(" ")[0]) + parseFloat(style.columnGap) - 1;
+    return [...cell.childNodes].flatMap((part) => {
+      let box;
+      if (part.nodeType === Node.ELEMENT_NODE) box = part.getBoundingClientRect();
+      else if (part.nodeType === Node.TEXT_NODE && part.textContent.trim()) {
+        const range = document.createRange();
+        range.selectNodeContents(part);
+        box = range.getBoundingClientRect();
+      }
+      if (!box || box.width === 0 || box.left >= valueLeft) return [];
+      return [`${cell.dataset.label}: "${part.textContent.trim().slice(0, 40)}" under the label`];
+    });
+  })"""

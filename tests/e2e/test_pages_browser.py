@@ -165,6 +165,25 @@ def wait_for_turn_end(stack: PageStack, persona: str, session_id: str) -> list[d
     return wait_until("the turn to end", probe, timeout=90)
 
 
+#: Sticky elements laid out where the page's flow puts them (``position: static`` through the
+#: CSSOM, which the pages' Content-Security-Policy allows); the number of elements changed.
+UNSTICK = """() => {
+  const stuck = [...document.querySelectorAll("body *")]
+    .filter((node) => getComputedStyle(node).position === "sticky");
+  for (const node of stuck) {
+    node.style.setProperty("position", "static");
+    node.dataset.unstuck = "";
+  }
+  return stuck.length;
+}"""
+RESTICK = """() => {
+  for (const node of document.querySelectorAll("[data-unstuck]")) {
+    node.style.removeProperty("position");
+    delete node.dataset.unstuck;
+  }
+}"""
+
+
 def screenshot(
     page: Page, name: str, *, screen_too: bool = False, full_page: bool = True
 ) -> None:
@@ -177,9 +196,15 @@ def screenshot(
     if screen_too or not full_page:
         page.screenshot(path=str(SCREENSHOTS / f"{name}-screen-{width}.png"))
     if full_page:
-        # Sticky bars land mid-picture in a full-page capture of a scrolled page.
+        # Chromium captures a full page without growing the viewport, so a sticky bar is drawn
+        # where the first screen puts it, over the conversation (the composer at 600-844 px of
+        # a phone's picture) and away from its own place: the picture shows the flow instead.
         page.evaluate("window.scrollTo(0, 0)")
-        page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+        page.evaluate(UNSTICK)
+        try:
+            page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+        finally:
+            page.evaluate(RESTICK)
     overflow = page.evaluate("document.documentElement.scrollWidth")
     assert overflow <= width, f"{name} is {overflow} px wide in a {width} px viewport"
 
