@@ -13,7 +13,6 @@ from collections.abc import Collection
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -187,16 +186,17 @@ def session_get_for_staff(*, session_id: str) -> AgentSession:
 def session_get_for_owner_or_staff(
     *, user: AbstractBaseUser | AnonymousUser, session_id: str
 ) -> AgentSession:
-    """Return ``session_id`` when ``user`` owns it or is staff (``session_get_for_reader``).
+    """Return ``session_id`` when ``user`` owns it or is staff (``session_readable_by``).
 
     Raises:
         AgentSession.DoesNotExist: No such session, or a non-staff caller does not own it
-            (callers answer 404 either way, so foreign IDs are not revealed).
+            (REST answers 404 and the websocket relay closes with 4404 either way, so
+            foreign IDs are not revealed).
     """
-    try:
-        return session_get_for_reader(user=user, session_id=session_id)
-    except PermissionDenied:
-        raise AgentSession.DoesNotExist(session_id) from None
+    session = session_get_for_staff(session_id=session_id)
+    if not session_readable_by(session=session, user=user):
+        raise AgentSession.DoesNotExist(session_id)
+    return session
 
 
 SESSION_ORDERINGS = (
@@ -626,25 +626,6 @@ def unavailable_part(*, error: dex_gateway.EngineUnavailableError) -> Unavailabl
     if error.cause == "timeout" and not worker_heartbeat_fresh():
         return "worker"
     return "engine"
-
-
-def session_get_for_reader(
-    *, user: AbstractBaseUser | AnonymousUser, session_id: str
-) -> AgentSession:
-    """Return ``session_id`` for a reader: its owner, or any staff member.
-
-    Unlike ``session_get_for_owner_or_staff`` this tells the two refusals apart, for the
-    websocket relay's close codes (4404 / 4403).
-
-    Raises:
-        AgentSession.DoesNotExist: No index row has this ID.
-        PermissionDenied: The session exists but belongs to someone else and ``user`` is
-            not staff.
-    """
-    session = session_get_for_staff(session_id=session_id)
-    if not session_readable_by(session=session, user=user):
-        raise PermissionDenied("Only the owner or staff may read this session.")
-    return session
 
 
 def session_readable_by(*, session: AgentSession, user: AbstractBaseUser | AnonymousUser) -> bool:

@@ -109,7 +109,7 @@ OPEN = "open"
 #: Websocket routes (``agents_app.routing``): the close code each persona gets right after
 #: the handshake, or ``OPEN`` when the socket stays open.
 WS_MATRIX: dict[str, tuple[int | str, int | str, int | str, int | str, int | str]] = {
-    "ws/sessions/<str:session_id>/events/": (4401, 4401, 4403, OPEN, OPEN),
+    "ws/sessions/<str:session_id>/events/": (4401, 4401, 4404, OPEN, OPEN),
     "ws/approvals/": (4401, 4401, 4403, 4403, OPEN),
     # The catch-all: every other path.
     "": (4404, 4404, 4404, 4404, 4404),
