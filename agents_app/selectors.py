@@ -370,8 +370,10 @@ def session_messages_page(
 class ApprovalFilters:
     """What the approvals lists are narrowed to; an empty string does not narrow.
 
-    ``agent`` is an agent slug, ``tool`` a tool call's (model-facing) tool name, ``owner`` the
-    session owner's username and ``session`` a session ID, all matched exactly.
+    ``agent`` is an agent slug, ``tool`` a tool call's (model-facing) tool name and ``owner``
+    the session owner's username, each matched whole but ignoring case (``iexact``: ``DEMO``
+    finds ``demo``, as Django admin's filters and searches ignore case); ``session`` is a
+    session ID, matched exactly.
     """
 
     agent: str = ""
@@ -382,9 +384,9 @@ class ApprovalFilters:
     def lookups(self) -> dict[str, str]:
         """Django lookups on ``ApprovalRequest`` or ``ApprovalDecision`` rows."""
         fields = {
-            "session__agent__slug": self.agent,
-            "tool_name": self.tool,
-            "session__owner__username": self.owner,
+            "session__agent__slug__iexact": self.agent,
+            "tool_name__iexact": self.tool,
+            "session__owner__username__iexact": self.owner,
             "session_id": self.session,
         }
         return {lookup: value for lookup, value in fields.items() if value}

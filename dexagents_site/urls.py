@@ -5,8 +5,9 @@
 - ``/api/schema/``: the OpenAPI 3 schema (drf-spectacular), for token or session callers;
   anonymous callers get 401 JSON.
 - ``/api/docs/`` (Swagger UI) and ``/api/redoc/`` (Redoc): the schema as pages, served from
-  drf-spectacular-sidecar's static files (nothing is fetched from elsewhere); logged-in
-  browsers only, others are redirected to the login page.
+  drf-spectacular-sidecar's static files (nothing is fetched from elsewhere; Redoc's bundle
+  from ``/api/redoc/redoc.standalone.js``, without its CDN logo); logged-in browsers only,
+  others are redirected to the login page.
 - ``/healthz``: unauthenticated liveness of web, engine and worker.
 - ``/readyz``: unauthenticated readiness (database, Redis, engine, a fresh worker), JSON.
 - ``/metrics``: Prometheus metrics, for loopback callers or ``DEXAGENTS_METRICS_TOKEN``.
@@ -21,7 +22,7 @@ from django.urls import include, path
 from django.views.decorators.http import require_safe
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
 
-from agents_app.api_schema import offline_docs_page
+from agents_app.api_schema import offline_docs_page, redoc_bundle_view
 from agents_app.apis import SchemaView, health_view
 from agents_app.metrics import metrics_view
 from agents_app.ops_views import readiness_view
@@ -54,6 +55,12 @@ urlpatterns = [
             )
         ),
         name="api-redoc",
+    ),
+    # Redoc's bundle without the one file it would load from another host (its logo).
+    path(
+        "api/redoc/redoc.standalone.js",
+        require_safe(login_required(redoc_bundle_view)),
+        name="api-redoc-bundle",
     ),
     path("healthz", health_view, name="healthz"),
     path("readyz", readiness_view, name="readyz"),
