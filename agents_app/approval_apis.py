@@ -7,8 +7,9 @@
 - ``POST /api/v1/approvals/bulk/``: the same verdict for several calls, one result each.
 
 Both lists take the filters ``agent`` (slug), ``tool`` (tool name), ``owner`` (username) and
-``session`` (ID): whole values, case ignored except in the session ID. Writes go through ``services.interrupt_resolve``; reads through
-``selectors.approval_list_pending`` and ``selectors.approval_list_decided``.
+``session`` (ID): whole values, case ignored except in the session ID. Writes go through
+``services.interrupt_resolve``; reads through ``selectors.approval_list_pending`` and
+``selectors.approval_list_decided``.
 """
 
 from typing import Any

@@ -3,9 +3,10 @@
 A session is first named after its first message: the first line that is not a demo model
 directive (``/think``, ``/slow 0.3``, ``/tool ...``: lines that steer the demo model, not what the
 person asked), without its Markdown heading and emphasis markers, shortened to
-:data:`TITLE_MAX_CHARS` at a word boundary with an ellipsis; a session started without a message is named after its agent until its
-first message, and one whose first message is all directives after its agent and start time
-(``fallback_title``). After the first turn, a short title is written by the agent's own model:
+:data:`TITLE_MAX_CHARS` at a word boundary with an ellipsis (``shorten_title``); a session
+started without a message is named after its agent until its first message, and one whose
+first message is all directives after its agent and start time (``fallback_title``). After
+the first turn, a short title is written by the agent's own model:
 one Chat Completions call made by a Celery task (``agents_app.tasks.generate_session_title``),
 off the turn's path, for agents whose ``generate_titles`` is on and while
 ``DEXAGENTS["GENERATE_TITLES"]`` is true. A title the model cannot write leaves the

@@ -12,8 +12,8 @@ from agents_app.demo_model import plan_reply
 from agents_app.titles import (
     TITLE_MAX_CHARS,
     clean_title,
-    shorten_title,
     fallback_title,
+    shorten_title,
     title_from_message,
     title_request_messages,
 )
