@@ -40,7 +40,7 @@ const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute:
 // With the zone's short name ("UTC", "GMT+1", "PST"): the API and the server-rendered pages
 // speak UTC, so a time shown in the viewer's zone says which one it is.
 const dateTimeFormat = new Intl.DateTimeFormat(undefined, {
-  year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short",
+  year: "numeric", month: "short", day: "numeric", hour: "numeric", minute: "2-digit", timeZoneName: "short",
 });
 
 /** "14:03:07" in the viewer's time zone. */
