@@ -34,11 +34,16 @@ listed here, ``agents_app.rest_errors`` the 413.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
+from functools import lru_cache, wraps
+from pathlib import Path
 from typing import Any
 
-from django.http import HttpRequest
+from django.contrib.staticfiles import finders
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
+from django.templatetags.static import static
+from django.utils.cache import patch_cache_control
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance, is_serializer
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
@@ -304,8 +309,8 @@ class ApiAutoSchema(AutoSchema):
 
 
 #: The policy of the Swagger UI and Redoc pages: everything from this site. Both render with
-#: inline styles; Redoc's search runs in a blob: worker. Redoc's sidebar also shows a logo from
-#: cdn.redoc.ly, which this policy keeps from being fetched (the link text stays).
+#: inline styles; Redoc's search runs in a blob: worker. Redoc's sidebar logo would come from
+#: cdn.redoc.ly; ``redoc_bundle_view`` serves a bundle that does not ask for it.
 DOCS_CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
@@ -324,3 +329,45 @@ def offline_docs_page(view: Callable[..., HttpResponseBase]) -> Callable[..., Ht
         return response
 
     return wrapped
+
+
+#: The one file Redoc's bundle loads from another host: the Redocly logo beside "API docs by
+#: Redocly" in the sidebar (Redoc has no option to leave it out).
+REDOC_LOGO_URL = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+#: What ``redoc_bundle`` links instead: an empty ``data:`` image, which fails to decode, so the
+#: logo's component takes its own ``onError`` path and draws nothing, as it does offline,
+#: without a request the docs policy would have to refuse (a console violation).
+REDOC_LOGO_REPLACEMENT = "data:,"
+REDOC_BUNDLE_PATH = "drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js"
+
+
+@lru_cache(maxsize=1)
+def redoc_bundle() -> bytes:
+    """drf-spectacular-sidecar's ``redoc.standalone.js`` (UTF-8 bytes, about 1.1 MB), with
+    ``REDOC_LOGO_URL`` replaced by ``REDOC_LOGO_REPLACEMENT`` and its source map linked at
+    its static URL. Read once per process.
+
+    Raises:
+        ImproperlyConfigured: The sidecar's bundle is not found, or no longer contains
+            ``REDOC_LOGO_URL`` (a new Redoc version: check what it loads before serving it).
+    """
+    found = finders.find(REDOC_BUNDLE_PATH)
+    if not found or not isinstance(found, str):
+        raise ImproperlyConfigured(f"{REDOC_BUNDLE_PATH} not found (drf-spectacular-sidecar)")
+    text = Path(found).read_text(encoding="utf-8")
+    if REDOC_LOGO_URL not in text:
+        raise ImproperlyConfigured(f"{REDOC_BUNDLE_PATH} no longer links {REDOC_LOGO_URL}")
+    text = text.replace(f'"{REDOC_LOGO_URL}"', f'"{REDOC_LOGO_REPLACEMENT}"')
+    text = text.replace(
+        "//# sourceMappingURL=redoc.standalone.js.map",
+        f"//# sourceMappingURL={static(REDOC_BUNDLE_PATH)}.map",
+    )
+    return text.encode()
+
+
+def redoc_bundle_view(request: HttpRequest) -> HttpResponse:
+    """``GET /api/redoc/redoc.standalone.js``: ``redoc_bundle()`` as JavaScript, cacheable
+    for an hour (the file changes only with the installed sidecar)."""
+    response = HttpResponse(redoc_bundle(), content_type="text/javascript; charset=utf-8")
+    patch_cache_control(response, private=True, max_age=3600)
+    return response

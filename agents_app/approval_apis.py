@@ -7,8 +7,9 @@
 - ``POST /api/v1/approvals/bulk/``: the same verdict for several calls, one result each.
 
 Both lists take the filters ``agent`` (slug), ``tool`` (tool name), ``owner`` (username) and
-``session`` (ID). Writes go through ``services.interrupt_resolve``; reads through
-``selectors.approval_list_pending`` and ``selectors.approval_list_decided``.
+``session`` (ID): whole values, case ignored except in the session ID. Writes go through
+``services.interrupt_resolve``; reads through ``selectors.approval_list_pending`` and
+``selectors.approval_list_decided``.
 """
 
 from typing import Any
@@ -52,19 +53,29 @@ EDITED_ARGUMENTS_HELP = (
 
 
 class ApprovalFilterQuerySerializer(serializers.Serializer):
-    """The filters both approvals lists take; each matches exactly, blank does not narrow."""
+    """The filters both approvals lists take (``selectors.ApprovalFilters``): each matches a
+    whole value, ``agent``, ``tool`` and ``owner`` ignoring case; blank does not narrow."""
 
     agent = serializers.CharField(
-        required=False, allow_blank=True, max_length=64, help_text="Agent slug."
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        help_text="Agent slug, whole, case ignored (`Demo` finds `demo`).",
     )
     tool = serializers.CharField(
-        required=False, allow_blank=True, max_length=255, help_text="Tool name."
+        required=False,
+        allow_blank=True,
+        max_length=255,
+        help_text="Tool name as the model calls it (`server__tool`), whole, case ignored.",
     )
     owner = serializers.CharField(
-        required=False, allow_blank=True, max_length=150, help_text="Session owner's username."
+        required=False,
+        allow_blank=True,
+        max_length=150,
+        help_text="Session owner's username, whole, case ignored (`DEMO` finds `demo`).",
     )
     session = serializers.CharField(
-        required=False, allow_blank=True, max_length=64, help_text="Session ID."
+        required=False, allow_blank=True, max_length=64, help_text="Session ID, exact."
     )
 
     def filters(self) -> selectors.ApprovalFilters:
@@ -94,7 +105,8 @@ class DecisionListQuerySerializer(ApprovalFilterQuerySerializer):
 class ApprovalListApi(APIView):
     """``GET /api/v1/approvals/`` (staff only): every tool call waiting for approval, oldest
     first, from the Django approvals index (``agents_app.session_index``); not paginated.
-    Query: ``agent``, ``tool``, ``owner``, ``session`` narrow it (exact matches).
+    Query: ``agent``, ``tool``, ``owner``, ``session`` narrow it (whole values; case ignored
+    except in the session ID).
 
     ``state`` is ``pending``, ``expired`` once the deadline passed and before the worker
     recorded it (the call can no longer be approved), or ``decided`` when staff decided while

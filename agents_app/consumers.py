@@ -7,8 +7,9 @@ Protocol:
 
 - Auth (``agents_app.auth``): ``Authorization: Bearer <key>`` or ``Token <key>``, else the
   Django session cookie. The owner or staff may read. Refusals accept the socket and close it
-  at once with 4401 (not authenticated), 4403 (someone else's session) or 4404 (no such
-  ``AgentSession`` index row); nothing else is sent. The handshake's database lookups run on
+  at once with 4401 (not authenticated) or 4404 (no such ``AgentSession`` index row, or
+  someone else's session: as the REST API's 404, a socket does not reveal that a foreign
+  session exists); nothing else is sent. The handshake's database lookups run on
   threads of their own (``agents_app.websocket_db``): one that the database does not answer
   within ``DEXAGENTS["WEBSOCKET_DB_TIMEOUT"]`` seconds (10) closes that socket with 4503, and
   no other request of the process waits for it; the client retries. A socket whose session
@@ -58,7 +59,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.core.exceptions import PermissionDenied
 
 # The Flow import pulls in LiteLLM and the MCP SDK (seconds). Importing it with the ASGI
 # application keeps that off the event loop of the first websocket (dex_gateway builds the
@@ -190,15 +190,14 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         # The consumer's task keeps these for its log lines; the relay task copies them.
         bind_websocket(self.scope, session_id=session_id)
         try:
-            await websocket_db(selectors.session_get_for_reader, user=user, session_id=session_id)
+            await websocket_db(
+                selectors.session_get_for_owner_or_staff, user=user, session_id=session_id
+            )
         except WebsocketDatabaseTimeout:
             await self.close(code=CLOSE_DATABASE_BUSY)
             return
         except AgentSession.DoesNotExist:
             await self.close(code=CLOSE_UNKNOWN_SESSION)
-            return
-        except PermissionDenied:
-            await self.close(code=CLOSE_FORBIDDEN)
             return
         if self.channel_layer is not None:
             # Hears "session.deleted" (services.session_delete) and closes.

@@ -191,6 +191,11 @@ class SessionListPage:
     next_query: str | None
 
 
+#: The ``archived`` values the sessions page reads as true: those DRF's ``BooleanField`` (the
+#: API's ``GET /api/v1/sessions/?archived=``) reads as true, lower-cased.
+ARCHIVED_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
 def session_list_page_get(
     *,
     user: AbstractBaseUser | AnonymousUser,
@@ -213,12 +218,14 @@ def session_list_page_get(
         ordering: A key of ``SESSION_ORDERING_LABELS``; anything else means the default
             (recently active first).
         page: 1-based; out-of-range or malformed values give the nearest valid page.
-        archived: ``"1"``: only archived sessions; anything else: only the others.
+        archived: ``"1"`` or ``"true"`` (also ``"yes"``, ``"on"``, any case: what the API's
+            ``archived`` takes as true): only archived sessions; anything else: only the
+            others. The page's own links and form say ``"1"``.
 
     With a search, each row has the message that matched (``session_search``) as ``match``.
     """
     search = search.strip()[:200]
-    archived = "1" if archived == "1" else ""
+    archived = "1" if archived.strip().lower() in ARCHIVED_TRUE else ""
     statuses = [*SESSION_STATUS_LABELS.items(), (STATUS_AWAITING_APPROVAL, AWAITING_APPROVAL_LABEL)]
     status = status if status in dict(statuses) else ""
     ordering = ordering if ordering in SESSION_ORDERING_LABELS else SESSION_DEFAULT_ORDERING

@@ -13,7 +13,6 @@ from collections.abc import Collection
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -187,16 +186,17 @@ def session_get_for_staff(*, session_id: str) -> AgentSession:
 def session_get_for_owner_or_staff(
     *, user: AbstractBaseUser | AnonymousUser, session_id: str
 ) -> AgentSession:
-    """Return ``session_id`` when ``user`` owns it or is staff (``session_get_for_reader``).
+    """Return ``session_id`` when ``user`` owns it or is staff (``session_readable_by``).
 
     Raises:
         AgentSession.DoesNotExist: No such session, or a non-staff caller does not own it
-            (callers answer 404 either way, so foreign IDs are not revealed).
+            (REST answers 404 and the websocket relay closes with 4404 either way, so
+            foreign IDs are not revealed).
     """
-    try:
-        return session_get_for_reader(user=user, session_id=session_id)
-    except PermissionDenied:
-        raise AgentSession.DoesNotExist(session_id) from None
+    session = session_get_for_staff(session_id=session_id)
+    if not session_readable_by(session=session, user=user):
+        raise AgentSession.DoesNotExist(session_id)
+    return session
 
 
 SESSION_ORDERINGS = (
@@ -370,8 +370,10 @@ def session_messages_page(
 class ApprovalFilters:
     """What the approvals lists are narrowed to; an empty string does not narrow.
 
-    ``agent`` is an agent slug, ``tool`` a tool call's (model-facing) tool name, ``owner`` the
-    session owner's username and ``session`` a session ID, all matched exactly.
+    ``agent`` is an agent slug, ``tool`` a tool call's (model-facing) tool name and ``owner``
+    the session owner's username, each matched whole but ignoring case (``iexact``: ``DEMO``
+    finds ``demo``, as Django admin's filters and searches ignore case); ``session`` is a
+    session ID, matched exactly.
     """
 
     agent: str = ""
@@ -382,9 +384,9 @@ class ApprovalFilters:
     def lookups(self) -> dict[str, str]:
         """Django lookups on ``ApprovalRequest`` or ``ApprovalDecision`` rows."""
         fields = {
-            "session__agent__slug": self.agent,
-            "tool_name": self.tool,
-            "session__owner__username": self.owner,
+            "session__agent__slug__iexact": self.agent,
+            "tool_name__iexact": self.tool,
+            "session__owner__username__iexact": self.owner,
             "session_id": self.session,
         }
         return {lookup: value for lookup, value in fields.items() if value}
@@ -626,25 +628,6 @@ def unavailable_part(*, error: dex_gateway.EngineUnavailableError) -> Unavailabl
     if error.cause == "timeout" and not worker_heartbeat_fresh():
         return "worker"
     return "engine"
-
-
-def session_get_for_reader(
-    *, user: AbstractBaseUser | AnonymousUser, session_id: str
-) -> AgentSession:
-    """Return ``session_id`` for a reader: its owner, or any staff member.
-
-    Unlike ``session_get_for_owner_or_staff`` this tells the two refusals apart, for the
-    websocket relay's close codes (4404 / 4403).
-
-    Raises:
-        AgentSession.DoesNotExist: No index row has this ID.
-        PermissionDenied: The session exists but belongs to someone else and ``user`` is
-            not staff.
-    """
-    session = session_get_for_staff(session_id=session_id)
-    if not session_readable_by(session=session, user=user):
-        raise PermissionDenied("Only the owner or staff may read this session.")
-    return session
 
 
 def session_readable_by(*, session: AgentSession, user: AbstractBaseUser | AnonymousUser) -> bool:

@@ -2,10 +2,11 @@
 
 A session is first named after its first message: the first line that is not a demo model
 directive (``/think``, ``/slow 0.3``, ``/tool ...``: lines that steer the demo model, not what the
-person asked), without its Markdown heading and emphasis markers, cut to
-:data:`TITLE_MAX_CHARS`; a session started without a message is named after its agent until its
-first message, and one whose first message is all directives after its agent and start time
-(``fallback_title``). After the first turn, a short title is written by the agent's own model:
+person asked), without its Markdown heading and emphasis markers, shortened to
+:data:`TITLE_MAX_CHARS` at a word boundary with an ellipsis (``shorten_title``); a session
+started without a message is named after its agent until its first message, and one whose
+first message is all directives after its agent and start time (``fallback_title``). After
+the first turn, a short title is written by the agent's own model:
 one Chat Completions call made by a Celery task (``agents_app.tasks.generate_session_title``),
 off the turn's path, for agents whose ``generate_titles`` is on and while
 ``DEXAGENTS["GENERATE_TITLES"]`` is true. A title the model cannot write leaves the
@@ -59,15 +60,33 @@ def plain_title_line(line: str) -> str:
     return text.strip()
 
 
+#: What ends a title that was cut (one character, counted in ``TITLE_MAX_CHARS``).
+ELLIPSIS = "\u2026"
+
+
+def shorten_title(text: str, max_chars: int = TITLE_MAX_CHARS) -> str:
+    """``text`` when it has at most ``max_chars`` characters, else cut at the last word
+    boundary that leaves room for ``ELLIPSIS``, without the punctuation and spaces before
+    the cut, and ended by ``ELLIPSIS`` (``"Plan the trip to Lisbon"`` at 15 becomes
+    ``"Plan the trip…"``). A first word longer than half the room is cut inside it."""
+    if len(text) <= max_chars:
+        return text
+    room = max_chars - len(ELLIPSIS)
+    cut = text[: room + 1]  # the character after the room tells whether a word ends there
+    boundary = max((match.start() for match in re.finditer(r"\s", cut)), default=-1)
+    kept = cut[:boundary] if boundary >= room // 2 else cut[:room]
+    return kept.rstrip(" \t,;:-\u2013\u2014.") + ELLIPSIS
+
+
 def title_from_message(text: str) -> str:
     """The first line of ``text`` that is not a demo directive and has text once its Markdown
-    markers are gone (``plain_title_line``), cut to ``TITLE_MAX_CHARS``; ``""`` when there is
-    none."""
+    markers are gone (``plain_title_line``), shortened to ``TITLE_MAX_CHARS`` at a word
+    boundary (``shorten_title``); ``""`` when there is none."""
     for line in text.splitlines():
         if line.strip() and not DEMO_DIRECTIVE_LINE.match(line):
             title = plain_title_line(line)
             if title:
-                return title[:TITLE_MAX_CHARS]
+                return shorten_title(title)
     return ""
 
 
@@ -77,7 +96,7 @@ def fallback_title(*, agent_name: str, started_at: datetime) -> str:
     so that such sessions can be told apart in the list. A later message with a title line
     renames it (``title_source`` ``agent``)."""
     when = started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"{agent_name} · {when}"[:TITLE_MAX_CHARS]
+    return shorten_title(f"{agent_name} · {when}")
 
 
 def title_request_messages(*, user_text: str, answer_text: str) -> list[dict[str, str]]:
@@ -99,11 +118,12 @@ def title_request_messages(*, user_text: str, answer_text: str) -> list[dict[str
 
 def clean_title(text: str) -> str:
     """A model's answer as a title: its first non-blank line without surrounding quotes,
-    ``Title:`` or a final period, cut to ``TITLE_MAX_CHARS``; ``""`` if nothing is left."""
+    ``Title:`` or a final period, shortened to ``TITLE_MAX_CHARS`` (``shorten_title``); ``""``
+    if nothing is left."""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     line = re.sub(r"^(?:title\s*:\s*)", "", line, flags=re.IGNORECASE)
     line = line.strip().strip(QUOTES).strip().rstrip(".").strip()
-    return line[:TITLE_MAX_CHARS]
+    return shorten_title(line)
 
 
 async def title_write(

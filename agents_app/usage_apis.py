@@ -61,7 +61,8 @@ class UsageRangeSerializer(serializers.Serializer):
         last = attrs.get("to") or utc_today()
         first = attrs.get("from") or last - datetime.timedelta(days=USAGE_DEFAULT_DAYS - 1)
         if first > last:
-            raise serializers.ValidationError({"from": ["Must not be after `to`."]})
+            # Plain words: the usage page shows this message beside its "From" field.
+            raise serializers.ValidationError({"from": ["Must not be after the last day (to)."]})
         if (last - first).days + 1 > USAGE_MAX_DAYS:
             raise serializers.ValidationError(
                 {"from": [f"A range spans at most {USAGE_MAX_DAYS} days."]}

@@ -5,8 +5,10 @@
 - ``/api/schema/``: the OpenAPI 3 schema (drf-spectacular), for token or session callers;
   anonymous callers get 401 JSON.
 - ``/api/docs/`` (Swagger UI) and ``/api/redoc/`` (Redoc): the schema as pages, served from
-  drf-spectacular-sidecar's static files (nothing is fetched from elsewhere); logged-in
-  browsers only, others are redirected to the login page.
+  drf-spectacular-sidecar's static files (nothing is fetched from elsewhere; Redoc's bundle
+  from ``/api/redoc/redoc.standalone.js``, without its CDN logo); logged-in browsers only,
+  others are redirected to the login page.
+- ``/favicon.ico``: a permanent redirect to the site's SVG icon (pages also link it).
 - ``/healthz``: unauthenticated liveness of web, engine and worker.
 - ``/readyz``: unauthenticated readiness (database, Redis, engine, a fresh worker), JSON.
 - ``/metrics``: Prometheus metrics, for loopback callers or ``DEXAGENTS_METRICS_TOKEN``.
@@ -17,11 +19,13 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views.decorators.http import require_safe
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
 
-from agents_app.api_schema import offline_docs_page
+from agents_app.api_schema import offline_docs_page, redoc_bundle_view
 from agents_app.apis import SchemaView, health_view
 from agents_app.metrics import metrics_view
 from agents_app.ops_views import readiness_view
@@ -54,6 +58,19 @@ urlpatterns = [
             )
         ),
         name="api-redoc",
+    ),
+    # Redoc's bundle without the one file it would load from another host (its logo).
+    path(
+        "api/redoc/redoc.standalone.js",
+        require_safe(login_required(redoc_bundle_view)),
+        name="api-redoc-bundle",
+    ),
+    # Browsers ask for /favicon.ico where a page names no icon (the API's JSON, Swagger UI
+    # before its own loads): the site's SVG icon rather than a logged 404.
+    path(
+        "favicon.ico",
+        require_safe(RedirectView.as_view(url=static("agents_app/favicon.svg"), permanent=True)),
+        name="favicon",
     ),
     path("healthz", health_view, name="healthz"),
     path("readyz", readiness_view, name="readyz"),

@@ -325,6 +325,10 @@ def test_decisions_show_what_was_decided_and_filter(
         (f"session={session.id}", ["call_1"]),
         ("decision=rejected", ["call_9"]),
         ("owner=nobody", []),
+        # Case is ignored in names (as Django admin's filters do), not in session IDs.
+        ("owner=BOB&agent=Helper&tool=Mail__Send", ["call_9"]),
+        ("owner=bo", []),
+        (f"session={session.id.upper()}", []),
     ]:
         page = staff_client.get(f"{DECISIONS_URL}?{query}").json()
         assert [item["tool_call_id"] for item in page["results"]] == expected, query
@@ -346,6 +350,11 @@ def test_pending_list_filters(
         ("tool=mail__send", ["call_2"]),
         ("owner=bob&agent=helper", ["call_2"]),
         (f"session={session.id}", ["call_1"]),
+        # Case is ignored in names, but a filter still names a whole value.
+        ("owner=BOB", ["call_2"]),
+        ("agent=DEMO", ["call_1"]),
+        ("tool=MAIL__SEND", ["call_2"]),
+        ("tool=mail", []),
     ]:
         listed = staff_client.get(f"{PENDING_URL}?{query}").json()
         assert [item["tool_call_id"] for item in listed] == expected, query

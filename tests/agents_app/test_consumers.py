@@ -91,9 +91,13 @@ async def test_refusals_close_with_the_protocol_codes(
     owner_headers = await asyncio.to_thread(token_headers, owner)
     assert await refusal_code(path, []) == consumers.CLOSE_NOT_AUTHENTICATED
     assert await refusal_code(path, [(b"authorization", b"Token nope")]) == 4401
-    assert await refusal_code(path, other_headers) == consumers.CLOSE_FORBIDDEN
+    # Someone else's session closes as an unknown one does: REST answers 404 for both.
+    assert await refusal_code(path, other_headers) == consumers.CLOSE_UNKNOWN_SESSION
     unknown = f"/ws/sessions/{OTHER_SESSION_ID}/events/"
     assert await refusal_code(unknown, owner_headers) == consumers.CLOSE_UNKNOWN_SESSION
+    assert await refusal_code(unknown, other_headers) == consumers.CLOSE_UNKNOWN_SESSION
+    # 4403 stays for what REST answers 403: the approvals feed for someone who is not staff.
+    assert await refusal_code("/ws/approvals/", other_headers) == consumers.CLOSE_FORBIDDEN
 
 
 async def test_disconnect_cancels_the_relay_while_the_engine_is_down(

@@ -13,6 +13,7 @@ from agents_app.titles import (
     TITLE_MAX_CHARS,
     clean_title,
     fallback_title,
+    shorten_title,
     title_from_message,
     title_request_messages,
 )
@@ -29,7 +30,9 @@ from agents_app.titles import (
         ("/etc/hosts is broken", "/etc/hosts is broken"),
         ("/think\n/wait 5 later", ""),
         ("", ""),
-        ("x" * 200, "x" * TITLE_MAX_CHARS),
+        # One word longer than a title: cut inside it, with an ellipsis.
+        ("x" * 200, "x" * (TITLE_MAX_CHARS - 1) + "\u2026"),
+        ("x" * TITLE_MAX_CHARS, "x" * TITLE_MAX_CHARS),  # fits: not cut
         # Markdown a person typed around the line is not part of the title.
         ("# Heading", "Heading"),
         ("## **Plan** for _Q3_ ##", "Plan for Q3"),
@@ -42,6 +45,34 @@ from agents_app.titles import (
 )
 def test_the_title_is_the_first_line_that_is_not_a_directive(message: str, title: str) -> None:
     assert title_from_message(message) == title
+
+
+def test_a_long_first_line_is_cut_at_a_word_boundary_with_an_ellipsis() -> None:
+    line = (
+        "Please compare the quarterly revenue figures of our three regional offices, "
+        "then draft a summary for the board"
+    )
+    title = title_from_message(line)
+    assert len(title) <= TITLE_MAX_CHARS
+    assert title == (
+        "Please compare the quarterly revenue figures of our three regional offices\u2026"
+    )
+    assert line.startswith(title.removesuffix("\u2026"))
+
+
+@pytest.mark.parametrize(
+    ("text", "max_chars", "shortened"),
+    [
+        ("Plan the trip to Lisbon", 15, "Plan the trip\u2026"),
+        ("Plan the trip to Lisbon", 23, "Plan the trip to Lisbon"),
+        ("Plan the trip, then book", 16, "Plan the trip\u2026"),  # no comma before the ellipsis
+        ("Plan the trip to", 14, "Plan the trip\u2026"),  # a word that ends at the room stays
+        ("a supercalifragilistic word", 12, "a supercali\u2026"),  # one short word: cut inside
+    ],
+)
+def test_shorten_title(text: str, max_chars: int, shortened: str) -> None:
+    assert shorten_title(text, max_chars) == shortened
+    assert len(shortened) <= max_chars
 
 
 def test_a_message_of_directives_only_is_named_after_the_agent_and_its_start() -> None:

@@ -338,7 +338,7 @@ def test_swagger_and_redoc_render_offline(stack: ContractStack) -> None:
 
     def refuse(route: Route) -> None:
         # Only requests the browser really sends reach the router; one the page's
-        # Content-Security-Policy blocks (Redoc's logo from cdn.redoc.ly) never does.
+        # Content-Security-Policy blocks never does (test_content_security_browser sees those).
         outside.append(route.request.url)
         route.abort()
 

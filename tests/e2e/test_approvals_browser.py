@@ -158,8 +158,9 @@ def test_the_approvals_inbox(
         )
         assert first.status_code == 200, first.text
     raced_card.get_by_role("button", name="Approve").click()
+    # When, in the viewer's zone and naming it (the API speaks UTC).
     expect(raced_card.locator(".settled-note p")).to_have_text(
-        re.compile(r"^Already approved by reviewer at .+\.$")
+        re.compile(r"^Already approved by reviewer at .+\d:\d\d( [AP]M)? (UTC|GMT[+-][\d:]+)\.$")
     )
     reviewer.unroute(re.compile(r"/api/v1/approvals/(\?.*)?$"), hold)
     reviewer.evaluate("window.dispatchEvent(new Event('focus'))")
@@ -183,8 +184,20 @@ def test_the_approvals_inbox(
     expect(cards).to_have_count(2)
     expect(reviewer).to_have_title("(1) Approvals · dexagents")
     screenshot(reviewer, "approvals-after-bulk")
-    raced_card.get_by_role("button", name="Dismiss").click()
+    # Filtered to the owner's calls (case ignored), only the settled card is left: the line
+    # above it says that card no longer waits, not that nothing matching waits.
+    reviewer.get_by_label("Owner").fill("OWNER")
+    reviewer.get_by_role("button", name="Filter", exact=True).click()
     expect(cards).to_have_count(1)
+    expect(raced_card).to_have_attribute("data-state", "settled")
+    status = reviewer.locator("#pending-status")
+    expect(status).to_have_text("The card below no longer waits for a decision; it says why.")
+    screenshot(reviewer, "approvals-settled-only")
+    raced_card.get_by_role("button", name="Dismiss").click()
+    expect(status).to_have_text("Nothing matching the filters waits for approval.")
+    reviewer.get_by_role("button", name="Clear filters").click()
+    expect(cards).to_have_count(1)
+    expect(status).to_have_text("1 waiting for a decision.")
 
     # The decisions tab: what was decided, by whom, with the edit.
     reviewer.get_by_role("tab", name="Decisions").click()
@@ -194,6 +207,19 @@ def test_the_approvals_inbox(
     expect(edited_row).to_contain_text("Edited before approval")
     expect(edited_row).to_contain_text("edited by the reviewer")
     expect(edited_row).to_contain_text("reviewer")
+    if viewport is WIDE:
+        # At 1280 px the Arguments column has room for a line of JSON (it once wrapped
+        # every few characters).
+        newest_arguments = reviewer.locator(
+            '#decisions-body td[data-label="Arguments"] pre.arguments'
+        ).first
+        expect(newest_arguments).to_contain_text('"channel": "general"')
+        box = newest_arguments.bounding_box()
+        assert box is not None and box["width"] >= 250, box
+    # The time names its zone.
+    expect(reviewer.locator('#decisions-body td[data-label="Decided"]').first).to_have_text(
+        re.compile(r"(UTC|GMT[+-][\d:]+)$")
+    )
     rejected = reviewer.locator("#decisions-body tr").filter(has_text=not_today)
     expect(rejected).to_have_count(2)
     assert axe_violations(reviewer) == []

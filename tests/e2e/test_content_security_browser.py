@@ -46,15 +46,6 @@ document.addEventListener("securitypolicyviolation", (event) => {
 """
 
 
-# Redoc's sidebar links its logo from its CDN; the docs policy blocks that fetch on purpose
-# (agents_app.api_schema.DOCS_CONTENT_SECURITY_POLICY), so that one report is expected.
-EXPECTED_BLOCKS = ("https://cdn.redoc.ly/",)
-
-
-def expected(report: str) -> bool:
-    return any(blocked in report for blocked in EXPECTED_BLOCKS)
-
-
 class Violations:
     """What Chromium reported in the contexts it watches."""
 
@@ -69,14 +60,11 @@ class Violations:
         return context
 
     def on_event(self, event: str) -> None:
-        if not expected(event):
-            self.events.append(event)
+        self.events.append(event)
 
     def on_console(self, message: ConsoleMessage) -> None:
         text = message.text
-        if ("Content Security Policy" in text or "Content-Security-Policy" in text) and not (
-            expected(text)
-        ):
+        if "Content Security Policy" in text or "Content-Security-Policy" in text:
             self.console.append(text)
 
     def assert_none(self, where: str) -> None:

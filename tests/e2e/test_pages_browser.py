@@ -679,7 +679,7 @@ def test_another_user_gets_no_page_and_no_socket(contexts: Contexts, stack: Page
         })""",
         stack.ws_url(session_id),
     )
-    assert refused == {"code": 4403, "frames": 0}
+    assert refused == {"code": 4404, "frames": 0}
     approvals = intruder.goto("/approvals/")
     assert approvals is not None and approvals.status == 403
 

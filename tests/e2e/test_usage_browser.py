@@ -150,7 +150,7 @@ def test_cost_shows_per_message_session_list_and_usage_page(
     # A bad date is refused with a message beside its field; the page still shows figures.
     answer = owner.goto("/usage/?from=2026-12-31&to=2026-01-01")
     assert answer is not None and answer.status == 400
-    expect(owner.locator("#usage-from-error")).to_contain_text("after")
+    expect(owner.locator("#usage-from-error")).to_have_text("Must not be after the last day (to).")
 
 
 def wait_for_chart(page: Any, selector: str) -> None:

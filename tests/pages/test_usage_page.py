@@ -58,4 +58,7 @@ def test_bad_dates_answer_400_with_their_message(owner: Any) -> None:
     answer = page_for(owner, "?from=2026-12-31&to=2026-01-01")
     assert answer.status_code == 400
     assert b'id="usage-from-error"' in answer.content
+    # The message is for people: no Markdown backticks around the field's name.
+    assert b"Must not be after the last day (to)." in answer.content
+    assert b"`" not in answer.content.split(b'id="usage-from-error"')[1].split(b"</p>")[0]
     assert len(answer.context["usage"].summary["days"]) == 30

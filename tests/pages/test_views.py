@@ -255,6 +255,46 @@ def test_sessions_list_filters_sorts_and_pages(
     assert junk.status_code == 200
 
 
+def test_sessions_page_reads_archived_as_the_api_does(owner: Any, agent: AgentDefinition) -> None:
+    """``archived=1`` (the page's own form) and ``archived=true`` (what the API takes) both
+    list the archived sessions; anything else lists the others."""
+    AgentSession.objects.create(id="ses_kept", owner=owner, agent=agent, title="Kept chat")
+    AgentSession.objects.create(
+        id="ses_old", owner=owner, agent=agent, title="Old chat", archived_at=timezone.now()
+    )
+    owner_client = browser(owner)
+    for value in ("1", "true", "True", "on", "yes"):
+        html = owner_client.get("/sessions/", {"archived": value}).content.decode()
+        assert "Old chat" in html and "Kept chat" not in html, value
+        assert 'name="archived" value="1" checked' in html, value
+    for value in ("", "0", "false", "no"):
+        html = owner_client.get("/sessions/", {"archived": value}).content.decode()
+        assert "Kept chat" in html and "Old chat" not in html, value
+
+
+def test_every_page_names_the_site_icon_and_favicon_ico_finds_it(
+    owner: Any, staff: Any, agent: AgentDefinition
+) -> None:
+    """No 404 for /favicon.ico is logged: pages (the admin's too) link the SVG icon, and the
+    path browsers try without a link redirects to it."""
+    icon = '<link rel="icon" href="/static/agents_app/favicon.svg" type="image/svg+xml">'
+    for path in ("/", "/sessions/", "/api/redoc/"):
+        assert icon in browser(owner).get(path).content.decode(), path
+    assert icon in browser(None).get("/accounts/login/").content.decode()
+    staff.is_superuser = True
+    staff.save()
+    for path in ("/admin/", "/admin/agents_app/agentdefinition/"):
+        answer = browser(staff).get(path)
+        assert answer.status_code == 200, path
+        assert icon in answer.content.decode(), path
+    assert icon in browser(None).get("/admin/login/").content.decode()
+    redirect = Client().get("/favicon.ico")
+    assert redirect.status_code == 301
+    assert redirect["Location"] == "/static/agents_app/favicon.svg"
+    svg = Client().get(redirect["Location"])
+    assert svg.status_code == 200 and svg["Content-Type"].startswith("image/svg+xml")
+
+
 @pytest.mark.parametrize("path", PAGES)
 def test_pages_have_no_inline_scripts_or_handlers(
     path: str, staff: Any, agent: AgentDefinition

@@ -201,6 +201,7 @@ function settle(card, text) {
       state.settled.delete(key);
       card.remove();
       updateBulkBar();
+      loadPending();
     });
     note = el("div", { class: "settled-note" }, el("p", { role: "status" }), dismiss);
     card.querySelector("header").after(note);
@@ -305,11 +306,29 @@ function renderPending(items) {
   const expired = items.filter((item) => item.state === "expired").length;
   const decided = items.filter((item) => item.state === "decided").length;
   byId("pending-count").textContent = items.length ? String(items.length) : "";
-  const filtered = filtersActive() ? " matching the filters" : "";
-  byId("pending-status").textContent = items.length
-    ? `${pending} waiting for a decision${filtered}${expired ? `, ${expired} expired` : ""}${decided ? `, ${decided} decided (delivery pending)` : ""}.`
-    : `Nothing${filtered} waits for approval.`;
+  byId("pending-status").textContent = pendingSummary({ pending, expired, decided, total: items.length, settled: settledShown(wanted) });
   tick();
+}
+
+/** How many settled cards (lost races, kept until dismissed) the list shows that the last
+ * read no longer returned. */
+function settledShown(wanted) {
+  return [...byId("pending-list").children].filter((card) => state.settled.has(card.dataset.key) && !wanted.has(card.dataset.key)).length;
+}
+
+/** The line above the cards. With nothing left to decide it does not say "nothing waits" over
+ * a settled card, which names who decided its call first. */
+function pendingSummary({ pending, expired, decided, total, settled }) {
+  const filtered = filtersActive() ? " matching the filters" : "";
+  if (total) {
+    return `${pending} waiting for a decision${filtered}${expired ? `, ${expired} expired` : ""}${decided ? `, ${decided} decided (delivery pending)` : ""}.`;
+  }
+  if (settled) {
+    return settled === 1
+      ? "The card below no longer waits for a decision; it says why."
+      : `The ${settled} cards below no longer wait for a decision; each says why.`;
+  }
+  return `Nothing${filtered} waits for approval.`;
 }
 
 let reading = null;

@@ -37,14 +37,18 @@ export function pageConfig(id) {
 }
 
 const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
-const dateTimeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+// With the zone's short name ("UTC", "GMT+1", "PST"): the API and the server-rendered pages
+// speak UTC, so a time shown in the viewer's zone says which one it is.
+const dateTimeFormat = new Intl.DateTimeFormat(undefined, {
+  year: "numeric", month: "short", day: "numeric", hour: "numeric", minute: "2-digit", timeZoneName: "short",
+});
 
 /** "14:03:07" in the viewer's time zone. */
 export function clockTime(date) {
   return timeFormat.format(date);
 }
 
-/** "1 Dec 2026, 14:03" in the viewer's time zone, or "" for a missing or bad value. */
+/** "1 Dec 2026, 14:03 UTC" in the viewer's time zone, named, or "" for a missing or bad value. */
 export function dateTime(value) {
   if (!value) return "";
   const date = value instanceof Date ? value : new Date(value);

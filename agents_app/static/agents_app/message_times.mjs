@@ -6,7 +6,8 @@
 import { el } from "./dom.mjs";
 
 const shortTime = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
-const fullTime = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeStyle: "medium" });
+// The hover text names the zone ("… 14:03:07 UTC"), as every other date-time on the pages.
+const fullTime = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeStyle: "long" });
 const longDay = new Intl.DateTimeFormat(undefined, { weekday: "long", day: "numeric", month: "long", year: "numeric" });
 
 function parsed(iso) {

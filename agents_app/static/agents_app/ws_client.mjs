@@ -6,7 +6,7 @@
 //   {"type": "snapshot_required"}   `after` is no longer retained: reload the snapshot
 // Any other JSON frame (e.g. {"type": "approvals_changed"}) goes to `onFrame` as is.
 // Close codes 4401 / 4403 / 4404 are refusals (not authenticated / not allowed / unknown
-// session): the client stops and reports them. 4408 (too slow) and network losses reconnect.
+// or unreadable session): the client stops and reports them. 4408 (too slow) and network losses reconnect.
 //
 // No DOM use: the constructor takes the WebSocket class and the timer functions, so the
 // module runs under `node --test` with fakes.

@@ -25,6 +25,8 @@ test("the lost race says who decided what and when", () => {
     decision: { approved: true, decided_by: "alice", decided_at: "2026-12-05T08:40:12Z" },
   });
   assert.match(text, /^Already approved by alice at .*2026.*\.$/);
+  // The time is the viewer's, and says which zone it is in (the API's value is UTC).
+  assert.match(text, / (UTC|GMT[+-][\d:]+)\.$/);
   const rejected = conflictText({ decision: { approved: false, decided_by: "bob", decided_at: "2026-12-05T08:40:12Z" } });
   assert.match(rejected, /^Already rejected by bob at /);
 });
