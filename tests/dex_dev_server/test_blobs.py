@@ -24,7 +24,7 @@ from dex_dev_server._store import Store
 
 from . import flows
 from .blob_audit import audit
-from .conftest import DexEnv, EngineProcess
+from .conftest import DexEnv, EngineProcess, eventually
 
 
 @pytest.fixture
@@ -168,6 +168,10 @@ async def test_sigkills_while_blobs_are_written_and_loaded(dex: DexEnv) -> None:
     writer = asyncio.create_task(write_notes())
     try:
         for _ in range(3):
+            # Each kill comes after one more acknowledged write (on a busy machine the seeded
+            # pause alone once let only two through), then at a seeded moment.
+            written = len(acknowledged)
+            await eventually(lambda written=written: len(acknowledged) > written, within=60)
             await asyncio.sleep(rng.uniform(0.1, 0.6))
             dex.engine.kill()
             dex.engine.start()
