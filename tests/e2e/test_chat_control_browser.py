@@ -173,15 +173,24 @@ def test_stop_generating_during_a_tool_batch_keeps_the_read_and_withdraws_the_ap
         assert [item for item in api.get("/api/v1/approvals/").json()
                 if item["session"] == session_id] == []
 
+    # The note the model reads keeps each call's result: the finished read's, the approval's
+    # call that never ran, the running wait the cancel ended (not blamed on a steered message).
+    note = messages[1]["text"]
+    for line in (READ_LINE, WRITE_LINE, WAIT_LINE):
+        assert line in note, note
+    assert "superseded_by_steered_user_message" not in note
     for moment in ("live", "after a reload"):
         notice = notices(page)
         expect(notice).to_have_count(1)
         expect(notice.locator(".badge-stopped")).to_have_text("Stopped")
-        expect(notice).to_contain_text("The previous turn was cancelled after these tool calls")
-        expect(notice).to_contain_text(READ_LINE)  # the finished read keeps its result
-        expect(notice).to_contain_text(WRITE_LINE)  # the approval's call never ran
-        expect(notice).to_contain_text(WAIT_LINE)  # the running wait ended by the cancel
-        expect(notice).not_to_contain_text("superseded_by_steered_user_message")
+        # People read it in plain words, one line per call, without the model's JSON.
+        expect(notice).to_contain_text("This turn was cancelled. Its tool calls:")
+        expect(notice.locator(".notice-calls li")).to_have_text([
+            "search__web_search: ran",
+            "slack__post_message: cancelled; it did not run",
+            "durable_wait: started, then interrupted",
+        ])
+        expect(notice).not_to_contain_text("{")
         expect(region(page, "Conversation").locator(".message-user")).to_have_count(2)
         expect(assistant_texts(page)).to_have_text(["You said: queued before the stop"])
         expect(page.locator("#chat-status")).to_have_text("Waiting for a message")
@@ -283,6 +292,11 @@ def test_a_budget_crossed_by_a_running_turn_stops_it_with_a_note_and_holds_the_n
     assert [(m["role"], m.get("notice")) for m in stored[-2:]] == [
         ("user", None), ("system", "turn_failed")
     ], stored
+    # The note the model reads names the stopped call and why it did not run.
+    assert (
+        'search__web_search {"query": "over budget"} -> cancelled: '
+        '{"status": "cancelled", "reason": "turn_stopped"'
+    ) in stored[-1]["text"], stored[-1]["text"]
     with platform.api("owner") as api:
         snapshot = api.get(f"/api/v1/sessions/{session_id}/").json()
     assert refusal.match(snapshot["last_turn_error"]), snapshot["last_turn_error"]
@@ -294,15 +308,19 @@ def test_a_budget_crossed_by_a_running_turn_stops_it_with_a_note_and_holds_the_n
     for moment in ("live", "after a reload"):
         # The note: the budget's sentence, that the turn stopped, the search never ran.
         expect(notice.locator(".message-role")).to_have_text("Turn failed")
-        expect(notice.locator(".message-text")).to_have_text(re.compile(
-            r"^Budget reached: your daily budget of \$[0-9.]+ is spent \(\$[0-9.]+ used\)\. "
-            r"Messages wait in the queue until midnight UTC or until an administrator raises "
-            r"the budget\.\nThe turn was stopped after its last model call;"
-        ))
-        expect(notice).to_contain_text(
-            'search__web_search {"query": "over budget"} -> cancelled: '
-            '{"status": "cancelled", "reason": "turn_stopped"'
+        # People read it in plain words: the budget's sentence, then each call's end.
+        expect(notice.locator(".message-text")).to_have_text([
+            re.compile(
+                r"^Budget reached: your daily budget of \$[0-9.]+ is spent \(\$[0-9.]+ used\)\. "
+                r"Messages wait in the queue until midnight UTC or until an administrator "
+                r"raises the budget\.$"
+            ),
+            "The turn was stopped after its last model call. Its tool calls:",
+        ])
+        expect(notice.locator(".notice-calls li")).to_have_text(
+            ["search__web_search: cancelled; it did not run"]
         )
+        expect(notice).not_to_contain_text("{")
         expect(page.get_by_text(re.compile(r"^The last turn failed: Budget reached: "))
                ).to_be_visible()
         expect(assistant_texts(page)).to_have_text([f"You said: a budget at {width}"])

@@ -13,7 +13,9 @@ const CALL_ENDINGS = {
   cancelled: "cancelled; it did not run",
   outcome_unknown: "may or may not have run",
 };
-const CALL_LINE = /^- (\S+) .*? -> (succeeded|failed|rejected|cancelled|outcome_unknown):/;
+const CALL_LINE = /^- (\S+) .*? -> (succeeded|failed|rejected|cancelled|outcome_unknown):(.*)$/;
+/** A built-in wait or question that the turn's end cut short reports it in its result. */
+const INTERRUPTED = /^\s*\{"status": "interrupted"/;
 const FOR_THE_MODEL = /^Do not repeat these tool calls/;
 /** The note's header lines in plain words (the first that matches wins). */
 const HEADERS = [
@@ -37,7 +39,12 @@ export function readTurnNotice(text) {
     const line = raw.replace(/^\[Dex\] /, "").trim();
     const call = CALL_LINE.exec(line);
     if (call) {
-      calls.push({ tool: call[1], status: call[2], ending: CALL_ENDINGS[call[2]] });
+      const interrupted = call[2] === "succeeded" && INTERRUPTED.test(call[3]);
+      calls.push({
+        tool: call[1],
+        status: interrupted ? "interrupted" : call[2],
+        ending: interrupted ? "started, then interrupted" : CALL_ENDINGS[call[2]],
+      });
       continue;
     }
     // Past the first call, other lines are a call's outcome or the note for the model.

@@ -10,13 +10,16 @@ test("a cancelled turn's note says which calls ran and which never did, without 
     '- search__web_search {"query": "a -> b"} -> succeeded: {"results": [1, 2]}',
     "  more output",
     '- slack__post_message {"channel": "general"} -> cancelled: {"status": "cancelled", "reason": "turn_cancelled_by_user"}',
+    '- durable_wait {"duration_seconds": 600} -> succeeded: {"status": "interrupted", "reason": "turn_cancelled_by_user"}',
     "Do not repeat these tool calls unless the user asks again.",
   ].join("\n"));
   assert.deepEqual(notice.lines, ["This turn was cancelled. Its tool calls:"]);
   assert.deepEqual(notice.calls.map((call) => [call.tool, call.ending]), [
     ["search__web_search", "ran"],
     ["slack__post_message", "cancelled; it did not run"],
+    ["durable_wait", "started, then interrupted"],
   ]);
+  assert.equal(notice.calls[2].status, "interrupted");
   assert.ok(!JSON.stringify(notice).includes("turn_cancelled_by_user"));
 });
 
