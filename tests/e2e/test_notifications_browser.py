@@ -172,3 +172,90 @@ def test_non_staff_get_no_notification_settings(contexts: Contexts) -> None:
         expect(owner.get_by_role("checkbox", name=LABEL)).to_have_count(0)
         expect(owner.get_by_role("navigation", name="Main").get_by_role(
             "link", name="Notifications")).to_have_count(0)
+
+
+DEMO_DEADLINE_CODE = """
+import json
+from agents_app.models import AgentDefinition
+agent = AgentDefinition.objects.get(slug="demo")
+before = agent.approval_deadline_seconds
+agent.approval_deadline_seconds = SECONDS
+agent.save(update_fields=["approval_deadline_seconds"])
+print(json.dumps({"before": before}))
+"""
+
+REMINDERS_CODE = """
+import datetime, json
+from agents_app.models import ApprovalRequest
+from agents_app.notifications import approval_reminders_send
+request = ApprovalRequest.objects.get(session_id=SESSION, state="pending")
+# Celery beat runs this each minute; here it runs once, as if five minutes were left.
+queued = approval_reminders_send(now=request.deadline - datetime.timedelta(minutes=5))
+print(json.dumps({"queued": queued}))
+"""
+
+
+def demo_deadline(stack: PageStack, seconds: int | None) -> int | None:
+    """Set the demo agent's approval deadline; return the one it had."""
+    before = stack.shell(DEMO_DEADLINE_CODE.replace("SECONDS", repr(seconds)))["before"]
+    return None if before is None else int(before)
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_a_reminder_before_the_deadline_is_emailed_and_listed(
+    contexts: Contexts, stack: PageStack, reviewer_reset: None, viewport: dict[str, int]
+) -> None:
+    """An approval with a deadline gets a reminder email to opted-in staff before it passes
+    (``DEXAGENTS_APPROVAL_REMINDER_BEFORE``, 10 minutes by default); the Celery worker sends
+    it and the settings page lists it next to the first email."""
+    reviewer_email(stack, ADDRESS)
+    with stack.api("reviewer") as api:
+        assert api.put("/api/v1/me/notifications/",
+                       json={"email_on_approval": True}).status_code == 200
+    before = demo_deadline(stack, 3600)
+    session_id = ""
+    try:
+        arguments = json.dumps({"channel": "general", "text": "remind the reviewer"})
+        with stack.api("owner") as api:
+            created = api.post("/api/v1/sessions/", json={
+                "agent": "demo", "message": f"/tool slack__post_message {arguments}"})
+        assert created.status_code == 201, created.text
+        session_id = created.json()["id"]
+
+        def waiting_with_a_deadline() -> str | None:
+            with stack.api("reviewer") as api:
+                listed = api.get("/api/v1/approvals/", params={"session": session_id}).json()
+            return next((str(item["deadline"]) for item in listed if item.get("deadline")), None)
+
+        wait_until("the call to wait for approval with a deadline", waiting_with_a_deadline,
+                   timeout=90)
+        reviewer = contexts.logged_in("reviewer", viewport=viewport)
+        reviewer.goto(PAGE)
+        rows = reviewer.get_by_role("table").get_by_role("row").filter(
+            has=reviewer.locator(f'a[href^="/sessions/{session_id}/#call-"]'))
+
+        def emails_sent(kinds: list[str]) -> bool:
+            reviewer.reload()
+            texts = rows.all_inner_texts()
+            return sorted(kind for kind in kinds) == sorted(
+                kind for text in texts for kind in ("Approval needed", "Reminder")
+                if kind in text and "Sent" in text
+            )
+
+        wait_until("the first email to be sent", lambda: emails_sent(["Approval needed"]),
+                   timeout=90, interval=0.5)
+        assert stack.shell(REMINDERS_CODE.replace("SESSION", repr(session_id))) == {"queued": 1}
+        wait_until("the reminder to be sent",
+                   lambda: emails_sent(["Approval needed", "Reminder"]),
+                   timeout=90, interval=0.5)
+        # Once per approval and person: the next run sends no second reminder.
+        assert stack.shell(REMINDERS_CODE.replace("SESSION", repr(session_id))) == {"queued": 0}
+        expect(rows.filter(has_text="Reminder").get_by_role("cell").nth(2)).to_have_text(
+            "slack__post_message")
+        assert serious_axe(reviewer) == []
+        screenshot(reviewer, "notification-reminder")
+    finally:
+        demo_deadline(stack, before)
+        if session_id:
+            with stack.api("owner") as api:
+                api.post(f"/api/v1/sessions/{session_id}/stop/")
