@@ -78,12 +78,18 @@ def texts(entries: list[dict[str, Any]]) -> list[str]:
 def snapshot_when(
     api: httpx.Client, session_id: str, ready: Callable[[dict[str, Any]], bool], description: str
 ) -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
     def probe() -> dict[str, Any] | None:
         snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
+        last.update(snapshot=snapshot)
         assert not snapshot.get("last_turn_error"), snapshot
         return snapshot if ready(snapshot) else None
 
-    return wait_until(description, probe, timeout=60)
+    try:
+        return wait_until(description, probe, timeout=60)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last snapshot: {last.get('snapshot')}") from None
 
 
 async def events_until(
