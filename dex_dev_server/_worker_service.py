@@ -16,30 +16,6 @@ from ._runs import RunEngine
 
 _LOG = logging.getLogger("dex_dev_server")
 
-#: How long after a stream's end of input the engine waits for the transport to report a
-#: dropped connection before it takes the end for the worker's own half-close.
-HALF_CLOSE_GRACE_SECONDS = 0.5
-
-
-async def half_closed_by_worker(context: Any, grace: float = HALF_CLOSE_GRACE_SECONDS) -> bool:
-    """Whether the end of a worker stream's input was the worker's half-close (a clean end,
-    spec sections 8 and 9.1 #5: its unanswered task was not delivered) rather than a dropped
-    connection (its task was running: the attempt fails).
-
-    A dropped connection (a worker killed, a network cut) also ends the input, and gRPC
-    reports the call cancelled as a separate event that may come a moment later, on a busy
-    machine after the end of input. Taking that moment for a half-close would hand a task
-    that was running out again at the same attempt, and a single-attempt write would run
-    twice; so the end counts as clean only while the call stays live for ``grace`` seconds.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace
-    while not (context.cancelled() or context.done()):
-        if loop.time() >= deadline:
-            return True
-        await asyncio.sleep(0.02)
-    return False
-
 
 class WorkerTaskService(RunEngine):
     """The PollWorkerTask handler: registers a stream and relays its frames."""
@@ -69,7 +45,9 @@ class WorkerTaskService(RunEngine):
             while True:
                 frame = await context.read()
                 if frame is grpc.aio.EOF:
-                    clean = await half_closed_by_worker(context)
+                    # A dropped connection can also surface as EOF; only a live call
+                    # that was half-closed by the worker counts as a clean end.
+                    clean = not context.cancelled() and not context.done()
                     break
                 try:
                     self.on_frame(stream, frame)
