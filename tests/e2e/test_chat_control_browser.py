@@ -188,7 +188,7 @@ def test_stop_generating_during_a_tool_batch_keeps_the_read_and_withdraws_the_ap
         expect(notice.locator(".notice-calls li")).to_have_text([
             "search__web_search: ran",
             "slack__post_message: cancelled; it did not run",
-            "durable_wait: started, then interrupted",
+            "The wait: started, then interrupted",
         ])
         expect(notice).not_to_contain_text("{")
         expect(region(page, "Conversation").locator(".message-user")).to_have_count(2)

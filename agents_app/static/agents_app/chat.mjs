@@ -232,7 +232,10 @@ function noticeBody(text) {
   const nodes = lines.map((line) => el("p", { class: "message-text" }, line));
   if (calls.length) {
     nodes.push(el("ul", { class: "notice-calls" }, calls.map((call) =>
-      el("li", { dataset: { status: call.status } }, el("code", {}, call.tool), `: ${call.ending}`))));
+      el("li", { dataset: { status: call.status } },
+        // Built-ins read in plain words ("The question"); other tools by their name.
+        call.builtin ? call.label[0].toUpperCase() + call.label.slice(1) : el("code", {}, call.label),
+        `: ${call.ending}`))));
   }
   return nodes;
 }

@@ -13,6 +13,11 @@ const CALL_ENDINGS = {
   cancelled: "cancelled; it did not run",
   outcome_unknown: "may or may not have run",
 };
+/** The built-in tools read by what they are for people, never by their internal names. */
+const BUILTIN_LABELS = {
+  request_user_input: "the question",
+  durable_wait: "the wait",
+};
 const CALL_LINE = /^- (\S+) .*? -> (succeeded|failed|rejected|cancelled|outcome_unknown):(.*)$/;
 /** A built-in wait or question that the turn's end cut short reports it in its result. */
 const INTERRUPTED = /^\s*\{"status": "interrupted"/;
@@ -28,9 +33,11 @@ const HEADERS = [
 /**
  * Read a turn note.
  * @param {string} text the stored note
- * @returns {{lines: string[], calls: {tool: string, status: string, ending: string}[]}} the
- *   header lines in plain words (a guard's own reason kept as written), then the tool calls;
- *   a text in no known shape comes back whole as one line, without its "[Dex] " prefix.
+ * @returns {{lines: string[], calls: {tool: string, label: string, builtin: boolean,
+ *   status: string, ending: string}[]}} the header lines in plain words (a guard's own reason
+ *   kept as written), then the tool calls: `tool` is the name in the note, `label` what people
+ *   read (a built-in's plain name such as "the question", else the tool name; `builtin` says
+ *   which); a text in no known shape comes back whole as one line, without its "[Dex] " prefix.
  */
 export function readTurnNotice(text) {
   const lines = [];
@@ -39,11 +46,20 @@ export function readTurnNotice(text) {
     const line = raw.replace(/^\[Dex\] /, "").trim();
     const call = CALL_LINE.exec(line);
     if (call) {
-      const interrupted = call[2] === "succeeded" && INTERRUPTED.test(call[3]);
+      const [, tool, status, outcome] = call;
+      const interrupted = status === "succeeded" && INTERRUPTED.test(outcome);
+      // A question still open when the turn ended was asked (people saw it), then cancelled.
+      const askedThenCancelled = status === "cancelled" && tool === "request_user_input";
+      let ending = CALL_ENDINGS[status];
+      if (interrupted) ending = "started, then interrupted";
+      else if (askedThenCancelled) ending = "asked, then cancelled";
+      else if (status === "succeeded" && tool === "request_user_input") ending = "asked and answered";
       calls.push({
-        tool: call[1],
-        status: interrupted ? "interrupted" : call[2],
-        ending: interrupted ? "started, then interrupted" : CALL_ENDINGS[call[2]],
+        tool,
+        label: BUILTIN_LABELS[tool] ?? tool,
+        builtin: Object.hasOwn(BUILTIN_LABELS, tool),
+        status: interrupted ? "interrupted" : status,
+        ending,
       });
       continue;
     }

@@ -19,6 +19,9 @@ test("a cancelled turn's note says which calls ran and which never did, without 
     ["slack__post_message", "cancelled; it did not run"],
     ["durable_wait", "started, then interrupted"],
   ]);
+  assert.deepEqual(notice.calls.map((call) => [call.label, call.builtin]), [
+    ["search__web_search", false], ["slack__post_message", false], ["the wait", true],
+  ]);
   assert.equal(notice.calls[2].status, "interrupted");
   assert.ok(!JSON.stringify(notice).includes("turn_cancelled_by_user"));
 });
@@ -30,4 +33,21 @@ test("a guard's reason is kept; a note in no known shape comes back whole", () =
   assert.deepEqual(readTurnNotice("[Dex] Something else."), { lines: ["Something else."], calls: [] });
   assert.deepEqual(readTurnNotice("[Dex] The previous turn was cancelled before the model answered; no tool call ran.").lines,
     ["This turn was cancelled before the model answered; no tool call ran."]);
+});
+
+test("built-ins read as the question and the wait; a question open at the cancel was asked, then cancelled", () => {
+  const notice = readTurnNotice([
+    "[Dex] The previous turn was cancelled; its tool calls ended as follows (cancelled ones did not run):",
+    '- request_user_input {"prompt": "Which city?"} -> cancelled: {"status": "cancelled", "reason": "turn_cancelled_by_user"}',
+    '- durable_wait {"duration_seconds": 60} -> cancelled: {"status": "cancelled", "reason": "turn_cancelled_by_user"}',
+    '- request_user_input {"prompt": "Sure?"} -> succeeded: {"status": "waiting_for_user", "prompt": "Sure?", "choices": []}',
+    "Do not repeat these tool calls unless the user asks again.",
+  ].join("\n"));
+  assert.deepEqual(notice.calls.map((call) => [call.label, call.ending]), [
+    ["the question", "asked, then cancelled"],
+    ["the wait", "cancelled; it did not run"],
+    ["the question", "asked and answered"],
+  ]);
+  assert.ok(notice.calls.every((call) => call.builtin));
+  assert.ok(!JSON.stringify(notice.lines).includes("request_user_input"));
 });
