@@ -42,7 +42,7 @@ import { confirmDelete, confirmWith, deleteSession, setArchived, startRename } f
 import { sessionApiPath, sessionsPagePath } from "./urls.mjs";
 import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage, usdDisplay } from "./usage_display.mjs";
 import { Timeline } from "./timeline.mjs";
-import { readTurnNotice } from "./turn_notice.mjs";
+import { platformResultText, readTurnNotice } from "./turn_notice.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -264,7 +264,10 @@ function messageNode(message) {
   if (message.reasoning?.text) node.append(reasoningNode(message.reasoning));
   if (message.text) {
     node.querySelector(".message-meta").append(copyButton(COPY_LABELS[role] ?? "Copy message", () => wholeTexts.get(node) ?? message.text));
-    node.append(messageTextNode(role, message.text));
+    // The platform's own results ({"status": "cancelled", ...}) read as a sentence; Copy
+    // still gives the text as stored.
+    const plain = role === "tool" ? platformResultText(message.text, state.toolNames.get(message.tool_call_id)) : null;
+    node.append(plain === null ? messageTextNode(role, message.text) : el("p", { class: "message-text platform-result" }, plain));
   }
   if (message.interrupted) {
     node.classList.add("message-interrupted");

@@ -71,3 +71,55 @@ export function readTurnNotice(text) {
   if (!lines.length && !calls.length) return { lines: [String(text ?? "").replace(/^\[Dex\] /, "")], calls };
   return { lines, calls };
 }
+
+/** The platform's own cancel and interrupt results (dex_agents _contract.py, _builtin_tools.py
+ * and _steps.py), keyed "<status> <reason>", in plain words. */
+const PLATFORM_RESULTS = {
+  "cancelled superseded_by_steered_user_message": "Cancelled: a steered message replaced this call.",
+  "cancelled turn_cancelled_by_user": "Cancelled: the turn was cancelled before this call ran.",
+  "cancelled superseded_by_user_input": "Cancelled: the assistant asked a question instead.",
+  "cancelled turn_stopped": "Cancelled: the turn was stopped before this call ran.",
+  "interrupted superseded_by_steered_user_message": "Interrupted: a steered message ended the wait.",
+  "interrupted turn_cancelled_by_user": "Interrupted: the turn was cancelled during the wait.",
+};
+
+/** Whether `value` is a plain object whose keys are exactly `keys` (in any order). */
+function hasKeys(value, keys) {
+  const own = Object.keys(value);
+  return own.length === keys.length && keys.every((key) => Object.hasOwn(value, key));
+}
+
+/**
+ * A tool message's text in plain words when it is one of the platform's own JSON results.
+ * @param {string} text the tool message's text
+ * @param {string} [tool] the called tool's name, when known: the built-ins' own results
+ *   (durable_wait, request_user_input, write_todos) are read only for those tools
+ * @returns {string | null} the sentence, or null for any other result (shown as it is)
+ */
+export function platformResultText(text, tool) {
+  let value;
+  try {
+    value = JSON.parse(String(text ?? ""));
+  } catch {
+    return null;
+  }
+  if (!value || typeof value !== "object" || Array.isArray(value) || typeof value.status !== "string") return null;
+  const known = PLATFORM_RESULTS[`${value.status} ${value.reason}`];
+  if (known && hasKeys(value, ["status", "reason"])) return known;
+  if (value.reason === "turn_stopped" && value.status === "cancelled" && hasKeys(value, ["status", "reason", "detail"])) {
+    return typeof value.detail === "string" && value.detail
+      ? `Cancelled: the turn was stopped before this call ran (${value.detail.replace(/\.$/, "")}).`
+      : known;
+  }
+  if (tool === "durable_wait" && value.status === "completed" && hasKeys(value, ["status", "duration_seconds", "reason"])) {
+    return `Waited ${value.duration_seconds} s${value.reason ? `: ${value.reason}` : "."}`;
+  }
+  if (tool === "request_user_input" && value.status === "waiting_for_user" && hasKeys(value, ["status", "prompt", "choices"])) {
+    return `Asked: ${value.prompt}`;
+  }
+  if (tool === "write_todos" && hasKeys(value, ["status", "revision", "task_count"])) {
+    if (value.status === "cleared") return "Cleared the plan.";
+    if (value.status === "updated") return `Updated the plan: ${value.task_count} task${value.task_count === 1 ? "" : "s"}.`;
+  }
+  return null;
+}
