@@ -141,8 +141,8 @@ def title_request_messages(*, user_text: str, answer_text: str) -> list[dict[str
 
 def clean_title(text: str) -> str:
     """A model's answer as a title: its first non-blank line without surrounding quotes,
-    ``Title:``, a final period or control characters (``title_without_controls``), shortened to ``TITLE_MAX_CHARS`` (``shorten_title``); ``""``
-    if nothing is left."""
+    ``Title:``, a final period or control characters (``title_without_controls``), shortened
+    to ``TITLE_MAX_CHARS`` (``shorten_title``); ``""`` if nothing is left."""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     line = re.sub(r"^(?:title\s*:\s*)", "", line, flags=re.IGNORECASE)
     line = title_without_controls(line).strip(QUOTES).strip().rstrip(".").strip()
