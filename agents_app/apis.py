@@ -79,6 +79,7 @@ from agents_app.services import (
     session_status_record,
 )
 from agents_app.session_search import message_matches_get, search_words
+from agents_app.titles import title_without_controls
 from agents_app.usage_records import (
     SESSION_LIST_USAGE,
     session_row_usage,
@@ -799,13 +800,20 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         title = StrictCharField(
             required=False,
             max_length=services.SESSION_TITLE_MAX_CHARS,
-            help_text="The new title, 1 to 200 characters; no generated title replaces it.",
+            help_text="The new title, 1 to 200 characters once control characters (bidi "
+            "controls included) are removed; no generated title replaces it.",
         )
         archived = StrictBooleanField(
             required=False,
             help_text="true archives the session (hidden from lists, still usable); false "
             "brings it back.",
         )
+
+        def validate_title(self, value: str) -> str:
+            title = title_without_controls(value)
+            if not title:
+                raise serializers.ValidationError("A title needs a character that shows.")
+            return title
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             if not attrs:

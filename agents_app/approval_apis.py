@@ -29,7 +29,6 @@ from agents_app.api_query import KnownQueryParametersFilter, query_parameters_ch
 from agents_app.api_schema import error_response, field_errors_serializer
 from agents_app.apis import (
     DELIVERY_FIELD,
-    MESSAGE_MAX_CHARS,
     SESSION_STOPPED_DETAIL,
     DexErrorsMixin,
     SessionStopped,
@@ -333,10 +332,18 @@ def _decide(
     )
 
 
+#: Characters a rejection message may have (what the model reads as the reason; a longer
+#: text is a 400 on ``rejection_message``).
+REJECTION_MESSAGE_MAX_CHARS = 2_000
+
+
 class InterruptResolveInputSerializer(BodySerializer):
     approved = StrictBooleanField()
     rejection_message = StrictCharField(
-        required=False, allow_blank=True, max_length=MESSAGE_MAX_CHARS
+        required=False,
+        allow_blank=True,
+        max_length=REJECTION_MESSAGE_MAX_CHARS,
+        help_text="Why the call is rejected, for the model: at most 2,000 characters.",
     )
     edited_arguments = serializers.DictField(
         required=False,
@@ -443,7 +450,10 @@ class BulkDecisionInputSerializer(BodySerializer):
     )
     approved = StrictBooleanField()
     rejection_message = StrictCharField(
-        required=False, allow_blank=True, max_length=MESSAGE_MAX_CHARS
+        required=False,
+        allow_blank=True,
+        max_length=REJECTION_MESSAGE_MAX_CHARS,
+        help_text="Why the call is rejected, for the model: at most 2,000 characters.",
     )
 
 

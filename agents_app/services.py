@@ -34,7 +34,7 @@ from agents_app.models import (
     OutboxTurnCancel,
     TitleSource,
 )
-from agents_app.titles import fallback_title, title_from_message
+from agents_app.titles import fallback_title, title_from_message, title_without_controls
 from dex_agents import (
     AgentStatus,
     ElicitationAnswerResult,
@@ -1433,10 +1433,12 @@ SESSION_TITLE_MAX_CHARS = 200
 
 
 def session_rename(*, session: AgentSession, title: str) -> AgentSession:
-    """Give ``session`` the title its owner chose (stripped; callers check it is 1 to
-    ``SESSION_TITLE_MAX_CHARS`` characters). The title's source becomes ``user``, so no
-    generated or first-message title replaces it later (``titles``)."""
-    title = " ".join(title.split())
+    """Give ``session`` the title its owner chose, without control characters (bidi
+    controls included, ``titles.title_without_controls``) and with its whitespace made single
+    spaces; callers check it is 1 to ``SESSION_TITLE_MAX_CHARS`` characters after that. The
+    title's source becomes ``user``, so no generated or first-message title replaces it later
+    (``titles``)."""
+    title = title_without_controls(title)
     if not title or len(title) > SESSION_TITLE_MAX_CHARS:
         raise ValueError("A title has 1 to 200 characters.")
     AgentSession.objects.filter(pk=session.pk).update(

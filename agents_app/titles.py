@@ -19,6 +19,7 @@ module imports no Django, so the demo model process can use it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,27 @@ DEMO_DIRECTIVE_LINE = re.compile(
 )
 
 
+#: Bidirectional controls (embeddings, overrides U+202A..U+202E, isolates U+2066..U+2069, and
+#: the marks U+200E, U+200F, U+061C): they can reorder how a title and what follows it read.
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def title_without_controls(text: str) -> str:
+    """``text`` without bidirectional controls (``_BIDI_CONTROLS``) and other control
+    characters (Unicode category ``Cc``: C0, DEL, C1; a tab or line break becomes a space),
+    its runs of whitespace made one space, stripped. Emoji joiners and other format
+    characters stay."""
+    text = _BIDI_CONTROLS.sub("", text)
+    text = "".join(
+        " " if char.isspace() else char
+        for char in text
+        if char.isspace() or unicodedata.category(char) != "Cc"
+    )
+    return " ".join(text.split())
+
+
+#: A Markdown link or image, ``[text](url)`` / ``![alt](url "title")``: its text stays.
+_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
 #: A Markdown ATX heading's opening (``# ``..``###### ``) and its optional closing ``#``s.
 _HEADING_OPEN = re.compile(r"^#{1,6}(?:\s+|$)")
 _HEADING_CLOSE = re.compile(r"\s+#+\s*$")
@@ -47,10 +69,11 @@ _EMPHASIS = re.compile(
 
 
 def plain_title_line(line: str) -> str:
-    """``line`` without the Markdown a person typed around it: a heading's ``#`` marks and
-    emphasis, strike-through and inline-code markers (``"# **Plan** for Q3"`` becomes
-    ``"Plan for Q3"``); stripped."""
-    text = line.strip()
+    """``line`` without the Markdown a person typed around it: a heading's ``#`` marks,
+    emphasis, strike-through and inline-code markers and link syntax (``"# **Plan** for Q3"``
+    becomes ``"Plan for Q3"``, ``"[docs](https://x.test)"`` ``"docs"``), and without control
+    characters (``title_without_controls``)."""
+    text = title_without_controls(_LINK.sub(lambda match: match.group(1), line))
     if _HEADING_OPEN.match(text):
         text = _HEADING_CLOSE.sub("", _HEADING_OPEN.sub("", text, count=1))
     previous = None
@@ -96,7 +119,7 @@ def fallback_title(*, agent_name: str, started_at: datetime) -> str:
     so that such sessions can be told apart in the list. A later message with a title line
     renames it (``title_source`` ``agent``)."""
     when = started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return shorten_title(f"{agent_name} · {when}")
+    return shorten_title(f"{title_without_controls(agent_name)} · {when}")
 
 
 def title_request_messages(*, user_text: str, answer_text: str) -> list[dict[str, str]]:
@@ -118,11 +141,11 @@ def title_request_messages(*, user_text: str, answer_text: str) -> list[dict[str
 
 def clean_title(text: str) -> str:
     """A model's answer as a title: its first non-blank line without surrounding quotes,
-    ``Title:`` or a final period, shortened to ``TITLE_MAX_CHARS`` (``shorten_title``); ``""``
-    if nothing is left."""
+    ``Title:``, a final period or control characters (``title_without_controls``), shortened
+    to ``TITLE_MAX_CHARS`` (``shorten_title``); ``""`` if nothing is left."""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     line = re.sub(r"^(?:title\s*:\s*)", "", line, flags=re.IGNORECASE)
-    line = line.strip().strip(QUOTES).strip().rstrip(".").strip()
+    line = title_without_controls(line).strip(QUOTES).strip().rstrip(".").strip()
     return shorten_title(line)
 
 

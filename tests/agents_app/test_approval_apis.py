@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents_app.approval_apis import EDITS_NEED_APPROVAL
+from agents_app.approval_apis import EDITS_NEED_APPROVAL, REJECTION_MESSAGE_MAX_CHARS
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest
 from mcp_registry.models import McpTool
 from tests.factories import (
@@ -234,6 +234,35 @@ def test_the_reviewer_who_lost_the_race_is_told_who_won_and_when(
 
 
 # --- bulk ----------------------------------------------------------------------------------
+
+
+def test_a_rejection_message_past_2000_characters_is_400_single_and_bulk(
+    staff_client: APIClient, session: AgentSession, engine_down: str
+) -> None:
+    assert REJECTION_MESSAGE_MAX_CHARS == 2_000
+    too_long = "\u00e9" * 2_001  # characters, not bytes
+    call = pending_call(session)
+    single = staff_client.post(
+        interrupt_url(call), {"approved": False, "rejection_message": too_long}, format="json"
+    )
+    assert single.status_code == 400
+    assert single.json() == {
+        "rejection_message": ["Ensure this field has no more than 2000 characters."]
+    }
+    bulk = staff_client.post(BULK_URL, {
+        "items": [{"session": session.id, "interrupt_id": call.interrupt_id}],
+        "approved": False, "rejection_message": too_long,
+    }, format="json")
+    assert bulk.status_code == 400
+    assert list(bulk.json()) == ["rejection_message"]
+    assert not ApprovalDecision.objects.exists()
+    # At the limit it is taken (kept for delivery while the engine is away).
+    kept = staff_client.post(
+        interrupt_url(call), {"approved": False, "rejection_message": too_long[:-1]},
+        format="json",
+    )
+    assert kept.status_code == 202, kept.content
+    assert ApprovalDecision.objects.get().rejection_message == too_long[:-1]
 
 
 def test_bulk_decides_each_call_and_reports_each(

@@ -84,6 +84,7 @@ def test_the_owner_renames_and_no_generated_title_replaces_it(
         ({"title": ""}, "title"),
         ({"title": "   "}, "title"),
         ({"title": "x" * 201}, "title"),
+        ({"title": "\u202e\u2066\x07"}, "title"),  # only control characters
         ({"title": 7}, "title"),
         ({"archived": "yes"}, "archived"),
         ({"name": "x"}, "name"),
@@ -98,6 +99,19 @@ def test_a_bad_update_is_a_400_naming_the_field(
     assert response.status_code == 400
     assert list(response.json()) == [field]
     assert AgentSession.objects.get(pk=session.pk).title == "First chat"
+
+
+def test_a_renamed_title_loses_bidi_and_other_control_characters(
+    owner: Any, owner_client: APIClient
+) -> None:
+    session = make_session(owner)
+    response = owner_client.patch(
+        f"/api/v1/sessions/{session.pk}/",
+        {"title": "\u2067Invoice\u2069 \u202egpj.exe\u202c\x1b\x07 final\u200f"}, format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["title"] == "Invoice gpj.exe final"
+    assert AgentSession.objects.get(pk=session.pk).title == "Invoice gpj.exe final"
 
 
 def test_a_200_character_title_is_kept(owner: Any, owner_client: APIClient) -> None:

@@ -41,6 +41,15 @@ from agents_app.titles import (
         ("#\n\n**real** line", "real line"),  # a line of markers only is skipped
         ("#hashtag stays", "#hashtag stays"),  # no space: not a heading
         ("2 * 3 * 4", "2 * 3 * 4"),
+        # Links keep their text; images their alt text.
+        ("read [the docs](https://docs.test/a_b) first", "read the docs first"),
+        ('![a chart](https://x.test/c.png "Chart") and [x]()', "a chart and x"),
+        ("[not a link] (https://x.test)", "[not a link] (https://x.test)"),
+        # Bidi controls and other control characters are dropped.
+        ("\u202eevil\u202c title\u2066 \u2069x\x00\x1b[31m", "evil title x[31m"),
+        ("tab\there\u200f", "tab here"),
+        ("\u202e\u2067", ""),
+        ("family \U0001F468\u200d\U0001F469", "family \U0001F468\u200d\U0001F469"),
     ],
 )
 def test_the_title_is_the_first_line_that_is_not_a_directive(message: str, title: str) -> None:
@@ -90,6 +99,7 @@ def test_a_message_of_directives_only_is_named_after_the_agent_and_its_start() -
         ("\u201cQuarterly plan\u201d", "Quarterly plan"),
         ("**Bold title**", "Bold title"),
         ("  \n", ""),
+        ("\u2067\"Hidden\u202e order\"\u2069", "Hidden order"),
     ],
 )
 def test_a_models_answer_is_cleaned_into_a_title(answer: str, title: str) -> None:

@@ -82,6 +82,53 @@ def notices(page: Page) -> Any:
     return region(page, "Conversation").locator(".message-notice")
 
 
+# --------------------------------------------------------------- deleted while streaming
+
+
+@VIEWPORTS
+def test_a_session_deleted_elsewhere_while_it_streams_ends_the_page_at_once(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    page = contexts.logged_in("owner", viewport=viewport)
+    session_id = start_session(page, f"/slow 0.5\n{pages.SLOW_WORDS}")
+    response = region(page, "Response")
+    expect(response).to_contain_text("You said:")
+    stop = page.get_by_role("button", name="Stop generating")
+    expect(stop).to_be_visible()
+    path = f"/api/v1/sessions/{session_id}/"
+    reads: list[str] = []  # the page's reads of the session, from the delete on
+    page.on("request", lambda request: reads.append(request.url) if path in request.url else None)
+
+    # Another tab (here the API with the owner's token) deletes it while the answer streams.
+    with stack.api("owner") as api:
+        assert api.delete(path).status_code == 204
+    expect(page.locator("#chat-status")).to_have_text("Deleted")
+    alert = page.get_by_role("alert")
+    expect(alert).to_have_text("This session no longer exists.")
+    expect(alert).to_be_in_viewport()
+    expect(response).to_be_hidden()
+    expect(stop).to_be_hidden()
+    expect(page.locator("#composer-send")).to_be_hidden()
+    for control in ("Stop session", "Rename", "Archive", "Delete session"):
+        expect(page.get_by_role("button", name=control, exact=True)).to_be_hidden()
+    expect(page.locator("#chat-status")).to_be_in_viewport()
+    expect(page.locator("#dock-connection")).to_be_hidden()  # the alert says it all
+    screenshot(page, "session-deleted-while-streaming", screen_too=True)
+
+    # Focus and a network that comes back read nothing more: a request the page makes after
+    # both events arrives with no read of the session before it.
+    seen = len(reads)
+    with page.expect_request(lambda request: "after-gone" in request.url):
+        page.evaluate("""() => {
+            window.dispatchEvent(new Event("focus"));
+            window.dispatchEvent(new Event("online"));
+            fetch("/api/v1/sessions/?after-gone=1");
+        }""")
+    assert reads[seen:] == [], reads
+    expect(response).to_be_hidden()
+    expect(page.locator("#chat-status")).to_have_text("Deleted")
+
+
 # --------------------------------------------------------------- cancel during a tool batch
 
 #: One model response, three calls at once: a read that finishes, a write that waits for a
@@ -188,7 +235,7 @@ def test_stop_generating_during_a_tool_batch_keeps_the_read_and_withdraws_the_ap
         expect(notice.locator(".notice-calls li")).to_have_text([
             "search__web_search: ran",
             "slack__post_message: cancelled; it did not run",
-            "durable_wait: started, then interrupted",
+            "The wait: started, then interrupted",
         ])
         expect(notice).not_to_contain_text("{")
         expect(region(page, "Conversation").locator(".message-user")).to_have_count(2)

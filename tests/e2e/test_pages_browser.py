@@ -969,6 +969,9 @@ def test_a_durable_wait_shows_a_timer_until_a_steered_message_ends_it(
     expect(assistant_texts(owner).last).to_have_text("You said: are you still there?")
     expect(timer).to_be_hidden()
     expect(owner.locator("#chat-status")).to_have_text("Waiting for a message")
+    # The wait's result, the platform's own JSON, reads as a sentence.
+    expect(region(owner, "Conversation").locator(".message-tool .message-text")).to_have_text(
+        ["Interrupted: a steered message ended the wait."])
 
 
 def test_screenshots_of_a_plan_a_question_and_a_timer(contexts: Contexts, stack: PageStack) -> None:

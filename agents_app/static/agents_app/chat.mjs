@@ -42,7 +42,7 @@ import { confirmDelete, confirmWith, deleteSession, setArchived, startRename } f
 import { sessionApiPath, sessionsPagePath } from "./urls.mjs";
 import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage, usdDisplay } from "./usage_display.mjs";
 import { Timeline } from "./timeline.mjs";
-import { readTurnNotice } from "./turn_notice.mjs";
+import { platformResultText, readTurnNotice } from "./turn_notice.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const config = pageConfig("chat-config");
@@ -67,6 +67,7 @@ const timeline = new Timeline({
   toolName: (id) => state.toolNames.get(id) ?? state.snapshot?.tool_calls?.find((call) => call.tool_call_id === id)?.tool_name,
 });
 const state = {
+  gone: false, // the session was deleted: nothing more is read or shown live
   snapshot: null,
   status: config.status,
   messages: new Map(), // sequence -> message
@@ -174,6 +175,33 @@ function showAlert(text, kind = "") {
   alert.dataset.kind = text ? kind : "";
 }
 
+/** The session was deleted (in another tab, by staff, or here): a final state. The status
+ * reads "Deleted", the live panels, the composer and every control are gone, the alert says
+ * so at the top, and the page stops reading the session (no repeated 404s). */
+function showSessionGone() {
+  if (state.gone) return;
+  state.gone = true;
+  state.socket?.stop();
+  clearTimeout(debounce);
+  debounce = null;
+  live.clear();
+  renderAllLive();
+  state.status = "deleted";
+  const status = byId("chat-status");
+  status.textContent = "Deleted";
+  status.className = "status status-stopped";
+  status.dataset.status = "deleted";
+  const controls = ["chat-rename", "chat-stop", "chat-archive", "chat-delete", "connection"];
+  for (const id of [...controls, "composer", "composer-cancel", "composer-closed", "user-input", "elicitation", "pending-approvals", "timer"]) {
+    const node = document.getElementById(id);
+    if (node) node.hidden = true;
+  }
+  showAlert("This session no longer exists.", "gone");
+  announce("This session no longer exists.");
+  // The header (its "Deleted" status) and the alert under it, not under the sticky bar.
+  window.scrollTo({ top: 0, behavior: "instant" });
+}
+
 const CONNECTION_TEXT = {
   connecting: "Connecting…",
   open: "Live",
@@ -188,6 +216,12 @@ function showConnection(socketState, detail = {}) {
     text = navigator.onLine === false ? "Offline; live updates resume when the network returns" : `Live updates interrupted; retrying in ${Math.ceil((detail.delay ?? 0) / 1000)} s`;
   }
   if (socketState === "offline") text = "Offline; live updates resume when the network returns";
+  if (socketState === "refused" && detail.code === 4404) showSessionGone();
+  if (state.gone) {
+    // The alert says why nothing is live any more.
+    byId("dock-connection").hidden = true;
+    return;
+  }
   if (socketState === "refused") {
     text = detail.code === 4401 ? "Live updates refused: log in again" : "Live updates are not available for this session";
   }
@@ -232,7 +266,10 @@ function noticeBody(text) {
   const nodes = lines.map((line) => el("p", { class: "message-text" }, line));
   if (calls.length) {
     nodes.push(el("ul", { class: "notice-calls" }, calls.map((call) =>
-      el("li", { dataset: { status: call.status } }, el("code", {}, call.tool), `: ${call.ending}`))));
+      el("li", { dataset: { status: call.status } },
+        // Built-ins read in plain words ("The question"); other tools by their name.
+        call.builtin ? call.label[0].toUpperCase() + call.label.slice(1) : el("code", {}, call.label),
+        `: ${call.ending}`))));
   }
   return nodes;
 }
@@ -261,7 +298,10 @@ function messageNode(message) {
   if (message.reasoning?.text) node.append(reasoningNode(message.reasoning));
   if (message.text) {
     node.querySelector(".message-meta").append(copyButton(COPY_LABELS[role] ?? "Copy message", () => wholeTexts.get(node) ?? message.text));
-    node.append(messageTextNode(role, message.text));
+    // The platform's own results ({"status": "cancelled", ...}) read as a sentence; Copy
+    // still gives the text as stored.
+    const plain = role === "tool" ? platformResultText(message.text, state.toolNames.get(message.tool_call_id)) : null;
+    node.append(plain === null ? messageTextNode(role, message.text) : el("p", { class: "message-text platform-result" }, plain));
   }
   if (message.interrupted) {
     node.classList.add("message-interrupted");
@@ -494,6 +534,7 @@ function loadOlderIfVisible() {
 }
 
 async function loadOlder() {
+  if (state.gone) return;
   if (state.loadingOlder || !state.hasOlder || state.olderUnavailable || state.oldest === null) return;
   state.loadingOlder = true;
   const button = byId("load-older");
@@ -741,6 +782,7 @@ let queueAgain = false;
  * it, and every caller's promise settles once the reads it asked for are shown.
  */
 function loadQueue() {
+  if (state.gone) return undefined;
   if (queueLoading) {
     queueAgain = true;
     return queueLoading;
@@ -979,7 +1021,7 @@ function showComposer() {
   const canSend = Boolean(state.snapshot?.can_send ?? config.canSend);
   const asking = state.question !== null && state.composeInstead !== state.question;
   const eliciting = state.elicitation !== null && state.composeInstead !== state.elicitation.id;
-  composer.hidden = !canSend || asking || eliciting;
+  composer.hidden = state.gone || !canSend || asking || eliciting;
   if (!composer.hidden && state.focusComposer) {
     state.focusComposer = false;
     document.getElementById("composer-text")?.focus();
@@ -1246,6 +1288,7 @@ let debounce = null;
 
 /** Read the snapshot now (one read at a time; a request during a read runs once after it). */
 async function loadSnapshot() {
+  if (state.gone) return undefined;
   if (loading) {
     loadAgain = true;
     return loading;
@@ -1255,16 +1298,17 @@ async function loadSnapshot() {
     state.snapshotReads += 1;
     const snapshotRead = state.snapshotReads;
     try {
-      applySnapshot(await api(sessionPath), queueRead, snapshotRead);
+      const snapshot = await api(sessionPath);
+      if (!state.gone) applySnapshot(snapshot, queueRead, snapshotRead);
     } catch (error) {
-      if (error.status === 404) showAlert("This session no longer exists.");
+      if (error.status === 404) showSessionGone();
       else if (error.status === 403 || error.status === 401) showAlert("You are no longer allowed to read this session; log in again.");
       else if (error.status !== 0) showAlert(error.message);
     }
   })();
   await loading;
   loading = null;
-  if (loadAgain) {
+  if (loadAgain && !state.gone) {
     loadAgain = false;
     await loadSnapshot();
   }
@@ -1291,7 +1335,7 @@ function hintStatus(status) {
 
 function onEvent(frame) {
   const event = frame.event;
-  if (!event || typeof event.type !== "string") return;
+  if (state.gone || !event || typeof event.type !== "string") return;
   timeline.onEvent(event);
   // Replays of turns whose messages are already stored add nothing.
   if (event.turn_id && state.completedTurns.has(event.turn_id)) return;
@@ -1341,7 +1385,9 @@ function onEvent(frame) {
       scheduleSnapshot();
       break;
     case "session_stopped":
-      loadSnapshot();
+      // session_delete stops the Flow with this reason before the socket closes with 4404.
+      if (event.data?.reason === "deleted by user") showSessionGone();
+      else loadSnapshot();
       break;
     case "usage_recorded":
       showSessionUsage(byId("chat-cost"), event.data?.session);
@@ -1565,6 +1611,7 @@ async function deleteThisSession() {
 // ---------------------------------------------------------------- start
 
 function refreshNow() {
+  if (state.gone) return;
   loadSnapshot();
   state.socket?.reconnectNow();
 }

@@ -59,7 +59,7 @@ export function decisionForm({ sessionId, interruptId, toolName = "", argumentsT
   const message = el("textarea", {
     id: fieldId,
     rows: 2,
-    maxlength: 100000,
+    maxlength: 2000,
     placeholder: "Optional: tell the model why",
   });
   const result = el("p", { class: "decision-result small", role: "status" });

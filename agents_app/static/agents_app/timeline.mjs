@@ -118,15 +118,30 @@ function methodLine(entry, step) {
     const attempt = entry.failed_attempt ? `Attempt ${entry.failed_attempt} failed: ` : "Failed: ";
     line.append(el("p", { class: "timeline-error" }, el("strong", {}, attempt), entry.error));
   }
-  if (entry.outcome_detail) {
+  const outcome = outcomeText(entry);
+  if (outcome) {
     const failed = entry.outcome === "failed";
-    line.append(el("p", { class: failed ? "timeline-error" : "timeline-outcome" }, el("strong", {}, `${OUTCOME_LABELS[entry.outcome] ?? "Ended"}: `), entry.outcome_detail));
+    line.append(el("p", { class: failed ? "timeline-error" : "timeline-outcome" }, el("strong", {}, `${outcome.label}: `), outcome.detail));
   }
   return line;
 }
 
 /** The lead-in of an execute method's `outcome_detail`. */
 const OUTCOME_LABELS = { failed: "Failed", rejected: "Rejected", withdrawn: "Withdrawn", expired: "Expired" };
+
+/**
+ * An execute method's outcome as people read it: `{label, detail}` ("Withdrawn", "the user
+ * cancelled the turn."), or null without an `outcome_detail`. A detail that already starts
+ * with its label ("Withdrawn: the user cancelled the turn.") loses it, so it is not said twice.
+ */
+export function outcomeText(entry) {
+  if (!entry.outcome_detail) return null;
+  const label = OUTCOME_LABELS[entry.outcome] ?? "Ended";
+  let detail = String(entry.outcome_detail);
+  const prefix = `${label}:`;
+  if (detail.slice(0, prefix.length).toLowerCase() === prefix.toLowerCase()) detail = detail.slice(prefix.length).trimStart();
+  return { label, detail };
+}
 
 const STATUS_TEXT = {
   completed: "completed",

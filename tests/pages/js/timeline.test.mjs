@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { durationText, groupSteps } from "../../../agents_app/static/agents_app/timeline.mjs";
+import { durationText, groupSteps, outcomeText } from "../../../agents_app/static/agents_app/timeline.mjs";
 
 const entry = (id, method, extra = {}) => ({
   step_type: id.replace(/-\d+$/, ""), step_execution_id: id, method, status: "completed",
@@ -69,4 +69,12 @@ test("a Step's recorded outcome is its status", () => {
     entry("CallTool-1", "execute", { outcome: "not-a-status" }),
   ]);
   assert.deepEqual(steps.map((step) => step.status), ["failed", "cancelled", "withdrawn", "expired", "completed"]);
+});
+
+test("an outcome's label is said once, even when its detail starts with it", () => {
+  assert.deepEqual(outcomeText({ outcome: "withdrawn", outcome_detail: "Withdrawn: the user cancelled the turn." }),
+    { label: "Withdrawn", detail: "the user cancelled the turn." });
+  assert.deepEqual(outcomeText({ outcome: "rejected", outcome_detail: "too risky" }), { label: "Rejected", detail: "too risky" });
+  assert.deepEqual(outcomeText({ outcome: "other", outcome_detail: "Withdrawn: x" }), { label: "Ended", detail: "Withdrawn: x" });
+  assert.equal(outcomeText({ outcome: "failed", outcome_detail: "" }), null);
 });
