@@ -156,22 +156,28 @@ async def test_sigkills_while_blobs_are_written_and_loaded(dex: DexEnv) -> None:
         # At most 100 notes of at most 20,000 characters: list_notes answers them in one
         # RPC output, which must stay under 4 MiB.
         while not stop.is_set() and number < 100:
-            number += 1
-            key, value = f"n{number}", text(f"note-{number}", rng.randint(1500, 20_000))
+            key = f"n{number + 1}"
+            value = text(f"note-{number + 1}", rng.randint(1500, 20_000))
             try:
                 await dex.client.invoke_rpc(flow.note, "chaos-notes", f"{key}={value}")
             except Exception:
-                await asyncio.sleep(0.05)  # the engine is down; try the next note
+                # The engine is down: write this note again (a new value; the last one
+                # acknowledged is what must be there), without using up the 100.
+                await asyncio.sleep(0.05)
                 continue
+            number += 1
             acknowledged[key] = value
 
     writer = asyncio.create_task(write_notes())
     try:
         for _ in range(3):
-            # Each kill comes after one more acknowledged write (on a busy machine the seeded
-            # pause alone once let only two through), then at a seeded moment.
+            # Each kill comes after one more acknowledged write, unless all are written (on a
+            # busy machine the seeded pause alone once let only two through), then at a
+            # seeded moment.
             written = len(acknowledged)
-            await eventually(lambda written=written: len(acknowledged) > written, within=60)
+            await eventually(
+                lambda written=written: len(acknowledged) > written or writer.done(), within=60
+            )
             await asyncio.sleep(rng.uniform(0.1, 0.6))
             dex.engine.kill()
             dex.engine.start()

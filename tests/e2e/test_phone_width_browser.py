@@ -306,8 +306,11 @@ def test_a_session_is_named_by_its_first_line_then_by_the_model(
     width = viewport["width"]
     first_line = f"lunch near pier {width} with the whole team please"
     page = contexts.logged_in("owner", viewport=viewport)
-    session_id = start_session(page, f"/slow 0\n{first_line}")
+    # The answer comes a second a piece, so the turn still runs (and no title is generated
+    # yet: that waits for the turn's end) while the first line names the session.
+    session_id = start_session(page, f"/slow 1\n{first_line}")
     heading = page.get_by_role("heading", level=1)
+    expect(page.get_by_role("button", name="Stop generating")).to_be_visible()
     expect(heading).to_have_text(first_line)
     wait_for_turn_end(stack, "owner", session_id)
     generated = f"Lunch near pier {width} with the"
