@@ -12,7 +12,6 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from agents_app.models import Budget
-from agents_app.outbox import budget_release
 
 
 @receiver(post_save, sender=Budget, dispatch_uid="budget_saved")
@@ -21,5 +20,10 @@ def budget_changed(sender: type[Budget], instance: Budget, **kwargs: Any) -> Non
     """A budget was saved (raised, lowered, disabled) or deleted, in admin or elsewhere:
     queue the delivery of the messages held for a budget in the sessions it covers (its
     user's, or its agent's), once the change commits (``outbox.budget_release``). Messages
-    another budget still holds stay pending with that budget's reason."""
+    another budget still holds stay pending with that budget's reason.
+
+    The outbox is imported here, not at the top: ``AgentsAppConfig.ready`` imports this module
+    in every process, and the outbox brings the Dex gateway and the session index with it."""
+    from agents_app.outbox import budget_release
+
     budget_release(owner_id=instance.user_id, agent_id=instance.agent_id)
