@@ -1679,35 +1679,14 @@ class RecordTurnFailure(_SessionStep, Step[None]):
             PENDING_INTERRUPTS.set(
                 context, [item for item in interrupts if item.interrupt_id not in turn_interrupts]
             )
-        AGENT_STATE.set(
-            context,
-            replace(
-                state,
-                status=AgentStatus.WAITING_FOR_USER_MESSAGE,
-                turn_id=None,
-                message_count=sequence,
-                last_turn_error=error,
-            ),
-        )
         events = AgentEventWriter(self._flow.agent_events, context, state.turn_id)
-        events.write_event(AgentEventType.TURN_FAILED, {"error": error})
-        events.close()
-        await observe(
-            self._flow,
-            context,
-            status=AgentStatus.WAITING_FOR_USER_MESSAGE,
-            turn_id=state.turn_id,
-            closed=[
-                ClosedInterrupt(
-                    item.interrupt_id,
-                    InterruptOutcome.WITHDRAWN,
-                    f"The turn failed before a decision: {error}",
-                )
-                for item in withdrawn
-            ],
-            turn_ended=TurnEnd.FAILED if state.turn_id is not None else None,
-            turn_error=error if state.turn_id is not None else None,
-        )
+        try:
+            await _end_failed_turn(
+                self._flow, context, events, state, sequence=sequence, error=error,
+                withdrawn=withdrawn,
+            )
+        finally:
+            events.close()
         return go_to(AwaitUserMessage, None)
 
 
@@ -1800,6 +1779,28 @@ async def _stop_turn(
     error = reason
     if len(error) > _TURN_ERROR_MAX_CHARS:
         error = error[: _TURN_ERROR_MAX_CHARS - 1] + "…"
+    await _end_failed_turn(
+        flow, context, events, state, sequence=sequence, error=error, withdrawn=withdrawn,
+        usage=outcome.usage,
+    )
+    return go_to(AwaitUserMessage, None)
+
+
+async def _end_failed_turn(
+    flow: SessionFlow,
+    context: AsyncContext,
+    events: AgentEventWriter,
+    state: AgentState,
+    *,
+    sequence: int,
+    error: str,
+    withdrawn: Sequence[AgentInterrupt],
+    usage: AgentUsage | None = None,
+) -> None:
+    """The common end of a failed turn (RecordTurnFailure, a turn the guard stopped): the
+    session waits for a message with ``last_turn_error`` ``error`` and ``sequence`` messages,
+    ``turn_failed`` is written, and the observer hears the status, the ``withdrawn``
+    interrupts, ``usage`` and ``TurnEnd.FAILED`` (when ``state`` had a turn)."""
     AGENT_STATE.set(
         context,
         replace(
@@ -1811,6 +1812,7 @@ async def _stop_turn(
         ),
     )
     events.write_event(AgentEventType.TURN_FAILED, {"error": error})
+    turn_id = state.turn_id
     await observe(
         flow,
         context,
@@ -1824,11 +1826,10 @@ async def _stop_turn(
             )
             for item in withdrawn
         ],
-        usage=outcome.usage,
-        turn_ended=TurnEnd.FAILED,
-        turn_error=error,
+        usage=usage,
+        turn_ended=TurnEnd.FAILED if turn_id is not None else None,
+        turn_error=error if turn_id is not None else None,
     )
-    return go_to(AwaitUserMessage, None)
 
 
 def _steer_back_taken(context: AsyncContext, *, answer_too: bool) -> None:
