@@ -28,7 +28,7 @@ from agents_app.models import (
     WebhookDelivery,
     WebhookEvent,
 )
-from agents_app.webhooks import webhook_ping
+from agents_app.notify.webhooks import webhook_ping
 
 
 class ReadOnlyAdminMixin:
@@ -173,7 +173,8 @@ class OutboxTurnCancelAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """Read-only: one row per model call, written by the worker (``agents_app.usage_records``)."""
+    """Read-only: one row per model call, written by the worker
+    (``agents_app.usage.usage_records``)."""
 
     list_display = (
         "recorded_at", "owner", "agent", "session", "turn_id", "input_tokens", "output_tokens",
@@ -187,7 +188,8 @@ class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(Budget)
 class BudgetAdmin(admin.ModelAdmin):
-    """Spending limits per user or per agent, per UTC day or month (``agents_app.budgets``)."""
+    """Spending limits per user or per agent, per UTC day or month
+    (``agents_app.usage.budgets``)."""
 
     list_display = ("__str__", "user", "agent", "period", "limit_usd", "enabled", "updated_at")
     list_filter = ("period", "enabled", "agent")
@@ -212,7 +214,7 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
 @admin.register(ApprovalNotification)
 class ApprovalNotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: the approval emails, one per approval, person and kind, and whether they
-    went out (``agents_app.notifications``)."""
+    went out (``agents_app.notify.notifications``)."""
 
     list_display = ("created_at", "user", "kind", "request", "sent_at", "attempts")
     list_filter = ("kind",)
@@ -246,7 +248,7 @@ class WebhookForm(forms.ModelForm):
 
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
-    """Outgoing webhooks (``agents_app.webhooks``). The signing secret is generated on
+    """Outgoing webhooks (``agents_app.notify.webhooks``). The signing secret is generated on
     creation (or on **rotate secret**) and shown once, in the message after saving; the
     change page shows only its last characters."""
 

@@ -27,11 +27,11 @@ Keys (units in the names' comments):
     images; decoded bytes), ELICITATION_TIMEOUT (seconds a user may take to answer an MCP
     server's question during a tool call, unless the agent sets its own), MAX_WAIT_SECONDS
     (the longest ``?wait=`` a request may ask for: send-and-wait and the snapshot's long-poll),
-    THROTTLE_READS and THROTTLE_WRITES (per-user REST rates, ``agents_app.throttling``),
+    THROTTLE_READS and THROTTLE_WRITES (per-user REST rates, ``agents_app.api.throttling``),
     MAX_ACTIVE_SESSIONS_PER_USER (running turns per user; a message over it waits in the
-    outbox, ``agents_app.outbox.active_limit_reached``; 0: no cap), SNAPSHOT_SHORT_PATH
+    outbox, ``agents_app.sessions.outbox.active_limit_reached``; 0: no cap), SNAPSHOT_SHORT_PATH
     (bool: unchanged sessions' snapshot reads skip Django's request cycle,
-    ``agents_app.snapshot_asgi``), WEBSOCKET_DB_TIMEOUT (seconds a websocket handshake's
+    ``agents_app.api.snapshot_asgi``), WEBSOCKET_DB_TIMEOUT (seconds a websocket handshake's
     database lookup may take before that socket closes with 4503,
     ``agents_app.websocket_db``), PUBLIC_URL (the site's address as people reach it, used
     for links in emails and webhooks), WEBHOOKS_ALLOW_PRIVATE (bool: webhooks may call

@@ -186,7 +186,7 @@ class AgentDefinition(models.Model):
             ``elicitation_timeout_seconds`` (this agent's, else
             ``DEXAGENTS["ELICITATION_TIMEOUT"]``: how long MCP servers' questions wait),
             and ``input_price_per_mtok`` / ``output_price_per_mtok`` as decimal strings
-            when either is set (``agents_app.pricing``).
+            when either is set (``agents_app.usage.pricing``).
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
@@ -237,7 +237,7 @@ class AgentDefinition(models.Model):
 
 
 class TitleSource(models.TextChoices):
-    """Where a session's title came from (``agents_app.titles``)."""
+    """Where a session's title came from (``agents_app.worker.titles``)."""
 
     AGENT = "agent", "the agent's name (no message yet)"
     MESSAGE = "message", "its first message"
@@ -310,7 +310,7 @@ class AgentSession(models.Model):
 class SessionMessageText(models.Model):
     """One user or assistant message's text in the session search index (issue 27,
     "Sessions"), written by the Dex worker's session observer as it writes the session index
-    (``agents_app.session_search``); keyed by session and message sequence, so a repeated
+    (``agents_app.sessions.session_search``); keyed by session and message sequence, so a repeated
     Step attempt overwrites its row. ``text`` keeps the first ``SEARCH_TEXT_MAX_CHARS``.
 
     Searched through a full-text index the migration adds beside the table: an FTS5 table
@@ -555,12 +555,12 @@ class OutboxTurnCancel(models.Model):
 class UsageRecord(models.Model):
     """One model call's usage and cost, as the worker recorded it (issue 27 "Cost and usage").
 
-    Written by the Dex worker's session observer (``agents_app.usage_records``) when a RunModel
-    Step reports its priced ``AgentUsage``; keyed by session and ``model_call_id`` (the Step
-    execution ID), so a retried Step overwrites its row instead of counting twice. ``owner`` and
-    ``agent`` repeat the session's so sums per user and per agent read one table; ``day`` is
-    the UTC date of the call. Dex keeps the session's own totals; these rows feed the sums
-    across sessions (``GET /api/v1/usage/``, the usage page) and budgets.
+    Written by the Dex worker's session observer (``agents_app.usage.usage_records``) when a
+    RunModel Step reports its priced ``AgentUsage``; keyed by session and ``model_call_id``
+    (the Step execution ID), so a retried Step overwrites its row instead of counting twice.
+    ``owner`` and ``agent`` repeat the session's so sums per user and per agent read one table;
+    ``day`` is the UTC date of the call. Dex keeps the session's own totals; these rows feed the
+    sums across sessions (``GET /api/v1/usage/``, the usage page) and budgets.
     """
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="usage")
@@ -660,7 +660,7 @@ class NotificationPreference(models.Model):
 
     ``email_on_approval``: a staff user with an email address is mailed when a tool call
     starts waiting for approval, and once more before its deadline
-    (``agents_app.notifications``). No row means no email.
+    (``agents_app.notify.notifications``). No row means no email.
     """
 
     user = models.OneToOneField(
@@ -731,7 +731,7 @@ WEBHOOK_SUBSCRIBABLE_EVENTS: tuple[str, ...] = tuple(
 
 class Webhook(models.Model):
     """An outgoing webhook registered in admin: ``events`` are POSTed to ``url`` as signed
-    JSON (``agents_app.webhooks``).
+    JSON (``agents_app.notify.webhooks``).
 
     ``secret`` signs every delivery (HMAC-SHA256); it is generated when the webhook is
     created, shown once in admin, masked afterwards and never logged. A URL whose host

@@ -1,21 +1,6 @@
-"""Routes of the browser pages, mounted where the host project includes them (the dexagents
-project mounts them at the site root; the page modules find them through base.html)."""
+"""Kept path for host projects: ``agents_app.page_urls``, as settings and imports named it
+before the app had packages. The code is in ``agents_app.pages.urls``."""
 
-from django.urls import path
+from agents_app.pages.urls import app_name, urlpatterns
 
-from agents_app import views
-
-app_name = "pages"
-
-urlpatterns = [
-    path("", views.portal_view, name="portal"),
-    path("sessions/", views.session_list_view, name="session-list"),
-    path("sessions/<str:session_id>/", views.session_detail_view, name="session-detail"),
-    path("approvals/", views.approvals_view, name="approvals"),
-    path("usage/", views.usage_view, name="usage"),
-    path(
-        "settings/notifications/",
-        views.notification_settings_view,
-        name="notification-settings",
-    ),
-]
+__all__ = ["app_name", "urlpatterns"]

@@ -246,7 +246,7 @@ def litellm_warm() -> None:
     timeout).
 
     ``manage.py dexworker`` runs it in a thread before it registers with the engine
-    (``agents_app.runner.model_calls_warm``). Safe from any thread and more than once.
+    (``agents_app.worker.runner.model_calls_warm``). Safe from any thread and more than once.
     """
     litellm = load_litellm()
     litellm.get_model_info("gpt-4o-mini")
@@ -327,13 +327,13 @@ def unpriced_model_pricing(model: str) -> dict[str, float]:
     a model it cannot price it first searches its map for a similar model, which costs about
     a fifth of the call's CPU in this process and ends with no price anyway; with a custom
     price of zero it skips that search. A model the map prices keeps LiteLLM's own pricing.
-    The platform prices calls itself (``agents_app.pricing``). Imports LiteLLM.
+    The platform prices calls itself (``agents_app.usage.pricing``). Imports LiteLLM.
     """
     return dict(_ZERO_PRICING) if _model_unpriced(model) else {}
 
 
 def model_unpriced(model: str) -> bool:
-    """Whether LiteLLM's bundled map has no token price for ``model`` (``agents_app.pricing``
+    """Whether LiteLLM's bundled map has no token price for ``model`` (``agents_app.usage.pricing``
     prices such a call at zero). Imports LiteLLM."""
     return _model_unpriced(model)
 

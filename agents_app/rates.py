@@ -1,7 +1,7 @@
 """Request rates as DRF's throttles write them (``<count>/<s|min|hour|day>``), or ``off``.
 
 Imports nothing from Django or DRF, so ``settings.py`` can check ``DEXAGENTS_THROTTLE_*`` with
-it while settings load (``agents_app.throttling`` uses the rates).
+it while settings load (``agents_app.api.throttling`` uses the rates).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents_app import dex_gateway
 from agents_app.conf import dexagents_setting
+from agents_app.gateway import dex_gateway
 from agents_app.models import (
     SESSION_STATUS_STOPPED,
     AgentDefinition,
@@ -30,8 +30,8 @@ from agents_app.models import (
     OutboxMessage,
 )
 from agents_app.rest_errors import UnavailablePart
-from agents_app.session_search import matching_session_ids, search_words
-from agents_app.usage_records import session_usage_annotations
+from agents_app.sessions.session_search import matching_session_ids, search_words
+from agents_app.usage.usage_records import session_usage_annotations
 from dex_agents import AgentStatus
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def message_queue_get(*, session: AgentSession) -> dict[str, Any]:
 def message_queue_kept(*, session: AgentSession) -> list[dict[str, Any]]:
     """The queue entries the outbox still keeps for ``session`` (``delivery`` ``pending``),
     oldest first; read them before Dex's queue (``message_queue_get``)."""
-    from agents_app import outbox
+    from agents_app.sessions import outbox
 
     return [
         outbox.outbox_message_to_queue_entry(item)
@@ -134,7 +134,7 @@ def snapshot_with_outbox(*, session: AgentSession, snapshot: dict[str, Any]) -> 
     """The snapshot with each queued and steered entry's ``delivery`` (``delivered``), and the
     messages the outbox still keeps added at the queue's tail (``delivery`` ``pending``), as
     ``message_queue_get`` lists them; ``queued_message_count`` counts them too."""
-    from agents_app import outbox
+    from agents_app.sessions import outbox
 
     kept = [] if session.status == "stopped" else outbox.outbox_message_pending(session=session)
     return snapshot_with_kept_messages(snapshot=snapshot, kept=kept)
@@ -143,7 +143,7 @@ def snapshot_with_outbox(*, session: AgentSession, snapshot: dict[str, Any]) -> 
 def snapshot_with_kept_messages(*, snapshot: dict[str, Any], kept: list[Any]) -> dict[str, Any]:
     """``snapshot_with_outbox`` given the outbox's pending messages ``kept``
     (``outbox.outbox_message_pending``, ``[]`` for a stopped session): no database access."""
-    from agents_app import outbox
+    from agents_app.sessions import outbox
 
     queued = [{**entry, "delivery": "delivered"} for entry in snapshot.get("queued_messages", [])]
     steered = [{**entry, "delivery": "delivered"} for entry in snapshot.get("steered_messages", [])]
@@ -500,7 +500,7 @@ def approval_list_decided(
 
 
 def worker_heartbeat_fresh() -> bool:
-    """Whether at least one ``dexworker`` beat recently (``agents_app.worker_heartbeat``).
+    """Whether at least one ``dexworker`` beat recently (``agents_app.worker.heartbeat``).
 
     Each worker beats every second under its own ID (Redis with ``REDIS_URL``, else a file
     per worker in ``DEXAGENTS["WORKER_HEARTBEAT_DIR"]``); a beat counts as fresh when younger
@@ -508,7 +508,7 @@ def worker_heartbeat_fresh() -> bool:
     reads as down within that time, one that stops cleanly at once. Redis not answering
     reads as no fresh worker.
     """
-    from agents_app.worker_heartbeat import fresh_workers
+    from agents_app.worker.heartbeat import fresh_workers
 
     try:
         return bool(fresh_workers())
@@ -587,10 +587,10 @@ def readiness_get() -> dict[str, Any]:
     ``REDIS_URL`` (not a failure). ``database``: ``SELECT 1`` on the default connection;
     ``redis``: ``PING`` (2 s timeouts); ``engine``: FlowService.HealthCheck within
     ``DEXAGENTS["ENGINE_TIMEOUT"]``; ``worker``: at least one fresh beat
-    (``agents_app.worker_heartbeat``). ``workers`` is the number of fresh workers. When not
+    (``agents_app.worker.heartbeat``). ``workers`` is the number of fresh workers. When not
     ready, ``detail`` (a sentence) and ``unavailable`` (the first part down) are added.
     """
-    from agents_app.worker_heartbeat import fresh_workers
+    from agents_app.worker.heartbeat import fresh_workers
 
     try:
         engine_up = dex_gateway.run(dex_gateway.engine_health_check())

@@ -18,9 +18,8 @@ from knox.models import get_digest_token
 from knox.settings import CONSTANTS as KNOX_CONSTANTS
 
 import mcp_registry
-from agents_app import approval_index, dex_gateway, session_index
-from agents_app.budgets import budget_refusal
 from agents_app.conf import dexagents_setting
+from agents_app.gateway import dex_gateway
 from agents_app.models import (
     SESSION_STATUS_STARTING,
     SESSION_STATUS_STOPPED,
@@ -34,7 +33,9 @@ from agents_app.models import (
     OutboxTurnCancel,
     TitleSource,
 )
-from agents_app.titles import fallback_title, title_from_message, title_without_controls
+from agents_app.sessions import approval_index, session_index
+from agents_app.usage.budgets import budget_refusal
+from agents_app.worker.titles import fallback_title, title_from_message, title_without_controls
 from dex_agents import (
     AgentStatus,
     ElicitationAnswerResult,
@@ -90,7 +91,7 @@ def session_create(
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer; nothing was created.
     """
-    from agents_app import outbox
+    from agents_app.sessions import outbox
 
     owner_pk = owner.pk
     if owner_pk is None:
@@ -189,7 +190,7 @@ def session_title_generate(*, session_id: str) -> str | None:
         titles are off, it has no answer yet, or the model wrote none (the first-message
         title stays; a failure is logged, never raised, and the next ended turn tries again).
     """
-    from agents_app.titles import title_write
+    from agents_app.worker.titles import title_write
 
     session = AgentSession.objects.select_related("agent").filter(pk=session_id).first()
     if session is None or session.title_source != TitleSource.PENDING:
@@ -291,7 +292,8 @@ def session_message_send(
         QueueFullError: The session's queue is full; nothing was kept.
         dex_gateway.SessionNotFoundError: Dex no longer has the session; nothing was kept.
     """
-    from agents_app import outbox, task_queue
+    from agents_app import task_queue
+    from agents_app.sessions import outbox
 
     limit = int(dexagents_setting("MAX_QUEUED_MESSAGES"))
     if OutboxMessage.objects.filter(session=session, delivery=Delivery.PENDING).count() >= limit:
@@ -358,7 +360,7 @@ def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
     Raises:
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
-    from agents_app import outbox
+    from agents_app.sessions import outbox
 
     if outbox.outbox_message_withdraw(session=session, message_id=message_id) is not None:
         _outbox_change_announce(session=session, change="deleted", message_id=message_id)
@@ -386,7 +388,7 @@ def queued_message_replace(
             queue's texts past their bytes (``dex_agents.QUEUED_MESSAGES_BYTES``).
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
-    from agents_app import outbox
+    from agents_app.sessions import outbox
 
     if outbox.outbox_message_withdraw(session=session, message_id=message_id) is not None:
         _outbox_change_announce(session=session, change="edited", message_id=message_id)
@@ -448,7 +450,7 @@ def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
             spent; nothing changed.
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
-    from agents_app import outbox
+    from agents_app.sessions import outbox
 
     if OutboxMessage.objects.filter(
         pk=message_id, session=session, delivery=Delivery.PENDING
@@ -879,7 +881,8 @@ def interrupt_resolve(
             snapshot that would describe it could not be read.
         dex_gateway.SessionNotFoundError: Dex has no such session.
     """
-    from agents_app import outbox, task_queue
+    from agents_app import task_queue
+    from agents_app.sessions import outbox
 
     decider_pk = decided_by.pk
     if decider_pk is None:
@@ -1486,7 +1489,8 @@ def session_delete(*, session: AgentSession) -> SessionDeleted:
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer the stop; nothing changed.
     """
-    from agents_app import snapshot_cache, task_queue
+    from agents_app import task_queue
+    from agents_app.gateway import snapshot_cache
     from agents_app.models import SessionMessageText
 
     dex_gateway.run(dex_gateway.session_stop(session_id=session.id, reason="deleted by user"))

@@ -24,6 +24,6 @@ def budget_changed(sender: type[Budget], instance: Budget, **kwargs: Any) -> Non
 
     The outbox is imported here, not at the top: ``AgentsAppConfig.ready`` imports this module
     in every process, and the outbox brings the Dex gateway and the session index with it."""
-    from agents_app.outbox import budget_release
+    from agents_app.sessions.outbox import budget_release
 
     budget_release(owner_id=instance.user_id, agent_id=instance.agent_id)

@@ -9,9 +9,10 @@ from typing import Any
 
 from celery import shared_task
 
-from agents_app import dex_gateway, outbox
+from agents_app.gateway import dex_gateway
 from agents_app.models import ApprovalDecision, OutboxTurnCancel
-from agents_app.session_index import session_index_reconcile
+from agents_app.sessions import outbox
+from agents_app.sessions.session_index import session_index_reconcile
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def send_approval_email(self: Any, notification_id: int) -> bool:
     Returns:
         Whether this run sent it.
     """
-    from agents_app import notifications
+    from agents_app.notify import notifications
 
     try:
         return notifications.approval_email_send(notification_id=notification_id)
@@ -163,7 +164,7 @@ def deliver_webhook(self: Any, delivery_id: int) -> str:
     Returns:
         The delivery's status afterwards.
     """
-    from agents_app import webhooks
+    from agents_app.notify import webhooks
 
     try:
         return webhooks.webhook_delivery_send(delivery_id=delivery_id)
@@ -181,7 +182,7 @@ def send_approval_reminders() -> int:
     """Queue the reminder emails of approvals near their deadline
     (``notifications.approval_reminders_send``); Celery beat runs it every minute
     (PeriodicTask created by migration 0016)."""
-    from agents_app import notifications
+    from agents_app.notify import notifications
 
     return notifications.approval_reminders_send()
 

@@ -2,7 +2,16 @@
 
 from django.urls import path
 
-from agents_app.apis import (
+from agents_app.api.approvals import (
+    ApprovalBulkDecideApi,
+    ApprovalDecisionListApi,
+    ApprovalListApi,
+    InterruptResolveApi,
+)
+from agents_app.api.notifications import NotificationPreferenceApi
+from agents_app.api.tokens import ApiTokenListCreateApi, ApiTokenRevokeApi
+from agents_app.api.usage import UsageApi
+from agents_app.api.views import (
     AgentListApi,
     QueuedMessageApi,
     QueuedMessageSteerApi,
@@ -21,15 +30,6 @@ from agents_app.apis import (
     SessionUnarchiveApi,
     SessionUserInputApi,
 )
-from agents_app.approval_apis import (
-    ApprovalBulkDecideApi,
-    ApprovalDecisionListApi,
-    ApprovalListApi,
-    InterruptResolveApi,
-)
-from agents_app.notification_apis import NotificationPreferenceApi
-from agents_app.token_apis import ApiTokenListCreateApi, ApiTokenRevokeApi
-from agents_app.usage_apis import UsageApi
 
 app_name = "agents_api"
 

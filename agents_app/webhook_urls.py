@@ -3,7 +3,7 @@ credentials in the URL, a host that resolves, and (unless ``DEXAGENTS_WEBHOOKS_A
 only public addresses.
 
 Checked when a ``Webhook`` is saved (``Webhook.clean``) and again before every send
-(``agents_app.webhooks``). Below the models: it imports nothing of the app but its settings.
+(``agents_app.notify.webhooks``). Below the models: it imports nothing of the app but its settings.
 """
 
 from __future__ import annotations

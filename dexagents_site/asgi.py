@@ -1,6 +1,6 @@
 """ASGI entry point: Django for HTTP, Channels for websockets.
 
-Websocket routes come from ``agents_app.routing.websocket_urlpatterns``, behind
+Websocket routes come from ``agents_app.live.routing.websocket_urlpatterns``, behind
 ``agents_app.auth``: API-token or session-cookie auth, and Channels' allowed-hosts origin
 check for every handshake from a browser (channels sample project ``config/asgi.py``;
 reference/django-notes.md G2).
@@ -20,10 +20,10 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agents_app.api.snapshot_asgi import SnapshotShortPath  # noqa: E402
 from agents_app.auth import BrowserOriginValidator, TokenAuthMiddlewareStack  # noqa: E402
-from agents_app.lifespan import WebWarmUp  # noqa: E402
-from agents_app.routing import websocket_urlpatterns  # noqa: E402
-from agents_app.snapshot_asgi import SnapshotShortPath  # noqa: E402
+from agents_app.live.lifespan import WebWarmUp  # noqa: E402
+from agents_app.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -184,7 +184,7 @@ MIDDLEWARE = [
     # Static files from the ASGI app itself, so `make run` needs no proxy (issue 9).
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # After WhiteNoise: the header is for pages, not for the static files it answers.
-    "agents_app.content_security.ContentSecurityPolicyMiddleware",
+    "agents_app.pages.content_security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -197,10 +197,10 @@ MIDDLEWARE = [
 # fetches only from this site; no inline script or style, no plugins, no framing. The
 # middleware adds the page's own ws:// and wss:// origin to connect-src. img-src allows data:
 # for Django admin's and the pages' inline SVG icons in CSS. The API docs pages send their own
-# wider policy (agents_app.api_schema.DOCS_CONTENT_SECURITY_POLICY), which is kept.
+# wider policy (agents_app.api.schema.DOCS_CONTENT_SECURITY_POLICY), which is kept.
 CONTENT_SECURITY_POLICY = {
     # The JSON API is not a page: no policy there, which also keeps its answers the same as
-    # the snapshot short path's (agents_app.snapshot_asgi), which sends none.
+    # the snapshot short path's (agents_app.api.snapshot_asgi), which sends none.
     "EXCLUDE_URL_PREFIXES": ["/api/v1/"],
     "DIRECTIVES": {
         "default-src": [SELF],
@@ -228,7 +228,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "agents_app.context_processors.pending_approvals",
+                "agents_app.pages.context_processors.pending_approvals",
             ],
         },
     },
@@ -372,8 +372,8 @@ else:
     for _celery_dir in (_celery_queue_dir, _celery_processed_dir, _celery_control_dir):
         _celery_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://localhost//"
-    # kombu's transport, writing each message file whole (agents_app/kombu_filesystem.py).
-    CELERY_BROKER_TRANSPORT = "agents_app.kombu_filesystem:Transport"
+    # kombu's transport, writing each message file whole (agents_app/dev/kombu_filesystem.py).
+    CELERY_BROKER_TRANSPORT = "agents_app.dev.kombu_filesystem:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_queue_dir),
         "data_folder_out": str(_celery_queue_dir),
@@ -394,20 +394,20 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # Per-user budgets for reads and writes (agents_app.throttling; DEXAGENTS_THROTTLE_*).
+    # Per-user budgets for reads and writes (agents_app.api.throttling; DEXAGENTS_THROTTLE_*).
     "DEFAULT_THROTTLE_CLASSES": [
-        "agents_app.throttling.UserReadRateThrottle",
-        "agents_app.throttling.UserWriteRateThrottle",
+        "agents_app.api.throttling.UserReadRateThrottle",
+        "agents_app.api.throttling.UserWriteRateThrottle",
     ],
     # Request bodies are JSON only (any other Content-Type answers 415): a form field is text,
     # so "0" or "" would not mean what the schema's types say.
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
-        # A misspelt query parameter on a list endpoint answers 400 (agents_app.api_query).
-        "agents_app.api_query.KnownQueryParametersFilter",
+        # A misspelt query parameter on a list endpoint answers 400 (agents_app.api.query).
+        "agents_app.api.query.KnownQueryParametersFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "agents_app.api_schema.ApiAutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "agents_app.api_pagination.StrictLimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "agents_app.api.schema.ApiAutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "agents_app.api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
 }
 
@@ -485,7 +485,7 @@ DEXAGENTS: dict[str, Any] = {
     "DEMO_MODEL_API_BASE": f"http://127.0.0.1:{_DEMO_MODEL_PORT}/v1",
     # Each `manage.py dexworker` beats every second under its own ID (Redis with REDIS_URL,
     # else a file per worker in this directory); older than the max age (seconds) means
-    # down, so /healthz sees a killed worker within 4 s (agents_app.worker_heartbeat).
+    # down, so /healthz sees a killed worker within 4 s (agents_app.worker.heartbeat).
     "WORKER_HEARTBEAT_DIR": VAR_DIR / "run" / "workers",
     "WORKER_HEARTBEAT_MAX_AGE": 4,
     "VAR_DIR": VAR_DIR,
@@ -537,22 +537,23 @@ DEXAGENTS: dict[str, Any] = {
     "ELICITATION_TIMEOUT": env_int(
         "DEXAGENTS_ELICITATION_TIMEOUT", 600, minimum=1, maximum=30 * 24 * 3600
     ),
-    # Per-user REST budgets (agents_app.throttling): DRF rates "<count>/<s|min|hour|day>" or
+    # Per-user REST budgets (agents_app.api.throttling): DRF rates "<count>/<s|min|hour|day>" or
     # "off". Over one: 429 with Retry-After.
     "THROTTLE_READS": env_rate("DEXAGENTS_THROTTLE_READS", "3000/min"),
     "THROTTLE_WRITES": env_rate("DEXAGENTS_THROTTLE_WRITES", "600/min"),
     # Running turns per user; a message that would start one more waits in the outbox until
-    # one ends (agents_app.outbox.active_limit_reached). 0: no cap.
+    # one ends (agents_app.sessions.outbox.active_limit_reached). 0: no cap.
     "MAX_ACTIVE_SESSIONS_PER_USER": env_int(
         "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER", 10, minimum=0, maximum=100_000
     ),
     # The longest ?wait= a request may ask for (send-and-wait, the snapshot's long-poll).
     "MAX_WAIT_SECONDS": env_int("DEXAGENTS_MAX_WAIT_SECONDS", 300, minimum=1, maximum=3600),
     # Snapshot reads of unchanged sessions answered without Django's request cycle
-    # (agents_app.snapshot_asgi); off: every read goes through the DRF view.
+    # (agents_app.api.snapshot_asgi); off: every read goes through the DRF view.
     "SNAPSHOT_SHORT_PATH": env_bool("DEXAGENTS_SNAPSHOT_SHORT_PATH", True),
-    # After a session's first turn, its agent's model writes a short title (agents_app.titles;
-    # per agent: AgentDefinition.generate_titles). false: sessions keep their first line.
+    # After a session's first turn, its agent's model writes a short title
+    # (agents_app.worker.titles; per agent: AgentDefinition.generate_titles). false: sessions
+    # keep their first line.
     "GENERATE_TITLES": env_bool("DEXAGENTS_GENERATE_TITLES", True),
     # The site's address as people reach it: links in approval emails and webhook bodies.
     "PUBLIC_URL": env.str("DEXAGENTS_PUBLIC_URL", default="").strip().rstrip("/")
@@ -607,7 +608,7 @@ if not DEBUG:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- Operations (issue 12): request IDs, JSON logs, metrics access, worker IDs ------------
-# Kept in one block: agents_app.log_context, agents_app.metrics, agents_app.worker_heartbeat.
+# Kept in one block: agents_app.log_context, agents_app.metrics, agents_app.worker.heartbeat.
 
 _LOG_FORMATS = ("plain", "json")
 DEXAGENTS_LOG_FORMAT = env.str("DEXAGENTS_LOG_FORMAT", default="plain").strip().lower() or "plain"

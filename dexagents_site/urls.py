@@ -13,7 +13,7 @@
 - ``/readyz``: unauthenticated readiness (database, Redis, engine, a fresh worker), JSON.
 - ``/metrics``: Prometheus metrics, for loopback callers or ``DEXAGENTS_METRICS_TOKEN``.
 - ``/accounts/login/``, ``/accounts/logout/`` (POST): Django's session login for the pages.
-- ``/``, ``/sessions/``, ``/sessions/<id>/``, ``/approvals/``: the pages (agents_app.page_urls).
+- ``/``, ``/sessions/``, ``/sessions/<id>/``, ``/approvals/``: the pages (agents_app.pages.urls).
 """
 
 from django.contrib import admin
@@ -25,10 +25,10 @@ from django.views.decorators.http import require_safe
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
 
-from agents_app.api_schema import offline_docs_page, redoc_bundle_view
-from agents_app.apis import SchemaView, health_view
+from agents_app.api.health import readiness_view
+from agents_app.api.schema import offline_docs_page, redoc_bundle_view
+from agents_app.api.views import SchemaView, health_view
 from agents_app.metrics import metrics_view
-from agents_app.ops_views import readiness_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -83,5 +83,5 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", include("agents_app.page_urls")),
+    path("", include("agents_app.pages.urls")),
 ]

@@ -41,12 +41,12 @@ def fast_password_hasher() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
     """Each test starts with an empty default cache (this process's LocMemCache): request
-    counts of the API's per-user rate limits (``agents_app.throttling``), cached snapshots
-    (``agents_app.snapshot_cache``) and anything else a test cached do not carry into the next
-    test, whose users and sessions may reuse the same keys."""
+    counts of the API's per-user rate limits (``agents_app.api.throttling``), cached snapshots
+    (``agents_app.gateway.snapshot_cache``) and anything else a test cached do not carry into
+    the next test, whose users and sessions may reuse the same keys."""
     from django.core.cache import cache
 
-    from agents_app import snapshot_cache
+    from agents_app.gateway import snapshot_cache
 
     cache.clear()
     snapshot_cache.clear_local()

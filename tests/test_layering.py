@@ -31,6 +31,49 @@ PACKAGE_ARROWS: dict[str, frozenset[str]] = {
     "dex_dev_server": frozenset(),
 }
 
+#: Inside ``agents_app``: its parts from the top down, each a package or a top-level module.
+#: A module may import its own part and the parts of the layers below its own; across the
+#: packages of one layer only the arrows in ``AGENTS_APP_SIBLING_ARROWS`` (the top-level modules of
+#: one layer may import one another: the cycle test below keeps them one way).
+#: docs/ARCHITECTURE.md ("Inside agents_app") draws the same layers; each package's ``__init__``
+#: says what it owns.
+AGENTS_APP_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    # What Django and host projects load by name, and the kept flat paths (shims).
+    (
+        "wiring",
+        frozenset({
+            "apps", "admin", "urls", "signals", "tasks", "management",
+            "apis", "api_schema", "api_pagination", "content_security", "kombu_filesystem",
+            "ops_views", "page_urls", "lifespan", "routing", "demo_model",
+        }),
+    ),
+    # The faces: REST API, pages, websockets and the live relay, the demo model, the dev stack.
+    ("faces", frozenset({"api", "pages", "live", "demo", "dev"})),
+    # Reads and writes of agents and sessions (HackSoft selectors and services).
+    ("domain", frozenset({"selectors", "services"})),
+    # The Django index of sessions and approvals, search, and the outbox of accepted writes.
+    ("sessions", frozenset({"sessions"})),
+    # The web side's door to the Dex engine, and its snapshot cache.
+    ("gateway", frozenset({"gateway"})),
+    # The Dex worker's side: the shared Flow, the LiteLLM runner, titles, heartbeats.
+    ("worker", frozenset({"worker"})),
+    # Usage, cost and budgets; notices (email, webhooks).
+    ("support", frozenset({"usage", "notify"})),
+    # Settings, models, auth, errors, metrics: importable from everywhere above.
+    (
+        "foundation",
+        frozenset({
+            "conf", "rates", "log_context", "models", "providers", "webhook_urls",
+            "task_queue", "metrics", "rest_errors", "auth", "websocket_db",
+        }),
+    ),
+)
+AGENTS_APP_SIBLING_ARROWS: frozenset[tuple[str, str]] = frozenset({
+    ("pages", "api"),  # the usage page validates its range with the API's serializer
+    ("api", "live"),  # the API's SSE and long-poll reads use the live relay
+})
+
+
 def _parse(path: Path) -> ast.Module:
     """``ast.parse`` with the cyclic garbage collector paused.
 
@@ -158,6 +201,36 @@ def test_packages_import_only_the_packages_below_them(graph: dict[str, set[str]]
         and theirs not in PACKAGE_ARROWS[mine]
     )
     assert not wrong, "imports against PACKAGE_ARROWS:\n" + "\n".join(wrong)
+
+
+def _agents_app_part(module: str) -> str:
+    """The part of ``agents_app`` that ``module`` belongs to: its package or top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_agents_app_parts_import_only_their_layer_and_below(graph: dict[str, set[str]]) -> None:
+    layer_of = {part: depth for depth, (_, parts) in enumerate(AGENTS_APP_LAYERS) for part in parts}
+    layer_of["__init__"] = len(AGENTS_APP_LAYERS)  # the package's own face, imports nothing
+    mine = {m: ts for m, ts in graph.items() if m.split(".")[0] == "agents_app"}
+    unplaced = sorted({_agents_app_part(m) for m in mine} - set(layer_of))
+    assert not unplaced, f"parts of agents_app in no layer of AGENTS_APP_LAYERS: {unplaced}"
+    wrong = []
+    for module, targets in mine.items():
+        here = _agents_app_part(module)
+        for target in targets:
+            there = _agents_app_part(target)
+            if target.split(".")[0] != "agents_app" or there == here:
+                continue
+            if layer_of[there] > layer_of[here]:
+                continue
+            if layer_of[there] == layer_of[here] and (
+                (here, there) in AGENTS_APP_SIBLING_ARROWS
+                or module.count(".") == target.count(".") == 1  # top-level modules of one layer
+            ):
+                continue
+            wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against AGENTS_APP_LAYERS:\n" + "\n".join(sorted(wrong))
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGE_ARROWS))

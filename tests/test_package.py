@@ -85,7 +85,7 @@ def test_the_wheel_ships_the_apps_and_not_the_project_around_them(wheel: Path) -
                      "agents_app/migrations/0001_initial.py",
                      "mcp_registry/migrations/0001_initial.py",
                      "agents_app/management/commands/dexworker.py",
-                     "agents_app/demo_model.py",
+                     "agents_app/demo/model_server.py",
                      "mcp_registry/demo_servers/search.py",
                      "dex_dev_server/__main__.py"):
         assert expected in names, expected
@@ -94,7 +94,7 @@ def test_the_wheel_ships_the_apps_and_not_the_project_around_them(wheel: Path) -
     assert not [n for n in names if n.endswith(("templates/404.html", "templates/403.html"))]
     # `manage.py dev` runs this repository's project, not a host's.
     assert "agents_app/management/commands/dev.py" not in names
-    assert "agents_app/devstack.py" not in names
+    assert "agents_app/dev/devstack.py" not in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "dexagents_site/"))
                 or "__pycache__" in n or n.endswith(".pyc")]
 
@@ -189,7 +189,7 @@ def test_a_host_project_migrates_and_runs_a_demo_turn(
                                "--port", env["ENGINE_PORT"],
                                "--db", str(project / "var" / "dex.sqlite3")]
                     ).wait_for_line("dex_dev_server ready on")
-    processes.start("model", [py, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+    processes.start("model", [py, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
                               "--port", env["DEMO_MODEL_PORT"]]
                     ).wait_for_line("demo model ready on")
     processes.start("worker", [py, "manage.py", "dexworker"]).wait_for_line("dexworker ready")

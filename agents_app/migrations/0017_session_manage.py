@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-# The full-text index over SessionMessageText.text (agents_app.session_search reads it): an
+# The full-text index over SessionMessageText.text (agents_app.sessions.session_search reads it): an
 # external-content FTS5 table kept by triggers on SQLite, a GIN expression index on PostgreSQL.
 FTS_SQLITE = [
     "CREATE VIRTUAL TABLE agents_app_sessionmessagetext_fts USING fts5(text, "

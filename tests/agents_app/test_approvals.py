@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents_app import dex_gateway
+from agents_app.gateway import dex_gateway
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest
 from agents_app.services import session_status_record
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory

@@ -54,7 +54,7 @@ def test_the_project_settings_set_every_key_the_apps_read() -> None:
 
 
 #: Modules of the wheel that only this repository's own project runs (left out of the wheel).
-_PROJECT_ONLY = {"agents_app/devstack.py", "agents_app/management/commands/dev.py"}
+_PROJECT_ONLY = {"agents_app/dev/devstack.py", "agents_app/management/commands/dev.py"}
 
 
 def test_the_shipped_apps_neither_read_dexagents_directly_nor_import_the_project() -> None:

@@ -1,5 +1,5 @@
 """Operations: per-worker heartbeats, ``/readyz``, request IDs, ``/metrics`` access, and the
-strict ``DEXAGENTS_LOG_FORMAT`` (agents_app.worker_heartbeat, ops_views, log_context, metrics).
+strict ``DEXAGENTS_LOG_FORMAT`` (agents_app.worker.heartbeat, ops_views, log_context, metrics).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from agents_app.worker_heartbeat import REDIS_KEY, WorkerHeartbeat, fresh_workers
+from agents_app.worker.heartbeat import REDIS_KEY, WorkerHeartbeat, fresh_workers
 from dex_agents.testing import free_port
 from tests.agents_app.test_settings import load
 from tests.production_services import redis_url  # noqa: F401 (fixture)
@@ -207,8 +207,8 @@ def test_turn_counters_count_a_first_call_and_a_last_failed_attempt() -> None:
 
     from prometheus_client import REGISTRY
 
-    from agents_app.runner import AgentConfigError, LiteLLMRunner
-    from tests.agents_app.test_runner import _unused_resolver, make_turn, user_message
+    from agents_app.worker.runner import AgentConfigError, LiteLLMRunner
+    from tests.agents_app.worker.test_runner import _unused_resolver, make_turn, user_message
 
     def sample(name: str) -> float:
         return REGISTRY.get_sample_value(name) or 0.0
@@ -228,7 +228,7 @@ def test_turn_counters_count_a_first_call_and_a_last_failed_attempt() -> None:
 
 
 def test_worker_ids_are_safe_file_names(settings: Any) -> None:
-    from agents_app.worker_heartbeat import worker_id
+    from agents_app.worker.heartbeat import worker_id
 
     settings.DEXAGENTS = {**settings.DEXAGENTS, "WORKER_NAME": "node 1/../x"}
     assert worker_id() == "node_1_.._x"

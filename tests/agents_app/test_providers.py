@@ -117,7 +117,7 @@ def test_model_prefix_and_the_provider_table() -> None:
 def test_importing_providers_does_not_import_litellm() -> None:
     """The web process asks for provider status and must not pay LiteLLM's import."""
     code = (
-        "import sys, agents_app.providers as p, agents_app.runner\n"
+        "import sys, agents_app.providers as p, agents_app.worker.runner\n"
         "p.provider_status('openai/gpt-5-mini', None, None)\n"
         "print('litellm' in sys.modules)\n"
     )

@@ -98,7 +98,7 @@ def test_zero_setup_defaults(tmp_path: Path) -> None:
     assert options["transaction_mode"] == "IMMEDIATE"
     assert data["channel_backend"] == "channels.layers.InMemoryChannelLayer"
     assert data["broker"] == "filesystem://localhost//"
-    assert data["broker_transport"] == "agents_app.kombu_filesystem:Transport"
+    assert data["broker_transport"] == "agents_app.dev.kombu_filesystem:Transport"
     broker_options = data["broker_options"]
     assert isinstance(broker_options, dict)
     assert Path(broker_options["data_folder_in"]).is_dir()
@@ -250,7 +250,7 @@ def test_celery_app_is_configured_from_settings() -> None:
 
     assert celery_app.main == "dexagents"
     assert celery_app.conf.broker_url == "filesystem://localhost//"
-    from agents_app.kombu_filesystem import Transport
+    from agents_app.dev.kombu_filesystem import Transport
 
     with celery_app.connection_for_write() as connection:
         assert type(connection.transport) is Transport
@@ -300,5 +300,5 @@ async def test_asgi_websocket_routing_is_wired() -> None:
     from dexagents_site.asgi import application
 
     assert isinstance(application, ProtocolTypeRouter)
-    # lifespan: the start-up warm-up (agents_app.lifespan)
+    # lifespan: the start-up warm-up (agents_app.live.lifespan)
     assert set(application.application_mapping) == {"http", "websocket", "lifespan"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from agents_app import dex_gateway
-from agents_app.api_session_schema import SessionMessageSerializer
+from agents_app.api.session_schema import SessionMessageSerializer
+from agents_app.gateway import dex_gateway
 from dex_agents import AgentMessage, AgentToolCall, MessageRole, ToolCallStatus, ToolEffect
 from dex_agents._views import (
     QUEUED_MESSAGES_BYTES,

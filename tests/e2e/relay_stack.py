@@ -147,7 +147,7 @@ def stack_environment(var_dir: Path, *, web_port: int, engine_port: int, model_p
         # The tests read the web process's INFO lines (relay started / ended).
         "LOG_LEVEL": "INFO",
         # One persona drives many sessions at once here (tests, bench.scale, bench.rest);
-        # the rate limits have their own tests (tests/agents_app/test_throttling.py).
+        # the rate limits have their own tests (tests/agents_app/api/test_throttling.py).
         "DEXAGENTS_THROTTLE_READS": "off",
         "DEXAGENTS_THROTTLE_WRITES": "off",
         "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER": "0",
@@ -174,7 +174,7 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
     try:
         processes.migrate()
         engine = stack.start_engine()
-        model = processes.start("model", [PYTHON, "-m", "agents_app.demo_model",
+        model = processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server",
                                           "--host", "127.0.0.1", "--port", str(stack.model_port)])
         worker = processes.start("worker", [PYTHON, "manage.py", "dexworker",
                                             "--max-concurrent-tasks", str(worker_slots)])
@@ -226,7 +226,7 @@ async def dex_client(address: str, capacity_bytes: int = 1 << 30
     """
     from dex import AsyncClient, BlobCacheConfig, ClientOptions, Registry, open_blob_cache
 
-    from agents_app.runner import LiteLLMRunner
+    from agents_app.worker.runner import LiteLLMRunner
     from dex_agents import AgentSessionFlow, AgentSessionOptions
 
     async def no_servers(name: str) -> Any:

@@ -90,7 +90,7 @@ def _start_stack(
         PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
         "--db", f"{var_dir}/dex.sqlite3",
     ]).wait_for_line("dex_dev_server ready on")
-    processes.start("model", [PYTHON, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+    processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
                               "--port", str(ports.model)]).wait_for_line("demo model ready on")
     processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
     processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
@@ -241,7 +241,7 @@ def test_staff_approve_and_reject_a_write(
     # ...until the index closes it: then the kept decision is refused, and nothing ran.
     refused = processes.run([PYTHON, "manage.py", "shell", "-c", (
         "from agents_app.models import ApprovalRequest, ApprovalDecision; "
-        "from agents_app.outbox import approval_decision_deliver; "
+        "from agents_app.sessions.outbox import approval_decision_deliver; "
         f"ApprovalRequest.objects.filter(interrupt_id='{ghost}').update(state='expired'); "
         f"print(approval_decision_deliver(decision=ApprovalDecision.objects.get("
         f"interrupt_id='{ghost}')))")])

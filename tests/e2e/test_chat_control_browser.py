@@ -432,7 +432,7 @@ def assert_signed(request: dict[str, Any], secret: str) -> None:
     """``X-Dexagents-Signature`` is ``sha256=`` and the hex HMAC-SHA256, keyed with
     ``secret``, of ``"<X-Dexagents-Timestamp>.<body>"``, the body byte for byte; the
     timestamp is recent. A receiver's check, written out (README "Webhooks")."""
-    from agents_app.webhooks import webhook_signature_verify
+    from agents_app.notify.webhooks import webhook_signature_verify
 
     headers = {name.lower(): value for name, value in request["headers"].items()}
     timestamp, signature = headers["x-dexagents-timestamp"], headers["x-dexagents-signature"]

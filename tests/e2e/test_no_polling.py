@@ -236,7 +236,7 @@ def test_a_client_that_leaves_mid_wait_loses_nothing(stack: Stack) -> None:
 def test_an_unchanged_session_is_read_without_a_worker_and_a_write_is_read_back(
     stack: Stack,
 ) -> None:
-    """The snapshot cache (``agents_app.snapshot_cache``): with the Dex worker frozen
+    """The snapshot cache (``agents_app.gateway.snapshot_cache``): with the Dex worker frozen
     (SIGSTOP), a session that has not changed is still read (no worker RPC), and after the
     owner's own write the next read goes to Dex again (here: 503, the worker cannot answer)."""
     session_id = idle_session(stack)

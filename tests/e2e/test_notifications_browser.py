@@ -187,7 +187,7 @@ print(json.dumps({"before": before}))
 REMINDERS_CODE = """
 import datetime, json
 from agents_app.models import ApprovalRequest
-from agents_app.notifications import approval_reminders_send
+from agents_app.notify.notifications import approval_reminders_send
 request = ApprovalRequest.objects.get(session_id=SESSION, state="pending")
 # Celery beat runs this each minute; here it runs once, as if five minutes were left.
 queued = approval_reminders_send(now=request.deadline - datetime.timedelta(minutes=5))

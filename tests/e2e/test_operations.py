@@ -68,7 +68,7 @@ def test_readiness_metrics_and_json_logs_across_processes(
         PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
         "--db", f"{stack_env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
     ]).wait_for_line("dex_dev_server ready on")
-    processes.start("model", [PYTHON, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+    processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
                               "--port", str(ports.model)]).wait_for_line("demo model ready on")
     workers = [
         processes.start(f"worker-{n}", [PYTHON, "manage.py", "dexworker"]) for n in (1, 2)

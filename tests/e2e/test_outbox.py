@@ -159,7 +159,8 @@ def test_delivering_the_same_outbox_row_twice_queues_it_once(stack: Stack) -> No
 
 WITHDRAWN_MID_SEND = """
 import json, uuid
-from agents_app import dex_gateway, outbox
+from agents_app.gateway import dex_gateway
+from agents_app.sessions import outbox
 from agents_app.models import AgentSession, OutboxMessage as M
 s = AgentSession.objects.get(pk=SESSION)
 m = M.objects.create(id=uuid.uuid4().hex, session=s, text='withdrawn mid-send')
@@ -298,7 +299,7 @@ def test_an_approval_mails_opted_in_staff_and_webhooks_report_it_signed(stack: S
     """A write waits for approval: the opted-in staff user alone gets an email (through the
     file backend, from the Celery worker) and the local receiver gets approval.requested,
     approval.decided and turn.completed, each with a signature it verifies."""
-    from agents_app.webhooks import webhook_signature_verify
+    from agents_app.notify.webhooks import webhook_signature_verify
 
     mail_dir = Path(stack.env["EMAIL_FILE_PATH"])
     with running_receiver() as receiver, stack.api("staff") as staff, \

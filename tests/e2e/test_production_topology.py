@@ -263,7 +263,7 @@ async def _notice_crosses_processes(port: int, token: str, redis_url: str) -> bo
     from channels_redis.core import RedisChannelLayer
     from websockets.asyncio.client import connect
 
-    from agents_app.approval_index import APPROVALS_CHANGED, APPROVALS_GROUP
+    from agents_app.sessions.approval_index import APPROVALS_CHANGED, APPROVALS_GROUP
 
     layer = RedisChannelLayer(hosts=[redis_url])
     async with connect(f"ws://127.0.0.1:{port}/ws/approvals/",

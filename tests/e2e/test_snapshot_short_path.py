@@ -1,4 +1,4 @@
-"""The snapshot read's short path (``agents_app.snapshot_asgi``) on real uvicorn, engine and
+"""The snapshot read's short path (``agents_app.api.snapshot_asgi``) on real uvicorn, engine and
 worker (``tests/e2e/relay_stack.py``): it answers as the DRF view does, keeps every reader's
 rights and every writer's next read fresh, and counts against the same read budget.
 

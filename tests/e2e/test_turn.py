@@ -44,7 +44,7 @@ def _read_agent_events(address: str, session_id: str, cache_dir: Path) -> list[A
     """The session's AgentEvents Stream, oldest first, read with the real Dex SDK client."""
     from dex import AsyncClient, BlobCacheConfig, ClientOptions, Registry, open_blob_cache
 
-    from agents_app.flow import build_flow
+    from agents_app.worker.flow import build_flow
 
     async def read() -> list[Any]:
         flow = build_flow()
@@ -68,7 +68,7 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
     token = processes.run([PYTHON, "manage.py", "createtoken", "e2e-user"]).strip().splitlines()[-1]
 
     engine = _start_engine(processes, ports, stack_env)
-    processes.start("model", [PYTHON, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+    processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
                               "--port", str(ports.model)]).wait_for_line("demo model ready on")
     processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
     processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",

@@ -58,7 +58,7 @@ def priced(stack: PageStack) -> Iterator[PageStack]:  # noqa: F811
 
 
 def displayed(cost_usd: str) -> str:
-    from agents_app.page_selectors import usd_display
+    from agents_app.pages.page_selectors import usd_display
 
     return usd_display(cost_usd)
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from agents_app.conf import dexagents_setting, dexagents_settings
-from agents_app.devstack import ChildSpec, DevStack, StackStartError
+from agents_app.dev.devstack import ChildSpec, DevStack, StackStartError
 from mcp_registry.services import servers_discovery_enqueue
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -257,7 +257,7 @@ class Command(BaseCommand):
         specs += [
             ChildSpec(
                 name="model",
-                argv=[python, "-m", "agents_app.demo_model", "--host", "127.0.0.1",
+                argv=[python, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
                       "--port", str(knobs["DEMO_MODEL_PORT"])],
                 ready_marker="demo model ready on",
             ),

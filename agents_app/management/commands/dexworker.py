@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from agents_app.conf import dexagents_settings
 
 if TYPE_CHECKING:
-    from agents_app.worker_heartbeat import WorkerHeartbeat
+    from agents_app.worker.heartbeat import WorkerHeartbeat
 
 #: Seconds between two beats; ``/healthz`` reads a beat older than
 #: ``DEXAGENTS["WORKER_HEARTBEAT_MAX_AGE"]`` (4 s) as a dead worker.
@@ -89,10 +89,10 @@ class Command(BaseCommand):
             open_blob_cache,
         )
 
-        from agents_app import dex_gateway
-        from agents_app.flow import build_flow
-        from agents_app.runner import model_calls_warm
-        from agents_app.session_index import SessionIndexObserver
+        from agents_app.gateway import dex_gateway
+        from agents_app.sessions.session_index import SessionIndexObserver
+        from agents_app.worker.flow import build_flow
+        from agents_app.worker.runner import model_calls_warm
         from dex_agents import AgentCodecRegistry
         from dex_agents._worker_tuning import cache_sdk_version
         from mcp_registry.client import McpClientPool
@@ -141,7 +141,7 @@ class Command(BaseCommand):
             pull=PullWorkerOptions(max_concurrent_tasks=max_concurrent_tasks),
         )
         from agents_app.metrics import WORKER_TASK_SLOTS
-        from agents_app.worker_heartbeat import WorkerHeartbeat
+        from agents_app.worker.heartbeat import WorkerHeartbeat
 
         heartbeat = WorkerHeartbeat()
         WORKER_TASK_SLOTS.set(max_concurrent_tasks)
@@ -190,7 +190,7 @@ class Command(BaseCommand):
             await observer.aclose()
             await pool.aclose()
             # The Dex client the tool Steps asked MCP servers' questions through.
-            from agents_app.dex_gateway import engine_connections_close
+            from agents_app.gateway.dex_gateway import engine_connections_close
 
             await engine_connections_close()
         self.stdout.write("dexworker stopped")
@@ -202,7 +202,7 @@ async def _reconcile_index() -> None:
 
     from asgiref.sync import sync_to_async
 
-    from agents_app.session_index import session_index_reconcile
+    from agents_app.sessions.session_index import session_index_reconcile
 
     log = logging.getLogger("agents_app.dexworker")
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from agents_app.session_search import message_texts_backfill
+from agents_app.sessions.session_search import message_texts_backfill
 
 
 class Command(BaseCommand):

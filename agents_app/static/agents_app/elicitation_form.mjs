@@ -5,7 +5,7 @@
 // choice and a group of checkboxes for a multiple choice; required fields are marked. In URL
 // mode, the message and the URL as a link (never opened for the user) with Done / Decline /
 // Cancel. The pure parts (elicitationCard, elicitationFields, contentFrom, fieldErrors) are
-// tested in tests/pages/js/elicitation_form.test.mjs; the server checks every answer again.
+// tested in tests/agents_app/pages/js/elicitation_form.test.mjs; the server checks every answer again.
 
 import { el } from "./dom.mjs";
 

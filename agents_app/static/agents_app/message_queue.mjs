@@ -1,5 +1,5 @@
 // The chat page's message queue without the DOM: which read to believe, what to list in which
-// order, and the summary line. chat.mjs renders it; tests/pages/js/message_queue.test.mjs tests
+// order, and the summary line. chat.mjs renders it; tests/agents_app/pages/js/message_queue.test.mjs tests
 // it.
 //
 // Two reads carry the queue: the session snapshot and GET /api/v1/sessions/<id>/queue/. They

@@ -1,5 +1,5 @@
 // What the chat page's status badge, plan card, question panel and timer card show for a
-// session snapshot, without the DOM. chat.mjs renders it; tests/pages/js/session_panels.test.mjs
+// session snapshot, without the DOM. chat.mjs renders it; tests/agents_app/pages/js/session_panels.test.mjs
 // tests it.
 
 import { clockTime, dateTime, duration } from "./dom.mjs";

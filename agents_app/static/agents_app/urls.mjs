@@ -2,7 +2,7 @@
 // URLs into <meta> tags, so a project that includes the apps under its own prefixes (say the
 // pages under /agents/) gets working links; no module writes a route's path itself. The
 // fallbacks are the dexagents project's own mounts (modules imported without a page).
-// Websockets stay at /ws/: the host's ASGI router mounts agents_app.routing as it is.
+// Websockets stay at /ws/: the host's ASGI router mounts agents_app.live.routing as it is.
 
 function meta(name, fallback) {
   const node = globalThis.document?.querySelector(`meta[name="${name}"]`);

@@ -13,7 +13,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from agents_app.auth import BrowserOriginValidator, TokenAuthMiddlewareStack  # noqa: E402
-from agents_app.routing import websocket_urlpatterns  # noqa: E402
+from agents_app.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

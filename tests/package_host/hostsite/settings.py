@@ -88,8 +88,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "agents_app.api_schema.ApiAutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "agents_app.api_pagination.StrictLimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "agents_app.api.schema.ApiAutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "agents_app.api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
 }
 KNOX_TOKEN_MODEL = "agents_app.ApiToken"
@@ -101,7 +101,7 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 # Celery: kombu's filesystem transport needs no server (Redis in production).
 _CELERY_DIR = BASE_DIR / "var" / "celery"
 CELERY_BROKER_URL = "filesystem://localhost//"
-CELERY_BROKER_TRANSPORT = "agents_app.kombu_filesystem:Transport"
+CELERY_BROKER_TRANSPORT = "agents_app.dev.kombu_filesystem:Transport"
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "data_folder_in": str(_CELERY_DIR / "queue"),
     "data_folder_out": str(_CELERY_DIR / "queue"),

@@ -23,5 +23,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Both under the host's own prefix; DEXAGENTS["API_PATH_PREFIX"] names the API's.
     path("agents/api/v1/", include("agents_app.urls")),
-    path("agents/", include("agents_app.page_urls")),
+    path("agents/", include("agents_app.pages.urls")),
 ]

@@ -1,0 +1,21 @@
+"""Routes of the browser pages, mounted where the host project includes them (the dexagents
+project mounts them at the site root; the page modules find them through base.html)."""
+
+from django.urls import path
+
+from agents_app.pages import views
+
+app_name = "pages"
+
+urlpatterns = [
+    path("", views.portal_view, name="portal"),
+    path("sessions/", views.session_list_view, name="session-list"),
+    path("sessions/<str:session_id>/", views.session_detail_view, name="session-detail"),
+    path("approvals/", views.approvals_view, name="approvals"),
+    path("usage/", views.usage_view, name="usage"),
+    path(
+        "settings/notifications/",
+        views.notification_settings_view,
+        name="notification-settings",
+    ),
+]
