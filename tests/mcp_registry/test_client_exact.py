@@ -435,7 +435,7 @@ def test_a_raw_tool_page_is_checked_entry_by_entry_in_every_protocol_version(
     """A 2026-07-28 ``tools/list`` result carries ``cacheScope``, ``ttlMs`` and ``resultType``
     beside ``tools``: each entry is checked inside that envelope, so valid entries stay valid
     (checked alone they all failed for the envelope's missing fields)."""
-    from mcp_registry.client import _lenient_tools
+    from mcp_registry._mcp_discovery import lenient_tools
 
     page = {**envelope, "tools": [
         {"name": "ok", "inputSchema": SCHEMA},
@@ -444,7 +444,7 @@ def test_a_raw_tool_page_is_checked_entry_by_entry_in_every_protocol_version(
         {"inputSchema": SCHEMA},  # no name: skipped
     ]}
     spec = stub_spec(Path("unused"))
-    tools = {tool.name: tool for tool in _lenient_tools(spec, page, version)}
+    tools = {tool.name: tool for tool in lenient_tools(spec, page, version)}
     assert set(tools) == {"ok", "anything", "broken"}
     assert tools["ok"].invalid_reason is None and tools["ok"].input_schema == SCHEMA
     assert tools["anything"].invalid_reason is None
