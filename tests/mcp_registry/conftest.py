@@ -1,6 +1,7 @@
 """Real MCP servers for the registry tests: the demo servers, ``mcp-server-time`` (PyPI),
 ``@modelcontextprotocol/server-everything`` (npm, installed by ``make peers``) and the stub
-servers that misbehave on request (``stub_server.py``, ``stub_http_server.py``)."""
+servers that misbehave on request (``stub_server.py``, ``stub_http_server.py``); and the admin
+form and logged-in client the admin tests share."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from dex_agents.testing import free_port
 from mcp_registry.client import McpClientPool, McpServerSpec
@@ -276,3 +278,52 @@ async def echo(pool: McpClientPool, spec: McpServerSpec, **kwargs: Any) -> Any:
         **kwargs,
     )
 
+
+# --- the admin ---------------------------------------------------------------------------------
+
+
+def logged_in(user: Any) -> Client:
+    """A Django test client with ``user`` logged in."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def server_form(**overrides: Any) -> dict[str, Any]:
+    """The admin's add form of a stdio server (no tool rows), with ``overrides``."""
+    data = {
+        "name": "files",
+        "transport": "stdio",
+        "enabled": "on",
+        "command": "/usr/bin/mcp-files",
+        "args": '["--root", "/srv"]',
+        "cwd": "",
+        "env_names": '["FILES_TOKEN"]',
+        "env_values": "{}",
+        "url": "",
+        "header_env": "{}",
+        "startup_timeout": "30",
+        "call_timeout": "60",
+        "retries": "2",
+        "isolation": "session",
+        "idle_timeout": "300",
+        "tools-TOTAL_FORMS": "0",
+        "tools-INITIAL_FORMS": "0",
+        "tools-MIN_NUM_FORMS": "0",
+        "tools-MAX_NUM_FORMS": "1000",
+    }
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def queued_discoveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The server IDs whose discovery was queued (``discover_server_tools.apply_async``),
+    in order; nothing is queued."""
+    from mcp_registry import tasks
+
+    queued: list[int] = []
+    monkeypatch.setattr(
+        tasks.discover_server_tools, "apply_async", lambda args, *_, **__: queued.append(*args)
+    )
+    return queued
