@@ -1,10 +1,13 @@
 """One MCP connection (a stdio process or a Streamable-HTTP session), owned by one task.
 
-Part of the Django-free MCP client (``mcp_registry.client`` is its public face). Opening a
-connection (``initialize`` first; the SDK's negotiation only for a modern-only server), the
-callbacks a call may pass (progress, log, elicitation), the routing of a server's messages that
-name no request to the call that owns them, the reports of process state and HTTP sessions, and
-the prose of failures. Imports ``mcp_registry._mcp_spec`` and ``mcp_registry._mcp_stdio``.
+Part of the Django-free MCP client (``mcp_registry.client`` is its public face). Owns
+:class:`Connection`: the task that holds the SDK's client open, its readiness and close, the
+routing of a server's messages that name no request (log messages, questions) to the call that
+owns them, the reports of process state (:class:`McpProcessStatus`) and of HTTP sessions
+(:class:`McpHttpSession`); and the callback types a call may pass (progress, log,
+elicitation). Opening the transport and the prose of failures are ``_mcp_transport``'s.
+Imports ``mcp_registry._mcp_spec``, ``mcp_registry._mcp_stdio`` and
+``mcp_registry._mcp_transport``.
 """
 
 from __future__ import annotations
@@ -13,43 +16,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, TextIO, TypeVar
+from typing import Any, TypeVar
 
-import httpx2
-from mcp import Client, MCPError
-from mcp.client.session import (
-    ClientRequestContext,
-    ElicitationFnT,
-    IncomingMessage,
-    LoggingFnT,
-    MessageHandlerFnT,
-)
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp import Client
+from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.types import (
     ElicitRequestParams,
     ElicitResult,
     LoggingMessageNotificationParams,
     ToolListChangedNotification,
 )
-from mcp_types import (
-    CONNECTION_CLOSED,
-    REQUEST_TIMEOUT,
-    UNSUPPORTED_PROTOCOL_VERSION,
-)
 
-from mcp_registry._mcp_spec import (
-    McpClientError,
-    McpScope,
-    McpServerSpec,
-    McpToolError,
-    McpTransportError,
-    http_headers,
-)
+from mcp_registry._mcp_spec import McpClientError, McpScope, McpServerSpec, McpTransportError
 from mcp_registry._mcp_stdio import (
     STDERR_EOF_WAIT_SECONDS,
     McpProcessStatus,
@@ -57,16 +38,12 @@ from mcp_registry._mcp_stdio import (
     ProcessStatusCallback,
     StderrCapture,
     exit_status_text,
-    server_errlog,
-    stdio_parameters,
     with_stderr,
 )
+from mcp_registry._mcp_transport import connection_failure_text, open_client, startup_failure
 
 logger = logging.getLogger("mcp_registry.client")
 
-# Log messages at this level and above are requested from servers on the 2026-07-28 protocol,
-# where delivery is opted into per request (SEP-2577); older servers send what they like.
-_LOG_LEVEL = "info"
 _H = TypeVar("_H")
 
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None] | None]
@@ -90,181 +67,6 @@ content=...)``. While it runs, the call's timeout stands still."""
 
 ToolsChangedCallback = Callable[[str], Awaitable[None] | None]
 """``on_tools_list_changed(server_name)``: the server sent ``notifications/tools/list_changed``."""
-
-_HTTP_CONNECT_TIMEOUT = 30.0
-_HTTP_READ_TIMEOUT = 300.0
-
-
-@asynccontextmanager
-async def open_client(
-    spec: McpServerSpec,
-    *,
-    logging_callback: LoggingFnT | None = None,
-    message_handler: MessageHandlerFnT | None = None,
-    errlog: TextIO | None = None,
-    on_http_session_id: Callable[[str], None] | None = None,
-    elicitation_callback: ElicitationFnT | None = None,
-) -> AsyncIterator[Client]:
-    """Connect to ``spec`` and complete the MCP handshake; close everything on exit.
-
-    The ``initialize`` handshake goes first: a server that ignores the ``server/discover``
-    probe (most released servers do, until ``initialize``) would otherwise hold the start for
-    the probe's whole timeout. A server that answers ``initialize`` with -32022 (unsupported
-    protocol version: a modern-only server) is connected again with the SDK's negotiation.
-
-    ``errlog`` receives a stdio server's stderr (default: this process's stderr);
-    ``on_http_session_id`` gets a Streamable-HTTP server's ``Mcp-Session-Id`` once it assigns
-    one; ``elicitation_callback``, when given, declares the elicitation capability and answers
-    the server's ``elicitation/create`` requests.
-
-    Raises McpTransportError for configuration problems (an unset secret reference
-    included); the SDK's own exceptions otherwise (OSError when the process cannot be spawned).
-    """
-    callbacks: dict[str, Any] = {
-        "read_timeout_seconds": spec.call_timeout,
-        "logging_callback": logging_callback,
-        "message_handler": message_handler,
-        "log_level": _LOG_LEVEL,
-    }
-    if elicitation_callback is not None:
-        callbacks["elicitation_callback"] = elicitation_callback
-    async with AsyncExitStack() as stack:
-        http_client: httpx2.AsyncClient | None = None
-        if spec.transport == "streamable_http":
-            if not spec.url:
-                raise McpTransportError(f"MCP server {spec.name!r}: no URL configured")
-            hooks: dict[str, list[Callable[..., Any]]] = {}
-            if on_http_session_id is not None:
-                report = on_http_session_id
-
-                async def session_id_seen(response: httpx2.Response) -> None:
-                    session_id = response.headers.get("mcp-session-id")
-                    if session_id:
-                        report(session_id)
-
-                hooks["response"] = [session_id_seen]
-            http_client = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers=http_headers(spec),
-                    timeout=httpx2.Timeout(_HTTP_CONNECT_TIMEOUT, read=_HTTP_READ_TIMEOUT),
-                    event_hooks=hooks,
-                )
-            )
-        elif spec.transport != "stdio":
-            raise McpTransportError(
-                f"MCP server {spec.name!r}: unknown transport {spec.transport!r}"
-            )
-
-        def client_for(mode: Literal["legacy", "auto"]) -> Client:
-            if http_client is None:
-                transport = stdio_client(
-                    stdio_parameters(spec), errlog=errlog or server_errlog()
-                )
-                return Client(transport, mode=mode, **callbacks)
-            return Client(
-                streamable_http_client(spec.url, http_client=http_client), mode=mode, **callbacks
-            )
-
-        try:
-            client = await stack.enter_async_context(client_for("legacy"))
-        except Exception as error:
-            refused = root_cause(error)
-            if not (
-                isinstance(refused, MCPError) and refused.code == UNSUPPORTED_PROTOCOL_VERSION
-            ):
-                raise
-            client = await stack.enter_async_context(client_for("auto"))
-        yield client
-
-
-def root_cause(error: BaseException) -> BaseException:
-    """The first leaf of (possibly nested) exception groups raised by anyio task groups."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return error
-
-
-def connection_failure_text(error: BaseException) -> str:
-    """A short, class-free description of an unexpected connection failure, for messages a
-    model or an administrator reads (``could not connect``, ``HTTP status 502``, ...)."""
-    error = root_cause(error)
-    if isinstance(error, httpx2.HTTPStatusError):
-        return f"HTTP status {error.response.status_code}"
-    if isinstance(error, httpx2.ConnectError):
-        return "could not connect"
-    if isinstance(error, httpx2.TimeoutException):
-        return "the HTTP request timed out"
-    if isinstance(error, httpx2.HTTPError):
-        return "the HTTP exchange failed"
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    if isinstance(error, MCPError):
-        return error.message
-    logger.info("MCP connection failure: %r", error)
-    return "the connection failed unexpectedly"
-
-
-def startup_failure(
-    spec: McpServerSpec, error: BaseException, stderr_tail: Sequence[str] = ()
-) -> McpTransportError:
-    error = root_cause(error)
-    if isinstance(error, McpTransportError):
-        return error
-    remote = spec.transport == "streamable_http"
-    if isinstance(error, TimeoutError):
-        what = "answer the MCP handshake" if remote else "finish starting"
-        message = f"MCP server {spec.name!r} did not {what} within {spec.startup_timeout:g} s"
-    else:
-        if isinstance(error, MCPError) and raised_here(error) == "closed":
-            closer = "the server" if remote else "the process"
-            reason = f"{closer} closed the connection before the MCP handshake finished"
-        elif isinstance(error, OSError) and not remote:
-            reason = str(error)  # "[Errno 2] No such file or directory: '/srv/x'"
-        else:
-            reason = connection_failure_text(error)
-        started = "reached" if remote else "started"
-        message = f"MCP server {spec.name!r} could not be {started}: {reason}"
-    return McpTransportError(with_stderr(message, stderr_tail))
-
-
-def raised_here(error: MCPError) -> str | None:
-    """``"closed"`` or ``"timeout"`` when the SDK raised ``error`` itself (the connection
-    closed, or its request timeout passed), ``None`` when the server sent it.
-
-    The SDK reports both with JSON-RPC codes a server may also send (-32000 and -32001, in
-    the implementation-defined range), so the code alone would take a server's answer for
-    "no answer" and run the call again. The SDK's own errors carry no data and fixed
-    messages (``mcp.shared.jsonrpc_dispatcher``).
-    """
-    if error.data is not None:
-        return None
-    if error.code == CONNECTION_CLOSED and error.message == "Connection closed":
-        return "closed"
-    if (
-        error.code == REQUEST_TIMEOUT
-        and error.message.startswith("Request ")
-        and error.message.endswith(" timed out")
-    ):
-        return "timeout"
-    return None
-
-
-def call_failure(
-    spec: McpServerSpec, what: str, error: MCPError, timeout: float | None
-) -> McpClientError:
-    """The error a caller gets for an ``MCPError`` of ``what`` (see :func:`raised_here`)."""
-    cause = raised_here(error)
-    if cause == "closed":
-        return McpTransportError(f"MCP server {spec.name!r} closed the connection during {what}")
-    if cause == "timeout":
-        waited = spec.call_timeout if timeout is None else timeout
-        return McpTransportError(
-            f"MCP server {spec.name!r} did not answer {what} within {waited:g} s; "
-            "the request was cancelled"
-        )
-    return McpToolError(
-        f"MCP server {spec.name!r} rejected {what}: {error.message} (error code {error.code})"
-    )
 
 
 async def invoke(callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
@@ -454,6 +256,16 @@ class Connection:
         self._stderr_ended()
         return True
 
+    def crash_message(self, what: str) -> str:
+        """The error text for a request ``what`` this connection's server crashed during: its
+        exit status and the last lines of its stderr (an HTTP server has neither)."""
+        capture = self.stderr
+        code = capture.exit_code if capture else None
+        return with_stderr(
+            f"MCP server {self.spec.name!r} {exit_status_text(code)} during {what}",
+            capture.tail() if capture else (),
+        )
+
     def _http_session_seen(self, session_id: str) -> None:
         self.http_session_id = session_id
 
@@ -565,7 +377,7 @@ class Connection:
             if self.stderr is not None:
                 self.stderr.close_writer()
 
-    async def _stderr_tail_after_exit(self) -> tuple[str, ...]:
+    async def stderr_tail_after_exit(self) -> tuple[str, ...]:
         """The stderr tail once the owner task is done and the pipe reached its end
         (bounded wait: a grandchild that kept the pipe open must not hold up the error)."""
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -593,7 +405,7 @@ class Connection:
             self._end("failed", error.message)
             raise
         except Exception as error:
-            failure = startup_failure(self.spec, error, await self._stderr_tail_after_exit())
+            failure = startup_failure(self.spec, error, await self.stderr_tail_after_exit())
             self._end("failed", failure.message)
             raise failure from error
         if self.client is None:

@@ -48,7 +48,7 @@ class McpServerSpec:
         startup_timeout: Seconds allowed to spawn or connect and finish the MCP handshake.
         call_timeout: Default seconds allowed for one request (``tools/call``, one
             ``tools/list`` page).
-        isolation: Which requests share a connection (see the module docstring): ``session``
+        isolation: Which requests share a connection (see ``mcp_registry.client``): ``session``
             (one per agent session, the default), ``user`` (one per owner) or ``shared``.
         idle_timeout: Seconds a connection may stay unused before the pool closes it.
         tool_output_schemas: Tool name -> the output schema stored at discovery (``None``: the

@@ -31,6 +31,12 @@ A tool result travels through the session's Dex state as one string (the seed's
 when nothing is attached, otherwise a JSON object that starts with :data:`ENCODED_PREFIX` and
 holds the text and the attached images (base64). Readers that show a result to people use
 :func:`tool_result_text`, which never returns base64.
+
+One module, though past 600 lines: the table above is one contract, and its sections (MIME
+types and sizes, images and their limits, the stored string, rendering, tool outputs) each
+implement part of it through the same private pieces (the image attacher, the rendered lines,
+the line of one block), which a split would have to make public to one another. Django-free;
+imports only the ``mcp`` SDK's types.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Credentials never live here: a server lists the NAMES of environment variables t
 Dex worker passes to a stdio child (``env_names``, its secret references) or sends as HTTP
 headers (``header_env``); the values come from the worker's own environment. Plain,
 non-secret settings of a stdio child are kept apart, with their values (``env_values``).
+
+One module, as a Django app keeps its models: the four tables (servers, their tools, the
+worker's stdio processes and HTTP sessions) and the validators of their JSON fields, which
+migrations reference by this module's path. Decisions about a tool (effect, approval, timeout,
+attempts) live in ``mcp_registry.effects``; the models only read them.
 """
 
 import re

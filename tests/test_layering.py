@@ -73,6 +73,20 @@ AGENTS_APP_SIBLING_ARROWS: frozenset[tuple[str, str]] = frozenset({
     ("api", "live"),  # the API's SSE and long-poll reads use the live relay
 })
 
+#: The MCP client's modules, lowest first (docs/ARCHITECTURE.md, "Packages and imports"): each
+#: imports only those before it and ``mcp_registry.content``; ``mcp_registry.client`` is their
+#: public face.
+MCP_CLIENT_STACK = (
+    "mcp_registry._mcp_spec",
+    "mcp_registry._mcp_stdio",
+    "mcp_registry._mcp_transport",
+    "mcp_registry._mcp_connection",
+    "mcp_registry._mcp_discovery",
+    "mcp_registry._mcp_call",
+    "mcp_registry._mcp_pool",
+    "mcp_registry.client",
+)
+
 
 def _parse(path: Path) -> ast.Module:
     """``ast.parse`` with the cyclic garbage collector paused.
@@ -244,6 +258,17 @@ def test_no_import_cycle_in_the_package(graph: dict[str, set[str]], package: str
     assert not cycles, f"import cycles in {package}:\n" + "\n\n".join(
         _cycle_text(mine, part) for part in cycles
     )
+
+
+def test_the_mcp_client_modules_import_downwards(graph: dict[str, set[str]]) -> None:
+    wrong = sorted(
+        f"{module} -> {target}"
+        for position, module in enumerate(MCP_CLIENT_STACK)
+        for target in graph[module]
+        if target not in {*MCP_CLIENT_STACK[:position], "mcp_registry.content"}
+    )
+    assert not wrong, "imports against MCP_CLIENT_STACK:\n" + "\n".join(wrong)
+    assert graph["mcp_registry.content"].isdisjoint(MCP_CLIENT_STACK)
 
 
 def test_deferred_relative_and_type_checking_imports_count(tmp_path: Path) -> None:

@@ -1,9 +1,13 @@
-"""Real MCP servers for the registry tests: the demo servers, ``mcp-server-time`` (PyPI) and
-``@modelcontextprotocol/server-everything`` (npm, installed by ``make peers``)."""
+"""Real MCP servers for the registry tests: the demo servers, ``mcp-server-time`` (PyPI),
+``@modelcontextprotocol/server-everything`` (npm, installed by ``make peers``) and the stub
+servers that misbehave on request (``stub_server.py``, ``stub_http_server.py``); and the admin
+form and logged-in client the admin tests share."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import shutil
 import socket
@@ -12,8 +16,10 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.test import Client
 
 from dex_agents.testing import free_port
 from mcp_registry.client import McpClientPool, McpServerSpec
@@ -57,6 +63,17 @@ async def wait_until(description: str, probe: Callable[[], bool]) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {description}")
         await asyncio.sleep(0.05)
+
+
+def process_gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (reaped, or a zombie waiting for its reaper)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH while the process goes
+        return True
+    return any(
+        line.split()[1:2] == ["Z"] for line in status.splitlines() if line.startswith("State:")
+    )
 
 
 @pytest.fixture
@@ -196,3 +213,117 @@ def git_spec(git_repository: Path) -> McpServerSpec:
         args=("-m", "mcp_server_git", "--repository", str(git_repository)),
         startup_timeout=30.0, call_timeout=30.0,
     )
+
+
+# --- the stub servers ------------------------------------------------------------------------
+
+STUB = Path(__file__).with_name("stub_server.py")
+HTTP_STUB = Path(__file__).with_name("stub_http_server.py")
+#: The output schema of the stub's ``echo`` tool (``--output-schema``).
+ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+
+def stub_spec(journal: Path, *flags: str, **overrides: Any) -> McpServerSpec:
+    """The spec of ``stub_server.py`` (a stdio child) journalling to ``journal``, with its
+    ``flags`` (its docstring lists them) and spec fields ``overrides``."""
+    values: dict[str, Any] = {
+        "name": "stub",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": (str(STUB), "--journal", str(journal), *flags),
+        "startup_timeout": 20.0,
+        "call_timeout": 20.0,
+    }
+    values.update(overrides)
+    return McpServerSpec(**values)
+
+
+@contextlib.asynccontextmanager
+async def http_stub(journal: Path, *flags: str, **overrides: Any) -> AsyncIterator[McpServerSpec]:
+    """``stub_http_server.py`` as a real process, and the spec that reaches it."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, str(HTTP_STUB), "--journal", str(journal), *flags,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(await asyncio.wait_for(server.stdout.readline(), timeout=DEADLINE_SECONDS))
+        values: dict[str, Any] = {
+            "name": "stub", "transport": "streamable_http", "url": f"http://127.0.0.1:{port}/mcp",
+            "startup_timeout": 20.0, "call_timeout": 20.0,
+        }
+        values.update(overrides)
+        yield McpServerSpec(**values)
+    finally:
+        server.kill()
+        await server.wait()
+
+
+def received(journal: Path) -> list[dict[str, Any]]:
+    """Every request a stub received, in order (across its restarts)."""
+    if not journal.exists():
+        return []
+    return [json.loads(line) for line in journal.read_text().splitlines() if line]
+
+
+def methods(journal: Path) -> list[str]:
+    """The methods of :func:`received`, in order."""
+    return [message["method"] for message in received(journal)]
+
+
+async def echo(pool: McpClientPool, spec: McpServerSpec, **kwargs: Any) -> Any:
+    """The stub's ``echo`` of ``hi`` through ``pool``; ``kwargs`` go to ``call_tool``."""
+    return await pool.call_tool(
+        spec, "echo", {"text": "hi"}, idempotency_key=None, timeout=kwargs.pop("timeout", None),
+        **kwargs,
+    )
+
+
+# --- the admin ---------------------------------------------------------------------------------
+
+
+def logged_in(user: Any) -> Client:
+    """A Django test client with ``user`` logged in."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def server_form(**overrides: Any) -> dict[str, Any]:
+    """The admin's add form of a stdio server (no tool rows), with ``overrides``."""
+    data = {
+        "name": "files",
+        "transport": "stdio",
+        "enabled": "on",
+        "command": "/usr/bin/mcp-files",
+        "args": '["--root", "/srv"]',
+        "cwd": "",
+        "env_names": '["FILES_TOKEN"]',
+        "env_values": "{}",
+        "url": "",
+        "header_env": "{}",
+        "startup_timeout": "30",
+        "call_timeout": "60",
+        "retries": "2",
+        "isolation": "session",
+        "idle_timeout": "300",
+        "tools-TOTAL_FORMS": "0",
+        "tools-INITIAL_FORMS": "0",
+        "tools-MIN_NUM_FORMS": "0",
+        "tools-MAX_NUM_FORMS": "1000",
+    }
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def queued_discoveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The server IDs whose discovery was queued (``discover_server_tools.apply_async``),
+    in order; nothing is queued."""
+    from mcp_registry import tasks
+
+    queued: list[int] = []
+    monkeypatch.setattr(
+        tasks.discover_server_tools, "apply_async", lambda args, *_, **__: queued.append(*args)
+    )
+    return queued

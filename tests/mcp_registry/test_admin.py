@@ -11,40 +11,9 @@ from django.urls import reverse
 
 from mcp_registry.models import McpServer
 from tests.factories import McpServerFactory, McpToolFactory
-from tests.mcp_registry.conftest import REPO_ROOT
+from tests.mcp_registry.conftest import REPO_ROOT, logged_in, server_form
 
 pytestmark = pytest.mark.django_db
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def server_form(**overrides: Any) -> dict[str, Any]:
-    data = {
-        "name": "files",
-        "transport": "stdio",
-        "enabled": "on",
-        "command": "/usr/bin/mcp-files",
-        "args": '["--root", "/srv"]',
-        "cwd": "",
-        "env_names": '["FILES_TOKEN"]',
-        "url": "",
-        "header_env": "{}",
-        "startup_timeout": "30",
-        "call_timeout": "60",
-        "retries": "2",
-        "isolation": "session",
-        "idle_timeout": "300",
-        "tools-TOTAL_FORMS": "0",
-        "tools-INITIAL_FORMS": "0",
-        "tools-MIN_NUM_FORMS": "0",
-        "tools-MAX_NUM_FORMS": "1000",
-    }
-    data.update(overrides)
-    return data
 
 
 @pytest.fixture

@@ -7,19 +7,17 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from tests.factories import McpServerFactory, McpToolFactory
+from tests.mcp_registry.conftest import logged_in
 
 pytestmark = pytest.mark.django_db
 
 
 def page(user: Any, url: str) -> str:
-    client = Client()
-    client.force_login(user)
-    response = client.get(url)
+    response = logged_in(user).get(url)
     assert response.status_code == 200
     return html.unescape(response.content.decode()).lower()
 
@@ -70,9 +68,7 @@ def test_staff_viewers_see_errors_and_reasons_but_cannot_add(staff: Any) -> None
     )
     listing = page(staff, reverse("admin:mcp_registry_mcpserver_changelist"))
     assert "mcptransporterror: no answer" in listing
-    client = Client()
-    client.force_login(staff)
-    assert client.get(reverse("admin:mcp_registry_mcpserver_add")).status_code == 403
+    assert logged_in(staff).get(reverse("admin:mcp_registry_mcpserver_add")).status_code == 403
 
 
 def test_tools_show_their_timeout_and_attempts_and_where_they_come_from(superuser: Any) -> None:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,9 +23,7 @@ from mcp_registry.client import (
     McpTransportError,
     list_tools,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEADLINE_SECONDS = 20.0
+from tests.mcp_registry.conftest import DEADLINE_SECONDS, REPO_ROOT, process_gone, wait_until
 
 SEARCH_SPEC = McpServerSpec(
     name="search",
@@ -143,31 +141,6 @@ def probe_spec(tmp_path: Path) -> McpServerSpec:
     )
 
 
-@pytest.fixture
-async def pool() -> AsyncIterator[McpClientPool]:
-    async with McpClientPool() as pool:
-        yield pool
-
-
-def _process_gone(pid: int) -> bool:
-    """True once ``pid`` no longer runs (reaped, or a zombie waiting for its reaper)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):  # ESRCH while the process goes
-        return True
-    return any(
-        line.split()[1:2] == ["Z"] for line in status.splitlines() if line.startswith("State:")
-    )
-
-
-async def _wait_until(description: str, probe: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {description}")
-        await asyncio.sleep(0.05)
-
-
 async def test_list_tools_shows_web_search_as_read_only() -> None:
     tools = await list_tools(SEARCH_SPEC)
     assert [tool.name for tool in tools] == ["web_search"]
@@ -245,14 +218,7 @@ async def test_only_named_environment_variables_reach_the_server(
 ) -> None:
     monkeypatch.setenv("PROBE_SHARED", "visible")
     monkeypatch.setenv("PROBE_PRIVATE", "hidden")
-    spec = McpServerSpec(
-        name=probe_spec.name,
-        transport="stdio",
-        command=probe_spec.command,
-        args=probe_spec.args,
-        env_names=("PROBE_SHARED",),
-        env={"PROBE_PLAIN": "plain value"},
-    )
+    spec = replace(probe_spec, env_names=("PROBE_SHARED",), env={"PROBE_PLAIN": "plain value"})
     output = await pool.call_tool(
         spec,
         "env",
@@ -271,13 +237,7 @@ async def test_an_unset_secret_reference_fails_with_its_name(
     pool: McpClientPool, probe_spec: McpServerSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PROBE_UNSET", raising=False)
-    spec = McpServerSpec(
-        name=probe_spec.name,
-        transport="stdio",
-        command=probe_spec.command,
-        args=probe_spec.args,
-        env_names=("PROBE_UNSET",),
-    )
+    spec = replace(probe_spec, env_names=("PROBE_UNSET",))
     with pytest.raises(McpTransportError) as raised:
         await list_tools(spec)
     assert raised.value.message == (
@@ -320,7 +280,7 @@ async def test_a_dead_server_is_restarted_by_a_later_call(
         (await pool.call_tool(probe_spec, "pid", {}, idempotency_key=None, timeout=None)).text
     )
     os.kill(first_pid, signal.SIGKILL)
-    await _wait_until("the server to die", lambda: _process_gone(first_pid))
+    await wait_until("the server to die", lambda: process_gone(first_pid))
 
     deadline = time.monotonic() + DEADLINE_SECONDS
     while True:
@@ -339,7 +299,7 @@ async def test_pool_close_stops_the_server(probe_spec: McpServerSpec) -> None:
         (await pool.call_tool(probe_spec, "pid", {}, idempotency_key=None, timeout=None)).text
     )
     await pool.aclose()
-    await _wait_until("the server to stop", lambda: _process_gone(pid))
+    await wait_until("the server to stop", lambda: process_gone(pid))
     with pytest.raises(McpTransportError):
         await pool.call_tool(probe_spec, "pid", {}, idempotency_key=None, timeout=None)
 
@@ -370,10 +330,10 @@ async def test_server_is_not_orphaned_when_the_worker_is_killed(
         assert holder.stdout is not None
         line = await asyncio.wait_for(holder.stdout.readline(), timeout=DEADLINE_SECONDS)
         server_pid = int(line)
-        assert not _process_gone(server_pid)
+        assert not process_gone(server_pid)
         holder.kill()
         await holder.wait()
-        await _wait_until("the orphaned server to stop", lambda: _process_gone(server_pid))
+        await wait_until("the orphaned server to stop", lambda: process_gone(server_pid))
     finally:
         if holder.returncode is None:
             holder.kill()
@@ -392,9 +352,9 @@ async def test_a_server_that_never_answers_initialize_is_abandoned(tmp_path: Pat
     )
     with pytest.raises(McpTransportError, match="'silent' did not finish starting within 1 s"):
         await list_tools(silent)
-    await _wait_until("the silent server to write its pid", pid_file.exists)
-    await _wait_until("the silent server to be stopped",
-                      lambda: _process_gone(int(pid_file.read_text())))
+    await wait_until("the silent server to write its pid", pid_file.exists)
+    await wait_until("the silent server to be stopped",
+                      lambda: process_gone(int(pid_file.read_text())))
 
 
 def test_an_abandoned_start_leaves_no_unretrieved_failure() -> None:

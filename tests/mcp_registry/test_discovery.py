@@ -226,18 +226,14 @@ def test_mcp_discover_reports_a_failing_server_and_exits_non_zero(tmp_path: Path
 
 
 @pytest.mark.django_db(transaction=True)
-def test_tools_list_changed_queues_discovery(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tools_list_changed_queues_discovery(queued_discoveries: list[int]) -> None:
     from asgiref.sync import async_to_sync
 
     from mcp_registry import tasks
 
-    queued: list[int] = []
-    monkeypatch.setattr(
-        tasks.discover_server_tools, "apply_async", lambda args, *_, **__: queued.append(*args)
-    )
     server = McpServerFactory.create(name="everything")
     McpServerFactory.create(name="off", enabled=False)
     async_to_sync(tasks.tools_list_changed_enqueue)("everything")
     async_to_sync(tasks.tools_list_changed_enqueue)("off")
     async_to_sync(tasks.tools_list_changed_enqueue)("unknown")
-    assert queued == [server.pk]
+    assert queued_discoveries == [server.pk]

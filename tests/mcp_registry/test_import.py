@@ -197,20 +197,16 @@ def test_periodic_discovery_is_scheduled_and_configurable() -> None:
 
 
 def test_the_periodic_task_queues_every_enabled_server(
-    monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+    queued_discoveries: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     from mcp_registry import tasks
     from tests.factories import McpServerFactory
 
-    queued: list[int] = []
-    monkeypatch.setattr(
-        tasks.discover_server_tools, "apply_async", lambda args, *_, **__: queued.append(*args)
-    )
     on = McpServerFactory.create(name="on")
     McpServerFactory.create(name="off", enabled=False)
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.discover_all_servers.apply().get() == ["on"]
-    assert queued == [on.pk]
+    assert queued_discoveries == [on.pk]
 
 
 def test_env_values_are_imported_apart_from_secret_references(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.db import OperationalError
-from django.test import Client
 from django.urls import reverse
 
 from mcp_registry.client import McpClientPool, McpServerSpec, McpToolOutput
@@ -30,7 +29,7 @@ from mcp_registry.selectors import server_spec_build
 from mcp_registry.services import ToolDiscoveryError, server_discover_tools
 from mcp_registry.tasks import process_status_record
 from tests.factories import McpServerFactory
-from tests.mcp_registry.conftest import DEADLINE_SECONDS
+from tests.mcp_registry.conftest import DEADLINE_SECONDS, logged_in, server_form
 
 
 def _row(spec: McpServerSpec, **overrides: Any) -> McpServer:
@@ -45,12 +44,6 @@ def _row(spec: McpServerSpec, **overrides: Any) -> McpServer:
     }
     values.update(overrides)
     return McpServerFactory.create(**values)
-
-
-def _logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 async def _call(spec: McpServerSpec, tool: str, arguments: dict[str, Any]) -> McpToolOutput:
@@ -174,39 +167,12 @@ servers:
     ]
 
 
-def _server_form(**overrides: Any) -> dict[str, Any]:
-    data = {
-        "name": "memory",
-        "transport": "stdio",
-        "enabled": "on",
-        "command": "node",
-        "args": "[]",
-        "cwd": "",
-        "env_names": "[]",
-        "env_values": "{}",
-        "url": "",
-        "header_env": "{}",
-        "startup_timeout": "30",
-        "call_timeout": "60",
-        "retries": "2",
-        "isolation": "session",
-        "idle_timeout": "300",
-        "tools-TOTAL_FORMS": "0",
-        "tools-INITIAL_FORMS": "0",
-        "tools-MIN_NUM_FORMS": "0",
-        "tools-MAX_NUM_FORMS": "1000",
-    }
-    data.update(overrides)
-    return data
-
-
 @pytest.mark.django_db
 def test_admin_warns_at_save_about_a_command_that_does_not_exist(superuser: Any) -> None:
-    client = _logged_in(superuser)
+    client = logged_in(superuser)
     add = reverse("admin:mcp_registry_mcpserver_add")
-    response = client.post(
-        add, _server_form(name="ghost", command="/usr/bin/no-such-mcp"), follow=True
-    )
+    form = server_form(name="ghost", command="/usr/bin/no-such-mcp", args="[]", env_names="[]")
+    response = client.post(add, form, follow=True)
     assert response.status_code == 200
     assert McpServer.objects.filter(name="ghost").exists()
     texts = [(m.level_tag, str(m)) for m in response.context["messages"]]
@@ -215,7 +181,8 @@ def test_admin_warns_at_save_about_a_command_that_does_not_exist(superuser: Any)
         "Saved, but command '/usr/bin/no-such-mcp' is not an existing file on this machine: "
         "the worker will not be able to start it unless its machine has it.",
     ) in texts
-    response = client.post(add, _server_form(name="memory", command="node"), follow=True)
+    form = server_form(name="memory", command="node", args="[]", env_names="[]")
+    response = client.post(add, form, follow=True)
     assert McpServer.objects.filter(name="memory").exists()
     assert "warning" not in [m.level_tag for m in response.context["messages"]]
 
@@ -296,7 +263,7 @@ def test_idempotent_destructive_tools_keep_retries_and_wait_for_approval(
         assert tool.approval_decision.reason == (
             "platform rule: idempotent_write tools wait for approval; this one is destructive"
         )
-    page = _logged_in(superuser).get(
+    page = logged_in(superuser).get(
         reverse("admin:mcp_registry_mcptool_change", args=[found["git_reset"].pk])
     )
     assert page.status_code == 200
@@ -392,7 +359,7 @@ def test_admin_shows_process_state_stderr_and_last_discovery(
     server = _row(memory_spec)
     server_discover_tools(server=server)
     spec = server_spec_build(server=server)
-    client = _logged_in(superuser)
+    client = logged_in(superuser)
     change = reverse("admin:mcp_registry_mcpserver_change", args=[server.pk])
 
     async def scenario() -> tuple[bytes, bytes]:
