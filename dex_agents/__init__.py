@@ -68,6 +68,8 @@ once per type, with the same output; pass it to ``Registry`` in workers and clie
 reads records stored before a field with a default was added (the field takes its default).
 """
 
+from dex_agents._approval_steps import AwaitToolApproval
+from dex_agents._builtin_steps import AwaitUserInput, DurableWait
 from dex_agents._builtin_tools import (
     DURABLE_WAIT_TOOL,
     REQUEST_USER_INPUT_TOOL,
@@ -228,27 +230,26 @@ from dex_agents._records import (
     message_sequence_key,
     usd_text,
 )
+from dex_agents._step_base import interrupt_id_for
 from dex_agents._steps import (
-    AwaitToolApproval,
-    AwaitUserInput,
     AwaitUserMessage,
-    CallSingleAttemptTool,
-    CallTool,
     CompactContext,
-    DurableWait,
-    RecordToolFailure,
-    RecordToolOutcomeUnknown,
     RecordTurnFailure,
     ResumeTurn,
     RunModel,
     StartAgentSession,
-    interrupt_id_for,
 )
 from dex_agents._text_parts import MAX_STORED_TEXT_BYTES, TEXT_PART_BYTES
 from dex_agents._tool_call_elicitations import (
     DEFAULT_ELICITATION_TIMEOUT,
     ElicitationOutcome,
     ToolCallElicitations,
+)
+from dex_agents._tool_steps import (
+    CallSingleAttemptTool,
+    CallTool,
+    RecordToolFailure,
+    RecordToolOutcomeUnknown,
 )
 from dex_agents._views import QUEUED_MESSAGES_BYTES
 

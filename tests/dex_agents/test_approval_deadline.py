@@ -22,7 +22,7 @@ from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
 from dex_agents import ToolCallStatus
-from dex_agents._steps import DEADLINE_TIMER_ID
+from dex_agents._approval_steps import DEADLINE_TIMER_ID
 from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
     AgentTestStack,

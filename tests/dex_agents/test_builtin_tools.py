@@ -20,7 +20,7 @@ from dex_agents import (
     PendingUserInput,
     ToolCallStatus,
 )
-from dex_agents._steps import DURABLE_WAIT_TIMER_ID
+from dex_agents._builtin_steps import DURABLE_WAIT_TIMER_ID
 from dex_agents.testing import AgentTestStack, wait_for_agent_snapshot
 from tests.dex_agents.scripted_agent import STEERING_FLOW_TYPE, invocation_log
 from tests.dex_agents.test_agent_session import (
