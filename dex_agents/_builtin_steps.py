@@ -27,6 +27,7 @@ from dex import (
     dead_end,
 )
 
+from dex_agents._builtin_records import AgentPlan, PlanStatus, PlanTaskStatus
 from dex_agents._builtin_tools import (
     REQUEST_USER_INPUT_TOOL,
     WAIT_CANCELLED_OUTPUT,
@@ -48,14 +49,7 @@ from dex_agents._persistence import (
     USER_INPUT_ANSWER,
     USER_INPUT_ANSWERS,
 )
-from dex_agents._records import (
-    AgentPlan,
-    AgentUserMessage,
-    PlanStatus,
-    PlanTaskStatus,
-    ToolCallStatus,
-    TurnMode,
-)
+from dex_agents._records import AgentUserMessage, ToolCallStatus, TurnMode
 from dex_agents._step_base import (
     SessionStep,
     deadline_timer_seconds,

@@ -57,14 +57,12 @@ from dex_agents._contract import AgentTurnContext
 from dex_agents._persistence import AGENT_MESSAGES, AGENT_STATE, CONTEXT_SUMMARY
 from dex_agents._records import (
     AgentMessage,
-    AgentMessageRange,
-    AgentMessagesSlice,
     AgentUsage,
     ContextSummary,
     MessageRole,
-    ReadAgentMessagesRequest,
     message_sequence_key,
 )
+from dex_agents._rpc_records import AgentMessageRange, AgentMessagesSlice, ReadAgentMessagesRequest
 from dex_agents._text_parts import delete_message_parts_before
 from dex_agents._views import PAGE_MESSAGES_BYTES, fit_messages
 from dex_agents._wire_types import resolve_annotations

@@ -26,6 +26,12 @@ from dex import (
 )
 
 from dex_agents._approval_steps import AwaitToolApproval
+from dex_agents._builtin_records import (
+    AgentPlan,
+    PlanExecutionRequest,
+    PlanExecutionResult,
+    UserInputAnswer,
+)
 from dex_agents._builtin_steps import AwaitUserInput, DurableWait
 from dex_agents._compaction import (
     CompactingRunner,
@@ -41,6 +47,13 @@ from dex_agents._elicitation import (
     open_question,
     pending_questions,
     state_of,
+)
+from dex_agents._elicitation_records import (
+    ElicitationAnswer,
+    ElicitationAnswerResult,
+    ElicitationRef,
+    ElicitationRequest,
+    ElicitationState,
 )
 from dex_agents._events import AgentEvent
 from dex_agents._options import AgentSessionOptions
@@ -70,35 +83,28 @@ from dex_agents._persistence import (
 from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
+    AgentSessionStartInput,
+    AgentStatus,
+    AgentUsage,
+    AgentUserMessage,
+    message_sequence_key,
+)
+from dex_agents._rpc_records import (
     AgentMessageQueue,
     AgentMessageRange,
     AgentMessagesPage,
     AgentMessagesSlice,
-    AgentPlan,
     AgentQueuedMessage,
-    AgentSessionStartInput,
     AgentSnapshot,
-    AgentStatus,
-    AgentUsage,
-    AgentUserMessage,
     CancelTurnRequest,
-    ElicitationAnswer,
-    ElicitationAnswerResult,
-    ElicitationRef,
-    ElicitationRequest,
-    ElicitationState,
     ListAgentMessagesRequest,
     MessageTextPart,
-    PlanExecutionRequest,
-    PlanExecutionResult,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
     ReadMessageTextRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     TurnCancelResult,
-    UserInputAnswer,
-    message_sequence_key,
 )
 from dex_agents._step_base import utc_now
 from dex_agents._steps import (

@@ -19,6 +19,7 @@ from typing import Any
 from dex import AsyncContext, StepMovement
 
 from dex_agents._approval_steps import approval_deadline, approval_movement
+from dex_agents._builtin_records import PendingTimer, PendingUserInput
 from dex_agents._builtin_steps import (
     AwaitUserInput,
     DurableWait,
@@ -52,8 +53,6 @@ from dex_agents._records import (
     AgentState,
     AgentStatus,
     AgentToolCall,
-    PendingTimer,
-    PendingUserInput,
     ToolCallStatus,
     ToolEffect,
     TurnMode,

@@ -17,17 +17,16 @@ from typing import Any
 
 from dex import AsyncContext
 
+from dex_agents._builtin_records import AgentPlan, PlanStatus
 from dex_agents._contract import require_user_message
 from dex_agents._events import AgentEventType, AgentEventWriter
 from dex_agents._options import SessionFlow
 from dex_agents._persistence import AGENT_MESSAGES, AGENT_PLAN, AGENT_STATE
 from dex_agents._records import (
     AgentMessage,
-    AgentPlan,
     AgentState,
     AgentStatus,
     MessageRole,
-    PlanStatus,
     TurnMode,
     message_sequence_key,
 )
