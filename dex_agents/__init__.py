@@ -68,6 +68,19 @@ once per type, with the same output; pass it to ``Registry`` in workers and clie
 reads records stored before a field with a default was added (the field takes its default).
 """
 
+from dex_agents._approval_steps import AwaitToolApproval
+from dex_agents._builtin_records import (
+    AgentPlan,
+    PendingTimer,
+    PendingUserInput,
+    PlanExecutionRequest,
+    PlanExecutionResult,
+    PlanStatus,
+    PlanTask,
+    PlanTaskStatus,
+    UserInputAnswer,
+)
+from dex_agents._builtin_steps import AwaitUserInput, DurableWait
 from dex_agents._builtin_tools import (
     DURABLE_WAIT_TOOL,
     REQUEST_USER_INPUT_TOOL,
@@ -113,6 +126,16 @@ from dex_agents._contract import (
     tool_call_edit_note,
 )
 from dex_agents._elicitation import elicitation_id_for
+from dex_agents._elicitation_records import (
+    ELICITATION_ACTIONS,
+    AgentElicitation,
+    ElicitationAnswer,
+    ElicitationAnswerResult,
+    ElicitationRef,
+    ElicitationRequest,
+    ElicitationState,
+    ElicitationStatus,
+)
 from dex_agents._elicitation_schema import (
     ElicitationField,
     ElicitationForm,
@@ -170,85 +193,69 @@ from dex_agents._persistence import (
     USER_INPUT_ANSWERS,
 )
 from dex_agents._records import (
-    ELICITATION_ACTIONS,
-    AgentElicitation,
     AgentInterrupt,
     AgentInterruptResolution,
     AgentMessage,
-    AgentMessageQueue,
-    AgentMessageRange,
-    AgentMessagesBeforePage,
-    AgentMessagesPage,
-    AgentMessagesSlice,
-    AgentPlan,
-    AgentQueuedMessage,
     AgentSessionConfig,
     AgentSessionStartInput,
-    AgentSnapshot,
     AgentState,
     AgentStatus,
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
-    CancelTurnRequest,
     CompactionPlan,
     ContextSummary,
-    ElicitationAnswer,
-    ElicitationAnswerResult,
-    ElicitationRef,
-    ElicitationRequest,
-    ElicitationState,
-    ElicitationStatus,
-    ListAgentMessagesRequest,
     MessageNotice,
     MessageRole,
-    MessageTextPart,
-    PendingTimer,
-    PendingUserInput,
-    PlanExecutionRequest,
-    PlanExecutionResult,
-    PlanStatus,
-    PlanTask,
-    PlanTaskStatus,
-    QueuedMessageRequest,
-    ReadAgentMessagesRequest,
-    ReadMessageTextRequest,
-    ReplaceQueuedMessageRequest,
-    ResolveInterruptRequest,
     TextParts,
     ToolCallCompleted,
     ToolCallStatus,
     ToolEffect,
     ToolPolicy,
-    TurnCancelResult,
     TurnMode,
-    UserInputAnswer,
     idempotency_key,
     is_approval_required,
     message_sequence_key,
     usd_text,
 )
+from dex_agents._rpc_records import (
+    AgentMessageQueue,
+    AgentMessageRange,
+    AgentMessagesBeforePage,
+    AgentMessagesPage,
+    AgentMessagesSlice,
+    AgentQueuedMessage,
+    AgentSnapshot,
+    CancelTurnRequest,
+    ListAgentMessagesRequest,
+    MessageTextPart,
+    QueuedMessageRequest,
+    ReadAgentMessagesRequest,
+    ReadMessageTextRequest,
+    ReplaceQueuedMessageRequest,
+    ResolveInterruptRequest,
+    TurnCancelResult,
+)
+from dex_agents._step_base import interrupt_id_for
 from dex_agents._steps import (
-    AwaitToolApproval,
-    AwaitUserInput,
     AwaitUserMessage,
-    CallSingleAttemptTool,
-    CallTool,
     CompactContext,
-    DurableWait,
-    RecordToolFailure,
-    RecordToolOutcomeUnknown,
     RecordTurnFailure,
     ResumeTurn,
     RunModel,
     StartAgentSession,
-    interrupt_id_for,
 )
 from dex_agents._text_parts import MAX_STORED_TEXT_BYTES, TEXT_PART_BYTES
 from dex_agents._tool_call_elicitations import (
     DEFAULT_ELICITATION_TIMEOUT,
     ElicitationOutcome,
     ToolCallElicitations,
+)
+from dex_agents._tool_steps import (
+    CallSingleAttemptTool,
+    CallTool,
+    RecordToolFailure,
+    RecordToolOutcomeUnknown,
 )
 from dex_agents._views import QUEUED_MESSAGES_BYTES
 

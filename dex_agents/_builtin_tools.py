@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dex_agents._records import PlanTask, PlanTaskStatus
+from dex_agents._builtin_records import PlanTask, PlanTaskStatus
 
 #: Name of the durable wait tool.
 DURABLE_WAIT_TOOL = "durable_wait"

@@ -16,7 +16,15 @@ from dex import (
     WaitForAttributeOptions,
 )
 
+from dex_agents._builtin_records import PlanExecutionRequest, PlanExecutionResult, UserInputAnswer
 from dex_agents._compaction import MAX_READ_MESSAGES, message_loads
+from dex_agents._elicitation_records import (
+    ElicitationAnswer,
+    ElicitationAnswerResult,
+    ElicitationRef,
+    ElicitationRequest,
+    ElicitationState,
+)
 from dex_agents._flow import AgentSessionFlow
 from dex_agents._persistence import (
     ACCEPTED_CLIENT_IDS,
@@ -25,33 +33,27 @@ from dex_agents._persistence import (
     TEXT_PARTS,
 )
 from dex_agents._records import (
+    AgentSessionStartInput,
+    AgentUserMessage,
+    ToolPolicy,
+    message_sequence_key,
+)
+from dex_agents._rpc_records import (
     AgentMessageQueue,
     AgentMessageRange,
     AgentMessagesBeforePage,
     AgentMessagesPage,
     AgentMessagesSlice,
-    AgentSessionStartInput,
     AgentSnapshot,
-    AgentUserMessage,
     CancelTurnRequest,
-    ElicitationAnswer,
-    ElicitationAnswerResult,
-    ElicitationRef,
-    ElicitationRequest,
-    ElicitationState,
     ListAgentMessagesRequest,
     MessageTextPart,
-    PlanExecutionRequest,
-    PlanExecutionResult,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
     ReadMessageTextRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
-    ToolPolicy,
     TurnCancelResult,
-    UserInputAnswer,
-    message_sequence_key,
 )
 from dex_agents._text_parts import text_part_key
 

@@ -32,10 +32,12 @@ History is never compacted". With ``compaction`` set:
   retained messages; ``get_agent_snapshot_page`` is the snapshot with only its last page loaded
   (``AgentSessionClient`` uses both when the Flow compacts).
 
-This module holds the plans, summaries, message ranges and reads; the Step side (RunModel's
-hooks ``next_model_call``, ``compact_before_model_call``, ``compact_after_overflow``,
-``retain_newest``, and the ``CompactContext`` Step) is in ``dex_agents._steps``, because Steps
-name one another in their decisions.
+This module holds the plans, summaries, message ranges and reads; the Step side is in two
+places: RunModel's hooks (``load_model_context``, ``compaction_before_model_call``,
+``compaction_after_overflow``, ``retain_newest``) and CompactContext's work
+(``summarize_chunk``) in ``dex_agents._model_context``, and the moves between RunModel and the
+``CompactContext`` Step in ``dex_agents._steps``, because those Steps name one another in
+their decisions.
 """
 
 from __future__ import annotations
@@ -55,14 +57,12 @@ from dex_agents._contract import AgentTurnContext
 from dex_agents._persistence import AGENT_MESSAGES, AGENT_STATE, CONTEXT_SUMMARY
 from dex_agents._records import (
     AgentMessage,
-    AgentMessageRange,
-    AgentMessagesSlice,
     AgentUsage,
     ContextSummary,
     MessageRole,
-    ReadAgentMessagesRequest,
     message_sequence_key,
 )
+from dex_agents._rpc_records import AgentMessageRange, AgentMessagesSlice, ReadAgentMessagesRequest
 from dex_agents._text_parts import delete_message_parts_before
 from dex_agents._views import PAGE_MESSAGES_BYTES, fit_messages
 from dex_agents._wire_types import resolve_annotations

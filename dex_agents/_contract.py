@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from dex_agents._builtin_records import AgentPlan
 from dex_agents._events import AgentEventWriter
 from dex_agents._records import (
     AgentMessage,
-    AgentPlan,
     AgentToolCall,
     AgentUsage,
     ContextSummary,

@@ -34,22 +34,22 @@ from typing import Any
 
 from dex import Context
 
-from dex_agents._elicitation_schema import (
-    ElicitationSchemaError,
-    elicitation_content_check,
-    elicitation_form,
-)
-from dex_agents._persistence import ELICITATION_VERSION, ELICITATIONS
-from dex_agents._records import (
+from dex_agents._elicitation_records import (
     ELICITATION_ACTIONS,
     AgentElicitation,
-    AgentToolCall,
     ElicitationAnswer,
     ElicitationAnswerResult,
     ElicitationRequest,
     ElicitationState,
     ElicitationStatus,
 )
+from dex_agents._elicitation_schema import (
+    ElicitationSchemaError,
+    elicitation_content_check,
+    elicitation_form,
+)
+from dex_agents._persistence import ELICITATION_VERSION, ELICITATIONS
+from dex_agents._records import AgentToolCall
 from dex_agents._wire_types import resolve_annotations
 
 #: Why a question was withdrawn (``AgentElicitation.reason``).

@@ -4,8 +4,8 @@ The Flow ID is the session ID. The session never completes by itself; stop it wi
 ``AsyncClient.stop_flow`` (``AgentSessionClient.stop_session``).
 
 One piece past 600 lines because Dex binds every RPC to the Flow class: the session's RPCs are
-its methods, each a thin call into the module that owns its logic (``_steps``, ``_compaction``,
-``_elicitation``).
+its methods, each a thin call into the module that owns its logic (the Step modules,
+``_compaction``, ``_elicitation``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ from dex import (
     rpc,
 )
 
+from dex_agents._approval_steps import AwaitToolApproval
+from dex_agents._builtin_records import (
+    AgentPlan,
+    PlanExecutionRequest,
+    PlanExecutionResult,
+    UserInputAnswer,
+)
+from dex_agents._builtin_steps import AwaitUserInput, DurableWait
 from dex_agents._compaction import (
     CompactingRunner,
     message_range,
@@ -39,6 +47,13 @@ from dex_agents._elicitation import (
     open_question,
     pending_questions,
     state_of,
+)
+from dex_agents._elicitation_records import (
+    ElicitationAnswer,
+    ElicitationAnswerResult,
+    ElicitationRef,
+    ElicitationRequest,
+    ElicitationState,
 )
 from dex_agents._events import AgentEvent
 from dex_agents._options import AgentSessionOptions
@@ -68,55 +83,47 @@ from dex_agents._persistence import (
 from dex_agents._records import (
     AgentInterruptResolution,
     AgentMessage,
+    AgentSessionStartInput,
+    AgentStatus,
+    AgentUsage,
+    AgentUserMessage,
+    message_sequence_key,
+)
+from dex_agents._rpc_records import (
     AgentMessageQueue,
     AgentMessageRange,
     AgentMessagesPage,
     AgentMessagesSlice,
-    AgentPlan,
     AgentQueuedMessage,
-    AgentSessionStartInput,
     AgentSnapshot,
-    AgentStatus,
-    AgentUsage,
-    AgentUserMessage,
     CancelTurnRequest,
-    ElicitationAnswer,
-    ElicitationAnswerResult,
-    ElicitationRef,
-    ElicitationRequest,
-    ElicitationState,
     ListAgentMessagesRequest,
     MessageTextPart,
-    PlanExecutionRequest,
-    PlanExecutionResult,
     QueuedMessageRequest,
     ReadAgentMessagesRequest,
     ReadMessageTextRequest,
     ReplaceQueuedMessageRequest,
     ResolveInterruptRequest,
     TurnCancelResult,
-    UserInputAnswer,
-    message_sequence_key,
 )
+from dex_agents._step_base import utc_now
 from dex_agents._steps import (
-    AwaitToolApproval,
-    AwaitUserInput,
     AwaitUserMessage,
-    CallSingleAttemptTool,
-    CallTool,
     CompactContext,
-    DurableWait,
-    RecordToolFailure,
-    RecordToolOutcomeUnknown,
     RecordTurnFailure,
     ResumeTurn,
     RunModel,
     StartAgentSession,
-    _now,
-    _steer_pending,
 )
 from dex_agents._text_parts import read_part, text_part_key
+from dex_agents._tool_steps import (
+    CallSingleAttemptTool,
+    CallTool,
+    RecordToolFailure,
+    RecordToolOutcomeUnknown,
+)
 from dex_agents._turn_cancel import RunningModelCalls
+from dex_agents._turn_interruptions import steer_pending
 from dex_agents._views import (
     PAGE_MESSAGES_BYTES,
     fit_messages,
@@ -294,7 +301,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
                 request,
                 record,
                 turn_id=state.turn_id if state is not None else None,
-                steer_pending=_steer_pending(self, context),
+                steer_pending=steer_pending(self, context),
             )
         )
 
@@ -454,7 +461,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         pending = next(
             (item for item in interrupts if item.interrupt_id == request.interrupt_id), None
         )
-        if pending is None or (pending.deadline is not None and _now() >= pending.deadline):
+        if pending is None or (pending.deadline is not None and utc_now() >= pending.deadline):
             return RPCResult(False)
         PENDING_INTERRUPTS.set(
             context, [item for item in interrupts if item.interrupt_id != request.interrupt_id]
@@ -634,7 +641,7 @@ def _accepted_before(context: Context, client_id: str) -> bool:
 
 
 def _stamped(message: AgentUserMessage) -> AgentUserMessage:
-    return message if message.created_at is not None else replace(message, created_at=_now())
+    return message if message.created_at is not None else replace(message, created_at=utc_now())
 
 
 def _queued_entry(message_id: str, value: AgentUserMessage) -> AgentQueuedMessage:

@@ -1,9 +1,9 @@
 """``AgentSessionOptions`` and ``SessionFlow``, what the session's Steps see of their Flow.
 
-The Steps (``dex_agents._steps``) are built by ``AgentSessionFlow`` and read its runner, its
-options, its AgentEvents Stream and the model calls running in this Worker; they name the
-Flow through the ``SessionFlow`` protocol, so the Flow module imports the Steps and never the
-other way.
+The Steps (``dex_agents._steps`` and the Step modules below it) are built by
+``AgentSessionFlow`` and read its runner, its options, its AgentEvents Stream and the model
+calls running in this Worker; they name the Flow through the ``SessionFlow`` protocol, so the
+Flow module imports the Steps and never the other way.
 """
 
 from __future__ import annotations

@@ -10,24 +10,26 @@ from typing import cast
 
 from dex import Attribute, AttributeMap, Channel, ChannelMap
 
+from dex_agents._builtin_records import (
+    AgentPlan,
+    PendingTimer,
+    PendingUserInput,
+    PlanExecutionRequest,
+    UserInputAnswer,
+)
+from dex_agents._elicitation_records import AgentElicitation
 from dex_agents._records import (
-    AgentElicitation,
     AgentInterrupt,
     AgentInterruptResolution,
     AgentMessage,
-    AgentPlan,
     AgentSessionConfig,
     AgentState,
     AgentToolCall,
     AgentUsage,
     AgentUserMessage,
     ContextSummary,
-    PendingTimer,
-    PendingUserInput,
-    PlanExecutionRequest,
     TextParts,
     ToolCallCompleted,
-    UserInputAnswer,
 )
 
 #: ``AgentState`` Attribute.

@@ -1,42 +1,27 @@
-"""Value types stored in Dex state and exchanged over RPCs (seed "Persistence" and "RPCs").
+"""Value types of the session's state that a turn reads and writes (seed "Persistence").
 
-Every type here is a frozen dataclass or a ``StrEnum``, so the Dex SDK's automatic JSON codec
-encodes it; enums travel as their plain string values. The SDK codec does not decode a dataclass
-or ``datetime`` inside an ``X | None`` field, so the few such fields convert themselves in
-``__post_init__``.
+This module owns the records every Step works with: the session's state, status and usage, the
+stored messages, the tool call records with their effects, policies and statuses, the
+interrupts and their resolutions, the user messages, the start input and config, and the
+context summary with the compaction plan. Every type here is a frozen dataclass or a
+``StrEnum``, so the Dex SDK's automatic JSON codec encodes it; enums travel as their plain
+string values. The SDK codec does not decode a dataclass or ``datetime`` inside an ``X | None``
+field, so the few such fields convert themselves in ``__post_init__`` (``_wire_types``). The
+other records build on these: the built-in tools' (``_builtin_records``), MCP servers'
+questions (``_elicitation_records``) and the RPCs' inputs and outputs (``_rpc_records``). It
+imports only ``_wire_types``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any
 
-from dex import CodecRegistry, Value, WireKind
-
-from dex_agents._wire_types import resolve_annotations
-
-_T = TypeVar("_T")
-_CODECS = CodecRegistry()
-
-
-def _coerce(value: object, value_type: type[_T]) -> _T:
-    """Decode plain JSON data left by the SDK codec into ``value_type``."""
-    if isinstance(value, value_type):
-        return value
-    codec = _CODECS.resolve(value_type)
-    decoded: _T = codec.decode(Value(WireKind.JSON, json.dumps(value)))
-    return decoded
-
-
-def _coerce_datetime(value: datetime | str | None) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(value)
+from dex_agents._wire_types import coerce, coerce_datetime, resolve_annotations
 
 
 class MessageRole(StrEnum):
@@ -122,103 +107,6 @@ class TurnMode(StrEnum):
     CHAT = "chat"
     PLANNING = "planning"
     EXECUTING = "executing"
-
-
-class PlanStatus(StrEnum):
-    """``AgentPlan.status``: ``draft`` (written in plan mode, not executed), ``active``
-    (executing, or stopped with unfinished tasks) or ``completed`` (every task completed)."""
-
-    DRAFT = "draft"
-    ACTIVE = "active"
-    COMPLETED = "completed"
-
-
-class PlanTaskStatus(StrEnum):
-    """``PlanTask.status``."""
-
-    PENDING = "pending"
-    IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
-
-
-@dataclass(frozen=True)
-class PlanTask:
-    """One task of a plan: ``content`` (non-blank text) and its ``status``."""
-
-    content: str
-    status: PlanTaskStatus = PlanTaskStatus.PENDING
-
-
-@dataclass(frozen=True)
-class AgentPlan:
-    """``AGENT_PLAN`` (platform addition): the session's plan, replaced whole by each
-    ``write_todos`` and untouched by compaction.
-
-    Attributes:
-        revision: Increases by one with every ``write_todos`` (also across a cleared plan).
-        status: See ``PlanStatus``.
-        tasks: The ordered tasks; empty once the model cleared the plan.
-    """
-
-    revision: int
-    status: PlanStatus
-    tasks: list[PlanTask] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tasks", [_coerce(item, PlanTask) for item in self.tasks])
-
-    @property
-    def is_executable(self) -> bool:
-        """True for a draft, or an active plan with a task not completed."""
-        if not self.tasks:
-            return False
-        if self.status is PlanStatus.DRAFT:
-            return True
-        return self.status is PlanStatus.ACTIVE and any(
-            task.status is not PlanTaskStatus.COMPLETED for task in self.tasks
-        )
-
-
-@dataclass(frozen=True)
-class PlanExecutionRequest:
-    """Input of ``execute_plan`` and value of ``PLAN_EXECUTIONS`` (platform addition).
-
-    Attributes:
-        revision: The plan revision the user reviewed.
-    """
-
-    revision: int
-
-
-@dataclass(frozen=True)
-class PlanExecutionResult:
-    """Output of ``execute_plan``: ``accepted``, or the ``reason`` it was not (one of
-    ``no_session``, ``stale_revision``, ``not_executable``, ``busy``, ``queued``,
-    ``already_requested``, ``no_plans``)."""
-
-    accepted: bool
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class CancelTurnRequest:
-    """Input of ``cancel_turn`` (platform addition): ``turn_id`` names the turn to cancel,
-    so a cancel delivered late (kept while no Worker ran) cannot end a turn that started
-    since; ``""`` cancels whichever turn runs."""
-
-    turn_id: str = ""
-
-
-@dataclass(frozen=True)
-class TurnCancelResult:
-    """Output of ``cancel_turn`` (platform addition): ``accepted`` with the ``turn_id`` the
-    cancel applies to, or the ``reason`` it was not: ``no_turn`` (no turn is running) or
-    ``turn_ended`` (the turn named in the request is no longer the running one; ``turn_id``
-    is then the turn that runs)."""
-
-    accepted: bool
-    turn_id: str | None = None
-    reason: str = ""
 
 
 class AgentStatus(StrEnum):
@@ -421,8 +309,8 @@ class AgentMessage:
 
     def __post_init__(self) -> None:
         if self.text_parts is not None and not isinstance(self.text_parts, TextParts):
-            object.__setattr__(self, "text_parts", _coerce(self.text_parts, TextParts))
-        object.__setattr__(self, "created_at", _coerce_datetime(self.created_at))
+            object.__setattr__(self, "text_parts", coerce(self.text_parts, TextParts))
+        object.__setattr__(self, "created_at", coerce_datetime(self.created_at))
         if self.notice is not None and not isinstance(self.notice, MessageNotice):
             object.__setattr__(self, "notice", MessageNotice(self.notice))
 
@@ -474,7 +362,7 @@ class AgentToolCall:
 
     def __post_init__(self) -> None:
         if self.output_parts is not None and not isinstance(self.output_parts, TextParts):
-            object.__setattr__(self, "output_parts", _coerce(self.output_parts, TextParts))
+            object.__setattr__(self, "output_parts", coerce(self.output_parts, TextParts))
 
 
 def is_approval_required(policy: ToolPolicy) -> bool:
@@ -506,7 +394,7 @@ class AgentInterrupt:
     turn_id: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "deadline", _coerce_datetime(self.deadline))
+        object.__setattr__(self, "deadline", coerce_datetime(self.deadline))
 
 
 @dataclass(frozen=True)
@@ -531,7 +419,7 @@ class AgentUserMessage:
     created_at: datetime | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "created_at", _coerce_datetime(self.created_at))
+        object.__setattr__(self, "created_at", coerce_datetime(self.created_at))
 
 
 @dataclass(frozen=True)
@@ -552,412 +440,11 @@ class AgentInterruptResolution:
 
 
 @dataclass(frozen=True)
-class ResolveInterruptRequest:
-    """Input of ``resolve_interrupt``.
-
-    ``edited_arguments`` (platform addition): JSON text that replaces the call's arguments on
-    approval (the reviewer's edit); ignored on rejection. The RPC does not check it against the
-    tool's schema: the caller does (the platform's approvals API answers 400 first).
-    """
-
-    interrupt_id: str
-    approved: bool
-    rejection_message: str | None = None
-    edited_arguments: str | None = None
-
-
-@dataclass(frozen=True)
 class ToolCallCompleted:
     """Internal ``TOOL_CALL_RESULTS`` message: one per tool call, when its record is final."""
 
     tool_call_id: str
     status: ToolCallStatus
-
-
-@dataclass(frozen=True)
-class ListAgentMessagesRequest:
-    """Input of ``list_agent_messages``: messages with ``sequence > after_sequence``.
-
-    ``limit`` is clamped to 1..200.
-    """
-
-    after_sequence: int = 0
-    limit: int = 200
-
-
-@dataclass(frozen=True)
-class AgentMessagesPage:
-    """Output of ``list_agent_messages``: oldest first; ``has_more`` when the limit cut it."""
-
-    messages: list[AgentMessage]
-    has_more: bool
-
-
-@dataclass(frozen=True)
-class AgentQueuedMessage:
-    """Platform addition: one user message still waiting in ``QUEUED_USER_MESSAGES`` or
-    ``STEERED_USER_MESSAGES`` (or steered and taken by the turn, not yet given to the model).
-
-    Attributes:
-        message_id: The Channel message ID Dex assigned (UUIDv7) while it is pending; for a
-            steered message the turn already took, its ``client_id``.
-        text: The message text.
-        plan_mode: As sent.
-        created_at: When it was accepted, or ``None``.
-        client_id: The sender's own ID, or empty.
-    """
-
-    message_id: str
-    text: str
-    plan_mode: bool = False
-    created_at: datetime | None = None
-    client_id: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "created_at", _coerce_datetime(self.created_at))
-
-
-@dataclass(frozen=True)
-class AgentMessageQueue:
-    """Output of ``get_message_queue`` (platform addition): both queues, oldest first, read in
-    one RPC invocation.
-
-    Attributes:
-        queued: Messages waiting for a later turn; editable, deletable and steerable.
-        steered: Messages that will be applied at the running turn's next safe boundary.
-    """
-
-    queued: list[AgentQueuedMessage] = field(default_factory=list)
-    steered: list[AgentQueuedMessage] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "queued", [_coerce(item, AgentQueuedMessage) for item in self.queued]
-        )
-        object.__setattr__(
-            self, "steered", [_coerce(item, AgentQueuedMessage) for item in self.steered]
-        )
-
-
-@dataclass(frozen=True)
-class PendingTimer:
-    """``PENDING_TIMER`` (platform addition, ``durable_wait``): the turn's running durable wait.
-
-    Attributes:
-        tool_call_id: The ``durable_wait`` call.
-        fires_at: When the wait ends (UTC; Worker clock when the call was deferred).
-        duration_seconds: The requested duration in whole seconds.
-        reason: Why the agent waits, as it said.
-        turn_id: The turn it belongs to.
-    """
-
-    tool_call_id: str
-    fires_at: datetime
-    duration_seconds: int
-    reason: str
-    turn_id: str
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fires_at", _coerce_datetime(self.fires_at))
-
-
-@dataclass(frozen=True)
-class PendingUserInput:
-    """``PENDING_USER_INPUT`` (platform addition, ``request_user_input``): the open question.
-
-    Attributes:
-        tool_call_id: The ``request_user_input`` call; ``answer_user_input`` names it.
-        prompt: The question.
-        choices: Suggested answers (2 to 8 distinct strings), or empty for free text.
-        turn_id: The turn it belongs to.
-    """
-
-    tool_call_id: str
-    prompt: str
-    choices: list[str]
-    turn_id: str
-
-
-@dataclass(frozen=True)
-class UserInputAnswer:
-    """Input of ``answer_user_input`` and value of ``USER_INPUT_ANSWERS`` (platform addition).
-
-    Attributes:
-        tool_call_id: The pending question's call ID.
-        answer: The user's answer (non-blank).
-    """
-
-    tool_call_id: str
-    answer: str
-
-
-class ElicitationStatus(StrEnum):
-    """``AgentElicitation.status`` (platform addition, MCP elicitation).
-
-    ``pending`` waits for the user; the others are final: ``accepted``, ``declined`` and
-    ``cancelled`` are the user's answers; ``expired`` means no answer came before the
-    deadline; ``withdrawn`` means the session took the question back (``AgentElicitation.reason``
-    says why: ``steered``, ``call_ended``, ``superseded`` or ``not_running``).
-    """
-
-    PENDING = "pending"
-    ACCEPTED = "accepted"
-    DECLINED = "declined"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
-    WITHDRAWN = "withdrawn"
-
-    @property
-    def action(self) -> str:
-        """The MCP ``ElicitResult.action`` this status answers the server with: ``accept``,
-        ``decline`` or ``cancel`` (expired and withdrawn questions are cancelled)."""
-        if self is ElicitationStatus.ACCEPTED:
-            return "accept"
-        if self is ElicitationStatus.DECLINED:
-            return "decline"
-        return "cancel"
-
-
-#: The answers a user can give, mapped to the status they close a question with.
-ELICITATION_ACTIONS = {
-    "accept": ElicitationStatus.ACCEPTED,
-    "decline": ElicitationStatus.DECLINED,
-    "cancel": ElicitationStatus.CANCELLED,
-}
-
-
-@dataclass(frozen=True)
-class AgentElicitation:
-    """One question an MCP server asked during a running tool call (platform addition, MCP
-    "Client features/Elicitation"), kept in ``ELICITATIONS`` until its turn ends.
-
-    Attributes:
-        elicitation_id: ``"<turn_id>.<tool_call_id>.<fingerprint>"``; the fingerprint (16 hex
-            digits) hashes mode, message, schema, URL, the server's elicitation ID and the
-            occurrence, so a retried attempt that asks the same question gets the same ID.
-        tool_call_id, tool_name, turn_id: The running tool call that asked.
-        server_name: The MCP server that asked (may be empty).
-        mode: ``form`` (fill ``requested_schema``) or ``url`` (open ``url`` out of band).
-        message: The server's text for the user.
-        requested_schema: The form's restricted JSON Schema (flat object of primitive
-            properties); ``None`` in URL mode. Dex stores JSON with sorted keys, so the
-            properties' order is in ``field_order``.
-        url: The page to open, in URL mode; empty in form mode.
-        server_elicitation_id: The server's own ID of a URL-mode request, or empty.
-        requested_at: When the session recorded it (UTC, Worker clock).
-        deadline: When it expires unanswered (UTC, Worker clock).
-        status: See ``ElicitationStatus``.
-        content: The accepted form's values (field name to value); ``None`` otherwise.
-        closed_at: When it left ``pending``, or ``None``.
-        reason: Why a ``withdrawn`` question was taken back; empty otherwise.
-        field_order: The form's property names in the order the server listed them.
-    """
-
-    elicitation_id: str
-    tool_call_id: str
-    tool_name: str
-    turn_id: str
-    server_name: str
-    mode: str
-    message: str
-    requested_schema: dict[str, Any] | None
-    url: str
-    server_elicitation_id: str
-    requested_at: datetime
-    deadline: datetime
-    status: ElicitationStatus = ElicitationStatus.PENDING
-    content: dict[str, Any] | None = None
-    closed_at: datetime | None = None
-    reason: str = ""
-    field_order: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "requested_at", _coerce_datetime(self.requested_at))
-        object.__setattr__(self, "deadline", _coerce_datetime(self.deadline))
-        object.__setattr__(self, "closed_at", _coerce_datetime(self.closed_at))
-        object.__setattr__(self, "status", ElicitationStatus(self.status))
-
-
-@dataclass(frozen=True)
-class ElicitationRequest:
-    """Input of ``open_elicitation`` (platform addition): a question a server asks during the
-    running tool call ``tool_call_id``.
-
-    Attributes:
-        tool_call_id: The running call (its record names the turn and the tool).
-        mode: ``form`` or ``url``.
-        message: The server's text for the user.
-        requested_schema: The form's schema (form mode).
-        url: The page to open (URL mode).
-        server_elicitation_id: The server's ID of a URL-mode request.
-        server_name: The MCP server that asks.
-        occurrence: How many times this attempt of the call asked this same question so far,
-            this one included (1 for the first).
-        timeout_seconds: How long the user may take, in seconds, from when it is first asked.
-        field_order: The form's property names in the server's order (the RPC's JSON input
-            sorts the schema's keys).
-    """
-
-    tool_call_id: str
-    mode: str
-    message: str
-    requested_schema: dict[str, Any] | None = None
-    url: str = ""
-    server_elicitation_id: str = ""
-    server_name: str = ""
-    occurrence: int = 1
-    timeout_seconds: float = 600.0
-    field_order: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class ElicitationState:
-    """Output of ``open_elicitation``, ``get_elicitation`` and ``close_elicitation``
-    (platform addition).
-
-    Attributes:
-        elicitation: The question, or ``None`` when the session has no such question.
-        version: ``ELICITATION_VERSION`` read in the same invocation; it grows with every
-            change to any question of the session, so a waiter can wait for it to pass this.
-        created: ``open_elicitation`` made this question now (it is not one an earlier
-            attempt of the call asked).
-    """
-
-    elicitation: AgentElicitation | None
-    version: int = 0
-    created: bool = False
-
-    def __post_init__(self) -> None:
-        if self.elicitation is not None:
-            object.__setattr__(self, "elicitation", _coerce(self.elicitation, AgentElicitation))
-
-
-@dataclass(frozen=True)
-class ElicitationAnswer:
-    """Input of ``answer_elicitation`` (platform addition).
-
-    Attributes:
-        elicitation_id: The pending question.
-        action: ``accept``, ``decline`` or ``cancel``.
-        content: The form's values, with ``accept`` in form mode only.
-    """
-
-    elicitation_id: str
-    action: str
-    content: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class ElicitationAnswerResult:
-    """Output of ``answer_elicitation`` (platform addition).
-
-    Attributes:
-        accepted: The answer was stored and the waiting call goes on with it.
-        reason: Why not: ``not_pending`` (answered, withdrawn or never asked), ``expired``
-            (past its deadline), ``invalid`` (see ``errors``) or ``bad_action``.
-        errors: For ``invalid``: messages per field name, and under ``""`` for the content
-            as a whole.
-    """
-
-    accepted: bool
-    reason: str = ""
-    errors: dict[str, list[str]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ElicitationRef:
-    """Input of ``get_elicitation`` and ``close_elicitation`` (platform addition): one
-    question of the session by its ``elicitation_id``."""
-
-    elicitation_id: str
-
-
-@dataclass(frozen=True)
-class QueuedMessageRequest:
-    """Input of ``delete_queued_message`` and ``steer_queued_message`` (platform addition).
-
-    Attributes:
-        message_id: A Channel message ID or a sender's ``client_id``.
-    """
-
-    message_id: str
-
-
-@dataclass(frozen=True)
-class ReplaceQueuedMessageRequest:
-    """Input of ``replace_queued_message`` (platform addition).
-
-    Attributes:
-        message_id: The queued message to remove (Channel message ID or ``client_id``).
-        message: The message appended at the tail in its place.
-    """
-
-    message_id: str
-    message: AgentUserMessage
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "message", _coerce(self.message, AgentUserMessage))
-
-
-@dataclass(frozen=True)
-class AgentSnapshot:
-    """Output of ``get_agent_snapshot`` (seed "RPCs").
-
-    Attributes:
-        state: ``None`` until ``StartAgentSession`` commits.
-        messages: The last 200 messages, oldest first.
-        pending_interrupts: Approvals still awaited.
-        tool_calls: The active turn's records in ``deferral_order``.
-        usage: Session total.
-        queued_message_count: User messages waiting for the next turn.
-        last_turn_error: Platform addition: ``state.last_turn_error`` repeated for REST clients.
-        queued_messages: Platform addition: the queued messages themselves, oldest first, so a
-            UI can show what waits for the current turn.
-        steered_messages: Platform addition: steered messages not yet given to the model.
-        pending_timer: Platform addition: the running ``durable_wait``, or ``None``.
-        pending_input: Platform addition: the open ``request_user_input`` question, or ``None``.
-        plan: Platform addition: the current plan (``None`` before the first ``write_todos``
-            and once cleared).
-        plan_execution_requested: Platform addition: ``execute_plan`` was accepted and the
-            execution turn has not started yet.
-        summary: Platform addition (``AgentSessionOptions.compaction``): the cumulative summary
-            of the older messages once a compaction ran, else ``None``.
-        pending_elicitations: Platform addition: the questions MCP servers ask during the
-            running turn's tool calls that wait for the user, oldest first.
-    """
-
-    state: AgentState | None
-    messages: list[AgentMessage]
-    pending_interrupts: list[AgentInterrupt]
-    tool_calls: list[AgentToolCall]
-    usage: AgentUsage
-    queued_message_count: int
-    last_turn_error: str | None = None
-    queued_messages: list[AgentQueuedMessage] = field(default_factory=list)
-    steered_messages: list[AgentQueuedMessage] = field(default_factory=list)
-    pending_timer: PendingTimer | None = None
-    pending_input: PendingUserInput | None = None
-    plan: AgentPlan | None = None
-    plan_execution_requested: bool = False
-    summary: ContextSummary | None = None
-    pending_elicitations: list[AgentElicitation] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self,
-            "pending_elicitations",
-            [_coerce(item, AgentElicitation) for item in self.pending_elicitations],
-        )
-        if self.plan is not None:
-            object.__setattr__(self, "plan", _coerce(self.plan, AgentPlan))
-        if self.summary is not None:
-            object.__setattr__(self, "summary", _coerce(self.summary, ContextSummary))
-        if self.pending_timer is not None:
-            object.__setattr__(self, "pending_timer", _coerce(self.pending_timer, PendingTimer))
-        if self.pending_input is not None:
-            object.__setattr__(self, "pending_input", _coerce(self.pending_input, PendingUserInput))
-        if self.state is not None:
-            object.__setattr__(self, "state", _coerce(self.state, AgentState))
 
 
 @dataclass(frozen=True)
@@ -1042,110 +529,6 @@ class CompactionPlan:
     chunk_ends: list[int]
     reason: str
     overflow_retry_of: str = ""
-
-
-@dataclass(frozen=True)
-class AgentMessageRange:
-    """Output of ``get_message_range`` (platform addition): which sequences exist.
-
-    Attributes:
-        first_retained_sequence: The oldest stored message (1 until retention deleted some).
-        last_sequence: The newest stored message (0 when there is none).
-        summarized_through_sequence: Messages up to here are covered by the summary.
-    """
-
-    first_retained_sequence: int = 1
-    last_sequence: int = 0
-    summarized_through_sequence: int = 0
-
-
-@dataclass(frozen=True)
-class ReadAgentMessagesRequest:
-    """Input of ``read_agent_messages`` (platform addition): sequences ``first..last``.
-
-    The caller loads exactly those ``AGENT_MESSAGES`` instances with
-    ``dex.RPCInvokeOptions(load_attribute_map_instances=...)``; ``AgentSessionClient`` does.
-    """
-
-    first_sequence: int
-    last_sequence: int
-    #: Which end a page over ``PAGE_MESSAGES_BYTES`` keeps (``_views.fit_messages``): the
-    #: newest messages (paging backwards) or the oldest (paging forwards).
-    keep_newest: bool = False
-
-
-@dataclass(frozen=True)
-class AgentMessagesSlice:
-    """Output of ``read_agent_messages`` (platform addition).
-
-    Attributes:
-        messages: The requested messages that exist and were loaded, oldest first.
-        message_range: The session's message range, read in the same invocation.
-        complete: False when a requested retained message was not loaded (the caller read a
-            stale range; read again).
-    """
-
-    messages: list[AgentMessage]
-    message_range: AgentMessageRange
-    complete: bool = True
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "message_range", _coerce(self.message_range, AgentMessageRange)
-        )
-
-
-@dataclass(frozen=True)
-class AgentMessagesBeforePage:
-    """One page of ``AgentSessionClient.list_agent_messages_before`` (platform addition).
-
-    Attributes:
-        messages: Up to ``limit`` retained messages before the requested sequence, oldest
-            first.
-        next_before_sequence: Where the next older page ends (exclusive), or ``None`` when no
-            older retained message exists.
-        first_retained_sequence: The oldest retained message.
-    """
-
-    messages: list[AgentMessage]
-    next_before_sequence: int | None
-    first_retained_sequence: int = 1
-
-
-@dataclass(frozen=True)
-class ReadMessageTextRequest:
-    """Input of ``read_message_text`` (platform addition): part ``part`` of message
-    ``sequence``'s whole text. ``parts_key`` names the message's ``TextParts.key`` once the
-    caller knows it, so the call loads that part (``AgentSessionClient.read_message_text``)."""
-
-    sequence: int
-    part: int = 0
-    parts_key: str | None = None
-
-
-@dataclass(frozen=True)
-class MessageTextPart:
-    """Output of ``read_message_text`` (platform addition).
-
-    Attributes:
-        found: False when the message is not stored (never was, or compaction deleted it).
-        sequence: The message.
-        part: The part asked for (zero-based).
-        parts: How many parts the whole text has (1 for a text of at most
-            ``TEXT_PART_BYTES``; 0 when not found).
-        text_length: The whole text's length in characters.
-        text: The part, at most ``TEXT_PART_BYTES`` of UTF-8; ``None`` when ``part`` is out
-            of range or the part was not loaded yet (then ``parts_key`` says which to load).
-        parts_key: The message's ``TextParts.key`` when its text is stored in parts.
-    """
-
-    found: bool
-    sequence: int
-    part: int = 0
-    parts: int = 0
-    text_length: int = 0
-    text: str | None = None
-    parts_key: str | None = None
 
 
 resolve_annotations(globals())

@@ -26,13 +26,9 @@ from dex_agents._elicitation import (
     WITHDRAWN_TURN_CANCELLED,
     _now,
 )
+from dex_agents._elicitation_records import AgentElicitation, ElicitationRequest, ElicitationStatus
 from dex_agents._elicitation_schema import ElicitationSchemaError, elicitation_form
 from dex_agents._events import AgentEventType
-from dex_agents._records import (
-    AgentElicitation,
-    ElicitationRequest,
-    ElicitationStatus,
-)
 from dex_agents._wire_types import resolve_annotations
 
 #: Default time a user has to answer a server's question (the platform sets its own).

@@ -53,7 +53,7 @@ from dex_agents._history import (
     StepHistoryEntry,
     read_flow_step_history,
 )
-from dex_agents._records import AgentSnapshot
+from dex_agents._rpc_records import AgentSnapshot
 from dex_agents._worker_tuning import cache_sdk_version
 
 __all__ = [

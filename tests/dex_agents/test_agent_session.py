@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
-import grpc
-from dex.dexpb import dex_pb2 as pb
-from dex.dexpb import dex_pb2_grpc
-
 from dex_agents import (
     AgentEventType,
-    AgentInterrupt,
-    AgentSessionClient,
-    AgentSessionFlow,
-    AgentSnapshot,
     AgentStatus,
     AgentToolCall,
     MessageNotice,
@@ -42,108 +31,24 @@ from dex_agents.testing import (
 from tests.dex_agents.scripted_agent import (
     DEADLINE_FLOW_TYPE,
     FLOW_TYPE,
-    STATE_DIR_ENV,
     WHOLE_RESULT,
     WHOLE_SHOWN,
-    build_flows,
     invocation_log,
 )
-
-REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
-WORKER_MODULE = "tests.dex_agents.scripted_worker"
-TURN_TIMEOUT = 40.0
-
-
-@asynccontextmanager
-async def scripted_stack(tmp_path: Path) -> AsyncIterator[AgentTestStack]:
-    async with AgentTestStack(
-        tmp_path,
-        build_flows(),
-        WORKER_MODULE,
-        worker_cwd=REPOSITORY_ROOT,
-        worker_env={STATE_DIR_ENV: str(tmp_path)},
-    ) as stack:
-        yield stack
-
-
-def flow_of(stack: AgentTestStack, flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
-    flow = next(flow for flow in stack.flows if flow.get_flow_type() == flow_type)
-    assert isinstance(flow, AgentSessionFlow)
-    return flow
-
-
-async def wait_for_idle(
-    sessions: AgentSessionClient, session_id: str, *, message_count: int
-) -> AgentSnapshot:
-    """The snapshot once the session waits for a user message with ``message_count`` messages."""
-
-    def idle(snapshot: AgentSnapshot) -> AgentSnapshot | None:
-        state = snapshot.state
-        if (
-            state is not None
-            and state.status is AgentStatus.WAITING_FOR_USER_MESSAGE
-            and state.message_count >= message_count
-        ):
-            return snapshot
-        return None
-
-    return await wait_for_agent_snapshot(
-        sessions,
-        session_id,
-        idle,
-        description=f"idle with {message_count} messages",
-        timeout=TURN_TIMEOUT,
-    )
-
-
-async def wait_for_interrupt(sessions: AgentSessionClient, session_id: str) -> AgentInterrupt:
-    return await wait_for_agent_snapshot(
-        sessions,
-        session_id,
-        lambda snapshot: next(iter(snapshot.pending_interrupts), None),
-        description="a pending approval",
-    )
-
-
-async def wait_for_step_waiting(
-    stack: AgentTestStack, session_id: str, execution_id: str
-) -> pb.ActiveStepExecutionState:
-    """Until the Step execution ``execution_id`` (``"AwaitToolApproval-1"``) waits: its wait_for
-    committed, so its Timers exist in the engine. Returns the engine's view of that execution.
-
-    The snapshot shows a pending approval, question or durable wait as soon as the Step that
-    raised it commits, before the waiting Step's wait_for has run on a Worker; a test that acts
-    "while the session waits" polls for this first.
-
-    Raises:
-        TimeoutError: If the execution does not wait within the kit's default deadline.
-    """
-
-    async def waiting() -> pb.ActiveStepExecutionState | None:
-        async with grpc.aio.insecure_channel(stack.server_address) as channel:
-            state = await dex_pb2_grpc.FlowServiceStub(channel).GetFlowState(
-                pb.GetFlowStateRequest(flow_id=session_id), timeout=10
-            )
-        for step in state.active_step_executions:
-            if (
-                step.step_execution_id == execution_id
-                and step.phase == pb.ACTIVE_STEP_PHASE_WAITING
-            ):
-                return step
-        return None
-
-    description = f"{session_id} {execution_id} waiting"
-    step: pb.ActiveStepExecutionState = await wait_until(description, waiting)
-    return step
-
-
-def last_text(snapshot: AgentSnapshot) -> str:
-    return snapshot.messages[-1].text
-
-
-def user_texts(snapshot: AgentSnapshot) -> list[str]:
-    """The snapshot's user messages, oldest first."""
-    return [message.text for message in snapshot.messages if message.role is MessageRole.USER]
+from tests.dex_agents.scripted_sessions import (
+    TURN_TIMEOUT,
+    events_of,
+    flow_of,
+    last_text,
+    read_whole,
+    running_session,
+    scripted_stack,
+    session_at_gate,
+    stored_part_keys,
+    wait_for_idle,
+    wait_for_interrupt,
+    wait_for_step_waiting,
+)
 
 
 async def executed_steps(stack: AgentTestStack, session_id: str) -> list[tuple[str, int]]:
@@ -156,10 +61,7 @@ async def executed_steps(stack: AgentTestStack, session_id: str) -> list[tuple[s
 
 
 async def test_write_survives_a_worker_kill_while_approval_waits(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        worker = await stack.start_worker()
-        await sessions.start_session("session-1", "tools: refund")
+    async with running_session(tmp_path, "tools: refund") as (stack, sessions, worker):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert interrupt.tool_name == "refund"
         assert interrupt.deadline is None
@@ -184,10 +86,7 @@ async def test_write_survives_a_worker_kill_while_approval_waits(tmp_path: Path)
 
 
 async def test_rejection_is_what_the_model_sees(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: refund")
+    async with running_session(tmp_path, "tools: refund") as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert await sessions.resolve_interrupt(
             "session-1", interrupt.interrupt_id, approved=False, rejection_message="not today"
@@ -205,10 +104,7 @@ async def test_an_approval_with_edited_arguments_runs_the_call_with_them(
 ) -> None:
     """Platform addition (approve with edits): the tool Step runs the reviewer's arguments, the
     record keeps the model's, and a rejection drops an edit."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: refund")
+    async with running_session(tmp_path, "tools: refund") as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert await sessions.resolve_interrupt(
             "session-1", interrupt.interrupt_id, approved=True, edited_arguments='{"amount":5}'
@@ -244,12 +140,7 @@ def test_the_edit_note_names_both_arguments() -> None:
 
 
 async def test_read_tool_killed_mid_call_runs_again(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        worker = await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path) as (stack, sessions, worker, gate):
         worker.kill()
         await stack.start_worker()
         gate.release()
@@ -263,12 +154,7 @@ async def test_read_tool_killed_mid_call_runs_again(tmp_path: Path) -> None:
 async def test_idempotent_write_killed_mid_call_runs_again_with_the_same_key(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        worker = await stack.start_worker()
-        gate = FileGate(tmp_path, "idem_write")
-        await sessions.start_session("session-1", "tools: idem_write")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path, "idem_write") as (stack, sessions, worker, gate):
         worker.kill()
         await stack.start_worker()
         gate.release()
@@ -283,12 +169,7 @@ async def test_idempotent_write_killed_mid_call_runs_again_with_the_same_key(
 
 
 async def test_non_idempotent_write_killed_mid_call_is_outcome_unknown(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        worker = await stack.start_worker()
-        gate = FileGate(tmp_path, "charge")
-        await sessions.start_session("session-1", "tools: charge")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path, "charge") as (stack, sessions, worker, gate):
         worker.kill()
         await stack.start_worker()
         gate.release()
@@ -333,10 +214,7 @@ async def test_tool_calls_of_one_response_run_in_parallel(tmp_path: Path) -> Non
 
 
 async def test_failed_model_step_records_the_error_and_the_note(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools-then-fail: lookup")
+    async with running_session(tmp_path, "tools-then-fail: lookup") as (_, sessions, _):
         snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
 
         assert snapshot.state is not None
@@ -379,11 +257,9 @@ async def test_a_model_call_error_fails_the_turn_without_a_retry(tmp_path: Path)
     """A ``ModelCallError`` (the provider refused the request: a retry sends the same request and
     gets the same answer, issue 25) ends the turn after its one attempt, with its message as
     ``last_turn_error`` and in ``turn_failed``; the session takes the next message."""
-    async with scripted_stack(tmp_path) as stack:
-        flow = flow_of(stack, FLOW_TYPE)
-        sessions = stack.sessions(flow)
-        await stack.start_worker()
-        await sessions.start_session("session-1", "refuse-model: invalid request: bad field")
+    async with running_session(
+        tmp_path, "refuse-model: invalid request: bad field"
+    ) as (stack, sessions, _):
         snapshot = await wait_for_agent_snapshot(
             sessions,
             "session-1",
@@ -393,8 +269,8 @@ async def test_a_model_call_error_fails_the_turn_without_a_retry(tmp_path: Path)
         )
         assert snapshot.last_turn_error == "invalid request: bad field"
         assert invocation_log(tmp_path).count("model", "turn-1") == 1
-        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
-        turn_one = [m.value for m in reversed(events.messages) if m.value.turn_id == "turn-1"]
+        events = await events_of(stack, "session-1", FLOW_TYPE)
+        turn_one = [event for event in events if event.turn_id == "turn-1"]
         deltas = [e for e in turn_one if e.type is AgentEventType.TEXT_DELTA]
         assert [(e.payload["text"], e.attempt) for e in deltas] == [("partial attempt 1", 1)]
         failed = [e for e in turn_one if e.type is AgentEventType.TURN_FAILED]
@@ -424,10 +300,7 @@ async def test_a_rate_limited_model_call_waits_the_retry_after(tmp_path: Path) -
 async def test_an_overflow_the_next_attempt_may_fit_is_retried(tmp_path: Path) -> None:
     """A ``ContextWindowExceededError`` with ``retry_may_fit`` (the runner learned a smaller
     window from the refusal) fails only the attempt, even with nothing to compact."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "overflow-once")
+    async with running_session(tmp_path, "overflow-once") as (_, sessions, _):
         snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
         assert last_text(snapshot) == "echo: overflow-once"
         assert snapshot.last_turn_error is None
@@ -435,10 +308,9 @@ async def test_an_overflow_the_next_attempt_may_fit_is_retried(tmp_path: Path) -
 
 
 async def test_approval_deadline_expiry_is_a_rejection_the_model_sees(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, DEADLINE_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: refund")
+    async with running_session(
+        tmp_path, "tools: refund", flow_type=DEADLINE_FLOW_TYPE
+    ) as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert interrupt.deadline is not None
         snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
@@ -454,10 +326,7 @@ async def test_approval_deadline_expiry_is_a_rejection_the_model_sees(tmp_path: 
 
 
 async def test_blank_messages_start_nothing(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        worker = await stack.start_worker()
-        await sessions.start_session("session-1", "   ")
+    async with running_session(tmp_path, "   ") as (_, sessions, worker):
         snapshot = await wait_for_idle(sessions, "session-1", message_count=0)
         assert snapshot.state is not None
         assert snapshot.state.turn_number == 0
@@ -473,10 +342,7 @@ async def test_blank_messages_start_nothing(tmp_path: Path) -> None:
 
 
 async def test_bad_tool_call_id_fails_the_turn(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "bad-id")
+    async with running_session(tmp_path, "bad-id") as (_, sessions, _):
         snapshot = await wait_for_agent_snapshot(
             sessions,
             "session-1",
@@ -490,11 +356,7 @@ async def test_bad_tool_call_id_fails_the_turn(tmp_path: Path) -> None:
 
 
 async def test_snapshot_and_messages_of_a_stopped_session(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        flow = flow_of(stack)
-        sessions = stack.sessions(flow)
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: lookup, broken")
+    async with running_session(tmp_path, "tools: lookup, broken") as (stack, sessions, _):
         await wait_for_idle(sessions, "session-1", message_count=5)
         await sessions.stop_session("session-1")
 
@@ -509,10 +371,8 @@ async def test_snapshot_and_messages_of_a_stopped_session(tmp_path: Path) -> Non
         assert [message.sequence for message in page.messages] == [3, 4, 5]
         assert not page.has_more
 
-        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
         by_type: dict[str, list[dict[str, object]]] = {}
-        for message in reversed(events.messages):
-            event = message.value
+        for event in await events_of(stack, "session-1", FLOW_TYPE):
             assert event.turn_id == "turn-1"
             assert event.step_execution_id
             assert event.attempt == 1
@@ -539,35 +399,27 @@ async def test_snapshot_and_messages_of_a_stopped_session(tmp_path: Path) -> Non
 
 
 async def test_text_deltas_from_threads_and_after_return(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        flow = flow_of(stack)
-        sessions = stack.sessions(flow)
-        await stack.start_worker()
-        await sessions.start_session("session-1", "threaded")
+    async with running_session(tmp_path, "threaded") as (stack, sessions, _):
         await wait_for_idle(sessions, "session-1", message_count=2)
         FileGate(tmp_path, "late_write").release()
         log = invocation_log(tmp_path)
         await wait_until("the late write", lambda: log.count("late", "written") == 1)
 
-        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
         deltas = [
-            message.value.payload["text"]
-            for message in reversed(events.messages)
-            if message.value.type is AgentEventType.TEXT_DELTA
+            event.payload["text"]
+            for event in await events_of(stack, "session-1", FLOW_TYPE)
+            if event.type is AgentEventType.TEXT_DELTA
         ]
         assert deltas == ["from a thread"]
 
 
 async def test_session_config_and_policies_come_before_the_flow_policies(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session(
-            "session-1",
-            "tools: lookup",
-            agent_config={"model": "demo", "prompt": "be brief"},
-            tool_policies={"lookup": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, True)},
-        )
+    async with running_session(
+        tmp_path,
+        "tools: lookup",
+        agent_config={"model": "demo", "prompt": "be brief"},
+        tool_policies={"lookup": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, True)},
+    ) as (stack, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         snapshot = await sessions.get_agent_snapshot("session-1")
         assert snapshot.tool_calls[0].effect is ToolEffect.IDEMPOTENT_WRITE
@@ -584,10 +436,7 @@ async def test_session_config_and_policies_come_before_the_flow_policies(tmp_pat
 async def test_tool_retries_end_in_record_tool_failure_and_ids_repeat_in_a_later_turn(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: crash_read, crash_write")
+    async with running_session(tmp_path, "tools: crash_read, crash_write") as (stack, sessions, _):
         snapshot = await wait_for_idle(sessions, "session-1", message_count=5)
         read_outcome, _, write_outcome = last_text(snapshot).partition("; crash_write=")
         write_outcome = "crash_write=" + write_outcome
@@ -613,20 +462,17 @@ async def test_a_sessions_tool_limits_set_the_attempts_and_timeout_of_its_tool_s
 ) -> None:
     """Issue 23: ``ToolPolicy.retries`` and ``timeout_seconds`` reach the tool Steps, on the
     RunModel fan-out and after an approval alike; the engine enforces them."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session(
-            "session-1",
-            "tools: crash_read, crash_write, hang_read",
-            tool_policies={
-                "crash_read": ToolPolicy(ToolEffect.READ, retries=0),
-                "crash_write": ToolPolicy(
-                    ToolEffect.IDEMPOTENT_WRITE, requires_approval=True, retries=1
-                ),
-                "hang_read": ToolPolicy(ToolEffect.READ, timeout_seconds=1, retries=1),
-            },
-        )
+    async with running_session(
+        tmp_path,
+        "tools: crash_read, crash_write, hang_read",
+        tool_policies={
+            "crash_read": ToolPolicy(ToolEffect.READ, retries=0),
+            "crash_write": ToolPolicy(
+                ToolEffect.IDEMPOTENT_WRITE, requires_approval=True, retries=1
+            ),
+            "hang_read": ToolPolicy(ToolEffect.READ, timeout_seconds=1, retries=1),
+        },
+    ) as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         snapshot = await sessions.get_agent_snapshot("session-1")
         limits = {
@@ -656,11 +502,7 @@ async def test_a_sessions_tool_limits_set_the_attempts_and_timeout_of_its_tool_s
 async def test_snapshot_keeps_the_last_200_messages_and_pages_clamp_to_200(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        flow = flow_of(stack)
-        sessions = stack.sessions(flow)
-        await stack.start_worker()
-        await sessions.start_session("session-1", "many: 250")
+    async with running_session(tmp_path, "many: 250") as (stack, sessions, _):
         snapshot = await wait_for_idle(sessions, "session-1", message_count=251)
         assert [m.sequence for m in snapshot.messages] == list(range(52, 252))
         page = await sessions.list_agent_messages("session-1", limit=1000)
@@ -676,8 +518,8 @@ async def test_snapshot_keeps_the_last_200_messages_and_pages_clamp_to_200(
             description="turn 2 failed",
             timeout=TURN_TIMEOUT,
         )
-        events = await stack.client.list_stream_messages("session-1", flow.agent_events, 200)
-        turn_two = [m.value for m in reversed(events.messages) if m.value.turn_id == "turn-2"]
+        events = await events_of(stack, "session-1", FLOW_TYPE)
+        turn_two = [event for event in events if event.turn_id == "turn-2"]
         deltas = [e for e in turn_two if e.type is AgentEventType.TEXT_DELTA]
         assert [(e.payload["text"], e.attempt) for e in deltas] == [
             (f"partial attempt {n}", n) for n in (1, 2, 3)
@@ -688,25 +530,6 @@ async def test_snapshot_keeps_the_last_200_messages_and_pages_clamp_to_200(
         assert "scripted model failure" in failed[0].payload["error"]
 
 
-def stored_part_keys(stack: AgentTestStack) -> list[str]:
-    """The ``TEXT_PARTS`` instances the embedded engine stores, read from its database."""
-    with sqlite3.connect(f"file:{stack.tmp_path / 'dex.sqlite3'}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT key FROM attributes WHERE key LIKE '%TEXT_PARTS%'").fetchall()
-    return sorted(key for (key,) in rows if "TEXT_PARTS_INDEX" not in key)
-
-
-async def read_whole(sessions: AgentSessionClient, session_id: str, sequence: int) -> str:
-    """Message ``sequence``'s whole text, read part by part."""
-    first = await sessions.read_message_text(session_id, sequence)
-    assert first.found and first.text is not None
-    texts = [first.text]
-    for part in range(1, first.parts):
-        answer = await sessions.read_message_text(session_id, sequence, part)
-        assert answer.text is not None and answer.parts == first.parts
-        texts.append(answer.text)
-    return "".join(texts)
-
-
 async def test_a_tool_result_too_large_for_one_value_is_stored_whole_in_parts(
     tmp_path: Path,
 ) -> None:
@@ -714,10 +537,7 @@ async def test_a_tool_result_too_large_for_one_value_is_stored_whole_in_parts(
     characters, the session keeps the whole text in parts of at most 512 KiB, the tool
     message points at them, and ``read_message_text`` reads it back whole, part by part; any
     message reads whole the same way. A failed turn's parts are deleted with its records."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("s", "tools: whole")
+    async with running_session(tmp_path, "tools: whole", session_id="s") as (stack, sessions, _):
         snapshot = await wait_for_idle(sessions, "s", message_count=4)
         tool = next(m for m in snapshot.messages if m.role is MessageRole.TOOL)
         assert tool.text == WHOLE_RESULT[:WHOLE_SHOWN]

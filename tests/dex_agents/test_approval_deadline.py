@@ -12,8 +12,6 @@ AwaitToolApproval waits again and applies the answer").
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
@@ -22,7 +20,7 @@ from dex.dexpb import dex_pb2 as pb
 from dex.dexpb import dex_pb2_grpc
 
 from dex_agents import ToolCallStatus
-from dex_agents._steps import DEADLINE_TIMER_ID
+from dex_agents._approval_steps import DEADLINE_TIMER_ID
 from dex_agents.testing import (
     EXECUTE_COMPLETED_EVENT,
     AgentTestStack,
@@ -33,33 +31,18 @@ from tests.dex_agents.scripted_agent import (
     GATED_RESOLVE_FLOW_TYPE,
     LONG_DEADLINE_FLOW_TYPE,
     RESOLVE_GATE,
-    STATE_DIR_ENV,
     WORKER_SLOTS_ENV,
-    build_flows,
     invocation_log,
 )
-from tests.dex_agents.test_agent_session import (
-    REPOSITORY_ROOT,
-    WORKER_MODULE,
+from tests.dex_agents.scripted_sessions import (
     flow_of,
     last_text,
+    running_session,
     scripted_stack,
     wait_for_idle,
     wait_for_interrupt,
     wait_for_step_waiting,
 )
-
-
-@asynccontextmanager
-async def one_step_slot_stack(tmp_path: Path) -> AsyncIterator[AgentTestStack]:
-    async with AgentTestStack(
-        tmp_path,
-        build_flows(),
-        WORKER_MODULE,
-        worker_cwd=REPOSITORY_ROOT,
-        worker_env={STATE_DIR_ENV: str(tmp_path), WORKER_SLOTS_ENV: "2"},
-    ) as stack:
-        yield stack
 
 
 async def approval_steps(stack: AgentTestStack, session_id: str) -> dict[str, int]:
@@ -97,7 +80,7 @@ async def executed(stack: AgentTestStack, session_id: str, step_type: str) -> li
 
 
 async def test_deadline_timer_and_locks_with_the_only_step_slot_taken(tmp_path: Path) -> None:
-    async with one_step_slot_stack(tmp_path) as stack:
+    async with scripted_stack(tmp_path, worker_env={WORKER_SLOTS_ENV: "2"}) as stack:
         plain = stack.sessions(flow_of(stack))
         waiting = stack.sessions(flow_of(stack, LONG_DEADLINE_FLOW_TYPE))
         expiring = stack.sessions(flow_of(stack, DEADLINE_FLOW_TYPE))
@@ -157,10 +140,9 @@ async def test_deadline_timer_and_locks_with_the_only_step_slot_taken(tmp_path: 
 async def test_resolve_racing_the_deadline_timer_waits_again_and_applies_the_answer(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, GATED_RESOLVE_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("racing", "tools: refund")
+    async with running_session(
+        tmp_path, "tools: refund", flow_type=GATED_RESOLVE_FLOW_TYPE, session_id="racing"
+    ) as (stack, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "racing")
         await wait_for_approval_wait(stack, "racing", 1)
 

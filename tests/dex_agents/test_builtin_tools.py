@@ -20,12 +20,13 @@ from dex_agents import (
     PendingUserInput,
     ToolCallStatus,
 )
-from dex_agents._steps import DURABLE_WAIT_TIMER_ID
+from dex_agents._builtin_steps import DURABLE_WAIT_TIMER_ID
 from dex_agents.testing import AgentTestStack, wait_for_agent_snapshot
 from tests.dex_agents.scripted_agent import STEERING_FLOW_TYPE, invocation_log
-from tests.dex_agents.test_agent_session import (
+from tests.dex_agents.scripted_sessions import (
     flow_of,
     last_text,
+    running_session,
     scripted_stack,
     user_texts,
     wait_for_idle,
@@ -104,10 +105,9 @@ async def test_a_durable_wait_fires_once_across_a_worker_kill(tmp_path: Path) ->
 
 
 async def test_steer_ends_a_durable_wait_early(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "wait: 3600")
+    async with running_session(
+        tmp_path, "wait: 3600", flow_type=STEERING_FLOW_TYPE
+    ) as (stack, sessions, _):
         await wait_for_timer(sessions, "session-1")
         # A steer before DurableWait's wait_for commits skips the wait instead of ending it.
         await wait_for_step_waiting(stack, "session-1", "DurableWait-1")
@@ -142,10 +142,9 @@ async def test_steer_ends_a_durable_wait_early(tmp_path: Path) -> None:
 
 
 async def test_a_question_is_answered_once_and_cancels_the_other_calls(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        worker = await stack.start_worker()
-        await sessions.start_session("session-1", "ask: Which colour? | red | blue")
+    async with running_session(
+        tmp_path, "ask: Which colour? | red | blue", flow_type=STEERING_FLOW_TYPE
+    ) as (stack, sessions, worker):
         question = await wait_for_question(sessions, "session-1")
         assert (question.tool_call_id, question.prompt, question.choices) == (
             "call-1",
@@ -182,10 +181,9 @@ async def test_a_question_is_answered_once_and_cancels_the_other_calls(tmp_path:
 
 
 async def test_steer_withdraws_an_open_question(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "ask: Free text?")
+    async with running_session(
+        tmp_path, "ask: Free text?", flow_type=STEERING_FLOW_TYPE
+    ) as (_, sessions, _):
         question = await wait_for_question(sessions, "session-1")
         assert question.choices == []
         assert await sessions.send_user_message("session-1", "never mind", client_id="n")
@@ -198,10 +196,9 @@ async def test_steer_withdraws_an_open_question(tmp_path: Path) -> None:
 
 
 async def test_bad_built_in_arguments_are_failures_the_model_reads(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "wait: 0")
+    async with running_session(
+        tmp_path, "wait: 0", flow_type=STEERING_FLOW_TYPE
+    ) as (_, sessions, _):
         snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
         assert "duration_seconds must be between 1 and" in last_text(snapshot)
         assert snapshot.pending_timer is None

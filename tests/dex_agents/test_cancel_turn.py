@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from dex_agents import (
     CANCELLED_BY_USER_OUTPUT,
@@ -21,49 +20,31 @@ from dex_agents import (
     ToolCallStatus,
 )
 from dex_agents._builtin_tools import WAIT_CANCELLED_OUTPUT
-from dex_agents.testing import AgentTestStack, FileGate, wait_for_agent_snapshot, wait_until
+from dex_agents.testing import FileGate, wait_for_agent_snapshot, wait_until
 from tests.dex_agents.scripted_agent import (
     COMPACTING_FLOW_TYPE,
     FLOW_TYPE,
     STREAMED_PART,
     WORKER_SLOTS_ENV,
-    changes_path,
     invocation_log,
 )
-from tests.dex_agents.test_agent_session import (
+from tests.dex_agents.scripted_sessions import (
+    closed_interrupts,
+    events_of,
     flow_of,
+    running_session,
     scripted_stack,
+    session_at_gate,
     wait_for_idle,
     wait_for_interrupt,
     wait_for_step_waiting,
 )
 
 
-async def events_of(stack: AgentTestStack, session_id: str, flow_type: str) -> list[Any]:
-    """The session's AgentEvents, oldest first."""
-    page = await stack.client.list_stream_messages(
-        session_id, flow_of(stack, flow_type).agent_events, 500
-    )
-    return [message.value for message in reversed(page.messages)]
-
-
-def closed_interrupts(tmp_path: Path) -> list[list[str]]:
-    return [
-        item
-        for line in changes_path(tmp_path).read_text().splitlines()
-        for item in json.loads(line)["closed"]
-    ]
-
-
 async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "model_stream")
-        await sessions.start_session("session-1", "stream")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path, "model_stream", "stream") as (stack, sessions, _, gate):
         assert await sessions.send_user_message("session-1", "next one")
 
         # A cancel meant for another turn (delivered late) leaves this one alone.
@@ -117,13 +98,7 @@ async def test_cancel_mid_answer_keeps_the_streamed_text_marked_and_the_queue(
 async def test_cancel_before_any_text_or_tool_stores_a_cancelled_notice(tmp_path: Path) -> None:
     """A turn cancelled before its model streamed anything and before any tool call still
     leaves its mark: a note the model reads and pages show as a notice, not as the user's."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "model_hold")
-        await sessions.start_session("session-1", "hold")
-        await gate.wait_until_reached()
-
+    async with session_at_gate(tmp_path, "model_hold", "hold") as (stack, sessions, _, gate):
         assert (await sessions.cancel_turn("session-1", turn_id="turn-1")).accepted
         snapshot = await wait_for_idle(sessions, "session-1", message_count=2)
         note = snapshot.messages[-1]
@@ -140,10 +115,9 @@ async def test_cancel_before_any_text_or_tool_stores_a_cancelled_notice(tmp_path
 async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
     """Not-started calls end cancelled, the running one finishes and keeps its record, the
     pending approval is withdrawn, and no model call follows."""
-    async with scripted_stack(tmp_path) as stack:
-        # One Step slot: two gated reads, and whichever runs first holds it, so the other's
-        # Step cannot start.
-        stack.worker_env[WORKER_SLOTS_ENV] = "2"
+    # One Step slot: two gated reads, and whichever runs first holds it, so the other's Step
+    # cannot start.
+    async with scripted_stack(tmp_path, worker_env={WORKER_SLOTS_ENV: "2"}) as stack:
         sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
         await stack.start_worker()
         gates = {name: FileGate(tmp_path, name) for name in ("gated_read", "parallel_a")}
@@ -213,10 +187,9 @@ async def test_cancel_during_a_tool_batch(tmp_path: Path) -> None:
 
 
 async def test_cancel_withdraws_a_pending_approval(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: refund")
+    async with running_session(
+        tmp_path, "tools: refund", flow_type=COMPACTING_FLOW_TYPE
+    ) as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
 
         assert (await sessions.cancel_turn("session-1")).accepted
@@ -232,10 +205,9 @@ async def test_cancel_ends_a_running_durable_wait_with_the_cancel_as_its_reason(
 ) -> None:
     """The wait ends at once, ``interrupted`` by the cancel: its result names the cancel, not
     a steered message (none was sent), for the model and for the notice people read."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "wait: 3600")
+    async with running_session(
+        tmp_path, "wait: 3600", flow_type=COMPACTING_FLOW_TYPE
+    ) as (stack, sessions, _):
         await wait_for_agent_snapshot(
             sessions, "session-1", lambda snapshot: snapshot.pending_timer,
             description="a timer",
@@ -272,12 +244,7 @@ async def wait_for_cancel_recorded(sessions: AgentSessionClient, session_id: str
 async def test_a_cancel_accepted_before_a_worker_kill_is_applied_after_the_restart(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
-        worker = await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path) as (stack, sessions, worker, gate):
         await wait_for_cancel_recorded(sessions, "session-1")
 
         assert (await sessions.cancel_turn("session-1")).accepted

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from dex_agents._codecs import AgentCodecRegistry
 from dex_agents._records import (
     AgentMessage,
-    AgentQueuedMessage,
     AgentSessionConfig,
     AgentToolCall,
     MessageRole,
@@ -30,6 +29,7 @@ from dex_agents._records import (
     ToolEffect,
     ToolPolicy,
 )
+from dex_agents._rpc_records import AgentQueuedMessage
 from tests.dex_agents.test_wire_types import _package_dataclasses
 
 SDK = CodecRegistry()

@@ -4,6 +4,7 @@ children, with the scripted runner's deterministic token counts and summarizer."
 from __future__ import annotations
 
 import json
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -53,11 +54,12 @@ from tests.dex_agents.scripted_agent import (
     inputs_path,
     invocation_log,
 )
-from tests.dex_agents.test_agent_session import (
+from tests.dex_agents.scripted_sessions import (
     TURN_TIMEOUT,
+    RunningSession,
     flow_of,
     read_whole,
-    scripted_stack,
+    running_session,
     stored_part_keys,
     wait_for_interrupt,
 )
@@ -247,6 +249,19 @@ async def run_turns(
     return snapshot
 
 
+def compacting_session(
+    tmp_path: Path, message: str, agent_config: dict[str, Any]
+) -> AbstractAsyncContextManager[RunningSession]:
+    """Session ``"s"`` of the compacting Flow, started with ``message`` and ``agent_config``."""
+    return running_session(
+        tmp_path,
+        message,
+        flow_type=COMPACTING_FLOW_TYPE,
+        session_id="s",
+        agent_config=agent_config,
+    )
+
+
 def model_inputs(directory: Path) -> list[dict[str, Any]]:
     path = inputs_path(directory)
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -289,11 +304,8 @@ def assert_tool_results_paired(messages: list[dict[str, Any]]) -> None:
 
 
 async def test_compaction_summarizes_older_messages_and_keeps_the_tail(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        config = {**SMALL_WINDOW, "message_retention_limit": 8}
-        await sessions.start_session("s", "big: 1", agent_config=config)
+    config = {**SMALL_WINDOW, "message_retention_limit": 8}
+    async with compacting_session(tmp_path, "big: 1", config) as (stack, sessions, _):
         await wait_for_turn(sessions, "s", 1)
         snapshot = await run_turns(sessions, "s", ["big: 1"] * 5, first_turn=2)
 
@@ -361,16 +373,15 @@ async def test_compaction_summarizes_older_messages_and_keeps_the_tail(tmp_path:
 
 async def test_reference_tiny_window(tmp_path: Path) -> None:
     """The AI Agent reference case: 80-token window, trigger 0.5, keep 0.1, retention 3."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        config = {
-            "context_window": 80,
-            "compaction_trigger_fraction": 0.5,
-            "compaction_keep_fraction": 0.1,
-            "message_retention_limit": 3,
-        }
-        await sessions.start_session("s", "hello there, this is turn one", agent_config=config)
+    config = {
+        "context_window": 80,
+        "compaction_trigger_fraction": 0.5,
+        "compaction_keep_fraction": 0.1,
+        "message_retention_limit": 3,
+    }
+    async with compacting_session(
+        tmp_path, "hello there, this is turn one", config
+    ) as (_, sessions, _):
         await wait_for_turn(sessions, "s", 1)
         texts = [f"and this is turn number {n} of the conversation" for n in range(2, 6)]
         snapshot = await run_turns(sessions, "s", texts, first_turn=2)
@@ -381,11 +392,8 @@ async def test_reference_tiny_window(tmp_path: Path) -> None:
 
 
 async def test_worker_killed_mid_compaction_commits_the_summary_once(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        worker = await stack.start_worker()
-        config = {**SMALL_WINDOW, "summarize_gate": True}
-        await sessions.start_session("s", "big: 1", agent_config=config)
+    config = {**SMALL_WINDOW, "summarize_gate": True}
+    async with compacting_session(tmp_path, "big: 1", config) as (stack, sessions, worker):
         await wait_for_turn(sessions, "s", 1)
         await run_turns(sessions, "s", ["big: 1"] * 3, first_turn=2)
         assert await sessions.send_user_message("s", "after the kill")
@@ -428,10 +436,7 @@ async def test_worker_killed_mid_compaction_commits_the_summary_once(tmp_path: P
 async def test_parallel_calls_one_rejected_then_compaction_keep_one_result_each(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("s", "big: 1", agent_config=SMALL_WINDOW)
+    async with compacting_session(tmp_path, "big: 1", SMALL_WINDOW) as (stack, sessions, _):
         await wait_for_turn(sessions, "s", 1)
         await run_turns(sessions, "s", ["big: 1", "big: 1"], first_turn=2)
 
@@ -466,12 +471,9 @@ async def test_parallel_calls_one_rejected_then_compaction_keep_one_result_each(
 async def test_nearly_full_small_window_with_a_300kb_tool_result_completes(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        config = {"context_window": 2000, "record_inputs": True}
-        # One answer of 7.5 KB leaves the stored context at about 98 % of the window.
-        await sessions.start_session("s", "big: 7.5", agent_config=config)
+    config = {"context_window": 2000, "record_inputs": True}
+    # One answer of 7.5 KB leaves the stored context at about 98 % of the window.
+    async with compacting_session(tmp_path, "big: 7.5", config) as (_, sessions, _):
         snapshot = await wait_for_turn(sessions, "s", 1)
         stored = sum(len(m.text) // 4 + 1 for m in snapshot.messages)
         assert 0.95 * 2000 <= stored < 2000
@@ -490,12 +492,9 @@ async def test_nearly_full_small_window_with_a_300kb_tool_result_completes(
 
 
 async def test_context_window_error_compacts_once_and_retries_once(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        # Our count says 850 tokens is the trigger; the "provider" refuses more than 500.
-        config = {**SMALL_WINDOW, "provider_window": 500}
-        await sessions.start_session("s", "big: 1", agent_config=config)
+    # Our count says 850 tokens is the trigger; the "provider" refuses more than 500.
+    config = {**SMALL_WINDOW, "provider_window": 500}
+    async with compacting_session(tmp_path, "big: 1", config) as (stack, sessions, _):
         await wait_for_turn(sessions, "s", 1)
         snapshot = await run_turns(sessions, "s", ["big: 1"], first_turn=2)
         assert snapshot.summary is None
@@ -533,10 +532,9 @@ async def test_context_window_error_compacts_once_and_retries_once(tmp_path: Pat
 
 
 async def test_snapshot_of_a_stopped_session_reads_its_last_page(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("s", "many: 250", agent_config={"context_window": 100_000})
+    async with compacting_session(
+        tmp_path, "many: 250", {"context_window": 100_000}
+    ) as (_, sessions, _):
         snapshot = await wait_for_turn(sessions, "s", 1)
         assert [m.sequence for m in snapshot.messages] == list(range(52, 252))
         await sessions.stop_session("s")
@@ -555,11 +553,8 @@ async def test_snapshot_of_a_stopped_session_reads_its_last_page(tmp_path: Path)
 async def test_a_plan_turn_without_a_user_message_compacts_and_completes(tmp_path: Path) -> None:
     """An ``execute_plan`` turn stores no user message; retention pressure (six unsummarized
     messages at most) compacts before its first model call, and the plan still completes."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        config = {"context_window": 100_000, "message_retention_limit": 6, "record_inputs": True}
-        await sessions.start_session("s", "hello", agent_config=config)
+    config = {"context_window": 100_000, "message_retention_limit": 6, "record_inputs": True}
+    async with compacting_session(tmp_path, "hello", config) as (stack, sessions, _):
         await wait_for_turn(sessions, "s", 1)
         await run_turns(sessions, "s", ["again"], first_turn=2)
         assert await sessions.send_user_message("s", "plan: gather, write", plan_mode=True)
@@ -584,11 +579,8 @@ async def test_a_plan_turn_without_a_user_message_compacts_and_completes(tmp_pat
 async def test_retention_deletes_a_stored_whole_result_with_its_message(tmp_path: Path) -> None:
     """A tool result stored in parts (about 3 MB) goes when retention deletes its message:
     before, the session reads it whole; after, neither the message nor a part is stored."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, COMPACTING_FLOW_TYPE))
-        await stack.start_worker()
-        config = {"context_window": 100_000, "message_retention_limit": 4}
-        await sessions.start_session("s", "tools: whole", agent_config=config)
+    config = {"context_window": 100_000, "message_retention_limit": 4}
+    async with compacting_session(tmp_path, "tools: whole", config) as (stack, sessions, _):
         snapshot = await wait_for_turn(sessions, "s", 1)
         tool = next(m for m in snapshot.messages if m.role is MessageRole.TOOL)
         assert tool.text_parts is not None and tool.text_parts.count >= 6

@@ -28,9 +28,10 @@ from tests.dex_agents.scripted_agent import (
     STEERING_FLOW_TYPE,
     invocation_log,
 )
-from tests.dex_agents.test_agent_session import (
+from tests.dex_agents.scripted_sessions import (
     flow_of,
     last_text,
+    running_session,
     scripted_stack,
     wait_for_idle,
 )
@@ -61,10 +62,9 @@ async def event_types(stack: AgentTestStack, session_id: str) -> list[tuple[str,
 async def test_a_question_waits_for_a_valid_answer_which_the_call_gets_once(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session(SESSION, "tools: ask_form")
+    async with running_session(
+        tmp_path, "tools: ask_form", flow_type=STEERING_FLOW_TYPE, session_id=SESSION
+    ) as (stack, sessions, _):
         question = await pending_question(sessions, SESSION)
         assert question.message == ASK_FORM_MESSAGE
         assert question.requested_schema == ASK_FORM_SCHEMA
@@ -124,10 +124,9 @@ async def test_a_question_waits_for_a_valid_answer_which_the_call_gets_once(
 
 
 async def test_decline_and_an_expired_question_answer_the_server(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("declined", "tools: ask_form")
+    async with running_session(
+        tmp_path, "tools: ask_form", flow_type=STEERING_FLOW_TYPE, session_id="declined"
+    ) as (stack, sessions, _):
         question = await pending_question(sessions, "declined")
         assert (await sessions.answer_elicitation("declined", question.elicitation_id,
                                                   "decline")).accepted
@@ -152,12 +151,13 @@ async def test_the_questions_of_one_call_share_its_time_for_questions(tmp_path: 
     """The tool Step's limit makes room for one elicitation timeout, so all the questions of
     one attempt share it: once the first used it up, the second is declined unasked and the
     model reads why (it used to be asked, and the Step's limit cut the call off mid-answer)."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session(
-            SESSION, "tools: ask_form_twice", agent_config={"elicitation_timeout": 2}
-        )
+    async with running_session(
+        tmp_path,
+        "tools: ask_form_twice",
+        flow_type=STEERING_FLOW_TYPE,
+        session_id=SESSION,
+        agent_config={"elicitation_timeout": 2},
+    ) as (stack, sessions, _):
         await pending_question(sessions, SESSION)
         snapshot = await wait_for_idle(sessions, SESSION, message_count=4)
         text = last_text(snapshot)
@@ -169,10 +169,9 @@ async def test_the_questions_of_one_call_share_its_time_for_questions(tmp_path: 
 
 
 async def test_a_steered_message_withdraws_the_question(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session(SESSION, "tools: ask_form")
+    async with running_session(
+        tmp_path, "tools: ask_form", flow_type=STEERING_FLOW_TYPE, session_id=SESSION
+    ) as (stack, sessions, _):
         question = await pending_question(sessions, SESSION)
         assert await sessions.send_user_message(SESSION, "never mind", client_id="m1")
         assert await sessions.steer_queued_message(SESSION, "m1")
@@ -196,10 +195,9 @@ async def test_a_killed_worker_leaves_the_question_to_the_retried_attempt(
     """A read retries: the next attempt asks the same question, which keeps its ID and deadline
     and takes the answer given meanwhile. A single-attempt write ends ``outcome_unknown`` and
     its question is withdrawn."""
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        worker = await stack.start_worker()
-        await sessions.start_session(SESSION, "tools: ask_form")
+    async with running_session(
+        tmp_path, "tools: ask_form", flow_type=STEERING_FLOW_TYPE, session_id=SESSION
+    ) as (stack, sessions, worker):
         await sessions.start_session("once", "tools: ask_form_once")
         question = await pending_question(sessions, SESSION)
         once = await pending_question(sessions, "once")

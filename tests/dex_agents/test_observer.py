@@ -20,14 +20,15 @@ from tests.dex_agents.scripted_agent import (
     changes_path,
     invocation_log,
 )
-from tests.dex_agents.test_agent_session import (
+from tests.dex_agents.scripted_sessions import (
+    events_of,
     flow_of,
     last_text,
+    running_session,
     scripted_stack,
     wait_for_idle,
     wait_for_interrupt,
 )
-from tests.dex_agents.test_cancel_turn import events_of
 
 
 def changes(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
@@ -39,10 +40,7 @@ def changes(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
 
 
 async def test_the_observer_hears_every_status_and_approval_change(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: refund")
+    async with running_session(tmp_path, "tools: refund") as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert await sessions.resolve_interrupt(
             "session-1", interrupt.interrupt_id, approved=True
@@ -75,10 +73,7 @@ async def test_the_observer_hears_every_status_and_approval_change(tmp_path: Pat
 async def test_a_policy_deadline_expires_an_approval_on_a_flow_without_one(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: quick_refund")
+    async with running_session(tmp_path, "tools: quick_refund") as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert interrupt.deadline is not None
         snapshot = await wait_for_idle(sessions, "session-1", message_count=4)
@@ -99,10 +94,7 @@ async def test_a_policy_deadline_expires_an_approval_on_a_flow_without_one(
 
 
 async def test_the_snapshot_lists_queued_messages_in_order(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: gated_read")
+    async with running_session(tmp_path, "tools: gated_read") as (_, sessions, _):
         gate = FileGate(tmp_path, "gated_read")
         await wait_until("the tool to run", gate.is_reached)
         assert await sessions.send_user_message("session-1", "first")

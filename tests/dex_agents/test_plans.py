@@ -14,10 +14,9 @@ from dex_agents import (
 )
 from dex_agents.testing import FileGate, wait_for_agent_snapshot
 from tests.dex_agents.scripted_agent import STEERING_FLOW_TYPE, invocation_log
-from tests.dex_agents.test_agent_session import (
-    flow_of,
+from tests.dex_agents.scripted_sessions import (
     last_text,
-    scripted_stack,
+    running_session,
     user_texts,
     wait_for_idle,
 )
@@ -37,10 +36,7 @@ async def planned(sessions: AgentSessionClient, text: str, message_count: int) -
 async def test_a_plan_is_written_in_plan_mode_then_executed_without_a_user_message(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1")
+    async with running_session(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _):
         snapshot = await planned(sessions, "plan: gather, write", 4)
         assert plan_of(snapshot) == (
             1,
@@ -69,10 +65,7 @@ async def test_a_plan_is_written_in_plan_mode_then_executed_without_a_user_messa
 
 
 async def test_an_unfinished_plan_stays_active_and_continues(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1")
+    async with running_session(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _):
         await planned(sessions, "plan: first, stop here, last", 4)
         assert (await sessions.execute_plan("session-1", 1)).accepted
         snapshot = await wait_for_idle(sessions, "session-1", message_count=7)
@@ -95,10 +88,7 @@ async def test_an_unfinished_plan_stays_active_and_continues(tmp_path: Path) -> 
 async def test_plan_mode_runs_only_write_todos_and_a_revision_retires_the_draft(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1")
+    async with running_session(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _):
         snapshot = await planned(sessions, "plan+lookup: only", 5)
         assert "lookup=failed: Tool call failed: only write_todos can run in plan mode" in (
             last_text(snapshot)
@@ -118,10 +108,7 @@ async def test_plan_mode_runs_only_write_todos_and_a_revision_retires_the_draft(
 
 
 async def test_execute_plan_is_refused_while_busy_or_queued(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1")
+    async with running_session(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _):
         await planned(sessions, "plan: one", 4)
         gate = FileGate(tmp_path, "gated_read")
         assert await sessions.send_user_message("session-1", "tools: gated_read")
@@ -140,10 +127,7 @@ async def test_execute_plan_is_refused_while_busy_or_queued(tmp_path: Path) -> N
 async def test_a_plan_update_in_the_same_response_as_a_question_still_applies(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1")
+    async with running_session(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _):
         await planned(sessions, "plan: ask first, then finish", 4)
         assert (await sessions.execute_plan("session-1", 1)).accepted
         question = await wait_for_agent_snapshot(

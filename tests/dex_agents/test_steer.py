@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 from pathlib import Path
 
 from dex_agents import (
@@ -14,17 +13,17 @@ from dex_agents import (
     AgentSnapshot,
     ToolCallStatus,
 )
-from dex_agents.testing import FileGate, wait_for_agent_snapshot
+from dex_agents.testing import wait_for_agent_snapshot
 from tests.dex_agents.scripted_agent import (
-    FLOW_TYPE,
     STEERING_FLOW_TYPE,
-    changes_path,
     invocation_log,
 )
-from tests.dex_agents.test_agent_session import (
+from tests.dex_agents.scripted_sessions import (
+    closed_interrupts,
     flow_of,
     last_text,
-    scripted_stack,
+    running_session,
+    session_at_gate,
     user_texts,
     wait_for_idle,
     wait_for_interrupt,
@@ -37,13 +36,7 @@ async def queued_texts(sessions: AgentSessionClient, session_id: str) -> list[st
 
 
 async def test_queue_lists_edits_and_deletes_pending_messages(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
-
+    async with session_at_gate(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _, gate):
         assert await sessions.send_user_message("session-1", "one", plan_mode=True, client_id="c1")
         assert await sessions.send_user_message("session-1", "two")
         queue = await sessions.get_message_queue("session-1")
@@ -83,13 +76,9 @@ async def test_queue_lists_edits_and_deletes_pending_messages(tmp_path: Path) ->
 async def test_a_send_repeated_under_its_client_id_queues_the_message_once(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
-
+    async with session_at_gate(
+        tmp_path, flow_type=STEERING_FLOW_TYPE
+    ) as (stack, sessions, _, gate):
         # A sender that lost the answer sends again under the same ID: True, nothing new.
         assert await sessions.send_user_message("session-1", "once", client_id="outbox-1")
         assert await sessions.send_user_message("session-1", "once", client_id="outbox-1")
@@ -128,12 +117,9 @@ async def test_a_send_repeated_under_its_client_id_queues_the_message_once(
 async def test_steer_cancels_unstarted_calls_withdraws_approvals_and_reaches_the_model(
     tmp_path: Path,
 ) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read, refund")
-        await gate.wait_until_reached()
+    async with session_at_gate(
+        tmp_path, "gated_read", "tools: gated_read, refund", flow_type=STEERING_FLOW_TYPE
+    ) as (_, sessions, _, gate):
         interrupt = await wait_for_interrupt(sessions, "session-1")
 
         assert await sessions.send_user_message("session-1", "change course", client_id="s1")
@@ -168,19 +154,13 @@ async def test_steer_cancels_unstarted_calls_withdraws_approvals_and_reaches_the
         assert snapshot.steered_messages == []
         assert invocation_log(tmp_path).count("tool", "refund") == 0
         assert invocation_log(tmp_path).count("model", "turn-1") == 2
-        closed = [
-            item
-            for line in changes_path(tmp_path).read_text().splitlines()
-            for item in json.loads(line)["closed"]
-        ]
-        assert closed == [[interrupt.interrupt_id, "withdrawn"]]
+        assert closed_interrupts(tmp_path) == [[interrupt.interrupt_id, "withdrawn"]]
 
 
 async def test_a_queued_message_never_interrupts_an_approval_wait(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        await sessions.start_session("session-1", "tools: refund")
+    async with running_session(
+        tmp_path, "tools: refund", flow_type=STEERING_FLOW_TYPE
+    ) as (_, sessions, _):
         interrupt = await wait_for_interrupt(sessions, "session-1")
         assert await sessions.send_user_message("session-1", "later")
         snapshot = await sessions.get_agent_snapshot("session-1")
@@ -199,12 +179,9 @@ async def test_a_queued_message_never_interrupts_an_approval_wait(tmp_path: Path
 
 
 async def test_a_steer_survives_a_worker_kill_before_the_next_boundary(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        worker = await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
+    async with session_at_gate(
+        tmp_path, flow_type=STEERING_FLOW_TYPE
+    ) as (stack, sessions, worker, gate):
         assert await sessions.send_user_message("session-1", "steer me", client_id="k1")
         assert await sessions.steer_queued_message("session-1", "k1")
         worker.kill()
@@ -220,12 +197,7 @@ async def test_a_steer_survives_a_worker_kill_before_the_next_boundary(tmp_path:
 
 
 async def test_two_steers_reach_the_resumed_model_call_in_order(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _, gate):
         # Two steers while the tool runs: both reach the resumed model call, in order.
         for client_id in ("a", "b"):
             assert await sessions.send_user_message(
@@ -238,12 +210,7 @@ async def test_two_steers_reach_the_resumed_model_call_in_order(tmp_path: Path) 
 
 
 async def test_a_flow_without_steering_refuses_to_steer(tmp_path: Path) -> None:
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path) as (_, sessions, _, gate):
         assert await sessions.send_user_message("session-1", "wait your turn", client_id="w")
         assert not await sessions.steer_queued_message("session-1", "w")
         assert await queued_texts(sessions, "session-1") == ["wait your turn"]
@@ -257,12 +224,7 @@ async def test_a_message_keeps_the_time_its_sender_gives_it(tmp_path: Path) -> N
     held it) gives the time it was sent: the queue and the stored message keep that time,
     not the time the session accepted it."""
     sent = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
-    async with scripted_stack(tmp_path) as stack:
-        sessions = stack.sessions(flow_of(stack, STEERING_FLOW_TYPE))
-        await stack.start_worker()
-        gate = FileGate(tmp_path, "gated_read")
-        await sessions.start_session("session-1", "tools: gated_read")
-        await gate.wait_until_reached()
+    async with session_at_gate(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _, gate):
         assert await sessions.send_user_message(
             "session-1", "kept a while", client_id="k1", created_at=sent
         )

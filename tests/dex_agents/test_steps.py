@@ -1,4 +1,4 @@
-"""Step options, validation and the deadline rounding of ``dex_agents._steps`` (seed "Flow shape").
+"""Step options, validation and the deadline rounding of the session's Steps (seed "Flow shape").
 
 These are the parts of the Steps that a test against the engine cannot observe directly: the
 StepOptions each Step and movement sends, and the pure checks RunModel applies to an outcome.
@@ -32,25 +32,25 @@ from dex_agents import (
     ToolEffect,
     ToolPolicy,
 )
+from dex_agents._approval_steps import approval_options
+from dex_agents._builtin_steps import AwaitUserInput, DurableWait, builtin_movement
 from dex_agents._contract import require_user_message
+from dex_agents._step_base import deadline_timer_seconds
 from dex_agents._steps import (
     RECORD_TURN_FAILURE_OPTIONS,
     RESUME_TURN_OPTIONS,
     STEERING_RESUME_TURN_OPTIONS,
-    AwaitUserInput,
+    RecordTurnFailure,
+    compact_movement,
+    run_model_movement,
+)
+from dex_agents._tool_deferral import validate_tool_calls
+from dex_agents._tool_steps import (
     CallSingleAttemptTool,
     CallTool,
-    DurableWait,
     RecordToolFailure,
     RecordToolOutcomeUnknown,
-    RecordTurnFailure,
-    _builtin_movement,
-    _tool_movement,
-    _validate_tool_calls,
-    approval_options,
-    compact_movement,
-    deadline_timer_seconds,
-    run_model_movement,
+    tool_movement,
     tool_options,
 )
 from dex_agents.testing import DEX_SERVER_ZD_BINARY_ENV, dex_server_zd_binary
@@ -71,7 +71,7 @@ def all_options(flow: AgentSessionFlow) -> dict[str, StepOptions]:
     found["movement ResumeTurn"] = RESUME_TURN_OPTIONS
     found["movement steering ResumeTurn"] = STEERING_RESUME_TURN_OPTIONS
     for step in (DurableWait, AwaitUserInput):
-        options = _builtin_movement(step, "c1").options
+        options = builtin_movement(step, "c1").options
         assert options is not None
         found[f"movement {step.__name__}"] = options
     if flow.options.compaction is not None:
@@ -201,7 +201,7 @@ def test_the_tool_movement_takes_the_limits_its_record_kept() -> None:
         timeout_seconds=35.0,
         retries=0,
     )
-    movement = _tool_movement(record)
+    movement = tool_movement(record)
     assert movement.step is CallTool
     assert movement.options is not None
     assert movement.options.execute_retry is not None
@@ -209,13 +209,13 @@ def test_the_tool_movement_takes_the_limits_its_record_kept() -> None:
     assert movement.options.execute_method_timeout == timedelta(seconds=35)
     assert movement.options.execute_load_attribute_map_instances == (AGENT_TOOL_CALLS.load("c1"),)
     write = dataclasses.replace(record, effect=ToolEffect.NON_IDEMPOTENT_WRITE, retries=3)
-    single = _tool_movement(write)
+    single = tool_movement(write)
     assert single.step is CallSingleAttemptTool
     assert single.options is not None and single.options.execute_retry is not None
     assert single.options.execute_retry.maximum_attempts == 1
     # A record stored before the limits existed: the seed's options.
     old = dataclasses.replace(record, timeout_seconds=None, retries=None)
-    assert _tool_movement(old).options == tool_options("c1", ToolEffect.READ)
+    assert tool_movement(old).options == tool_options("c1", ToolEffect.READ)
 
 
 @pytest.mark.parametrize(
@@ -271,11 +271,11 @@ def test_run_state_and_tool_call_ids_are_validated(
     outcome: ToolCallsRequested, recorded: dict[str, AgentToolCall], message: str
 ) -> None:
     with pytest.raises(AgentContractError, match=message):
-        _validate_tool_calls(outcome, recorded)
+        validate_tool_calls(outcome, recorded)
 
 
 def test_ids_of_an_earlier_turn_may_repeat() -> None:
-    _validate_tool_calls(request("a", "b"), {})
+    validate_tool_calls(request("a", "b"), {})
 
 
 @pytest.mark.parametrize("role", [MessageRole.ASSISTANT, MessageRole.TOOL, MessageRole.SYSTEM])

@@ -122,7 +122,7 @@ def test_a_durable_wait_ends_once_after_the_worker_is_killed(stack: Stack) -> No
     async def fire() -> None:
         from dex import StepExecutionId, TimerId
 
-        from dex_agents._steps import DURABLE_WAIT_TIMER_ID
+        from dex_agents._builtin_steps import DURABLE_WAIT_TIMER_ID
 
         async with dex_client(stack.engine_address) as (client, _flow):
             await client.skip_timer(
