@@ -270,9 +270,9 @@ class AgentSession(models.Model):
     ``waiting_for_user_input``, ``stopped``); Dex has the truth.
 
     ``archived_at``: archived by its owner (hidden from lists unless asked for, still
-    readable and usable). ``deleted_at``: deleted (``services.session_delete``): the row stays
-    only as a tombstone without title, so the approval audit and usage records that point at
-    it stay whole; ``objects`` leaves it out (404 everywhere), ``with_deleted`` has it.
+    readable and usable). ``deleted_at``: deleted (``session_lifecycle.session_delete``): the
+    row stays only as a tombstone without title, so the approval audit and usage records that
+    point at it stay whole; ``objects`` leaves it out (404 everywhere), ``with_deleted`` has it.
     """
 
     id = models.CharField(primary_key=True, max_length=64, editable=False)
@@ -411,7 +411,7 @@ class ApprovalRequest(models.Model):
     every pending approval of every session with one query. The Dex worker writes a row when a
     Step raises the interrupt (before Dex commits it) and closes it when a Step consumes the
     answer, the deadline passes or the turn fails; the approvals API closes it when Dex accepts
-    a decision; ``services.session_index_reconcile`` repairs rows from Dex snapshots after
+    a decision; ``session_index.session_index_reconcile`` repairs rows from Dex snapshots after
     restarts. ``interrupt_id`` is ``"<turn_id>.<tool_call_id>"`` (seed "Persistence").
     """
 
@@ -459,7 +459,7 @@ class ApiToken(AbstractAuthToken):
 
     ``digest`` is the SHA-512 hex digest of the key and ``token_key`` its first 15 characters
     (the lookup index); the key itself is never stored and is shown once, when the token is
-    created (``services.api_token_create``). ``expiry`` None means the token never expires.
+    created (``api_tokens.api_token_create``). ``expiry`` None means the token never expires.
     ``id`` is the public handle that the token list shows and ``DELETE /api/v1/tokens/<id>/``
     takes. Every lookup goes through ``agents_app.auth.user_for_token_key``.
     """
@@ -488,7 +488,7 @@ class OutboxMessage(models.Model):
     ``id`` (uuid4 hex) is also the message's ``client_id`` in Dex: ``send_user_message`` does
     not queue a ``client_id`` twice, so a redelivery after a lost answer is harmless, and the
     queue endpoints find the message by it before and after delivery. Rows are delivered per
-    session, oldest first (``services.outbox_session_deliver``).
+    session, oldest first (``outbox.outbox_session_deliver``).
     """
 
     id = models.CharField(primary_key=True, max_length=32, editable=False)

@@ -8,7 +8,7 @@
 
 Both lists take the filters ``agent`` (slug), ``tool`` (tool name), ``owner`` (username) and
 ``session`` (ID): whole values, case ignored except in the session ID. Writes go through
-``services.interrupt_resolve``; reads through ``selectors.approval_list_pending`` and
+``approval_decisions.interrupt_resolve``; reads through ``selectors.approval_list_pending`` and
 ``selectors.approval_list_decided``.
 """
 
@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import selectors, services
+from agents_app import selectors
 from agents_app.api.fields import BodySerializer, StrictBooleanField, StrictCharField
 from agents_app.api.query import KnownQueryParametersFilter, query_parameters_check
 from agents_app.api.schema import error_response, field_errors_serializer
@@ -42,6 +42,7 @@ from agents_app.models import (
     ApprovalRequest,
     Delivery,
 )
+from agents_app.services import approval_decisions
 
 #: The most calls one bulk decision may name.
 BULK_ITEMS_MAX = 100
@@ -295,7 +296,7 @@ def _decide(
         ValidationError: ``edited_arguments`` do not fit the tool's schema
             (``{"edited_arguments": [messages]}``).
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError: See
-            ``services.interrupt_resolve``.
+            ``approval_decisions.interrupt_resolve``.
     """
     try:
         session = selectors.session_get_for_staff(session_id=session_id)
@@ -304,7 +305,7 @@ def _decide(
     if session.status == SESSION_STATUS_STOPPED:
         raise SessionStopped()
     try:
-        decision = services.interrupt_resolve(
+        decision = approval_decisions.interrupt_resolve(
             session=session,
             interrupt_id=interrupt_id,
             approved=approved,
@@ -312,15 +313,15 @@ def _decide(
             decided_by=request.user,
             edited_arguments=edited_arguments,
         )
-    except services.ApprovalArgumentsInvalidError as error:
+    except approval_decisions.ApprovalArgumentsInvalidError as error:
         raise ValidationError({"edited_arguments": error.messages}) from None
-    except services.InterruptNotFoundError:
+    except approval_decisions.InterruptNotFoundError:
         raise NotFound("No such interrupt.") from None
-    except services.InterruptAlreadyDecidedError as error:
+    except approval_decisions.InterruptAlreadyDecidedError as error:
         return interrupt_conflict(str(error), error.decision)
-    except services.SessionIsStoppedError:
+    except approval_decisions.SessionIsStoppedError:
         raise SessionStopped() from None
-    except services.InterruptNotPendingError as error:
+    except approval_decisions.InterruptNotPendingError as error:
         return interrupt_conflict(str(error))
     delivered = decision.delivery == Delivery.DELIVERED
     return Response(

@@ -525,11 +525,12 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     """
     from rest_framework.renderers import JSONRenderer
 
-    from agents_app import selectors, services
+    from agents_app import selectors
     from agents_app.api.views import flow_check_due, session_detail_body
     from agents_app.gateway import dex_gateway, snapshot_cache
     from agents_app.live import session_events
     from agents_app.models import SESSION_STATUS_STOPPED
+    from agents_app.services import session_lifecycle
 
     work = functools.partial(contextvars.copy_context().run, _reader, request, scope)
     reader = await _lane().run(work)
@@ -556,7 +557,9 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     if cached is None or flow_check_due(cached, stopped=stopped, now=timezone.now()):
         raise _HandOver(counted=True)
     snapshot = cached.snapshot
-    if services.session_status_record_needed(indexed=reader.status, status=snapshot["status"]):
+    if session_lifecycle.session_status_record_needed(
+        indexed=reader.status, status=snapshot["status"]
+    ):
         raise _HandOver(counted=True)
     if stopped:
         snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)

@@ -38,7 +38,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import selectors, services
+from agents_app import selectors
 from agents_app.api.async_views import AsyncAPIView, db
 from agents_app.api.fields import (
     BodySerializer,
@@ -64,7 +64,7 @@ from agents_app.api.session_schema import (
 from agents_app.conf import dexagents_setting
 from agents_app.gateway import dex_gateway, snapshot_cache
 from agents_app.live import session_events
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import SESSION_STATUS_STOPPED, AgentDefinition, AgentSession
 from agents_app.rest_errors import (
     ServiceUnavailable,
     unavailable_detail,
@@ -74,12 +74,7 @@ from agents_app.selectors import (
     agent_list_enabled,
     health_get,
 )
-from agents_app.services import (
-    SESSION_STATUS_STOPPED,
-    session_create,
-    session_message_send,
-    session_status_record,
-)
+from agents_app.services import session_input, session_lifecycle
 from agents_app.sessions.session_search import message_matches_get, search_words
 from agents_app.usage.usage_records import (
     SESSION_LIST_USAGE,
@@ -121,7 +116,7 @@ class DexErrorsMixin:
     """Translate ``dex_gateway`` errors raised by a view into API errors: 503
     ``{"detail", "unavailable"}`` naming the part that is down; for a session Dex refused as
     not running, 409 ``SessionStopped`` when its Flow no longer runs (the index is marked
-    stopped, ``services.session_stopped_detect``), else 404.
+    stopped, ``session_lifecycle.session_stopped_detect``), else 404.
 
     ``engine_methods`` names the HTTP methods that call Dex, so can answer 503; the schema
     (``agents_app.api.schema.ApiAutoSchema``) documents 503 for exactly those.
@@ -151,7 +146,7 @@ class DexErrorsMixin:
         if session is None:
             return False
         try:
-            return services.session_stopped_detect(session=session)
+            return session_lifecycle.session_stopped_detect(session=session)
         except (dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError):
             return False
 
@@ -695,8 +690,8 @@ TURN_END_SETTLE_SECONDS = 2.0
 
 def _budget_held(accepted: Mapping[str, Any] | None) -> bool:
     """Whether the message ``accepted`` describes (a send's answer, a held ``first_message``)
-    waits because a budget is spent (``services.PENDING_BUDGET``)."""
-    return accepted is not None and accepted.get("pending_reason") == services.PENDING_BUDGET
+    waits because a budget is spent (``session_input.PENDING_BUDGET``)."""
+    return accepted is not None and accepted.get("pending_reason") == session_input.PENDING_BUDGET
 
 
 async def _frames_once(frame: bytes) -> AsyncIterator[bytes]:
@@ -801,7 +796,7 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     class SessionUpdateInputSerializer(BodySerializer):
         title = StrictCharField(
             required=False,
-            max_length=services.SESSION_TITLE_MAX_CHARS,
+            max_length=session_lifecycle.SESSION_TITLE_MAX_CHARS,
             help_text="The new title, 1 to 200 characters once control characters (bidi "
             "controls included) are removed; no generated title replaces it.",
         )
@@ -847,9 +842,9 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         serializer.is_valid(raise_exception=True)
         values = serializer.validated_data
         if "title" in values:
-            services.session_rename(session=session, title=values["title"])
+            session_lifecycle.session_rename(session=session, title=values["title"])
         if "archived" in values:
-            services.session_archive_set(session=session, archived=values["archived"])
+            session_lifecycle.session_archive_set(session=session, archived=values["archived"])
         return dict(SessionOutputSerializer(session).data)
 
     @extend_schema(request=None, responses={204: None})
@@ -862,7 +857,7 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     def _delete(self, request: Request, session_id: str) -> None:
         session = self.session_get(request, session_id)
         body_refuse(request.data)
-        services.session_delete(session=session)
+        session_lifecycle.session_delete(session=session)
 
     @staticmethod
     def answer(
@@ -875,10 +870,12 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         events_after: str,
     ) -> dict[str, Any]:
         """The Django side of the answer (index writes, outbox, extras), in one thread hop."""
-        session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
+        session_lifecycle.session_status_record(
+            session=session, status=snapshot["status"], observed_at=read_at
+        )
         # flow_running is None for a cached snapshot checked recently (snapshot_read).
         if session.status != SESSION_STATUS_STOPPED and flow_running is not None:
-            services.session_stopped_detect(session=session, flow_running=flow_running)
+            session_lifecycle.session_stopped_detect(session=session, flow_running=flow_running)
         if session.status == SESSION_STATUS_STOPPED:
             snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
         snapshot = selectors.snapshot_with_outbox(session=session, snapshot=snapshot)
@@ -1196,7 +1193,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     def _create(self, request: Request) -> tuple[AgentSession, dict[str, Any]]:
         serializer = self.SessionCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        session = session_create(
+        session = session_lifecycle.session_create(
             owner=request.user,
             agent=serializer.validated_data["agent"],
             message=serializer.validated_data.get("message", ""),
@@ -1457,12 +1454,12 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
         if session.status == SESSION_STATUS_STOPPED:
             raise SessionStopped()
         try:
-            accepted = session_message_send(
+            accepted = session_input.session_message_send(
                 session=session,
                 text=serializer.validated_data["text"],
                 plan_mode=serializer.validated_data["plan_mode"],
             )
-        except services.QueueFullError:
+        except session_input.QueueFullError:
             raise QueueFull() from None
         return Response(
             {
@@ -1667,7 +1664,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
     def delete(self, request: Request, session_id: str, message_id: str) -> Response:
         session = self.session_get_for_queue_write(request, session_id, message_id)
         self.refuse_stopped(session)
-        if not services.queued_message_delete(session=session, message_id=message_id):
+        if not session_input.queued_message_delete(session=session, message_id=message_id):
             raise QueuedMessageGone()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -1691,17 +1688,19 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
         self.refuse_stopped(session)
         plan_mode = serializer.validated_data.get("plan_mode")
         if plan_mode is None:
-            plan_mode = services.queued_message_plan_mode(session=session, message_id=message_id)
+            plan_mode = session_input.queued_message_plan_mode(
+                session=session, message_id=message_id
+            )
             if plan_mode is None:
                 raise QueuedMessageGone()
         try:
-            replaced = services.queued_message_replace(
+            replaced = session_input.queued_message_replace(
                 session=session,
                 message_id=message_id,
                 text=serializer.validated_data["text"],
                 plan_mode=plan_mode,
             )
-        except services.QueueFullError:
+        except session_input.QueueFullError:
             raise QueueFull() from None
         if replaced is None:
             raise QueuedMessageGone()
@@ -1735,7 +1734,7 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
                     {
                         "detail": serializers.CharField(),
                         "reason": serializers.ChoiceField(
-                            choices=[services.PENDING_BUDGET],
+                            choices=[session_input.PENDING_BUDGET],
                             required=False,
                             help_text="budget: a spent budget holds the message.",
                         ),
@@ -1751,10 +1750,10 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
         body_refuse(request.data)
         self.refuse_stopped(session)
         try:
-            steered = services.queued_message_steer(session=session, message_id=message_id)
-        except services.MessageHeldError as held:
+            steered = session_input.queued_message_steer(session=session, message_id=message_id)
+        except session_input.MessageHeldError as held:
             return Response(
-                {"detail": str(held), "reason": services.PENDING_BUDGET},
+                {"detail": str(held), "reason": session_input.PENDING_BUDGET},
                 status=status.HTTP_409_CONFLICT,
             )
         if not steered:
@@ -1817,7 +1816,7 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
             raise SessionStopped()
-        if not services.user_input_answer(
+        if not session_input.user_input_answer(
             session=session,
             call_id=serializer.validated_data["call_id"],
             answer=serializer.validated_data["answer"],
@@ -1907,7 +1906,7 @@ class SessionElicitationAnswerApi(SessionOwnedMixin, APIView):
         if session.status == SESSION_STATUS_STOPPED:
             raise ElicitationNotPending("session_stopped")
         action = serializer.validated_data["action"]
-        result = services.elicitation_answer(
+        result = session_input.elicitation_answer(
             session=session,
             elicitation_id=elicitation_id,
             action=action,
@@ -1996,7 +1995,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
         if session.status == SESSION_STATUS_STOPPED:
             raise PlanNotExecutable("session_stopped")
         revision = serializer.validated_data["revision"]
-        result = services.plan_execute(session=session, revision=revision)
+        result = session_input.plan_execute(session=session, revision=revision)
         if not result.accepted:
             raise PlanNotExecutable(result.reason)
         return Response(
@@ -2112,7 +2111,7 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
             raise NoTurnRunning("session_stopped")
-        result = services.session_turn_cancel(
+        result = session_input.session_turn_cancel(
             session=session, turn_id=serializer.validated_data.get("turn_id", "")
         )
         if not result.accepted:
@@ -2271,7 +2270,7 @@ class SessionArchiveApi(SessionOwnedMixin, APIView):
     def post(self, request: Request, session_id: str) -> Response:
         session = self.session_get_for_owner(request, session_id)
         body_refuse(request.data)
-        services.session_archive_set(session=session, archived=self.archived)
+        session_lifecycle.session_archive_set(session=session, archived=self.archived)
         return Response(SessionOutputSerializer(session).data)
 
 
@@ -2309,5 +2308,5 @@ class SessionStopApi(DexErrorsMixin, APIView):
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
         body_refuse(request.data)
-        services.session_stop(session=session)
+        session_lifecycle.session_stop(session=session)
         return Response({"status": session.status}, status=status.HTTP_202_ACCEPTED)

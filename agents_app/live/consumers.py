@@ -202,7 +202,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNKNOWN_SESSION)
             return
         if self.channel_layer is not None:
-            # Hears "session.deleted" (services.session_delete) and closes.
+            # Hears "session.deleted" (session_lifecycle.session_delete) and closes.
             self.group = session_group(session_id)
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_add(self.group, self.channel_name)
