@@ -24,12 +24,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import selectors
 from agents_app.api.fields import BodySerializer
 from agents_app.api.query import KnownQueryParametersFilter
 from agents_app.api.schema import CONFLICT, error_response
 from agents_app.auth import BearerTokenAuthentication
 from agents_app.models import ApiToken
+from agents_app.selectors.api_tokens import api_token_list
 from agents_app.services import api_tokens
 
 TOKEN_NAME_MAX_CHARS = 100
@@ -117,7 +117,7 @@ class ApiTokenListCreateApi(ListAPIView):
             return value
 
     def get_queryset(self) -> Any:
-        return selectors.api_token_list(user=self.request.user)
+        return api_token_list(user=self.request.user)
 
     @extend_schema(
         summary="List your API tokens",

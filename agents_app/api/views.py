@@ -38,7 +38,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import selectors
 from agents_app.api.async_views import AsyncAPIView, db
 from agents_app.api.fields import (
     BodySerializer,
@@ -69,11 +68,7 @@ from agents_app.rest_errors import (
     ServiceUnavailable,
     unavailable_detail,
 )
-from agents_app.selectors import (
-    agent_get_enabled,
-    agent_list_enabled,
-    health_get,
-)
+from agents_app.selectors import agent_catalog, platform_health, session_reads
 from agents_app.services import session_input, session_lifecycle
 from agents_app.sessions.session_search import message_matches_get, search_words
 from agents_app.usage.usage_records import (
@@ -130,7 +125,7 @@ class DexErrorsMixin:
         if isinstance(exc, dex_gateway.SessionTooLargeError):
             exc = SessionTooLarge()
         elif isinstance(exc, dex_gateway.EngineUnavailableError):
-            part = selectors.unavailable_part(error=exc)
+            part = platform_health.unavailable_part(error=exc)
             detail = str(exc)
             if part == "worker" and exc.cause == "timeout":
                 detail = unavailable_detail("worker")
@@ -197,21 +192,21 @@ class AgentListApi(ListAPIView):
             )
         )
         def get_tool_details(self, agent: AgentDefinition) -> list[dict[str, Any]]:
-            return selectors.agent_tools_describe(agent=agent)
+            return agent_catalog.agent_tools_describe(agent=agent)
 
         def get_configured(self, agent: AgentDefinition) -> bool:
             return agent.provider_status().configured
 
         def get_not_configured_reason(self, agent: AgentDefinition) -> str | None:
             request = self.context.get("request")
-            return selectors.agent_not_configured_reason(
+            return agent_catalog.agent_not_configured_reason(
                 agent=agent, user=getattr(request, "user", None)
             )
 
     serializer_class = AgentOutputSerializer
 
     def get_queryset(self) -> Any:
-        return agent_list_enabled()
+        return agent_catalog.agent_list_enabled()
 
 
 class SessionMatchSerializer(serializers.Serializer):
@@ -553,7 +548,7 @@ class SessionOwnedMixin(DexErrorsMixin):
 
     def session_get(self, request: Request, session_id: str) -> AgentSession:
         try:
-            return selectors.session_get_for_owner_or_staff(
+            return session_reads.session_get_for_owner_or_staff(
                 user=request.user, session_id=session_id
             )
         except AgentSession.DoesNotExist:
@@ -877,15 +872,15 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         if session.status != SESSION_STATUS_STOPPED and flow_running is not None:
             session_lifecycle.session_stopped_detect(session=session, flow_running=flow_running)
         if session.status == SESSION_STATUS_STOPPED:
-            snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
-        snapshot = selectors.snapshot_with_outbox(session=session, snapshot=snapshot)
+            snapshot = session_reads.snapshot_as_stopped(snapshot=snapshot)
+        snapshot = session_reads.snapshot_with_outbox(session=session, snapshot=snapshot)
         return session_detail_body(
             session_id=session.id,
             agent_slug=session.agent.slug,
-            extras=selectors.session_detail_extras(session=session, user=request.user),
+            extras=session_reads.session_detail_extras(session=session, user=request.user),
             snapshot=snapshot,
             events_after=events_after,
-            live_events_after=selectors.session_live_events_after(
+            live_events_after=session_reads.session_live_events_after(
                 session=session, snapshot=snapshot, events_after=events_after
             ),
         )
@@ -902,7 +897,7 @@ def session_detail_body(
 ) -> dict[str, Any]:
     """The ``GET /api/v1/sessions/<id>/`` answer (``SessionDetailApi``) from its parts, in the
     order of its keys: ``id``, ``agent`` (the agent's slug), ``extras``
-    (``selectors.session_detail_extras``), the snapshot as readers see it (stopped, with the
+    (``session_reads.session_detail_extras``), the snapshot as readers see it (stopped, with the
     outbox), ``events_after``, ``live_events_after``. No database access."""
     return {
         "id": session_id,
@@ -1049,11 +1044,11 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
 
         def validate_agent(self, value: str) -> AgentDefinition:
             try:
-                agent = agent_get_enabled(slug=value)
+                agent = agent_catalog.agent_get_enabled(slug=value)
             except AgentDefinition.DoesNotExist:
                 raise serializers.ValidationError(f"Unknown or disabled agent {value!r}.") from None
             request = self.context.get("request")
-            reason = selectors.agent_not_configured_reason(
+            reason = agent_catalog.agent_not_configured_reason(
                 agent=agent, user=getattr(request, "user", None)
             )
             if reason is not None:
@@ -1070,7 +1065,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
 
     class SessionListQuerySerializer(serializers.Serializer):
         status = serializers.ChoiceField(
-            choices=[*selectors.SESSION_LIST_STATUSES],
+            choices=[*session_reads.SESSION_LIST_STATUSES],
             required=False,
             allow_blank=True,
             help_text="An index status (e.g. waiting_for_user_message, stopped), or "
@@ -1084,7 +1079,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             help_text="Part of the title, agent slug or agent name, or words of a message.",
         )
         ordering = serializers.ChoiceField(
-            choices=[*selectors.SESSION_ORDERINGS],
+            choices=[*session_reads.SESSION_ORDERINGS],
             required=False,
             allow_blank=True,
             help_text="Sort key; default -created_at.",
@@ -1122,7 +1117,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
         query.is_valid(raise_exception=True)
         params = query.validated_data
         self.search_words = search_words(params.get("search", ""))
-        return selectors.session_list_visible(
+        return session_reads.session_list_visible(
             user=self.request.user,
             status=params.get("status", ""),
             agent_slug=params.get("agent__slug", ""),
@@ -1182,7 +1177,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
 
     @staticmethod
     def _created_again(session: AgentSession) -> dict[str, Any]:
-        selectors.session_index_values_reload(session=session)
+        session_reads.session_index_values_reload(session=session)
         return dict(SessionCreatedSerializer(session).data)
 
     @staticmethod
@@ -1602,15 +1597,15 @@ class SessionQueueApi(SessionOwnedMixin, AsyncAPIView):
         session = await db(self.session_get)(request, session_id)
         if session.status == SESSION_STATUS_STOPPED:
             return Response({"queued": [], "steered": [], "partial": False})
-        # The outbox first, as selectors.message_queue_get reads them.
-        kept = await db(selectors.message_queue_kept)(session=session)
+        # The outbox first, as session_reads.message_queue_get reads them.
+        kept = await db(session_reads.message_queue_kept)(session=session)
         try:
             queue = await dex_gateway.call(
                 dex_gateway.session_message_queue(session_id=session.id)
             )
         except dex_gateway.EngineUnavailableError:
             queue = None
-        return Response(selectors.message_queue_merge(queue=queue, kept=kept))
+        return Response(session_reads.message_queue_merge(queue=queue, kept=kept))
 
 
 class QueuedMessageMixin(SessionOwnedMixin):
@@ -2238,7 +2233,7 @@ def health_view(request: HttpRequest) -> JsonResponse:
     Body: ``{"web": "up", "engine": "up"|"down", "worker": "up"|"down"}``; a 503 adds
     ``detail`` and ``unavailable`` (the first part down), as every 503 of the API does.
     """
-    parts = health_get()
+    parts = platform_health.health_get()
     return JsonResponse(parts, status=503 if "unavailable" in parts else 200)
 
 
@@ -2302,7 +2297,7 @@ class SessionStopApi(DexErrorsMixin, APIView):
     )
     def post(self, request: Request, session_id: str) -> Response:
         try:
-            session = selectors.session_get_for_owner_or_staff(
+            session = session_reads.session_get_for_owner_or_staff(
                 user=request.user, session_id=session_id
             )
         except AgentSession.DoesNotExist:
