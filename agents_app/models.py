@@ -1,8 +1,23 @@
-"""Agent definitions and the index of agent sessions.
+"""The tables of agents_app: agent definitions, the index of sessions and approvals, the
+approval audit, API tokens, the outbox, usage and budgets, notices and webhooks.
 
 Dex owns the conversation; ``AgentSession`` only indexes who owns which session of which
 agent (ARCHITECTURE.md "Who owns which data"). Credentials are referenced by environment
 variable name (``api_key_env``), never stored.
+
+One module past ~600 lines on purpose: it is the app's schema, one graph of tables that point
+at one another (nearly all at ``AgentSession`` or ``AgentDefinition``), read in one place when
+a migration is written or reviewed. Every part of the app and Django admin import the models
+from ``agents_app.models``, so a package of model modules would only add an ``__init__``
+re-exporting every class. It holds declarations (fields, constraints, and docstrings saying
+what each column means) in the order the tables depend on one another: agents, sessions and
+their search text, approvals, tokens, the outbox, usage and budgets, notices and webhooks.
+The methods are a row's own (``AgentDefinition.agent_config``, the snapshot a session starts
+with; ``Webhook.clean``); the logic that reads and writes the tables lives in ``selectors``,
+``services``, ``sessions``, ``usage`` and ``notify``.
+
+May import: the foundation (``conf``, ``providers``, ``webhook_urls``), ``mcp_registry.models``
+and ``dex_agents`` (tests/test_layering.py).
 """
 
 from collections.abc import Collection
