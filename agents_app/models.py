@@ -1,8 +1,23 @@
-"""Agent definitions and the index of agent sessions.
+"""The tables of agents_app: agent definitions, the index of sessions and approvals, the
+approval audit, API tokens, the outbox, usage and budgets, notices and webhooks.
 
 Dex owns the conversation; ``AgentSession`` only indexes who owns which session of which
 agent (ARCHITECTURE.md "Who owns which data"). Credentials are referenced by environment
 variable name (``api_key_env``), never stored.
+
+One module past ~600 lines on purpose: it is the app's schema, one graph of tables that point
+at one another (nearly all at ``AgentSession`` or ``AgentDefinition``), read in one place when
+a migration is written or reviewed. Every part of the app and Django admin import the models
+from ``agents_app.models``, so a package of model modules would only add an ``__init__``
+re-exporting every class. It holds declarations (fields, constraints, and docstrings saying
+what each column means) in the order the tables depend on one another: agents, sessions and
+their search text, approvals, tokens, the outbox, usage and budgets, notices and webhooks.
+The methods are a row's own (``AgentDefinition.agent_config``, the snapshot a session starts
+with; ``Webhook.clean``); the logic that reads and writes the tables lives in ``selectors``,
+``services``, ``sessions``, ``usage`` and ``notify``.
+
+May import: the foundation (``conf``, ``providers``, ``webhook_urls``), ``mcp_registry.models``
+and ``dex_agents`` (tests/test_layering.py).
 """
 
 from collections.abc import Collection
@@ -270,9 +285,9 @@ class AgentSession(models.Model):
     ``waiting_for_user_input``, ``stopped``); Dex has the truth.
 
     ``archived_at``: archived by its owner (hidden from lists unless asked for, still
-    readable and usable). ``deleted_at``: deleted (``services.session_delete``): the row stays
-    only as a tombstone without title, so the approval audit and usage records that point at
-    it stay whole; ``objects`` leaves it out (404 everywhere), ``with_deleted`` has it.
+    readable and usable). ``deleted_at``: deleted (``session_lifecycle.session_delete``): the
+    row stays only as a tombstone without title, so the approval audit and usage records that
+    point at it stay whole; ``objects`` leaves it out (404 everywhere), ``with_deleted`` has it.
     """
 
     id = models.CharField(primary_key=True, max_length=64, editable=False)
@@ -411,7 +426,7 @@ class ApprovalRequest(models.Model):
     every pending approval of every session with one query. The Dex worker writes a row when a
     Step raises the interrupt (before Dex commits it) and closes it when a Step consumes the
     answer, the deadline passes or the turn fails; the approvals API closes it when Dex accepts
-    a decision; ``services.session_index_reconcile`` repairs rows from Dex snapshots after
+    a decision; ``session_index.session_index_reconcile`` repairs rows from Dex snapshots after
     restarts. ``interrupt_id`` is ``"<turn_id>.<tool_call_id>"`` (seed "Persistence").
     """
 
@@ -459,7 +474,7 @@ class ApiToken(AbstractAuthToken):
 
     ``digest`` is the SHA-512 hex digest of the key and ``token_key`` its first 15 characters
     (the lookup index); the key itself is never stored and is shown once, when the token is
-    created (``services.api_token_create``). ``expiry`` None means the token never expires.
+    created (``api_tokens.api_token_create``). ``expiry`` None means the token never expires.
     ``id`` is the public handle that the token list shows and ``DELETE /api/v1/tokens/<id>/``
     takes. Every lookup goes through ``agents_app.auth.user_for_token_key``.
     """
@@ -488,7 +503,7 @@ class OutboxMessage(models.Model):
     ``id`` (uuid4 hex) is also the message's ``client_id`` in Dex: ``send_user_message`` does
     not queue a ``client_id`` twice, so a redelivery after a lost answer is harmless, and the
     queue endpoints find the message by it before and after delivery. Rows are delivered per
-    session, oldest first (``services.outbox_session_deliver``).
+    session, oldest first (``outbox.outbox_session_deliver``).
     """
 
     id = models.CharField(primary_key=True, max_length=32, editable=False)

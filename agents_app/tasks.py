@@ -115,10 +115,10 @@ def deliver_outbox() -> dict[str, int]:
 @shared_task(name="agents_app.generate_session_title", ignore_result=True)
 def generate_session_title(session_id: str) -> str | None:
     """Write a session's generated title after its first turn
-    (``services.session_title_generate``); never raises."""
-    from agents_app import services
+    (``session_lifecycle.session_title_generate``); never raises."""
+    from agents_app.services import session_lifecycle
 
-    return services.session_title_generate(session_id=session_id)
+    return session_lifecycle.session_title_generate(session_id=session_id)
 
 
 #: Attempts of one approval email after the first (SMTP errors), 30 s apart at first.

@@ -83,8 +83,8 @@ def superuser(db: None) -> Any:
 
 
 def api_token_key(user: Any, name: str = "tests") -> str:
-    """A new API token of ``user`` (``services.api_token_create``); returns its key."""
-    from agents_app.services import api_token_create
+    """A new API token of ``user`` (``api_tokens.api_token_create``); returns its key."""
+    from agents_app.services.api_tokens import api_token_create
 
     return api_token_create(user=user, name=name)[1]
 

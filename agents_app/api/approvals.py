@@ -8,8 +8,8 @@
 
 Both lists take the filters ``agent`` (slug), ``tool`` (tool name), ``owner`` (username) and
 ``session`` (ID): whole values, case ignored except in the session ID. Writes go through
-``services.interrupt_resolve``; reads through ``selectors.approval_list_pending`` and
-``selectors.approval_list_decided``.
+``approval_decisions.interrupt_resolve``; reads through ``approval_lists.approval_list_pending`` and
+``approval_lists.approval_list_decided``.
 """
 
 from typing import Any
@@ -23,7 +23,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import selectors, services
 from agents_app.api.fields import BodySerializer, StrictBooleanField, StrictCharField
 from agents_app.api.query import KnownQueryParametersFilter, query_parameters_check
 from agents_app.api.schema import error_response, field_errors_serializer
@@ -42,6 +41,8 @@ from agents_app.models import (
     ApprovalRequest,
     Delivery,
 )
+from agents_app.selectors import approval_lists, session_reads
+from agents_app.services import approval_decisions
 
 #: The most calls one bulk decision may name.
 BULK_ITEMS_MAX = 100
@@ -53,7 +54,7 @@ EDITED_ARGUMENTS_HELP = (
 
 
 class ApprovalFilterQuerySerializer(serializers.Serializer):
-    """The filters both approvals lists take (``selectors.ApprovalFilters``): each matches a
+    """The filters both approvals lists take (``approval_lists.ApprovalFilters``): each matches a
     whole value, ``agent``, ``tool`` and ``owner`` ignoring case; blank does not narrow."""
 
     agent = serializers.CharField(
@@ -78,10 +79,10 @@ class ApprovalFilterQuerySerializer(serializers.Serializer):
         required=False, allow_blank=True, max_length=64, help_text="Session ID, exact."
     )
 
-    def filters(self) -> selectors.ApprovalFilters:
+    def filters(self) -> approval_lists.ApprovalFilters:
         """The validated filters."""
         data = self.validated_data
-        return selectors.ApprovalFilters(
+        return approval_lists.ApprovalFilters(
             agent=data.get("agent", ""),
             tool=data.get("tool", ""),
             owner=data.get("owner", ""),
@@ -164,7 +165,7 @@ class ApprovalListApi(APIView):
         query_parameters_check(request=request, known=ApprovalFilterQuerySerializer().fields)
         query = ApprovalFilterQuerySerializer(data=query_values(request))
         query.is_valid(raise_exception=True)
-        return Response(selectors.approval_list_pending(filters=query.filters()))
+        return Response(approval_lists.approval_list_pending(filters=query.filters()))
 
 
 class ApprovalDecisionListApi(ListAPIView):
@@ -224,7 +225,7 @@ class ApprovalDecisionListApi(ListAPIView):
     def get_queryset(self) -> Any:
         query = DecisionListQuerySerializer(data=query_values(self.request))
         query.is_valid(raise_exception=True)
-        return selectors.approval_list_decided(
+        return approval_lists.approval_list_decided(
             filters=query.filters(), decision=query.validated_data.get("decision", "")
         )
 
@@ -295,16 +296,16 @@ def _decide(
         ValidationError: ``edited_arguments`` do not fit the tool's schema
             (``{"edited_arguments": [messages]}``).
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError: See
-            ``services.interrupt_resolve``.
+            ``approval_decisions.interrupt_resolve``.
     """
     try:
-        session = selectors.session_get_for_staff(session_id=session_id)
+        session = session_reads.session_get_for_staff(session_id=session_id)
     except AgentSession.DoesNotExist:
         raise NotFound("No such session.") from None
     if session.status == SESSION_STATUS_STOPPED:
         raise SessionStopped()
     try:
-        decision = services.interrupt_resolve(
+        decision = approval_decisions.interrupt_resolve(
             session=session,
             interrupt_id=interrupt_id,
             approved=approved,
@@ -312,15 +313,15 @@ def _decide(
             decided_by=request.user,
             edited_arguments=edited_arguments,
         )
-    except services.ApprovalArgumentsInvalidError as error:
+    except approval_decisions.ApprovalArgumentsInvalidError as error:
         raise ValidationError({"edited_arguments": error.messages}) from None
-    except services.InterruptNotFoundError:
+    except approval_decisions.InterruptNotFoundError:
         raise NotFound("No such interrupt.") from None
-    except services.InterruptAlreadyDecidedError as error:
+    except approval_decisions.InterruptAlreadyDecidedError as error:
         return interrupt_conflict(str(error), error.decision)
-    except services.SessionIsStoppedError:
+    except approval_decisions.SessionIsStoppedError:
         raise SessionStopped() from None
-    except services.InterruptNotPendingError as error:
+    except approval_decisions.InterruptNotPendingError as error:
         return interrupt_conflict(str(error))
     delivered = decision.delivery == Delivery.DELIVERED
     return Response(

@@ -33,7 +33,7 @@ R = TypeVar("R")
 def db(function: Callable[P, R]) -> Callable[P, Any]:
     """``function`` (sync, ORM or blocking) as a coroutine function run on the request's thread.
 
-    Usage: ``session = await db(selectors.session_get_for_staff)(session_id=...)``.
+    Usage: ``session = await db(session_reads.session_get_for_staff)(session_id=...)``.
     """
     return sync_to_async(function, thread_sensitive=True)
 

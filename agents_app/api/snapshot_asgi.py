@@ -470,10 +470,10 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
     """
     from rest_framework.throttling import BaseThrottle
 
-    from agents_app import selectors
     from agents_app.api.views import SessionDetailApi
     from agents_app.auth import ApiTokenExpiredError, token_key_prefix, token_match
     from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
+    from agents_app.selectors import session_reads
     from agents_app.sessions import outbox
 
     try:
@@ -498,7 +498,7 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
         if not found:
             raise _HandOver(counted=True)
         status, updated_at, title, owner_id, slug, model, username, pending = found[0]
-        if not selectors.session_readable(
+        if not session_reads.session_readable(
             owner_id=owner_id, user_id=user_id, user_is_staff=user_is_staff
         ):
             raise _HandOver(counted=True)
@@ -506,7 +506,7 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
             outbox.outbox_message_pending(session=AgentSession(id=request.session_id))
             if pending and status != SESSION_STATUS_STOPPED else []
         )
-        extras = selectors.session_detail_extras_of(
+        extras = session_reads.session_detail_extras_of(
             model=model, title=title, owner_username=username, owner_id=owner_id,
             status=status, user_id=user_id, user_is_staff=bool(user_is_staff),
         )
@@ -525,11 +525,12 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     """
     from rest_framework.renderers import JSONRenderer
 
-    from agents_app import selectors, services
     from agents_app.api.views import flow_check_due, session_detail_body
     from agents_app.gateway import dex_gateway, snapshot_cache
     from agents_app.live import session_events
     from agents_app.models import SESSION_STATUS_STOPPED
+    from agents_app.selectors import session_reads
+    from agents_app.services import session_lifecycle
 
     work = functools.partial(contextvars.copy_context().run, _reader, request, scope)
     reader = await _lane().run(work)
@@ -556,12 +557,14 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     if cached is None or flow_check_due(cached, stopped=stopped, now=timezone.now()):
         raise _HandOver(counted=True)
     snapshot = cached.snapshot
-    if services.session_status_record_needed(indexed=reader.status, status=snapshot["status"]):
+    if session_lifecycle.session_status_record_needed(
+        indexed=reader.status, status=snapshot["status"]
+    ):
         raise _HandOver(counted=True)
     if stopped:
-        snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
-    snapshot = selectors.snapshot_with_kept_messages(snapshot=snapshot, kept=reader.kept)
-    live_events_after = selectors.session_live_events_after_known(
+        snapshot = session_reads.snapshot_as_stopped(snapshot=snapshot)
+    snapshot = session_reads.snapshot_with_kept_messages(snapshot=snapshot, kept=reader.kept)
+    live_events_after = session_reads.session_live_events_after_known(
         session_id=reader.session_id, snapshot=snapshot, events_after=events_after
     )
     if live_events_after is None:

@@ -24,12 +24,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import selectors, services
 from agents_app.api.fields import BodySerializer
 from agents_app.api.query import KnownQueryParametersFilter
 from agents_app.api.schema import CONFLICT, error_response
 from agents_app.auth import BearerTokenAuthentication
 from agents_app.models import ApiToken
+from agents_app.selectors.api_tokens import api_token_list
+from agents_app.services import api_tokens
 
 TOKEN_NAME_MAX_CHARS = 100
 
@@ -116,7 +117,7 @@ class ApiTokenListCreateApi(ListAPIView):
             return value
 
     def get_queryset(self) -> Any:
-        return selectors.api_token_list(user=self.request.user)
+        return api_token_list(user=self.request.user)
 
     @extend_schema(
         summary="List your API tokens",
@@ -141,12 +142,12 @@ class ApiTokenListCreateApi(ListAPIView):
         serializer = self.ApiTokenCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            token, key = services.api_token_create(
+            token, key = api_tokens.api_token_create(
                 user=request.user,  # type: ignore[arg-type]  # IsAuthenticated passed
                 name=serializer.validated_data["name"],
                 expires_at=serializer.validated_data.get("expires_at"),
             )
-        except services.ApiTokenLimitError as error:
+        except api_tokens.ApiTokenLimitError as error:
             raise ApiTokenLimitReached(str(error)) from None
         return Response(
             {**ApiTokenOutputSerializer(token).data, "key": key}, status=status.HTTP_201_CREATED
@@ -167,6 +168,6 @@ class ApiTokenRevokeApi(APIView):
         responses={204: None},
     )
     def delete(self, request: Request, token_id: int) -> Response:
-        if not services.api_token_revoke(user=request.user, token_id=token_id):
+        if not api_tokens.api_token_revoke(user=request.user, token_id=token_id):
             raise NotFound("You have no API token with this ID.")
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -38,7 +38,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import selectors, services
 from agents_app.api.async_views import AsyncAPIView, db
 from agents_app.api.fields import (
     BodySerializer,
@@ -64,22 +63,13 @@ from agents_app.api.session_schema import (
 from agents_app.conf import dexagents_setting
 from agents_app.gateway import dex_gateway, snapshot_cache
 from agents_app.live import session_events
-from agents_app.models import AgentDefinition, AgentSession
+from agents_app.models import SESSION_STATUS_STOPPED, AgentDefinition, AgentSession
 from agents_app.rest_errors import (
     ServiceUnavailable,
     unavailable_detail,
 )
-from agents_app.selectors import (
-    agent_get_enabled,
-    agent_list_enabled,
-    health_get,
-)
-from agents_app.services import (
-    SESSION_STATUS_STOPPED,
-    session_create,
-    session_message_send,
-    session_status_record,
-)
+from agents_app.selectors import agent_catalog, platform_health, session_reads
+from agents_app.services import session_input, session_lifecycle
 from agents_app.sessions.session_search import message_matches_get, search_words
 from agents_app.usage.usage_records import (
     SESSION_LIST_USAGE,
@@ -121,7 +111,7 @@ class DexErrorsMixin:
     """Translate ``dex_gateway`` errors raised by a view into API errors: 503
     ``{"detail", "unavailable"}`` naming the part that is down; for a session Dex refused as
     not running, 409 ``SessionStopped`` when its Flow no longer runs (the index is marked
-    stopped, ``services.session_stopped_detect``), else 404.
+    stopped, ``session_lifecycle.session_stopped_detect``), else 404.
 
     ``engine_methods`` names the HTTP methods that call Dex, so can answer 503; the schema
     (``agents_app.api.schema.ApiAutoSchema``) documents 503 for exactly those.
@@ -135,7 +125,7 @@ class DexErrorsMixin:
         if isinstance(exc, dex_gateway.SessionTooLargeError):
             exc = SessionTooLarge()
         elif isinstance(exc, dex_gateway.EngineUnavailableError):
-            part = selectors.unavailable_part(error=exc)
+            part = platform_health.unavailable_part(error=exc)
             detail = str(exc)
             if part == "worker" and exc.cause == "timeout":
                 detail = unavailable_detail("worker")
@@ -151,7 +141,7 @@ class DexErrorsMixin:
         if session is None:
             return False
         try:
-            return services.session_stopped_detect(session=session)
+            return session_lifecycle.session_stopped_detect(session=session)
         except (dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError):
             return False
 
@@ -202,21 +192,21 @@ class AgentListApi(ListAPIView):
             )
         )
         def get_tool_details(self, agent: AgentDefinition) -> list[dict[str, Any]]:
-            return selectors.agent_tools_describe(agent=agent)
+            return agent_catalog.agent_tools_describe(agent=agent)
 
         def get_configured(self, agent: AgentDefinition) -> bool:
             return agent.provider_status().configured
 
         def get_not_configured_reason(self, agent: AgentDefinition) -> str | None:
             request = self.context.get("request")
-            return selectors.agent_not_configured_reason(
+            return agent_catalog.agent_not_configured_reason(
                 agent=agent, user=getattr(request, "user", None)
             )
 
     serializer_class = AgentOutputSerializer
 
     def get_queryset(self) -> Any:
-        return agent_list_enabled()
+        return agent_catalog.agent_list_enabled()
 
 
 class SessionMatchSerializer(serializers.Serializer):
@@ -558,7 +548,7 @@ class SessionOwnedMixin(DexErrorsMixin):
 
     def session_get(self, request: Request, session_id: str) -> AgentSession:
         try:
-            return selectors.session_get_for_owner_or_staff(
+            return session_reads.session_get_for_owner_or_staff(
                 user=request.user, session_id=session_id
             )
         except AgentSession.DoesNotExist:
@@ -695,8 +685,8 @@ TURN_END_SETTLE_SECONDS = 2.0
 
 def _budget_held(accepted: Mapping[str, Any] | None) -> bool:
     """Whether the message ``accepted`` describes (a send's answer, a held ``first_message``)
-    waits because a budget is spent (``services.PENDING_BUDGET``)."""
-    return accepted is not None and accepted.get("pending_reason") == services.PENDING_BUDGET
+    waits because a budget is spent (``session_input.PENDING_BUDGET``)."""
+    return accepted is not None and accepted.get("pending_reason") == session_input.PENDING_BUDGET
 
 
 async def _frames_once(frame: bytes) -> AsyncIterator[bytes]:
@@ -801,7 +791,7 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     class SessionUpdateInputSerializer(BodySerializer):
         title = StrictCharField(
             required=False,
-            max_length=services.SESSION_TITLE_MAX_CHARS,
+            max_length=session_lifecycle.SESSION_TITLE_MAX_CHARS,
             help_text="The new title, 1 to 200 characters once control characters (bidi "
             "controls included) are removed; no generated title replaces it.",
         )
@@ -847,9 +837,9 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         serializer.is_valid(raise_exception=True)
         values = serializer.validated_data
         if "title" in values:
-            services.session_rename(session=session, title=values["title"])
+            session_lifecycle.session_rename(session=session, title=values["title"])
         if "archived" in values:
-            services.session_archive_set(session=session, archived=values["archived"])
+            session_lifecycle.session_archive_set(session=session, archived=values["archived"])
         return dict(SessionOutputSerializer(session).data)
 
     @extend_schema(request=None, responses={204: None})
@@ -862,7 +852,7 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
     def _delete(self, request: Request, session_id: str) -> None:
         session = self.session_get(request, session_id)
         body_refuse(request.data)
-        services.session_delete(session=session)
+        session_lifecycle.session_delete(session=session)
 
     @staticmethod
     def answer(
@@ -875,20 +865,22 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
         events_after: str,
     ) -> dict[str, Any]:
         """The Django side of the answer (index writes, outbox, extras), in one thread hop."""
-        session_status_record(session=session, status=snapshot["status"], observed_at=read_at)
+        session_lifecycle.session_status_record(
+            session=session, status=snapshot["status"], observed_at=read_at
+        )
         # flow_running is None for a cached snapshot checked recently (snapshot_read).
         if session.status != SESSION_STATUS_STOPPED and flow_running is not None:
-            services.session_stopped_detect(session=session, flow_running=flow_running)
+            session_lifecycle.session_stopped_detect(session=session, flow_running=flow_running)
         if session.status == SESSION_STATUS_STOPPED:
-            snapshot = selectors.snapshot_as_stopped(snapshot=snapshot)
-        snapshot = selectors.snapshot_with_outbox(session=session, snapshot=snapshot)
+            snapshot = session_reads.snapshot_as_stopped(snapshot=snapshot)
+        snapshot = session_reads.snapshot_with_outbox(session=session, snapshot=snapshot)
         return session_detail_body(
             session_id=session.id,
             agent_slug=session.agent.slug,
-            extras=selectors.session_detail_extras(session=session, user=request.user),
+            extras=session_reads.session_detail_extras(session=session, user=request.user),
             snapshot=snapshot,
             events_after=events_after,
-            live_events_after=selectors.session_live_events_after(
+            live_events_after=session_reads.session_live_events_after(
                 session=session, snapshot=snapshot, events_after=events_after
             ),
         )
@@ -905,7 +897,7 @@ def session_detail_body(
 ) -> dict[str, Any]:
     """The ``GET /api/v1/sessions/<id>/`` answer (``SessionDetailApi``) from its parts, in the
     order of its keys: ``id``, ``agent`` (the agent's slug), ``extras``
-    (``selectors.session_detail_extras``), the snapshot as readers see it (stopped, with the
+    (``session_reads.session_detail_extras``), the snapshot as readers see it (stopped, with the
     outbox), ``events_after``, ``live_events_after``. No database access."""
     return {
         "id": session_id,
@@ -1052,11 +1044,11 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
 
         def validate_agent(self, value: str) -> AgentDefinition:
             try:
-                agent = agent_get_enabled(slug=value)
+                agent = agent_catalog.agent_get_enabled(slug=value)
             except AgentDefinition.DoesNotExist:
                 raise serializers.ValidationError(f"Unknown or disabled agent {value!r}.") from None
             request = self.context.get("request")
-            reason = selectors.agent_not_configured_reason(
+            reason = agent_catalog.agent_not_configured_reason(
                 agent=agent, user=getattr(request, "user", None)
             )
             if reason is not None:
@@ -1073,7 +1065,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
 
     class SessionListQuerySerializer(serializers.Serializer):
         status = serializers.ChoiceField(
-            choices=[*selectors.SESSION_LIST_STATUSES],
+            choices=[*session_reads.SESSION_LIST_STATUSES],
             required=False,
             allow_blank=True,
             help_text="An index status (e.g. waiting_for_user_message, stopped), or "
@@ -1087,7 +1079,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             help_text="Part of the title, agent slug or agent name, or words of a message.",
         )
         ordering = serializers.ChoiceField(
-            choices=[*selectors.SESSION_ORDERINGS],
+            choices=[*session_reads.SESSION_ORDERINGS],
             required=False,
             allow_blank=True,
             help_text="Sort key; default -created_at.",
@@ -1125,7 +1117,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
         query.is_valid(raise_exception=True)
         params = query.validated_data
         self.search_words = search_words(params.get("search", ""))
-        return selectors.session_list_visible(
+        return session_reads.session_list_visible(
             user=self.request.user,
             status=params.get("status", ""),
             agent_slug=params.get("agent__slug", ""),
@@ -1185,7 +1177,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
 
     @staticmethod
     def _created_again(session: AgentSession) -> dict[str, Any]:
-        selectors.session_index_values_reload(session=session)
+        session_reads.session_index_values_reload(session=session)
         return dict(SessionCreatedSerializer(session).data)
 
     @staticmethod
@@ -1196,7 +1188,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     def _create(self, request: Request) -> tuple[AgentSession, dict[str, Any]]:
         serializer = self.SessionCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        session = session_create(
+        session = session_lifecycle.session_create(
             owner=request.user,
             agent=serializer.validated_data["agent"],
             message=serializer.validated_data.get("message", ""),
@@ -1457,12 +1449,12 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
         if session.status == SESSION_STATUS_STOPPED:
             raise SessionStopped()
         try:
-            accepted = session_message_send(
+            accepted = session_input.session_message_send(
                 session=session,
                 text=serializer.validated_data["text"],
                 plan_mode=serializer.validated_data["plan_mode"],
             )
-        except services.QueueFullError:
+        except session_input.QueueFullError:
             raise QueueFull() from None
         return Response(
             {
@@ -1605,15 +1597,15 @@ class SessionQueueApi(SessionOwnedMixin, AsyncAPIView):
         session = await db(self.session_get)(request, session_id)
         if session.status == SESSION_STATUS_STOPPED:
             return Response({"queued": [], "steered": [], "partial": False})
-        # The outbox first, as selectors.message_queue_get reads them.
-        kept = await db(selectors.message_queue_kept)(session=session)
+        # The outbox first, as session_reads.message_queue_get reads them.
+        kept = await db(session_reads.message_queue_kept)(session=session)
         try:
             queue = await dex_gateway.call(
                 dex_gateway.session_message_queue(session_id=session.id)
             )
         except dex_gateway.EngineUnavailableError:
             queue = None
-        return Response(selectors.message_queue_merge(queue=queue, kept=kept))
+        return Response(session_reads.message_queue_merge(queue=queue, kept=kept))
 
 
 class QueuedMessageMixin(SessionOwnedMixin):
@@ -1667,7 +1659,7 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
     def delete(self, request: Request, session_id: str, message_id: str) -> Response:
         session = self.session_get_for_queue_write(request, session_id, message_id)
         self.refuse_stopped(session)
-        if not services.queued_message_delete(session=session, message_id=message_id):
+        if not session_input.queued_message_delete(session=session, message_id=message_id):
             raise QueuedMessageGone()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -1691,17 +1683,19 @@ class QueuedMessageApi(QueuedMessageMixin, APIView):
         self.refuse_stopped(session)
         plan_mode = serializer.validated_data.get("plan_mode")
         if plan_mode is None:
-            plan_mode = services.queued_message_plan_mode(session=session, message_id=message_id)
+            plan_mode = session_input.queued_message_plan_mode(
+                session=session, message_id=message_id
+            )
             if plan_mode is None:
                 raise QueuedMessageGone()
         try:
-            replaced = services.queued_message_replace(
+            replaced = session_input.queued_message_replace(
                 session=session,
                 message_id=message_id,
                 text=serializer.validated_data["text"],
                 plan_mode=plan_mode,
             )
-        except services.QueueFullError:
+        except session_input.QueueFullError:
             raise QueueFull() from None
         if replaced is None:
             raise QueuedMessageGone()
@@ -1735,7 +1729,7 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
                     {
                         "detail": serializers.CharField(),
                         "reason": serializers.ChoiceField(
-                            choices=[services.PENDING_BUDGET],
+                            choices=[session_input.PENDING_BUDGET],
                             required=False,
                             help_text="budget: a spent budget holds the message.",
                         ),
@@ -1751,10 +1745,10 @@ class QueuedMessageSteerApi(QueuedMessageMixin, APIView):
         body_refuse(request.data)
         self.refuse_stopped(session)
         try:
-            steered = services.queued_message_steer(session=session, message_id=message_id)
-        except services.MessageHeldError as held:
+            steered = session_input.queued_message_steer(session=session, message_id=message_id)
+        except session_input.MessageHeldError as held:
             return Response(
-                {"detail": str(held), "reason": services.PENDING_BUDGET},
+                {"detail": str(held), "reason": session_input.PENDING_BUDGET},
                 status=status.HTTP_409_CONFLICT,
             )
         if not steered:
@@ -1817,7 +1811,7 @@ class SessionUserInputApi(SessionOwnedMixin, APIView):
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
             raise SessionStopped()
-        if not services.user_input_answer(
+        if not session_input.user_input_answer(
             session=session,
             call_id=serializer.validated_data["call_id"],
             answer=serializer.validated_data["answer"],
@@ -1907,7 +1901,7 @@ class SessionElicitationAnswerApi(SessionOwnedMixin, APIView):
         if session.status == SESSION_STATUS_STOPPED:
             raise ElicitationNotPending("session_stopped")
         action = serializer.validated_data["action"]
-        result = services.elicitation_answer(
+        result = session_input.elicitation_answer(
             session=session,
             elicitation_id=elicitation_id,
             action=action,
@@ -1996,7 +1990,7 @@ class SessionPlanExecuteApi(SessionOwnedMixin, APIView):
         if session.status == SESSION_STATUS_STOPPED:
             raise PlanNotExecutable("session_stopped")
         revision = serializer.validated_data["revision"]
-        result = services.plan_execute(session=session, revision=revision)
+        result = session_input.plan_execute(session=session, revision=revision)
         if not result.accepted:
             raise PlanNotExecutable(result.reason)
         return Response(
@@ -2112,7 +2106,7 @@ class SessionTurnCancelApi(SessionOwnedMixin, APIView):
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
             raise NoTurnRunning("session_stopped")
-        result = services.session_turn_cancel(
+        result = session_input.session_turn_cancel(
             session=session, turn_id=serializer.validated_data.get("turn_id", "")
         )
         if not result.accepted:
@@ -2239,7 +2233,7 @@ def health_view(request: HttpRequest) -> JsonResponse:
     Body: ``{"web": "up", "engine": "up"|"down", "worker": "up"|"down"}``; a 503 adds
     ``detail`` and ``unavailable`` (the first part down), as every 503 of the API does.
     """
-    parts = health_get()
+    parts = platform_health.health_get()
     return JsonResponse(parts, status=503 if "unavailable" in parts else 200)
 
 
@@ -2271,7 +2265,7 @@ class SessionArchiveApi(SessionOwnedMixin, APIView):
     def post(self, request: Request, session_id: str) -> Response:
         session = self.session_get_for_owner(request, session_id)
         body_refuse(request.data)
-        services.session_archive_set(session=session, archived=self.archived)
+        session_lifecycle.session_archive_set(session=session, archived=self.archived)
         return Response(SessionOutputSerializer(session).data)
 
 
@@ -2303,11 +2297,11 @@ class SessionStopApi(DexErrorsMixin, APIView):
     )
     def post(self, request: Request, session_id: str) -> Response:
         try:
-            session = selectors.session_get_for_owner_or_staff(
+            session = session_reads.session_get_for_owner_or_staff(
                 user=request.user, session_id=session_id
             )
         except AgentSession.DoesNotExist:
             raise NotFound("No such session.") from None
         body_refuse(request.data)
-        services.session_stop(session=session)
+        session_lifecycle.session_stop(session=session)
         return Response({"status": session.status}, status=status.HTTP_202_ACCEPTED)

@@ -64,7 +64,6 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 # application keeps that off the event loop of the first websocket (dex_gateway builds the
 # Flow for its client on first use).
 import agents_app.worker.flow  # noqa: F401
-from agents_app import selectors
 from agents_app.auth import DATABASE_TIMEOUT_KEY
 from agents_app.conf import dexagents_setting
 from agents_app.gateway import dex_gateway
@@ -73,6 +72,7 @@ from agents_app.live.session_events import SNAPSHOT_REQUIRED_FRAME, event_frame
 from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
 from agents_app.models import AgentSession
+from agents_app.selectors import session_reads
 from agents_app.sessions.approval_index import APPROVALS_GROUP
 from agents_app.sessions.session_index import approval_index_version, session_group
 from agents_app.websocket_db import WebsocketDatabaseTimeout, websocket_db
@@ -193,7 +193,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         bind_websocket(self.scope, session_id=session_id)
         try:
             await websocket_db(
-                selectors.session_get_for_owner_or_staff, user=user, session_id=session_id
+                session_reads.session_get_for_owner_or_staff, user=user, session_id=session_id
             )
         except WebsocketDatabaseTimeout:
             await self.close(code=CLOSE_DATABASE_BUSY)
@@ -202,7 +202,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNKNOWN_SESSION)
             return
         if self.channel_layer is not None:
-            # Hears "session.deleted" (services.session_delete) and closes.
+            # Hears "session.deleted" (session_lifecycle.session_delete) and closes.
             self.group = session_group(session_id)
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_add(self.group, self.channel_name)

@@ -21,11 +21,13 @@ from agents_app.models import (
     ApprovalNotification,
     NotificationPreference,
 )
-from agents_app.selectors import (
-    STATUS_AWAITING_APPROVAL,
+from agents_app.selectors.agent_catalog import (
     agent_list_enabled,
     agent_not_configured_reason,
     agent_tools_describe,
+)
+from agents_app.selectors.session_reads import (
+    STATUS_AWAITING_APPROVAL,
     session_detail_extras,
     session_get_for_owner_or_staff,
     session_list_visible,
@@ -49,7 +51,7 @@ SESSION_STATUS_LABELS: dict[str, str] = {
     "stopped": "Stopped",
 }
 
-# Labels for the orderings ``selectors.session_list_visible`` accepts that the page offers.
+# Labels for the orderings ``session_reads.session_list_visible`` accepts that the page offers.
 SESSION_ORDERING_LABELS: dict[str, str] = {
     "-updated_at": "Recently active",
     "-created_at": "Newest first",
@@ -207,7 +209,7 @@ def session_list_page_get(
     page_size: int = SESSION_PAGE_SIZE,
     archived: str = "",
 ) -> SessionListPage:
-    """Filter, sort and page the sessions ``user`` may read (``selectors.session_list_visible``,
+    """Filter, sort and page the sessions ``user`` may read (``session_reads.session_list_visible``,
     from the Django index).
 
     Args:

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from agents_app.gateway import dex_gateway
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest
-from agents_app.services import session_status_record
+from agents_app.services.session_lifecycle import session_status_record
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -195,7 +195,7 @@ def test_stopping_without_an_engine_is_503_and_keeps_the_status(
 def test_owner_or_staff_stop_the_dex_flow(
     persona: str, owner: Any, engine: str, request: pytest.FixtureRequest
 ) -> None:
-    from agents_app.services import session_create
+    from agents_app.services.session_lifecycle import session_create
 
     session = session_create(owner=owner, agent=AgentDefinitionFactory.create(slug="demo"))
     client: APIClient = request.getfixturevalue(persona)

@@ -211,12 +211,12 @@ def test_method_not_allowed_and_oversized_bodies_answer_json(owner_client: APICl
 def test_a_server_error_under_api_answers_json(
     owner: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agents_app import selectors
+    from agents_app.selectors import session_reads
 
     def broken(**kwargs: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(selectors, "session_list_visible", broken)
+    monkeypatch.setattr(session_reads, "session_list_visible", broken)
     client = Client(raise_request_exception=False)
     client.force_login(owner)
     for debug in (False, True):

@@ -1,8 +1,8 @@
-"""How a stopped session's snapshot reads (``selectors.snapshot_as_stopped``)."""
+"""How a stopped session's snapshot reads (``session_reads.snapshot_as_stopped``)."""
 
 from typing import Any
 
-from agents_app.selectors import snapshot_as_stopped
+from agents_app.selectors.session_reads import snapshot_as_stopped
 
 
 def test_open_tool_calls_of_a_stopped_session_end_as_they_will() -> None:

@@ -22,7 +22,7 @@ PASSWORD = "browser-test-password-1"
 
 USERS_CODE = """
 from django.contrib.auth import get_user_model
-from agents_app.services import api_token_create
+from agents_app.services.api_tokens import api_token_create
 User = get_user_model()
 tokens = {}
 for name, staff in (("owner", False), ("intruder", False), ("reviewer", True)):

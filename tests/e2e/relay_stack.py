@@ -31,7 +31,7 @@ from django.core.management import call_command
 call_command("seed_demo")
 from django.contrib.auth import get_user_model
 from django.test import Client
-from agents_app.services import api_token_create
+from agents_app.services.api_tokens import api_token_create
 User = get_user_model()
 out = {}
 for name, staff in (("owner", False), ("other", False), ("staff", True)):

@@ -54,7 +54,7 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 USER_CODE = """
 from django.contrib.auth import get_user_model
-from agents_app.services import api_token_create
+from agents_app.services.api_tokens import api_token_create
 user, _ = get_user_model().objects.get_or_create(username="contract")
 user.is_staff = True
 user.set_password(PASSWORD)

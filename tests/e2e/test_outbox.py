@@ -171,7 +171,7 @@ def run(call, **options):
     calls.append(1)
     if len(calls) == 1:
         # The message reached Dex; its sender withdraws and deletes the row meanwhile
-        # (services.session_message_send refusing it on a full queue).
+        # (session_input.session_message_send refusing it on a full queue).
         outbox.outbox_message_withdraw(session=s, message_id=m.id)
         M.objects.filter(pk=m.pk).delete()
     return answer

@@ -174,7 +174,7 @@ def test_a_revoked_token_reads_nothing_at_once(stack: Stack) -> None:
     token = stack.django_shell(
         "import json\n"
         "from django.contrib.auth import get_user_model\n"
-        "from agents_app.services import api_token_create\n"
+        "from agents_app.services.api_tokens import api_token_create\n"
         "made, key = api_token_create(user=get_user_model().objects.get(username='owner'),"
         " name='short-lived')\n"
         "print(json.dumps({'id': made.pk, 'key': key}))\n"

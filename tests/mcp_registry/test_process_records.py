@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.selectors import sessions_stopped
+from agents_app.selectors.session_reads import sessions_stopped
 from mcp_registry.client import McpHttpSession as McpHttpSessionEvent
 from mcp_registry.client import McpProcessStatus
 from mcp_registry.models import ISOLATION_CROSSES, McpHttpSession, McpServer, McpServerProcess

@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from agents_app.services import ApiTokenLimitError, user_token_create
+from agents_app.services.api_tokens import ApiTokenLimitError, user_token_create
 
 TOKEN_NAME_MAX_CHARS = 100
 _SHORT_LIFETIME = re.compile(r"^(\d+)([dhm])$")

@@ -218,7 +218,7 @@ async def _sessions_ended(session_ids: set[str]) -> set[str]:
     connections)."""
     from asgiref.sync import sync_to_async
 
-    from agents_app.selectors import sessions_stopped
+    from agents_app.selectors.session_reads import sessions_stopped
 
     return await sync_to_async(sessions_stopped, thread_sensitive=False)(session_ids=session_ids)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from agents_app.services import (
+from agents_app.demo.seed import (
     ADMIN_PASSWORD_ENV,
     ADMIN_USERNAME,
     DEMO_PASSWORD_ENV,

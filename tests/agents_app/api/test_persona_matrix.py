@@ -29,7 +29,7 @@ from rest_framework.views import APIView
 
 from agents_app.live.routing import websocket_urlpatterns
 from agents_app.models import AgentSession
-from agents_app.services import api_token_create
+from agents_app.services.api_tokens import api_token_create
 from tests.conftest import api_token_key
 from tests.factories import AgentDefinitionFactory
 

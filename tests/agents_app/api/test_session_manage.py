@@ -18,7 +18,6 @@ import pytest
 from dex.dexpb import dex_pb2 as pb
 from rest_framework.test import APIClient
 
-from agents_app import services
 from agents_app.gateway import dex_gateway
 from agents_app.models import (
     AgentSession,
@@ -28,6 +27,7 @@ from agents_app.models import (
     TitleSource,
     UsageRecord,
 )
+from agents_app.services import session_lifecycle
 from agents_app.sessions.session_index import session_changes_apply
 from dex_agents import AgentSessionChange, AgentStatus, ObservedMessage
 from tests.factories import AgentDefinitionFactory
@@ -75,7 +75,7 @@ def test_the_owner_renames_and_no_generated_title_replaces_it(
     )])
     session.refresh_from_db()
     assert session.title_source == TitleSource.USER
-    assert services.session_title_generate(session_id=session.pk) is None
+    assert session_lifecycle.session_title_generate(session_id=session.pk) is None
     assert AgentSession.objects.get(pk=session.pk).title == "Trip to Lisbon"
 
 
@@ -243,7 +243,7 @@ def test_delete_stops_the_flow_and_removes_index_and_history(
     owner: Any, staff: Any, token_client: Any, engine: str, tmp_path: Path, deleter: str,
 ) -> None:
     agent = AgentDefinitionFactory.create(slug="demo")
-    session = services.session_create(owner=owner, agent=agent)
+    session = session_lifecycle.session_create(owner=owner, agent=agent)
     said(session, (1, "user", "secret plans"))
     ApprovalRequest.objects.create(
         session=session, interrupt_id="turn-1.c1", tool_call_id="c1", tool_name="t",
@@ -312,7 +312,7 @@ async def test_an_open_websocket_closes_when_its_session_is_deleted(
     from tests.conftest import api_token_key
 
     agent = await sync_to_async(AgentDefinitionFactory.create)(slug="demo")
-    session = await sync_to_async(services.session_create)(owner=owner, agent=agent)
+    session = await sync_to_async(session_lifecycle.session_create)(owner=owner, agent=agent)
     key = await sync_to_async(api_token_key)(owner)
     communicator = WebsocketCommunicator(
         application, f"/ws/sessions/{session.pk}/events/",
@@ -320,7 +320,7 @@ async def test_an_open_websocket_closes_when_its_session_is_deleted(
     )
     connected, _ = await communicator.connect()
     assert connected
-    await sync_to_async(services.session_delete)(session=session)
+    await sync_to_async(session_lifecycle.session_delete)(session=session)
     while True:
         output = await communicator.receive_output(timeout=10)
         if output["type"] == "websocket.close":

@@ -22,7 +22,7 @@ PAGES = ("/", "/sessions/", "/approvals/")
 
 @pytest.fixture
 def agent() -> AgentDefinition:
-    from agents_app.services import demo_seed
+    from agents_app.demo.seed import demo_seed
 
     demo_seed()
     return AgentDefinition.objects.get(slug="demo")

@@ -84,7 +84,7 @@ def test_finished_messages_are_pruned_after_a_week(session: AgentSession) -> Non
 def test_a_message_dex_already_lists_is_not_added_again_from_the_outbox(
     session: AgentSession,
 ) -> None:
-    from agents_app.selectors import snapshot_with_outbox
+    from agents_app.selectors.session_reads import snapshot_with_outbox
 
     # Delivered while the snapshot was read: Dex lists it, its row is not marked delivered yet.
     delivered = kept(session, "delivered meanwhile")

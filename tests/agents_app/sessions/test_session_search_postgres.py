@@ -24,7 +24,7 @@ django.setup()
 from django.contrib.auth import get_user_model
 from django.db import connection
 from agents_app.models import AgentDefinition, AgentSession, SessionMessageText
-from agents_app.selectors import session_list_visible
+from agents_app.selectors.session_reads import session_list_visible
 from agents_app.sessions.session_index import session_changes_apply
 from agents_app.sessions.session_search import message_matches_get, search_words
 from dex_agents import AgentSessionChange, ObservedMessage
