@@ -228,5 +228,9 @@ def processes(stack_env: dict[str, str]) -> Iterator[Processes]:
 PYTHON = sys.executable
 
 
-# The page tests' one shared ``manage.py dev`` stack (session scope).
-from tests.e2e.page_stack import page_stack  # noqa: E402, F401
+# Fixtures of the page tests, taken by name in every e2e module: Chromium (``playwright`` and
+# ``browser``, module scope), the one shared ``manage.py dev`` stack (``page_stack``, session
+# scope; ``stack``, its module-scoped name) and browser contexts on it (``contexts``). A module
+# with its own platform defines its own ``stack``, which wins over this one.
+from tests.e2e.browser import browser, playwright  # noqa: E402, F401
+from tests.e2e.page_stack import contexts, page_stack, stack  # noqa: E402, F401

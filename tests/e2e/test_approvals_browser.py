@@ -2,7 +2,7 @@
 approve with edits, the lost race told on the card, bulk decisions, the link to the session at
 the call, the pending count, axe-core, and screenshots at 1280 and 390 px.
 
-Personas as in ``test_pages_browser`` (whose stack and browser fixtures this module uses):
+Personas of the shared page stack (``tests/e2e/page_stack.py``, as in ``test_pages_browser``):
 ``owner`` and ``demo`` start sessions, ``reviewer`` (staff) decides.
 """
 
@@ -15,23 +15,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.e2e import test_pages_browser as pages
-from tests.e2e.browser import NOTHING_UNDER_THE_LABELS, axe_violations
+from tests.e2e.browser import NARROW, NOTHING_UNDER_THE_LABELS, WIDE, axe_violations
 from tests.e2e.conftest import wait_until
-from tests.e2e.test_pages_browser import (
-    NARROW,
-    WIDE,
-    Contexts,
-    PageStack,
-    screenshot,
-    wait_for_turn_end,
-)
-
-# The page tests' fixtures: the real stack (``manage.py dev``), Chromium and its contexts.
-playwright = pages.playwright
-browser = pages.browser
-stack = pages.stack
-contexts = pages.contexts
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import screenshot, wait_for_turn_end
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ stack (``manage.py dev``: engine, worker, web, Celery and the demo model as proc
   from, signed with the secret admin showed once, its delivery log and the admin action
   **Send a test event**.
 
-Personas as in ``test_pages_browser`` (whose stack and browser fixtures this module uses):
+Personas of the shared page stack (``tests/e2e/page_stack.py``, as in ``test_pages_browser``):
 ``owner`` chats, ``reviewer`` (staff) reads the approvals inbox, ``admin`` (the superuser the
 stack prints) works in Django admin. Each test undoes what it set (budget, prices, webhook)
 and leaves no approval waiting: the stack is shared by every page module. Screenshots at
@@ -30,14 +30,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e import test_pages_browser as pages
+from tests.e2e.browser import NARROW, SCREENSHOTS, WIDE
 from tests.e2e.conftest import wait_until
+from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_pages_browser import (
-    NARROW,
-    SCREENSHOTS,
-    WIDE,
-    Contexts,
-    PageStack,
+    SLOW_WORDS,
     activity_rows,
     assistant_texts,
     region,
@@ -48,12 +45,6 @@ from tests.e2e.test_pages_browser import (
 )
 from tests.e2e.test_usage_browser import NO_BUDGET_CODE, NO_PRICES_CODE, PRICES_CODE
 from tests.webhook_receiver import Receiver, running_receiver
-
-# The page tests' fixtures: the real stack (``manage.py dev``), Chromium and its contexts.
-playwright = pages.playwright
-browser = pages.browser
-stack = pages.stack
-contexts = pages.contexts
 
 pytestmark = pytest.mark.e2e
 
@@ -90,7 +81,7 @@ def test_a_session_deleted_elsewhere_while_it_streams_ends_the_page_at_once(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
     page = contexts.logged_in("owner", viewport=viewport)
-    session_id = start_session(page, f"/slow 0.5\n{pages.SLOW_WORDS}")
+    session_id = start_session(page, f"/slow 0.5\n{SLOW_WORDS}")
     response = region(page, "Response")
     expect(response).to_contain_text("You said:")
     stop = page.get_by_role("button", name="Stop generating")

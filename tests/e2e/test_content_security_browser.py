@@ -1,5 +1,5 @@
 """Every page under the Content-Security-Policy, in real Chromium against the real stack
-(``manage.py dev``; fixtures from ``test_pages_browser``): a page that needed an inline script
+(the shared ``manage.py dev`` of ``page_stack``): a page that needed an inline script
 or style, or a file from another host, would be reported here.
 
 Violations are collected two ways: the console messages Chromium writes ("Refused to ...
@@ -18,21 +18,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
-from tests.e2e.browser import axe_violations
+from tests.e2e.browser import NARROW, WIDE, axe_violations, log_in
+from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_markdown_browser import MARKDOWN_MESSAGE
-from tests.e2e.test_pages_browser import (  # noqa: F401 (fixtures)
-    NARROW,
-    WIDE,
-    Contexts,
-    PageStack,
-    browser,
-    contexts,
-    log_in,
-    playwright,
-    region,
-    stack,
-    start_session,
-)
+from tests.e2e.test_pages_browser import region, start_session
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +75,7 @@ def visit(page: Page, path: str, ready: Any) -> None:
 
 
 def test_every_page_loads_without_a_policy_violation(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     violations = Violations()
 
@@ -183,7 +172,7 @@ def serious_axe(page: Page) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
 def test_every_page_has_no_serious_accessibility_violation(
-    contexts: Contexts, stack: PageStack, viewport: dict[str, int]  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
     """Issue 27, "Accessibility": axe-core on every page of the product (login, portal, a chat
     with Markdown and a tool call, one waiting for approval, the sessions list, usage, the

@@ -3,7 +3,7 @@
 emails turned on and off and kept across reloads, the address they go to, the emails sent
 listed, axe-core, screenshots at 1280 and 390 px, and no page for non-staff.
 
-Personas as in ``test_pages_browser`` (whose stack and browser fixtures this module uses):
+Personas of the shared page stack (``tests/e2e/page_stack.py``, as in ``test_pages_browser``):
 ``owner`` starts a session whose call waits for approval, ``reviewer`` (staff) is emailed.
 """
 
@@ -16,16 +16,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e import test_pages_browser as pages
-from tests.e2e.browser import axe_violations
+from tests.e2e.browser import NARROW, WIDE, axe_violations
 from tests.e2e.conftest import wait_until
-from tests.e2e.test_pages_browser import NARROW, WIDE, Contexts, PageStack, screenshot
-
-# The page tests' fixtures: the real stack (``manage.py dev``), Chromium and its contexts.
-playwright = pages.playwright
-browser = pages.browser
-stack = pages.stack
-contexts = pages.contexts
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import screenshot
 
 pytestmark = pytest.mark.e2e
 

@@ -12,101 +12,17 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import (
-    Browser,
-    BrowserContext,
-    Dialog,
-    Page,
-    Playwright,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Dialog, Page, expect
 
-from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, axe_violations, chromium_path
-from tests.e2e.conftest import ROOT, wait_until
-from tests.e2e.page_stack import PASSWORD, PageStack
+from tests.e2e.browser import NARROW, SCREENSHOTS, WIDE, axe_violations, log_in
+from tests.e2e.conftest import wait_until
+from tests.e2e.page_stack import PASSWORD, Contexts, PageStack
 
 pytestmark = pytest.mark.e2e
-
-WIDE = {"width": 1280, "height": 900}
-NARROW = {"width": 390, "height": 844}
-SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "screenshots"))
-
-expect.set_options(timeout=30_000)
-
-
-@pytest.fixture(scope="module")
-def stack(page_stack: PageStack) -> PageStack:
-    """The page tests' platform: one ``manage.py dev`` stack shared by every page module
-    (``tests.e2e.page_stack.page_stack``)."""
-    return page_stack
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Playwright]:
-    with sync_playwright() as driver:
-        yield driver
-
-
-@pytest.fixture(scope="module")
-def browser(playwright: Playwright) -> Iterator[Browser]:
-    executable = chromium_path()
-    if executable is None:
-        pytest.fail(MISSING_CHROMIUM)
-    launched = playwright.chromium.launch(executable_path=executable, headless=True,
-                                          args=CHROMIUM_ARGS)
-    yield launched
-    launched.close()
-
-
-class Contexts:
-    """Browser contexts (separate cookie jars, like separate people) closed after a test."""
-
-    def __init__(self, browser: Browser, stack: PageStack) -> None:
-        self.browser = browser
-        self.stack = stack
-        self.opened: list[BrowserContext] = []
-        self.errors: list[str] = []
-
-    def new(self, viewport: dict[str, int] | None = None) -> BrowserContext:
-        context = self.browser.new_context(base_url=self.stack.base_url,
-                                           viewport=viewport or WIDE)  # type: ignore[arg-type]
-        context.on("weberror", lambda error: self.errors.append(str(error.error)))
-        self.opened.append(context)
-        return context
-
-    def logged_in(self, username: str, password: str = PASSWORD,
-                  viewport: dict[str, int] | None = None) -> Page:
-        page = self.new(viewport).new_page()
-        log_in(page, username, password)
-        return page
-
-    def close(self) -> None:
-        for context in self.opened:
-            context.close()
-
-
-@pytest.fixture
-def contexts(browser: Browser, stack: PageStack) -> Iterator[Contexts]:
-    opened = Contexts(browser, stack)
-    yield opened
-    opened.close()
-    assert not opened.errors, opened.errors  # no uncaught exception in any page module
-
-
-def log_in(page: Page, username: str, password: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Start a session")).to_be_visible()
 
 
 def start_session(page: Page, message: str) -> str:
