@@ -30,7 +30,14 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.browser import NARROW, SCREENSHOTS, WIDE
+from tests.e2e.browser import (
+    NARROW,
+    SCREENSHOTS,
+    VIEWPORTS,
+    approval_card,
+    decision_row,
+    log_in_to_admin,
+)
 from tests.e2e.conftest import wait_until
 from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_pages_browser import (
@@ -48,19 +55,13 @@ from tests.webhook_receiver import Receiver, running_receiver
 
 pytestmark = pytest.mark.e2e
 
-VIEWPORTS = pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
-
 
 def admin_page(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int] | None = None
 ) -> Page:
     """A page logged in to Django admin as the stack's superuser ``admin``."""
     page = contexts.new(viewport).new_page()
-    page.goto("/admin/login/")
-    page.get_by_label("Username").fill("admin")
-    page.get_by_label("Password").fill(stack.admin_password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+    log_in_to_admin(page, stack.admin_password)
     return page
 
 
@@ -136,12 +137,6 @@ WAIT_LINE = ('durable_wait {"duration_seconds": 600, "reason": "cooling off"} ->
              '{"status": "interrupted", "reason": "turn_cancelled_by_user"}')
 
 
-def approval_card(page: Page, session_id: str) -> Any:
-    return page.locator(".approval-card").filter(
-        has=page.locator(f'a[href="/sessions/{session_id}/"]')
-    )
-
-
 @VIEWPORTS
 def test_stop_generating_during_a_tool_batch_keeps_the_read_and_withdraws_the_approval(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
@@ -173,9 +168,7 @@ def test_stop_generating_during_a_tool_batch_keeps_the_read_and_withdraws_the_ap
     # Live, never reloaded: the approval leaves the staff inbox and shows as withdrawn.
     expect(card).to_have_count(0)
     reviewer.get_by_role("tab", name="Decisions").click()
-    decision = reviewer.locator("#decisions-body tr").filter(
-        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-    )
+    decision = decision_row(reviewer, session_id)
     expect(decision).to_contain_text("Withdrawn")
     expect(decision).to_contain_text("turn ended")
     expect(decision).to_contain_text("slack__post_message")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
-from tests.e2e.browser import NARROW, WIDE, axe_violations, log_in
+from tests.e2e.browser import VIEWPORTS, log_in, log_in_to_admin, serious_axe_violations
 from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_markdown_browser import MARKDOWN_MESSAGE
 from tests.e2e.test_pages_browser import region, start_session
@@ -127,11 +127,7 @@ def test_every_page_loads_without_a_policy_violation(
     violations.assert_none("staff pages")
 
     admin = violations.watch(contexts.new()).new_page()
-    admin.goto("/admin/login/")
-    admin.get_by_label("Username").fill("admin")
-    admin.get_by_label("Password").fill(stack.admin_password)
-    admin.get_by_role("button", name="Log in").click()
-    expect(admin.get_by_role("heading", name="Site administration")).to_be_visible()
+    log_in_to_admin(admin, stack.admin_password)
     visit(admin, "/admin/",
           lambda page: expect(page.get_by_role("heading", name="Site administration"))
           .to_be_visible())
@@ -165,12 +161,7 @@ def test_every_page_loads_without_a_policy_violation(
     assert any(directive.startswith("script-src") for directive in directives), directives
 
 
-def serious_axe(page: Page) -> list[dict[str, Any]]:
-    """axe-core's serious and critical violations on what ``page`` shows now."""
-    return [item for item in axe_violations(page) if item["impact"] in ("serious", "critical")]
-
-
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_every_page_has_no_serious_accessibility_violation(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -181,7 +172,7 @@ def test_every_page_has_no_serious_accessibility_violation(
 
     def check(page: Page, name: str) -> None:
         page.wait_for_load_state("networkidle")
-        violations = serious_axe(page)
+        violations = serious_axe_violations(page)
         if violations:
             found[name] = violations
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.browser import NARROW, WIDE
+from tests.e2e.browser import NARROW, VIEWPORTS, WIDE, approval_card
 from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_pages_browser import (
     assistant_texts,
@@ -88,7 +88,7 @@ def check_markdown(answer: Any) -> None:
     expect(answer.locator("blockquote")).to_have_text("a quoted line")
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_an_answer_renders_as_markdown_while_it_streams_and_after(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -207,9 +207,7 @@ def test_copy_arguments_of_a_call_waiting_for_approval(
         reviewer = contexts.logged_in("reviewer", viewport=viewport)
         grant_clipboard(reviewer)
         reviewer.goto("/approvals/")
-        card = reviewer.locator(".approval-card").filter(
-            has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-        )
+        card = approval_card(reviewer, session_id)
         card.get_by_role("button", name="Copy arguments").click()
         expect(card.get_by_role("button", name="Copy arguments")).to_have_text("Copied")
         assert clipboard(reviewer) == expected

@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 from playwright.sync_api import Dialog, Page, expect
 
-from tests.e2e.browser import NARROW, SCREENSHOTS, WIDE, axe_violations, log_in
+from tests.e2e.browser import (
+    NARROW,
+    SCREENSHOTS,
+    VIEWPORTS,
+    WIDE,
+    approval_card,
+    decision_row,
+    log_in,
+    serious_axe_violations,
+)
 from tests.e2e.conftest import wait_until
 from tests.e2e.page_stack import PASSWORD, Contexts, PageStack
 
@@ -342,18 +351,14 @@ def test_staff_approve_on_the_dashboard_and_the_owner_sees_the_result_live(
 
     reviewer = contexts.logged_in("reviewer")
     reviewer.goto("/approvals/")
-    card = reviewer.locator(".approval-card").filter(
-        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-    )
+    card = approval_card(reviewer, session_id)
     expect(card).to_contain_text("slack__post_message")
     expect(card.locator(".arguments")).to_contain_text('"channel": "general"')
     expect(card).to_contain_text("owner")
     card.get_by_role("button", name="Approve").click()
     expect(card).to_have_count(0)
     reviewer.get_by_role("tab", name="Decisions").click()
-    decision = reviewer.locator("#decisions-body tr").filter(
-        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-    )
+    decision = decision_row(reviewer, session_id)
     expect(decision).to_contain_text("Approved")
     expect(decision).to_contain_text("reviewer")
     expect(decision).to_contain_text("slack__post_message")
@@ -370,7 +375,7 @@ def pending_count(page: Page) -> int:
     return int(text) if text.strip() else 0
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_nav_pending_count_is_live_on_pages_other_than_approvals(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -988,7 +993,7 @@ def test_a_reload_keeps_the_text_being_written(contexts: Contexts, stack: PageSt
     expect(page.get_by_role("textbox", name="Message")).to_have_value("")
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_composer_counts_near_the_limit_and_refuses_past_it(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1041,7 +1046,7 @@ def test_the_composer_counts_near_the_limit_and_refuses_past_it(
     expect(counter).to_be_hidden()
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_portal_message_box_is_on_the_first_screen(
     contexts: Contexts, viewport: dict[str, int]
 ) -> None:
@@ -1079,7 +1084,7 @@ def test_the_portal_starts_a_session_in_plan_mode(contexts: Contexts, stack: Pag
     expect(plan.get_by_role("button", name="Execute plan")).to_be_visible()
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_messages_show_their_time_and_the_day_they_start(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1151,7 +1156,7 @@ def test_stop_generating_keeps_the_text_so_far_and_the_session(
     screenshot(phone, "chat-stopped-answer")
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_stop_generating_while_a_call_waits_shows_a_stopped_notice_not_a_user_message(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1222,7 +1227,7 @@ def test_screen_readers_hear_answers_and_status_changes_not_each_token(
     assert len(said) <= 6, said
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_sessions_are_renamed_archived_searched_and_deleted_after_confirmation(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1330,7 +1335,7 @@ PARALLEL_AND_WAIT = "\n".join([
 ])
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_a_reloaded_page_rebuilds_the_running_turns_activity(
     contexts: Contexts, viewport: dict[str, int]
 ) -> None:
@@ -1377,7 +1382,7 @@ def test_a_reloaded_page_rebuilds_the_running_turns_activity(
     assert rows.index("Message queued") < rows.index("Turn started turn-2"), rows
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1453,7 +1458,7 @@ def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
     expect(refused.locator(".timeline-error")).to_have_text(
         re.compile(r"^Failed: The model provider refused the request \(HTTP 400\)"))
     screenshot(owner, "timeline", screen_too=True)
-    serious = [item for item in axe_violations(owner) if item["impact"] in ("serious", "critical")]
+    serious = serious_axe_violations(owner)
     assert serious == [], serious
     owner.keyboard.press("ArrowLeft")
     expect(chat_tab).to_have_attribute("aria-selected", "true")

@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.browser import BADGES_ON_ONE_LINE, NARROW, NOTHING_UNDER_THE_LABELS, WIDE, log_in
+from tests.e2e.browser import (
+    BADGES_ON_ONE_LINE,
+    NARROW,
+    NOTHING_UNDER_THE_LABELS,
+    VIEWPORTS,
+    approval_card,
+    log_in,
+)
 from tests.e2e.conftest import wait_until
 from tests.e2e.page_stack import PASSWORD, Contexts, PageStack
 from tests.e2e.test_content_security_browser import Violations
@@ -255,8 +262,7 @@ def test_a_phone_starts_in_plan_mode_answers_a_choice_and_lays_out_queue_and_lis
 
         staff = phone_page(contexts, violations, "reviewer")
         staff.goto("/approvals/")
-        card = staff.locator(".approval-card").filter(
-            has=staff.locator(f'a[href="/sessions/{session_id}/"]'))
+        card = approval_card(staff, session_id)
         expect(card).to_contain_text("phone queue")
         assert staff.locator("main").evaluate(BADGES_ON_ONE_LINE) == []
         staff.goto("/settings/notifications/")
@@ -285,7 +291,7 @@ def generated_titles(stack: PageStack) -> Iterator[None]:
         stack.shell(TITLES_CODE.format(on=False))
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_a_session_is_named_by_its_first_line_then_by_the_model(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int],
     generated_titles: None,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.browser import NARROW, WIDE
+from tests.e2e.browser import NARROW, WIDE, log_in_to_admin
 from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_pages_browser import (
     assistant_texts,
@@ -178,11 +178,7 @@ def test_a_spent_budget_holds_the_message_until_admin_raises_it(
     session_id = start_session(owner, "before the budget")
     wait_for_turn_end(stack, "owner", session_id)
     admin = contexts.new().new_page()
-    admin.goto("/admin/login/")
-    admin.get_by_label("Username").fill("admin")
-    admin.get_by_label("Password").fill(stack.admin_password)
-    admin.get_by_role("button", name="Log in").click()
-    expect(admin.get_by_role("heading", name="Site administration")).to_be_visible()
+    log_in_to_admin(admin, stack.admin_password)
     try:
         for viewport in (WIDE, NARROW):
             budget_id = stack.shell(BUDGET_CODE)
