@@ -1200,17 +1200,19 @@ RECORD_ANNOUNCEMENTS = """() => {
 }"""
 
 
-def test_screen_readers_hear_answers_and_status_changes_not_each_token(
-    contexts: Contexts,
-) -> None:
-    page = contexts.logged_in("owner")
-    start_session(page, "hello")
-    expect(assistant_texts(page)).to_have_text(["You said: hello"])
-    announcer = page.locator("#announcer")
-    expect(announcer).to_have_attribute("aria-live", "polite")
-    page.evaluate(RECORD_ANNOUNCEMENTS)
-    assert page.evaluate("window.__said") == []  # what the page opened with is not news
-    page.get_by_role("textbox", name="Message", exact=True).fill(f"/slow 0.2\n{SLOW_WORDS}")
+def announced_answer(page: Page, pace: float) -> list[str]:
+    """Send ``SLOW_WORDS`` from the chat page's composer, streamed a chunk every ``pace``
+    seconds (``/slow``), and return the texts its live region (``#announcer``, recorded since
+    ``RECORD_ANNOUNCEMENTS`` ran on the page) has said, oldest first, once it announced the
+    answer. Checked here: "The assistant is writing an answer…" was said, the answer was
+    announced once and not chunk by chunk (six texts at most), and the last text is the
+    status "Waiting for a message".
+
+    Raises:
+        AssertionError: the answer is not shown or not announced within 30 s, or the
+            announcements are not as above.
+    """
+    page.get_by_role("textbox", name="Message", exact=True).fill(f"/slow {pace}\n{SLOW_WORDS}")
     page.get_by_role("button", name="Send").click()
     expect(assistant_texts(page).last).to_have_text(f"You said: {SLOW_WORDS}")
 
@@ -1221,10 +1223,23 @@ def test_screen_readers_hear_answers_and_status_changes_not_each_token(
 
     said = wait_until("the answer to be announced", announced, timeout=30)
     assert "The assistant is writing an answer…" in said
-    assert any(text.startswith("Status: ") and "Waiting" not in text for text in said), said
     assert "Status: Waiting for a message" in said[-1], said
-    # The answer streamed in many chunks; it is announced once, not chunk by chunk.
     assert len(said) <= 6, said
+    return said
+
+
+def test_screen_readers_hear_answers_and_status_changes_not_each_token(
+    contexts: Contexts,
+) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, "hello")
+    expect(assistant_texts(page)).to_have_text(["You said: hello"])
+    announcer = page.locator("#announcer")
+    expect(announcer).to_have_attribute("aria-live", "polite")
+    page.evaluate(RECORD_ANNOUNCEMENTS)
+    assert page.evaluate("window.__said") == []  # what the page opened with is not news
+    said = announced_answer(page, 0.2)
+    assert any(text.startswith("Status: ") and "Waiting" not in text for text in said), said
 
 
 @VIEWPORTS

@@ -33,7 +33,7 @@ from tests.e2e.test_content_security_browser import Violations
 from tests.e2e.test_markdown_browser import CHECK_DOM, CODE, XSS_PAYLOADS, clipboard
 from tests.e2e.test_pages_browser import (
     RECORD_ANNOUNCEMENTS,
-    SLOW_WORDS,
+    announced_answer,
     assistant_texts,
     region,
     screenshot,
@@ -142,19 +142,7 @@ def test_a_phone_renders_copies_and_announces_answers_and_runs_no_payload(
     expect(page.locator("#chat-status")).to_have_text("Waiting for a message")
     expect(page.locator("#announcer")).to_have_attribute("aria-live", "polite")
     page.evaluate(RECORD_ANNOUNCEMENTS)
-    composer.fill(f"/slow 0.1\n{SLOW_WORDS}")
-    page.get_by_role("button", name="Send").click()
-    expect(assistant_texts(page).last).to_have_text(f"You said: {SLOW_WORDS}")
-
-    def announced() -> list[str] | None:
-        texts: list[str] = page.evaluate("window.__said")
-        heard = any(f"Assistant: You said: {SLOW_WORDS}" in text for text in texts)
-        return texts if heard else None
-
-    said = wait_until("the answer to be announced", announced, timeout=30)
-    assert "The assistant is writing an answer…" in said
-    assert "Status: Waiting for a message" in said[-1], said
-    assert len(said) <= 6, said
+    announced_answer(page, 0.1)
     violations.assert_none("the chat page at 390 px")
 
 
