@@ -8,7 +8,6 @@ and ``contexts`` (browser contexts, one per person). All three are registered in
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from playwright.sync_api import Browser, BrowserContext, Page
 
 from dex_agents.testing import free_port
 from tests.e2e.browser import WIDE, log_in
-from tests.e2e.conftest import PYTHON, ROOT, Processes
+from tests.e2e.conftest import PYTHON, ROOT, Ports, Processes, platform_env
 
 PASSWORD = "browser-test-password-1"
 
@@ -82,24 +81,16 @@ def page_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
     root = tmp_path_factory.mktemp("pages")
     var = root / "var"
     var.mkdir()
-    web, engine, model = free_port(), free_port(), free_port()
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL",
-                          "DEXAGENTS_DEMO_PASSWORD", "DEXAGENTS_ADMIN_PASSWORD"}}
-    env.update({
-        "DEXAGENTS_VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
-        "PORT": str(web),
-        "DEX_PORT": str(engine),
-        "DEMO_MODEL_PORT": str(model),
-        "PYTHONUNBUFFERED": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MODE": "PRODUCTION",
+    web = free_port()
+    env = platform_env(
+        var, Ports(web=web, engine=free_port(), model=free_port()),
+        # ``manage.py dev`` generates both and prints them, which the fixture reads.
+        leave_out={"DEXAGENTS_DEMO_PASSWORD", "DEXAGENTS_ADMIN_PASSWORD"},
         # Webhooks registered in admin may call a receiver of the test process on the
         # loopback address (``tests/webhook_receiver.py``); the refusal of such URLs is
         # tested without the stack (``tests/agents_app/test_admin.py``).
-        "DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE": "true",
-    })
+        extra={"DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE": "true"},
+    )
     processes = Processes(env)
     try:
         dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(web)])

@@ -39,7 +39,7 @@ from playwright.sync_api import Browser, Route, expect
 
 from dex_agents.testing import free_port
 from tests.e2e.browser import SCREENSHOTS
-from tests.e2e.conftest import PYTHON, ROOT, Processes, wait_until
+from tests.e2e.conftest import PYTHON, ROOT, Ports, Processes, platform_env, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -127,18 +127,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContractStack]:
     root = tmp_path_factory.mktemp("contract")
     var = root / "var"
     var.mkdir()
-    web, engine, model = free_port(), free_port(), free_port()
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL"}}
-    env.update({
-        "DEXAGENTS_VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
-        "PORT": str(web),
-        "DEX_PORT": str(engine),
-        "DEMO_MODEL_PORT": str(model),
-        "PYTHONUNBUFFERED": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MODE": "PRODUCTION",
+    web = free_port()
+    env = platform_env(var, Ports(web=web, engine=free_port(), model=free_port()), extra={
         # A loaded CI machine may take more than the default 5 s to answer an RPC; a 503 is
         # then served correctly but would count as a server error.
         "DEXAGENTS_ENGINE_TIMEOUT": "30",
