@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from dex_agents.testing import free_port
-from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, platform_env
+from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, platform_env, wait_until
 
 # Seeds the demo agent (``seed_demo``, as ``manage.py dev`` does) and creates the personas in
 # one Django process: each ``manage.py`` start costs seconds on a loaded CI machine.
@@ -204,6 +204,32 @@ def running_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
         yield stack
     finally:
         stack.processes.stop_all()
+
+
+def busy_session(stack: Stack, message: str, *, timeout: float = 60.0
+                 ) -> tuple[str, dict[str, Any]]:
+    """Start an ``owner`` session of the demo agent with ``message`` (a ``/tool`` call of a
+    write, which waits for approval) and return its ID and its row of the staff approvals
+    list (``/api/v1/approvals/``) once the row is there: the session stays busy until the
+    call is decided.
+
+    Raises:
+        AssertionError: the session was not created (201), or not listed within ``timeout``
+            seconds.
+    """
+    with stack.api("owner") as owner, stack.api("staff") as staff:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": message})
+        assert created.status_code == 201, created.text
+        session_id = str(created.json()["id"])
+        pending = wait_until(
+            "the approval to be pending",
+            lambda: [
+                item for item in staff.get("/api/v1/approvals/").json()
+                if item["session"] == session_id
+            ],
+            timeout=timeout,
+        )
+    return session_id, dict(pending[0])
 
 
 @contextlib.asynccontextmanager
