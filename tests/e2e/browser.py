@@ -3,14 +3,37 @@
 Playwright cannot download its own browsers here, so it launches the system Chromium through
 ``executable_path`` (issue 9, "Tests"). ``make test`` installs the Debian package when it is
 missing (``make chromium``).
+
+The fixtures ``playwright`` and ``browser`` (one Chromium per test module) are registered in
+``tests/e2e/conftest.py`` for every e2e module; the page stack's fixtures sit beside
+``page_stack`` in ``tests/e2e/page_stack.py``. The helpers below find what several page
+modules look for (an approval card, a decision row) and log in the way each page test does.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
+
+#: Playwright's ``expect`` polls up to this long (ms) in every e2e module: the stacks run on a
+#: loaded 2-core machine, where its 5 s default is too short for a turn to show.
+expect.set_options(timeout=30_000)
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Where the page tests save their screenshots.
+SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "screenshots"))
+
+#: The two widths every page is checked at: a desktop and a phone (CSS pixels).
+WIDE = {"width": 1280, "height": 900}
+NARROW = {"width": 390, "height": 844}
+#: Runs a test once per width, as its ``viewport`` argument (ids ``desktop`` and ``phone``).
+VIEWPORTS = pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
 
 # Flags for a headless Chromium in a container: no sandbox (root, no user namespaces), no
 # GPU, and nothing that phones home or updates itself during a test.
@@ -38,6 +61,58 @@ def chromium_path() -> str | None:
         if found:
             return found
     return None
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    """Playwright's driver, started once per test module."""
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    """Headless Chromium (``chromium_path()``), launched once per test module; the test fails
+    with ``MISSING_CHROMIUM`` when there is none."""
+    executable = chromium_path()
+    if executable is None:
+        pytest.fail(MISSING_CHROMIUM)
+    launched = playwright.chromium.launch(executable_path=executable, headless=True,
+                                          args=CHROMIUM_ARGS)
+    yield launched
+    launched.close()
+
+
+def log_in(page: Page, username: str, password: str) -> None:
+    """Log ``page`` in through the login form and wait for the portal."""
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Start a session")).to_be_visible()
+
+
+def log_in_to_admin(page: Page, password: str) -> None:
+    """Log ``page`` in to Django admin as the superuser ``admin`` and wait for its index."""
+    page.goto("/admin/login/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+
+
+def _linking(page: Page, rows: str, session_id: str) -> Locator:
+    return page.locator(rows).filter(has=page.locator(f'a[href="/sessions/{session_id}/"]'))
+
+
+def approval_card(page: Page, session_id: str) -> Locator:
+    """The approvals inbox's card of ``session_id``'s call (the card that links to it)."""
+    return _linking(page, ".approval-card", session_id)
+
+
+def decision_row(page: Page, session_id: str) -> Locator:
+    """The row of the approvals inbox's Decisions tab that links to ``session_id``."""
+    return _linking(page, "#decisions-body tr", session_id)
 
 
 #: axe-core, installed with the test peers (``tests/peers``, ``npm ci``).
@@ -69,6 +144,11 @@ def axe_violations(page: Any) -> list[dict[str, Any]]:
         }))"""
     )
     return list(found)
+
+
+def serious_axe_violations(page: Page) -> list[dict[str, Any]]:
+    """``axe_violations(page)`` whose impact is serious or critical."""
+    return [item for item in axe_violations(page) if item["impact"] in ("serious", "critical")]
 
 
 #: Layout checks for phone width, run with ``Locator.evaluate`` on a container: each returns a

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -192,6 +192,29 @@ class Ports:
     model: int
 
 
+def platform_env(var_dir: Path, ports: Ports, *, leave_out: Collection[str] = (),
+                 extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of an isolated platform, as ``{name: value}``: this process's environment
+    without what would join it to shared services (``DEX_SERVER_ADDRESS``, ``DATABASE_URL``,
+    ``REDIS_URL``) and without the names in ``leave_out``; its own var dir ``var_dir`` and
+    SQLite database in it; the web, engine and demo model ``ports``; LiteLLM kept offline
+    (its bundled cost map); then ``extra`` on top. Creates nothing on disk."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL", *leave_out}}
+    env.update({
+        "DEXAGENTS_VAR_DIR": str(var_dir),
+        "DATABASE_URL": f"sqlite:///{var_dir / 'db.sqlite3'}",
+        "PORT": str(ports.web),
+        "DEX_PORT": str(ports.engine),
+        "DEMO_MODEL_PORT": str(ports.model),
+        "PYTHONUNBUFFERED": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MODE": "PRODUCTION",
+    })
+    env.update(extra or {})
+    return env
+
+
 @pytest.fixture
 def ports() -> Ports:
     return Ports(web=free_port(), engine=free_port(), model=free_port())
@@ -200,20 +223,8 @@ def ports() -> Ports:
 @pytest.fixture
 def stack_env(tmp_path: Path, ports: Ports) -> dict[str, str]:
     """Environment for an isolated platform: its own var dir, database and ports."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL"}}
-    env.update({
-        "DEXAGENTS_VAR_DIR": str(tmp_path / "var"),
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'db.sqlite3'}",
-        "PORT": str(ports.web),
-        "DEX_PORT": str(ports.engine),
-        "DEMO_MODEL_PORT": str(ports.model),
-        "PYTHONUNBUFFERED": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MODE": "PRODUCTION",
-    })
     (tmp_path / "var").mkdir()
-    return env
+    return platform_env(tmp_path / "var", ports)
 
 
 @pytest.fixture
@@ -228,5 +239,9 @@ def processes(stack_env: dict[str, str]) -> Iterator[Processes]:
 PYTHON = sys.executable
 
 
-# The page tests' one shared ``manage.py dev`` stack (session scope).
-from tests.e2e.page_stack import page_stack  # noqa: E402, F401
+# Fixtures of the page tests, taken by name in every e2e module: Chromium (``playwright`` and
+# ``browser``, module scope), the one shared ``manage.py dev`` stack (``page_stack``, session
+# scope; ``stack``, its module-scoped name) and browser contexts on it (``contexts``). A module
+# with its own platform defines its own ``stack``, which wins over this one.
+from tests.e2e.browser import browser, playwright  # noqa: E402, F401
+from tests.e2e.page_stack import contexts, page_stack, stack  # noqa: E402, F401

@@ -1,12 +1,13 @@
 """The platform the page tests run against: ``manage.py dev`` (engine, worker, web, Celery and
 the demo model as processes on private ports and a private var dir) with the personas
 ``owner``, ``intruder``, ``reviewer`` (staff) and the seeded ``demo``, started once per test run
-(``page_stack``, registered in ``tests/e2e/conftest.py``)."""
+(``page_stack``), and the page modules' fixtures on it: ``stack`` (the same stack, module scope)
+and ``contexts`` (browser contexts, one per person). All three are registered in
+``tests/e2e/conftest.py``, so a page module takes them by name without importing them."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,9 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Browser, BrowserContext, Page
 
 from dex_agents.testing import free_port
-from tests.e2e.conftest import PYTHON, ROOT, Processes
+from tests.e2e.browser import WIDE, log_in
+from tests.e2e.conftest import PYTHON, ROOT, Ports, Processes, platform_env
 
 PASSWORD = "browser-test-password-1"
 
@@ -78,24 +81,16 @@ def page_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
     root = tmp_path_factory.mktemp("pages")
     var = root / "var"
     var.mkdir()
-    web, engine, model = free_port(), free_port(), free_port()
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL",
-                          "DEXAGENTS_DEMO_PASSWORD", "DEXAGENTS_ADMIN_PASSWORD"}}
-    env.update({
-        "DEXAGENTS_VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
-        "PORT": str(web),
-        "DEX_PORT": str(engine),
-        "DEMO_MODEL_PORT": str(model),
-        "PYTHONUNBUFFERED": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MODE": "PRODUCTION",
+    web = free_port()
+    env = platform_env(
+        var, Ports(web=web, engine=free_port(), model=free_port()),
+        # ``manage.py dev`` generates both and prints them, which the fixture reads.
+        leave_out={"DEXAGENTS_DEMO_PASSWORD", "DEXAGENTS_ADMIN_PASSWORD"},
         # Webhooks registered in admin may call a receiver of the test process on the
         # loopback address (``tests/webhook_receiver.py``); the refusal of such URLs is
         # tested without the stack (``tests/agents_app/test_admin.py``).
-        "DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE": "true",
-    })
+        extra={"DEXAGENTS_WEBHOOKS_ALLOW_PRIVATE": "true"},
+    )
     processes = Processes(env)
     try:
         dev = processes.start("dev", [PYTHON, "manage.py", "dev", "--port", str(web)])
@@ -113,3 +108,47 @@ def page_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageStack]:
         yield PageStack(f"http://127.0.0.1:{web}", demo_password, tokens, env, admin_password)
     finally:
         processes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def stack(page_stack: PageStack) -> PageStack:
+    """The page tests' platform: one ``manage.py dev`` stack shared by every page module
+    (``page_stack``). A module that runs its own platform defines its own ``stack``."""
+    return page_stack
+
+
+class Contexts:
+    """Browser contexts (separate cookie jars, like separate people) closed after a test."""
+
+    def __init__(self, browser: Browser, stack: PageStack) -> None:
+        self.browser = browser
+        self.stack = stack
+        self.opened: list[BrowserContext] = []
+        self.errors: list[str] = []
+
+    def new(self, viewport: dict[str, int] | None = None) -> BrowserContext:
+        context = self.browser.new_context(base_url=self.stack.base_url,
+                                           viewport=viewport or WIDE)  # type: ignore[arg-type]
+        context.on("weberror", lambda error: self.errors.append(str(error.error)))
+        self.opened.append(context)
+        return context
+
+    def logged_in(self, username: str, password: str = PASSWORD,
+                  viewport: dict[str, int] | None = None) -> Page:
+        page = self.new(viewport).new_page()
+        log_in(page, username, password)
+        return page
+
+    def close(self) -> None:
+        for context in self.opened:
+            context.close()
+
+
+@pytest.fixture
+def contexts(browser: Browser, stack: PageStack) -> Iterator[Contexts]:
+    """Contexts on ``stack``; after the test they are closed and it fails if any page had an
+    uncaught exception."""
+    opened = Contexts(browser, stack)
+    yield opened
+    opened.close()
+    assert not opened.errors, opened.errors  # no uncaught exception in any page module

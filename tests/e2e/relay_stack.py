@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 import httpx
 
 from dex_agents.testing import free_port
-from tests.e2e.conftest import PYTHON, Proc, Processes
+from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, platform_env, wait_until
 
 # Seeds the demo agent (``seed_demo``, as ``manage.py dev`` does) and creates the personas in
 # one Django process: each ``manage.py`` start costs seconds on a loaded CI machine.
@@ -132,18 +131,10 @@ class Stack:
 
 def stack_environment(var_dir: Path, *, web_port: int, engine_port: int, model_port: int,
                       extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment of an isolated platform: its own var dir, SQLite database and ports."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL"}}
-    env.update({
-        "DEXAGENTS_VAR_DIR": str(var_dir),
-        "DATABASE_URL": f"sqlite:///{var_dir / 'db.sqlite3'}",
-        "PORT": str(web_port),
-        "DEX_PORT": str(engine_port),
-        "DEMO_MODEL_PORT": str(model_port),
-        "PYTHONUNBUFFERED": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MODE": "PRODUCTION",
+    """Environment of an isolated platform (``platform_env``) for the relay's stacks, with
+    ``extra`` on top."""
+    ports = Ports(web=web_port, engine=engine_port, model=model_port)
+    return platform_env(var_dir, ports, extra={
         # The tests read the web process's INFO lines (relay started / ended).
         "LOG_LEVEL": "INFO",
         # One persona drives many sessions at once here (tests, bench.scale, bench.rest);
@@ -151,9 +142,8 @@ def stack_environment(var_dir: Path, *, web_port: int, engine_port: int, model_p
         "DEXAGENTS_THROTTLE_READS": "off",
         "DEXAGENTS_THROTTLE_WRITES": "off",
         "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER": "0",
+        **(extra or {}),
     })
-    env.update(extra or {})
-    return env
 
 
 def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
@@ -214,6 +204,32 @@ def running_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
         yield stack
     finally:
         stack.processes.stop_all()
+
+
+def busy_session(stack: Stack, message: str, *, timeout: float = 60.0
+                 ) -> tuple[str, dict[str, Any]]:
+    """Start an ``owner`` session of the demo agent with ``message`` (a ``/tool`` call of a
+    write, which waits for approval) and return its ID and its row of the staff approvals
+    list (``/api/v1/approvals/``) once the row is there: the session stays busy until the
+    call is decided.
+
+    Raises:
+        AssertionError: the session was not created (201), or not listed within ``timeout``
+            seconds.
+    """
+    with stack.api("owner") as owner, stack.api("staff") as staff:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": message})
+        assert created.status_code == 201, created.text
+        session_id = str(created.json()["id"])
+        pending = wait_until(
+            "the approval to be pending",
+            lambda: [
+                item for item in staff.get("/api/v1/approvals/").json()
+                if item["session"] == session_id
+            ],
+            timeout=timeout,
+        )
+    return session_id, dict(pending[0])
 
 
 @contextlib.asynccontextmanager

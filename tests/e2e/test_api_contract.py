@@ -35,18 +35,17 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Route, expect, sync_playwright
+from playwright.sync_api import Browser, Route, expect
 
 from dex_agents.testing import free_port
-from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
-from tests.e2e.conftest import PYTHON, ROOT, Processes, wait_until
+from tests.e2e.browser import SCREENSHOTS
+from tests.e2e.conftest import PYTHON, ROOT, Ports, Processes, platform_env, wait_until
 
 pytestmark = pytest.mark.e2e
 
 #: The issue's floor for generated cases over all operations.
 MIN_CASES = 1000
 PASSWORD = "contract-test-password-1"
-SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "screenshots"))
 SCHEMATHESIS = str(Path(PYTHON).with_name("schemathesis"))
 CONFIG = ROOT / "tests" / "e2e" / "schemathesis.toml"
 HOOKS = ROOT / "tests" / "e2e" / "schemathesis_hooks.py"
@@ -128,18 +127,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContractStack]:
     root = tmp_path_factory.mktemp("contract")
     var = root / "var"
     var.mkdir()
-    web, engine, model = free_port(), free_port(), free_port()
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"DEX_SERVER_ADDRESS", "DATABASE_URL", "REDIS_URL"}}
-    env.update({
-        "DEXAGENTS_VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
-        "PORT": str(web),
-        "DEX_PORT": str(engine),
-        "DEMO_MODEL_PORT": str(model),
-        "PYTHONUNBUFFERED": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MODE": "PRODUCTION",
+    web = free_port()
+    env = platform_env(var, Ports(web=web, engine=free_port(), model=free_port()), extra={
         # A loaded CI machine may take more than the default 5 s to answer an RPC; a 503 is
         # then served correctly but would count as a server error.
         "DEXAGENTS_ENGINE_TIMEOUT": "30",
@@ -328,10 +317,7 @@ def test_a_generated_client_reads_typed_fields(stack: ContractStack, generated_c
         assert page.next_before == done.messages[-2].sequence
 
 
-def test_swagger_and_redoc_render_offline(stack: ContractStack) -> None:
-    executable = chromium_path()
-    if executable is None:
-        pytest.fail(MISSING_CHROMIUM)
+def test_swagger_and_redoc_render_offline(stack: ContractStack, browser: Browser) -> None:
     operations = schema_operations(stack)
     outside: list[str] = []
     errors: list[str] = []
@@ -343,36 +329,31 @@ def test_swagger_and_redoc_render_offline(stack: ContractStack) -> None:
         route.abort()
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=executable, headless=True,
-                                         args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(base_url=stack.base_url,
-                                          viewport={"width": 1280, "height": 900})
-            context.route(
-                lambda url: (urlsplit(url).hostname or "") not in LOCAL_HOSTS, refuse
-            )
-            page = context.new_page()
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto("/api/docs/")
-            expect(page).to_have_url(f"{stack.base_url}/accounts/login/?next=/api/docs/")
-            page.get_by_label("Username").fill("contract")
-            page.get_by_label("Password").fill(PASSWORD)
-            page.get_by_role("button", name="Log in").click()
-            page.wait_for_url(f"{stack.base_url}/api/docs/")
-            blocks = page.locator(".opblock")
-            expect(blocks).to_have_count(len(operations), timeout=60_000)
-            expect(page.get_by_text("/api/v1/sessions/{session_id}/stop/")).to_be_visible()
-            page.screenshot(path=str(SCREENSHOTS / "api-docs-1280.png"), full_page=True)
+    context = browser.new_context(base_url=stack.base_url, viewport={"width": 1280, "height": 900})
+    try:
+        context.route(
+            lambda url: (urlsplit(url).hostname or "") not in LOCAL_HOSTS, refuse
+        )
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto("/api/docs/")
+        expect(page).to_have_url(f"{stack.base_url}/accounts/login/?next=/api/docs/")
+        page.get_by_label("Username").fill("contract")
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"{stack.base_url}/api/docs/")
+        blocks = page.locator(".opblock")
+        expect(blocks).to_have_count(len(operations), timeout=60_000)
+        expect(page.get_by_text("/api/v1/sessions/{session_id}/stop/")).to_be_visible()
+        page.screenshot(path=str(SCREENSHOTS / "api-docs-1280.png"), full_page=True)
 
-            page.goto("/api/redoc/")
-            expect(page.get_by_role("heading", name="dexagents API (1)")).to_be_visible(
-                timeout=60_000
-            )
-            expect(page.locator("[data-section-id^='tag/']").first).to_be_attached()
-            page.screenshot(path=str(SCREENSHOTS / "api-redoc-1280.png"))
-            context.close()
-        finally:
-            browser.close()
+        page.goto("/api/redoc/")
+        expect(page.get_by_role("heading", name="dexagents API (1)")).to_be_visible(
+            timeout=60_000
+        )
+        expect(page.locator("[data-section-id^='tag/']").first).to_be_attached()
+        page.screenshot(path=str(SCREENSHOTS / "api-redoc-1280.png"))
+    finally:
+        context.close()
     assert not outside, f"requests left the machine: {outside}"
     assert not errors, errors

@@ -2,7 +2,7 @@
 approve with edits, the lost race told on the card, bulk decisions, the link to the session at
 the call, the pending count, axe-core, and screenshots at 1280 and 390 px.
 
-Personas as in ``test_pages_browser`` (whose stack and browser fixtures this module uses):
+Personas of the shared page stack (``tests/e2e/page_stack.py``, as in ``test_pages_browser``):
 ``owner`` and ``demo`` start sessions, ``reviewer`` (staff) decides.
 """
 
@@ -13,25 +13,20 @@ import re
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Route, expect
 
-from tests.e2e import test_pages_browser as pages
-from tests.e2e.browser import NOTHING_UNDER_THE_LABELS, axe_violations
-from tests.e2e.conftest import wait_until
-from tests.e2e.test_pages_browser import (
+from tests.e2e.browser import (
     NARROW,
+    NOTHING_UNDER_THE_LABELS,
+    VIEWPORTS,
     WIDE,
-    Contexts,
-    PageStack,
-    screenshot,
-    wait_for_turn_end,
+    approval_card,
+    axe_violations,
+    decision_row,
 )
-
-# The page tests' fixtures: the real stack (``manage.py dev``), Chromium and its contexts.
-playwright = pages.playwright
-browser = pages.browser
-stack = pages.stack
-contexts = pages.contexts
+from tests.e2e.conftest import wait_until
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import screenshot, wait_for_turn_end
 
 pytestmark = pytest.mark.e2e
 
@@ -63,12 +58,6 @@ def pending_by_session(stack: PageStack, sessions: list[str]) -> dict[str, dict[
     return wait_until("every call to wait for approval", probe, timeout=90)
 
 
-def card_of(page: Page, session_id: str) -> Any:
-    return page.locator(".approval-card").filter(
-        has=page.locator(f'a[href="/sessions/{session_id}/"]')
-    )
-
-
 def inbox_emptied(stack: PageStack) -> None:
     """Stop the sessions other page modules left waiting for approval (the page stack is
     shared), so the inbox's counts are this test's own."""
@@ -82,7 +71,7 @@ def inbox_emptied(stack: PageStack) -> None:
         wait_until("the approvals inbox to be empty", empty, timeout=90)
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_approvals_inbox(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -109,14 +98,14 @@ def test_the_approvals_inbox(
     reviewer.get_by_label("Owner").fill("demo")
     reviewer.get_by_role("button", name="Filter", exact=True).click()
     expect(cards).to_have_count(1)
-    expect(card_of(reviewer, demo_id)).to_be_visible()
+    expect(approval_card(reviewer, demo_id)).to_be_visible()
     assert "owner=demo" in reviewer.url
     screenshot(reviewer, "approvals-filtered")
     reviewer.get_by_role("button", name="Clear filters").click()
     expect(cards).to_have_count(5)
 
     # The link from a card opens the chat page at that call, scrolled to it and marked.
-    edited_card = card_of(reviewer, edited_id)
+    edited_card = approval_card(reviewer, edited_id)
     call_id = pending[edited_id]["tool_call_id"]
     link = edited_card.get_by_role("link", name="Open the session at this call")
     expect(link).to_have_attribute("href", f"/sessions/{edited_id}/#call-{call_id}")
@@ -144,7 +133,7 @@ def test_the_approvals_inbox(
 
     # The lost race: while this page cannot refresh its list, another decision lands first;
     # the card then says who decided and when, and stays until dismissed.
-    raced_card = card_of(reviewer, raced_id)
+    raced_card = approval_card(reviewer, raced_id)
     expect(raced_card).to_be_visible()
 
     def hold(route: Route) -> None:
@@ -171,7 +160,7 @@ def test_the_approvals_inbox(
 
     # Bulk: two selected calls rejected in one go.
     for session_id in bulk_ids:
-        card_of(reviewer, session_id).get_by_role("checkbox").check()
+        approval_card(reviewer, session_id).get_by_role("checkbox").check()
     expect(reviewer.locator("#bulk-count")).to_have_text("2 selected")
     # The decisions of the other width's run are listed too: this run's message is its own.
     not_today = f"Not today ({viewport['width']} px)."
@@ -201,9 +190,7 @@ def test_the_approvals_inbox(
 
     # The decisions tab: what was decided, by whom, with the edit.
     reviewer.get_by_role("tab", name="Decisions").click()
-    edited_row = reviewer.locator("#decisions-body tr").filter(
-        has=reviewer.locator(f'a[href="/sessions/{edited_id}/"]')
-    )
+    edited_row = decision_row(reviewer, edited_id)
     expect(edited_row).to_contain_text("Edited before approval")
     expect(edited_row).to_contain_text("edited by the reviewer")
     expect(edited_row).to_contain_text("reviewer")

@@ -9,7 +9,7 @@ stack (``manage.py dev``: engine, worker, web, Celery and the demo model as proc
   from, signed with the secret admin showed once, its delivery log and the admin action
   **Send a test event**.
 
-Personas as in ``test_pages_browser`` (whose stack and browser fixtures this module uses):
+Personas of the shared page stack (``tests/e2e/page_stack.py``, as in ``test_pages_browser``):
 ``owner`` chats, ``reviewer`` (staff) reads the approvals inbox, ``admin`` (the superuser the
 stack prints) works in Django admin. Each test undoes what it set (budget, prices, webhook)
 and leaves no approval waiting: the stack is shared by every page module. Screenshots at
@@ -30,14 +30,18 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e import test_pages_browser as pages
-from tests.e2e.conftest import wait_until
-from tests.e2e.test_pages_browser import (
+from tests.e2e.browser import (
     NARROW,
     SCREENSHOTS,
-    WIDE,
-    Contexts,
-    PageStack,
+    VIEWPORTS,
+    approval_card,
+    decision_row,
+    log_in_to_admin,
+)
+from tests.e2e.conftest import wait_until
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import (
+    SLOW_WORDS,
     activity_rows,
     assistant_texts,
     region,
@@ -49,15 +53,7 @@ from tests.e2e.test_pages_browser import (
 from tests.e2e.test_usage_browser import NO_BUDGET_CODE, NO_PRICES_CODE, PRICES_CODE
 from tests.webhook_receiver import Receiver, running_receiver
 
-# The page tests' fixtures: the real stack (``manage.py dev``), Chromium and its contexts.
-playwright = pages.playwright
-browser = pages.browser
-stack = pages.stack
-contexts = pages.contexts
-
 pytestmark = pytest.mark.e2e
-
-VIEWPORTS = pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
 
 
 def admin_page(
@@ -65,11 +61,7 @@ def admin_page(
 ) -> Page:
     """A page logged in to Django admin as the stack's superuser ``admin``."""
     page = contexts.new(viewport).new_page()
-    page.goto("/admin/login/")
-    page.get_by_label("Username").fill("admin")
-    page.get_by_label("Password").fill(stack.admin_password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+    log_in_to_admin(page, stack.admin_password)
     return page
 
 
@@ -90,7 +82,7 @@ def test_a_session_deleted_elsewhere_while_it_streams_ends_the_page_at_once(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
     page = contexts.logged_in("owner", viewport=viewport)
-    session_id = start_session(page, f"/slow 0.5\n{pages.SLOW_WORDS}")
+    session_id = start_session(page, f"/slow 0.5\n{SLOW_WORDS}")
     response = region(page, "Response")
     expect(response).to_contain_text("You said:")
     stop = page.get_by_role("button", name="Stop generating")
@@ -145,12 +137,6 @@ WAIT_LINE = ('durable_wait {"duration_seconds": 600, "reason": "cooling off"} ->
              '{"status": "interrupted", "reason": "turn_cancelled_by_user"}')
 
 
-def approval_card(page: Page, session_id: str) -> Any:
-    return page.locator(".approval-card").filter(
-        has=page.locator(f'a[href="/sessions/{session_id}/"]')
-    )
-
-
 @VIEWPORTS
 def test_stop_generating_during_a_tool_batch_keeps_the_read_and_withdraws_the_approval(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
@@ -182,9 +168,7 @@ def test_stop_generating_during_a_tool_batch_keeps_the_read_and_withdraws_the_ap
     # Live, never reloaded: the approval leaves the staff inbox and shows as withdrawn.
     expect(card).to_have_count(0)
     reviewer.get_by_role("tab", name="Decisions").click()
-    decision = reviewer.locator("#decisions-body tr").filter(
-        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-    )
+    decision = decision_row(reviewer, session_id)
     expect(decision).to_contain_text("Withdrawn")
     expect(decision).to_contain_text("turn ended")
     expect(decision).to_contain_text("slack__post_message")

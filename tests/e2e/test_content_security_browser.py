@@ -1,5 +1,5 @@
 """Every page under the Content-Security-Policy, in real Chromium against the real stack
-(``manage.py dev``; fixtures from ``test_pages_browser``): a page that needed an inline script
+(the shared ``manage.py dev`` of ``page_stack``): a page that needed an inline script
 or style, or a file from another host, would be reported here.
 
 Violations are collected two ways: the console messages Chromium writes ("Refused to ...
@@ -18,21 +18,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
-from tests.e2e.browser import axe_violations
+from tests.e2e.browser import VIEWPORTS, log_in, log_in_to_admin, serious_axe_violations
+from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_markdown_browser import MARKDOWN_MESSAGE
-from tests.e2e.test_pages_browser import (  # noqa: F401 (fixtures)
-    NARROW,
-    WIDE,
-    Contexts,
-    PageStack,
-    browser,
-    contexts,
-    log_in,
-    playwright,
-    region,
-    stack,
-    start_session,
-)
+from tests.e2e.test_pages_browser import region, start_session
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +75,7 @@ def visit(page: Page, path: str, ready: Any) -> None:
 
 
 def test_every_page_loads_without_a_policy_violation(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     violations = Violations()
 
@@ -138,11 +127,7 @@ def test_every_page_loads_without_a_policy_violation(
     violations.assert_none("staff pages")
 
     admin = violations.watch(contexts.new()).new_page()
-    admin.goto("/admin/login/")
-    admin.get_by_label("Username").fill("admin")
-    admin.get_by_label("Password").fill(stack.admin_password)
-    admin.get_by_role("button", name="Log in").click()
-    expect(admin.get_by_role("heading", name="Site administration")).to_be_visible()
+    log_in_to_admin(admin, stack.admin_password)
     visit(admin, "/admin/",
           lambda page: expect(page.get_by_role("heading", name="Site administration"))
           .to_be_visible())
@@ -176,14 +161,9 @@ def test_every_page_loads_without_a_policy_violation(
     assert any(directive.startswith("script-src") for directive in directives), directives
 
 
-def serious_axe(page: Page) -> list[dict[str, Any]]:
-    """axe-core's serious and critical violations on what ``page`` shows now."""
-    return [item for item in axe_violations(page) if item["impact"] in ("serious", "critical")]
-
-
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_every_page_has_no_serious_accessibility_violation(
-    contexts: Contexts, stack: PageStack, viewport: dict[str, int]  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
     """Issue 27, "Accessibility": axe-core on every page of the product (login, portal, a chat
     with Markdown and a tool call, one waiting for approval, the sessions list, usage, the
@@ -192,7 +172,7 @@ def test_every_page_has_no_serious_accessibility_violation(
 
     def check(page: Page, name: str) -> None:
         page.wait_for_load_state("networkidle")
-        violations = serious_axe(page)
+        violations = serious_axe_violations(page)
         if violations:
             found[name] = violations
 

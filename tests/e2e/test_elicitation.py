@@ -22,13 +22,13 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from dex_agents import EXECUTE_COMPLETED_EVENT
-from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, chromium_path
+from tests.e2e.browser import NARROW, WIDE
 from tests.e2e.relay_stack import Stack, running_stack
 from tests.e2e.test_durable_kill import replace_worker
-from tests.e2e.test_pages_browser import NARROW, WIDE, screenshot
+from tests.e2e.test_pages_browser import screenshot
 from tests.e2e.test_queue import events_until, snapshot_when
 from tests.mcp_registry.conftest import everything_command
 
@@ -325,19 +325,7 @@ def test_a_killed_worker_leaves_the_question_waiting_for_the_retried_call(stack:
 
 
 # ---------------------------------------------------------------- the chat page, in Chromium
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    executable = chromium_path()
-    if executable is None:
-        pytest.fail(MISSING_CHROMIUM)
-    with sync_playwright() as driver:
-        launched = driver.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        yield launched
-        launched.close()
+# (``browser``: the e2e conftest's Chromium, one per module)
 
 
 def page_as(browser: Browser, stack: Stack, persona: str, viewport: dict[str, int],

@@ -1,5 +1,5 @@
 """Assistant answers as Markdown, Copy buttons and XSS payloads, in real Chromium against the
-real stack (``manage.py dev``; fixtures from ``test_pages_browser``).
+real stack (the shared ``manage.py dev`` of ``page_stack``).
 
 The demo model answers ``You said: <the message>``, so a message's lines after the first come
 back as the answer's own Markdown. Personas: ``owner`` (writes the sessions), ``reviewer``
@@ -13,18 +13,12 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.test_pages_browser import (  # noqa: F401 (fixtures)
-    NARROW,
-    WIDE,
-    Contexts,
-    PageStack,
+from tests.e2e.browser import NARROW, VIEWPORTS, WIDE, approval_card
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import (
     assistant_texts,
-    browser,
-    contexts,
-    playwright,
     region,
     screenshot,
-    stack,
     start_session,
     wait_for_turn_end,
 )
@@ -94,9 +88,9 @@ def check_markdown(answer: Any) -> None:
     expect(answer.locator("blockquote")).to_have_text("a quoted line")
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_an_answer_renders_as_markdown_while_it_streams_and_after(
-    contexts: Contexts, stack: PageStack, viewport: dict[str, int]  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
     page = contexts.logged_in("owner", viewport=viewport)
     session_id = start_session(page, MARKDOWN_MESSAGE)
@@ -140,7 +134,7 @@ SCROLLS_INSIDE = """pre => [pre, pre.querySelector("code")].some((node) =>
 
 
 def test_a_long_code_line_scrolls_in_its_block_while_streaming_and_after_at_phone_width(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     page = contexts.logged_in("owner", viewport=NARROW)
     session_id = start_session(page, LONG_CODE_MESSAGE)
@@ -162,7 +156,7 @@ def test_a_long_code_line_scrolls_in_its_block_while_streaming_and_after_at_phon
 
 
 def test_copy_buttons_put_code_messages_arguments_and_results_on_the_clipboard(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     page = contexts.logged_in("owner")
     grant_clipboard(page)
@@ -197,7 +191,7 @@ def test_copy_buttons_put_code_messages_arguments_and_results_on_the_clipboard(
 
 
 def test_copy_arguments_of_a_call_waiting_for_approval(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     owner = contexts.logged_in("owner")
     grant_clipboard(owner)
@@ -213,9 +207,7 @@ def test_copy_arguments_of_a_call_waiting_for_approval(
         reviewer = contexts.logged_in("reviewer", viewport=viewport)
         grant_clipboard(reviewer)
         reviewer.goto("/approvals/")
-        card = reviewer.locator(".approval-card").filter(
-            has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-        )
+        card = approval_card(reviewer, session_id)
         card.get_by_role("button", name="Copy arguments").click()
         expect(card.get_by_role("button", name="Copy arguments")).to_have_text("Copied")
         assert clipboard(reviewer) == expected
@@ -279,7 +271,7 @@ CHECK_DOM = """(root) => {
 
 
 def test_xss_payloads_in_an_answer_run_nothing(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     page = contexts.logged_in("owner")
     dialogs: list[str] = []

@@ -3,7 +3,7 @@
 emails turned on and off and kept across reloads, the address they go to, the emails sent
 listed, axe-core, screenshots at 1280 and 390 px, and no page for non-staff.
 
-Personas as in ``test_pages_browser`` (whose stack and browser fixtures this module uses):
+Personas of the shared page stack (``tests/e2e/page_stack.py``, as in ``test_pages_browser``):
 ``owner`` starts a session whose call waits for approval, ``reviewer`` (staff) is emailed.
 """
 
@@ -11,21 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e import test_pages_browser as pages
-from tests.e2e.browser import axe_violations
+from tests.e2e.browser import NARROW, VIEWPORTS, WIDE, serious_axe_violations
 from tests.e2e.conftest import wait_until
-from tests.e2e.test_pages_browser import NARROW, WIDE, Contexts, PageStack, screenshot
-
-# The page tests' fixtures: the real stack (``manage.py dev``), Chromium and its contexts.
-playwright = pages.playwright
-browser = pages.browser
-stack = pages.stack
-contexts = pages.contexts
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import screenshot
 
 pytestmark = pytest.mark.e2e
 
@@ -63,10 +56,6 @@ def reviewer_reset(stack: PageStack) -> Iterator[None]:
         assert answer.status_code == 200, answer.text
 
 
-def serious_axe(page: Page) -> list[dict[str, Any]]:
-    return [item for item in axe_violations(page) if item["impact"] in ("serious", "critical")]
-
-
 def save(page: Page, checked: bool, said: str) -> None:
     box = page.get_by_role("checkbox", name=LABEL)
     box.set_checked(checked)
@@ -89,7 +78,7 @@ def test_staff_turn_approval_emails_on_and_see_them_sent(
     expect(box).not_to_be_checked()
     expect(reviewer.locator("#email-address")).to_contain_text("set an email address in admin")
     expect(reviewer.get_by_text("No approval emails yet.")).to_be_visible()
-    assert serious_axe(reviewer) == []
+    assert serious_axe_violations(reviewer) == []
 
     # On without an address: saved, and told that nothing is sent yet. Kept over a reload.
     save(reviewer, True,
@@ -132,7 +121,7 @@ def test_staff_turn_approval_emails_on_and_see_them_sent(
     expect(row.get_by_role("cell").nth(2)).to_have_text("slack__post_message")
     expect(row.get_by_role("link")).to_have_attribute(
         "href", f"/sessions/{session_id}/#call-{tool_call_id}")
-    assert serious_axe(reviewer) == []
+    assert serious_axe_violations(reviewer) == []
     screenshot(reviewer, "notification-settings")
 
     # Off, kept over a reload; on again, saying where emails go.
@@ -155,7 +144,7 @@ def test_staff_turn_approval_emails_on_and_see_them_sent(
     expect(phone_box).to_be_checked()
     expect(phone.get_by_role("table").get_by_role("row").filter(
         has_text="slack__post_message")).to_contain_text("Sent")
-    assert serious_axe(phone) == []
+    assert serious_axe_violations(phone) == []
     screenshot(phone, "notification-settings")
     save(phone, False, "Saved: you get no approval emails.")
     phone.reload()
@@ -201,7 +190,7 @@ def demo_deadline(stack: PageStack, seconds: int | None) -> int | None:
     return None if before is None else int(before)
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_a_reminder_before_the_deadline_is_emailed_and_listed(
     contexts: Contexts, stack: PageStack, reviewer_reset: None, viewport: dict[str, int]
 ) -> None:
@@ -252,7 +241,7 @@ def test_a_reminder_before_the_deadline_is_emailed_and_listed(
         assert stack.shell(REMINDERS_CODE.replace("SESSION", repr(session_id))) == {"queued": 0}
         expect(rows.filter(has_text="Reminder").get_by_role("cell").nth(2)).to_have_text(
             "slack__post_message")
-        assert serious_axe(reviewer) == []
+        assert serious_axe_violations(reviewer) == []
         screenshot(reviewer, "notification-reminder")
     finally:
         demo_deadline(stack, before)

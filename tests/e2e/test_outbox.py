@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import PYTHON, wait_until
-from tests.e2e.relay_stack import Stack, running_stack
+from tests.e2e.relay_stack import Stack, busy_session, running_stack
 from tests.webhook_receiver import running_receiver
 
 pytestmark = pytest.mark.e2e
@@ -119,25 +119,8 @@ def test_a_message_sent_while_the_worker_is_down_is_kept_listed_and_delivered_on
         ]
 
 
-def busy_session(stack: Stack) -> tuple[str, dict[str, Any]]:
-    """A session whose turn waits for approval of a write, and its pending approval."""
-    with stack.api("owner") as owner, stack.api("staff") as staff:
-        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": GATED})
-        assert created.status_code == 201, created.text
-        session_id = str(created.json()["id"])
-        pending = wait_until(
-            "the approval to be pending",
-            lambda: [
-                item for item in staff.get("/api/v1/approvals/").json()
-                if item["session"] == session_id
-            ],
-            timeout=60,
-        )
-    return session_id, dict(pending[0])
-
-
 def test_delivering_the_same_outbox_row_twice_queues_it_once(stack: Stack) -> None:
-    session_id, _ = busy_session(stack)
+    session_id, _ = busy_session(stack, GATED)
     # The turn waits for approval, so a delivered message stays in the queue. The row is
     # delivered, then set back to pending (as if the first answer had been lost) and
     # delivered again.
@@ -184,7 +167,7 @@ def test_a_row_withdrawn_and_deleted_mid_send_is_taken_back(stack: Stack) -> Non
     """Two senders: one delivers a row while the other, refused on a full queue, withdraws
     and deletes it. The deliverer takes the message back out of the queue instead of
     failing on the missing row (a 500 for a message that then ran)."""
-    session_id, _ = busy_session(stack)
+    session_id, _ = busy_session(stack, GATED)
     result = stack.django_shell(
         "exec(" + repr(WITHDRAWN_MID_SEND.replace("SESSION", repr(session_id))) + ")"
     )
@@ -200,7 +183,7 @@ def slack_posts(stack: Stack) -> list[dict[str, Any]]:
 
 
 def test_a_decision_while_the_worker_is_down_is_kept_and_delivered(stack: Stack) -> None:
-    session_id, pending = busy_session(stack)
+    session_id, pending = busy_session(stack, GATED)
     posts_before = len(slack_posts(stack))
     url = f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/"
     with stack.api("staff") as staff:

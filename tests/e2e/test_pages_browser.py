@@ -12,101 +12,26 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import (
-    Browser,
-    BrowserContext,
-    Dialog,
-    Page,
-    Playwright,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Dialog, Page, expect
 
-from tests.e2e.browser import CHROMIUM_ARGS, MISSING_CHROMIUM, axe_violations, chromium_path
-from tests.e2e.conftest import ROOT, wait_until
-from tests.e2e.page_stack import PASSWORD, PageStack
+from tests.e2e.browser import (
+    NARROW,
+    SCREENSHOTS,
+    VIEWPORTS,
+    WIDE,
+    approval_card,
+    decision_row,
+    log_in,
+    serious_axe_violations,
+)
+from tests.e2e.conftest import wait_until
+from tests.e2e.page_stack import PASSWORD, Contexts, PageStack
 
 pytestmark = pytest.mark.e2e
-
-WIDE = {"width": 1280, "height": 900}
-NARROW = {"width": 390, "height": 844}
-SCREENSHOTS = Path(os.environ.get("DEXAGENTS_SCREENSHOT_DIR", ROOT / "var" / "screenshots"))
-
-expect.set_options(timeout=30_000)
-
-
-@pytest.fixture(scope="module")
-def stack(page_stack: PageStack) -> PageStack:
-    """The page tests' platform: one ``manage.py dev`` stack shared by every page module
-    (``tests.e2e.page_stack.page_stack``)."""
-    return page_stack
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Playwright]:
-    with sync_playwright() as driver:
-        yield driver
-
-
-@pytest.fixture(scope="module")
-def browser(playwright: Playwright) -> Iterator[Browser]:
-    executable = chromium_path()
-    if executable is None:
-        pytest.fail(MISSING_CHROMIUM)
-    launched = playwright.chromium.launch(executable_path=executable, headless=True,
-                                          args=CHROMIUM_ARGS)
-    yield launched
-    launched.close()
-
-
-class Contexts:
-    """Browser contexts (separate cookie jars, like separate people) closed after a test."""
-
-    def __init__(self, browser: Browser, stack: PageStack) -> None:
-        self.browser = browser
-        self.stack = stack
-        self.opened: list[BrowserContext] = []
-        self.errors: list[str] = []
-
-    def new(self, viewport: dict[str, int] | None = None) -> BrowserContext:
-        context = self.browser.new_context(base_url=self.stack.base_url,
-                                           viewport=viewport or WIDE)  # type: ignore[arg-type]
-        context.on("weberror", lambda error: self.errors.append(str(error.error)))
-        self.opened.append(context)
-        return context
-
-    def logged_in(self, username: str, password: str = PASSWORD,
-                  viewport: dict[str, int] | None = None) -> Page:
-        page = self.new(viewport).new_page()
-        log_in(page, username, password)
-        return page
-
-    def close(self) -> None:
-        for context in self.opened:
-            context.close()
-
-
-@pytest.fixture
-def contexts(browser: Browser, stack: PageStack) -> Iterator[Contexts]:
-    opened = Contexts(browser, stack)
-    yield opened
-    opened.close()
-    assert not opened.errors, opened.errors  # no uncaught exception in any page module
-
-
-def log_in(page: Page, username: str, password: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Start a session")).to_be_visible()
 
 
 def start_session(page: Page, message: str) -> str:
@@ -426,18 +351,14 @@ def test_staff_approve_on_the_dashboard_and_the_owner_sees_the_result_live(
 
     reviewer = contexts.logged_in("reviewer")
     reviewer.goto("/approvals/")
-    card = reviewer.locator(".approval-card").filter(
-        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-    )
+    card = approval_card(reviewer, session_id)
     expect(card).to_contain_text("slack__post_message")
     expect(card.locator(".arguments")).to_contain_text('"channel": "general"')
     expect(card).to_contain_text("owner")
     card.get_by_role("button", name="Approve").click()
     expect(card).to_have_count(0)
     reviewer.get_by_role("tab", name="Decisions").click()
-    decision = reviewer.locator("#decisions-body tr").filter(
-        has=reviewer.locator(f'a[href="/sessions/{session_id}/"]')
-    )
+    decision = decision_row(reviewer, session_id)
     expect(decision).to_contain_text("Approved")
     expect(decision).to_contain_text("reviewer")
     expect(decision).to_contain_text("slack__post_message")
@@ -454,7 +375,7 @@ def pending_count(page: Page) -> int:
     return int(text) if text.strip() else 0
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_nav_pending_count_is_live_on_pages_other_than_approvals(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1072,7 +993,7 @@ def test_a_reload_keeps_the_text_being_written(contexts: Contexts, stack: PageSt
     expect(page.get_by_role("textbox", name="Message")).to_have_value("")
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_composer_counts_near_the_limit_and_refuses_past_it(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1125,7 +1046,7 @@ def test_the_composer_counts_near_the_limit_and_refuses_past_it(
     expect(counter).to_be_hidden()
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_portal_message_box_is_on_the_first_screen(
     contexts: Contexts, viewport: dict[str, int]
 ) -> None:
@@ -1163,7 +1084,7 @@ def test_the_portal_starts_a_session_in_plan_mode(contexts: Contexts, stack: Pag
     expect(plan.get_by_role("button", name="Execute plan")).to_be_visible()
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_messages_show_their_time_and_the_day_they_start(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1235,7 +1156,7 @@ def test_stop_generating_keeps_the_text_so_far_and_the_session(
     screenshot(phone, "chat-stopped-answer")
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_stop_generating_while_a_call_waits_shows_a_stopped_notice_not_a_user_message(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1279,17 +1200,19 @@ RECORD_ANNOUNCEMENTS = """() => {
 }"""
 
 
-def test_screen_readers_hear_answers_and_status_changes_not_each_token(
-    contexts: Contexts,
-) -> None:
-    page = contexts.logged_in("owner")
-    start_session(page, "hello")
-    expect(assistant_texts(page)).to_have_text(["You said: hello"])
-    announcer = page.locator("#announcer")
-    expect(announcer).to_have_attribute("aria-live", "polite")
-    page.evaluate(RECORD_ANNOUNCEMENTS)
-    assert page.evaluate("window.__said") == []  # what the page opened with is not news
-    page.get_by_role("textbox", name="Message", exact=True).fill(f"/slow 0.2\n{SLOW_WORDS}")
+def announced_answer(page: Page, pace: float) -> list[str]:
+    """Send ``SLOW_WORDS`` from the chat page's composer, streamed a chunk every ``pace``
+    seconds (``/slow``), and return the texts its live region (``#announcer``, recorded since
+    ``RECORD_ANNOUNCEMENTS`` ran on the page) has said, oldest first, once it announced the
+    answer. Checked here: "The assistant is writing an answer…" was said, the answer was
+    announced once and not chunk by chunk (six texts at most), and the last text is the
+    status "Waiting for a message".
+
+    Raises:
+        AssertionError: the answer is not shown or not announced within 30 s, or the
+            announcements are not as above.
+    """
+    page.get_by_role("textbox", name="Message", exact=True).fill(f"/slow {pace}\n{SLOW_WORDS}")
     page.get_by_role("button", name="Send").click()
     expect(assistant_texts(page).last).to_have_text(f"You said: {SLOW_WORDS}")
 
@@ -1300,13 +1223,26 @@ def test_screen_readers_hear_answers_and_status_changes_not_each_token(
 
     said = wait_until("the answer to be announced", announced, timeout=30)
     assert "The assistant is writing an answer…" in said
-    assert any(text.startswith("Status: ") and "Waiting" not in text for text in said), said
     assert "Status: Waiting for a message" in said[-1], said
-    # The answer streamed in many chunks; it is announced once, not chunk by chunk.
     assert len(said) <= 6, said
+    return said
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+def test_screen_readers_hear_answers_and_status_changes_not_each_token(
+    contexts: Contexts,
+) -> None:
+    page = contexts.logged_in("owner")
+    start_session(page, "hello")
+    expect(assistant_texts(page)).to_have_text(["You said: hello"])
+    announcer = page.locator("#announcer")
+    expect(announcer).to_have_attribute("aria-live", "polite")
+    page.evaluate(RECORD_ANNOUNCEMENTS)
+    assert page.evaluate("window.__said") == []  # what the page opened with is not news
+    said = announced_answer(page, 0.2)
+    assert any(text.startswith("Status: ") and "Waiting" not in text for text in said), said
+
+
+@VIEWPORTS
 def test_sessions_are_renamed_archived_searched_and_deleted_after_confirmation(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1414,7 +1350,7 @@ PARALLEL_AND_WAIT = "\n".join([
 ])
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_a_reloaded_page_rebuilds_the_running_turns_activity(
     contexts: Contexts, viewport: dict[str, int]
 ) -> None:
@@ -1461,7 +1397,7 @@ def test_a_reloaded_page_rebuilds_the_running_turns_activity(
     assert rows.index("Message queued") < rows.index("Turn started turn-2"), rows
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
@@ -1537,7 +1473,7 @@ def test_the_timeline_tab_lists_every_step_with_attempts_and_errors(
     expect(refused.locator(".timeline-error")).to_have_text(
         re.compile(r"^Failed: The model provider refused the request \(HTTP 400\)"))
     screenshot(owner, "timeline", screen_too=True)
-    serious = [item for item in axe_violations(owner) if item["impact"] in ("serious", "critical")]
+    serious = serious_axe_violations(owner)
     assert serious == [], serious
     owner.keyboard.press("ArrowLeft")
     expect(chat_tab).to_have_attribute("aria-selected", "true")

@@ -1,6 +1,6 @@
 """Issue 27's items at phone width (390 px) that the other page modules check at desktop width
-only, in real Chromium against the real stack (``manage.py dev``; fixtures from
-``test_pages_browser``), plus session titles at both widths.
+only, in real Chromium against the real stack (the shared ``manage.py dev`` of
+``page_stack``), plus session titles at both widths.
 
 Each test reuses one page for several items so that the phone pass costs few turns: the
 answer test reads Markdown with reasoning, a code block and the XSS payloads, copies, and
@@ -19,26 +19,24 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.browser import BADGES_ON_ONE_LINE, NOTHING_UNDER_THE_LABELS
+from tests.e2e.browser import (
+    BADGES_ON_ONE_LINE,
+    NARROW,
+    NOTHING_UNDER_THE_LABELS,
+    VIEWPORTS,
+    approval_card,
+    log_in,
+)
 from tests.e2e.conftest import wait_until
-from tests.e2e.page_stack import PASSWORD
+from tests.e2e.page_stack import PASSWORD, Contexts, PageStack
 from tests.e2e.test_content_security_browser import Violations
 from tests.e2e.test_markdown_browser import CHECK_DOM, CODE, XSS_PAYLOADS, clipboard
-from tests.e2e.test_pages_browser import (  # noqa: F401 (fixtures)
-    NARROW,
+from tests.e2e.test_pages_browser import (
     RECORD_ANNOUNCEMENTS,
-    SLOW_WORDS,
-    WIDE,
-    Contexts,
-    PageStack,
+    announced_answer,
     assistant_texts,
-    browser,
-    contexts,
-    log_in,
-    playwright,
     region,
     screenshot,
-    stack,
     start_session,
     stored_messages,
     wait_for_turn_end,
@@ -69,7 +67,7 @@ def phone_page(opened: Contexts, violations: Violations, persona: str) -> Page:
 
 
 def test_a_phone_renders_copies_and_announces_answers_and_runs_no_payload(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     """Issue 27 at 390 px: Markdown with a highlighted code block while streaming and after,
     the XSS list inert (no dialog, no script, no handler), the reasoning kept as "Thought for
@@ -144,19 +142,7 @@ def test_a_phone_renders_copies_and_announces_answers_and_runs_no_payload(
     expect(page.locator("#chat-status")).to_have_text("Waiting for a message")
     expect(page.locator("#announcer")).to_have_attribute("aria-live", "polite")
     page.evaluate(RECORD_ANNOUNCEMENTS)
-    composer.fill(f"/slow 0.1\n{SLOW_WORDS}")
-    page.get_by_role("button", name="Send").click()
-    expect(assistant_texts(page).last).to_have_text(f"You said: {SLOW_WORDS}")
-
-    def announced() -> list[str] | None:
-        texts: list[str] = page.evaluate("window.__said")
-        heard = any(f"Assistant: You said: {SLOW_WORDS}" in text for text in texts)
-        return texts if heard else None
-
-    said = wait_until("the answer to be announced", announced, timeout=30)
-    assert "The assistant is writing an answer…" in said
-    assert "Status: Waiting for a message" in said[-1], said
-    assert len(said) <= 6, said
+    announced_answer(page, 0.1)
     violations.assert_none("the chat page at 390 px")
 
 
@@ -177,7 +163,7 @@ QUEUE_TEXT_MIN_PX = 12 * 16
 
 
 def test_a_phone_starts_in_plan_mode_answers_a_choice_and_lays_out_queue_and_lists(
-    contexts: Contexts, stack: PageStack  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack
 ) -> None:
     """Issue 27 at 390 px: plan mode on a session's first message, focus back in the message
     box after a choice answer, the phone-layout glitches gone (badges on one line and beside
@@ -264,8 +250,7 @@ def test_a_phone_starts_in_plan_mode_answers_a_choice_and_lays_out_queue_and_lis
 
         staff = phone_page(contexts, violations, "reviewer")
         staff.goto("/approvals/")
-        card = staff.locator(".approval-card").filter(
-            has=staff.locator(f'a[href="/sessions/{session_id}/"]'))
+        card = approval_card(staff, session_id)
         expect(card).to_contain_text("phone queue")
         assert staff.locator("main").evaluate(BADGES_ON_ONE_LINE) == []
         staff.goto("/settings/notifications/")
@@ -286,7 +271,7 @@ TITLES_CODE = (
 
 
 @pytest.fixture(scope="module")
-def generated_titles(stack: PageStack) -> Iterator[None]:  # noqa: F811 (fixtures)
+def generated_titles(stack: PageStack) -> Iterator[None]:
     assert stack.shell(TITLES_CODE.format(on=True)) == 1
     try:
         yield
@@ -294,9 +279,9 @@ def generated_titles(stack: PageStack) -> Iterator[None]:  # noqa: F811 (fixture
         stack.shell(TITLES_CODE.format(on=False))
 
 
-@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["desktop", "phone"])
+@VIEWPORTS
 def test_a_session_is_named_by_its_first_line_then_by_the_model(
-    contexts: Contexts, stack: PageStack, viewport: dict[str, int],  # noqa: F811 (fixtures)
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int],
     generated_titles: None,
 ) -> None:
     """Issue 27 "Titles": the first line that is not a demo directive names the session at

@@ -22,7 +22,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.e2e.conftest import wait_until
-from tests.e2e.relay_stack import Stack, running_stack
+from tests.e2e.relay_stack import Stack, busy_session, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -35,25 +35,6 @@ MESSAGE_ID = re.compile(r"^[0-9a-f]{32}$")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("queue")) as platform:
         yield platform
-
-
-def busy_session(stack: Stack) -> tuple[str, dict[str, Any]]:
-    """Start a session whose turn waits for approval of a write; return its ID and the
-    pending approval (from the staff approvals list)."""
-    with stack.api("owner") as owner, stack.api("staff") as staff:
-        created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": GATED})
-        assert created.status_code == 201, created.text
-        session_id = str(created.json()["id"])
-        pending = wait_until(
-            "the approval to be pending",
-            lambda: [
-                item
-                for item in staff.get("/api/v1/approvals/").json()
-                if item["session"] == session_id
-            ],
-            timeout=30,
-        )
-    return session_id, dict(pending[0])
 
 
 def send(api: httpx.Client, session_id: str, text: str, **extra: Any) -> str:
@@ -112,7 +93,7 @@ async def events_until(
 
 
 def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
-    session_id, _ = busy_session(stack)
+    session_id, _ = busy_session(stack, GATED)
     base = f"/api/v1/sessions/{session_id}/queue/"
     with stack.api("owner") as owner:
         first = send(owner, session_id, "first", plan_mode=True)
@@ -187,7 +168,7 @@ def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
 
 
 def test_queue_permissions_owner_other_user_staff_anonymous(stack: Stack) -> None:
-    session_id, _ = busy_session(stack)
+    session_id, _ = busy_session(stack, GATED)
     base = f"/api/v1/sessions/{session_id}/queue/"
     with (
         stack.api("owner") as owner,
@@ -225,7 +206,7 @@ def test_queue_permissions_owner_other_user_staff_anonymous(stack: Stack) -> Non
 
 
 def test_steer_reaches_the_model_and_withdraws_the_pending_approval(stack: Stack) -> None:
-    session_id, pending = busy_session(stack)
+    session_id, pending = busy_session(stack, GATED)
     base = f"/api/v1/sessions/{session_id}/queue/"
     with stack.api("owner") as owner, stack.api("staff") as staff:
         later = send(owner, session_id, "after the steer")
@@ -328,7 +309,7 @@ def test_a_message_an_idle_session_takes_at_once_is_not_in_the_queue(stack: Stac
 
 
 def test_an_edit_without_plan_mode_keeps_it_and_a_full_queue_refuses_more(stack: Stack) -> None:
-    session_id, _pending = busy_session(stack)
+    session_id, _pending = busy_session(stack, GATED)
     with stack.api("owner") as owner:
         planned = send(owner, session_id, "a plan", plan_mode=True)
         edited = owner.put(
@@ -351,7 +332,7 @@ def test_an_edit_without_plan_mode_keeps_it_and_a_full_queue_refuses_more(stack:
 def test_every_stored_message_says_when_it_was_written(stack: Stack) -> None:
     """``created_at`` on each message: a user message keeps the time it was accepted, even
     when it waited in the queue while an earlier turn ran."""
-    session_id, pending = busy_session(stack)
+    session_id, pending = busy_session(stack, GATED)
     with stack.api("owner") as owner, stack.api("staff") as staff:
         send(owner, session_id, "sent while busy")
         [queued] = queue_of(owner, session_id)["queued"]

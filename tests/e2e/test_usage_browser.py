@@ -15,18 +15,12 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.test_pages_browser import (  # noqa: F401  (fixtures used by name)
-    NARROW,
-    WIDE,
-    Contexts,
-    PageStack,
+from tests.e2e.browser import NARROW, WIDE, log_in_to_admin
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import (
     assistant_texts,
-    browser,
-    contexts,
-    playwright,
     region,
     screenshot,
-    stack,
     start_session,
     wait_for_turn_end,
 )
@@ -49,7 +43,7 @@ NO_PRICES_CODE = (
 
 
 @pytest.fixture(scope="module")
-def priced(stack: PageStack) -> Iterator[PageStack]:  # noqa: F811
+def priced(stack: PageStack) -> Iterator[PageStack]:
     assert stack.shell(PRICES_CODE) == 1
     try:
         yield stack
@@ -80,7 +74,7 @@ PARTS_ON_ONE_LINE = """meta => [...meta.children].every((part) => {
 
 
 def test_cost_shows_per_message_session_list_and_usage_page(
-    contexts: Contexts, priced: PageStack  # noqa: F811
+    contexts: Contexts, priced: PageStack
 ) -> None:
     owner = contexts.logged_in("owner")
     # A line that is not a directive: it is the session's title, which the list links.
@@ -178,17 +172,13 @@ NO_BUDGET_CODE = (
 
 
 def test_a_spent_budget_holds_the_message_until_admin_raises_it(
-    contexts: Contexts, stack: PageStack  # noqa: F811
+    contexts: Contexts, stack: PageStack
 ) -> None:
     owner = contexts.logged_in("owner")
     session_id = start_session(owner, "before the budget")
     wait_for_turn_end(stack, "owner", session_id)
     admin = contexts.new().new_page()
-    admin.goto("/admin/login/")
-    admin.get_by_label("Username").fill("admin")
-    admin.get_by_label("Password").fill(stack.admin_password)
-    admin.get_by_role("button", name="Log in").click()
-    expect(admin.get_by_role("heading", name="Site administration")).to_be_visible()
+    log_in_to_admin(admin, stack.admin_password)
     try:
         for viewport in (WIDE, NARROW):
             budget_id = stack.shell(BUDGET_CODE)
