@@ -2,6 +2,10 @@
 
 Ready Step methods and RPCs are matched to idle worker streams (or sent to a listening
 worker); worker frames are fed back to the Step reducer and committed.
+
+One piece past 600 lines because it is one of the engine's mixins (``_steps`` -> ``_dispatch``
+-> ``_runs``): the pull and push paths share the in-flight bookkeeping (tasks, deadlines,
+redelivery, rejects), which a split would make two modules reach into.
 """
 
 from __future__ import annotations

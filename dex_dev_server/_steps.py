@@ -4,6 +4,9 @@ Every mutation happens synchronously on the asyncio loop thread, so a run's redu
 interleaves with another change; each externally triggered change ends with
 :meth:`EngineState.flush`, which writes the run's changes to SQLite in one transaction before
 anything is acknowledged (spec sections 2, 3 and 7).
+
+One piece past 600 lines because ``StepMachine`` is one of the engine's mixins: the lifecycles
+above change the same Step execution records in one reducer.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Production sets ``SECRET_KEY``, ``ALLOWED_HOSTS``, ``DATABASE_URL``, ``REDIS_URL
 Parsing is strict: a boolean or integer that does not parse raises
 ``ImproperlyConfigured`` instead of silently falling back (Healthchecks ``hc/settings.py``).
 
+One module past 600 lines because Django reads one settings module, and every setting sits
+beside the environment variable and comment that explain it.
+
 Environment variables:
     DEBUG (bool, default false), SECRET_KEY (default: a random key generated once and kept in
     ``DEXAGENTS_VAR_DIR/secret_key``), ALLOWED_HOSTS (comma list, default the localhost
