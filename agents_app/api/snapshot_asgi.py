@@ -30,7 +30,7 @@ What it answers (everything else, and every doubt, goes to Django, which answers
 
 A request it started and handed to Django carries ``COUNTED_SCOPE_KEY`` in its ASGI scope,
 so the throttles do not count it twice. The answer is the view's, byte for byte
-(``apis.session_detail_body``, DRF's ``JSONRenderer``), with the same headers except
+(``snapshot.session_detail_body``, DRF's ``JSONRenderer``), with the same headers except
 uvicorn's own. Staleness is the snapshot cache's (``snapshot_cache``), with the stamp's
 token as ``known_tail`` knows it: a change whose event the engine is delivering to this
 process at that moment may be answered on the next read, with the ``events_after`` that goes
@@ -381,7 +381,7 @@ def _snapshot_session_of(path: str) -> str | None:
     """The session id when Django resolves ``path`` (without the root path) to
     ``SessionDetailApi``, else None; the last 4,096 paths are remembered until a setting
     changes (``ROOT_URLCONF`` among them)."""
-    from agents_app.api.views import SessionDetailApi
+    from agents_app.api.sessions import SessionDetailApi
 
     try:
         match = resolve(path)
@@ -471,7 +471,7 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
     from rest_framework.throttling import BaseThrottle
 
     from agents_app import selectors
-    from agents_app.api.views import SessionDetailApi
+    from agents_app.api.sessions import SessionDetailApi
     from agents_app.auth import ApiTokenExpiredError, token_key_prefix, token_match
     from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
     from agents_app.sessions import outbox
@@ -526,7 +526,7 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     from rest_framework.renderers import JSONRenderer
 
     from agents_app import selectors, services
-    from agents_app.api.views import flow_check_due, session_detail_body
+    from agents_app.api.snapshot import flow_check_due, session_detail_body
     from agents_app.gateway import dex_gateway, snapshot_cache
     from agents_app.live import session_events
     from agents_app.models import SESSION_STATUS_STOPPED
@@ -606,7 +606,7 @@ def _fixed_headers(secure: bool) -> tuple[tuple[bytes, bytes], ...]:
     response = HttpResponse(content_type="application/json")
     response["Vary"] = "Accept"
     # DRF's Allow: the methods the detail view has handlers for, in its order.
-    from agents_app.api.views import SessionDetailApi
+    from agents_app.api.sessions import SessionDetailApi
 
     view = SessionDetailApi()
     view.head = view.get  # type: ignore[attr-defined]  # View.setup adds it for a GET handler
