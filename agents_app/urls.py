@@ -2,34 +2,33 @@
 
 from django.urls import path
 
+from agents_app.api.agents import AgentListApi
 from agents_app.api.approvals import (
     ApprovalBulkDecideApi,
     ApprovalDecisionListApi,
     ApprovalListApi,
     InterruptResolveApi,
 )
+from agents_app.api.events import SessionEventsApi
+from agents_app.api.history import SessionHistoryApi
+from agents_app.api.messages import SessionMessageApi, SessionMessageTextApi
 from agents_app.api.notifications import NotificationPreferenceApi
-from agents_app.api.tokens import ApiTokenListCreateApi, ApiTokenRevokeApi
-from agents_app.api.usage import UsageApi
-from agents_app.api.views import (
-    AgentListApi,
-    QueuedMessageApi,
-    QueuedMessageSteerApi,
+from agents_app.api.queue import QueuedMessageApi, QueuedMessageSteerApi, SessionQueueApi
+from agents_app.api.sessions import (
     SessionArchiveApi,
     SessionDetailApi,
-    SessionElicitationAnswerApi,
-    SessionEventsApi,
-    SessionHistoryApi,
     SessionListCreateApi,
-    SessionMessageApi,
-    SessionMessageTextApi,
-    SessionPlanExecuteApi,
-    SessionQueueApi,
     SessionStopApi,
-    SessionTurnCancelApi,
     SessionUnarchiveApi,
+)
+from agents_app.api.tokens import ApiTokenListCreateApi, ApiTokenRevokeApi
+from agents_app.api.turns import (
+    SessionElicitationAnswerApi,
+    SessionPlanExecuteApi,
+    SessionTurnCancelApi,
     SessionUserInputApi,
 )
+from agents_app.api.usage import UsageApi
 
 app_name = "agents_api"
 

@@ -25,9 +25,9 @@ from django.views.decorators.http import require_safe
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
 
-from agents_app.api.health import readiness_view
+from agents_app.api.health import health_view, readiness_view
 from agents_app.api.schema import offline_docs_page, redoc_bundle_view
-from agents_app.api.views import SchemaView, health_view
+from agents_app.api.schema_view import SchemaView
 from agents_app.metrics import metrics_view
 
 urlpatterns = [

@@ -24,15 +24,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app.api.fields import BodySerializer, StrictBooleanField, StrictCharField
-from agents_app.api.query import KnownQueryParametersFilter, query_parameters_check
+from agents_app.api.query import KnownQueryParametersFilter, query_parameters_check, query_values
 from agents_app.api.schema import error_response, field_errors_serializer
-from agents_app.api.views import (
-    DELIVERY_FIELD,
-    SESSION_STOPPED_DETAIL,
-    DexErrorsMixin,
-    SessionStopped,
-    query_values,
-)
+from agents_app.api.session_access import SESSION_STOPPED_DETAIL, DexErrorsMixin, SessionStopped
+from agents_app.api.session_schema import DELIVERY_FIELD
 from agents_app.gateway import dex_gateway
 from agents_app.models import (
     SESSION_STATUS_STOPPED,

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import HttpRequest
+from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -66,3 +68,14 @@ class AsyncAPIView(APIView):
             response = await db(self.handle_exception)(exc)
         self.response = self.finalize_response(drf_request, response, *args, **kwargs)
         return self.response
+
+
+class AsyncListAPIView(AsyncAPIView, ListAPIView):
+    """DRF's ``ListAPIView`` under ``AsyncAPIView``'s dispatch: a subclass writes ``async def``
+    handlers and runs the list (ORM, pagination) with ``await db(self.list)(request)``."""
+
+
+async def release_database() -> None:
+    """Close this request's database connections before a long wait, so a waiting request
+    holds none (the next ORM call opens one again)."""
+    await db(connections.close_all)()

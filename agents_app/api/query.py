@@ -37,6 +37,17 @@ def query_parameters_check(*, request: Request, known: Iterable[str]) -> None:
         )
 
 
+def query_values(request: Request) -> dict[str, str]:
+    """The query string as a plain dict (the last value of a repeated parameter).
+
+    A serializer given the ``QueryDict`` itself reads it as an HTML form and takes an empty
+    value (``?before=``) for a missing one; from a dict, ``""`` is validated like any value
+    (400 for a number field), as the schema says.
+    """
+    return {key: request.query_params[key] for key in request.query_params}
+
+
+
 def view_query_parameters(view: Any) -> set[str]:
     """The query parameters ``view`` takes: its paginator's and its
     ``query_serializer_class``'s fields."""

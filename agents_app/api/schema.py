@@ -27,8 +27,8 @@ code   component                          added to
 
 409 bodies depend on the operation and are declared with ``extend_schema`` on the view
 (``ConflictError`` or a specific component); an explicit ``responses`` entry always wins over
-the defaults. ``agents_app.api.views.DexErrorsMixin`` is what actually serves the 503s and 404s
-listed here, ``agents_app.rest_errors`` the 413.
+the defaults. ``agents_app.api.session_access.DexErrorsMixin`` is what actually serves the 503s
+and 404s listed here, ``agents_app.rest_errors`` the 413.
 """
 
 from __future__ import annotations

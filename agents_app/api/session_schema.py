@@ -1,12 +1,15 @@
-"""OpenAPI components of a session's conversation and tool calls, for typed clients.
+"""OpenAPI components of a session's snapshot, conversation, tool calls and queue, for typed
+clients.
 
-These serializers only document responses (``SessionSnapshot`` and ``MessagePage``); the
-data itself is built by ``agents_app.gateway.dex_gateway`` (``message_to_data``,
-``tool_call_to_data``, ``plain_data`` of ``dex_agents.AgentInterrupt`` and
-``dex_agents.AgentUsage``), and ``tests/agents_app/api/test_api_session_schema.py`` checks both
-agree. Each becomes its own component, named after the class without ``Serializer``, so a
-client generated from ``/api/schema/`` (``openapi-python-client``, tests/e2e/
-test_api_contract.py) reads ``snapshot.messages[-1].role`` instead of a dict.
+These serializers only document responses (``SessionSnapshot``: ``SNAPSHOT_SCHEMA`` from
+``SNAPSHOT_FIELDS``; ``MessagePage``; ``MessageQueue``); the data itself is built by
+``agents_app.gateway.dex_gateway`` (``message_to_data``, ``tool_call_to_data``, ``plain_data``
+of ``dex_agents.AgentInterrupt`` and ``dex_agents.AgentUsage``) and ``agents_app.selectors``
+(the snapshot's Django extras, the queue with the outbox), and
+``tests/agents_app/api/test_api_session_schema.py`` checks both agree. Each becomes its own
+component, named after the class without ``Serializer``, so a client generated from
+``/api/schema/`` (``openapi-python-client``, tests/e2e/test_api_contract.py) reads
+``snapshot.messages[-1].role`` instead of a dict.
 
 Fields that may be absent are ``required=False`` (they are left out of the JSON, never
 null); fields that may be null are ``allow_null=True``. Enumerations are the seed's own
@@ -16,6 +19,7 @@ change of dex-agents, not something a provider or MCP server can introduce.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
 from dex_agents import MessageNotice, MessageRole, ToolCallStatus, ToolEffect
@@ -215,3 +219,186 @@ class SessionListUsageSerializer(serializers.Serializer):
     output_tokens = serializers.IntegerField(min_value=0)
     requests = serializers.IntegerField(min_value=0)
     cost_usd = serializers.CharField(help_text="US dollars as a decimal string.")
+
+
+class QueuedMessageOutputSerializer(serializers.Serializer):
+    """One queued or steered message, as the queue endpoint and the snapshot list it."""
+
+    id = serializers.CharField(
+        help_text="The message's ID: the one its POST answered (32 hex characters), kept "
+        "from the outbox through delivery; the queue endpoints take it."
+    )
+    text = serializers.CharField()
+    plan_mode = serializers.BooleanField()
+    created_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the session accepted it (null for old messages)."
+    )
+    delivery = serializers.ChoiceField(
+        choices=["delivered", "pending"],
+        help_text="pending: accepted and kept by the platform while the engine or every "
+        "worker did not answer, or while a budget is spent; it joins the session's queue "
+        "once delivered.",
+    )
+    held_reason = serializers.CharField(
+        required=False,
+        help_text="Only on a pending message a spent budget holds: which budget and when it "
+        "resets.",
+    )
+
+
+DELIVERY_FIELD = serializers.ChoiceField(
+    choices=["delivered", "pending"],
+    help_text="delivered: the engine has it. pending: the engine or every worker did not "
+    "answer; the platform keeps it and delivers it once they do.",
+)
+
+
+SNAPSHOT_FIELDS: dict[str, serializers.Field] = {
+    "id": serializers.CharField(),
+    "agent": serializers.CharField(),
+    "model": serializers.CharField(),
+    "title": serializers.CharField(),
+    "owner": serializers.CharField(),
+    "status": serializers.CharField(
+        help_text="waiting_for_user_message, running_model, running_tools, "
+        "waiting_for_user_input, starting before the session's first state, or stopped."
+    ),
+    "messages": SessionMessageSerializer(
+        many=True,
+        help_text="The newest retained messages, oldest first: at most 200, and as many as "
+        "fit about 1 MiB (GET .../messages/ pages back through older ones).",
+    ),
+    "pending_interrupts": PendingInterruptSerializer(
+        many=True, help_text="Tool calls waiting for a staff member's decision, oldest first."
+    ),
+    "awaiting_approval": serializers.BooleanField(),
+    "tool_calls": ToolCallRecordSerializer(
+        many=True,
+        help_text="The running turn's tool calls in the model's order; empty between "
+        "turns (the conversation in messages keeps every call and its result).",
+    ),
+    "usage": SessionUsageSerializer(help_text="Totals over every turn of the session."),
+    "queued_message_count": serializers.IntegerField(),
+    "queued_messages": QueuedMessageOutputSerializer(many=True),
+    "steered_messages": QueuedMessageOutputSerializer(
+        many=True,
+        help_text="Messages steered into the running turn that its model has not seen yet.",
+    ),
+    "last_turn_error": serializers.CharField(allow_null=True),
+    "has_older_messages": serializers.BooleanField(),
+    "can_send": serializers.BooleanField(),
+    "can_approve": serializers.BooleanField(),
+    "events_after": serializers.CharField(
+        allow_blank=True,
+        help_text="AgentEvents resume token read before this snapshot ('' when none): "
+        "connect /ws/sessions/<id>/events/?after=<it> to follow the session from here.",
+    ),
+    "live_events_after": serializers.CharField(
+        allow_blank=True,
+        help_text="Where a live view starts: before the running turn's turn_started, so "
+        "the text it already streamed shows; events_after when no turn runs.",
+    ),
+    "turn_id": serializers.CharField(allow_null=True),
+    "turn_mode": serializers.ChoiceField(
+        choices=["chat", "planning", "executing"],
+        help_text="What the running or last turn does: chat, planning (plan mode: only "
+        "write_todos runs) or executing (the plan).",
+    ),
+    "pending_input": inline_serializer(
+        "PendingUserInput",
+        {
+            "call_id": serializers.CharField(help_text="POST .../input/ names it."),
+            "prompt": serializers.CharField(),
+            "choices": serializers.ListField(
+                child=serializers.CharField(), help_text="Empty for a free-text answer."
+            ),
+        },
+        allow_null=True,
+        help_text="The question the model asked (request_user_input), or null.",
+    ),
+    "pending_elicitations": inline_serializer(
+        "PendingElicitation",
+        {
+            "kind": serializers.ChoiceField(choices=["elicitation"]),
+            "elicitation_id": serializers.CharField(
+                help_text="POST .../elicitations/<elicitation_id>/ answers it."
+            ),
+            "call_id": serializers.CharField(help_text="The tool call that asks."),
+            "tool_name": serializers.CharField(),
+            "server": serializers.CharField(help_text="The MCP server that asks."),
+            "mode": serializers.ChoiceField(
+                choices=["form", "url"],
+                help_text="form: fill requested_schema; url: open url yourself, then "
+                "answer accept (done), decline or cancel.",
+            ),
+            "message": serializers.CharField(help_text="The server's text for the user."),
+            "requested_schema": serializers.DictField(
+                allow_null=True,
+                help_text="The form (MCP's restricted JSON Schema: a flat object of string, "
+                "number, integer, boolean and enum properties, with required); null in "
+                "URL mode.",
+            ),
+            "field_order": serializers.ListField(
+                child=serializers.CharField(),
+                help_text="The form's property names in the server's order (empty in URL "
+                "mode); a JSON reader may not keep the order of requested_schema's keys.",
+            ),
+            "url": serializers.CharField(allow_null=True, help_text="URL mode only."),
+            "requested_at": serializers.DateTimeField(),
+            "deadline": serializers.DateTimeField(
+                help_text="Unanswered by then, the server is told the question was "
+                "cancelled."
+            ),
+        },
+        many=True,
+        help_text="Questions MCP servers ask during the running turn's tool calls, oldest "
+        "first; each call waits for its answer.",
+    ),
+    "pending_timer": inline_serializer(
+        "PendingTimer",
+        {
+            "call_id": serializers.CharField(),
+            "fires_at": serializers.DateTimeField(),
+            "duration_seconds": serializers.IntegerField(),
+            "reason": serializers.CharField(),
+        },
+        allow_null=True,
+        help_text="The running durable_wait, or null; steering a message ends it early.",
+    ),
+    "plan": inline_serializer(
+        "SessionPlan",
+        {
+            "revision": serializers.IntegerField(),
+            "status": serializers.ChoiceField(choices=["draft", "active", "completed"]),
+            "tasks": inline_serializer(
+                "PlanTask",
+                {
+                    "content": serializers.CharField(),
+                    "status": serializers.ChoiceField(
+                        choices=["pending", "in_progress", "completed"]
+                    ),
+                },
+                many=True,
+            ),
+        },
+        allow_null=True,
+        help_text="The session's plan (null before the first one and once cleared).",
+    ),
+    "plan_execution_requested": serializers.BooleanField(
+        help_text="POST .../plan/execute/ was accepted and its turn has not started yet."
+    ),
+    "summary": inline_serializer(
+        name="ContextSummary",
+        fields={
+            "through_sequence": serializers.IntegerField(),
+            "text": serializers.CharField(),
+            "generation": serializers.IntegerField(),
+            "first_retained_sequence": serializers.IntegerField(),
+        },
+        allow_null=True,
+        help_text="Context compaction: the summary of messages 1..through_sequence the "
+        "model sees instead of them; messages before first_retained_sequence were deleted. "
+        "null until a compaction ran.",
+    ),
+}
+SNAPSHOT_SCHEMA = inline_serializer(name="SessionSnapshot", fields=SNAPSHOT_FIELDS)

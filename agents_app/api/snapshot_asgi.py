@@ -5,11 +5,11 @@ Served through Django and DRF, a read that the snapshot cache answers still cost
 web CPU and ~12 thread hops (each of Django's sync-only middlewares, DRF's ``initial``, the
 session lookup, the answer's database work, rendering), most of it spent outside the read
 itself. ``SnapshotShortPath`` wraps the Django ASGI application and answers such a read in
-one thread hop (the database work: token, throttles, session row, outbox; on a ``_Lane``
-that keeps its connection between reads) and no engine read while this process's shared
-reader of the session's Stream knows its newest token (``session_events.known_tail``; the
-first read of a session reads it from the engine and starts that reader); everything else
-goes to Django unchanged.
+one thread hop (the database work: token, throttles, session row, outbox; on a lane of
+``snapshot_db``, which keeps its connection between reads) and no engine read while this
+process's shared reader of the session's Stream knows its newest token
+(``session_events.known_tail``; the first read of a session reads it from the engine and
+starts that reader); everything else goes to Django unchanged.
 
 What it answers (everything else, and every doubt, goes to Django, which answers as before):
 
@@ -30,7 +30,7 @@ What it answers (everything else, and every doubt, goes to Django, which answers
 
 A request it started and handed to Django carries ``COUNTED_SCOPE_KEY`` in its ASGI scope,
 so the throttles do not count it twice. The answer is the view's, byte for byte
-(``apis.session_detail_body``, DRF's ``JSONRenderer``), with the same headers except
+(``snapshot.session_detail_body``, DRF's ``JSONRenderer``), with the same headers except
 uvicorn's own. Staleness is the snapshot cache's (``snapshot_cache``), with the stamp's
 token as ``known_tail`` knows it: a change whose event the engine is delivering to this
 process at that moment may be answered on the next read, with the ``events_after`` that goes
@@ -40,14 +40,10 @@ with the older answer. Turn it off with ``DEXAGENTS["SNAPSHOT_SHORT_PATH"] = Fal
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextvars
 import dataclasses
 import functools
 import logging
-import threading
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -59,8 +55,11 @@ from django.http.request import split_domain_port, validate_host
 from django.urls import Resolver404, resolve
 from django.utils import timezone
 
+from agents_app.api.snapshot_db import PreparedQuery, lane
 from agents_app.api.throttling import COUNTED_SCOPE_KEY
 from agents_app.conf import dexagents_setting
+from agents_app.selectors import session_reads
+from agents_app.services import session_lifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -95,147 +94,9 @@ KNOWN_MIDDLEWARE = frozenset(
 #: ``Accept`` values DRF answers with ``JSONRenderer`` for this view (its first renderer).
 _JSON_ACCEPTS = frozenset({b"", b"*/*", b"application/*", b"application/json"})
 
-#: Threads that run this path's database work, each with its own connection.
-DATABASE_THREADS = 4
-#: A thread closes its connections once no read has used them for this long (seconds), so an
-#: idle web process holds none that a read opened ...
-CONNECTION_IDLE_SECONDS = 10.0
-#: ... and after this long open however busy (seconds), so a database that moved (a failover,
-#: a PgBouncer restart) is reached anew; ``CONN_MAX_AGE``, when set above 0, applies instead.
-CONNECTION_MAX_SECONDS = 300.0
-
-
-class _Lane:
-    """One thread of the path's database work and the connections it keeps between reads.
-
-    Django opens and closes a connection around each request by default (``CONN_MAX_AGE =
-    0``, see the settings for why); opening a SQLite connection (its ``init_command``
-    pragmas) cost ~40 % of a cached read's web CPU. A lane's thread is the path's own, so its
-    connections are kept while reads keep coming and closed on the thread that opened them:
-    after ``CONNECTION_IDLE_SECONDS`` without a read, after ``CONNECTION_MAX_SECONDS``, after
-    an error that left one unusable (as Django's ``close_if_unusable_or_obsolete``)."""
-
-    def __init__(self, number: int) -> None:
-        self.executor = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"snapshot-short-path-{number}"
-        )
-        self.busy = 0
-        self.last_used = 0.0
-        self.closer: asyncio.TimerHandle | None = None
-        self.closer_loop: asyncio.AbstractEventLoop | None = None
-
-    async def run(self, work: Callable[[], _Reader]) -> _Reader:
-        """``work()`` on this lane's thread, its connections checked before."""
-        loop = asyncio.get_running_loop()
-        self.busy += 1
-        try:
-            return await loop.run_in_executor(self.executor, _on_lane, work)
-        finally:
-            self.busy -= 1
-            self.last_used = loop.time()
-            if self.closer is None or self.closer_loop is not loop:
-                # (A closer left on a loop that ended, in tests, never runs.)
-                self.closer_loop = loop
-                self.closer = loop.call_later(CONNECTION_IDLE_SECONDS, self._close_if_idle)
-
-    def _close_if_idle(self) -> None:
-        loop = asyncio.get_running_loop()
-        idle_for = loop.time() - self.last_used
-        if self.busy or idle_for < CONNECTION_IDLE_SECONDS:
-            self.closer = loop.call_later(
-                max(CONNECTION_IDLE_SECONDS - idle_for, 0.1), self._close_if_idle
-            )
-            return
-        self.closer = None
-        self.executor.submit(_close_connections)
-
-
-_lanes_lock = threading.Lock()
-_lanes: list[_Lane] = []
-
-
-def _lane() -> _Lane:
-    """The least busy lane (the first of equals, so that one client's reads keep one
-    connection)."""
-    if not _lanes:
-        with _lanes_lock:
-            if not _lanes:
-                _lanes.extend(_Lane(number) for number in range(DATABASE_THREADS))
-    return min(_lanes, key=lambda lane: lane.busy)
-
-
-def _on_lane(work: Callable[[], _Reader]) -> _Reader:
-    _connections_check()
-    return work()
-
-
 #: For this long after this process sent a session a write (seconds), its reads take the
 #: stamp's token from the engine, not from ``session_events.known_tail``.
 WRITE_GUARD_SECONDS = 2.0
-#: A kept connection idle for longer than this (seconds) gets Django's health check before
-#: its next query (``CONN_HEALTH_CHECKS``; a ``SELECT 1`` on PostgreSQL), so one that the
-#: server closed meanwhile is replaced instead of failing a read.
-HEALTH_CHECK_IDLE_SECONDS = 1.0
-
-#: This thread's connections: when each opened and was last used, by database alias.
-_kept = threading.local()
-
-
-def _kept_times() -> tuple[dict[str, float], dict[str, float]]:
-    if not hasattr(_kept, "opened"):
-        _kept.opened, _kept.used = {}, {}
-    return _kept.opened, _kept.used
-
-
-def _connections_check() -> None:
-    """Before a read on a lane: close this thread's connections that an error left unusable,
-    that changed autocommit, or that are older than their age limit (``_Lane``); have those
-    idle for more than ``HEALTH_CHECK_IDLE_SECONDS`` health-checked (as Django checks a
-    persistent connection at each request)."""
-    from django.db import connections
-
-    opened, used = _kept_times()
-    now = time.monotonic()
-    for connection in connections.all(initialized_only=True):
-        alias = connection.alias
-        if connection.connection is None:
-            opened.pop(alias, None)
-            continue
-        if connection.settings_dict["CONN_MAX_AGE"] != 0:
-            connection.close_if_unusable_or_obsolete()
-            continue
-        if (
-            (connection.errors_occurred and not connection.is_usable())
-            or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]
-            or now - opened.get(alias, now) >= CONNECTION_MAX_SECONDS
-        ):
-            connection.close()
-            opened.pop(alias, None)
-            continue
-        connection.errors_occurred = False
-        if now - used.get(alias, now) > HEALTH_CHECK_IDLE_SECONDS:
-            connection.health_check_done = False  # type: ignore[attr-defined]
-
-
-def _connections_opened() -> None:
-    """After a read on a lane: note when this thread's connections opened and were used."""
-    from django.db import connections
-
-    opened, used = _kept_times()
-    now = time.monotonic()
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is not None:
-            opened.setdefault(connection.alias, now)
-            used[connection.alias] = now
-
-
-def _close_connections() -> None:
-    from django.db import connections
-
-    for connection in connections.all(initialized_only=True):
-        connection.close()
-    for times in _kept_times():
-        times.clear()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,7 +242,7 @@ def _snapshot_session_of(path: str) -> str | None:
     """The session id when Django resolves ``path`` (without the root path) to
     ``SessionDetailApi``, else None; the last 4,096 paths are remembered until a setting
     changes (``ROOT_URLCONF`` among them)."""
-    from agents_app.api.views import SessionDetailApi
+    from agents_app.api.sessions import SessionDetailApi
 
     try:
         match = resolve(path)
@@ -392,40 +253,6 @@ def _snapshot_session_of(path: str) -> str | None:
     return str(match.kwargs["session_id"])
 
 
-_SENTINEL = "\x00dexagents-short-path-parameter\x00"
-
-
-class _PreparedQuery:
-    """A ``values_list`` queryset compiled once per database alias and run again with another
-    value in place of ``_SENTINEL``: the ORM's SQL and its value converters (datetimes from
-    SQLite text, ...) without compiling the query on every read, which was most of the web
-    CPU of a cached read."""
-
-    def __init__(self, build: Callable[[str], Any]) -> None:
-        self._build = build
-        self._compiled: dict[str, tuple[Any, str, list[Any], int]] = {}
-        self._lock = threading.Lock()
-
-    def rows(self, value: str, *, using: str = "default") -> list[tuple[Any, ...]]:
-        """The queryset's rows with ``value`` as its parameter (values converted as the ORM
-        would)."""
-        from django.db import connections
-
-        compiled = self._compiled.get(using)
-        if compiled is None:
-            with self._lock:
-                queryset = self._build(_SENTINEL).using(using)
-                compiler = queryset.query.get_compiler(using)
-                sql, params = compiler.as_sql()
-                params = list(params)
-                compiled = (compiler, sql, params, params.index(_SENTINEL))
-                self._compiled[using] = compiled
-        compiler, sql, params, position = compiled
-        params = [*params[:position], value, *params[position + 1 :]]
-        with connections[using].cursor() as cursor:
-            cursor.execute(sql, params)
-            fetched = cursor.fetchall()
-        return [tuple(row) for row in compiler.results_iter(results=[fetched])]
 
 
 def _token_query(key_prefix: str) -> Any:
@@ -454,12 +281,12 @@ def _session_query(session_id: str) -> Any:
     )
 
 
-_TOKENS = _PreparedQuery(_token_query)
-_SESSIONS = _PreparedQuery(_session_query)
+_TOKENS = PreparedQuery(_token_query)
+_SESSIONS = PreparedQuery(_session_query)
 
 
 def _reader(request: _Request, scope: Scope) -> _Reader:
-    """The database work of one read, on a ``_Lane``'s thread: the token's user,
+    """The database work of one read, on a ``snapshot_db.Lane``'s thread: the token's user,
     the throttles (counted here), the session, the outbox's pending messages and the answer's
     extras. Two queries (token and user; session, agent, owner and whether the outbox keeps
     a message), a third only when it does.
@@ -470,49 +297,45 @@ def _reader(request: _Request, scope: Scope) -> _Reader:
     """
     from rest_framework.throttling import BaseThrottle
 
-    from agents_app.api.views import SessionDetailApi
+    from agents_app.api.sessions import SessionDetailApi
     from agents_app.auth import ApiTokenExpiredError, token_key_prefix, token_match
     from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
-    from agents_app.selectors import session_reads
     from agents_app.sessions import outbox
 
+    candidates = _TOKENS.rows(token_key_prefix(request.key))
     try:
-        candidates = _TOKENS.rows(token_key_prefix(request.key))
-        try:
-            holder = token_match(
-                request.key, ((row[0], row[1], row[2:]) for row in candidates)
-            )
-        except ApiTokenExpiredError:
-            holder = None
-        if holder is None or not holder[1]:
-            raise _HandOver(counted=False)
-        user_id, _active, user_is_staff = holder
-        throttle_request = _ThrottleRequest(_User(user_id), scope)
-        throttles: list[BaseThrottle] = [
-            throttle() for throttle in SessionDetailApi.throttle_classes
-        ]
-        for number, throttle in enumerate(throttles):
-            if not throttle.allow_request(throttle_request, None):  # type: ignore[arg-type]
-                raise _HandOver(counted=number > 0)
-        found = _SESSIONS.rows(request.session_id)
-        if not found:
-            raise _HandOver(counted=True)
-        status, updated_at, title, owner_id, slug, model, username, pending = found[0]
-        if not session_reads.session_readable(
-            owner_id=owner_id, user_id=user_id, user_is_staff=user_is_staff
-        ):
-            raise _HandOver(counted=True)
-        kept = (
-            outbox.outbox_message_pending(session=AgentSession(id=request.session_id))
-            if pending and status != SESSION_STATUS_STOPPED else []
+        holder = token_match(
+            request.key, ((row[0], row[1], row[2:]) for row in candidates)
         )
-        extras = session_reads.session_detail_extras_of(
-            model=model, title=title, owner_username=username, owner_id=owner_id,
-            status=status, user_id=user_id, user_is_staff=bool(user_is_staff),
-        )
-        return _Reader(request.session_id, status, updated_at, slug, kept, extras)
-    finally:
-        _connections_opened()
+    except ApiTokenExpiredError:
+        holder = None
+    if holder is None or not holder[1]:
+        raise _HandOver(counted=False)
+    user_id, _active, user_is_staff = holder
+    throttle_request = _ThrottleRequest(_User(user_id), scope)
+    throttles: list[BaseThrottle] = [
+        throttle() for throttle in SessionDetailApi.throttle_classes
+    ]
+    for number, throttle in enumerate(throttles):
+        if not throttle.allow_request(throttle_request, None):  # type: ignore[arg-type]
+            raise _HandOver(counted=number > 0)
+    found = _SESSIONS.rows(request.session_id)
+    if not found:
+        raise _HandOver(counted=True)
+    status, updated_at, title, owner_id, slug, model, username, pending = found[0]
+    if not session_reads.session_readable(
+        owner_id=owner_id, user_id=user_id, user_is_staff=user_is_staff
+    ):
+        raise _HandOver(counted=True)
+    kept = (
+        outbox.outbox_message_pending(session=AgentSession(id=request.session_id))
+        if pending and status != SESSION_STATUS_STOPPED else []
+    )
+    extras = session_reads.session_detail_extras_of(
+        model=model, title=title, owner_username=username, owner_id=owner_id,
+        status=status, user_id=user_id, user_is_staff=bool(user_is_staff),
+    )
+    return _Reader(request.session_id, status, updated_at, slug, kept, extras)
 
 
 async def _answer(request: _Request, scope: Scope) -> bytes:
@@ -525,15 +348,13 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     """
     from rest_framework.renderers import JSONRenderer
 
-    from agents_app.api.views import flow_check_due, session_detail_body
+    from agents_app.api.snapshot import flow_check_due, session_detail_body
     from agents_app.gateway import dex_gateway, snapshot_cache
     from agents_app.live import session_events
     from agents_app.models import SESSION_STATUS_STOPPED
-    from agents_app.selectors import session_reads
-    from agents_app.services import session_lifecycle
 
     work = functools.partial(contextvars.copy_context().run, _reader, request, scope)
-    reader = await _lane().run(work)
+    reader = await lane().run(work)
     # Shortly after this process sent the session a write, the stamp's token comes from the
     # engine: a Django read that began before the write may have put an older entry back, and
     # this process's reader of the Stream may not have read the write's event yet.
@@ -609,7 +430,7 @@ def _fixed_headers(secure: bool) -> tuple[tuple[bytes, bytes], ...]:
     response = HttpResponse(content_type="application/json")
     response["Vary"] = "Accept"
     # DRF's Allow: the methods the detail view has handlers for, in its order.
-    from agents_app.api.views import SessionDetailApi
+    from agents_app.api.sessions import SessionDetailApi
 
     view = SessionDetailApi()
     view.head = view.get  # type: ignore[attr-defined]  # View.setup adds it for a GET handler

@@ -13,7 +13,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 KEPT = [
-    ("agents_app.apis", "agents_app.api.views", ["health_view", "SchemaView"]),
+    ("agents_app.apis", "agents_app.api.health", ["health_view"]),
+    ("agents_app.apis", "agents_app.api.schema_view", ["SchemaView"]),
     ("agents_app.ops_views", "agents_app.api.health", ["readiness_view"]),
     ("agents_app.api_schema", "agents_app.api.schema", ["ApiAutoSchema"]),
     (
@@ -34,7 +35,7 @@ KEPT = [
 ]
 
 
-@pytest.mark.parametrize(("kept", "home", "names"), KEPT, ids=[k for k, _, _ in KEPT])
+@pytest.mark.parametrize(("kept", "home", "names"), KEPT, ids=[f"{k}:{h}" for k, h, _ in KEPT])
 def test_a_kept_path_gives_the_objects_of_their_new_home(
     kept: str, home: str, names: list[str]
 ) -> None:

@@ -176,8 +176,8 @@ def test_the_snapshot_short_path_keeps_its_connection_between_reads_then_gives_i
 ) -> None:
     """The short path's database thread keeps its connection while reads come (opening one
     per read was ~40 % of a read's CPU) and closes it once idle
-    (``snapshot_asgi.CONNECTION_IDLE_SECONDS``)."""
-    from agents_app.api.snapshot_asgi import CONNECTION_IDLE_SECONDS
+    (``snapshot_db.CONNECTION_IDLE_SECONDS``)."""
+    from agents_app.api.snapshot_db import CONNECTION_IDLE_SECONDS
 
     stack = web_on_postgres
     baseline = settled_connections(postgres_url)
@@ -202,7 +202,7 @@ def test_a_kept_connection_the_server_closed_is_replaced_before_a_read(
 
     import psycopg
 
-    from agents_app.api.snapshot_asgi import HEALTH_CHECK_IDLE_SECONDS
+    from agents_app.api.snapshot_db import HEALTH_CHECK_IDLE_SECONDS
     from tests.production_services import POSTGRES_SERVER_URL
 
     stack = web_on_postgres

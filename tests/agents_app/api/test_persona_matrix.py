@@ -277,7 +277,7 @@ def test_every_persona_gets_the_expected_status(world: dict[str, Any]) -> None:
 
 def test_staff_writes_to_someone_elses_session_say_why(world: dict[str, Any]) -> None:
     """Every owner-only route answers staff 403 with the same explanation."""
-    from agents_app.api.views import OWNER_ONLY_DETAIL
+    from agents_app.api.session_access import OWNER_ONLY_DETAIL
 
     values = path_values(world["owner"])
     owner_only = [row for row, expected in MATRIX.items() if expected[3:] == (400, 403)
