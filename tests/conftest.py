@@ -131,9 +131,14 @@ def anonymous_client(db: None) -> Any:
 
 @pytest.fixture
 def eager_celery() -> Iterator[None]:
-    """Run queued tasks in-process, as a Celery worker would."""
+    """Run queued tasks in-process, as a Celery worker would, with the tasks a worker finds.
+
+    A task queued by name (``agents_app.task_queue``) is looked up in the app's registry, which
+    a worker fills at start-up from every app's ``tasks`` module; do the same here, so a test
+    does not depend on another test having imported them first."""
     from dexagents_site import celery_app
 
+    celery_app.loader.import_default_modules()
     previous = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     try:
