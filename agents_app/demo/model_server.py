@@ -134,7 +134,8 @@ _MAX_BIG_KB = 1024.0
 _FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 _SUMMARY_LINE_CHARS = 60
 SUMMARY_REQUEST_PREFIX = "Summarize the conversation for context compaction."
-"""How the LiteLLM runner's summarizer instructions start (``runner.SUMMARY_INSTRUCTIONS``)."""
+"""How the LiteLLM runner's summarizer instructions start
+(``agents_app.worker.model_input.SUMMARY_INSTRUCTIONS``)."""
 _TEXT_CHUNK_WORDS = 3
 _ARGUMENT_CHUNK_CHARS = 8
 _MAX_SLOW_SECONDS = 60.0

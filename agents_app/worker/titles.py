@@ -162,13 +162,16 @@ async def title_write(
         The cleaned title, ``""`` when the model gave none.
 
     Raises:
-        runner.AgentConfigError: The provider is not configured (its key variable is unset).
+        agent_config.AgentConfigError: The provider is not configured (its key variable is
+            unset).
         Exception: What LiteLLM raises for a failed call (the key is never in its text:
-            ``runner.provider_failure`` redacts it).
+            ``provider_errors.provider_failure`` redacts it).
     """
     from agents_app.providers import load_litellm, unpriced_model_pricing
+    from agents_app.worker.agent_config import AgentModelConfig
     from agents_app.worker.model_replies import read_chat_response
-    from agents_app.worker.runner import DEFAULT_MODEL_TIMEOUT, AgentModelConfig, provider_failure
+    from agents_app.worker.model_requests import DEFAULT_MODEL_TIMEOUT
+    from agents_app.worker.provider_errors import provider_failure
 
     config = AgentModelConfig.parse(agent_config)
     api_key = config.api_key()

@@ -31,7 +31,7 @@ from agents_app.demo.model_server import (
     responses_messages,
     split_text,
 )
-from agents_app.worker.runner import SUMMARY_INSTRUCTIONS, summary_request_messages
+from agents_app.worker.model_input import SUMMARY_INSTRUCTIONS, summary_request_messages
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STARTUP_DEADLINE_SECONDS = 30.0
