@@ -6,7 +6,7 @@ so Dex owns retries (seed "run_model_step(turn)"); a failure is sorted by
 deltas go to the caller's buffers as they arrive (``agents_app.worker.model_replies``).
 
 May import: ``agents_app.worker.agent_config``, ``model_requests``, ``model_replies``,
-``provider_errors``, ``agents_app.providers`` and ``dex_agents``.
+``provider_errors``, ``reply_deltas``, ``agents_app.providers`` and ``dex_agents``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from agents_app.providers import (
 )
 from agents_app.worker.agent_config import AgentModelConfig
 from agents_app.worker.model_replies import (
-    DeltaBuffer,
     ModelReply,
     ModelResponseError,
     chat_response_reasoning,
@@ -35,6 +34,7 @@ from agents_app.worker.model_replies import (
 )
 from agents_app.worker.model_requests import DEFAULT_MODEL_TIMEOUT, chat_request, responses_request
 from agents_app.worker.provider_errors import provider_failure
+from agents_app.worker.reply_deltas import DeltaBuffer
 from dex_agents import ContextWindowExceededError
 
 __all__ = ["model_call", "model_calls_warm", "summary_call"]

@@ -9,7 +9,8 @@ rest of its work lives beside it, one responsibility a module:
 - ``model_input``: the model input rebuilt from Dex state (stored messages, the turn's run
   state and tool results, cuts to the window, images), the summarizer's input;
 - ``model_requests``: stored items in each API's wire form, and the LiteLLM request;
-- ``model_calls``: the LiteLLM calls and the reading of their replies (``model_replies``);
+- ``model_calls``: the LiteLLM calls and the reading of their replies (``model_replies``;
+  streamed deltas buffered and merged in ``reply_deltas``);
 - ``provider_errors``: which provider failures another attempt may fix (issue 25);
 - ``tool_calls``: a reply's tool calls, checked and given Dex IDs;
 - ``tool_execution``: one approved tool call on its MCP server, its progress, logs and the
@@ -64,14 +65,9 @@ from agents_app.worker.model_input import (
     stored_message_item,
     summary_request_messages,
 )
-from agents_app.worker.model_replies import (
-    DeltaBuffer,
-    ModelReply,
-    ModelResponseError,
-    ReasoningDeltaBuffer,
-    usage_from,
-)
+from agents_app.worker.model_replies import ModelReply, ModelResponseError, usage_from
 from agents_app.worker.model_requests import chat_message
+from agents_app.worker.reply_deltas import DeltaBuffer, ReasoningDeltaBuffer
 from agents_app.worker.tool_calls import (
     REJECTED_CALL_POLICY,
     PreparedToolCall,

@@ -29,17 +29,19 @@ from agents_app.worker.model_input import (
     summary_request_messages,
 )
 from agents_app.worker.model_replies import (
-    REASONING_KEPT_CHARS,
-    DeltaBuffer,
     ModelResponseError,
-    ReasoningDeltaBuffer,
-    ToolCallAccumulator,
     openai_chunk_stream,
     read_chat_stream,
-    tool_call_delta,
 )
 from agents_app.worker.model_requests import chat_message, responses_request
 from agents_app.worker.provider_errors import ProviderCallError
+from agents_app.worker.reply_deltas import (
+    REASONING_KEPT_CHARS,
+    DeltaBuffer,
+    ReasoningDeltaBuffer,
+    ToolCallAccumulator,
+    tool_call_delta,
+)
 from agents_app.worker.runner import LiteLLMRunner
 from agents_app.worker.tool_calls import REJECTED_CALL_POLICY, finalize_tool_calls
 from dex_agents import (
