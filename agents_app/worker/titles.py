@@ -31,7 +31,7 @@ TITLE_QUOTE_CHARS = 2_000
 TITLE_REQUEST_PREFIX = "Write a short title for this conversation."
 #: Quote marks a model may put around a title (ASCII, typographic double and single, backtick).
 QUOTES = "\"'`*\u201c\u201d\u2018\u2019"
-#: Lines the demo model reads as directives (``agents_app.demo.model_server``'s module docstring).
+#: Lines the demo model reads as directives (``agents_app.demo.script``'s module docstring).
 DEMO_DIRECTIVE_LINE = re.compile(
     r"^\s*/(?:tool|wait|ask|fail|slow|think|big|context|stop)(?:\s|$)"
 )

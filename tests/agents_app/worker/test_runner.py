@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 
-from agents_app.demo.model_server import FAIL_STATUSES
+from agents_app.demo.script import FAIL_STATUSES
 from agents_app.gateway import dex_gateway
 from agents_app.providers import LOCAL_SERVER_KEY, count_tokens, load_litellm
 from agents_app.worker.agent_config import AgentConfigError, AgentModelConfig, AgentToolEntry
