@@ -246,7 +246,8 @@ def litellm_warm() -> None:
     timeout).
 
     ``manage.py dexworker`` runs it in a thread before it registers with the engine
-    (``agents_app.worker.runner.model_calls_warm``). Safe from any thread and more than once.
+    (``agents_app.worker.model_calls.model_calls_warm``). Safe from any thread and more than
+    once.
     """
     litellm = load_litellm()
     litellm.get_model_info("gpt-4o-mini")

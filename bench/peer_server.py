@@ -109,7 +109,7 @@ PEER_OFFLINE_ENV = {
     "PYTHONUNBUFFERED": "1",
 }
 
-#: Three READ tool calls in one demo-model response (``agents_app.demo.model_server``, ``/tool``).
+#: Three READ tool calls in one demo-model response (``agents_app.demo.script``, ``/tool``).
 OUR_TURN_MESSAGE = "\n".join(
     f"/tool search__web_search {json.dumps({'query': query})}"
     for query in ("durable agents", "agent servers", "benchmarks")

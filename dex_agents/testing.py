@@ -602,11 +602,12 @@ def run_agent_worker(
 
     ``warm_up`` loads, on this event loop and before the Worker registers, what its first
     Step would otherwise load while serving (a LiteLLM runner passes
-    ``agents_app.worker.runner.model_calls_warm``, as ``manage.py dexworker`` does). A Worker
-    started after a kill otherwise imports LiteLLM inside the retried model Step, blocking its
-    event loop for seconds (tens under load): the pull stream that replaces the Step's is not
-    opened meanwhile, the engine routes the session's RPCs only to a Flow-type stream while the
-    killed Worker is still the sticky one, and answers them "no worker available" after 10 s.
+    ``agents_app.worker.model_calls.model_calls_warm``, as ``manage.py dexworker`` does). A
+    Worker started after a kill otherwise imports LiteLLM inside the retried model Step,
+    blocking its event loop for seconds (tens under load): the pull stream that replaces the
+    Step's is not opened meanwhile, the engine routes the session's RPCs only to a Flow-type
+    stream while the killed Worker is still the sticky one, and answers them "no worker
+    available" after 10 s.
 
     Raises:
         KeyError: If ``DEX_SERVER_ADDRESS`` is not set.

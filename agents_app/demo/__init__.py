@@ -1,8 +1,9 @@
-"""The demo model: a scripted, deterministic OpenAI-compatible server (``model_server``).
+"""The demo model: a scripted, deterministic OpenAI-compatible server, and the demo data.
 
-LiteLLM talks to it over real HTTP when no provider key is set; its directives (``/slow``,
-``/tool``, ``/plan`` and the rest) are listed in its module docstring. Run it with
-``python -m agents_app.demo.model_server``.
+LiteLLM talks to it over real HTTP when no provider key is set. Its script (``script``) reads
+the directives (``/slow``, ``/tool``, ``/fail`` and the rest, listed in that module's docstring)
+and plans the reply, ``openai_wire`` gives the reply the OpenAI wire shapes, and
+``model_server`` serves them. Run it with ``python -m agents_app.demo.model_server``.
 
 The demo rows (the demo MCP servers and their tools, the ``demo`` and ``demo-small`` agents,
 the ``demo`` user and the ``admin`` superuser) are created by ``seed.demo_seed``, which

@@ -31,7 +31,7 @@ TITLE_QUOTE_CHARS = 2_000
 TITLE_REQUEST_PREFIX = "Write a short title for this conversation."
 #: Quote marks a model may put around a title (ASCII, typographic double and single, backtick).
 QUOTES = "\"'`*\u201c\u201d\u2018\u2019"
-#: Lines the demo model reads as directives (``agents_app.demo.model_server``'s module docstring).
+#: Lines the demo model reads as directives (``agents_app.demo.script``'s module docstring).
 DEMO_DIRECTIVE_LINE = re.compile(
     r"^\s*/(?:tool|wait|ask|fail|slow|think|big|context|stop)(?:\s|$)"
 )
@@ -162,13 +162,16 @@ async def title_write(
         The cleaned title, ``""`` when the model gave none.
 
     Raises:
-        runner.AgentConfigError: The provider is not configured (its key variable is unset).
+        agent_config.AgentConfigError: The provider is not configured (its key variable is
+            unset).
         Exception: What LiteLLM raises for a failed call (the key is never in its text:
-            ``runner.provider_failure`` redacts it).
+            ``provider_errors.provider_failure`` redacts it).
     """
     from agents_app.providers import load_litellm, unpriced_model_pricing
+    from agents_app.worker.agent_config import AgentModelConfig
     from agents_app.worker.model_replies import read_chat_response
-    from agents_app.worker.runner import DEFAULT_MODEL_TIMEOUT, AgentModelConfig, provider_failure
+    from agents_app.worker.model_requests import DEFAULT_MODEL_TIMEOUT
+    from agents_app.worker.provider_errors import provider_failure
 
     config = AgentModelConfig.parse(agent_config)
     api_key = config.api_key()

@@ -207,7 +207,8 @@ def test_turn_counters_count_a_first_call_and_a_last_failed_attempt() -> None:
 
     from prometheus_client import REGISTRY
 
-    from agents_app.worker.runner import AgentConfigError, LiteLLMRunner
+    from agents_app.worker.agent_config import AgentConfigError
+    from agents_app.worker.runner import LiteLLMRunner
     from tests.agents_app.worker.test_runner import _unused_resolver, make_turn, user_message
 
     def sample(name: str) -> float:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agents_app.demo.model_server import big_text
+from agents_app.demo.script import big_text
 from agents_app.providers import count_tokens
 from tests.e2e.conftest import PYTHON, wait_until
 from tests.e2e.relay_stack import Stack, dex_client, running_stack

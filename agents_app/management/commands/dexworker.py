@@ -92,7 +92,7 @@ class Command(BaseCommand):
         from agents_app.gateway import dex_gateway
         from agents_app.sessions.session_index import SessionIndexObserver
         from agents_app.worker.flow import build_flow
-        from agents_app.worker.runner import model_calls_warm
+        from agents_app.worker.model_calls import model_calls_warm
         from dex_agents import AgentCodecRegistry
         from dex_agents._worker_tuning import cache_sdk_version
         from mcp_registry.client import McpClientPool

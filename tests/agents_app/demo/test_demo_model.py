@@ -23,15 +23,10 @@ import httpx
 import litellm
 import pytest
 
-from agents_app.demo.model_server import (
-    READY_LINE_PREFIX,
-    SUMMARY_REQUEST_PREFIX,
-    big_text,
-    plan_reply,
-    responses_messages,
-    split_text,
-)
-from agents_app.worker.runner import SUMMARY_INSTRUCTIONS, summary_request_messages
+from agents_app.demo.model_server import READY_LINE_PREFIX
+from agents_app.demo.openai_wire import responses_messages, split_text
+from agents_app.demo.script import SUMMARY_REQUEST_PREFIX, big_text, plan_reply
+from agents_app.worker.model_input import SUMMARY_INSTRUCTIONS, summary_request_messages
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STARTUP_DEADLINE_SECONDS = 30.0

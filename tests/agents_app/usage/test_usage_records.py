@@ -15,7 +15,7 @@ from agents_app.models import UsageRecord
 from agents_app.sessions.session_index import session_changes_apply
 from agents_app.usage.pricing import call_cost
 from agents_app.usage.usage_records import usage_summary
-from agents_app.worker.runner import AgentConfigError, AgentModelConfig
+from agents_app.worker.agent_config import AgentConfigError, AgentModelConfig
 from dex_agents import AgentSessionChange, AgentStatus, AgentUsage, usd_text
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory
 

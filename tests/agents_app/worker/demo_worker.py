@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from agents_app.worker.runner import LiteLLMRunner, model_calls_warm
+from agents_app.worker.model_calls import model_calls_warm
+from agents_app.worker.runner import LiteLLMRunner
 from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect
 from dex_agents.testing import run_agent_worker
 from mcp_registry.client import McpServerSpec

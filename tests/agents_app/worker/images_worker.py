@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agents_app.worker.runner import LiteLLMRunner, model_calls_warm
+from agents_app.worker.model_calls import model_calls_warm
+from agents_app.worker.runner import LiteLLMRunner
 from dex_agents import AgentSessionFlow, AgentSessionOptions, ToolEffect
 from dex_agents.testing import run_agent_worker
 from mcp_registry.client import McpServerSpec

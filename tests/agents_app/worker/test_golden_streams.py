@@ -25,12 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agents_app.worker.runner import (
-    REJECTED_CALL_POLICY,
-    USAGE_KEY,
-    LiteLLMRunner,
-    decode_run_state,
-)
+from agents_app.worker.model_input import decode_run_state
+from agents_app.worker.runner import USAGE_KEY, LiteLLMRunner
+from agents_app.worker.tool_calls import REJECTED_CALL_POLICY
 from dex_agents import (
     AgentToolCall,
     AgentTurnOutcome,

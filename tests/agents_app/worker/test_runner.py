@@ -16,35 +16,34 @@ from typing import Any, cast
 
 import pytest
 
-from agents_app.demo.model_server import FAIL_STATUSES
+from agents_app.demo.script import FAIL_STATUSES
 from agents_app.gateway import dex_gateway
 from agents_app.providers import LOCAL_SERVER_KEY, count_tokens, load_litellm
-from agents_app.worker.model_replies import (
-    REASONING_KEPT_CHARS,
-    DeltaBuffer,
-    ReasoningDeltaBuffer,
-    openai_chunk_stream,
-    read_chat_stream,
-)
-from agents_app.worker.runner import (
-    REJECTED_CALL_POLICY,
-    AgentConfigError,
-    AgentModelConfig,
-    AgentToolEntry,
-    LiteLLMRunner,
-    ModelResponseError,
-    ProviderCallError,
-    ToolCallAccumulator,
+from agents_app.worker.agent_config import AgentConfigError, AgentModelConfig, AgentToolEntry
+from agents_app.worker.model_input import (
     build_model_input,
-    chat_message,
     cut_tool_result,
     decode_run_state,
     encode_run_state,
-    finalize_tool_calls,
     measure_context,
     summary_request_messages,
+)
+from agents_app.worker.model_replies import (
+    ModelResponseError,
+    openai_chunk_stream,
+    read_chat_stream,
+)
+from agents_app.worker.model_requests import chat_message, responses_request
+from agents_app.worker.provider_errors import ProviderCallError
+from agents_app.worker.reply_deltas import (
+    REASONING_KEPT_CHARS,
+    DeltaBuffer,
+    ReasoningDeltaBuffer,
+    ToolCallAccumulator,
     tool_call_delta,
 )
+from agents_app.worker.runner import LiteLLMRunner
+from agents_app.worker.tool_calls import REJECTED_CALL_POLICY, finalize_tool_calls
 from dex_agents import (
     AgentEventWriter,
     AgentMessage,
@@ -1036,17 +1035,16 @@ async def test_a_tools_timeout_bounds_its_mcp_request_not_the_servers_call_timeo
 
 
 def test_responses_requests_are_stateless_and_ask_for_reasoning_only_where_supported() -> None:
-    runner = LiteLLMRunner(_unused_resolver)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     reasoning_model = AgentModelConfig.parse(agent_config(None, model="openai/gpt-5-mini"))
-    request = runner._responses_request(reasoning_model, messages)
+    request = responses_request(reasoning_model, messages)
     assert request["store"] is False
     assert request["instructions"] == "Be brief."
     assert request["input"] == [{"type": "message", "role": "user", "content": "hi"}]
     assert request["reasoning"] == {"summary": "auto"}
     assert request["include"] == ["reasoning.encrypted_content"]
     plain_model = AgentModelConfig.parse(agent_config(None, model="openai/gpt-4.1"))
-    plain = runner._responses_request(plain_model, messages)
+    plain = responses_request(plain_model, messages)
     assert "reasoning" not in plain and "include" not in plain
 
 
@@ -1244,7 +1242,7 @@ STUB_SERVER = Path(__file__).resolve().parents[2] / "mcp_registry" / "stub_serve
 
 
 def test_a_stored_tool_result_is_bounded_with_a_note() -> None:
-    from agents_app.worker.runner import stored_text
+    from agents_app.worker.tool_execution import stored_text
 
     assert stored_text("short") == "short"
     assert stored_text("é" * 100, limit=602) == "é" * 100  # "\u00e9" x 100 and two quotes
@@ -1260,7 +1258,7 @@ async def test_a_huge_mcp_result_is_recorded_cut_and_kept_whole_apart(tmp_path: 
     """A 3 MB result (and the model's echo of it) once left the session past what one Dex
     read can load: unreadable, stuck. The record keeps at most 1 MiB of it for the model, and
     the whole text goes to the session as ``full_text`` (stored in parts)."""
-    from agents_app.worker.runner import TOOL_RESULT_MAX_STORED_BYTES
+    from agents_app.worker.tool_execution import TOOL_RESULT_MAX_STORED_BYTES
 
     spec = McpServerSpec(
         name="stub", transport="stdio", command=sys.executable,

@@ -20,14 +20,9 @@ import pytest
 from mcp.types import ImageContent
 
 from agents_app.gateway.dex_gateway import snapshot_to_data
-from agents_app.worker.runner import (
-    DEX_TOOL_CALL_KEY,
-    AgentConfigError,
-    AgentModelConfig,
-    LiteLLMRunner,
-    build_model_input,
-    encode_run_state,
-)
+from agents_app.worker.agent_config import AgentConfigError, AgentModelConfig
+from agents_app.worker.model_input import DEX_TOOL_CALL_KEY, build_model_input, encode_run_state
+from agents_app.worker.runner import LiteLLMRunner
 from dex_agents import (
     AgentEventWriter,
     AgentMessage,

@@ -8,7 +8,7 @@ import datetime
 
 import pytest
 
-from agents_app.demo.model_server import plan_reply
+from agents_app.demo.script import plan_reply
 from agents_app.worker.titles import (
     TITLE_MAX_CHARS,
     clean_title,
