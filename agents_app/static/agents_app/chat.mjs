@@ -29,36 +29,29 @@ import { ActivityLog } from "./activity.mjs";
 import { announce } from "./announcer.mjs";
 import { api } from "./api.mjs";
 import { attachCounter, overLimitMessage } from "./char_limit.mjs";
+import { RUNNING, TURN_OPEN, config, followingChange, queue, sessionPath, showAlert, state } from "./chat_page.mjs";
+import { cancelScheduledSnapshot, loadSnapshot, scheduleSnapshot, showSnapshotsWith } from "./chat_snapshot.mjs";
 import { copyButton } from "./copy_button.mjs";
 import { decisionForm } from "./decision_form.mjs";
 import { contentFrom, elicitationCard, fieldErrors, fieldNodes, rawValues, showFieldErrors } from "./elicitation_form.mjs";
-import { byId, el, isSendShortcut, pageConfig, prettyJson, refreshCountdowns } from "./dom.mjs";
+import { byId, el, isSendShortcut, prettyJson, refreshCountdowns } from "./dom.mjs";
 import { LiveText } from "./live_text.mjs";
 import { renderMarkdown, renderMarkdownSoon } from "./markdown.mjs";
-import { MessageQueue } from "./message_queue.mjs";
 import { dayBreaks, messageTime, placeDaySeparators } from "./message_times.mjs";
 import { planCard, questionPanel, statusBadge, timerCard } from "./session_panels.mjs";
 import { confirmDelete, confirmWith, deleteSession, setArchived, startRename } from "./session_manage.mjs";
-import { sessionApiPath, sessionsPagePath } from "./urls.mjs";
+import { sessionsPagePath } from "./urls.mjs";
 import { messageUsageBadge, messageUsageTitle, showSessionUsage, showTurnUsage, usdDisplay } from "./usage_display.mjs";
 import { Timeline } from "./timeline.mjs";
 import { platformResultText, readTurnNotice } from "./turn_notice.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
-const config = pageConfig("chat-config");
-const sessionPath = sessionApiPath(config.session);
-const RUNNING = new Set(["starting", "running_model", "running_tools"]);
-// A turn is open while it runs and while its question waits for an answer.
-const TURN_OPEN = new Set([...RUNNING, "waiting_for_user_input"]);
 const FALLBACK_REFRESH_MS = 8000;
-const EVENT_REFRESH_DEBOUNCE_MS = 250;
 const TURN_END_RETRY_MS = 300;
 const TURN_END_MAX_TRIES = 30;
 const OLDER_PAGE_SIZE = 50;
-const FOLLOW_DISTANCE_PX = 160;
 
 const live = new LiveText();
-const queue = new MessageQueue();
 const activity = new ActivityLog({ list: byId("activity-list"), empty: byId("activity-empty") });
 const timeline = new Timeline({
   historyPath: `${sessionPath}history/`,
@@ -66,55 +59,6 @@ const timeline = new Timeline({
   panel: byId("timeline-panel"),
   toolName: (id) => state.toolNames.get(id) ?? state.snapshot?.tool_calls?.find((call) => call.tool_call_id === id)?.tool_name,
 });
-const state = {
-  gone: false, // the session was deleted: nothing more is read or shown live
-  snapshot: null,
-  status: config.status,
-  messages: new Map(), // sequence -> message
-  nodes: new Map(), // sequence -> <li>
-  daySeparators: new Map(), // sequence -> the day separator <li> before that message
-  toolNames: new Map(), // tool_call_id -> tool name, from assistant messages
-  oldest: null,
-  hasOlder: false,
-  loadingOlder: false,
-  olderUnavailable: false,
-  completedTurns: new Set(),
-  currentTurn: null,
-  ending: new Map(), // turn_id -> {messageCount, tries}
-  queueNodes: new Map(), // queue row key -> <li>
-  queueBusy: false, // a delete, edit or steer is in flight
-  queueFocus: null, // {action, index}: where focus goes once the queue is shown again
-  snapshotReads: 0, // snapshot reads started
-  planPosting: false, // an Execute / Continue request is in flight
-  planRequestedBefore: 0, // snapshot reads started before an accepted execution show it requested
-  question: null, // call_id of the question the panel shows
-  answering: null, // call_id of an answer in flight or sent
-  composeInstead: null, // call_id (or elicitation ID) the owner chose to write a message instead of
-  elicitation: null, // the elicitation card the panel shows
-  elicitationSending: null, // ID of the elicitation whose answer is in flight or sent
-  socket: null,
-  announcing: false, // the first snapshot is shown: later changes are announced (announcer.mjs)
-  announcedUpTo: 0, // the newest message sequence a screen reader was told of (or shown at load)
-  writingTurns: new Set(), // turns whose streamed answer was announced as being written
-};
-
-// ---------------------------------------------------------------- scrolling
-
-function nearBottom() {
-  const page = document.documentElement;
-  return window.innerHeight + window.scrollY >= page.scrollHeight - FOLLOW_DISTANCE_PX;
-}
-
-function scrollToBottom() {
-  window.scrollTo({ top: document.documentElement.scrollHeight, behavior: "instant" });
-}
-
-/** Run `change`, then keep following the newest content if the reader was at the bottom. */
-function followingChange(change, { force = false } = {}) {
-  const follow = force || nearBottom();
-  change();
-  if (follow) scrollToBottom();
-}
 
 // ---------------------------------------------------------------- header and alerts
 
@@ -166,15 +110,6 @@ async function cancelTurn() {
   loadSnapshot();
 }
 
-/** Show `text` in the page's alert (none when empty); `kind` names what it is about
- * ("turn-failed" for the last turn's failure, which the next turn's start clears). */
-function showAlert(text, kind = "") {
-  const alert = byId("chat-alert");
-  alert.textContent = text;
-  alert.hidden = !text;
-  alert.dataset.kind = text ? kind : "";
-}
-
 /** The session was deleted (in another tab, by staff, or here): a final state. The status
  * reads "Deleted", the live panels, the composer and every control are gone, the alert says
  * so at the top, and the page stops reading the session (no repeated 404s). */
@@ -182,8 +117,7 @@ function showSessionGone() {
   if (state.gone) return;
   state.gone = true;
   state.socket?.stop();
-  clearTimeout(debounce);
-  debounce = null;
+  cancelScheduledSnapshot();
   live.clear();
   renderAllLive();
   state.status = "deleted";
@@ -1282,46 +1216,6 @@ function applySnapshot(snapshot, queueRead, snapshotRead) {
   state.announcing = true;
 }
 
-let loading = null;
-let loadAgain = false;
-let debounce = null;
-
-/** Read the snapshot now (one read at a time; a request during a read runs once after it). */
-async function loadSnapshot() {
-  if (state.gone) return undefined;
-  if (loading) {
-    loadAgain = true;
-    return loading;
-  }
-  loading = (async () => {
-    const queueRead = queue.startRead();
-    state.snapshotReads += 1;
-    const snapshotRead = state.snapshotReads;
-    try {
-      const snapshot = await api(sessionPath);
-      if (!state.gone) applySnapshot(snapshot, queueRead, snapshotRead);
-    } catch (error) {
-      if (error.status === 404) showSessionGone();
-      else if (error.status === 403 || error.status === 401) showAlert("You are no longer allowed to read this session; log in again.");
-      else if (error.status !== 0) showAlert(error.message);
-    }
-  })();
-  await loading;
-  loading = null;
-  if (loadAgain && !state.gone) {
-    loadAgain = false;
-    await loadSnapshot();
-  }
-}
-
-function scheduleSnapshot(delay = EVENT_REFRESH_DEBOUNCE_MS) {
-  if (debounce) return;
-  debounce = setTimeout(() => {
-    debounce = null;
-    loadSnapshot();
-  }, delay);
-}
-
 // ---------------------------------------------------------------- events
 
 /**
@@ -1609,6 +1503,8 @@ async function deleteThisSession() {
 }
 
 // ---------------------------------------------------------------- start
+
+showSnapshotsWith({ show: applySnapshot, gone: showSessionGone });
 
 function refreshNow() {
   if (state.gone) return;

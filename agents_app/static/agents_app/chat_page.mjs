@@ -1,0 +1,85 @@
+// What the chat page's parts (chat.mjs and the chat_*.mjs modules it wires) share: the page's
+// configuration from its template, the session's API path, the state more than one part reads
+// or writes, the message queue's model, the page alert, and following the newest content while
+// the reader is at the bottom. It imports no other part of the page; every part may import it.
+// State that one part alone uses lives in that part.
+
+import { byId, pageConfig } from "./dom.mjs";
+import { MessageQueue } from "./message_queue.mjs";
+import { sessionApiPath } from "./urls.mjs";
+
+/** The template's client_config (session, status, owner, isOwner, canSend, canApprove, ...). */
+export const config = pageConfig("chat-config");
+/** The session's REST path, "/api/v1/sessions/<id>/" (urls.mjs). */
+export const sessionPath = sessionApiPath(config.session);
+export const RUNNING = new Set(["starting", "running_model", "running_tools"]);
+// A turn is open while it runs and while its question waits for an answer.
+export const TURN_OPEN = new Set([...RUNNING, "waiting_for_user_input"]);
+const FOLLOW_DISTANCE_PX = 160;
+
+/** The Message queue panel's model (message_queue.mjs), fed by the snapshot, the queue reads
+ * and the composer's sends. */
+export const queue = new MessageQueue();
+
+export const state = {
+  gone: false, // the session was deleted: nothing more is read or shown live
+  snapshot: null, // the snapshot shown last
+  status: config.status, // the status shown (the snapshot's, or one hinted by live events)
+  messages: new Map(), // sequence -> message
+  nodes: new Map(), // sequence -> <li>
+  daySeparators: new Map(), // sequence -> the day separator <li> before that message
+  toolNames: new Map(), // tool_call_id -> tool name, from assistant messages
+  oldest: null,
+  hasOlder: false,
+  loadingOlder: false,
+  olderUnavailable: false,
+  completedTurns: new Set(), // turns whose messages are stored: their live events add nothing
+  currentTurn: null, // the open turn of the snapshot shown
+  ending: new Map(), // turn_id -> {messageCount, tries}
+  queueNodes: new Map(), // queue row key -> <li>
+  queueBusy: false, // a delete, edit or steer is in flight
+  queueFocus: null, // {action, index}: where focus goes once the queue is shown again
+  snapshotReads: 0, // snapshot reads started
+  planPosting: false, // an Execute / Continue request is in flight
+  planRequestedBefore: 0, // snapshot reads started before an accepted execution show it requested
+  question: null, // call_id of the question the panel shows
+  answering: null, // call_id of an answer in flight or sent
+  composeInstead: null, // call_id (or elicitation ID) the owner chose to write a message instead of
+  elicitation: null, // the elicitation card the panel shows
+  elicitationSending: null, // ID of the elicitation whose answer is in flight or sent
+  socket: null, // the events websocket (ResumableSocket), once the first snapshot is shown
+  announcing: false, // the first snapshot is shown: later changes are announced (announcer.mjs)
+  announcedUpTo: 0, // the newest message sequence a screen reader was told of (or shown at load)
+  writingTurns: new Set(), // turns whose streamed answer was announced as being written
+};
+
+/** Whether this person may write to the session now (the snapshot's can_send, else the
+ * page's). */
+export function ownerCanSend() {
+  return Boolean(state.snapshot?.can_send ?? config.canSend);
+}
+
+/** Show `text` in the page's alert (none when empty); `kind` names what it is about
+ * ("turn-failed" for the last turn's failure, which the next turn's start clears). */
+export function showAlert(text, kind = "") {
+  const alert = byId("chat-alert");
+  alert.textContent = text;
+  alert.hidden = !text;
+  alert.dataset.kind = text ? kind : "";
+}
+
+function nearBottom() {
+  const page = document.documentElement;
+  return window.innerHeight + window.scrollY >= page.scrollHeight - FOLLOW_DISTANCE_PX;
+}
+
+function scrollToBottom() {
+  window.scrollTo({ top: document.documentElement.scrollHeight, behavior: "instant" });
+}
+
+/** Run `change`, then keep following the newest content if the reader was at the bottom. */
+export function followingChange(change, { force = false } = {}) {
+  const follow = force || nearBottom();
+  change();
+  if (follow) scrollToBottom();
+}
