@@ -25,14 +25,7 @@ export const state = {
   gone: false, // the session was deleted: nothing more is read or shown live
   snapshot: null, // the snapshot shown last
   status: config.status, // the status shown (the snapshot's, or one hinted by live events)
-  messages: new Map(), // sequence -> message
-  nodes: new Map(), // sequence -> <li>
-  daySeparators: new Map(), // sequence -> the day separator <li> before that message
   toolNames: new Map(), // tool_call_id -> tool name, from assistant messages
-  oldest: null,
-  hasOlder: false,
-  loadingOlder: false,
-  olderUnavailable: false,
   completedTurns: new Set(), // turns whose messages are stored: their live events add nothing
   currentTurn: null, // the open turn of the snapshot shown
   ending: new Map(), // turn_id -> {messageCount, tries}
@@ -49,7 +42,6 @@ export const state = {
   elicitationSending: null, // ID of the elicitation whose answer is in flight or sent
   socket: null, // the events websocket (ResumableSocket), once the first snapshot is shown
   announcing: false, // the first snapshot is shown: later changes are announced (announcer.mjs)
-  announcedUpTo: 0, // the newest message sequence a screen reader was told of (or shown at load)
   writingTurns: new Set(), // turns whose streamed answer was announced as being written
 };
 
