@@ -33,13 +33,6 @@ export const state = {
   queueBusy: false, // a delete, edit or steer is in flight
   queueFocus: null, // {action, index}: where focus goes once the queue is shown again
   snapshotReads: 0, // snapshot reads started
-  planPosting: false, // an Execute / Continue request is in flight
-  planRequestedBefore: 0, // snapshot reads started before an accepted execution show it requested
-  question: null, // call_id of the question the panel shows
-  answering: null, // call_id of an answer in flight or sent
-  composeInstead: null, // call_id (or elicitation ID) the owner chose to write a message instead of
-  elicitation: null, // the elicitation card the panel shows
-  elicitationSending: null, // ID of the elicitation whose answer is in flight or sent
   socket: null, // the events websocket (ResumableSocket), once the first snapshot is shown
   announcing: false, // the first snapshot is shown: later changes are announced (announcer.mjs)
   writingTurns: new Set(), // turns whose streamed answer was announced as being written
