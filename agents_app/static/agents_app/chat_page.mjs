@@ -28,14 +28,9 @@ export const state = {
   toolNames: new Map(), // tool_call_id -> tool name, from assistant messages
   completedTurns: new Set(), // turns whose messages are stored: their live events add nothing
   currentTurn: null, // the open turn of the snapshot shown
-  ending: new Map(), // turn_id -> {messageCount, tries}
-  queueNodes: new Map(), // queue row key -> <li>
-  queueBusy: false, // a delete, edit or steer is in flight
-  queueFocus: null, // {action, index}: where focus goes once the queue is shown again
   snapshotReads: 0, // snapshot reads started
   socket: null, // the events websocket (ResumableSocket), once the first snapshot is shown
   announcing: false, // the first snapshot is shown: later changes are announced (announcer.mjs)
-  writingTurns: new Set(), // turns whose streamed answer was announced as being written
 };
 
 /** Whether this person may write to the session now (the snapshot's can_send, else the

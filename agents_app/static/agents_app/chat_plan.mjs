@@ -1,6 +1,7 @@
 // The chat page's plan card: the snapshot's plan (session_panels.mjs words it), its tasks and
 // progress, and Execute plan / Continue plan (POST .../plan/execute/ with the revision shown),
-// which waits for an empty queue; a refusal says why in the card.
+// which waits for an empty queue; a refusal says why in the card. The snapshot is re-read on
+// plan_updated and plan_started (chat_live.mjs) and after every write.
 
 import { api } from "./api.mjs";
 import { ownerCanSend, queue, sessionPath, state } from "./chat_page.mjs";

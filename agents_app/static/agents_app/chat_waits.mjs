@@ -4,7 +4,9 @@
 // form or link, Submit / Done, Decline, Cancel, posted to .../elicitations/<id>/, a 400 shown
 // next to its fields; elicitation_form.mjs) and a durable wait's timer. Such a question takes
 // the composer's place unless the owner chooses to write a message instead, so whether the
-// composer shows is decided here too.
+// composer shows is decided here too. The snapshot is re-read on their events
+// (user_input_requested, user_input_answered, elicitation_requested, elicitation_closed,
+// durable_wait_started: chat_live.mjs) and after every write.
 
 import { api } from "./api.mjs";
 import { overLimitMessage } from "./char_limit.mjs";
