@@ -1,6 +1,6 @@
 // The chat page's message queue without the DOM: which read to believe, what to list in which
-// order, and the summary line. chat.mjs renders it; tests/agents_app/pages/js/message_queue.test.mjs tests
-// it.
+// order, and the summary line. chat_queue.mjs renders it; tests/agents_app/pages/js/message_queue.test.mjs
+// tests it.
 //
 // Two reads carry the queue: the session snapshot and GET /api/v1/sessions/<id>/queue/. They
 // may finish out of order, so every read is numbered when it starts and an answer older than

@@ -1,6 +1,6 @@
 // What the chat page's status badge, plan card, question panel and timer card show for a
-// session snapshot, without the DOM. chat.mjs renders it; tests/agents_app/pages/js/session_panels.test.mjs
-// tests it.
+// session snapshot, without the DOM. The chat page's parts render it (chat_header.mjs,
+// chat_plan.mjs, chat_waits.mjs); tests/agents_app/pages/js/session_panels.test.mjs tests it.
 
 import { clockTime, dateTime, duration } from "./dom.mjs";
 

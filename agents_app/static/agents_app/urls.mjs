@@ -34,8 +34,8 @@ export function sessionPagePath(sessionId) {
   return `${sessionsPage}${encodeURIComponent(sessionId)}/`;
 }
 
-/** The chat page of a session, scrolled to the tool call `toolCallId` (chat.mjs reveals the
- * element the `#call-<id>` fragment names once the conversation is rendered). */
+/** The chat page of a session, scrolled to the tool call `toolCallId` (chat_approvals.mjs
+ * reveals the element the `#call-<id>` fragment names once the conversation is rendered). */
 export function sessionCallPath(sessionId, toolCallId) {
   return `${sessionPagePath(sessionId)}#call-${encodeURIComponent(toolCallId)}`;
 }
