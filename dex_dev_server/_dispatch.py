@@ -383,6 +383,22 @@ class Dispatcher(StepMachine):
         self.loop.call_soon(self.pump)
         return stream
 
+    def stream_input_ended(self, stream: WorkerStream) -> bool:
+        """The worker's side of ``stream`` ended (its ``PollWorkerTask`` read EOF): either the
+        worker half-closed it or its connection dropped, and gRPC may report the drop's cancel
+        only a moment later. Either way no task goes to the stream from now on (spec section
+        9.1 #5), so new tasks go to other streams at once.
+
+        Returns whether a task is in flight on the stream whose fate turns on which of the two
+        it was: unanswered and silent (no heartbeat, no stream write), it was not delivered if
+        the worker half-closed, but may be running if the worker was lost
+        (:meth:`stream_ended`). The caller then finds out which it was before it calls
+        :meth:`stream_ended` (``WorkerTaskService._half_closed_by_worker``).
+        """
+        stream.half_closed = True
+        inflight = self.inflight.get(stream.task_id) if stream.task_id else None
+        return inflight is not None and inflight.valid and not inflight.frames
+
     def stream_ended(self, stream: WorkerStream, clean: bool) -> None:
         """A stream ended while a task may be in flight on it.
 

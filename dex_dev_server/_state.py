@@ -32,6 +32,10 @@ DEFAULT_TOTAL_RETRY = 4 * 3600
 #: Seconds a pull stream that declined a task (``NO_CAPACITY``) is passed over (spec section
 #: 1.4's "short back-off"); ``python -m dex_dev_server --decline-backoff`` changes it.
 NO_CAPACITY_BACKOFF = 0.2
+#: Seconds the engine waits at most, after a pull stream's input ended with a task unanswered
+#: on it, to learn whether the worker half-closed the stream or its connection dropped
+#: (``WorkerTaskService._half_closed_by_worker``); usually a few milliseconds.
+HALF_CLOSE_PROBE_TIMEOUT = 5.0
 USER_CLOSED = (
     pb.FLOW_STATUS_COMPLETED,
     pb.FLOW_STATUS_FAILED,
@@ -122,6 +126,8 @@ class EngineState:
         self.store = store
         #: See :data:`NO_CAPACITY_BACKOFF`.
         self.decline_backoff = NO_CAPACITY_BACKOFF
+        #: See :data:`HALF_CLOSE_PROBE_TIMEOUT`.
+        self.half_close_probe_timeout = HALF_CLOSE_PROBE_TIMEOUT
         self.runs: dict[str, Run] = {}
         self.flows: dict[str, list[str]] = {}
         self.run_seq = 0

@@ -13,6 +13,7 @@ from dex.dexpb import dex_pb2_grpc
 
 from ._errors import ServiceError, invalid
 from ._runs import RunEngine
+from ._state import WorkerStream
 
 _LOG = logging.getLogger("dex_dev_server")
 
@@ -45,9 +46,7 @@ class WorkerTaskService(RunEngine):
             while True:
                 frame = await context.read()
                 if frame is grpc.aio.EOF:
-                    # A dropped connection can also surface as EOF; only a live call
-                    # that was half-closed by the worker counts as a clean end.
-                    clean = not context.cancelled() and not context.done()
+                    clean = await self._half_closed_by_worker(stream, context, writer)
                     break
                 try:
                     self.on_frame(stream, frame)
@@ -58,6 +57,48 @@ class WorkerTaskService(RunEngine):
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
+
+    async def _half_closed_by_worker(
+        self, stream: WorkerStream, context: Any, writer: asyncio.Future[None]
+    ) -> bool:
+        """Whether the end of ``stream``'s input (EOF) was its worker's half-close, a clean
+        end, rather than a dropped connection (spec section 1.4: a task in flight on a lost
+        stream failed its attempt; section 9.1 #5: one unanswered at a half-close was not
+        delivered). ``writer`` is the stream's :meth:`_stream_writer`.
+
+        A dropped connection (a worker killed, a network cut) ends the input as well, and gRPC
+        reports the drop by cancelling this handler a moment after the read returned EOF;
+        ``context.cancelled()`` is still False at the EOF. Taking that moment for a half-close
+        would send a task that was running out again at the same attempt, and a single-attempt
+        write would run twice. So the stream takes no new task from the EOF on, and when a
+        silent task is in flight on it (``Dispatcher.stream_input_ended``) one more frame, a
+        ``ping``, is written after the frames already queued. gRPC reports a dropped call's
+        cancel before any operation started on it after the EOF completes (grpcio 1.85, also
+        with the event loop busy: the transport closed the call before it ended the input,
+        and its completions arrive in order), so the cancel interrupts the write
+        (``asyncio.CancelledError`` leaves this method and the caller ends the stream as
+        dropped), or the write fails. A write that completes shows the worker's side is still
+        open, as after a half-close; the worker discards frames it reads after its half-close.
+        No answer within ``half_close_probe_timeout`` seconds counts as dropped, the side on
+        which a single-attempt call is reported as of unknown outcome rather than run twice.
+
+        A stream with no such task (a worker retiring a stream after its task) ends at once.
+        """
+        if not self.stream_input_ended(stream):
+            return not context.cancelled() and not context.done()
+
+        async def probe() -> None:
+            stream.out.put_nowait(None)  # the writer returns after the frames queued before
+            await writer
+            await context.write(pb.PollWorkerTaskResponse(ping=pb.PollWorkerTaskPing()))
+
+        try:
+            await asyncio.wait_for(probe(), self.half_close_probe_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return False
+        return not context.cancelled() and not context.done()
 
     async def _stream_writer(self, stream: Any, context: Any) -> None:
         while True:
