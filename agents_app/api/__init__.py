@@ -1,7 +1,7 @@
 """The REST API under ``/api/v1/`` (DRF, drf-spectacular), its health and readiness probes.
 
-Owns: the API views, one module per resource: ``sessions`` (list, create, detail, archive,
-stop), ``messages``, ``queue``, ``turns`` (answers to questions, plan execution, turn cancel),
+Owns: the API views, one module per resource: ``sessions`` (list, create, detail, rename,
+archive, delete, stop), ``messages``, ``queue``, ``turns`` (answers to questions, plan execution, turn cancel),
 ``events`` (Server-Sent Events and send-and-wait), ``history``, ``agents``, ``approvals``,
 ``tokens``, ``usage``, ``notifications``; what the session views share (``session_access``: the
 session lookup and the Dex error answers; ``snapshot``: the snapshot read); their OpenAPI

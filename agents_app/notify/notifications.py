@@ -1,5 +1,5 @@
 """Notices of what happens in sessions: approval emails to staff and webhook events
-(issue 27 "Notifications" and "Webhooks"; ARCHITECTURE.md "Outgoing notices").
+(issue 27 "Notifications" and "Webhooks"; README "Notifications and webhooks").
 
 ``agents_app.sessions.session_index`` calls the ``*_notify`` functions where each fact is
 committed to the index, inside its transaction, so a notice exists exactly when its fact does:

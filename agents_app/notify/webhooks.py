@@ -167,7 +167,7 @@ def webhook_ping(*, webhook: Webhook, sent_by: str) -> WebhookDelivery:
 
 def webhook_event_emit_safely(*, event: str, key: str, data: dict[str, Any]) -> None:
     """``webhook_event_emit`` that logs instead of raising: a webhook never fails the write
-    it reports (ARCHITECTURE.md "Outgoing notices")."""
+    it reports (README "Notifications and webhooks")."""
     try:
         with transaction.atomic():
             webhook_event_emit(event=event, key=key, data=data)

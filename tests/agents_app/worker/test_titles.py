@@ -5,11 +5,14 @@ for a title (``agents_app.worker.titles``); generated titles end to end are in
 from __future__ import annotations
 
 import datetime
+import re
 
 import pytest
 
+from agents_app.demo import script
 from agents_app.demo.script import plan_reply
 from agents_app.worker.titles import (
+    DEMO_DIRECTIVE_LINE,
     TITLE_MAX_CHARS,
     clean_title,
     fallback_title,
@@ -114,3 +117,18 @@ def test_the_demo_model_answers_a_title_request_like_a_model() -> None:
     assert reply.text == '"Plan a trip to lisbon in."'
     assert clean_title(reply.text) == "Plan a trip to lisbon in"
     assert reply.tool_calls == []
+
+
+def test_every_directive_the_demo_model_reads_is_left_out_of_titles() -> None:
+    """A directive added to the demo model's script (``agents_app.demo.script``) without its
+    word in ``DEMO_DIRECTIVE_LINE`` would name sessions after it."""
+    words = {
+        match.group(1)
+        for value in vars(script).values()
+        if isinstance(value, re.Pattern)
+        for match in [re.search(r"/(\w+)", value.pattern)]
+        if match
+    }
+    assert {"tool", "wait", "ask", "fail", "slow", "think", "big", "context", "stop"} <= words
+    missing = sorted(word for word in words if not DEMO_DIRECTIVE_LINE.match(f"/{word} 1"))
+    assert not missing, f"directives that DEMO_DIRECTIVE_LINE leaves in titles: {missing}"
