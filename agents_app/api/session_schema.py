@@ -1,7 +1,7 @@
 """OpenAPI components of a session's conversation and tool calls, for typed clients.
 
 These serializers only document responses (``SessionSnapshot`` and ``MessagePage``); the
-data itself is built by ``agents_app.gateway.dex_gateway`` (``message_to_data``,
+data itself is built by ``agents_app.gateway.session_data`` (``message_to_data``,
 ``tool_call_to_data``, ``plain_data`` of ``dex_agents.AgentInterrupt`` and
 ``dex_agents.AgentUsage``), and ``tests/agents_app/api/test_api_session_schema.py`` checks both
 agree. Each becomes its own component, named after the class without ``Serializer``, so a

@@ -526,7 +526,7 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     from rest_framework.renderers import JSONRenderer
 
     from agents_app.api.views import flow_check_due, session_detail_body
-    from agents_app.gateway import dex_gateway, snapshot_cache
+    from agents_app.gateway import dex_gateway, event_stream, snapshot_cache
     from agents_app.live import session_events
     from agents_app.models import SESSION_STATUS_STOPPED
     from agents_app.selectors import session_reads
@@ -544,7 +544,7 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     if events_after is None:
         try:
             events_after = await dex_gateway.call_here(
-                dex_gateway.session_events_tail_token(session_id=reader.session_id)
+                event_stream.session_events_tail_token(session_id=reader.session_id)
             )
         except Exception:
             raise _HandOver(counted=True) from None

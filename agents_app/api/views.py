@@ -61,7 +61,7 @@ from agents_app.api.session_schema import (
     ToolCallRecordSerializer,
 )
 from agents_app.conf import dexagents_setting
-from agents_app.gateway import dex_gateway, snapshot_cache
+from agents_app.gateway import dex_gateway, event_stream, snapshot_cache
 from agents_app.live import session_events
 from agents_app.models import SESSION_STATUS_STOPPED, AgentDefinition, AgentSession
 from agents_app.rest_errors import (
@@ -631,7 +631,7 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
     """
     # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
     events_after = await dex_gateway.call(
-        dex_gateway.session_events_tail_token(session_id=session.id)
+        event_stream.session_events_tail_token(session_id=session.id)
     )
     stopped = session.status == SESSION_STATUS_STOPPED
     stamp = snapshot_cache.stamp_of(
@@ -715,7 +715,7 @@ async def turn_wait_answer(
         outcome = await session_events.turn_wait(
             session_id=session.id, after=after, client_id=client_id, seconds=seconds
         )
-    except dex_gateway.EventsTokenInvalidError:
+    except event_stream.EventsTokenInvalidError:
         outcome = None
     finished = outcome is not None and outcome.finished
     snapshot = await snapshot_read(request, session)
@@ -781,10 +781,10 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
             after = query.validated_data.get("events_after")
             if after is None:
                 after = await dex_gateway.call(
-                    dex_gateway.session_events_tail_token(session_id=session.id)
+                    event_stream.session_events_tail_token(session_id=session.id)
                 )
             # A token that is not this session's answers at once, with a fresh one.
-            with contextlib.suppress(dex_gateway.EventsTokenInvalidError):
+            with contextlib.suppress(event_stream.EventsTokenInvalidError):
                 await session_events.change_wait(session_id=session.id, after=after, seconds=wait)
         return Response(await snapshot_read(request, session))
 
@@ -1407,7 +1407,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             # Where the turn that takes the message will be found: read before sending.
             try:
                 after = await dex_gateway.call(
-                    dex_gateway.session_events_tail_token(session_id=session.id)
+                    event_stream.session_events_tail_token(session_id=session.id)
                 )
             except dex_gateway.EngineUnavailableError:
                 after = ""  # the message goes to the outbox; its turn is found from the start

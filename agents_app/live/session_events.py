@@ -45,7 +45,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, event_stream
 from agents_app.metrics import EVENT_STREAM_READS
 
 logger = logging.getLogger(__name__)
@@ -82,10 +82,10 @@ TURN_END_TYPES = frozenset({"turn_completed", "turn_failed", "turn_cancelled"})
 #: wait for that message ends with this status.
 QUEUE_REMOVALS = {"deleted": "deleted", "edited": "replaced"}
 
-Message = dex_gateway.SessionEventMessage
+Message = event_stream.SessionEventMessage
 
 
-def event_frame(message: dex_gateway.SessionEventMessage) -> str:
+def event_frame(message: event_stream.SessionEventMessage) -> str:
     """The ``{"type": "event", "token", "event"}`` text frame of one Stream message (built
     once per message, shared by every reader: ``SessionEventMessage.frame``)."""
     return message.frame
@@ -122,7 +122,7 @@ async def _retained(session_id: str, token: str, newer: int = 0,
                     on_failure: Callable[[], None] | None = None) -> bool:
     return await engine_retry(
         functools.partial(
-            dex_gateway.session_events_after_retained, session_id=session_id, after=token,
+            event_stream.session_events_after_retained, session_id=session_id, after=token,
             newer=newer,
         ),
         on_failure,
@@ -137,7 +137,7 @@ async def _stream_read(
 
     async def read() -> Message | None:
         EVENT_STREAM_READS.inc()
-        return await dex_gateway.session_events_read(
+        return await event_stream.session_events_read(
             session_id=session_id, after=after, wait_seconds=LONG_POLL_SECONDS
         )
 
@@ -498,7 +498,7 @@ def live_feed_count() -> int:
 
 async def read_messages(
     session_id: str, after: str
-) -> AsyncGenerator[dex_gateway.SessionEventMessage | None, None]:
+) -> AsyncGenerator[event_stream.SessionEventMessage | None, None]:
     """Yield the session's Stream messages after ``after``, in order, forever; ``None`` in
     place of a message means events were lost to the reader (send ``snapshot_required``).
 
@@ -515,7 +515,7 @@ async def read_messages(
     reader's recent messages, or after it let ``FEED_QUEUE_MESSAGES`` wait.
 
     Raises:
-        dex_gateway.EventsTokenInvalidError: A token of the reader's own was refused (also
+        event_stream.EventsTokenInvalidError: A token of the reader's own was refused (also
             raised in every reader of the session when the shared reader's was).
     """
     position = after
@@ -639,7 +639,7 @@ def takes_message(event: dict[str, Any], client_id: str) -> bool:
 
 async def turn_events(
     session_id: str, after: str, client_id: str
-) -> AsyncIterator[dex_gateway.SessionEventMessage | None]:
+) -> AsyncIterator[event_stream.SessionEventMessage | None]:
     """The Stream messages of the turn that takes the message sent under ``client_id``
     (``takes_message``), read from ``after`` (a token read before the message was sent):
     nothing until that turn starts, then every message of the turn, ending with its
@@ -652,7 +652,7 @@ async def turn_events(
     A steered message joins the running turn: its messages start at ``steer_applied``.
 
     Raises:
-        dex_gateway.EventsTokenInvalidError: ``after`` is not a token of this Stream.
+        event_stream.EventsTokenInvalidError: ``after`` is not a token of this Stream.
     """
     turn_id = ""
     async for message in read_messages(session_id, after):
@@ -688,7 +688,7 @@ async def turn_wait(
         nothing of the message happened in time.
 
     Raises:
-        dex_gateway.EventsTokenInvalidError: ``after`` is not a token of this Stream.
+        event_stream.EventsTokenInvalidError: ``after`` is not a token of this Stream.
     """
     latest: TurnOutcome | None = None
     try:
@@ -725,7 +725,7 @@ async def change_wait(*, session_id: str, after: str, seconds: float) -> bool:
         when the wait ran out.
 
     Raises:
-        dex_gateway.EventsTokenInvalidError: ``after`` is not a token of this Stream.
+        event_stream.EventsTokenInvalidError: ``after`` is not a token of this Stream.
     """
     try:
         async with asyncio.timeout(seconds):
@@ -749,7 +749,7 @@ SSE_RECONNECT = b": reconnect\n\n"
 
 
 async def sse_frames(
-    messages: AsyncIterator[dex_gateway.SessionEventMessage | None],
+    messages: AsyncIterator[event_stream.SessionEventMessage | None],
     *,
     first: bytes = b"",
     heartbeat_seconds: float = SSE_HEARTBEAT_SECONDS,

@@ -25,7 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents_app.conf import dexagents_setting
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, input_rpcs
 from agents_app.models import (
     SESSION_STATUS_STARTING,
     AgentSession,
@@ -260,7 +260,7 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
     reserved = _turn_reserve(message)
     try:
         sent = dex_gateway.run(
-            dex_gateway.session_send_message(
+            input_rpcs.session_send_message(
                 session_id=session.id,
                 text=message.text,
                 plan_mode=message.plan_mode,
@@ -360,7 +360,7 @@ def _take_back(message: OutboxMessage) -> None:
     """Delete a message its sender withdrew while it was being delivered."""
     try:
         dex_gateway.run(
-            dex_gateway.session_delete_queued_message(
+            input_rpcs.session_delete_queued_message(
                 session_id=message.session_id, message_id=message.id
             )
         )
@@ -373,7 +373,7 @@ def _steer_quietly(message: OutboxMessage) -> None:
     already, which is as good."""
     try:
         dex_gateway.run(
-            dex_gateway.session_steer_queued_message(
+            input_rpcs.session_steer_queued_message(
                 session_id=message.session_id, message_id=message.id
             )
         )
@@ -461,7 +461,7 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
         return decision.delivery
     try:
         accepted = dex_gateway.run(
-            dex_gateway.session_resolve_interrupt(
+            input_rpcs.session_resolve_interrupt(
                 session_id=decision.session_id,
                 interrupt_id=decision.interrupt_id,
                 approved=decision.approved,
@@ -539,7 +539,7 @@ def turn_cancel_deliver(*, cancel: OutboxTurnCancel) -> str:
         return cancel.delivery
     try:
         result = dex_gateway.run(
-            dex_gateway.session_cancel_turn(session_id=cancel.session_id, turn_id=cancel.turn_id)
+            input_rpcs.session_cancel_turn(session_id=cancel.session_id, turn_id=cancel.turn_id)
         )
     except dex_gateway.EngineUnavailableError as error:
         _note_attempt(OutboxTurnCancel, cancel.pk, str(error))

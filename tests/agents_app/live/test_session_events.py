@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import event_stream
 from agents_app.live import session_events
 from dex_agents import AgentEvent, AgentEventType
 from tests.e2e.relay_stack import dex_client, retained_tokens
 
 SESSION_ID = "ses_" + "c" * 32
 
-Messages = AsyncGenerator[dex_gateway.SessionEventMessage | None, None]
+Messages = AsyncGenerator[event_stream.SessionEventMessage | None, None]
 
 
 def stream_reads() -> float:
