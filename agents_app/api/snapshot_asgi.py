@@ -7,7 +7,7 @@ session lookup, the answer's database work, rendering), most of it spent outside
 itself. ``SnapshotShortPath`` wraps the Django ASGI application and answers such a read in
 one thread hop (the database work: token, throttles, session row, outbox; on a ``_Lane``
 that keeps its connection between reads) and no engine read while this process's shared
-reader of the session's Stream knows its newest token (``session_events.known_tail``; the
+reader of the session's Stream knows its newest token (``session_feed.known_tail``; the
 first read of a session reads it from the engine and starts that reader); everything else
 goes to Django unchanged.
 
@@ -170,7 +170,7 @@ def _on_lane(work: Callable[[], _Reader]) -> _Reader:
 
 
 #: For this long after this process sent a session a write (seconds), its reads take the
-#: stamp's token from the engine, not from ``session_events.known_tail``.
+#: stamp's token from the engine, not from ``session_feed.known_tail``.
 WRITE_GUARD_SECONDS = 2.0
 #: A kept connection idle for longer than this (seconds) gets Django's health check before
 #: its next query (``CONN_HEALTH_CHECKS``; a ``SELECT 1`` on PostgreSQL), so one that the
@@ -527,7 +527,7 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
 
     from agents_app.api.views import flow_check_due, session_detail_body
     from agents_app.gateway import dex_gateway, event_stream, snapshot_cache
-    from agents_app.live import session_events
+    from agents_app.live import session_feed
     from agents_app.models import SESSION_STATUS_STOPPED
     from agents_app.selectors import session_reads
     from agents_app.services import session_lifecycle
@@ -539,7 +539,7 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     # this process's reader of the Stream may not have read the write's event yet.
     events_after = (
         None if snapshot_cache.written_within(reader.session_id, WRITE_GUARD_SECONDS)
-        else session_events.known_tail(reader.session_id)
+        else session_feed.known_tail(reader.session_id)
     )
     if events_after is None:
         try:
@@ -548,7 +548,7 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
             )
         except Exception:
             raise _HandOver(counted=True) from None
-        session_events.follow_tail(reader.session_id, events_after)
+        session_feed.follow_tail(reader.session_id, events_after)
     stamp = snapshot_cache.stamp_of(
         events_after=events_after, status=reader.status, updated_at=reader.updated_at
     )

@@ -62,7 +62,7 @@ from agents_app.api.session_schema import (
 )
 from agents_app.conf import dexagents_setting
 from agents_app.gateway import dex_gateway, event_stream, snapshot_cache
-from agents_app.live import session_events
+from agents_app.live import session_events, session_feed
 from agents_app.models import SESSION_STATUS_STOPPED, AgentDefinition, AgentSession
 from agents_app.rest_errors import (
     ServiceUnavailable,
@@ -1264,7 +1264,7 @@ class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
         await release_database()
         return event_stream_response(
             session_events.sse_frames(
-                session_events.read_messages(session.id, after),
+                session_feed.read_messages(session.id, after),
                 first=b"retry: 2000\n\n",
                 max_seconds=float(dexagents_setting("MAX_WAIT_SECONDS")),
             )

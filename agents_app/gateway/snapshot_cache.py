@@ -20,7 +20,7 @@ that a Step makes without writing an event and without a status change (none is 
 Who reads here: the DRF view (``apis.snapshot_read``), and in front of it, for API clients,
 ``agents_app.api.snapshot_asgi`` (the short path), which serves only hits and takes the stamp's
 token from this process's reader of the session's Stream when it runs
-(``session_events.known_tail``): it may trail the engine by the message being delivered at
+(``session_feed.known_tail``): it may trail the engine by the message being delivered at
 that moment, so the short path can answer a change one read late, always with the
 ``events_after`` of the snapshot it answers.
 

@@ -40,7 +40,7 @@ Protocol:
 
 Each socket has one relay task, created in ``connect`` and cancelled in ``disconnect``; it
 runs a Stream reader and a socket writer joined by the bounded queue. The reader is
-``session_events.read_messages``, which subscribes to the process's one shared reader of the
+``session_feed.read_messages``, which subscribes to the process's one shared reader of the
 session's Stream (many sockets of a session cost one engine long poll, not one each) and
 reads on its own only while it catches up from an old ``after``. Closing the socket ends the
 relay at once (or within the time it takes to cancel one gRPC long poll while it catches up);
@@ -67,7 +67,7 @@ import agents_app.worker.flow  # noqa: F401
 from agents_app.auth import DATABASE_TIMEOUT_KEY
 from agents_app.conf import dexagents_setting
 from agents_app.gateway import event_stream
-from agents_app.live import session_events
+from agents_app.live import session_feed
 from agents_app.live.session_events import SNAPSHOT_REQUIRED_FRAME, event_frame
 from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
@@ -292,8 +292,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _read(self, session_id: str, after: str, queue: SendQueue) -> None:
         """Queue one frame per Stream message after ``after``, forever
-        (``session_events.read_messages``: lost events become ``snapshot_required``)."""
-        async for message in session_events.read_messages(session_id, after):
+        (``session_feed.read_messages``: lost events become ``snapshot_required``)."""
+        async for message in session_feed.read_messages(session_id, after):
             if message is None:
                 queue.put(SNAPSHOT_REQUIRED_FRAME)
                 continue

@@ -17,7 +17,7 @@ import pytest
 from channels.testing import WebsocketCommunicator
 
 from agents_app.gateway import event_stream
-from agents_app.live import consumers, session_events
+from agents_app.live import consumers, session_feed
 from agents_app.models import AgentSession
 from dex_agents import AgentEvent, AgentEventType
 from tests.conftest import api_token_key
@@ -127,7 +127,7 @@ async def test_a_gap_the_relay_could_not_read_becomes_snapshot_required(
     session = await asyncio.to_thread(session_of, owner)
     headers = await asyncio.to_thread(token_headers, owner)
     # Check every read at once, so the check follows the read it covers.
-    monkeypatch.setattr(session_events, "VERIFY_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr(session_feed, "VERIFY_INTERVAL_SECONDS", 0.0)
 
     def event(marker: int, text: str = "") -> AgentEvent:
         return AgentEvent(AgentEventType.TOOL_LOG, None, "relay-test", 1,
