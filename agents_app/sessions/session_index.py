@@ -259,7 +259,7 @@ def _titles_schedule(changes: Sequence[AgentSessionChange], known: set[str]) -> 
 def _active_limit_release(changes: Sequence[AgentSessionChange], known: set[str]) -> None:
     """A turn that ended (or now waits for a person) frees a place under its owner's
     ``MAX_ACTIVE_SESSIONS_PER_USER``: queue delivery of the owner's held messages."""
-    from agents_app.sessions import outbox
+    from agents_app.sessions import outbox_holds
 
     if int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER")) <= 0:
         return
@@ -268,7 +268,7 @@ def _active_limit_release(changes: Sequence[AgentSessionChange], known: set[str]
         for change in changes
         if change.flow_id in known
         and (
-            (change.status is not None and str(change.status) not in outbox.ACTIVE_STATUSES)
+            (change.status is not None and str(change.status) not in outbox_holds.ACTIVE_STATUSES)
             or change.raised
         )
     }
@@ -276,7 +276,7 @@ def _active_limit_release(changes: Sequence[AgentSessionChange], known: set[str]
         return
     owners = set(AgentSession.objects.filter(pk__in=freed).values_list("owner_id", flat=True))
     try:
-        outbox.active_limit_release(owner_ids=owners)
+        outbox_holds.active_limit_release(owner_ids=owners)
     except Exception as error:  # the retries and the periodic sweep deliver them anyway
         logger.warning("Could not queue held messages of %s: %s", sorted(owners), error)
 
