@@ -202,7 +202,7 @@ async def _reconcile_index() -> None:
 
     from asgiref.sync import sync_to_async
 
-    from agents_app.sessions.session_index import session_index_reconcile
+    from agents_app.sessions.index_reconcile import session_index_reconcile
 
     log = logging.getLogger("agents_app.dexworker")
     try:

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from agents_app.gateway import dex_gateway, engine_connection
 from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
-from agents_app.sessions.session_index import START_ABANDONED_AFTER, session_index_reconcile
+from agents_app.sessions.index_reconcile import START_ABANDONED_AFTER, session_index_reconcile
 from tests.factories import AgentDefinitionFactory
 
 pytestmark = pytest.mark.django_db
