@@ -29,8 +29,8 @@ Keys (units in the names' comments):
     (the longest ``?wait=`` a request may ask for: send-and-wait and the snapshot's long-poll),
     THROTTLE_READS and THROTTLE_WRITES (per-user REST rates, ``agents_app.api.throttling``),
     MAX_ACTIVE_SESSIONS_PER_USER (running turns per user; a message over it waits in the
-    outbox, ``agents_app.sessions.outbox.active_limit_reached``; 0: no cap), SNAPSHOT_SHORT_PATH
-    (bool: unchanged sessions' snapshot reads skip Django's request cycle,
+    outbox, ``agents_app.sessions.outbox_holds.active_limit_reached``; 0: no cap),
+    SNAPSHOT_SHORT_PATH (bool: unchanged sessions' snapshot reads skip Django's request cycle,
     ``agents_app.api.snapshot_asgi``), WEBSOCKET_DB_TIMEOUT (seconds a websocket handshake's
     database lookup may take before that socket closes with 4503,
     ``agents_app.websocket_db``), PUBLIC_URL (the site's address as people reach it, used

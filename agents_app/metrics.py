@@ -17,7 +17,7 @@ Metrics (prometheus_client adds ``_total`` to counters):
 - ``dexagents_event_stream_reads_total``: ``ReadStream`` long polls the process made on
   sessions' AgentEvents Streams for its readers (websockets, SSE, waits). Each session's
   Stream is read once per web process however many clients follow it
-  (``agents_app.live.session_events``), plus the reads of a client catching up from an old token.
+  (``agents_app.live.session_feed``), plus the reads of a client catching up from an old token.
 - ``dexagents_worker_task_slots_in_use`` / ``dexagents_worker_task_slots``: Dex Step slots
   busy / configured, summed over live worker processes, sampled every second.
 

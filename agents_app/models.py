@@ -426,7 +426,7 @@ class ApprovalRequest(models.Model):
     every pending approval of every session with one query. The Dex worker writes a row when a
     Step raises the interrupt (before Dex commits it) and closes it when a Step consumes the
     answer, the deadline passes or the turn fails; the approvals API closes it when Dex accepts
-    a decision; ``session_index.session_index_reconcile`` repairs rows from Dex snapshots after
+    a decision; ``index_reconcile.session_index_reconcile`` repairs rows from Dex snapshots after
     restarts. ``interrupt_id`` is ``"<turn_id>.<tool_call_id>"`` (seed "Persistence").
     """
 

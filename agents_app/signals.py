@@ -12,6 +12,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from agents_app.models import Budget
+from agents_app.sessions.outbox_holds import budget_release
 
 
 @receiver(post_save, sender=Budget, dispatch_uid="budget_saved")
@@ -19,11 +20,6 @@ from agents_app.models import Budget
 def budget_changed(sender: type[Budget], instance: Budget, **kwargs: Any) -> None:
     """A budget was saved (raised, lowered, disabled) or deleted, in admin or elsewhere:
     queue the delivery of the messages held for a budget in the sessions it covers (its
-    user's, or its agent's), once the change commits (``outbox.budget_release``). Messages
-    another budget still holds stay pending with that budget's reason.
-
-    The outbox is imported here, not at the top: ``AgentsAppConfig.ready`` imports this module
-    in every process, and the outbox brings the Dex gateway and the session index with it."""
-    from agents_app.sessions.outbox import budget_release
-
+    user's, or its agent's), once the change commits (``outbox_holds.budget_release``).
+    Messages another budget still holds stay pending with that budget's reason."""
     budget_release(owner_id=instance.user_id, agent_id=instance.agent_id)

@@ -12,7 +12,7 @@ from celery import shared_task
 from agents_app.gateway import dex_gateway
 from agents_app.models import ApprovalDecision, OutboxTurnCancel
 from agents_app.sessions import outbox
-from agents_app.sessions.session_index import session_index_reconcile
+from agents_app.sessions.index_reconcile import session_index_reconcile
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def reconcile_session_index() -> dict[str, int] | None:
     interval editable in admin); ``dexworker`` also runs it once at start.
 
     Returns:
-        The counts of ``session_index.ReconcileResult``, or ``None`` when the engine did not
+        The counts of ``index_reconcile.ReconcileResult``, or ``None`` when the engine did not
         answer (the next run tries again).
     """
     try:

@@ -545,7 +545,7 @@ DEXAGENTS: dict[str, Any] = {
     "THROTTLE_READS": env_rate("DEXAGENTS_THROTTLE_READS", "3000/min"),
     "THROTTLE_WRITES": env_rate("DEXAGENTS_THROTTLE_WRITES", "600/min"),
     # Running turns per user; a message that would start one more waits in the outbox until
-    # one ends (agents_app.sessions.outbox.active_limit_reached). 0: no cap.
+    # one ends (agents_app.sessions.outbox_holds.active_limit_reached). 0: no cap.
     "MAX_ACTIVE_SESSIONS_PER_USER": env_int(
         "DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER", 10, minimum=0, maximum=100_000
     ),

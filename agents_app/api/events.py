@@ -35,8 +35,8 @@ from agents_app.api.schema import NOT_ACCEPTABLE, error_response, field_errors_s
 from agents_app.api.session_access import SessionOwnedMixin
 from agents_app.api.snapshot import snapshot_read
 from agents_app.conf import dexagents_setting
-from agents_app.gateway import dex_gateway
-from agents_app.live import session_events
+from agents_app.gateway import event_stream
+from agents_app.live import session_events, session_feed
 from agents_app.models import AgentSession
 from agents_app.services import session_input
 
@@ -166,7 +166,7 @@ async def turn_wait_answer(
         outcome = await session_events.turn_wait(
             session_id=session.id, after=after, client_id=client_id, seconds=seconds
         )
-    except dex_gateway.EventsTokenInvalidError:
+    except event_stream.EventsTokenInvalidError:
         outcome = None
     finished = outcome is not None and outcome.finished
     snapshot = await snapshot_read(request, session)
@@ -254,7 +254,7 @@ class SessionEventsApi(SessionOwnedMixin, AsyncAPIView):
         await release_database()
         return event_stream_response(
             session_events.sse_frames(
-                session_events.read_messages(session.id, after),
+                session_feed.read_messages(session.id, after),
                 first=b"retry: 2000\n\n",
                 max_seconds=float(dexagents_setting("MAX_WAIT_SECONDS")),
             )

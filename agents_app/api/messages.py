@@ -45,7 +45,7 @@ from agents_app.api.schema import CONFLICT, error_response, field_errors_seriali
 from agents_app.api.session_access import SessionOwnedMixin, SessionStopped
 from agents_app.api.session_schema import DELIVERY_FIELD, SNAPSHOT_SCHEMA, SessionMessageSerializer
 from agents_app.conf import dexagents_setting
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, event_stream
 from agents_app.live import session_events
 from agents_app.models import SESSION_STATUS_STOPPED
 from agents_app.services import session_input
@@ -246,7 +246,7 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             # Where the turn that takes the message will be found: read before sending.
             try:
                 after = await dex_gateway.call(
-                    dex_gateway.session_events_tail_token(session_id=session.id)
+                    event_stream.session_events_tail_token(session_id=session.id)
                 )
             except dex_gateway.EngineUnavailableError:
                 after = ""  # the message goes to the outbox; its turn is found from the start

@@ -3,7 +3,7 @@ clients.
 
 These serializers only document responses (``SessionSnapshot``: ``SNAPSHOT_SCHEMA`` from
 ``SNAPSHOT_FIELDS``; ``MessagePage``; ``MessageQueue``); the data itself is built by
-``agents_app.gateway.dex_gateway`` (``message_to_data``, ``tool_call_to_data``, ``plain_data``
+``agents_app.gateway.session_data`` (``message_to_data``, ``tool_call_to_data``, ``plain_data``
 of ``dex_agents.AgentInterrupt`` and ``dex_agents.AgentUsage``) and ``agents_app.selectors``
 (the snapshot's Django extras, the queue with the outbox), and
 ``tests/agents_app/api/test_api_session_schema.py`` checks both agree. Each becomes its own

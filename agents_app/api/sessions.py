@@ -31,7 +31,7 @@ from agents_app.api.schema import error_response, field_errors_serializer
 from agents_app.api.session_access import DexErrorsMixin, SessionOwnedMixin
 from agents_app.api.session_schema import SNAPSHOT_SCHEMA, SessionListUsageSerializer
 from agents_app.api.snapshot import snapshot_read
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, event_stream
 from agents_app.live import session_events
 from agents_app.models import SESSION_STATUS_STOPPED, AgentDefinition, AgentSession
 from agents_app.selectors import agent_catalog, session_reads
@@ -425,10 +425,10 @@ class SessionDetailApi(SessionOwnedMixin, AsyncAPIView):
             after = query.validated_data.get("events_after")
             if after is None:
                 after = await dex_gateway.call(
-                    dex_gateway.session_events_tail_token(session_id=session.id)
+                    event_stream.session_events_tail_token(session_id=session.id)
                 )
             # A token that is not this session's answers at once, with a fresh one.
-            with contextlib.suppress(dex_gateway.EventsTokenInvalidError):
+            with contextlib.suppress(event_stream.EventsTokenInvalidError):
                 await session_events.change_wait(session_id=session.id, after=after, seconds=wait)
         return Response(await snapshot_read(request, session))
 

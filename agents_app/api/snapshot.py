@@ -19,7 +19,7 @@ from django.utils import timezone
 from rest_framework.request import Request
 
 from agents_app.api.async_views import db
-from agents_app.gateway import dex_gateway, snapshot_cache
+from agents_app.gateway import dex_gateway, event_stream, snapshot_cache
 from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
 from agents_app.selectors import session_reads
 from agents_app.services import session_lifecycle
@@ -48,7 +48,7 @@ async def snapshot_read(request: Request, session: AgentSession) -> dict[str, An
     """
     # Read before the snapshot: relaying from it then misses nothing the snapshot lacks.
     events_after = await dex_gateway.call(
-        dex_gateway.session_events_tail_token(session_id=session.id)
+        event_stream.session_events_tail_token(session_id=session.id)
     )
     stopped = session.status == SESSION_STATUS_STOPPED
     stamp = snapshot_cache.stamp_of(

@@ -8,7 +8,7 @@ itself. ``SnapshotShortPath`` wraps the Django ASGI application and answers such
 one thread hop (the database work: token, throttles, session row, outbox; on a lane of
 ``snapshot_db``, which keeps its connection between reads) and no engine read while this
 process's shared reader of the session's Stream knows its newest token
-(``session_events.known_tail``; the first read of a session reads it from the engine and
+(``session_feed.known_tail``; the first read of a session reads it from the engine and
 starts that reader); everything else goes to Django unchanged.
 
 What it answers (everything else, and every doubt, goes to Django, which answers as before):
@@ -95,7 +95,7 @@ KNOWN_MIDDLEWARE = frozenset(
 _JSON_ACCEPTS = frozenset({b"", b"*/*", b"application/*", b"application/json"})
 
 #: For this long after this process sent a session a write (seconds), its reads take the
-#: stamp's token from the engine, not from ``session_events.known_tail``.
+#: stamp's token from the engine, not from ``session_feed.known_tail``.
 WRITE_GUARD_SECONDS = 2.0
 
 
@@ -349,8 +349,8 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     from rest_framework.renderers import JSONRenderer
 
     from agents_app.api.snapshot import flow_check_due, session_detail_body
-    from agents_app.gateway import dex_gateway, snapshot_cache
-    from agents_app.live import session_events
+    from agents_app.gateway import dex_gateway, event_stream, snapshot_cache
+    from agents_app.live import session_feed
     from agents_app.models import SESSION_STATUS_STOPPED
 
     work = functools.partial(contextvars.copy_context().run, _reader, request, scope)
@@ -360,16 +360,16 @@ async def _answer(request: _Request, scope: Scope) -> bytes:
     # this process's reader of the Stream may not have read the write's event yet.
     events_after = (
         None if snapshot_cache.written_within(reader.session_id, WRITE_GUARD_SECONDS)
-        else session_events.known_tail(reader.session_id)
+        else session_feed.known_tail(reader.session_id)
     )
     if events_after is None:
         try:
             events_after = await dex_gateway.call_here(
-                dex_gateway.session_events_tail_token(session_id=reader.session_id)
+                event_stream.session_events_tail_token(session_id=reader.session_id)
             )
         except Exception:
             raise _HandOver(counted=True) from None
-        session_events.follow_tail(reader.session_id, events_after)
+        session_feed.follow_tail(reader.session_id, events_after)
     stamp = snapshot_cache.stamp_of(
         events_after=events_after, status=reader.status, updated_at=reader.updated_at
     )

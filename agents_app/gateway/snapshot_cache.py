@@ -10,16 +10,17 @@ here instead, without that RPC. "Not changed" is decided by a stamp that costs n
 - the index row's ``status`` and ``updated_at``, which the worker's observer moves on every
   status change it reports.
 
-Read-your-writes: every write the web sends to a session (``dex_gateway``'s message, queue,
-answer, decision, plan and stop RPCs) forgets the session's entry before and after the RPC,
-so the writer's next read goes to Dex even when the announcement event could not be written.
+Read-your-writes: every write the web sends to a session (the message, queue, answer,
+decision, plan and turn-cancel RPCs of ``input_rpcs``, ``dex_gateway.session_stop``) forgets
+the session's entry before and after the RPC (``writes_session``), so the writer's next read
+goes to Dex even when the announcement event could not be written.
 Staleness a reader can see: none from this cache beyond what the stamp misses, i.e. a change
 that a Step makes without writing an event and without a status change (none is known).
 
 Who reads here: the DRF view (``agents_app.api.snapshot.snapshot_read``), and in front of it,
 for API clients, ``agents_app.api.snapshot_asgi`` (the short path), which serves only hits and
 takes the stamp's token from this process's reader of the session's Stream when it runs
-(``session_events.known_tail``): it may trail the engine by the message being delivered at
+(``session_feed.known_tail``): it may trail the engine by the message being delivered at
 that moment, so the short path can answer a change one read late, always with the
 ``events_after`` of the snapshot it answers.
 
@@ -34,14 +35,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 import pickle
 import time
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from agents_app.conf import dexagents_setting
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Sessions kept in process memory without Redis (least recently used go first).
 LOCAL_MAX_ENTRIES = 2000
@@ -145,6 +151,24 @@ async def forget(session_id: str) -> None:
         await client.delete(KEY_PREFIX + session_id)
     except Exception as error:
         logger.warning("Snapshot cache could not forget %s: %s", session_id, error)
+
+
+def writes_session(
+    function: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Mark an RPC coroutine that changes a session (keyword ``session_id``): its cached
+    snapshot is forgotten before and after the call (read-your-writes, as ``forget``)."""
+
+    @functools.wraps(function)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        session_id = str(kwargs["session_id"])
+        await forget(session_id)
+        try:
+            return await function(*args, **kwargs)
+        finally:
+            await forget(session_id)
+
+    return wrapper
 
 
 def written_within(session_id: str, seconds: float) -> bool:

@@ -16,7 +16,7 @@ Protocol:
   is deleted closes with 4404 too (the ``session.deleted`` notice on the channel layer).
 - Text frames, JSON, in Stream order, each Stream message at most once per connection:
   ``{"type": "event", "token", "event": {"type", "turn_id", "step_execution_id", "attempt",
-  "data", "created_at"}}`` (``dex_gateway.SessionEventMessage``), and
+  "data", "created_at"}}`` (``event_stream.SessionEventMessage``), and
   ``{"type": "snapshot_required"}``: events were lost to the client, so it must reload the
   snapshot (``GET /api/v1/sessions/<id>/``). It comes first when ``after`` is no longer
   retained (or was never a token of this Stream), and the relay then starts at the oldest
@@ -40,7 +40,7 @@ Protocol:
 
 Each socket has one relay task, created in ``connect`` and cancelled in ``disconnect``; it
 runs a Stream reader and a socket writer joined by the bounded queue. The reader is
-``session_events.read_messages``, which subscribes to the process's one shared reader of the
+``session_feed.read_messages``, which subscribes to the process's one shared reader of the
 session's Stream (many sockets of a session cost one engine long poll, not one each) and
 reads on its own only while it catches up from an old ``after``. Closing the socket ends the
 relay at once (or within the time it takes to cancel one gRPC long poll while it catches up);
@@ -61,13 +61,13 @@ from urllib.parse import parse_qs
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 # The Flow import pulls in LiteLLM and the MCP SDK (seconds). Importing it with the ASGI
-# application keeps that off the event loop of the first websocket (dex_gateway builds the
+# application keeps that off the event loop of the first websocket (the gateway builds the
 # Flow for its client on first use).
 import agents_app.worker.flow  # noqa: F401
 from agents_app.auth import DATABASE_TIMEOUT_KEY
 from agents_app.conf import dexagents_setting
-from agents_app.gateway import dex_gateway
-from agents_app.live import session_events
+from agents_app.gateway import event_stream
+from agents_app.live import session_feed
 from agents_app.live.session_events import SNAPSHOT_REQUIRED_FRAME, event_frame
 from agents_app.log_context import bind_websocket
 from agents_app.metrics import EVENT_RELAY_LAG
@@ -148,7 +148,7 @@ class SendQueue:
         self._bytes = 0
 
 
-def _observe_relay_lag(message: dex_gateway.SessionEventMessage) -> None:
+def _observe_relay_lag(message: event_stream.SessionEventMessage) -> None:
     """Record seconds from the event's Stream write to now (``dexagents_event_relay_lag_seconds``);
     an event without a readable ``created_at`` is skipped."""
     created = message.event.get("created_at")
@@ -292,8 +292,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _read(self, session_id: str, after: str, queue: SendQueue) -> None:
         """Queue one frame per Stream message after ``after``, forever
-        (``session_events.read_messages``: lost events become ``snapshot_required``)."""
-        async for message in session_events.read_messages(session_id, after):
+        (``session_feed.read_messages``: lost events become ``snapshot_required``)."""
+        async for message in session_feed.read_messages(session_id, after):
             if message is None:
                 queue.put(SNAPSHOT_REQUIRED_FRAME)
                 continue

@@ -35,12 +35,12 @@ async def web_warm(*, engine_timeout: float = ENGINE_WARM_TIMEOUT) -> bool:
     """
     from django.urls import get_resolver
 
-    from agents_app.gateway import dex_gateway
+    from agents_app.gateway import dex_gateway, engine_connection
 
     # Resolving the patterns imports every view module, as the first request would.
     get_resolver().url_patterns  # noqa: B018
     try:
-        await dex_gateway.call(dex_gateway.engine_connection_open())
+        await dex_gateway.call(engine_connection.engine_connection_open())
         return await asyncio.wait_for(
             dex_gateway.call(dex_gateway.engine_health_check()), engine_timeout
         )

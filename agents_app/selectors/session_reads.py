@@ -26,7 +26,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Q, QuerySet
 
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, event_stream
 from agents_app.models import (
     SESSION_STATUS_STOPPED,
     AgentSession,
@@ -224,7 +224,7 @@ def session_messages_page(
     they were summarized, so paging stops at the oldest retained one.
 
     Returns:
-        ``{"messages": [message data, see dex_gateway.message_to_data], "next_before": the
+        ``{"messages": [message data, see session_data.message_to_data], "next_before": the
         smallest sequence of the page when older retained messages exist, else None}``.
 
     Raises:
@@ -240,7 +240,7 @@ def session_events_after_get(*, session: AgentSession) -> str:
 
     Read it before the snapshot, so relaying from it misses nothing the snapshot lacks.
     """
-    return dex_gateway.run(dex_gateway.session_events_tail_token(session_id=session.id))
+    return dex_gateway.run(event_stream.session_events_tail_token(session_id=session.id))
 
 
 def session_index_values_reload(*, session: AgentSession) -> AgentSession:
@@ -325,7 +325,7 @@ def session_live_events_after(
         # A backward scan of the turn's events: done once per turn and process, not on every
         # snapshot read while the turn runs (tokens never change once written).
         token = dex_gateway.run(
-            dex_gateway.session_events_turn_start_token(session_id=session.id, turn_id=turn_id)
+            event_stream.session_events_turn_start_token(session_id=session.id, turn_id=turn_id)
         )
         if token is None:
             return events_after
@@ -360,7 +360,7 @@ def message_queue_get(*, session: AgentSession) -> dict[str, Any]:
 
     Returns:
         ``{"queued": [...], "steered": [...], "partial": bool}``, entries ``{"id", "text",
-        "plan_mode", "created_at", "delivery"}`` (``dex_gateway.queued_message_to_data``;
+        "plan_mode", "created_at", "delivery"}`` (``session_data.queued_message_to_data``;
         ``delivery`` is ``delivered`` for what Dex lists and ``pending`` for the outbox's).
         ``partial`` is True when Dex did not answer: then only the outbox's messages are
         listed. A stopped session's queue is empty without asking Dex, as its snapshot is

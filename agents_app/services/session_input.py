@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 
 from agents_app.conf import dexagents_setting
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, event_stream, input_rpcs
 from agents_app.models import (
     AgentSession,
     Delivery,
@@ -149,13 +149,13 @@ def session_message_send(
 
 def _outbox_change_announce(*, session: AgentSession, change: str, message_id: str) -> None:
     """Announce ``queue_changed`` for a message withdrawn from the outbox, as the Dex queue
-    RPCs do (``dex_gateway.QUEUE_CHANGED``), so pages re-read the queue and a send-and-wait
+    RPCs do (``input_rpcs.QUEUE_CHANGED``), so pages re-read the queue and a send-and-wait
     for it ends. Best effort: the engine may be the reason the message was still kept."""
     try:
         dex_gateway.run(
-            dex_gateway.session_event_announce(
+            event_stream.session_event_announce(
                 session_id=session.id,
-                event_type=dex_gateway.QUEUE_CHANGED,
+                event_type=input_rpcs.QUEUE_CHANGED,
                 payload={"change": change, "message_id": message_id},
             )
         )
@@ -180,7 +180,7 @@ def queued_message_delete(*, session: AgentSession, message_id: str) -> bool:
         _outbox_change_announce(session=session, change="deleted", message_id=message_id)
         return True
     return dex_gateway.run(
-        dex_gateway.session_delete_queued_message(session_id=session.id, message_id=message_id)
+        input_rpcs.session_delete_queued_message(session_id=session.id, message_id=message_id)
     )
 
 
@@ -209,7 +209,7 @@ def queued_message_replace(
         return session_message_send(session=session, text=text, plan_mode=plan_mode)
     client_id = uuid.uuid4().hex
     replaced = dex_gateway.run(
-        dex_gateway.session_replace_queued_message(
+        input_rpcs.session_replace_queued_message(
             session_id=session.id,
             message_id=message_id,
             text=text,
@@ -275,7 +275,7 @@ def queued_message_steer(*, session: AgentSession, message_id: str) -> bool:
     if outbox.outbox_message_mark_steer(session=session, message_id=message_id):
         return True
     return dex_gateway.run(
-        dex_gateway.session_steer_queued_message(session_id=session.id, message_id=message_id)
+        input_rpcs.session_steer_queued_message(session_id=session.id, message_id=message_id)
     )
 
 
@@ -295,7 +295,7 @@ def user_input_answer(*, session: AgentSession, call_id: str, answer: str) -> bo
     """
     # answer_user_input retries a held PendingUserInput lock for a while; leave room for it.
     return dex_gateway.run(
-        dex_gateway.session_answer_user_input(
+        input_rpcs.session_answer_user_input(
             session_id=session.id, call_id=call_id, answer=answer
         ),
         timeout=float(dexagents_setting("ENGINE_TIMEOUT")) + RESOLVE_LOCK_RETRY_SECONDS,
@@ -326,7 +326,7 @@ def elicitation_answer(
     """
     # answer_elicitation retries a held ELICITATIONS lock for a while; leave room for it.
     result: ElicitationAnswerResult = dex_gateway.run(
-        dex_gateway.session_answer_elicitation(
+        input_rpcs.session_answer_elicitation(
             session_id=session.id, elicitation_id=elicitation_id, action=action, content=content
         ),
         timeout=float(dexagents_setting("ENGINE_TIMEOUT")) + RESOLVE_LOCK_RETRY_SECONDS,
@@ -348,7 +348,7 @@ def plan_execute(*, session: AgentSession, revision: int) -> PlanExecutionResult
         dex_gateway.EngineUnavailableError, dex_gateway.SessionNotFoundError.
     """
     return dex_gateway.run(
-        dex_gateway.session_execute_plan(session_id=session.id, revision=revision)
+        input_rpcs.session_execute_plan(session_id=session.id, revision=revision)
     )
 
 
@@ -397,7 +397,7 @@ def session_turn_cancel(*, session: AgentSession, turn_id: str = "") -> TurnCanc
 
     try:
         result: TurnCancelResult = dex_gateway.run(
-            dex_gateway.session_cancel_turn(session_id=session.id, turn_id=turn_id)
+            input_rpcs.session_cancel_turn(session_id=session.id, turn_id=turn_id)
         )
     except dex_gateway.EngineUnavailableError as error:
         session.refresh_from_db(fields=["status"])

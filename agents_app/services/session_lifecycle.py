@@ -94,7 +94,7 @@ def session_create(
     Raises:
         dex_gateway.EngineUnavailableError: Dex did not answer; nothing was created.
     """
-    from agents_app.sessions import outbox
+    from agents_app.sessions import outbox_holds
 
     owner_pk = owner.pk
     if owner_pk is None:
@@ -117,9 +117,9 @@ def session_create(
         # The count and the new "starting" row in one transaction under the owner's lock:
         # concurrent creates of one owner cannot both take the last free slot.
         if capped and refusal is None:
-            outbox.owner_turn_lock(owner_id=owner_pk)
+            outbox_holds.owner_turn_lock(owner_id=owner_pk)
         held = refusal is not None or (
-            capped and outbox.active_sessions_count(owner_id=owner_pk) >= limit
+            capped and outbox_holds.active_sessions_count(owner_id=owner_pk) >= limit
         )
         # "starting" while a first turn is coming; without one the session waits for a
         # message from the start (the cap on running turns counts "starting" as running).
@@ -159,7 +159,7 @@ def session_create(
 
         first = OutboxMessage.objects.create(
             id=uuid.uuid4().hex, session=session, text=message, plan_mode=plan_mode,
-            last_error=refusal or outbox.active_limit_reason(),
+            last_error=refusal or outbox_holds.active_limit_reason(),
         )
         task_queue.outbox_delivery_schedule(session_id=session.id)
         session.first_message = MessageAccepted(  # type: ignore[attr-defined]

@@ -1,8 +1,9 @@
-"""The approvals half of the Django index: closing an indexed approval request and telling
-the dashboard that the set of approvals changed (ARCHITECTURE.md "The Django index").
+"""The approvals half of the Django index: opening and closing an indexed approval request and
+telling the dashboard that the set of approvals changed (ARCHITECTURE.md "The Django index").
 
-Below both writers of the index: ``session_index`` (the worker's reports, reconciliation)
-and ``outbox`` (a decision Dex accepted). It imports the models and ``notifications`` only.
+Below every writer of the index: ``session_index`` (the worker's reports), ``index_reconcile``
+(reconciliation from Dex) and ``outbox`` (a decision Dex accepted). It imports the models and
+``notifications`` only.
 """
 
 from __future__ import annotations
@@ -21,6 +22,49 @@ logger = logging.getLogger(__name__)
 APPROVALS_GROUP = "approvals"
 #: Channel layer message type of that notice (consumers handle ``approvals_changed``).
 APPROVALS_CHANGED = "approvals.changed"
+
+
+def approval_request_open(
+    *,
+    session_id: str,
+    interrupt_id: str,
+    tool_call_id: str,
+    tool_name: str,
+    arguments: str,
+    turn_id: str,
+    deadline: datetime.datetime | None,
+    requested_at: datetime.datetime,
+) -> bool:
+    """Index a pending interrupt (``ApprovalRequest``, keyed by session and interrupt ID),
+    telling ``notifications`` of a new one; a row another writer withdrew is opened again.
+
+    Returns:
+        True when a row was created or reopened.
+    """
+    request, created = ApprovalRequest.objects.get_or_create(
+        session_id=session_id,
+        interrupt_id=interrupt_id,
+        defaults={
+            "tool_call_id": tool_call_id,
+            "tool_name": tool_name,
+            "arguments": arguments,
+            "turn_id": turn_id,
+            "deadline": deadline,
+            "requested_at": requested_at,
+        },
+    )
+    if created:
+        notifications.approval_requested_notify(session_id=session_id, interrupt_id=interrupt_id)
+        return True
+    if request.state == ApprovalRequest.State.WITHDRAWN:
+        request.state = ApprovalRequest.State.PENDING
+        request.closed_at = None
+        request.outcome_message = ""
+        request.save(update_fields=["state", "closed_at", "outcome_message", "updated_at"])
+        # Notices are unique per approval: a reopened row sends nothing again.
+        notifications.approval_requested_notify(session_id=session_id, interrupt_id=interrupt_id)
+        return True
+    return False
 
 
 def approval_request_close(

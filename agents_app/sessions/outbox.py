@@ -9,6 +9,9 @@ ID: a message goes to Dex with its ``OutboxMessage.id`` as ``client_id``, which
 ``send_user_message`` never queues twice, and a decision is checked against the approvals
 index when Dex answers that the call no longer waits.
 
+What holds a message besides the engine (its owner's running-turn cap, a spent budget) is
+checked and released in ``outbox_holds``.
+
 Errors raised here:
     DeliveryDeferred: Dex did not take the write now; it stays pending (try again later).
 """
@@ -25,7 +28,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents_app.conf import dexagents_setting
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, input_rpcs
 from agents_app.models import (
     SESSION_STATUS_STARTING,
     AgentSession,
@@ -36,6 +39,12 @@ from agents_app.models import (
     OutboxTurnCancel,
 )
 from agents_app.sessions.approval_index import approval_request_close, approvals_changed_notify
+from agents_app.sessions.outbox_holds import (
+    ACTIVE_STATUSES,
+    active_limit_reached,
+    active_limit_reason,
+    owner_turn_lock,
+)
 from agents_app.usage.budgets import BUDGET_REFUSAL_PREFIX, budget_refusal
 
 logger = logging.getLogger(__name__)
@@ -69,128 +78,13 @@ class InterruptNotRecordedDeferred(DeliveryDeferred):
 class ActiveLimitDeferred(DeliveryDeferred):
     """The message would start a turn while its owner already has
     ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns running; it stays pending and is
-    delivered when one of them ends (``active_limit_release``)."""
+    delivered when one of them ends (``outbox_holds.active_limit_release``)."""
 
 
 class BudgetDeferred(DeliveryDeferred):
     """A budget of the message's owner or agent is spent (``budgets.budget_refusal``, whose
     sentence is the exception's text and the row's ``last_error``); the message stays pending
     and the delivery sweep tries it again."""
-
-
-#: Index statuses of a session whose turn runs (and holds a Dex worker's attention).
-ACTIVE_STATUSES = ("starting", "running_model", "running_tools")
-
-
-def active_sessions_count(*, owner_id: Any, exclude_session_id: str = "") -> int:
-    """How many of ``owner_id``'s sessions run a turn now, as the index sees it: status
-    ``starting``, ``running_model`` or ``running_tools`` without a pending approval (a turn
-    that waits for a person holds nothing), plus idle sessions that a message was delivered
-    to after their status was last observed (their turn is about to start; the worker has not
-    reported it yet).
-    """
-    running = (
-        AgentSession.objects.filter(owner_id=owner_id, status__in=ACTIVE_STATUSES)
-        .exclude(approval_requests__state=ApprovalRequest.State.PENDING)
-        .exclude(pk=exclude_session_id)
-        .values_list("pk", flat=True)
-    )
-    about_to_run = (
-        OutboxMessage.objects.filter(
-            session__owner_id=owner_id,
-            session__status="waiting_for_user_message",
-            delivery=Delivery.DELIVERED,
-            delivered_at__gt=F("session__status_observed_at"),
-        )
-        .exclude(session_id=exclude_session_id)
-        .values_list("session_id", flat=True)
-    )
-    return len(set(running) | set(about_to_run))
-
-
-def owner_turn_lock(*, owner_id: Any) -> None:
-    """Take ``owner_id``'s lock for the running-turn cap, held until the enclosing
-    ``transaction.atomic()`` ends, so two requests of one owner cannot both see room under
-    ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` and both start a turn. PostgreSQL locks the
-    owner's user row (``SELECT ... FOR UPDATE``); SQLite, which has no row locks, serializes
-    on its database write lock, taken by a no-op ``UPDATE`` of that row.
-
-    Raises:
-        django.db.transaction.TransactionManagementError: Called outside a transaction.
-    """
-    from django.contrib.auth import get_user_model
-    from django.db import connection
-
-    if not connection.in_atomic_block:
-        raise transaction.TransactionManagementError("owner_turn_lock needs a transaction.")
-    users = get_user_model().objects.filter(pk=owner_id)
-    if connection.features.has_select_for_update:
-        list(users.select_for_update().values_list("pk", flat=True))
-    else:
-        users.update(last_login=F("last_login"))
-
-
-def active_limit_reached(*, session: AgentSession) -> bool:
-    """Whether a message to ``session`` must wait for the owner's other turns: the session
-    is not running a turn itself (a message to a running session only queues behind it) and
-    its owner already has ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` running (0: no cap)."""
-    limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
-    if limit <= 0 or session.status in ACTIVE_STATUSES:
-        return False
-    return active_sessions_count(owner_id=session.owner_id, exclude_session_id=session.pk) >= limit
-
-
-def active_limit_reason() -> str:
-    """Why a message waits for the owner's other turns (kept as the row's ``last_error``)."""
-    limit = int(dexagents_setting("MAX_ACTIVE_SESSIONS_PER_USER"))
-    return (f"Held: {limit} of your sessions are running a turn "
-            "(DEXAGENTS_MAX_ACTIVE_SESSIONS_PER_USER); it goes when one ends.")
-
-
-def active_limit_release(*, owner_ids: Iterable[Any]) -> int:
-    """Queue delivery of the pending messages of ``owner_ids``' sessions (a turn of theirs
-    ended, so a message held by the cap may go now); the delivery checks the cap again.
-
-    Returns:
-        How many sessions' deliveries were queued.
-    """
-    from agents_app import task_queue
-
-    session_ids = list(
-        OutboxMessage.objects.filter(
-            session__owner_id__in=list(owner_ids), delivery=Delivery.PENDING
-        )
-        .values_list("session_id", flat=True)
-        .distinct()
-    )
-    for session_id in session_ids:
-        task_queue.outbox_delivery_schedule(session_id=session_id)
-    return len(session_ids)
-
-
-def budget_release(*, owner_id: Any = None, agent_id: Any = None) -> int:
-    """Queue delivery of the messages a spent budget holds in the sessions of ``owner_id``
-    or of ``agent_id`` (a budget of theirs was raised, disabled or deleted, so they may go
-    now); the delivery checks every budget again.
-
-    Returns:
-        How many sessions' deliveries were queued.
-    """
-    from agents_app import task_queue
-
-    held = OutboxMessage.objects.filter(
-        delivery=Delivery.PENDING, last_error__startswith=BUDGET_REFUSAL_PREFIX
-    )
-    if owner_id is not None:
-        held = held.filter(session__owner_id=owner_id)
-    elif agent_id is not None:
-        held = held.filter(session__agent_id=agent_id)
-    else:
-        return 0
-    session_ids = list(held.values_list("session_id", flat=True).distinct())
-    for session_id in session_ids:
-        task_queue.outbox_delivery_schedule(session_id=session_id)
-    return len(session_ids)
 
 
 class QueueFullDeferred(DeliveryDeferred):
@@ -260,7 +154,7 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
     reserved = _turn_reserve(message)
     try:
         sent = dex_gateway.run(
-            dex_gateway.session_send_message(
+            input_rpcs.session_send_message(
                 session_id=session.id,
                 text=message.text,
                 plan_mode=message.plan_mode,
@@ -360,7 +254,7 @@ def _take_back(message: OutboxMessage) -> None:
     """Delete a message its sender withdrew while it was being delivered."""
     try:
         dex_gateway.run(
-            dex_gateway.session_delete_queued_message(
+            input_rpcs.session_delete_queued_message(
                 session_id=message.session_id, message_id=message.id
             )
         )
@@ -373,7 +267,7 @@ def _steer_quietly(message: OutboxMessage) -> None:
     already, which is as good."""
     try:
         dex_gateway.run(
-            dex_gateway.session_steer_queued_message(
+            input_rpcs.session_steer_queued_message(
                 session_id=message.session_id, message_id=message.id
             )
         )
@@ -461,7 +355,7 @@ def approval_decision_deliver(*, decision: ApprovalDecision) -> str:
         return decision.delivery
     try:
         accepted = dex_gateway.run(
-            dex_gateway.session_resolve_interrupt(
+            input_rpcs.session_resolve_interrupt(
                 session_id=decision.session_id,
                 interrupt_id=decision.interrupt_id,
                 approved=decision.approved,
@@ -539,7 +433,7 @@ def turn_cancel_deliver(*, cancel: OutboxTurnCancel) -> str:
         return cancel.delivery
     try:
         result = dex_gateway.run(
-            dex_gateway.session_cancel_turn(session_id=cancel.session_id, turn_id=cancel.turn_id)
+            input_rpcs.session_cancel_turn(session_id=cancel.session_id, turn_id=cancel.turn_id)
         )
     except dex_gateway.EngineUnavailableError as error:
         _note_attempt(OutboxTurnCancel, cancel.pk, str(error))

@@ -78,7 +78,7 @@ def build_flow(
         pool: The worker's MCP client pool; ``None`` creates an idle one (clients never use it).
         observer: The Steps' session observer; ``None`` for clients.
         session_client: Returns the worker's session Flow client (the worker passes
-            ``dex_gateway.session_client``), through which a tool Step puts an MCP server's
+            ``engine_connection.session_client``), through which a tool Step puts an MCP server's
             question to the user; ``None`` for clients (a server's question is declined).
 
     Returns:

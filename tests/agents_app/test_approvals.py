@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, engine_connection
 from agents_app.models import AgentSession, ApprovalDecision, ApprovalRequest
 from agents_app.services.session_lifecycle import session_status_record
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory
@@ -206,7 +206,7 @@ def test_owner_or_staff_stop_the_dex_flow(
     assert session.status == "stopped"
 
     async def describe() -> Any:
-        return await dex_gateway._connection().client.describe_flow(session.id)
+        return await engine_connection.connection().client.describe_flow(session.id)
 
     from dex import FlowStatus
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agents_app.api.session_schema import SessionMessageSerializer
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import session_data
 from dex_agents import AgentMessage, AgentToolCall, MessageRole, ToolCallStatus, ToolEffect
 from dex_agents._views import (
     QUEUED_MESSAGES_BYTES,
@@ -55,11 +55,11 @@ def test_a_message_larger_than_the_budget_is_shown_cut() -> None:
     # The stored message is unchanged.
     assert len(big.text) == 300_000
 
-    data = dex_gateway.message_to_data(shown)
+    data = session_data.message_to_data(shown)
     assert data["text_length"] == 300_000 and data["tool_calls"][0]["name"] == "files__write"
     serializer = SessionMessageSerializer(data=data)
     assert serializer.is_valid(), serializer.errors
-    assert "text_length" not in dex_gateway.message_to_data(message(4, "small"))
+    assert "text_length" not in session_data.message_to_data(message(4, "small"))
 
 
 def test_cut_text_keeps_within_its_budget_for_any_characters() -> None:
@@ -75,7 +75,7 @@ def test_a_message_whose_text_fits_once_its_item_is_slimmed_keeps_its_text() -> 
     text = "t" * 60_000  # 120,000 bytes with its item's copy of the text
     [shown] = fit_messages([message(1, text)], 64 * 1024)
     assert shown.text == text and shown.framework_item == {"role": "assistant"}
-    assert "text_length" not in dex_gateway.message_to_data(shown)
+    assert "text_length" not in session_data.message_to_data(shown)
 
 
 def test_record_views_cut_long_outputs_and_arguments() -> None:

@@ -89,7 +89,7 @@ class Command(BaseCommand):
             open_blob_cache,
         )
 
-        from agents_app.gateway import dex_gateway
+        from agents_app.gateway import engine_connection
         from agents_app.sessions.session_index import SessionIndexObserver
         from agents_app.worker.flow import build_flow
         from agents_app.worker.model_calls import model_calls_warm
@@ -130,7 +130,7 @@ class Command(BaseCommand):
         )
         observer = SessionIndexObserver()
         flow = build_flow(
-            pool=pool, observer=observer, session_client=dex_gateway.session_client
+            pool=pool, observer=observer, session_client=engine_connection.session_client
         )
         registry = Registry([flow], AgentCodecRegistry(), allow_async_handlers=True)
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"
@@ -190,7 +190,7 @@ class Command(BaseCommand):
             await observer.aclose()
             await pool.aclose()
             # The Dex client the tool Steps asked MCP servers' questions through.
-            from agents_app.gateway.dex_gateway import engine_connections_close
+            from agents_app.gateway.engine_connection import engine_connections_close
 
             await engine_connections_close()
         self.stdout.write("dexworker stopped")
@@ -202,7 +202,7 @@ async def _reconcile_index() -> None:
 
     from asgiref.sync import sync_to_async
 
-    from agents_app.sessions.session_index import session_index_reconcile
+    from agents_app.sessions.index_reconcile import session_index_reconcile
 
     log = logging.getLogger("agents_app.dexworker")
     try:

@@ -12,9 +12,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, engine_connection
 from agents_app.models import SESSION_STATUS_STOPPED, AgentSession
-from agents_app.sessions.session_index import START_ABANDONED_AFTER, session_index_reconcile
+from agents_app.sessions.index_reconcile import START_ABANDONED_AFTER, session_index_reconcile
 from tests.factories import AgentDefinitionFactory
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +33,7 @@ def test_create_starts_a_flow_and_indexes_it(
     assert session.agent.slug == "demo"
 
     async def describe() -> Any:
-        return await dex_gateway._connection().client.describe_flow(session_id)
+        return await engine_connection.connection().client.describe_flow(session_id)
 
     info = dex_gateway.run(describe())
     assert info.flow_type == "AgentSession"

@@ -1,5 +1,5 @@
 """The OpenAPI components of a session's conversation (agents_app/api/session_schema.py) match
-what ``dex_gateway`` really serves: every key it writes is a declared field, every required
+what ``session_data`` really builds: every key it writes is a declared field, every required
 field is there, and each value passes its field (role, effect and status enumerations,
 nullable fields, date-times). The served schema as a whole is checked by schemathesis and a
 generated client in tests/e2e/test_api_contract.py."""
@@ -18,7 +18,7 @@ from agents_app.api.session_schema import (
     SessionUsageSerializer,
     ToolCallRecordSerializer,
 )
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import session_data
 from dex_agents import (
     AgentInterrupt,
     AgentMessage,
@@ -89,7 +89,7 @@ def test_the_snapshot_data_matches_its_components() -> None:
         queued_message_count=0,
         last_turn_error=None,
     )
-    data = dex_gateway.snapshot_to_data(snapshot)
+    data = session_data.snapshot_to_data(snapshot)
     assert len(data["messages"]) == 5 and len(data["tool_calls"]) == len(records)
     for message in data["messages"]:
         check(SessionMessageSerializer, message)
@@ -107,7 +107,7 @@ def test_a_snapshot_without_usage_reads_zeros() -> None:
         usage=None,  # type: ignore[arg-type]
         queued_message_count=0, last_turn_error=None,
     )
-    data = dex_gateway.snapshot_to_data(snapshot)
+    data = session_data.snapshot_to_data(snapshot)
     assert data["usage"] == AgentUsage().as_dict()
     check(SessionUsageSerializer, data["usage"])
 
@@ -116,7 +116,7 @@ def test_a_snapshot_without_usage_reads_zeros() -> None:
     "serializer_class, data",
     [
         (SessionMessageSerializer, {"sequence": 1, "role": "robot", "text": "", "turn_id": "t"}),
-        (ToolCallRecordSerializer, {**dex_gateway.tool_call_to_data(
+        (ToolCallRecordSerializer, {**session_data.tool_call_to_data(
             record(ToolCallStatus.PENDING, 1)), "status": "paused"}),
         (PendingInterruptSerializer, {"interrupt_id": "a", "tool_call_id": "b",
                                       "tool_name": "c", "arguments": "{}",

@@ -18,7 +18,7 @@ import pytest
 from dex.dexpb import dex_pb2 as pb
 from rest_framework.test import APIClient
 
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import dex_gateway, engine_connection
 from agents_app.models import (
     AgentSession,
     ApprovalDecision,
@@ -283,7 +283,7 @@ def test_delete_stops_the_flow_and_removes_index_and_history(
     assert _engine_rows(tmp_path / "dex.db", session.pk) == 0
 
     async def history() -> Any:
-        return await dex_gateway._connection().flow_service.GetHistoryEvents(
+        return await engine_connection.connection().flow_service.GetHistoryEvents(
             pb.GetHistoryEventsRequest(flow_id=session.pk)
         )
 

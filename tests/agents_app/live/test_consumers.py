@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from agents_app.gateway import dex_gateway
-from agents_app.live import consumers, session_events
+from agents_app.gateway import event_stream
+from agents_app.live import consumers, session_feed
 from agents_app.models import AgentSession
 from dex_agents import AgentEvent, AgentEventType
 from tests.conftest import api_token_key
@@ -127,7 +127,7 @@ async def test_a_gap_the_relay_could_not_read_becomes_snapshot_required(
     session = await asyncio.to_thread(session_of, owner)
     headers = await asyncio.to_thread(token_headers, owner)
     # Check every read at once, so the check follows the read it covers.
-    monkeypatch.setattr(session_events, "VERIFY_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr(session_feed, "VERIFY_INTERVAL_SECONDS", 0.0)
 
     def event(marker: int, text: str = "") -> AgentEvent:
         return AgentEvent(AgentEventType.TOOL_LOG, None, "relay-test", 1,
@@ -140,7 +140,7 @@ async def test_a_gap_the_relay_could_not_read_becomes_snapshot_required(
         first_two = (await client.list_stream_messages(session.id, flow.agent_events, 5))
         second_token = first_two.messages[-2].resume_token
 
-    real_read: Callable[..., Awaitable[Any]] = dex_gateway.session_events_read
+    real_read: Callable[..., Awaitable[Any]] = event_stream.session_events_read
 
     async def trimming_read(*, session_id: str, after: str, wait_seconds: float) -> Any:
         if after == second_token:
@@ -153,7 +153,7 @@ async def test_a_gap_the_relay_could_not_read_becomes_snapshot_required(
                                           event(6))
         return await real_read(session_id=session_id, after=after, wait_seconds=wait_seconds)
 
-    monkeypatch.setattr(dex_gateway, "session_events_read", trimming_read)
+    monkeypatch.setattr(event_stream, "session_events_read", trimming_read)
     communicator = WebsocketCommunicator(
         application(), f"/ws/sessions/{session.id}/events/", headers=headers)
     connected, _ = await communicator.connect()

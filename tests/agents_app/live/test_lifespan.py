@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import engine_connection, engine_loop
 from agents_app.live.lifespan import WebWarmUp, web_warm
 from agents_app.models import OutboxMessage
 from tests.factories import AgentDefinitionFactory, AgentSessionFactory
@@ -34,7 +34,7 @@ async def test_start_up_connects_to_the_engine_before_it_completes(engine: str) 
     assert sent == [{"type": "lifespan.startup.complete"},
                     {"type": "lifespan.shutdown.complete"}]
     # The gateway's connection to this engine exists before any request made it.
-    connections = dex_gateway._connections.get(dex_gateway._gateway_loop.get(), {})
+    connections = engine_connection._connections.get(engine_loop._gateway_loop.get(), {})
     assert engine in connections
 
 

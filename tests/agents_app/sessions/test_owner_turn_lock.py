@@ -1,5 +1,5 @@
-"""``agents_app.sessions.outbox.owner_turn_lock``: the check of the running-turn cap and the
-write that takes a slot are one step per owner across processes, on SQLite and on PostgreSQL.
+"""``agents_app.sessions.outbox_holds.owner_turn_lock``: the check of the running-turn cap and
+the write that takes a slot are one step per owner across processes, on SQLite and on PostgreSQL.
 
 Four processes race to take the one slot of one owner (count, a pause that widens the race,
 then a write when the count was 0): with the lock exactly one writes. Without it PostgreSQL
@@ -27,7 +27,7 @@ django.setup()
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
-from agents_app.sessions.outbox import owner_turn_lock
+from agents_app.sessions.outbox_holds import owner_turn_lock
 
 start = float(sys.argv[1])
 while time.time() < start:

@@ -17,7 +17,7 @@ from typing import Any, cast
 import pytest
 
 from agents_app.demo.script import FAIL_STATUSES
-from agents_app.gateway import dex_gateway
+from agents_app.gateway import session_data
 from agents_app.providers import LOCAL_SERVER_KEY, count_tokens, load_litellm
 from agents_app.worker.agent_config import AgentConfigError, AgentModelConfig, AgentToolEntry
 from agents_app.worker.model_input import (
@@ -473,7 +473,7 @@ def test_a_stored_reasoning_summary_is_shown_but_never_sent_back_to_the_model() 
     message = AgentMessage(
         sequence=2, role=MessageRole.ASSISTANT, text="Hi", framework_item=item, turn_id="turn-1"
     )
-    data = dex_gateway.message_to_data(message)
+    data = session_data.message_to_data(message)
     assert data["reasoning"] == {"text": "Thinking about: hi", "seconds": 1.5}
     assert "opaque" not in repr(data)
 

@@ -19,7 +19,7 @@ from typing import Any, cast
 import pytest
 from mcp.types import ImageContent
 
-from agents_app.gateway.dex_gateway import snapshot_to_data
+from agents_app.gateway.session_data import snapshot_to_data
 from agents_app.worker.agent_config import AgentConfigError, AgentModelConfig
 from agents_app.worker.model_input import DEX_TOOL_CALL_KEY, build_model_input, encode_run_state
 from agents_app.worker.runner import LiteLLMRunner

@@ -1,8 +1,8 @@
-"""The per-process shared reader of a session's Stream (``session_events``, issue 24 "Many
+"""The per-process shared reader of a session's Stream (``session_feed``, issue 24 "Many
 watchers"), against the real embedded engine (``engine`` fixture) and the real Dex SDK.
 
 Engine reads are counted with the web side's own ``dexagents_event_stream_reads_total``
-counter, which ``session_events`` increments once per ReadStream call.
+counter, which ``session_feed`` increments once per ReadStream call.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from agents_app.gateway import dex_gateway
-from agents_app.live import session_events
+from agents_app.gateway import event_stream
+from agents_app.live import session_feed
 from dex_agents import AgentEvent, AgentEventType
 from tests.e2e.relay_stack import dex_client, retained_tokens
 
 SESSION_ID = "ses_" + "c" * 32
 
-Messages = AsyncGenerator[dex_gateway.SessionEventMessage | None, None]
+Messages = AsyncGenerator[event_stream.SessionEventMessage | None, None]
 
 
 def stream_reads() -> float:
@@ -58,7 +58,7 @@ async def take(messages: Messages, count: int, into: list[Any] | None = None,
 
 @pytest.fixture
 def quick_linger(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(session_events, "FEED_LINGER_SECONDS", 0.05)
+    monkeypatch.setattr(session_feed, "FEED_LINGER_SECONDS", 0.05)
 
 
 async def test_many_readers_of_one_session_share_one_engine_read_per_message(
@@ -66,10 +66,10 @@ async def test_many_readers_of_one_session_share_one_engine_read_per_message(
 ) -> None:
     await write_markers(engine, range(10))
     before = stream_reads()
-    readers = [session_events.read_messages(SESSION_ID, "") for _ in range(20)]
+    readers = [session_feed.read_messages(SESSION_ID, "") for _ in range(20)]
     seen = await asyncio.gather(*(take(reader, 10) for reader in readers))
     assert seen == [list(range(10))] * 20
-    assert session_events.live_feed_count() == 1
+    assert session_feed.live_feed_count() == 1
     # Alone, each of the 20 readers would long-poll once per message: 200 reads.
     reads = stream_reads() - before
     print(f"{reads:.0f} engine reads for 20 readers of 10 messages")
@@ -81,22 +81,22 @@ async def test_many_readers_of_one_session_share_one_engine_read_per_message(
     assert stream_reads() - before <= 30
     for reader in readers:
         await reader.aclose()
-    await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0)
+    await wait_for("the shared reader to stop", lambda: session_feed.live_feed_count() == 0)
 
 
 async def test_a_late_reader_with_an_old_token_catches_up_exactly_then_shares(
     engine: str, quick_linger: None
 ) -> None:
     tokens = await write_markers(engine, range(200))  # more than the shared reader keeps
-    first = session_events.read_messages(SESSION_ID, "")
+    first = session_feed.read_messages(SESSION_ID, "")
     assert await take(first, 200) == list(range(200))
 
     # Far behind the shared reader: reads on its own until it reaches what it keeps.
-    late = session_events.read_messages(SESSION_ID, tokens[10])
+    late = session_feed.read_messages(SESSION_ID, tokens[10])
     assert await take(late, 189) == list(range(11, 200))
     # Among its recent messages: no engine read of its own at all.
     before = stream_reads()
-    recent = session_events.read_messages(SESSION_ID, tokens[190])
+    recent = session_feed.read_messages(SESSION_ID, tokens[190])
     assert await take(recent, 9) == list(range(191, 200))
     assert stream_reads() == before
 
@@ -107,7 +107,7 @@ async def test_a_late_reader_with_an_old_token_catches_up_exactly_then_shares(
     assert stream_reads() - before <= 5 + 1
     for reader in (first, late, recent):
         await reader.aclose()
-    await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0)
+    await wait_for("the shared reader to stop", lambda: session_feed.live_feed_count() == 0)
 
 
 async def test_a_reader_ahead_of_the_shared_reader_gets_exactly_what_follows_its_token(
@@ -115,9 +115,9 @@ async def test_a_reader_ahead_of_the_shared_reader_gets_exactly_what_follows_its
 ) -> None:
     tokens = await write_markers(engine, range(300))
     # The shared reader starts at the oldest message, with this reader, and replays them all.
-    replaying = session_events.read_messages(SESSION_ID, "")
+    replaying = session_feed.read_messages(SESSION_ID, "")
     assert await take(replaying, 1) == [0]
-    ahead = session_events.read_messages(SESSION_ID, tokens[-1])
+    ahead = session_feed.read_messages(SESSION_ID, tokens[-1])
     following = asyncio.create_task(take(ahead, 3))
     await write_markers(engine, range(300, 303))
     assert await following == [300, 301, 302]
@@ -130,10 +130,10 @@ async def test_a_reader_ahead_of_the_shared_reader_gets_exactly_what_follows_its
 async def test_a_reader_that_stops_reading_does_not_hold_back_the_others(
     engine: str, quick_linger: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(session_events, "FEED_QUEUE_MESSAGES", 5)
+    monkeypatch.setattr(session_feed, "FEED_QUEUE_MESSAGES", 5)
     await write_markers(engine, range(1))
-    slow = session_events.read_messages(SESSION_ID, "")
-    fast = session_events.read_messages(SESSION_ID, "")
+    slow = session_feed.read_messages(SESSION_ID, "")
+    fast = session_feed.read_messages(SESSION_ID, "")
     assert await take(slow, 1) == [0]
     assert await take(fast, 1) == [0]
     # The slow reader reads nothing while 40 messages go by; the fast one gets them all.
@@ -157,16 +157,16 @@ async def test_an_unretained_token_gets_none_first_and_a_cancelled_reader_leaks_
     engine: str, quick_linger: None
 ) -> None:
     await write_markers(engine, range(3))
-    reader = session_events.read_messages(SESSION_ID, "not-a-token-of-this-stream")
+    reader = session_feed.read_messages(SESSION_ID, "not-a-token-of-this-stream")
     assert await take(reader, 4) == [None, 0, 1, 2]
     # A reader cancelled while it waits (a closed socket) leaves the feed; the feed stops.
     waiting = asyncio.create_task(take(reader, 1))
-    await wait_for("the reader to wait", lambda: session_events.live_feed_count() == 1)
+    await wait_for("the reader to wait", lambda: session_feed.live_feed_count() == 1)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
     await reader.aclose()
-    await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0)
+    await wait_for("the shared reader to stop", lambda: session_feed.live_feed_count() == 0)
 
 
 async def test_a_followed_tail_moves_with_the_stream_without_engine_reads_of_its_own(
@@ -175,22 +175,22 @@ async def test_a_followed_tail_moves_with_the_stream_without_engine_reads_of_its
     """``follow_tail`` starts the shared reader at the newest token; ``known_tail`` then gives
     the newest token from this process (the snapshot short path's stamp), follows writes of
     other processes, and the reader stops ``FEED_TAIL_SECONDS`` after the last ask."""
-    monkeypatch.setattr(session_events, "FEED_TAIL_SECONDS", 0.5)
+    monkeypatch.setattr(session_feed, "FEED_TAIL_SECONDS", 0.5)
     tokens = await write_markers(engine, range(3))
-    assert session_events.known_tail(SESSION_ID) is None
-    session_events.follow_tail(SESSION_ID, tokens[-1])
-    assert session_events.known_tail(SESSION_ID) == tokens[-1]
+    assert session_feed.known_tail(SESSION_ID) is None
+    session_feed.follow_tail(SESSION_ID, tokens[-1])
+    assert session_feed.known_tail(SESSION_ID) == tokens[-1]
 
     newer = await write_markers(engine, range(3, 5))
-    await wait_for("the tail to move", lambda: session_events.known_tail(SESSION_ID) == newer[-1])
+    await wait_for("the tail to move", lambda: session_feed.known_tail(SESSION_ID) == newer[-1])
     # Asking costs no engine read: only the shared reader's long polls read.
     before = stream_reads()
     for _ in range(50):
-        assert session_events.known_tail(SESSION_ID) == newer[-1]
+        assert session_feed.known_tail(SESSION_ID) == newer[-1]
     assert stream_reads() - before <= 1
-    await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0,
+    await wait_for("the shared reader to stop", lambda: session_feed.live_feed_count() == 0,
                    deadline=10)
-    assert session_events.known_tail(SESSION_ID) is None
+    assert session_feed.known_tail(SESSION_ID) is None
 
 
 async def test_a_reader_behind_the_tail_is_not_taken_for_it(
@@ -199,28 +199,28 @@ async def test_a_reader_behind_the_tail_is_not_taken_for_it(
     """A shared reader that a client started at an old token says nothing of the tail until
     an engine read of the newest token (``follow_tail``) finds it there; a failed engine call
     makes it unsure again until one of its reads succeeded and the tail was confirmed."""
-    monkeypatch.setattr(session_events, "FEED_TAIL_SECONDS", 0.5)
+    monkeypatch.setattr(session_feed, "FEED_TAIL_SECONDS", 0.5)
     tokens = await write_markers(engine, range(5))
-    reader = session_events.read_messages(SESSION_ID, tokens[0])
+    reader = session_feed.read_messages(SESSION_ID, tokens[0])
     assert await take(reader, 4) == [1, 2, 3, 4]
     # Caught up, but no long poll has come back empty yet and no engine read said so.
-    assert session_events.known_tail(SESSION_ID) is None
-    session_events.follow_tail(SESSION_ID, tokens[-1])
-    assert session_events.known_tail(SESSION_ID) == tokens[-1]
-    feed = session_events._feeds[asyncio.get_running_loop()][SESSION_ID]
+    assert session_feed.known_tail(SESSION_ID) is None
+    session_feed.follow_tail(SESSION_ID, tokens[-1])
+    assert session_feed.known_tail(SESSION_ID) == tokens[-1]
+    feed = session_feed._feeds[asyncio.get_running_loop()][SESSION_ID]
     feed._failed_read()
-    assert session_events.known_tail(SESSION_ID) is None
+    assert session_feed.known_tail(SESSION_ID) is None
     # Until a read succeeds again, an engine read of the tail cannot vouch for the feed: it
     # is not reading (a retry's backoff), so writes could go by unseen.
-    session_events.follow_tail(SESSION_ID, tokens[-1])
-    assert session_events.known_tail(SESSION_ID) is None
+    session_feed.follow_tail(SESSION_ID, tokens[-1])
+    assert session_feed.known_tail(SESSION_ID) is None
     newer = await write_markers(engine, range(5, 6))
     assert await take(reader, 1) == [5]
-    assert session_events.known_tail(SESSION_ID) is None
-    session_events.follow_tail(SESSION_ID, newer[-1])
-    assert session_events.known_tail(SESSION_ID) == newer[-1]
+    assert session_feed.known_tail(SESSION_ID) is None
+    session_feed.follow_tail(SESSION_ID, newer[-1])
+    assert session_feed.known_tail(SESSION_ID) == newer[-1]
     await reader.aclose()
-    await wait_for("the shared reader to stop", lambda: session_events.live_feed_count() == 0,
+    await wait_for("the shared reader to stop", lambda: session_feed.live_feed_count() == 0,
                    deadline=10)
 
 
@@ -229,16 +229,16 @@ async def test_a_feed_only_snapshot_reads_keep_stops_when_the_engine_fails(engin
     stops instead of retrying (each retry would keep the process's shared gRPC connection in
     reconnect backoff after the engine is back); one a reader holds keeps retrying."""
     tokens = await write_markers(engine, range(1))
-    session_events.follow_tail(SESSION_ID, tokens[-1])
-    feed = session_events._feeds[asyncio.get_running_loop()][SESSION_ID]
-    with pytest.raises(session_events._Unheld):
+    session_feed.follow_tail(SESSION_ID, tokens[-1])
+    feed = session_feed._feeds[asyncio.get_running_loop()][SESSION_ID]
+    with pytest.raises(session_feed._Unheld):
         feed._failed_read()
 
-    reader = session_events.read_messages(SESSION_ID, tokens[-1])
+    reader = session_feed.read_messages(SESSION_ID, tokens[-1])
     waiting = asyncio.create_task(take(reader, 1))
     await wait_for("the reader to hold the feed", lambda: feed.holders > 0)
     feed._failed_read()  # held: no stop
-    assert session_events.known_tail(SESSION_ID) is None
+    assert session_feed.known_tail(SESSION_ID) is None
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
