@@ -22,7 +22,7 @@ from tests.factories import AgentDefinitionFactory, AgentSessionFactory
 
 pytestmark = pytest.mark.django_db
 
-SESSION_ID = "ses_00000000000000000000000000000002"
+SESSION_ID = "ses_fffffffffffffffffffffffffffffff2"
 INTERRUPT_ID = "turn-1.call_1"
 INTERRUPT_URL = f"/api/v1/sessions/{SESSION_ID}/interrupts/{INTERRUPT_ID}/"
 STOP_URL = f"/api/v1/sessions/{SESSION_ID}/stop/"

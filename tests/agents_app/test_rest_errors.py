@@ -21,7 +21,7 @@ from tests.factories import AgentDefinitionFactory, AgentSessionFactory, UserFac
 
 pytestmark = pytest.mark.django_db
 
-SESSION_ID = "ses_00000000000000000000000000000002"
+SESSION_ID = "ses_fffffffffffffffffffffffffffffff2"
 #: What the issue saw: ~2,000 levels, past Python's recursion limit.
 DEEP_BODY = "[" * 2000 + "]" * 2000
 PATH_ARGUMENTS = {

@@ -15,7 +15,7 @@ from tests.factories import AgentDefinitionFactory, AgentSessionFactory, McpTool
 
 pytestmark = pytest.mark.django_db
 
-SESSION_ID = "ses_00000000000000000000000000000001"
+SESSION_ID = "ses_fffffffffffffffffffffffffffffff1"
 MESSAGE_ID = "01920000-0000-7000-8000-000000000001"
 QUEUE = f"/api/v1/sessions/{SESSION_ID}/queue/"
 QUEUE_WRITES = [

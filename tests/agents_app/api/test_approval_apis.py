@@ -49,7 +49,7 @@ def session(owner: Any) -> AgentSession:
     agent.tools.add(tool)
     assert tool.exposed_name == TOOL_NAME
     return AgentSessionFactory.create(
-        id="ses_00000000000000000000000000000005", owner=owner, agent=agent,
+        id="ses_fffffffffffffffffffffffffffffff5", owner=owner, agent=agent,
         title="Notes", status="running_tools",
     )
 

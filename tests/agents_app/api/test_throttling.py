@@ -15,7 +15,7 @@ from tests.agents_app.test_settings import load
 
 pytestmark = pytest.mark.django_db
 
-UNKNOWN = "/api/v1/sessions/ses_00000000000000000000000000000009/messages/"
+UNKNOWN = "/api/v1/sessions/ses_fffffffffffffffffffffffffffffff9/messages/"
 
 
 def budgets(reads: str, writes: str) -> Any:

@@ -18,7 +18,7 @@ from tests.factories import AgentDefinitionFactory, AgentSessionFactory
 
 pytestmark = pytest.mark.django_db
 
-SESSION_ID = "ses_00000000000000000000000000000003"
+SESSION_ID = "ses_fffffffffffffffffffffffffffffff3"
 
 
 @pytest.fixture
