@@ -125,7 +125,7 @@ def test_delivering_the_same_outbox_row_twice_queues_it_once(stack: Stack) -> No
     # delivered, then set back to pending (as if the first answer had been lost) and
     # delivered again.
     result = stack.django_shell(
-        "import json, uuid; from agents_app import outbox; "
+        "import json, uuid; from agents_app.sessions import outbox; "
         "from agents_app.models import AgentSession, OutboxMessage as M; "
         f"s = AgentSession.objects.get(pk={session_id!r}); "
         "m = M.objects.create(id=uuid.uuid4().hex, session=s, text='twice'); "

@@ -163,7 +163,7 @@ def _stop_in_dex_only(stack: Stack, session_id: str) -> None:
     """Stop the Flow in Dex without telling the index: what a web process killed between the
     stop RPC and its index write, or a stop from outside the platform, leaves behind."""
     stack.django_shell(
-        "import json; from agents_app import dex_gateway as g; "
+        "import json; from agents_app.gateway import dex_gateway as g; "
         f"g.run(g.session_stop(session_id={session_id!r}, reason='outside')); print(1)"
     )
 
