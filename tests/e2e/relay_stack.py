@@ -93,6 +93,21 @@ class Stack:
         return httpx.Client(base_url=self.base_url(),
                             headers=self.personas[persona].bearer(), timeout=30)
 
+    @contextlib.contextmanager
+    def persona_clients(
+        self,
+    ) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client, httpx.Client]]:
+        """API clients of the permission tests' four personas, in this order: ``owner``,
+        ``other``, ``staff`` (each with its bearer token) and anonymous (no credentials);
+        closed when the block ends."""
+        with (
+            self.api("owner") as owner,
+            self.api("other") as other,
+            self.api("staff") as staff,
+            httpx.Client(base_url=self.base_url()) as anonymous,
+        ):
+            yield owner, other, staff, anonymous
+
     def held_approvals(self, session_id: str) -> list[dict[str, Any]]:
         """The staff approvals list's pending rows of ``session_id`` that Dex holds too.
 
