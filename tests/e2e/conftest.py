@@ -16,14 +16,22 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import httpx
 import pytest
 
 from dex_agents.testing import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
 T = TypeVar("T")
+
+# The line each platform process prints once it serves (``Proc.wait_for_line`` markers).
+ENGINE_READY = "dex_dev_server ready on"
+DEMO_MODEL_READY = "demo model ready on"
+WORKER_READY = "dexworker ready"
+WEB_READY = "Application startup complete"
 
 
 def wait_until(description: str, probe: Callable[[], T | None], *, timeout: float = 60.0,
@@ -42,6 +50,28 @@ def wait_until(description: str, probe: Callable[[], T | None], *, timeout: floa
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {description}"
                          + (f" (last error: {last_error!r})" if last_error else ""))
+
+
+def wait_for_reply(api: httpx.Client, session_id: str, message_count: int, *,
+                   timeout: float) -> dict[str, Any]:
+    """Poll the session's snapshot (``GET /api/v1/sessions/<id>/`` through ``api``) until the
+    session waits for the next user message with at least ``message_count`` messages, and
+    return that snapshot (the decoded JSON body).
+
+    Raises:
+        AssertionError: a snapshot reports a ``last_turn_error``, or the session did not wait
+            with that many messages within ``timeout`` seconds.
+    """
+
+    def probe() -> dict[str, Any] | None:
+        snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
+        assert snapshot.get("last_turn_error") in (None, ""), snapshot
+        if (snapshot["status"] == "waiting_for_user_message"
+                and len(snapshot["messages"]) >= message_count):
+            return snapshot
+        return None
+
+    return wait_until("the session to wait for the next message", probe, timeout=timeout)
 
 
 @dataclass
@@ -90,6 +120,16 @@ class Proc:
         return self.popen.returncode
 
 
+@dataclass
+class PlatformProcs:
+    """The four processes of a platform that runs turns (``Processes.start_platform``)."""
+
+    engine: Proc
+    model: Proc
+    worker: Proc
+    web: Proc
+
+
 class Processes:
     """Starts processes in their own groups and stops every one at teardown.
 
@@ -118,6 +158,56 @@ class Processes:
         self.started.append(proc)
         return proc
 
+    def start_engine(self, port: int, *, wait: bool = True) -> Proc:
+        """Start the embedded engine (``python -m dex_dev_server``, named ``engine``) on
+        127.0.0.1:``port`` with its database ``dex.sqlite3`` in ``env``'s
+        ``DEXAGENTS_VAR_DIR``; with ``wait``, return once it prints its ready line.
+
+        Raises:
+            AssertionError: with ``wait``, it exited or was not ready within 90 s.
+        """
+        engine = self.start("engine", [
+            PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(port),
+            "--db", f"{self.env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
+        ])
+        if wait:
+            engine.wait_for_line(ENGINE_READY)
+        return engine
+
+    def start_demo_model(self, port: int, *, wait: bool = True) -> Proc:
+        """Start the demo model (``python -m agents_app.demo.model_server``, named ``model``)
+        on 127.0.0.1:``port``; with ``wait``, return once it prints its ready line.
+
+        Raises:
+            AssertionError: with ``wait``, it exited or was not ready within 90 s.
+        """
+        model = self.start("model", [PYTHON, "-m", "agents_app.demo.model_server",
+                                     "--host", "127.0.0.1", "--port", str(port)])
+        if wait:
+            model.wait_for_line(DEMO_MODEL_READY)
+        return model
+
+    def start_platform(self, ports: Ports) -> PlatformProcs:
+        """Give this stack a migrated database with the demo seeded (``migrate``, then
+        ``manage.py seed_demo``), start the engine, the demo model, ``manage.py dexworker``
+        and uvicorn serving ``dexagents_site.asgi`` on ``ports``, each once the one before it
+        is ready, and return them when the web process is ready too.
+
+        Raises:
+            AssertionError: ``seed_demo`` failed, or a process exited or was not ready
+                within 90 s.
+        """
+        self.migrate()
+        self.run([PYTHON, "manage.py", "seed_demo"])
+        engine = self.start_engine(ports.engine)
+        model = self.start_demo_model(ports.model)
+        worker = self.start("worker", [PYTHON, "manage.py", "dexworker"])
+        worker.wait_for_line(WORKER_READY)
+        web = self.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
+                                 "--host", "127.0.0.1", "--port", str(ports.web)])
+        web.wait_for_line(WEB_READY)
+        return PlatformProcs(engine=engine, model=model, worker=worker, web=web)
+
     def migrate(self) -> None:
         """Give this stack a migrated database: a copy of ``migrated_template()`` at the
         SQLite path of ``DATABASE_URL`` (what ``manage.py migrate`` would make there)."""
@@ -132,6 +222,16 @@ class Processes:
                               timeout=timeout, check=False)
         assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
+
+    def create_token(self, username: str, *, staff: bool = False) -> str:
+        """``manage.py createtoken`` for ``username`` (created if missing; made staff with
+        ``staff``) on this stack's database; returns the new API token's key.
+
+        Raises:
+            AssertionError: the command failed.
+        """
+        argv = [PYTHON, "manage.py", "createtoken", username, *(["--staff"] if staff else [])]
+        return self.run(argv).strip().splitlines()[-1]
 
     def stop_all(self, timeout: float = 15.0) -> None:
         """Stop every process: SIGTERM to all but the engine at once, then the engine.
@@ -234,9 +334,6 @@ def processes(stack_env: dict[str, str]) -> Iterator[Processes]:
         yield procs
     finally:
         procs.stop_all()
-
-
-PYTHON = sys.executable
 
 
 # Fixtures of the page tests, taken by name in every e2e module: Chromium (``playwright`` and

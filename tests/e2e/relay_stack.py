@@ -20,7 +20,16 @@ from typing import Any
 import httpx
 
 from dex_agents.testing import free_port
-from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, platform_env, wait_until
+from tests.e2e.conftest import (
+    DEMO_MODEL_READY,
+    ENGINE_READY,
+    PYTHON,
+    Ports,
+    Proc,
+    Processes,
+    platform_env,
+    wait_until,
+)
 
 # Seeds the demo agent (``seed_demo``, as ``manage.py dev`` does) and creates the personas in
 # one Django process: each ``manage.py`` start costs seconds on a loaded CI machine.
@@ -84,6 +93,21 @@ class Stack:
         return httpx.Client(base_url=self.base_url(),
                             headers=self.personas[persona].bearer(), timeout=30)
 
+    @contextlib.contextmanager
+    def persona_clients(
+        self,
+    ) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client, httpx.Client]]:
+        """API clients of the permission tests' four personas, in this order: ``owner``,
+        ``other``, ``staff`` (each with its bearer token) and anonymous (no credentials);
+        closed when the block ends."""
+        with (
+            self.api("owner") as owner,
+            self.api("other") as other,
+            self.api("staff") as staff,
+            httpx.Client(base_url=self.base_url()) as anonymous,
+        ):
+            yield owner, other, staff, anonymous
+
     def held_approvals(self, session_id: str) -> list[dict[str, Any]]:
         """The staff approvals list's pending rows of ``session_id`` that Dex holds too.
 
@@ -107,10 +131,8 @@ class Stack:
         return json.loads(out.strip().splitlines()[-1])
 
     def start_engine(self) -> Proc:
-        self.engine = self.processes.start("engine", [
-            PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1",
-            "--port", str(self.engine_port), "--db", f"{self.env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
-        ])
+        """Start the engine on ``engine_port`` (``Processes.start_engine``), not waiting."""
+        self.engine = self.processes.start_engine(self.engine_port, wait=False)
         return self.engine
 
     def start_web(self, port: int, env: Mapping[str, str] | None = None,
@@ -164,8 +186,7 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
     try:
         processes.migrate()
         engine = stack.start_engine()
-        model = processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server",
-                                          "--host", "127.0.0.1", "--port", str(stack.model_port)])
+        model = processes.start_demo_model(stack.model_port, wait=False)
         worker = processes.start("worker", [PYTHON, "manage.py", "dexworker",
                                             "--max-concurrent-tasks", str(worker_slots)])
         # As in production, a Celery worker delivers what the outbox kept (a message sent
@@ -184,8 +205,8 @@ def start_stack(root: Path, *, extra_env: Mapping[str, str] | None = None,
             name: Persona(name, data["token"], data["cookie"])
             for name, data in json.loads(out.strip().splitlines()[-1]).items()
         }
-        engine.wait_for_line("dex_dev_server ready on")
-        model.wait_for_line("demo model ready on")
+        engine.wait_for_line(ENGINE_READY)
+        model.wait_for_line(DEMO_MODEL_READY)
         worker.wait_for_line("dexworker ready")
         stack.web.wait_for_line("Application startup complete")
         celery.wait_for_line(" ready.")

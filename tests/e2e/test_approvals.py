@@ -14,11 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+from tests.e2e.conftest import PYTHON, Ports, Processes, wait_for_reply, wait_until
 
 pytestmark = pytest.mark.e2e
 
 REJECTION = "Not in general, please use random."
+# A message whose turn calls the demo Slack write (the demo model's ``/tool`` directive).
+POST_HI = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "hi"})
 
 
 def _pending_for(staff: httpx.Client, session_id: str, *, seen: set[str]) -> dict[str, Any]:
@@ -43,18 +45,6 @@ def _pending_for(staff: httpx.Client, session_id: str, *, seen: set[str]) -> dic
     return wait_until("a pending approval", probe, timeout=30)
 
 
-def _wait_for_reply(api: httpx.Client, session_id: str, message_count: int) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
-        assert snapshot.get("last_turn_error") in (None, ""), snapshot
-        if (snapshot["status"] == "waiting_for_user_message"
-                and len(snapshot["messages"]) >= message_count):
-            return snapshot
-        return None
-
-    return wait_until("the session to answer", probe, timeout=30)
-
-
 def _posted(var_dir: Path) -> list[dict[str, Any]]:
     path = var_dir / "demo_mcp" / "slack_messages.json"
     return json.loads(path.read_text()) if path.exists() else []
@@ -73,29 +63,12 @@ def _decisions(processes: Processes) -> list[dict[str, Any]]:
     return list(json.loads(out.strip().splitlines()[-1]))
 
 
-def _start_stack(
-    processes: Processes, ports: Ports, stack_env: dict[str, str]
-) -> tuple[httpx.Client, httpx.Client]:
+def _start_stack(processes: Processes, ports: Ports) -> tuple[httpx.Client, httpx.Client]:
     """Seed the demo, start engine, demo model, worker and web; the owner's and the staff
     reviewer's API clients once every part is up."""
-    var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
-    processes.migrate()
-    processes.run([PYTHON, "manage.py", "seed_demo"])
-    owner_token = processes.run(
-        [PYTHON, "manage.py", "createtoken", "e2e-owner"]).strip().splitlines()[-1]
-    staff_token = processes.run(
-        [PYTHON, "manage.py", "createtoken", "e2e-reviewer", "--staff"]).strip().splitlines()[-1]
-
-    processes.start("engine", [
-        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
-        "--db", f"{var_dir}/dex.sqlite3",
-    ]).wait_for_line("dex_dev_server ready on")
-    processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
-                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
-    processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
-    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
-                            "--host", "127.0.0.1", "--port", str(ports.web)]
-                    ).wait_for_line("Application startup complete")
+    processes.start_platform(ports)
+    owner_token = processes.create_token("e2e-owner")
+    staff_token = processes.create_token("e2e-reviewer", staff=True)
 
     base = f"http://127.0.0.1:{ports.web}"
     owner = httpx.Client(base_url=base, headers={"Authorization": f"Token {owner_token}"},
@@ -107,18 +80,25 @@ def _start_stack(
     return owner, staff
 
 
+def _start_session(owner: httpx.Client, message: str) -> str:
+    """Start a session of the ``demo`` agent with ``message`` as ``owner``; its ID.
+
+    Raises:
+        AssertionError: the API did not answer 201.
+    """
+    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": message})
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])
+
+
 def test_staff_approve_with_edits_runs_the_edited_call(
     processes: Processes, ports: Ports, stack_env: dict[str, str]
 ) -> None:
     """The reviewer changes the arguments before approving: the real MCP tool runs with the
     edited ones, the audit keeps both, and the model reads the result with a note."""
     var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
-    owner, staff = _start_stack(processes, ports, stack_env)
-    arguments = json.dumps({"channel": "general", "text": "hi"})
-    created = owner.post("/api/v1/sessions/", json={
-        "agent": "demo", "message": f"/tool slack__post_message {arguments}"})
-    assert created.status_code == 201, created.text
-    session_id = created.json()["id"]
+    owner, staff = _start_stack(processes, ports)
+    session_id = _start_session(owner, POST_HI)
     pending = _pending_for(staff, session_id, seen=set())
     interrupt_url = f"/api/v1/sessions/{session_id}/interrupts/{pending['interrupt_id']}/"
 
@@ -131,7 +111,7 @@ def test_staff_approve_with_edits_runs_the_edited_call(
     edited = {"channel": "random", "text": "hello from the reviewer"}
     approved = staff.post(interrupt_url, json={"approved": True, "edited_arguments": edited})
     assert approved.status_code == 200, approved.text
-    snapshot = _wait_for_reply(owner, session_id, message_count=2)
+    snapshot = wait_for_reply(owner, session_id, message_count=2, timeout=30)
     # The MCP server received the edited arguments, and only those.
     assert [(post["channel"], post["text"]) for post in _posted(var_dir)] == [
         ("random", "hello from the reviewer")]
@@ -153,13 +133,8 @@ def test_staff_approve_and_reject_a_write(
     processes: Processes, ports: Ports, stack_env: dict[str, str]
 ) -> None:
     var_dir = Path(stack_env["DEXAGENTS_VAR_DIR"])
-    owner, staff = _start_stack(processes, ports, stack_env)
-
-    arguments = json.dumps({"channel": "general", "text": "hi"})
-    created = owner.post("/api/v1/sessions/", json={
-        "agent": "demo", "message": f"/tool slack__post_message {arguments}"})
-    assert created.status_code == 201, created.text
-    session_id = created.json()["id"]
+    owner, staff = _start_stack(processes, ports)
+    session_id = _start_session(owner, POST_HI)
 
     # The write waits for a decision; the tool has not run.
     pending = _pending_for(staff, session_id, seen=set())
@@ -193,7 +168,7 @@ def test_staff_approve_and_reject_a_write(
     assert approved.status_code == 200, approved.text
     assert (approved.json()["resolved"], approved.json()["delivery"]) == (True, "delivered")
     assert approved.json()["decision"]["decided_by"] == "e2e-reviewer"
-    snapshot = _wait_for_reply(owner, session_id, message_count=2)
+    snapshot = wait_for_reply(owner, session_id, message_count=2, timeout=30)
     assert snapshot["pending_interrupts"] == []
     posts = _posted(var_dir)
     assert [(post["channel"], post["text"]) for post in posts] == [("general", "hi")]
@@ -204,13 +179,13 @@ def test_staff_approve_and_reject_a_write(
 
     # A second write in the next turn is rejected; the model hears why and nothing is posted.
     assert owner.post(f"/api/v1/sessions/{session_id}/messages/", json={
-        "text": f"/tool slack__post_message {arguments}"}).status_code == 202
+        "text": POST_HI}).status_code == 202
     second = _pending_for(staff, session_id, seen={pending["interrupt_id"]})
     rejected = staff.post(
         f"/api/v1/sessions/{session_id}/interrupts/{second['interrupt_id']}/",
         json={"approved": False, "rejection_message": REJECTION})
     assert rejected.status_code == 200, rejected.text
-    snapshot = _wait_for_reply(owner, session_id, message_count=4)
+    snapshot = wait_for_reply(owner, session_id, message_count=4, timeout=30)
     final = snapshot["messages"][-1]
     assert final["role"] == "assistant"
     assert REJECTION in final["text"]

@@ -187,11 +187,7 @@ def test_healthz_sees_a_sigkilled_worker_down_within_5_seconds(
     processes: Processes, ports: Ports
 ) -> None:
     processes.migrate()
-    engine = processes.start("engine", [
-        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
-        "--db", str(Path(processes.env["DEXAGENTS_VAR_DIR"]) / "dex.sqlite3"),
-    ])
-    engine.wait_for_line("dex_dev_server ready on")
+    processes.start_engine(ports.engine)
     worker = processes.start("worker", [PYTHON, "manage.py", "dexworker"])
     web = processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
                                   "--host", "127.0.0.1", "--port", str(ports.web)])

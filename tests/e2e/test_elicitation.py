@@ -127,12 +127,7 @@ def closed_events(stack: Stack, session_id: str) -> list[dict[str, Any]]:
 def test_the_form_waits_refuses_bad_content_and_goes_on_with_the_owners_answer(
     stack: Stack,
 ) -> None:
-    with (
-        stack.api("owner") as owner,
-        stack.api("other") as other,
-        stack.api("staff") as staff,
-        httpx.Client(base_url=stack.base_url()) as anonymous,
-    ):
+    with stack.persona_clients() as (owner, other, staff, anonymous):
         before = datetime.datetime.now(datetime.UTC)
         session_id = start(owner, ASK_FORM)
         question = question_of(owner, session_id)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+from tests.e2e.conftest import Ports, Processes, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -39,20 +39,8 @@ def _alive(pid: int) -> bool:
 def test_the_worker_reports_its_mcp_server_processes(
     processes: Processes, ports: Ports, stack_env: dict[str, str]
 ) -> None:
-    processes.migrate()
-    processes.run([PYTHON, "manage.py", "seed_demo"])
-    token = processes.run([PYTHON, "manage.py", "createtoken", "e2e-user"]).strip().splitlines()[-1]
-    processes.start("engine", [
-        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
-        "--db", f"{stack_env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
-    ]).wait_for_line("dex_dev_server ready on")
-    processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
-                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
-    worker = processes.start("worker", [PYTHON, "manage.py", "dexworker"])
-    worker.wait_for_line("dexworker ready")
-    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
-                            "--host", "127.0.0.1", "--port", str(ports.web)]
-                    ).wait_for_line("Application startup complete")
+    worker = processes.start_platform(ports).worker
+    token = processes.create_token("e2e-user")
     api = httpx.Client(base_url=f"http://127.0.0.1:{ports.web}",
                        headers={"Authorization": f"Token {token}"}, timeout=30)
     message = "/tool search__web_search " + json.dumps({"query": "durable agents"})

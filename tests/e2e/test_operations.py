@@ -18,7 +18,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.e2e.conftest import PYTHON, Ports, Processes, wait_until
+from tests.e2e.conftest import PYTHON, Ports, Processes, wait_for_reply, wait_until
 from tests.production_services import redis_url  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.e2e
@@ -63,13 +63,9 @@ def test_readiness_metrics_and_json_logs_across_processes(
     })
     processes.run([PYTHON, "manage.py", "migrate", "--noinput"])
     processes.run([PYTHON, "manage.py", "seed_demo"])
-    token = processes.run([PYTHON, "manage.py", "createtoken", "e2e-user"]).strip().splitlines()[-1]
-    processes.start("engine", [
-        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
-        "--db", f"{stack_env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
-    ]).wait_for_line("dex_dev_server ready on")
-    processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
-                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
+    token = processes.create_token("e2e-user")
+    processes.start_engine(ports.engine)
+    processes.start_demo_model(ports.model)
     workers = [
         processes.start(f"worker-{n}", [PYTHON, "manage.py", "dexworker"]) for n in (1, 2)
     ]
@@ -103,13 +99,7 @@ def test_readiness_metrics_and_json_logs_across_processes(
     assert created.headers["X-Request-ID"] == "e2e-create-1"
     session_id = created.json()["id"]
 
-    def turn_done() -> bool:
-        snapshot = api.get(f"/api/v1/sessions/{session_id}/").json()
-        assert snapshot.get("last_turn_error") in (None, ""), snapshot
-        return snapshot["status"] == "waiting_for_user_message" and len(
-            snapshot["messages"]) >= 2
-
-    wait_until("the turn to complete", turn_done, timeout=90)
+    wait_for_reply(api, session_id, message_count=2, timeout=90)
 
     # The relay replays the turn's events from the oldest retained one (quickly: an idle
     # consumer on the Redis channel layer currently fails after 5 s, see docs/deploy.md).

@@ -170,12 +170,7 @@ def test_list_delete_and_edit_queued_messages(stack: Stack) -> None:
 def test_queue_permissions_owner_other_user_staff_anonymous(stack: Stack) -> None:
     session_id, _ = busy_session(stack, GATED)
     base = f"/api/v1/sessions/{session_id}/queue/"
-    with (
-        stack.api("owner") as owner,
-        stack.api("other") as other,
-        stack.api("staff") as staff,
-        httpx.Client(base_url=stack.base_url()) as anonymous,
-    ):
+    with stack.persona_clients() as (owner, other, staff, anonymous):
         message_id = send(owner, session_id, "mine")
         calls: list[tuple[str, str, dict[str, Any] | None]] = [
             ("GET", base, None),

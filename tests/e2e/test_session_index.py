@@ -36,6 +36,29 @@ def _listed(client: httpx.Client, session_id: str, **params: str) -> dict[str, A
     return next((row for row in answer.json()["results"] if row["id"] == session_id), None)
 
 
+def _held_write(stack: Stack, message: str) -> tuple[str, list[dict[str, Any]]]:
+    """Start an ``owner`` session of the demo agent with ``message`` (a ``/tool`` call of a
+    write) and wait until its approval is both in the index and held by Dex.
+
+    Returns:
+        The session ID and ``Stack.held_approvals`` of it (at least one row).
+
+    Raises:
+        AssertionError: the session was not created (201), or no approval was held within
+            30 s.
+    """
+    owner = stack.api("owner")
+    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": message})
+    assert created.status_code == 201, created.text
+    session_id = str(created.json()["id"])
+    pending = wait_until(
+        "the approval in the index and in Dex",
+        lambda: stack.held_approvals(session_id),
+        timeout=30,
+    )
+    return session_id, pending
+
+
 def test_the_index_follows_the_worker_and_reconciles_from_dex(stack: Stack) -> None:
     owner, staff = stack.api("owner"), stack.api("staff")
 
@@ -49,15 +72,8 @@ def test_the_index_follows_the_worker_and_reconciles_from_dex(stack: Stack) -> N
                lambda: _listed(owner, slow_id, status="waiting_for_user_message"), timeout=60)
 
     # A write: the approval is indexed by the worker, and the list says the session waits.
-    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": POST})
-    assert created.status_code == 201, created.text
-    session_id = created.json()["id"]
-    # Reconciliation below reads Dex: wait until Dex holds the approval, not only the index.
-    pending = wait_until(
-        "the approval in the index and in Dex",
-        lambda: stack.held_approvals(session_id),
-        timeout=30,
-    )
+    # Reconciliation below reads Dex: the helper waits until Dex holds the approval too.
+    session_id, pending = _held_write(stack, POST)
     assert [item["state"] for item in pending] == ["pending"]
     assert _listed(owner, session_id, status="awaiting_approval")
 
@@ -170,15 +186,7 @@ def _stop_in_dex_only(stack: Stack, session_id: str) -> None:
 
 def _waiting_write(stack: Stack) -> tuple[str, str]:
     """Start a session whose first tool call waits for approval: (session ID, interrupt ID)."""
-    owner = stack.api("owner")
-    created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": NEVER_POSTED})
-    assert created.status_code == 201, created.text
-    session_id = created.json()["id"]
-    pending = wait_until(
-        "the approval in the index and in Dex",
-        lambda: stack.held_approvals(session_id),
-        timeout=30,
-    )
+    session_id, pending = _held_write(stack, NEVER_POSTED)
     return session_id, pending[0]["interrupt_id"]
 
 

@@ -12,32 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import PYTHON, Ports, Proc, Processes, wait_until
+from tests.e2e.conftest import Ports, Processes, wait_for_reply, wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-def _start_engine(processes: Processes, ports: Ports, env: dict[str, str]) -> Proc:
-    engine = processes.start("engine", [
-        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
-        "--db", f"{env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
-    ])
-    engine.wait_for_line("dex_dev_server ready on")
-    return engine
-
-
-def _wait_for_reply(api: httpx.Client, session_id: str, message_count: int) -> dict[str, Any]:
-    """Poll the snapshot until the session waits again with ``message_count`` messages."""
-
-    def probe() -> dict[str, Any] | None:
-        snapshot: dict[str, Any] = api.get(f"/api/v1/sessions/{session_id}/").json()
-        assert snapshot.get("last_turn_error") in (None, ""), snapshot
-        if (snapshot["status"] == "waiting_for_user_message"
-                and len(snapshot["messages"]) >= message_count):
-            return snapshot
-        return None
-
-    return wait_until("the session to wait for the next message", probe, timeout=90)
 
 
 def _read_agent_events(address: str, session_id: str, cache_dir: Path) -> list[Any]:
@@ -61,19 +38,10 @@ def _read_agent_events(address: str, session_id: str, cache_dir: Path) -> list[A
 
 
 def test_a_turn_with_a_tool_call_survives_an_engine_restart(
-    processes: Processes, ports: Ports, stack_env: dict[str, str], tmp_path: Path
+    processes: Processes, ports: Ports, tmp_path: Path
 ) -> None:
-    processes.migrate()
-    processes.run([PYTHON, "manage.py", "seed_demo"])
-    token = processes.run([PYTHON, "manage.py", "createtoken", "e2e-user"]).strip().splitlines()[-1]
-
-    engine = _start_engine(processes, ports, stack_env)
-    processes.start("model", [PYTHON, "-m", "agents_app.demo.model_server", "--host", "127.0.0.1",
-                              "--port", str(ports.model)]).wait_for_line("demo model ready on")
-    processes.start("worker", [PYTHON, "manage.py", "dexworker"]).wait_for_line("dexworker ready")
-    processes.start("web", [PYTHON, "-m", "uvicorn", "dexagents_site.asgi:application",
-                            "--host", "127.0.0.1", "--port", str(ports.web)]
-                    ).wait_for_line("Application startup complete")
+    engine = processes.start_platform(ports).engine
+    token = processes.create_token("e2e-user")
 
     api = httpx.Client(base_url=f"http://127.0.0.1:{ports.web}",
                        headers={"Authorization": f"Token {token}"}, timeout=30)
@@ -86,7 +54,7 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
     assert created.status_code == 201, created.text
     session_id = created.json()["id"]
 
-    snapshot = _wait_for_reply(api, session_id, message_count=2)
+    snapshot = wait_for_reply(api, session_id, message_count=2, timeout=90)
     final = snapshot["messages"][-1]
     assert final["role"] == "assistant"
     assert query in final["text"]
@@ -116,12 +84,13 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
     # not deliver it again after a restart.
     assert api.post(f"/api/v1/sessions/{session_id}/messages/",
                     json={"text": "before the crash"}).status_code == 202
-    snapshot = _wait_for_reply(api, session_id, message_count=len(snapshot["messages"]) + 2)
+    snapshot = wait_for_reply(api, session_id, message_count=len(snapshot["messages"]) + 2,
+                              timeout=90)
 
     # The engine dies without warning and comes back on the same database.
     engine.signal_group(signal.SIGKILL)
     engine.popen.wait()
-    _start_engine(processes, ports, stack_env)
+    processes.start_engine(ports.engine)
 
     def accepted() -> bool:
         answer = api.post(f"/api/v1/sessions/{session_id}/messages/", json={"text": "thanks"})
@@ -129,7 +98,7 @@ def test_a_turn_with_a_tool_call_survives_an_engine_restart(
 
     wait_until("the second message to be accepted", accepted, timeout=60)
     before = len(snapshot["messages"])
-    snapshot = _wait_for_reply(api, session_id, message_count=before + 2)
+    snapshot = wait_for_reply(api, session_id, message_count=before + 2, timeout=90)
     assert snapshot["messages"][before]["text"] == "thanks"
     assert snapshot["messages"][-1]["role"] == "assistant"
     assert "thanks" in snapshot["messages"][-1]["text"]

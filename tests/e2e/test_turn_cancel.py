@@ -132,12 +132,7 @@ def test_cancel_mid_answer_keeps_the_streamed_text_and_the_session(stack: Stack)
 
 
 def test_cancel_permissions_owner_other_user_staff_anonymous(stack: Stack) -> None:
-    with (
-        stack.api("owner") as owner,
-        stack.api("other") as other,
-        stack.api("staff") as staff,
-        httpx.Client(base_url=stack.base_url()) as anonymous,
-    ):
+    with stack.persona_clients() as (owner, other, staff, anonymous):
         created = owner.post("/api/v1/sessions/", json={"agent": "demo", "message": SLOW_MESSAGE})
         session_id = str(created.json()["id"])
         cancel = f"/api/v1/sessions/{session_id}/turn/cancel/"

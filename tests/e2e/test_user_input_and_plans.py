@@ -66,12 +66,7 @@ def answered_elsewhere(api: httpx.Client) -> None:
 
 
 def test_a_question_with_choices_waits_for_the_owners_answer(stack: Stack) -> None:
-    with (
-        stack.api("owner") as owner,
-        stack.api("other") as other,
-        stack.api("staff") as staff,
-        httpx.Client(base_url=stack.base_url()) as anonymous,
-    ):
+    with stack.persona_clients() as (owner, other, staff, anonymous):
         session_id = start(owner, ASK)
         snapshot = snapshot_when(
             owner,

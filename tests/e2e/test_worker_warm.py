@@ -17,13 +17,10 @@ pytestmark = pytest.mark.e2e
 
 
 def test_the_worker_has_litellm_and_its_tokenizer_loaded_when_it_says_ready(
-    processes: Processes, ports: Ports, stack_env: dict[str, str]
+    processes: Processes, ports: Ports
 ) -> None:
     processes.migrate()
-    processes.start("engine", [
-        PYTHON, "-m", "dex_dev_server", "--host", "127.0.0.1", "--port", str(ports.engine),
-        "--db", f"{stack_env['DEXAGENTS_VAR_DIR']}/dex.sqlite3",
-    ]).wait_for_line("dex_dev_server ready on")
+    processes.start_engine(ports.engine)
     worker = processes.start("worker", [PYTHON, "manage.py", "dexworker"])
     worker.wait_for_line("dexworker ready")
 
