@@ -257,10 +257,10 @@ class OurSide:
 
 def agent_config_for(size: int) -> dict[str, Any] | None:
     """An ``agent_config`` of about ``size`` bytes of JSON shaped as the platform's
-    (``agents_app.models.Agent.agent_config``: the model, a system prompt and the tools' specs
-    with their JSON Schemas), or ``None`` for 0. The platform's session carries it in its start
-    input and ``AGENT_CONFIG``, which every task of the session receives; the scripted runner
-    ignores it."""
+    (``agents_app.models.AgentDefinition.agent_config``: the model, a system prompt and the
+    tools' specs with their JSON Schemas), or ``None`` for 0. The platform's session carries it
+    in its start input and ``AGENT_CONFIG``, which every task of the session receives; the
+    scripted runner ignores it."""
     if size <= 0:
         return None
     tool = {
