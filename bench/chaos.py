@@ -473,9 +473,11 @@ async def scenario_worker(platform: Platform, owner: Api, staff: Api,
         "title) and `slack__post_message` (non-idempotent write, approved by a staff client "
         "polling `GET /api/v1/approvals/`); each call's arguments are unique, so the demo "
         "servers' own files (`slack_messages.json`, `docs_documents.json`) show how often it "
-        "ran. Goal for duplicates: 0 outside the documented redelivery window (a worker that "
-        "dies after the tool ran but before Dex received any output of that attempt: Dex "
-        "hands the task to another worker at the same attempt).")
+        "ran. Goal for duplicates: 0. A SIGKILLed worker's stream is cut, so Dex fails that "
+        "attempt (a single-attempt write then ends `outcome_unknown`) instead of running it "
+        "again; the one redelivery window left is a worker that half-closed its stream cleanly "
+        "after the tool ran but before Dex received its output (Dex hands the task to another "
+        "worker at the same attempt), which a SIGKILL does not produce.")
     stop = asyncio.Event()
     approvals_stop = asyncio.Event()
     answers: Counter[int] = Counter()

@@ -14,6 +14,10 @@ Durability (``synchronous``, SQLite's "PRAGMA synchronous" in WAL mode):
   crash can lose the last commits before the checkpoint (never corrupts the database).
 - ``full``: every commit also fsyncs the WAL before it is acknowledged, so acknowledged state
   survives a power loss too, at the cost of one fsync per commit.
+
+One module (past 600 lines) because ``Store`` is the engine's one writer: every table's
+reads and writes share its connection, its lock and the one-transaction-per-commit rule, and
+the schema, the commit path and the checkpointer read best side by side.
 """
 
 from __future__ import annotations
