@@ -3,7 +3,8 @@
 - ``agent_catalog``: the enabled agents, why one cannot start, the tools it offers;
 - ``session_reads``: access to a session, the lists, the detail beside the Dex snapshot,
   the queue with the outbox's messages;
-- ``approval_lists``: the approvals dashboard's lists and count;
+- ``approval_lists``: the approvals dashboard's lists and count (``approval_list_pending``
+  builds the ``GET /api/v1/approvals/`` items itself; no DRF serializer renders them);
 - ``platform_health``: ``/healthz``, ``/readyz`` and which part is down;
 - ``api_tokens``: a user's API tokens.
 

@@ -7,6 +7,11 @@
 - ``approval_decisions``: approving or rejecting a tool call that waits, and its audit;
 - ``api_tokens``: API tokens and ``manage.py createtoken``'s user.
 
+A session's title is written in three places: ``session_lifecycle.session_rename`` (its
+owner), ``session_lifecycle.session_title_generate`` (Celery, after the first turn) and
+``session_input._title_from_first_message`` (a session started without a message takes the
+title of its first message); a change that must follow every title change hooks all three.
+
 Callers import the module that holds a write (``from agents_app.services import
 session_input``); this package re-exports nothing. The demo data is ``agents_app.demo.seed``.
 
