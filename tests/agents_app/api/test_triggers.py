@@ -73,7 +73,8 @@ def slack_headers(body: bytes, timestamp: int, secret: str = SECRET) -> dict[str
 
 
 def post(body: bytes, url: str = URL, **headers: str) -> Any:
-    return APIClient().generic("POST", url, body, "application/json", **headers)
+    client: Any = APIClient()  # django-stubs type the body as str; bytes are sent as is
+    return client.generic("POST", url, body, "application/json", **headers)
 
 
 # --- 404 ---------------------------------------------------------------------------------
