@@ -837,8 +837,9 @@ class TriggerSignatureStyle(models.TextChoices):
     """How a trigger's deliveries are signed (``services.triggers.signature_verify``); every
     style is HMAC-SHA256 with the trigger's secret, in hex."""
 
-    #: ``X-Dexagents-Signature: sha256=<hex of the raw body>``: GitHub's shape under our name.
-    DEXAGENTS = "dexagents", "dexagents (X-Dexagents-Signature)"
+    #: ``X-Dexagents-Signature: sha256=<hex of "<X-Dexagents-Timestamp>.<raw body>">``, as the
+    #: platform signs its outgoing webhooks; a timestamp more than 5 minutes away is refused.
+    DEXAGENTS = "dexagents", "dexagents (X-Dexagents-Signature, X-Dexagents-Timestamp)"
     #: ``X-Hub-Signature-256: sha256=<hex of the raw body>``, as GitHub signs webhooks.
     GITHUB = "github", "GitHub (X-Hub-Signature-256)"
     #: ``X-Slack-Signature: v0=<hex of "v0:<X-Slack-Request-Timestamp>:<raw body>">``, as

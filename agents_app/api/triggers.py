@@ -7,7 +7,8 @@ so a sender without the secret learns nothing but whether the trigger exists:
 =====  ==============================================================================
 404    no such agent or trigger, or either is disabled
 413    the body (its ``Content-Length``, or what was read) is over the trigger's limit
-401    the signature header is missing, malformed, stale (Slack) or wrong
+401    the signature header is missing, malformed, stale (a timestamp more than five
+       minutes from now: Slack and dexagents styles) or wrong
 400    ``{"detail"}``: the body is not JSON; ``{"body": [...]}``: not a JSON object, or
        the template failed on it (naming the missing field); ``{"idempotency_key": [...]}``:
        the key is too long, or missing where the trigger requires it
@@ -138,8 +139,11 @@ _SIGNATURE_HEADER_PARAMETERS = [
         name, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False, description=text
     )
     for name, text in (
-        ("X-Dexagents-Signature", "Signature style dexagents: sha256=<hex HMAC-SHA256 of the "
-         "raw body with the trigger's secret>."),
+        ("X-Dexagents-Signature", "Signature style dexagents: sha256=<hex HMAC-SHA256 of "
+         "\"<timestamp>.<raw body>\" with the trigger's secret>, as the platform's own "
+         "webhooks sign."),
+        ("X-Dexagents-Timestamp", "Signature style dexagents: Unix seconds; refused more "
+         "than five minutes from now."),
         ("X-Hub-Signature-256", "Signature style github: sha256=<hex HMAC-SHA256 of the raw "
          "body>, as GitHub sends it."),
         ("X-Slack-Signature", "Signature style slack: v0=<hex HMAC-SHA256 of "
@@ -194,8 +198,9 @@ class AgentTriggerApi(DexErrorsMixin, AsyncAPIView):
             ),
             401: error_response(
                 401, NOT_AUTHENTICATED,
-                "The signature header is missing, malformed, stale (Slack style: a timestamp "
-                "more than five minutes from now) or does not match the body.",
+                "The signature header is missing, malformed, stale (Slack and dexagents "
+                "styles: a timestamp more than five minutes from now) or does not match the "
+                "body.",
             ),
             404: error_response(
                 404, NOT_FOUND, "No such agent or trigger, or it is disabled."

@@ -15,7 +15,9 @@ Signature formats, as their senders document them:
 - Slack, "Verifying requests from Slack": ``X-Slack-Signature: v0=<hex>``, the HMAC of
   ``v0:<X-Slack-Request-Timestamp>:<raw body>``; a timestamp more than five minutes from now
   is refused (replays);
-- dexagents: ``X-Dexagents-Signature: sha256=<hex>``, GitHub's shape under this platform's name.
+- dexagents: ``X-Dexagents-Signature: sha256=<hex>``, the HMAC of
+  ``<X-Dexagents-Timestamp>.<raw body>``, exactly as this platform signs its outgoing webhooks
+  (``notify.webhooks``; README "Notifications and webhooks"), with Slack's five minutes.
 
 May import: ``session_lifecycle`` and everything below the domain (tests/test_layering.py).
 """
@@ -35,8 +37,9 @@ from agents_app.models import AgentTrigger, TriggerDelivery, TriggerSignatureSty
 from agents_app.services.session_lifecycle import session_create
 from agents_app.trigger_templates import TriggerTemplateError, message_render
 
-#: How far (seconds) a Slack-style delivery's timestamp may be from now (Slack: 5 minutes).
-SLACK_TIMESTAMP_TOLERANCE_SECONDS = 300
+#: How far (seconds) a Slack- or dexagents-style delivery's timestamp may be from now (Slack:
+#: 5 minutes).
+TIMESTAMP_TOLERANCE_SECONDS = 300
 #: The longest message a delivery may render (as ``api.messages.MESSAGE_MAX_CHARS``).
 TRIGGER_MESSAGE_MAX_CHARS = 100_000
 #: The longest idempotency key stored (``TriggerDelivery.idempotency_key``).
@@ -52,7 +55,11 @@ SIGNATURE_HEADERS = {
     TriggerSignatureStyle.GITHUB: "X-Hub-Signature-256",
     TriggerSignatureStyle.SLACK: "X-Slack-Signature",
 }
-SLACK_TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
+#: The timestamp header of the styles that sign one (Unix seconds).
+TIMESTAMP_HEADERS = {
+    TriggerSignatureStyle.DEXAGENTS: "X-Dexagents-Timestamp",
+    TriggerSignatureStyle.SLACK: "X-Slack-Request-Timestamp",
+}
 
 
 class TriggerSignatureError(Exception):
@@ -97,11 +104,11 @@ def signature_verify(
     Args:
         body: The raw request body, exactly as received.
         headers: The request's headers (case-insensitive mapping, e.g. ``request.headers``).
-        now: The current Unix time in seconds (for Slack's timestamp); defaults to the clock.
+        now: The current Unix time in seconds (for the timestamp); defaults to the clock.
 
     Raises:
-        TriggerSignatureError: Missing or malformed header, a Slack timestamp more than
-            ``SLACK_TIMESTAMP_TOLERANCE_SECONDS`` from ``now``, or a signature that is not
+        TriggerSignatureError: Missing or malformed header, a timestamp (Slack, dexagents)
+            more than ``TIMESTAMP_TOLERANCE_SECONDS`` from ``now``, or a signature that is not
             the HMAC-SHA256 of the signed text with the trigger's secret.
     """
     style = TriggerSignatureStyle(trigger.signature_style)
@@ -109,20 +116,20 @@ def signature_verify(
     given = headers.get(header, "")
     if not given:
         raise TriggerSignatureError(f"The {header} header is missing.")
-    if style == TriggerSignatureStyle.SLACK:
-        prefix = "v0="
-        stamp = headers.get(SLACK_TIMESTAMP_HEADER, "")
+    prefix = "v0=" if style == TriggerSignatureStyle.SLACK else "sha256="
+    signed = body
+    stamp_header = TIMESTAMP_HEADERS.get(style)
+    if stamp_header is not None:
+        stamp = headers.get(stamp_header, "")
         if not stamp.isdigit() or len(stamp) > 12:
-            raise TriggerSignatureError(f"The {SLACK_TIMESTAMP_HEADER} header is missing.")
+            raise TriggerSignatureError(f"The {stamp_header} header is missing.")
         current = time.time() if now is None else now
-        if abs(current - int(stamp)) > SLACK_TIMESTAMP_TOLERANCE_SECONDS:
-            raise TriggerSignatureError(
-                f"The {SLACK_TIMESTAMP_HEADER} is more than five minutes from now."
-            )
-        signed = b"v0:" + stamp.encode() + b":" + body
-    else:
-        prefix = "sha256="
-        signed = body
+        if abs(current - int(stamp)) > TIMESTAMP_TOLERANCE_SECONDS:
+            raise TriggerSignatureError(f"The {stamp_header} is more than five minutes from now.")
+        if style == TriggerSignatureStyle.SLACK:
+            signed = b"v0:" + stamp.encode() + b":" + body
+        else:
+            signed = stamp.encode() + b"." + body
     expected = prefix + _hmac_hex(trigger.secret, signed)
     if not trigger.secret or not hmac.compare_digest(given.encode(), expected.encode()):
         raise TriggerSignatureError(f"The {header} signature does not match the body.")

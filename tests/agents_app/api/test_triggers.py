@@ -164,16 +164,31 @@ def test_slack_timestamps_more_than_five_minutes_away_are_401(trigger: AgentTrig
     assert post(body, **moved).status_code == 401
 
 
-def test_the_dexagents_style_signs_the_body_under_its_own_header(trigger: AgentTrigger) -> None:
+def test_the_dexagents_style_signs_as_the_platforms_webhooks_do(trigger: AgentTrigger) -> None:
+    """``X-Dexagents-Signature: sha256=`` the HMAC of ``<timestamp>.<body>`` (README,
+    "Notifications and webhooks"), timestamps within five minutes."""
     trigger.signature_style = TriggerSignatureStyle.DEXAGENTS
+    trigger.message_template = "{{ body.nope }}"  # its 400 shows the signature passed
     trigger.save()
-    github = github_headers(GITHUB_BODY)
-    assert post(GITHUB_BODY, **github).status_code == 401
-    ours = {"HTTP_X_DEXAGENTS_SIGNATURE": github["HTTP_X_HUB_SIGNATURE_256"]}
-    trigger.message_template = "{{ body.nope }}"
-    trigger.save()
-    # Past the signature: the template's 400 shows the signature passed.
-    assert post(GITHUB_BODY, **ours).status_code == 400
+
+    def ours(stamp: int, body: bytes = GITHUB_BODY) -> dict[str, str]:
+        signed = str(stamp).encode() + b"." + body
+        return {
+            "HTTP_X_DEXAGENTS_TIMESTAMP": str(stamp),
+            "HTTP_X_DEXAGENTS_SIGNATURE": "sha256=" + hmac.new(
+                SECRET.encode(), signed, hashlib.sha256).hexdigest(),
+        }
+
+    now = int(time.time())
+    assert post(GITHUB_BODY, **ours(now)).status_code == 400
+    stale = post(GITHUB_BODY, **ours(now - 301))
+    assert stale.status_code == 401 and "five minutes" in stale.json()["detail"]
+    # GitHub's signature (the body alone) under the dexagents header is refused.
+    github = github_headers(GITHUB_BODY)["HTTP_X_HUB_SIGNATURE_256"]
+    assert post(
+        GITHUB_BODY, HTTP_X_DEXAGENTS_TIMESTAMP=str(now), HTTP_X_DEXAGENTS_SIGNATURE=github
+    ).status_code == 401
+    assert post(GITHUB_BODY, **github_headers(GITHUB_BODY)).status_code == 401
 
 
 # --- 400 ---------------------------------------------------------------------------------
