@@ -11,7 +11,8 @@ a migration is written or reviewed. Every part of the app and Django admin impor
 from ``agents_app.models``, so a package of model modules would only add an ``__init__``
 re-exporting every class. It holds declarations (fields, constraints, and docstrings saying
 what each column means) in the order the tables depend on one another: agents, sessions and
-their search text, approvals, tokens, the outbox, usage and budgets, notices and webhooks.
+their search text, approvals, tokens, the outbox, usage and budgets, notices and webhooks,
+inbound triggers.
 The methods are a row's own (``AgentDefinition.agent_config``, the snapshot a session starts
 with; ``Webhook.clean``); the logic that reads and writes the tables lives in ``selectors``,
 ``services``, ``sessions``, ``usage`` and ``notify``.
@@ -969,4 +970,4 @@ class TriggerDelivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.trigger_id}: {self.idempotency_key or '(no key)'}"
+        return f"delivery {self.idempotency_key or '(no key)'}"
