@@ -952,8 +952,10 @@ class TriggerDelivery(models.Model):
 
     trigger = models.ForeignKey(AgentTrigger, on_delete=models.CASCADE, related_name="deliveries")
     idempotency_key = models.CharField(max_length=200, blank=True)
+    # Sessions are only tombstoned; a row goes only with its owner (a deleted user), and
+    # then so does the record of what started it.
     session = models.ForeignKey(
-        AgentSession, on_delete=models.PROTECT, null=True, blank=True,
+        AgentSession, on_delete=models.CASCADE, null=True, blank=True,
         related_name="trigger_deliveries",
     )
     received_at = models.DateTimeField(auto_now_add=True)

@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from agents_app.models import AgentSession, AgentTrigger, TriggerDelivery, TriggerSignatureStyle
 from agents_app.services import triggers as trigger_services
 from agents_app.trigger_templates import TriggerTemplateError, message_render, template_check
-from tests.factories import AgentDefinitionFactory
+from tests.factories import AgentDefinitionFactory, AgentSessionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -366,3 +366,20 @@ def test_admin_shows_the_secret_once_and_refuses_a_bad_template(
     )
     trigger.refresh_from_db()
     assert trigger.secret != old and trigger.secret in rotated.content.decode()
+
+
+def test_admin_lists_the_deliveries_with_links_to_their_sessions(
+    superuser: Any, trigger: AgentTrigger
+) -> None:
+    session = AgentSessionFactory.create(
+        owner=trigger.run_as, agent=trigger.agent, title="New PR by octocat"
+    )
+    TriggerDelivery.objects.create(trigger=trigger, idempotency_key="d-42", session=session)
+    TriggerDelivery.objects.create(trigger=trigger, idempotency_key="d-43")  # starting
+    client = Client()
+    client.force_login(superuser)
+    page = client.get(f"/admin/agents_app/agenttrigger/{trigger.pk}/change/").content.decode()
+    assert f'href="/sessions/{session.pk}/">New PR by octocat</a>' in page
+    assert f'href="/admin/agents_app/agentsession/{session.pk}/change/"' in page
+    assert "d-42" in page and "d-43" in page and "(starting)" in page
+    assert SECRET not in page
