@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from collections.abc import Mapping
@@ -36,6 +37,8 @@ from django.db import IntegrityError, transaction
 from agents_app.models import AgentTrigger, TriggerDelivery, TriggerSignatureStyle
 from agents_app.services.session_lifecycle import session_create
 from agents_app.trigger_templates import TriggerTemplateError, message_render
+
+logger = logging.getLogger(__name__)
 
 #: How far (seconds) a Slack- or dexagents-style delivery's timestamp may be from now (Slack:
 #: 5 minutes).
@@ -209,4 +212,8 @@ def trigger_deliver(
         raise
     delivery.session = session
     delivery.save(update_fields=["session"])
+    logger.info(
+        "Trigger %s started session %s (idempotency key %r)",
+        trigger, session.pk, idempotency_key,
+    )
     return delivery, True
