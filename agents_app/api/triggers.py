@@ -5,7 +5,7 @@ is its authentication (``services.triggers.signature_verify``). The checks run i
 so a sender without the secret learns nothing but whether the trigger exists:
 
 =====  ==============================================================================
-404    no such agent or trigger, or either is disabled
+404    no such agent or trigger, either is disabled, or its run-as user is inactive
 413    the body (its ``Content-Length``, or what was read) is over the trigger's limit
 401    the signature header is missing, malformed, stale (a timestamp more than five
        minutes from now: Slack and dexagents styles) or wrong

@@ -16,10 +16,12 @@ def trigger_get_enabled(*, agent_slug: str, name: str) -> AgentTrigger:
     run-as user.
 
     Raises:
-        AgentTrigger.DoesNotExist: No such trigger, or it or its agent is disabled.
+        AgentTrigger.DoesNotExist: No such trigger, or it or its agent is disabled, or its
+            run-as user is inactive (no sessions start for a deactivated account).
     """
     return AgentTrigger.objects.select_related("agent", "run_as").get(
-        agent__slug=agent_slug, agent__enabled=True, name=name, enabled=True
+        agent__slug=agent_slug, agent__enabled=True, name=name, enabled=True,
+        run_as__is_active=True,
     )
 
 

@@ -90,7 +90,9 @@ def test_unknown_agent_or_trigger_is_404(trigger: AgentTrigger, url: str) -> Non
     assert response.json() == {"detail": "No such trigger."}
 
 
-def test_a_disabled_trigger_or_agent_is_404(trigger: AgentTrigger) -> None:
+def test_a_disabled_trigger_or_agent_or_an_inactive_run_as_user_is_404(
+    trigger: AgentTrigger,
+) -> None:
     trigger.enabled = False
     trigger.save()
     assert post(GITHUB_BODY, **github_headers(GITHUB_BODY)).status_code == 404
@@ -98,6 +100,11 @@ def test_a_disabled_trigger_or_agent_is_404(trigger: AgentTrigger) -> None:
     trigger.save()
     trigger.agent.enabled = False
     trigger.agent.save()
+    assert post(GITHUB_BODY, **github_headers(GITHUB_BODY)).status_code == 404
+    trigger.agent.enabled = True
+    trigger.agent.save()
+    trigger.run_as.is_active = False
+    trigger.run_as.save()
     assert post(GITHUB_BODY, **github_headers(GITHUB_BODY)).status_code == 404
 
 
