@@ -15,6 +15,7 @@ from agents_app.models import (
     WEBHOOK_SUBSCRIBABLE_EVENTS,
     AgentDefinition,
     AgentSession,
+    AgentTrigger,
     ApiToken,
     ApprovalDecision,
     ApprovalNotification,
@@ -23,12 +24,15 @@ from agents_app.models import (
     NotificationPreference,
     OutboxMessage,
     OutboxTurnCancel,
+    TriggerDelivery,
     UsageRecord,
     Webhook,
     WebhookDelivery,
     WebhookEvent,
 )
 from agents_app.notify.webhooks import webhook_ping
+from agents_app.selectors import triggers as trigger_reads
+from agents_app.services import triggers as trigger_services
 
 
 class ReadOnlyAdminMixin:
@@ -324,3 +328,117 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "webhook", "event", "event_id", "key", "payload", "status", "response_status",
         "attempts", "last_error", "created_at", "last_attempt_at", "delivered_at",
     )
+
+
+# Issue 29, "Inbound triggers".
+
+
+class TriggerDeliveryInline(admin.TabularInline):
+    """A trigger's deliveries, newest first, read-only, each linked to its session."""
+
+    model = TriggerDelivery
+    extra = 0
+    can_delete = False
+    max_num = 0
+    ordering = ("-received_at", "-id")
+    fields = ("received_at", "idempotency_key", "session_link")
+    readonly_fields = ("received_at", "idempotency_key", "session_link")
+    verbose_name_plural = "deliveries (newest first)"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TriggerDelivery]:
+        return super().get_queryset(request).select_related("session")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="session")
+    def session_link(self, delivery: TriggerDelivery) -> str:
+        if delivery.session is None:
+            return "(starting)"
+        return format_html(
+            '<a href="{}">{}</a> <a href="{}">(admin)</a>',
+            reverse("pages:session-detail", args=[delivery.session.pk]),
+            delivery.session.title or delivery.session.pk,
+            reverse("admin:agents_app_agentsession_change", args=[delivery.session.pk]),
+        )
+
+
+class AgentTriggerForm(forms.ModelForm):
+    """A trigger's settings, and a way to replace its secret (it is never shown again)."""
+
+    rotate_secret = forms.BooleanField(
+        required=False,
+        help_text="Replace the signing secret with a new one (shown once after saving).",
+    )
+
+    class Meta:
+        model = AgentTrigger
+        fields = (
+            "agent", "name", "description", "enabled", "run_as", "message_template",
+            "signature_style", "idempotency_header", "idempotency_required", "max_body_bytes",
+        )
+        widgets = {"message_template": forms.Textarea(attrs={"rows": 4, "cols": 80})}
+
+
+@admin.register(AgentTrigger)
+class AgentTriggerAdmin(admin.ModelAdmin):
+    """Inbound triggers (``agents_app.api.triggers``): a signed POST to the trigger's URL
+    starts a session of its agent. The signing secret is generated on creation (or on
+    **rotate secret**, in the form or as an action) and shown once, in the message after
+    saving; the change page shows only its last characters. The deliveries are listed
+    read-only below, each with its session."""
+
+    form = AgentTriggerForm
+    list_display = (
+        "name", "agent", "run_as", "signature_style", "enabled", "secret_hint", "trigger_url",
+    )
+    list_filter = ("enabled", "signature_style", "agent")
+    list_select_related = ("agent", "run_as")
+    search_fields = ("name", "agent__slug", "run_as__username")
+    autocomplete_fields = ("run_as",)
+    readonly_fields = ("trigger_url", "secret_hint", "created_at", "updated_at")
+    inlines = (TriggerDeliveryInline,)
+    actions = ("rotate_secrets",)
+
+    @admin.display(description="URL")
+    def trigger_url(self, trigger: AgentTrigger) -> str:
+        """The full URL senders POST to (on ``DEXAGENTS_PUBLIC_URL``)."""
+        if trigger.pk is None:
+            return "(shown once saved)"
+        return format_html("<code>{}</code>", trigger_reads.trigger_url(trigger=trigger))
+
+    @admin.action(description="Rotate the signing secret (shown once)")
+    def rotate_secrets(self, request: HttpRequest, queryset: QuerySet[AgentTrigger]) -> None:
+        for trigger in queryset.select_related("agent"):
+            secret = trigger_services.trigger_secret_rotate(trigger=trigger)
+            self._secret_show(request, trigger, secret)
+
+    @staticmethod
+    def _secret_show(request: HttpRequest, trigger: AgentTrigger, secret: str) -> None:
+        messages.warning(
+            request,
+            f"Signing secret of trigger {trigger} (copy it now, it is not shown again): "
+            f"{secret}",
+        )
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        """As ``WebhookAdmin.get_deleted_objects``: the read-only delivery log goes with its
+        trigger (the sessions stay)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed.discard(str(TriggerDelivery._meta.verbose_name))
+        return deleted, counts, perms_needed, protected
+
+    def save_model(
+        self, request: HttpRequest, obj: AgentTrigger, form: Any, change: bool
+    ) -> None:
+        new_secret = not obj.secret or form.cleaned_data.get("rotate_secret")
+        if new_secret:
+            obj.secret = trigger_services.trigger_secret_new()
+        super().save_model(request, obj, form, change)
+        if new_secret:
+            self._secret_show(request, obj, obj.secret)

@@ -11,7 +11,8 @@ a migration is written or reviewed. Every part of the app and Django admin impor
 from ``agents_app.models``, so a package of model modules would only add an ``__init__``
 re-exporting every class. It holds declarations (fields, constraints, and docstrings saying
 what each column means) in the order the tables depend on one another: agents, sessions and
-their search text, approvals, tokens, the outbox, usage and budgets, notices and webhooks.
+their search text, approvals, tokens, the outbox, usage and budgets, notices and webhooks,
+inbound triggers.
 The methods are a row's own (``AgentDefinition.agent_config``, the snapshot a session starts
 with; ``Webhook.clean``); the logic that reads and writes the tables lives in ``selectors``,
 ``services``, ``sessions``, ``usage`` and ``notify``.
@@ -25,7 +26,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from knox.models import AbstractAuthToken
 from knox.settings import CONSTANTS
@@ -827,3 +828,148 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} {self.event_id} to {self.webhook_id}: {self.status}"
+
+
+# Issue 29, "Inbound triggers": named endpoints that start a session of an agent from an
+# outside event (agents_app.api.triggers, agents_app.services.triggers).
+
+
+class TriggerSignatureStyle(models.TextChoices):
+    """How a trigger's deliveries are signed (``services.triggers.signature_verify``); every
+    style is HMAC-SHA256 with the trigger's secret, in hex."""
+
+    #: ``X-Dexagents-Signature: sha256=<hex of "<X-Dexagents-Timestamp>.<raw body>">``, as the
+    #: platform signs its outgoing webhooks; a timestamp more than 5 minutes away is refused.
+    DEXAGENTS = "dexagents", "dexagents (X-Dexagents-Signature, X-Dexagents-Timestamp)"
+    #: ``X-Hub-Signature-256: sha256=<hex of the raw body>``, as GitHub signs webhooks.
+    GITHUB = "github", "GitHub (X-Hub-Signature-256)"
+    #: ``X-Slack-Signature: v0=<hex of "v0:<X-Slack-Request-Timestamp>:<raw body>">``, as
+    #: Slack signs requests; a timestamp more than 5 minutes away is refused.
+    SLACK = "slack", "Slack (X-Slack-Signature, X-Slack-Request-Timestamp)"
+
+
+#: Default and largest body a trigger accepts, in bytes (the largest is Django's default
+#: ``DATA_UPLOAD_MAX_MEMORY_SIZE``, 2.5 MB).
+TRIGGER_DEFAULT_MAX_BODY_BYTES = 256 * 1024
+TRIGGER_LARGEST_MAX_BODY_BYTES = 2_621_440
+
+
+class AgentTrigger(models.Model):
+    """A named inbound trigger of an agent: ``POST /api/v1/agents/<slug>/triggers/<name>/``
+    with a signed JSON body starts a session of ``agent`` owned by ``run_as``, whose first
+    message is ``message_template`` rendered with the body (``agents_app.trigger_templates``).
+
+    ``secret`` signs deliveries (HMAC-SHA256, ``signature_style``); it is generated when the
+    trigger is created, shown once in admin, masked afterwards and never logged.
+    ``idempotency_header`` names the request header whose value identifies a delivery: a
+    repeated value starts nothing and answers the first delivery's session
+    (``TriggerDelivery``); without the header a delivery always starts a session, unless
+    ``idempotency_required``, which refuses it (400). ``max_body_bytes`` bounds the raw body
+    (413 past it).
+    """
+
+    agent = models.ForeignKey(AgentDefinition, on_delete=models.CASCADE, related_name="triggers")
+    name = models.SlugField(
+        max_length=64, help_text="The last part of the trigger's URL, unique per agent."
+    )
+    description = models.CharField(max_length=300, blank=True)
+    message_template = models.TextField(
+        help_text="Jinja2 (sandboxed, strict): the JSON body is `body`, e.g. "
+        "`New PR {{ body.pull_request.title }} by {{ body.sender.login }}`. A field the body "
+        "lacks refuses the delivery (400 naming the field)."
+    )
+    run_as = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="agent_triggers",
+        help_text="The user who owns the sessions this trigger starts (their budgets and "
+        "running-turn cap apply).",
+    )
+    enabled = models.BooleanField(default=True)
+    signature_style = models.CharField(
+        max_length=16,
+        choices=TriggerSignatureStyle.choices,
+        default=TriggerSignatureStyle.DEXAGENTS,
+    )
+    idempotency_header = models.CharField(
+        max_length=100,
+        default="Idempotency-Key",
+        validators=[
+            RegexValidator(r"^[A-Za-z0-9-]+$", "Enter an HTTP header name (letters, digits, -).")
+        ],
+        help_text="The header that identifies a delivery (GitHub: X-GitHub-Delivery).",
+    )
+    idempotency_required = models.BooleanField(
+        default=False,
+        help_text="Refuse deliveries without the idempotency header (400); otherwise each "
+        "one starts a session.",
+    )
+    max_body_bytes = models.PositiveIntegerField(
+        default=TRIGGER_DEFAULT_MAX_BODY_BYTES,
+        validators=[
+            MinValueValidator(2),
+            MaxValueValidator(TRIGGER_LARGEST_MAX_BODY_BYTES),
+        ],
+        help_text="Largest raw body accepted, in bytes (413 past it).",
+    )
+    secret = models.CharField(max_length=128, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("agent__slug", "name")
+        constraints = [
+            models.UniqueConstraint(fields=("agent", "name"), name="agent_trigger_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent.slug}/{self.name}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from agents_app.trigger_templates import TriggerTemplateError, template_check
+
+        try:
+            template_check(source=self.message_template or "")
+        except TriggerTemplateError as error:
+            raise ValidationError({"message_template": str(error)}) from None
+
+    @property
+    def secret_hint(self) -> str:
+        """The secret masked: its prefix and last four characters only."""
+        return f"trsec_…{self.secret[-4:]}" if self.secret else ""
+
+
+class TriggerDelivery(models.Model):
+    """One accepted delivery of a trigger and the session it started (read-only in admin).
+
+    ``idempotency_key`` is the value of the trigger's idempotency header, unique per trigger
+    when not empty: the row is written (``session`` empty) before the session starts, so of
+    two concurrent deliveries with one key only one starts a session and the other answers
+    with it (``services.triggers.trigger_deliver``). Deliveries without a key have ``""``.
+    """
+
+    trigger = models.ForeignKey(AgentTrigger, on_delete=models.CASCADE, related_name="deliveries")
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    # Sessions are only tombstoned; a row goes only with its owner (a deleted user), and
+    # then so does the record of what started it.
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, null=True, blank=True,
+        related_name="trigger_deliveries",
+    )
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-received_at", "-id")
+        verbose_name_plural = "trigger deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=("trigger", "idempotency_key"),
+                condition=~models.Q(idempotency_key=""),
+                name="trigger_delivery_unique_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.idempotency_key or '(no key)'}"

@@ -22,6 +22,7 @@ from agents_app.api.sessions import (
     SessionUnarchiveApi,
 )
 from agents_app.api.tokens import ApiTokenListCreateApi, ApiTokenRevokeApi
+from agents_app.api.triggers import AgentTriggerApi
 from agents_app.api.turns import (
     SessionElicitationAnswerApi,
     SessionPlanExecuteApi,
@@ -34,6 +35,11 @@ app_name = "agents_api"
 
 urlpatterns = [
     path("agents/", AgentListApi.as_view(), name="agent-list"),
+    path(
+        "agents/<slug:slug>/triggers/<slug:name>/",
+        AgentTriggerApi.as_view(),
+        name="agent-trigger",
+    ),
     path("approvals/", ApprovalListApi.as_view(), name="approval-list"),
     path("approvals/decisions/", ApprovalDecisionListApi.as_view(), name="approval-decision-list"),
     path("approvals/bulk/", ApprovalBulkDecideApi.as_view(), name="approval-bulk"),

@@ -3,7 +3,8 @@
 Owns: the API views, one module per resource: ``sessions`` (list, create, detail, rename,
 archive, delete, stop), ``messages``, ``queue``, ``turns`` (answers to questions, plan
 execution, turn cancel), ``events`` (Server-Sent Events and send-and-wait), ``history``,
-``agents``, ``approvals``, ``tokens``, ``usage``, ``notifications``; what the session views
+``agents``, ``approvals``, ``tokens``, ``usage``, ``notifications``, ``triggers`` (an inbound
+trigger's signed delivery); what the session views
 share (``session_access``: the session lookup and the Dex error answers; ``snapshot``: the
 snapshot read); their OpenAPI documentation (``schema``, ``session_schema``) and its view
 (``schema_view``), request-field and query checks (``fields``, ``query``), paging, throttling,

@@ -3,7 +3,8 @@
 Owns ``demo_seed`` (``manage.py seed_demo``, which ``manage.py dev`` runs on every start) and
 what it creates: the shipped demo MCP servers (``DEMO_SERVERS``, the modules of
 ``mcp_registry.demo_servers``), the ``demo`` and ``demo-small`` agents on the local demo model
-(``model_server``), the ``demo`` user and the ``admin`` superuser.
+(``model_server``), the ``demo`` agent's inbound trigger, the ``demo`` user and the
+``admin`` superuser.
 
 May import: the foundation (settings, models) and ``mcp_registry`` (tests/test_layering.py).
 """
@@ -17,7 +18,7 @@ from django.db import transaction
 
 import mcp_registry
 from agents_app.conf import dexagents_setting
-from agents_app.models import AgentDefinition
+from agents_app.models import AgentDefinition, AgentTrigger, TriggerSignatureStyle
 
 DEMO_AGENT_SLUG = "demo"
 DEMO_MODEL = "openai/dexagents-demo"
@@ -25,6 +26,13 @@ DEMO_MODEL = "openai/dexagents-demo"
 DEMO_SMALL_AGENT_SLUG = "demo-small"
 DEMO_SMALL_CONTEXT_WINDOW = 4000
 DEMO_USERNAME = "demo"
+#: The demo agent's inbound trigger (issue 29): GitHub-style, run as the demo user.
+DEMO_TRIGGER_NAME = "github-pr"
+DEMO_TRIGGER_TEMPLATE = (
+    "New pull request #{{ body.pull_request.number }} \"{{ body.pull_request.title }}\" by "
+    "{{ body.sender.login }}: {{ body.pull_request.html_url }}\n"
+    "Summarize what a reviewer should look at first."
+)
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD_ENV = "DEXAGENTS_ADMIN_PASSWORD"
 DEMO_PASSWORD_ENV = "DEXAGENTS_DEMO_PASSWORD"
@@ -225,7 +233,9 @@ def demo_seed() -> DemoSeedResult:
     whose password (for the browser pages) is
     ``$DEXAGENTS_DEMO_PASSWORD`` or generated, and the superuser ``admin`` whose password is
     ``$DEXAGENTS_ADMIN_PASSWORD`` or generated. A ``demo`` user without a usable password (made
-    by an older version, which gave it a token only) gets one the same way. The tools of a demo
+    by an older version, which gave it a token only) gets one the same way. The ``demo`` agent
+    gets the GitHub-style trigger ``github-pr`` run as ``demo`` (``DEMO_TRIGGER_TEMPLATE``;
+    its secret is generated and never shown: rotate it in admin). The tools of a demo
     server created by this call are also linked to an existing ``demo`` agent.
 
     Returns:
@@ -354,6 +364,22 @@ def demo_seed() -> DemoSeedResult:
             password = demo_password = secrets.token_urlsafe(12)
         demo_user.set_password(password)
         demo_user.save(update_fields=["password"])
+
+    _, trigger_created = AgentTrigger.objects.get_or_create(
+        agent=agent,
+        name=DEMO_TRIGGER_NAME,
+        defaults={
+            "description": "GitHub pull_request webhooks (rotate the secret in admin to use it).",
+            "message_template": DEMO_TRIGGER_TEMPLATE,
+            "run_as": demo_user,
+            "signature_style": TriggerSignatureStyle.GITHUB,
+            "idempotency_header": "X-GitHub-Delivery",
+            # Never shown: an admin rotates it (the new one is shown once) to send events.
+            "secret": "trsec_" + secrets.token_urlsafe(32),
+        },
+    )
+    if trigger_created:
+        created.append(f"trigger {agent.slug}/{DEMO_TRIGGER_NAME}")
 
     generated_password: str | None = None
     if not manager.filter(**{user_model.USERNAME_FIELD: ADMIN_USERNAME}).exists():

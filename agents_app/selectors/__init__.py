@@ -6,7 +6,8 @@
 - ``approval_lists``: the approvals dashboard's lists and count (``approval_list_pending``
   builds the ``GET /api/v1/approvals/`` items itself; no DRF serializer renders them);
 - ``platform_health``: ``/healthz``, ``/readyz`` and which part is down;
-- ``api_tokens``: a user's API tokens.
+- ``api_tokens``: a user's API tokens;
+- ``triggers``: the inbound trigger a delivery's URL names, and a trigger's URL.
 
 Callers import the module that holds a read (``from agents_app.selectors import
 session_reads``); this package re-exports nothing.

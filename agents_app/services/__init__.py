@@ -5,7 +5,9 @@
 - ``session_input``: user messages and the queue, answers to questions, plan execution,
   turn cancels;
 - ``approval_decisions``: approving or rejecting a tool call that waits, and its audit;
-- ``api_tokens``: API tokens and ``manage.py createtoken``'s user.
+- ``api_tokens``: API tokens and ``manage.py createtoken``'s user;
+- ``triggers``: an inbound trigger's delivery: its signature, its message, the one session
+  per idempotency key; trigger secrets.
 
 A session's title is written in three places: ``session_lifecycle.session_rename`` (its
 owner), ``session_lifecycle.session_title_generate`` (Celery, after the first turn) and

@@ -146,6 +146,15 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert users.get(username="demo").has_usable_password()
     assert users.get(username="admin").is_superuser
 
+    from agents_app.models import AgentTrigger
+
+    trigger = AgentTrigger.objects.get()  # one, though seeded twice
+    assert (trigger.agent.slug, trigger.name, trigger.run_as.get_username()) == (
+        "demo", "github-pr", "demo"
+    )
+    assert trigger.signature_style == "github" and trigger.secret.startswith("trsec_")
+    trigger.full_clean()  # its template parses
+
 
 def test_seed_demo_uses_the_admin_password_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,

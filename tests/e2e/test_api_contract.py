@@ -119,6 +119,9 @@ def make_sessions(base_url: str, token: str) -> dict[str, list[str]]:
         "deletable_session_id": deletable,
         "interrupt_id": [pending["pending_interrupts"][0]["interrupt_id"]],
         "message_id": [queued.json()["id"]],
+        # The inbound trigger manage.py dev seeds: unsigned requests reach its checks (401).
+        "slug": ["demo"],
+        "name": ["github-pr"],
     }
 
 

@@ -28,7 +28,7 @@ from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
 from agents_app.live.routing import websocket_urlpatterns
-from agents_app.models import AgentSession
+from agents_app.models import AgentSession, AgentTrigger
 from agents_app.services.api_tokens import api_token_create
 from tests.conftest import api_token_key
 from tests.factories import AgentDefinitionFactory
@@ -50,6 +50,9 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/redoc/", "GET"): (302, 302, 302, 302, 302),
     ("api/redoc/redoc.standalone.js", "GET"): (302, 302, 302, 302, 302),
     ("api/v1/agents/", "GET"): (401, 401, 200, 200, 200),
+    # An inbound trigger's signature is its authentication: tokens change nothing, and an
+    # unsigned delivery is 401 for everyone (tests/agents_app/api/test_triggers.py).
+    ("api/v1/agents/<slug:slug>/triggers/<slug:name>/", "POST"): (401, 401, 401, 401, 401),
     # Everyone reads their own usage figures (another user's calls are never in them).
     ("api/v1/usage/", "GET"): (401, 401, 200, 200, 200),
     # Staff choose their own approval emails (only staff decide approvals).
@@ -209,8 +212,11 @@ def world(
     owner: Any, other_user: Any, staff: Any, engine_down: str
 ) -> dict[str, Any]:
     """The owner's session (index row only), and one API client per persona."""
-    AgentSession.objects.create(
-        id=SESSION_ID, owner=owner, agent=AgentDefinitionFactory.create(slug="demo")
+    agent = AgentDefinitionFactory.create(slug="demo")
+    AgentSession.objects.create(id=SESSION_ID, owner=owner, agent=agent)
+    AgentTrigger.objects.create(
+        agent=agent, name="persona-trigger", message_template="{{ body }}", run_as=owner,
+        secret="trsec_persona",
     )
     wrong = APIClient()
     wrong.credentials(HTTP_AUTHORIZATION=f"Bearer {WRONG_KEY}")
@@ -232,6 +238,8 @@ def path_values(owner: Any) -> dict[str, Callable[[], str]]:
         "elicitation_id": lambda: "turn-1.call_1.0123456789abcdef",
         "token_id": lambda: str(api_token_create(user=owner, name="target")[0].pk),
         "sequence": lambda: "1",
+        "slug": lambda: "demo",
+        "name": lambda: "persona-trigger",
     }
 
 
