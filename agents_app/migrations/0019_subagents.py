@@ -3,6 +3,33 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+# SQLite rebuilds the tables whose foreign keys point at AgentSession.id when its length
+# changes, and a rebuilt table loses its triggers: the triggers that keep the full-text index
+# of SessionMessageText (0017_session_manage) are made again, and the index rebuilt.
+FTS_TRIGGERS_SQLITE = [
+    "DROP TRIGGER IF EXISTS agents_app_sessionmessagetext_fts_insert",
+    "DROP TRIGGER IF EXISTS agents_app_sessionmessagetext_fts_delete",
+    "DROP TRIGGER IF EXISTS agents_app_sessionmessagetext_fts_update",
+    "CREATE TRIGGER agents_app_sessionmessagetext_fts_insert AFTER INSERT ON "
+    "agents_app_sessionmessagetext BEGIN INSERT INTO agents_app_sessionmessagetext_fts"
+    "(rowid, text) VALUES (new.id, new.text); END",
+    "CREATE TRIGGER agents_app_sessionmessagetext_fts_delete AFTER DELETE ON "
+    "agents_app_sessionmessagetext BEGIN INSERT INTO agents_app_sessionmessagetext_fts"
+    "(agents_app_sessionmessagetext_fts, rowid, text) VALUES ('delete', old.id, old.text); END",
+    "CREATE TRIGGER agents_app_sessionmessagetext_fts_update AFTER UPDATE ON "
+    "agents_app_sessionmessagetext BEGIN INSERT INTO agents_app_sessionmessagetext_fts"
+    "(agents_app_sessionmessagetext_fts, rowid, text) VALUES ('delete', old.id, old.text); "
+    "INSERT INTO agents_app_sessionmessagetext_fts(rowid, text) VALUES (new.id, new.text); END",
+    "INSERT INTO agents_app_sessionmessagetext_fts(agents_app_sessionmessagetext_fts) "
+    "VALUES ('rebuild')",
+]
+
+
+def full_text_triggers_restore(apps, schema_editor):
+    if schema_editor.connection.vendor == "sqlite":
+        for statement in FTS_TRIGGERS_SQLITE:
+            schema_editor.execute(statement)
+
 
 class Migration(migrations.Migration):
 
@@ -48,4 +75,5 @@ class Migration(migrations.Migration):
             model_name='agentsubagent',
             constraint=models.UniqueConstraint(fields=('parent', 'child'), name='agent_subagent_unique'),
         ),
+        migrations.RunPython(full_text_triggers_restore, full_text_triggers_restore),
     ]
