@@ -89,3 +89,24 @@ def test_a_child_approval_completes_the_parents_call_once_across_a_worker_kill(
         )
 
     wait_until("the child indexed as stopped", child_stopped, timeout=30)
+
+
+def test_stopping_the_parent_stops_its_running_child(stack: Stack) -> None:
+    message = "/tool agent__demo " + json.dumps({"task": POST_HI})
+    with stack.api("owner") as owner:
+        created = owner.post("/api/v1/sessions/", json={"agent": "demo-lead", "message": message})
+        assert created.status_code == 201, created.text
+        parent_id = str(created.json()["id"])
+
+    def child_approval() -> dict[str, Any] | None:
+        with stack.api("staff") as staff:
+            items = staff.get("/api/v1/approvals/").json()
+        return next((item for item in items if item["parent_session"] == parent_id), None)
+
+    child_id = str(wait_until("the child's approval", child_approval, timeout=60)["session"])
+    with stack.api("owner") as owner:
+        stopped = owner.post(f"/api/v1/sessions/{parent_id}/stop/")
+        assert stopped.status_code in (200, 202, 204), stopped.text
+        child = owner.get(f"/api/v1/sessions/{child_id}/").json()
+    assert child["status"] == "stopped"
+    assert child_approval() is None

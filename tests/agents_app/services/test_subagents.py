@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agents_app.models import SESSION_STATUS_STARTING, AgentSession, AgentSubagent
@@ -98,3 +100,25 @@ def test_child_start_refuses_an_agent_the_parent_may_not_call() -> None:
             request=_request(parent, "agent__helper", agent_config=snapshot)
         )
     assert not AgentSession.objects.filter(parent=parent).exists()
+
+
+def test_a_childs_chat_page_links_its_parent_for_those_who_may_read_it(client: Any) -> None:
+    lead = AgentDefinitionFactory.create(slug="lead")
+    helper = AgentDefinitionFactory.create(slug="helper")
+    parent = AgentSessionFactory.create(agent=lead, title="Plan the trip")
+    child = AgentSessionFactory.create(
+        id=f"SubFlow:{parent.pk}-CallSubagent-1-0",
+        agent=helper,
+        owner=parent.owner,
+        parent=parent,
+        parent_tool_call_id="call_1",
+    )
+    client.force_login(parent.owner)
+
+    page = client.get(f"/sessions/{child.pk}/")
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Subagent of" in html and "Plan the trip" in html
+    assert f"/sessions/{parent.pk}/#call-call_1" in html
+    assert "Subagent of" not in client.get(f"/sessions/{parent.pk}/").content.decode()
