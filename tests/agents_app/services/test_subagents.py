@@ -15,7 +15,7 @@ from dex_agents import (
     SubagentTask,
     subagent_tool_parameters,
 )
-from tests.factories import AgentDefinitionFactory, AgentSessionFactory
+from tests.factories import AgentDefinitionFactory, AgentSessionFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -122,3 +122,18 @@ def test_a_childs_chat_page_links_its_parent_for_those_who_may_read_it(client: A
     assert "Subagent of" in html and "Plan the trip" in html
     assert f"/sessions/{parent.pk}/#call-call_1" in html
     assert "Subagent of" not in client.get(f"/sessions/{parent.pk}/").content.decode()
+
+
+def test_admin_edits_an_agents_subagents_inline(client: Any) -> None:
+    admin = UserFactory.create(is_staff=True, is_superuser=True)
+    lead = AgentDefinitionFactory.create(slug="lead")
+    helper = AgentDefinitionFactory.create(slug="helper")
+    AgentSubagent.objects.create(parent=lead, child=helper, description="Looks things up.")
+    client.force_login(admin)
+
+    page = client.get(f"/admin/agents_app/agentdefinition/{lead.pk}/change/")
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "subagents (offered to the model as agent__&lt;slug&gt; tools)" in html.lower()
+    assert "Looks things up." in html
