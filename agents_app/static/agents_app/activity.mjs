@@ -220,16 +220,28 @@ export class ActivityLog {
     }
   }
 
+  /**
+   * Add the row of an event of a subagent's child session (issue 29), nested under the
+   * parent's call: "↳ <label>" before its kind. Usage rows are left out (the child's page
+   * shows them).
+   */
+  addNested(event, label) {
+    if (event.type === "usage_recorded") return;
+    const row = activityRow(event);
+    if (!row) return;
+    this.add(event, { ...row, kind: `↳ ${label}: ${row.kind}`, nested: true });
+  }
+
   /** Add the row of `event` (nothing for events Activity does not show). */
-  add(event) {
-    const row = activityRow(event, this.withdrawn);
+  add(event, shown = null) {
+    const row = shown ?? activityRow(event, this.withdrawn);
     if (!row) return;
     const list = this.list;
     const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 24;
     const when = event.created_at ? new Date(event.created_at) : new Date();
     const node = el(
       "li",
-      { class: "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
+      { class: row.nested ? "activity-row activity-nested" : "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
       el("time", { datetime: when.toISOString() }, clockTime(when)),
       el("span", {}, el("span", { class: "kind" }, row.kind), row.detail ? " " : "", row.detail ? detailNode(row) : ""),
     );
