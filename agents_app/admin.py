@@ -15,6 +15,7 @@ from agents_app.models import (
     WEBHOOK_SUBSCRIBABLE_EVENTS,
     AgentDefinition,
     AgentSession,
+    AgentSubagent,
     AgentTrigger,
     ApiToken,
     ApprovalDecision,
@@ -49,8 +50,21 @@ class ReadOnlyAdminMixin:
         return False
 
 
+class AgentSubagentInline(admin.TabularInline):
+    """Subagents (issue 29): the agents this one may call as ``agent__<slug>`` tools."""
+
+    model = AgentSubagent
+    fk_name = "parent"
+    extra = 0
+    fields = ("child", "description", "position")
+    autocomplete_fields = ("child",)
+    verbose_name = "subagent"
+    verbose_name_plural = "subagents (offered to the model as agent__<slug> tools)"
+
+
 @admin.register(AgentDefinition)
 class AgentDefinitionAdmin(admin.ModelAdmin):
+    inlines = (AgentSubagentInline,)
     list_display = ("slug", "name", "model", "enabled", "tool_count", "updated_at")
     list_filter = ("enabled",)
     search_fields = ("slug", "name", "model")
@@ -78,7 +92,8 @@ class AgentSessionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("owner", "agent")
     search_fields = ("id", "title", "owner__username")
     readonly_fields = (
-        "id", "owner", "agent", "title", "title_source", "status", "created_at", "updated_at"
+        "id", "owner", "agent", "title", "title_source", "status", "parent",
+        "parent_tool_call_id", "created_at", "updated_at",
     )
 
 

@@ -25,7 +25,9 @@ Keys (units in the names' comments):
     one Dex worker runs at once), TOOL_IMAGE_MAX_BYTES and TOOL_RESULT_IMAGES_MAX_BYTES (the
     largest image, and the most image bytes, one tool result sends to a model that accepts
     images; decoded bytes), ELICITATION_TIMEOUT (seconds a user may take to answer an MCP
-    server's question during a tool call, unless the agent sets its own), MAX_WAIT_SECONDS
+    server's question during a tool call, unless the agent sets its own),
+    SUBAGENT_MAX_DEPTH and SUBAGENT_MAX_CHILDREN_PER_TURN (how deep subagents nest, and how
+    many subagent calls one turn may start; issue 29), MAX_WAIT_SECONDS
     (the longest ``?wait=`` a request may ask for: send-and-wait and the snapshot's long-poll),
     THROTTLE_READS and THROTTLE_WRITES (per-user REST rates, ``agents_app.api.throttling``),
     MAX_ACTIVE_SESSIONS_PER_USER (running turns per user; a message over it waits in the
@@ -71,6 +73,8 @@ _FIXED_DEFAULTS: dict[str, Any] = {
     "TOOL_IMAGE_MAX_BYTES": 1024 * 1024,
     "TOOL_RESULT_IMAGES_MAX_BYTES": 1024 * 1024,
     "ELICITATION_TIMEOUT": 600,
+    "SUBAGENT_MAX_DEPTH": 3,
+    "SUBAGENT_MAX_CHILDREN_PER_TURN": 5,
     "MAX_WAIT_SECONDS": 300,
     "WEBSOCKET_DB_TIMEOUT": 10,
     "THROTTLE_READS": "3000/min",

@@ -64,6 +64,15 @@ class AgentDefinition(models.Model):
     system_prompt = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
     tools = models.ManyToManyField(McpTool, blank=True, related_name="agents")
+    # Subagents (issue 29): other agents this one may call as ``agent__<slug>`` tools.
+    subagents: "models.ManyToManyField[AgentDefinition, AgentSubagent]" = models.ManyToManyField(
+        "self",
+        through="AgentSubagent",
+        through_fields=("parent", "child"),
+        symmetrical=False,
+        blank=True,
+        related_name="parent_agents",
+    )
     approval_deadline_seconds = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -202,7 +211,8 @@ class AgentDefinition(models.Model):
             ``elicitation_timeout_seconds`` (this agent's, else
             ``DEXAGENTS["ELICITATION_TIMEOUT"]``: how long MCP servers' questions wait),
             and ``input_price_per_mtok`` / ``output_price_per_mtok`` as decimal strings
-            when either is set (``agents_app.usage.pricing``).
+            when either is set (``agents_app.usage.pricing``), and ``subagents`` when it has
+            any: ``[{"slug", "name" (agent__<slug>), "description"}]`` (``subagent_entries``).
             The snapshot travels in the Flow's start input, so later edits do not change
             a running session (ARCHITECTURE.md "One shared Flow").
         """
@@ -249,6 +259,9 @@ class AgentDefinition(models.Model):
         config["elicitation_timeout_seconds"] = self.elicitation_timeout_seconds or int(
             dexagents_setting("ELICITATION_TIMEOUT")
         )
+        subagents = subagent_entries(self)
+        if subagents:
+            config["subagents"] = subagents
         return config
 
 
@@ -291,10 +304,17 @@ class AgentSession(models.Model):
     point at it stay whole; ``objects`` leaves it out (404 everywhere), ``with_deleted`` has it.
     """
 
-    id = models.CharField(primary_key=True, max_length=64, editable=False)
+    # 255: a subagent's child session is named by Dex (``SubFlow:<parent>-<exe>-0``), so
+    # nested children grow with their depth.
+    id = models.CharField(primary_key=True, max_length=255, editable=False)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
     )
+    # Subagents (issue 29): the session whose ``agent__<slug>`` call started this one.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    parent_tool_call_id = models.CharField(max_length=255, blank=True)
     agent = models.ForeignKey(AgentDefinition, on_delete=models.PROTECT, related_name="sessions")
     title = models.CharField(max_length=200, blank=True)
     title_source = models.CharField(
@@ -973,3 +993,56 @@ class TriggerDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.idempotency_key or '(no key)'}"
+# --- Subagents (issue 29) ----------------------------------------------------------------------
+
+
+def subagent_entries(agent: AgentDefinition) -> list[dict[str, str]]:
+    """The ``subagents`` of ``agent``'s ``agent_config`` snapshot: one
+    ``{"slug", "name" (agent__<slug>), "description"}`` per enabled subagent, in ``position``
+    order; the description is the link's override, else the child agent's description, else
+    its name."""
+    from dex_agents import subagent_tool_name
+
+    links = (
+        AgentSubagent.objects.filter(parent=agent, child__enabled=True)
+        .select_related("child")
+        .order_by("position", "child__slug")
+    )
+    return [
+        {
+            "slug": link.child.slug,
+            "name": subagent_tool_name(link.child.slug),
+            "description": (
+                link.description or link.child.description or f"Ask the agent {link.child.name}."
+            ),
+        }
+        for link in links
+    ]
+
+
+class AgentSubagent(models.Model):
+    """One agent offered to another as a tool ``agent__<child slug>`` (issue 29).
+
+    ``description`` overrides what the calling model reads about the child (blank: the
+    child's own description). ``position`` orders the tools.
+    """
+
+    parent = models.ForeignKey(
+        AgentDefinition, on_delete=models.CASCADE, related_name="subagent_links"
+    )
+    child = models.ForeignKey(
+        AgentDefinition, on_delete=models.CASCADE, related_name="parent_links"
+    )
+    description = models.TextField(
+        blank=True, help_text="What the calling model reads about this agent (blank: its own)."
+    )
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("position", "id")
+        constraints = [
+            models.UniqueConstraint(fields=("parent", "child"), name="agent_subagent_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.parent_id} -> {self.child_id}"

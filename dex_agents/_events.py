@@ -99,6 +99,15 @@ class AgentEventType(StrEnum):
       ``deleted_count`` (int, messages retention deleted in this commit), ``reason``
       (``context``, ``retention`` or ``overflow``); once per committed chunk.
 
+    Platform additions written by the ``CallSubagent`` Step of a session with
+    ``AgentSessionOptions.subagents`` (issue 29):
+
+    - ``subagent_started``: ``tool_call_id``, ``tool_name`` (``agent__<slug>``),
+      ``child_session_id`` (the child session's ID), ``depth`` (int, the child's);
+    - ``subagent_finished``: ``tool_call_id``, ``tool_name``, ``child_session_id``,
+      ``outcome`` (``completed``, ``failed`` or ``cancelled``); before the call's
+      ``tool_call_finished``.
+
     Platform additions written by an application through its Dex client, not by a Step (their
     ``turn_id`` is ``None``, ``step_execution_id`` is ``""`` and ``attempt`` is 0), so every
     viewer hears of changes no Step reports:
@@ -135,6 +144,8 @@ class AgentEventType(StrEnum):
     TOOL_LOG = "tool_log"
     CONTEXT_COMPACTION_STARTED = "context_compaction_started"
     CONTEXT_COMPACTED = "context_compacted"
+    SUBAGENT_STARTED = "subagent_started"
+    SUBAGENT_FINISHED = "subagent_finished"
     MESSAGE_QUEUED = "message_queued"
     QUEUE_CHANGED = "queue_changed"
     SESSION_STOPPED = "session_stopped"

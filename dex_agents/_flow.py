@@ -115,6 +115,7 @@ from dex_agents._steps import (
     RunModel,
     StartAgentSession,
 )
+from dex_agents._subagent_steps import CallSubagent, FinishSubagentSession
 from dex_agents._text_parts import read_part, text_part_key
 from dex_agents._tool_steps import (
     CallSingleAttemptTool,
@@ -192,6 +193,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             DurableWait(self),
             AwaitUserInput(self),
             CompactContext(self),
+            CallSubagent(self),
+            FinishSubagentSession(self),
         )
 
     def get_persistence_schema(self) -> PersistenceSchema:

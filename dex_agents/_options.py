@@ -20,6 +20,7 @@ from dex_agents._contract import AgentFrameworkRunner
 from dex_agents._events import AgentEvent
 from dex_agents._observer import AgentSessionObserver, TurnGuard
 from dex_agents._records import ToolEffect, ToolPolicy
+from dex_agents._subagents import SubagentOptions
 from dex_agents._turn_cancel import RunningModelCalls
 from dex_agents._wire_types import resolve_annotations
 
@@ -91,6 +92,7 @@ class AgentSessionOptions:
     max_queued_bytes: int | None = None
     compaction: CompactionOptions | None = None
     turn_guard: TurnGuard | None = None
+    subagents: SubagentOptions | None = None
 
 
 class SessionFlow(Protocol):

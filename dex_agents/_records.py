@@ -342,6 +342,10 @@ class AgentToolCall:
         original_arguments: Platform addition (approve with edits): the arguments as the
             model produced them when the reviewer changed them before approving; ``arguments``
             then holds the edited ones, which the tool Step runs. ``None``: not edited.
+        subagent: Platform addition (``AgentSessionOptions.subagents``): the call runs another
+            agent as a child session (a ``CallSubagent`` Step) instead of the runner's tool.
+        child_session_id: Platform addition: the child session's ID (its Dex Flow ID,
+            ``SubFlow:<flow_id>-<step_execution_id>-0``) once ``CallSubagent`` started it.
     """
 
     tool_call_id: str
@@ -359,6 +363,8 @@ class AgentToolCall:
     retries: int | None = None
     output_parts: TextParts | None = None
     original_arguments: str | None = None
+    subagent: bool = False
+    child_session_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.output_parts is not None and not isinstance(self.output_parts, TextParts):
@@ -448,6 +454,21 @@ class ToolCallCompleted:
 
 
 @dataclass(frozen=True)
+class SubagentLink:
+    """Platform addition: the call that started a child session (``AgentSessionOptions.subagents``).
+
+    Attributes:
+        parent_session_id: The parent session's ID (its Flow ID).
+        tool_call_id: The parent's ``agent__<slug>`` call.
+        depth: How many sessions are above this one: 1 for a child of a top-level session.
+    """
+
+    parent_session_id: str
+    tool_call_id: str
+    depth: int = 1
+
+
+@dataclass(frozen=True)
 class AgentSessionStartInput:
     """Input of the start Step ``StartAgentSession``.
 
@@ -458,20 +479,36 @@ class AgentSessionStartInput:
         tool_policies: Platform addition: per-session policies, consulted before the Flow's own.
         initial_plan_mode: Platform addition: ``initial_message`` asks for a plan first (as
             ``AgentUserMessage.plan_mode``); ignored without a message.
+        subagent_of: Platform addition (``AgentSessionOptions.subagents``): set when the
+            session is a child started by another session's ``agent__<slug>`` call; the child
+            runs its first turn and completes its Flow with a ``SubagentResult``.
     """
 
     initial_message: str = ""
     agent_config: dict[str, Any] | None = None
     tool_policies: dict[str, ToolPolicy] = field(default_factory=dict)
     initial_plan_mode: bool = False
+    subagent_of: SubagentLink | None = None
+
+    def __post_init__(self) -> None:
+        if self.subagent_of is not None and not isinstance(self.subagent_of, SubagentLink):
+            object.__setattr__(self, "subagent_of", coerce(self.subagent_of, SubagentLink))
 
 
 @dataclass(frozen=True)
 class AgentSessionConfig:
-    """Platform addition: the ``AGENT_CONFIG`` Attribute, written once by ``StartAgentSession``."""
+    """Platform addition: the ``AGENT_CONFIG`` Attribute, written once by ``StartAgentSession``.
+
+    ``subagent_of`` is the start input's: the parent call of a child session, else ``None``.
+    """
 
     agent_config: dict[str, Any] | None = None
     tool_policies: dict[str, ToolPolicy] = field(default_factory=dict)
+    subagent_of: SubagentLink | None = None
+
+    def __post_init__(self) -> None:
+        if self.subagent_of is not None and not isinstance(self.subagent_of, SubagentLink):
+            object.__setattr__(self, "subagent_of", coerce(self.subagent_of, SubagentLink))
 
 
 def message_sequence_key(sequence: int) -> str:

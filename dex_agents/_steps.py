@@ -96,6 +96,7 @@ from dex_agents._step_base import (
     session_config,
     sync_options,
 )
+from dex_agents._subagent_steps import finish_movement, is_subagent_session
 from dex_agents._tool_deferral import defer_tool_calls
 from dex_agents._turn_cancel import ModelCallCancelled, unless_cancelled
 from dex_agents._turn_endings import (
@@ -235,7 +236,9 @@ class StartAgentSession(SessionStep, Step[AgentSessionStartInput]):
         AGENT_CONFIG.set(
             context,
             AgentSessionConfig(
-                agent_config=input.agent_config, tool_policies=dict(input.tool_policies)
+                agent_config=input.agent_config,
+                tool_policies=dict(input.tool_policies),
+                subagent_of=input.subagent_of,
             ),
         )
         state = AgentState(status=AgentStatus.WAITING_FOR_USER_MESSAGE)
@@ -261,6 +264,8 @@ class AwaitUserMessage(SessionStep, Step[None]):
 
     async def wait_for(self, context: AsyncContext, input: None) -> Wait:  # type: ignore[override]
         options = self._flow.options
+        if options.subagents is not None and is_subagent_session(context):
+            return Wait.skip_immediately()  # a child's first turn ended: it finishes
         if not (options.steering or options.plans):
             return Wait.until(QUEUED_USER_MESSAGES.for_one())
         # Steered messages first (one that arrives between turns is simply the next turn),
@@ -272,6 +277,9 @@ class AwaitUserMessage(SessionStep, Step[None]):
         return Wait.any_of(*conditions)
 
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
+        if self._flow.options.subagents is not None and is_subagent_session(context):
+            # Platform addition (subagents): a child session answers one task.
+            return go_to_many(finish_movement(context))
         state = AGENT_STATE.get(context) or AgentState(AgentStatus.WAITING_FOR_USER_MESSAGE)
         if self._flow.options.steering:
             steered = [m for m in STEERED_USER_MESSAGES.results(context) if m.text.strip()]

@@ -58,6 +58,12 @@ from dex_agents._records import (
     TurnMode,
 )
 from dex_agents._step_base import add_usage, interrupt_id_for, utc_now
+from dex_agents._subagent_steps import (
+    is_subagent_call,
+    subagent_calls_in,
+    subagent_movement,
+    subagent_refusal,
+)
 from dex_agents._tool_steps import publish_final, tool_movement
 
 
@@ -116,6 +122,9 @@ def defer_tool_calls(
     question = first_question(outcome) if options.user_input and not planning else None
     timer_taken = False
     plan_writes = sum(1 for call in outcome.tool_calls if call.tool_name == WRITE_TODOS_TOOL)
+    # Subagent calls (platform addition, issue 29): the turn's earlier ones count against the
+    # per-turn limit.
+    children = subagent_calls_in(recorded.values())
     for order, call in enumerate(outcome.tool_calls, start=len(recorded)):
         builtin = AgentToolCall(
             tool_call_id=call.tool_call_id,
@@ -216,6 +225,29 @@ def defer_tool_calls(
                 },
             )
             movements.append(builtin_movement(DurableWait, call.tool_call_id))
+            continue
+        if is_subagent_call(flow, context, call.tool_name):
+            subagent = replace(builtin, effect=ToolEffect.IDEMPOTENT_WRITE, subagent=True)
+            refused = subagent_refusal(flow, context, call.arguments, children)
+            if refused is not None:
+                publish_final(
+                    context,
+                    events,
+                    replace(subagent, status=ToolCallStatus.FAILED, error=refused),
+                )
+                continue
+            children += 1
+            AGENT_TOOL_CALLS.set(context, call.tool_call_id, subagent)
+            events.write_event(
+                AgentEventType.TOOL_CALL_DEFERRED,
+                {
+                    "tool_call_id": call.tool_call_id,
+                    "tool_name": call.tool_name,
+                    "effect": str(subagent.effect),
+                    "requires_approval": False,
+                },
+            )
+            movements.append(subagent_movement(call.tool_call_id))
             continue
         effect = ToolEffect(call.policy.effect)
         requires_approval = call.policy.is_approval_required

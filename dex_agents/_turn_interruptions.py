@@ -119,8 +119,11 @@ async def withdraw_turn_waits(
     # Steps wake on the version change and answer the servers.
     withdraw_questions(context, lambda item: item.turn_id == turn_id, question_reason)
     for record in load_tool_calls(context).values():
-        if not record.status.is_final and record.tool_name in _WAITING_BUILTINS:
-            # Ends a durable wait or an open question early (its Step records the outcome).
+        if not record.status.is_final and (
+            record.tool_name in _WAITING_BUILTINS or record.subagent
+        ):
+            # Ends a durable wait, an open question or a running subagent early (its Step
+            # records the outcome; a subagent's stops its child).
             BUILTIN_WAKEUPS.publish(context, interrupt_id_for(record), "steer")
     interrupts = PENDING_INTERRUPTS.get(context) or []
     withdrawn = [item for item in interrupts if item.turn_id == turn_id]

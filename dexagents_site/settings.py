@@ -24,6 +24,7 @@ Environment variables:
     DEXAGENTS_ENGINE_TIMEOUT (seconds, default 5), DEXAGENTS_BLOB_CACHE_BYTES,
     DEXAGENTS_EVENTS_STREAM_CAPACITY_BYTES, DEXAGENTS_EVENTS_SEND_QUEUE_FRAMES,
     DEXAGENTS_EVENTS_SEND_QUEUE_BYTES, DEXAGENTS_MAX_QUEUED_MESSAGES (default 20),
+    DEXAGENTS_SUBAGENT_MAX_DEPTH (default 3), DEXAGENTS_SUBAGENT_MAX_CHILDREN_PER_TURN (5),
     DEXAGENTS_MAX_API_TOKENS_PER_USER (default 50), DEXAGENTS_ELICITATION_TIMEOUT (seconds a
     user may take to answer an MCP server's question, default 600),
     DEXAGENTS_MAX_WAIT_SECONDS (the longest ?wait= of a request, default 300),
@@ -515,6 +516,10 @@ DEXAGENTS: dict[str, Any] = {
     # RPC can load on the embedded engine.
     "MAX_QUEUED_MESSAGES": env_int(
         "DEXAGENTS_MAX_QUEUED_MESSAGES", 20, minimum=1, maximum=10_000
+    ),
+    "SUBAGENT_MAX_DEPTH": env_int("DEXAGENTS_SUBAGENT_MAX_DEPTH", 3, minimum=0, maximum=20),
+    "SUBAGENT_MAX_CHILDREN_PER_TURN": env_int(
+        "DEXAGENTS_SUBAGENT_MAX_CHILDREN_PER_TURN", 5, minimum=0, maximum=100
     ),
     # API tokens one user may hold at once (expired ones included until revoked).
     "MAX_API_TOKENS_PER_USER": env_int(

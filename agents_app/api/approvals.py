@@ -120,6 +120,11 @@ class ApprovalListApi(APIView):
                 {
                     "session": serializers.CharField(),
                     "session_title": serializers.CharField(),
+                    "parent_session": serializers.CharField(
+                        allow_null=True,
+                        help_text="The session a subagent call of which started this one.",
+                    ),
+                    "parent_session_title": serializers.CharField(allow_null=True),
                     "agent": serializers.CharField(),
                     "owner": serializers.CharField(),
                     "interrupt_id": serializers.CharField(),

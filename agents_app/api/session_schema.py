@@ -150,6 +150,16 @@ class ToolCallRecordSerializer(serializers.Serializer):
         help_text="The model's arguments when a reviewer edited them before approving; null "
         "when not edited.",
     )
+    subagent = serializers.BooleanField(
+        required=False,
+        help_text="The call runs another agent (agent__<slug>) as a child session.",
+    )
+    child_session_id = serializers.CharField(
+        allow_null=True,
+        required=False,
+        help_text="A subagent call's child session, once it started: readable at "
+        "/api/v1/sessions/<id>/ and on its own chat page.",
+    )
     effect = serializers.ChoiceField(
         choices=[effect.value for effect in ToolEffect],
         help_text="What the tool does to the world; read and idempotent_write calls are "

@@ -68,6 +68,12 @@ class SessionOutputSerializer(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField()
     archived = serializers.SerializerMethodField()
     match = serializers.SerializerMethodField()
+    parent_session = serializers.CharField(
+        source="parent_id",
+        read_only=True,
+        allow_null=True,
+        help_text="Subagents: the session whose agent__<slug> call started this one, else null.",
+    )
 
     class Meta:
         model = AgentSession
@@ -77,6 +83,8 @@ class SessionOutputSerializer(serializers.ModelSerializer):
             "owner",
             "title",
             "status",
+            "parent_session",
+            "parent_tool_call_id",
             "awaiting_approval",
             "archived",
             "usage",

@@ -18,13 +18,20 @@ from django.db import transaction
 
 import mcp_registry
 from agents_app.conf import dexagents_setting
-from agents_app.models import AgentDefinition, AgentTrigger, TriggerSignatureStyle
+from agents_app.models import (
+    AgentDefinition,
+    AgentSubagent,
+    AgentTrigger,
+    TriggerSignatureStyle,
+)
 
 DEMO_AGENT_SLUG = "demo"
 DEMO_MODEL = "openai/dexagents-demo"
 #: The demo agent with a small context window, to show context compaction (``/big <n>``).
 DEMO_SMALL_AGENT_SLUG = "demo-small"
 DEMO_SMALL_CONTEXT_WINDOW = 4000
+#: The demo agent that hands work to the demo agent as a subagent (``agent__demo``; issue 29).
+DEMO_LEAD_AGENT_SLUG = "demo-lead"
 DEMO_USERNAME = "demo"
 #: The demo agent's inbound trigger (issue 29): GitHub-style, run as the demo user.
 DEMO_TRIGGER_NAME = "github-pr"
@@ -349,6 +356,32 @@ def demo_seed() -> DemoSeedResult:
         small.tools.add(*[tool for tool in agent_tools if tool.server.name in SMALL_SERVERS])
     else:
         _follow_demo_model(small)
+    # Subagents (issue 29): an agent whose only tool is the demo agent, as agent__demo.
+    lead, lead_created = AgentDefinition.objects.get_or_create(
+        slug=DEMO_LEAD_AGENT_SLUG,
+        defaults={
+            "name": "Demo lead (with a subagent)",
+            "description": (
+                "The demo model with the demo agent as a subagent: try "
+                '/tool agent__demo {"task": "look up Dex"}.'
+            ),
+            "model": DEMO_MODEL,
+            "api_base": dexagents_setting("DEMO_MODEL_API_BASE"),
+            "api_key_env": "",
+            "system_prompt": "You delegate research to the demo agent (agent__demo).",
+            "supports_images": True,
+            "generate_titles": False,
+        },
+    )
+    if lead_created:
+        created.append(f"agent {lead.slug}")
+        AgentSubagent.objects.get_or_create(
+            parent=lead,
+            child=agent,
+            defaults={"description": "The demo agent: searches the (demo) web and posts."},
+        )
+    else:
+        _follow_demo_model(lead)
 
     user_model = get_user_model()
     manager = user_model._default_manager

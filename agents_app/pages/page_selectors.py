@@ -314,6 +314,10 @@ class ChatPage:
     usage: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Archived by its owner (still usable; hidden from the sessions list by default).
     archived: bool = False
+    #: Subagents (issue 29): the session whose ``agent__<slug>`` call started this one, as
+    #: ``(id, title)``, when the caller may read it; and that call's ID.
+    parent: tuple[str, str] | None = None
+    parent_tool_call_id: str = ""
 
     @property
     def can_delete(self) -> bool:
@@ -368,7 +372,22 @@ def chat_page_get(*, user: AbstractBaseUser | AnonymousUser, session_id: str) ->
         can_approve=rights["can_approve"],
         usage=session_usage_totals(session_ids=[session.id]).get(session.id, {}),
         archived=session.archived_at is not None,
+        parent=_parent_of(session=session, user=user),
+        parent_tool_call_id=session.parent_tool_call_id,
     )
+
+
+def _parent_of(
+    *, session: AgentSession, user: AbstractBaseUser | AnonymousUser
+) -> tuple[str, str] | None:
+    """``(id, title)`` of the session that started ``session`` as a subagent, if ``user``
+    may read it (a child has its parent's owner; staff read every session)."""
+    if not session.parent_id:
+        return None
+    parent = AgentSession.objects.filter(pk=session.parent_id).select_related("agent").first()
+    if parent is None or not (parent.owner_id == user.pk or getattr(user, "is_staff", False)):
+        return None
+    return parent.id, parent.title or parent.agent.name
 
 
 def usage_title(usage: dict[str, Any]) -> str:

@@ -66,7 +66,9 @@ def approval_list_pending(
     ``filters``.
 
     Returns:
-        ``[{"session", "session_title", "agent" (slug), "owner" (username), "interrupt_id",
+        ``[{"session", "session_title", "parent_session", "parent_session_title" (the session
+        whose subagent call started this one, else None; issue 29), "agent" (slug), "owner"
+        (username), "interrupt_id",
         "tool_call_id", "tool_name", "arguments" (JSON text), "requested_at", "deadline" (or
         None), "state", "decision"}]``; ``state`` is ``decided`` when staff decided and the
         decision waits for delivery to Dex (``decision`` is then ``{"approved",
@@ -79,7 +81,7 @@ def approval_list_pending(
         ApprovalRequest.objects.filter(
             state=ApprovalRequest.State.PENDING, **(filters or ApprovalFilters()).lookups()
         )
-        .select_related("session__agent", "session__owner")
+        .select_related("session__agent", "session__owner", "session__parent")
         .order_by("requested_at", "id")
     )
     undelivered = {
@@ -101,6 +103,10 @@ def approval_list_pending(
             {
                 "session": request.session_id,
                 "session_title": request.session.title,
+                "parent_session": request.session.parent_id,
+                "parent_session_title": (
+                    request.session.parent.title if request.session.parent is not None else None
+                ),
                 "agent": request.session.agent.slug,
                 "owner": request.session.owner.get_username(),
                 "interrupt_id": request.interrupt_id,

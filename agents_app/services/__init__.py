@@ -7,7 +7,9 @@
 - ``approval_decisions``: approving or rejecting a tool call that waits, and its audit;
 - ``api_tokens``: API tokens and ``manage.py createtoken``'s user;
 - ``triggers``: an inbound trigger's delivery: its signature, its message, the one session
-  per idempotency key; trigger secrets.
+  per idempotency key; trigger secrets;
+- ``subagents``: the shared Flow's ``SubagentDirectory`` (issue 29): child sessions' index rows,
+  their stops.
 
 A session's title is written in three places: ``session_lifecycle.session_rename`` (its
 owner), ``session_lifecycle.session_title_generate`` (Celery, after the first turn) and

@@ -259,7 +259,8 @@ def session_status_record_needed(*, indexed: str, status: str) -> bool:
 
 
 def session_stop(*, session: AgentSession) -> None:
-    """Stop the session's Dex Flow and mark its index row ``stopped``.
+    """Stop the session's Dex Flow and mark its index row ``stopped``, and its running
+    subagents' child sessions with it.
 
     Dex keeps serving the snapshot of the stopped session (seed "RPCs": retained closed
     sessions). A Flow Dex no longer has counts as stopped.
@@ -270,6 +271,12 @@ def session_stop(*, session: AgentSession) -> None:
     dex_gateway.run(dex_gateway.session_stop(session_id=session.id, reason="stopped by user"))
     if session_index.session_stopped_index(session=session):
         approval_index.approvals_changed_notify()
+    # Subagents (issue 29): a stopped parent's Step no longer waits for its children, and
+    # Dex does not stop a sub-flow with its parent; the running ones are stopped too.
+    for child in AgentSession.objects.filter(parent=session).exclude(
+        status=SESSION_STATUS_STOPPED
+    ):
+        session_stop(session=child)
 
 
 def session_stopped_detect(*, session: AgentSession, flow_running: bool | None = None) -> bool:

@@ -70,6 +70,8 @@ from dex_agents import (
     TurnMode,
     durable_wait_definition,
     request_user_input_definition,
+    subagent_tool_name,
+    subagent_tool_parameters,
     write_todos_definition,
 )
 from mcp_registry.builtin_tools import BUILTIN_TOOL_EFFECT, builtin_tool_definitions
@@ -140,6 +142,32 @@ class AgentToolEntry:
     requires_approval: bool | None = None
     builtin: bool = False
     timeout_seconds: float | None = None
+    subagent: bool = False
+
+    @classmethod
+    def subagents_of(cls, config: Mapping[str, Any]) -> tuple[AgentToolEntry, ...]:
+        """The agent's subagents (issue 29) as ``agent__<slug>`` tools, from
+        ``agent_config["subagents"]``; the session runs their calls as child sessions
+        (``agents_app.worker.subagents``), never the runner."""
+        entries = []
+        for item in config.get("subagents") or ():
+            if not isinstance(item, Mapping) or not item.get("slug"):
+                continue
+            slug = str(item["slug"])
+            name = subagent_tool_name(slug)
+            entries.append(
+                cls(
+                    name=name,
+                    server="",
+                    tool=name,
+                    description=str(item.get("description") or f"Ask the agent {slug}."),
+                    parameters=subagent_tool_parameters(),
+                    effect=ToolEffect.IDEMPOTENT_WRITE,
+                    requires_approval=False,
+                    subagent=True,
+                )
+            )
+        return tuple(entries)
 
     @classmethod
     def builtins_for(cls, servers: Sequence[str]) -> tuple[AgentToolEntry, ...]:
@@ -305,7 +333,8 @@ class AgentModelConfig:
             system_prompt=str(config.get("system_prompt") or ""),
             tools=tools
             + AgentToolEntry.builtins_for(servers)
-            + AgentToolEntry.session_builtins(),
+            + AgentToolEntry.session_builtins()
+            + AgentToolEntry.subagents_of(config),
             api=api,
             context_window=window,
             stream=config.get("stream", True) is not False,

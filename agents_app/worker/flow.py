@@ -18,6 +18,8 @@ from dex_agents import (
     AgentSessionObserver,
     AgentSessionOptions,
     CompactionOptions,
+    SubagentDirectory,
+    SubagentOptions,
     ToolEffect,
     TurnGuardCheck,
 )
@@ -67,6 +69,7 @@ def build_flow(
     pool: McpClientPool | None = None,
     observer: AgentSessionObserver | None = None,
     session_client: Callable[[], AgentSessionClient] | None = None,
+    subagents: SubagentDirectory | None = None,
 ) -> AgentSessionFlow:
     """Build the shared Flow.
 
@@ -80,6 +83,11 @@ def build_flow(
         session_client: Returns the worker's session Flow client (the worker passes
             ``engine_connection.session_client``), through which a tool Step puts an MCP server's
             question to the user; ``None`` for clients (a server's question is declined).
+        subagents: The platform's ``SubagentDirectory`` (the worker passes
+            ``services.subagents.PlatformSubagents``): an agent's ``agent__<slug>`` calls run
+            as child sessions, at most ``DEXAGENTS["SUBAGENT_MAX_DEPTH"]`` deep and
+            ``DEXAGENTS["SUBAGENT_MAX_CHILDREN_PER_TURN"]`` per turn (issue 29); ``None`` for
+            clients.
 
     Returns:
         An ``AgentSessionFlow`` with flow type ``AgentSession``. Tools the platform did not
@@ -125,5 +133,16 @@ def build_flow(
             max_queued_bytes=QUEUED_MESSAGES_BYTES,
             compaction=CompactionOptions(),
             turn_guard=_turn_guard,
+            subagents=(
+                None
+                if subagents is None
+                else SubagentOptions(
+                    subagents,
+                    max_depth=int(dexagents_setting("SUBAGENT_MAX_DEPTH")),
+                    max_children_per_turn=int(
+                        dexagents_setting("SUBAGENT_MAX_CHILDREN_PER_TURN")
+                    ),
+                )
+            ),
         ),
     )

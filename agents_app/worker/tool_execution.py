@@ -117,6 +117,10 @@ async def tool_call_execute(
         raise ToolExecutionError(
             f"{error}. Call the tool again with a JSON object as its arguments."
         ) from error
+    if entry.subagent:
+        # The session runs subagent calls as child sessions (CallSubagent); one reaches the
+        # runner only on a Flow without AgentSessionOptions.subagents.
+        raise ToolExecutionError(f"{record.tool_name!r}: subagents are not enabled here.")
     limits = replace(media_limits, accept_images=config.accepts_images())
     if entry.builtin:
         try:

@@ -31,6 +31,10 @@ The user message is the script:
 - ``"plan: a, b"`` (plan mode) writes a plan of pending tasks ``a`` and ``b``;
   ``"plan+lookup: a"`` also calls ``lookup``; ``"todo: a"`` calls ``write_todos`` outside plan
   mode;
+- ``"sub: task"`` calls the subagent ``agent__helper`` (a child session of the same Flow
+  type, on ``SUBAGENT_FLOW_TYPE``) with ``{"task": task}``; ``"subs: a, b"`` calls it once per
+  task in one response; ``"sub-missing: task"`` calls ``agent__missing``, which the directory
+  refuses;
 - anything else is echoed back.
 
 An ``executing`` turn (``execute_plan``) completes the next unfinished task with one
@@ -64,6 +68,7 @@ to the user the way an MCP server's ``elicitation/create`` does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -94,6 +99,7 @@ from dex_agents import (
     AgentSessionClient,
     AgentSessionFlow,
     AgentSessionOptions,
+    AgentSessionStartInput,
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
@@ -107,6 +113,10 @@ from dex_agents import (
     ModelRateLimitError,
     PlanTaskStatus,
     ResolveInterruptRequest,
+    SubagentOptions,
+    SubagentRefusedError,
+    SubagentRequest,
+    SubagentResult,
     SummarizeRequest,
     SummaryResult,
     ToolCallElicitations,
@@ -133,8 +143,15 @@ STEERING_FLOW_TYPE = "ScriptedSteeringAgent"
 #: A Flow with every platform addition, ``compaction`` included (default options; agents
 #: override them), as the platform's Flow has.
 COMPACTING_FLOW_TYPE = "ScriptedCompactingAgent"
+#: A Flow with every platform addition and subagents (``ScriptedSubagents``): at most
+#: ``SUBAGENT_MAX_DEPTH`` deep and ``SUBAGENT_MAX_CHILDREN`` calls per turn.
+SUBAGENT_FLOW_TYPE = "ScriptedSubagentAgent"
+SUBAGENT_MAX_DEPTH = 2
+SUBAGENT_MAX_CHILDREN = 2
 #: The Flows with ``steering``, ``durable_waits``, ``user_input`` and ``plans``.
-PLATFORM_LIKE_FLOW_TYPES = frozenset({STEERING_FLOW_TYPE, COMPACTING_FLOW_TYPE})
+PLATFORM_LIKE_FLOW_TYPES = frozenset(
+    {STEERING_FLOW_TYPE, COMPACTING_FLOW_TYPE, SUBAGENT_FLOW_TYPE}
+)
 #: The FileGate the summarizer waits at when the agent config sets ``summarize_gate``.
 SUMMARIZE_GATE = "summarize"
 #: Characters of a tool result the scripted "model" sees, unless the agent config says.
@@ -458,6 +475,20 @@ class ScriptedRunner:
             ]
             state = {"calls": ["call-1", "call-2"]}
             return ToolCallsRequested(json.dumps(state), calls, MODEL_USAGE)
+        if command in ("sub", "subs", "sub-missing") and turn.framework_run_state is None:
+            tasks = [argument.strip()] if command != "subs" else tool_names
+            name = "agent__missing" if command == "sub-missing" else "agent__helper"
+            calls = [
+                DeferredToolCall(
+                    f"sub-{index}",
+                    name,
+                    json.dumps({"task": task}),
+                    turn.resolve_tool_policy(name),
+                )
+                for index, task in enumerate(tasks, start=1)
+            ]
+            state = {"calls": [call.tool_call_id for call in calls]}
+            return ToolCallsRequested(json.dumps(state), calls, MODEL_USAGE)
         if command in ("tools", "tools-then-fail") and turn.framework_run_state is None:
             calls = [
                 DeferredToolCall(
@@ -683,6 +714,32 @@ async def scripted_turn_guard(check: TurnGuardCheck) -> str | None:
     return f"Budget reached: {limit} calls" if len(calls) >= limit else None
 
 
+class ScriptedSubagents:
+    """The subagent Flow's ``SubagentDirectory``: ``agent__helper`` starts a child with the
+    parent's agent config and policies; ``agent__missing`` is refused. Each start, stop and
+    result is logged in the ``InvocationLog``."""
+
+    def __init__(self, flow_type: str) -> None:
+        self.flow_type = flow_type
+
+    def is_subagent_tool(self, agent_config: dict[str, Any] | None, tool_name: str) -> bool:
+        return tool_name in ("agent__helper", "agent__missing")
+
+    async def child_start(self, request: SubagentRequest) -> AgentSessionStartInput:
+        invocation_log().record("child_start", request.child_session_id)
+        if request.tool_name == "agent__missing":
+            raise SubagentRefusedError("no agent named 'missing' is available")
+        return AgentSessionStartInput(agent_config=request.agent_config)
+
+    async def child_cancel(self, child_session_id: str, reason: str) -> None:
+        invocation_log().record("child_cancel", child_session_id)
+        with contextlib.suppress(Exception):
+            await session_client(self.flow_type).stop_session(child_session_id)
+
+    async def child_finished(self, child_session_id: str, result: SubagentResult) -> None:
+        invocation_log().record("child_finished", f"{child_session_id} {result.outcome}")
+
+
 def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
     deadline = {
         DEADLINE_FLOW_TYPE: INTERRUPT_DEADLINE,
@@ -703,6 +760,15 @@ def build_flow(flow_type: str = FLOW_TYPE) -> AgentSessionFlow:
             plans=flow_type in PLATFORM_LIKE_FLOW_TYPES,
             compaction=CompactionOptions() if flow_type == COMPACTING_FLOW_TYPE else None,
             turn_guard=scripted_turn_guard if flow_type == COMPACTING_FLOW_TYPE else None,
+            subagents=(
+                SubagentOptions(
+                    ScriptedSubagents(flow_type),
+                    max_depth=SUBAGENT_MAX_DEPTH,
+                    max_children_per_turn=SUBAGENT_MAX_CHILDREN,
+                )
+                if flow_type == SUBAGENT_FLOW_TYPE
+                else None
+            ),
         ),
     )
 
@@ -715,4 +781,5 @@ def build_flows() -> list[AgentSessionFlow]:
         build_flow(GATED_RESOLVE_FLOW_TYPE),
         build_flow(STEERING_FLOW_TYPE),
         build_flow(COMPACTING_FLOW_TYPE),
+        build_flow(SUBAGENT_FLOW_TYPE),
     ]

@@ -90,6 +90,7 @@ class Command(BaseCommand):
         )
 
         from agents_app.gateway import engine_connection
+        from agents_app.services.subagents import PlatformSubagents
         from agents_app.sessions.session_index import SessionIndexObserver
         from agents_app.worker.flow import build_flow
         from agents_app.worker.model_calls import model_calls_warm
@@ -130,7 +131,10 @@ class Command(BaseCommand):
         )
         observer = SessionIndexObserver()
         flow = build_flow(
-            pool=pool, observer=observer, session_client=engine_connection.session_client
+            pool=pool,
+            observer=observer,
+            session_client=engine_connection.session_client,
+            subagents=PlatformSubagents(),
         )
         registry = Registry([flow], AgentCodecRegistry(), allow_async_handlers=True)
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"

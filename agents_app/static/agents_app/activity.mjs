@@ -15,6 +15,7 @@
 //   its client_ids, so a turn's start always follows its message.
 
 import { clockTime, el } from "./dom.mjs";
+import { sessionPagePath } from "./urls.mjs";
 import { usdDisplay } from "./usage_display.mjs";
 
 const ACTIVITY_LIMIT = 100;
@@ -122,6 +123,21 @@ export function activityRow(event, withdrawn = new Set()) {
       return { kind: "Compacting context", detail: `summarizing messages up to ${data.through_sequence}`, tone: "muted" };
     case "context_compacted":
       return { kind: "Context compacted", detail: `messages up to ${data.through_sequence} summarized`, tone: "muted" };
+    case "subagent_started":
+      return {
+        kind: "Subagent started",
+        detail: `${tool}${data.depth ? ` (depth ${data.depth})` : ""}: open its session`,
+        href: data.child_session_id ? sessionPagePath(data.child_session_id) : null,
+      };
+    case "subagent_finished": {
+      const tone = data.outcome === "completed" ? "ok" : data.outcome === "cancelled" ? "muted" : "error";
+      return {
+        kind: "Subagent finished",
+        detail: `${tool}: ${data.outcome ?? "ended"}`,
+        tone,
+        href: data.child_session_id ? sessionPagePath(data.child_session_id) : null,
+      };
+    }
     case "attempt_retried":
       return { kind: "Retrying", detail: `${data.what} (attempt ${data.attempt}); the earlier attempt's text is dropped`, tone: "warn" };
     default:
@@ -168,6 +184,12 @@ export function announcedMessageId(event) {
   return null;
 }
 
+/** A row's detail: a link to the row's session (a subagent's child) when it names one. */
+function detailNode(row) {
+  if (row.href) return el("a", { class: "detail", href: row.href }, row.detail);
+  return el("span", { class: "detail" }, row.detail);
+}
+
 /** The Activity list of one chat page. */
 export class ActivityLog {
   /** @param {{list: HTMLOListElement, empty: HTMLElement}} nodes the list and its "nothing yet" note */
@@ -198,18 +220,30 @@ export class ActivityLog {
     }
   }
 
+  /**
+   * Add the row of an event of a subagent's child session (issue 29), nested under the
+   * parent's call: "↳ <label>" before its kind. Usage rows are left out (the child's page
+   * shows them).
+   */
+  addNested(event, label) {
+    if (event.type === "usage_recorded") return;
+    const row = activityRow(event);
+    if (!row) return;
+    this.add(event, { ...row, kind: `↳ ${label}: ${row.kind}`, nested: true });
+  }
+
   /** Add the row of `event` (nothing for events Activity does not show). */
-  add(event) {
-    const row = activityRow(event, this.withdrawn);
+  add(event, shown = null) {
+    const row = shown ?? activityRow(event, this.withdrawn);
     if (!row) return;
     const list = this.list;
     const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 24;
     const when = event.created_at ? new Date(event.created_at) : new Date();
     const node = el(
       "li",
-      { class: "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
+      { class: row.nested ? "activity-row activity-nested" : "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
       el("time", { datetime: when.toISOString() }, clockTime(when)),
-      el("span", {}, el("span", { class: "kind" }, row.kind), row.detail ? " " : "", row.detail ? el("span", { class: "detail" }, row.detail) : ""),
+      el("span", {}, el("span", { class: "kind" }, row.kind), row.detail ? " " : "", row.detail ? detailNode(row) : ""),
     );
     const taker = this.takenBy.get(announcedMessageId(event));
     if (taker?.isConnected) list.insertBefore(node, taker);

@@ -140,6 +140,10 @@ function cardNode(item) {
       {},
       el("dt", {}, "Session"),
       el("dd", {}, el("a", { href: sessionPagePath(item.session) }, item.session_title || item.session)),
+      item.parent_session ? el("dt", {}, "On behalf of") : null,
+      item.parent_session
+        ? el("dd", { class: "on-behalf" }, el("a", { href: sessionPagePath(item.parent_session) }, item.parent_session_title || item.parent_session))
+        : null,
       el("dt", {}, "Agent"),
       el("dd", {}, item.agent ?? ""),
       el("dt", {}, "Owner"),

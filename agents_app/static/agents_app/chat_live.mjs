@@ -179,6 +179,7 @@ function onEvent(frame) {
     return;
   }
   activity.add(event);
+  followSubagent(event);
   switch (event.type) {
     case "turn_started":
       if (event.turn_id !== state.currentTurn) hintStatus("running_model");
@@ -236,6 +237,42 @@ function onEvent(frame) {
     default:
       break;
   }
+}
+
+/** The child sessions of this page's running subagent calls: child ID -> its socket. */
+const children = new Map();
+/** A child's events after which it does nothing more the parent's Activity shows. */
+const CHILD_ENDINGS = new Set(["turn_completed", "turn_failed", "turn_cancelled", "session_stopped"]);
+
+/**
+ * Subagents (issue 29): while a call of this session runs another agent, its child session's
+ * events are shown in Activity under the call (`subagent_started` opens the child's events
+ * socket; `subagent_finished`, or the end of the child's turn, closes it).
+ */
+function followSubagent(event) {
+  const childId = event.data?.child_session_id;
+  if (typeof childId !== "string" || !childId) return;
+  if (event.type === "subagent_finished") {
+    children.get(childId)?.stop();
+    children.delete(childId);
+    return;
+  }
+  if (event.type !== "subagent_started" || children.has(childId)) return;
+  const label = event.data?.tool_name ?? "subagent";
+  const socket = new ResumableSocket({
+    url: websocketUrl(`/ws/sessions/${encodeURIComponent(childId)}/events/`),
+    onEvent: (frame) => {
+      const child = frame.event;
+      if (!child || typeof child.type !== "string" || !children.has(childId)) return;
+      activity.addNested(child, label);
+      if (CHILD_ENDINGS.has(child.type)) {
+        socket.stop();
+        children.delete(childId);
+      }
+    },
+  });
+  children.set(childId, socket);
+  socket.start();
 }
 
 export function startSocket(snapshot) {

@@ -30,3 +30,20 @@ test("only a queued or steered message's announcement names the message a turn t
   assert.equal(announcedMessageId({ type: "queue_changed", data: { change: "deleted", message_id: "m3" } }), null);
   assert.equal(announcedMessageId({ type: "message_queued", data: {} }), null);
 });
+
+test("a subagent's start and end link its child session's page", () => {
+  const started = activityRow({
+    type: "subagent_started",
+    data: { tool_name: "agent__demo", child_session_id: "SubFlow:ses_1-CallSubagent-1-0", depth: 1 },
+  });
+  assert.equal(started.kind, "Subagent started");
+  assert.equal(started.detail, "agent__demo (depth 1): open its session");
+  assert.equal(started.href, "/sessions/SubFlow%3Ases_1-CallSubagent-1-0/");
+  const failed = activityRow({
+    type: "subagent_finished",
+    data: { tool_name: "agent__demo", child_session_id: "c", outcome: "failed" },
+  });
+  assert.equal(failed.detail, "agent__demo: failed");
+  assert.equal(failed.tone, "error");
+  assert.equal(activityRow({ type: "subagent_finished", data: { outcome: "completed" } }).href, null);
+});

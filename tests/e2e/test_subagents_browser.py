@@ -1,0 +1,77 @@
+"""Subagents in real Chromium against the real stack (``manage.py dev``, issue 29): the parent's
+Activity nests the child's events under its call and links the child's page, which links
+back; the approvals inbox says on whose behalf the child's call waits. Screenshots at 1280
+and 390 px.
+
+Personas of the shared page stack (``tests/e2e/page_stack.py``): ``owner`` starts the
+session, ``reviewer`` (staff) decides.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.browser import VIEWPORTS
+from tests.e2e.conftest import wait_until
+from tests.e2e.page_stack import Contexts, PageStack
+from tests.e2e.test_pages_browser import screenshot
+
+pytestmark = pytest.mark.e2e
+
+
+@VIEWPORTS
+def test_the_parents_activity_nests_the_child_and_the_pages_link_both_ways(
+    contexts: Contexts, stack: PageStack, viewport: dict[str, int]
+) -> None:
+    task = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "nested"})
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/sessions/", json={
+            "agent": "demo-lead", "message": "/tool agent__demo " + json.dumps({"task": task})})
+        assert created.status_code == 201, created.text
+        parent_id = str(created.json()["id"])
+
+    def child_approval() -> dict[str, Any] | None:
+        with stack.api("reviewer") as api:
+            items = api.get("/api/v1/approvals/").json()
+        return next((item for item in items if item["parent_session"] == parent_id), None)
+
+    pending = wait_until("the child's approval", child_approval, timeout=90)
+    child_id = str(pending["session"])
+
+    inbox = contexts.logged_in("reviewer", viewport=viewport)
+    inbox.goto("/approvals/")
+    card = inbox.locator(".approval-card", has_text="nested")
+    expect(card.locator(".on-behalf a")).to_have_attribute("href", f"/sessions/{parent_id}/")
+    screenshot(inbox, "subagents-approvals")
+
+    page = contexts.logged_in("reviewer", viewport=viewport)
+    page.goto(f"/sessions/{parent_id}/")
+    activity = page.locator("#activity-list")
+    started = activity.locator(".activity-row", has_text="Subagent started")
+    expect(started.locator("a")).to_have_attribute(
+        "href", re.compile(re.escape(f"/sessions/SubFlow%3A{parent_id}-CallSubagent-1-0/"))
+    )
+    nested = activity.locator(".activity-nested")
+    expect(nested.filter(has_text="Approval requested")).to_have_count(1)
+
+    with stack.api("reviewer") as api:
+        decided = api.post(
+            f"/api/v1/sessions/{child_id}/interrupts/{pending['interrupt_id']}/",
+            json={"approved": True},
+        )
+        assert decided.status_code == 200, decided.text
+    expect(nested.filter(has_text="Tool finished slack__post_message: succeeded")).to_have_count(1)
+    expect(activity.locator(".activity-row", has_text="Subagent finished")).to_contain_text(
+        "completed"
+    )
+    screenshot(page, "subagents-parent")
+
+    started.locator("a").click()
+    expect(page).to_have_url(re.compile(re.escape("CallSubagent-1-0/")))
+    back = page.locator("#chat-parent a")
+    expect(back).to_have_attribute("href", re.compile(re.escape(f"/sessions/{parent_id}/#call-")))
