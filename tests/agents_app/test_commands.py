@@ -100,7 +100,9 @@ def test_seed_demo_creates_the_demo_once(monkeypatch: pytest.MonkeyPatch) -> Non
     demo_password = demo_line.split(" / ", 1)[1].split(" ", 1)[0]
     assert get_user_model().objects.get(username="demo").check_password(demo_password)
     after_first = counts()
-    assert after_first == (3, 5, 2, 2)  # the demo and demo-small agents
+    assert after_first == (3, 5, 3, 2)  # the demo, demo-small and demo-lead agents
+    lead = AgentDefinition.objects.get(slug="demo-lead")
+    assert [agent.slug for agent in lead.subagents.all()] == ["demo"]
 
     second = run("seed_demo")
     assert "nothing created" in second
