@@ -31,6 +31,8 @@ PATH_ARGUMENTS = {
     "elicitation_id": "turn-1.call_1.0123456789abcdef",
     "token_id": "1",
     "sequence": "1",
+    "slug": "demo",
+    "name": "no-such-trigger",
 }
 
 
