@@ -65,6 +65,7 @@ AGENTS_APP_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset({
             "conf", "rates", "log_context", "models", "providers", "webhook_urls",
             "task_queue", "metrics", "rest_errors", "auth", "websocket_db",
+            "schedule_times",
         }),
     ),
 )
