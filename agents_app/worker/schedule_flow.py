@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -96,6 +97,12 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def slot_timer_seconds(slot: datetime.datetime, now: datetime.datetime) -> int:
+    """The Timer's duration until ``slot`` from ``now``: whole seconds (Dex Timers take no
+    fractions), rounded up so the Timer never ends before the slot; 0 for a past slot."""
+    return max(0, math.ceil((slot - now).total_seconds()))
+
+
 def _slot(ref: ScheduleSlotRef) -> datetime.datetime:
     return datetime.datetime.fromisoformat(ref.slot)
 
@@ -138,7 +145,7 @@ class ScheduleAwaitSlot(_ScheduleStep, Step[ScheduleSlotRef]):
     """
 
     async def wait_for(self, context: AsyncContext, input: ScheduleSlotRef) -> Wait:
-        seconds = max(0.0, (_slot(input) - _utc_now()).total_seconds())
+        seconds = slot_timer_seconds(_slot(input), _utc_now())
         return Wait.until(
             Timer.by_duration(datetime.timedelta(seconds=seconds), condition_id=SLOT_TIMER_ID)
         )

@@ -142,3 +142,26 @@ def test_run_ids_are_deterministic_per_slot() -> None:
     assert first != schedule_runs.run_session_id(
         schedule_id=1, slot=slot + datetime.timedelta(seconds=5))
     assert len(schedule_runs.run_message_id(schedule_id=1, slot=slot)) == 32
+
+
+def test_the_slot_timer_is_whole_seconds_never_early() -> None:
+    from agents_app.worker.schedule_flow import slot_timer_seconds
+
+    slot = at("2026-01-01T00:00:10+00:00")
+    assert slot_timer_seconds(slot, slot - datetime.timedelta(seconds=2.3)) == 3
+    assert slot_timer_seconds(slot, slot - datetime.timedelta(seconds=2)) == 2
+    assert slot_timer_seconds(slot, slot + datetime.timedelta(seconds=1)) == 0
+
+
+async def test_the_await_step_asks_dex_for_a_whole_second_timer() -> None:
+    from dex import Timer, Wait
+
+    from agents_app.worker.schedule_flow import ScheduleAwaitSlot, ScheduleSlotRef
+
+    later = datetime.datetime.now(UTC) + datetime.timedelta(seconds=7.5)
+    wait = await ScheduleAwaitSlot(None).wait_for(
+        None, ScheduleSlotRef(schedule_id=1, generation=1, slot=later.isoformat())  # type: ignore[arg-type]
+    )
+    timer = wait.conditions[0]
+    assert wait.kind == Wait.until(Timer.by_duration(datetime.timedelta(seconds=1))).kind
+    assert timer.duration.microseconds == 0 and 7 <= timer.duration.total_seconds() <= 8  # type: ignore[attr-defined]

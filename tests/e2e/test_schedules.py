@@ -118,6 +118,10 @@ def test_a_schedule_fires_once_per_slot_across_kills_then_stops_when_paused(
         for session_id in sessions:
             snapshot = wait_for_reply(owner, session_id, 2, timeout=60)
             assert snapshot["messages"][0]["text"].startswith("scheduled ping at ")
+    # No Step of the schedule Flow failed on the way (a refused Timer would show here).
+    failures = [line for proc in stack.processes.started if proc.name == "worker"
+                for line in proc.lines if "Flow AgentSchedule Step" in line]
+    assert failures == []
 
 
 def test_a_persistent_session_gets_one_message_per_run(stack: Stack) -> None:
