@@ -5,7 +5,8 @@
   the queue with the outbox's messages;
 - ``approval_lists``: the approvals dashboard's lists and count;
 - ``platform_health``: ``/healthz``, ``/readyz`` and which part is down;
-- ``api_tokens``: a user's API tokens.
+- ``api_tokens``: a user's API tokens;
+- ``schedules``: a user's schedules, their runs, next run times and the form's preview.
 
 Callers import the module that holds a read (``from agents_app.selectors import
 session_reads``); this package re-exports nothing.
