@@ -60,7 +60,7 @@ def zone_get(name: str) -> zoneinfo.ZoneInfo:
     """
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise ScheduleTimeError("timezone", f"Unknown time zone {name!r}; give an IANA name "
                                 "such as 'Europe/Paris' or 'UTC'.") from None
 

@@ -142,7 +142,7 @@ class ScheduleChangeInputSerializer(ScheduleInputSerializer):
 class SchedulePreviewInputSerializer(BodySerializer):
     cron = serializers.CharField(required=False, allow_blank=True, default="")
     interval_seconds = serializers.IntegerField(required=False, allow_null=True, default=None)
-    timezone = serializers.CharField(required=False, default="UTC")
+    timezone = serializers.CharField(required=False, default="UTC", max_length=64)
 
 
 def _resolve(data: dict[str, Any]) -> dict[str, Any]:
