@@ -399,9 +399,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         values = {name: form.cleaned_data.get(name) for name in schedule_writes.SCHEDULE_FIELDS}
         if change:
-            saved = schedule_writes.schedule_update(schedule=obj, **values)
-            if form.cleaned_data["owner"] != saved.owner:
-                Schedule.objects.filter(pk=saved.pk).update(owner=form.cleaned_data["owner"])
+            saved = schedule_writes.schedule_update(
+                schedule=obj, owner=form.cleaned_data["owner"], **values
+            )
         else:
             saved = schedule_writes.schedule_create(owner=form.cleaned_data["owner"], **values)
         obj.pk = saved.pk

@@ -174,9 +174,12 @@ def schedule_create(
     return schedule
 
 
-def schedule_update(*, schedule: Schedule, **changes: Any) -> Schedule:
-    """Change fields of ``schedule`` (any of ``SCHEDULE_FIELDS``), bump its generation, stop
-    the Flow of the old generation and start the new one's when it is enabled.
+def schedule_update(
+    *, schedule: Schedule, owner: AbstractBaseUser | None = None, **changes: Any
+) -> Schedule:
+    """Change fields of ``schedule`` (any of ``SCHEDULE_FIELDS``; ``owner`` too, for admin),
+    bump its generation, stop the Flow of the old generation and start the new one's when it
+    is enabled.
 
     Pausing (``enabled=False``) returns only after the row says so: a fire of the old
     generation that had not written its run row by then never fires
@@ -196,7 +199,9 @@ def schedule_update(*, schedule: Schedule, **changes: Any) -> Schedule:
         values.update(changes)
         if values.get("target") == ScheduleTarget.NEW_SESSION:
             values["session"] = None
-        schedule_validate(owner=locked.owner, values=values)
+        schedule_validate(owner=owner or locked.owner, values=values)
+        if owner is not None:
+            locked.owner = owner  # type: ignore[assignment]
         old_generation = locked.generation
         for name, value in values.items():
             setattr(locked, name, value)

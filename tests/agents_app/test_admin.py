@@ -142,7 +142,7 @@ def test_a_webhook_that_sent_events_is_deleted_with_its_read_only_delivery_log(
 
 
 def test_admin_creates_a_schedule_for_the_owner_it_picks_and_validates_it(
-    superuser: Any, owner: Any, engine_down: str
+    superuser: Any, owner: Any, other_user: Any, engine_down: str
 ) -> None:
     from agents_app.models import Schedule, ScheduleRun, ScheduleRunOutcome
 
@@ -163,6 +163,11 @@ def test_admin_creates_a_schedule_for_the_owner_it_picks_and_validates_it(
     assert done.status_code == 302, done.content.decode()[:2000]
     schedule = Schedule.objects.get()
     assert (schedule.owner, schedule.generation, schedule.enabled) == (owner, 1, True)
+    moved = client.post(reverse("admin:agents_app_schedule_change", args=[schedule.pk]),
+                        {**form, "owner": other_user.pk})
+    assert moved.status_code == 302, moved.content.decode()[:2000]
+    schedule.refresh_from_db()
+    assert (schedule.owner, schedule.generation) == (other_user, 2)
     session = AgentSessionFactory.create(owner=owner, agent=agent)
     ScheduleRun.objects.create(schedule=schedule, slot="2026-01-01T02:00:00Z",
                                outcome=ScheduleRunOutcome.MESSAGE_SENT, session=session)
