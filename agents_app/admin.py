@@ -25,6 +25,8 @@ from agents_app.models import (
     NotificationPreference,
     OutboxMessage,
     OutboxTurnCancel,
+    Schedule,
+    ScheduleRun,
     TriggerDelivery,
     UsageRecord,
     Webhook,
@@ -33,6 +35,7 @@ from agents_app.models import (
 )
 from agents_app.notify.webhooks import webhook_ping
 from agents_app.selectors import triggers as trigger_reads
+from agents_app.services import schedules as schedule_writes
 from agents_app.services import triggers as trigger_services
 
 
@@ -457,3 +460,88 @@ class AgentTriggerAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         if new_secret:
             self._secret_show(request, obj, obj.secret)
+
+
+# --- Schedules (issue 29) -------------------------------------------------------------------
+
+
+class ScheduleRunInline(admin.TabularInline):
+    """A schedule's runs, read-only, newest first, each linked to its session."""
+
+    model = ScheduleRun
+    extra = 0
+    can_delete = False
+    ordering = ("-slot",)
+    fields = ("slot", "outcome", "session_link", "detail", "created_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="session")
+    def session_link(self, run: ScheduleRun) -> str:
+        if run.session_id is None:
+            return "—"
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:agents_app_agentsession_change", args=[run.session_id]),
+            run.session_id,
+        )
+
+
+class ScheduleAdminForm(forms.ModelForm):
+    """Checks a schedule as the API does (``services.schedules.schedule_validate``)."""
+
+    class Meta:
+        model = Schedule
+        fields = (
+            "owner", "agent", "name", "message", "cron", "interval_seconds", "timezone",
+            "target", "session", "enabled", "missed_run_policy",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        owner = cleaned.get("owner")
+        if owner is not None and not self.errors:
+            values = {name: cleaned.get(name) for name in schedule_writes.SCHEDULE_FIELDS}
+            values["cron"] = str(values.get("cron") or "").strip()
+            try:
+                schedule_writes.schedule_validate(owner=owner, values=values)
+            except schedule_writes.ScheduleValidationError as error:
+                for field, field_errors in error.errors.items():
+                    self.add_error(field if field in self.fields else None, field_errors)
+        return cleaned
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    """Every user's schedules; the admin picks the owner. Saving goes through
+    ``services.schedules`` so the generation moves and the Dex Flow follows."""
+
+    form = ScheduleAdminForm
+    list_display = ("name", "owner", "agent", "cron", "interval_seconds", "timezone", "target",
+                    "enabled", "missed_run_policy", "updated_at")
+    list_filter = ("enabled", "target", "agent")
+    search_fields = ("name", "owner__username", "message")
+    raw_id_fields = ("session",)
+    inlines = (ScheduleRunInline,)
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        values = {name: form.cleaned_data.get(name) for name in schedule_writes.SCHEDULE_FIELDS}
+        if change:
+            saved = schedule_writes.schedule_update(
+                schedule=obj, owner=form.cleaned_data["owner"], **values
+            )
+        else:
+            saved = schedule_writes.schedule_create(owner=form.cleaned_data["owner"], **values)
+        obj.pk = saved.pk
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        schedule_writes.schedule_delete(schedule=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        for schedule in queryset:
+            schedule_writes.schedule_delete(schedule=schedule)

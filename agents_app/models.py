@@ -1046,3 +1046,106 @@ class AgentSubagent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.parent_id} -> {self.child_id}"
+
+
+# --- Schedules (issue 29, "Schedules") ----------------------------------------------------
+
+
+class ScheduleTarget(models.TextChoices):
+    """Where a schedule's run sends its message."""
+
+    NEW_SESSION = "new_session", "a new session per run"
+    SESSION = "session", "one persistent session"
+
+
+class MissedRunPolicy(models.TextChoices):
+    """What a fire that runs late (after downtime) does (``schedule_times.grace_seconds``)."""
+
+    SKIP = "skip", "skip (record the latest missed slot as skipped)"
+    RUN_ONCE = "run_once", "run once for the latest missed slot"
+
+
+class Schedule(models.Model):
+    """An agent that gets a message on a schedule, for its owner (issue 29, "Schedules").
+
+    Exactly one of ``cron`` (5 fields, or 6 with seconds) and ``interval_seconds``; ``timezone``
+    is the IANA zone the cron is read in (``agents_app.schedule_times``). ``target`` ``session``
+    sends every run to ``session`` (created on the first run when empty; same owner and agent).
+    ``message`` is plain text; ``{scheduled_for}`` (the slot, ISO 8601 in ``timezone``) and
+    ``{schedule_name}`` are its only placeholders (``services.schedules.message_render``).
+
+    ``generation`` grows on every edit, pause and resume: the Dex Flow of a schedule
+    (``AgentSchedule``, flow ID ``schedule-<pk>-g<generation>``) ends when it finds the row
+    gone, disabled, or at another generation, so a stale Flow never fires.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_schedules"
+    )
+    agent = models.ForeignKey(AgentDefinition, on_delete=models.PROTECT, related_name="schedules")
+    name = models.CharField(max_length=100)
+    message = models.TextField(help_text="Plain text; placeholders {scheduled_for} and "
+                               "{schedule_name} only (a literal brace is written twice).")
+    cron = models.CharField(max_length=120, blank=True,
+                            help_text="5 fields (minute hour day month weekday), or 6 with "
+                            "seconds last; empty when interval_seconds is set.")
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    target = models.CharField(
+        max_length=16, choices=ScheduleTarget.choices, default=ScheduleTarget.NEW_SESSION
+    )
+    session = models.ForeignKey(
+        AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The persistent session of target 'session' (created on the first run).",
+    )
+    enabled = models.BooleanField(default=True)
+    missed_run_policy = models.CharField(
+        max_length=16, choices=MissedRunPolicy.choices, default=MissedRunPolicy.SKIP
+    )
+    generation = models.PositiveIntegerField(default=1, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name", "id")
+        indexes = [models.Index(fields=("owner", "name"), name="schedule_owner_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ScheduleRunOutcome(models.TextChoices):
+    """What became of one slot of a schedule."""
+
+    STARTED = "started", "started (the session's start is being confirmed)"
+    MESSAGE_SENT = "message_sent", "message sent"
+    SKIPPED_MISSED = "skipped_missed", "skipped: missed while down"
+    FAILED = "failed", "failed"
+
+
+class ScheduleRun(models.Model):
+    """One slot of a schedule that fired (or was skipped): unique per (schedule, slot), so a
+    repeated fire of one slot finds its row and starts nothing new.
+
+    ``slot`` is the nominal fire time (UTC). ``session`` is the session the run started or
+    wrote to (``None`` for a skipped or failed run, or while ``started``).
+    """
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    slot = models.DateTimeField()
+    session = models.ForeignKey(
+        AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    outcome = models.CharField(max_length=16, choices=ScheduleRunOutcome.choices)
+    detail = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-slot",)
+        constraints = [
+            models.UniqueConstraint(fields=("schedule", "slot"), name="schedule_run_unique_slot")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} @ {self.slot.isoformat()}: {self.outcome}"

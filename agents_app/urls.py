@@ -14,6 +14,12 @@ from agents_app.api.history import SessionHistoryApi
 from agents_app.api.messages import SessionMessageApi, SessionMessageTextApi
 from agents_app.api.notifications import NotificationPreferenceApi
 from agents_app.api.queue import QueuedMessageApi, QueuedMessageSteerApi, SessionQueueApi
+from agents_app.api.schedules import (
+    ScheduleDetailApi,
+    ScheduleListCreateApi,
+    SchedulePreviewApi,
+    ScheduleRunListApi,
+)
 from agents_app.api.sessions import (
     SessionArchiveApi,
     SessionDetailApi,
@@ -43,6 +49,12 @@ urlpatterns = [
     path("approvals/", ApprovalListApi.as_view(), name="approval-list"),
     path("approvals/decisions/", ApprovalDecisionListApi.as_view(), name="approval-decision-list"),
     path("approvals/bulk/", ApprovalBulkDecideApi.as_view(), name="approval-bulk"),
+    path("schedules/", ScheduleListCreateApi.as_view(), name="schedule-list"),
+    path("schedules/preview/", SchedulePreviewApi.as_view(), name="schedule-preview"),
+    path("schedules/<int:schedule_id>/", ScheduleDetailApi.as_view(), name="schedule-detail"),
+    path(
+        "schedules/<int:schedule_id>/runs/", ScheduleRunListApi.as_view(), name="schedule-runs"
+    ),
     path("tokens/", ApiTokenListCreateApi.as_view(), name="token-list"),
     path("tokens/<int:token_id>/", ApiTokenRevokeApi.as_view(), name="token-detail"),
     path("usage/", UsageApi.as_view(), name="usage"),

@@ -66,6 +66,7 @@ AGENTS_APP_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             "conf", "rates", "log_context", "models", "providers", "webhook_urls",
             "task_queue", "metrics", "rest_errors", "auth", "websocket_db",
             "trigger_templates",
+            "schedule_times",
         }),
     ),
 )

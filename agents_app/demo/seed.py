@@ -210,6 +210,9 @@ class DemoSeedResult:
 
 DEMO_LOOPBACK_PREFIX = "http://127.0.0.1:"
 
+#: The demo user's paused schedule (issue 29, "Schedules").
+DEMO_SCHEDULE_NAME = "Weekday morning digest"
+
 
 def _follow_demo_model(agent: AgentDefinition) -> None:
     """Point a demo agent still on a loopback demo model at this checkout's demo model."""
@@ -413,6 +416,20 @@ def demo_seed() -> DemoSeedResult:
     )
     if trigger_created:
         created.append(f"trigger {agent.slug}/{DEMO_TRIGGER_NAME}")
+    # A paused schedule for the demo user's demo agent (issue 29), so the Schedules page shows
+    # one; paused, so it starts no sessions until someone resumes it. Created directly (no
+    # Dex Flow: a paused schedule has none).
+    from agents_app.models import Schedule
+
+    _, schedule_created = Schedule.objects.get_or_create(
+        owner=demo_user, name=DEMO_SCHEDULE_NAME,
+        defaults={
+            "agent": agent, "message": "Good morning! Summarise what is new ({scheduled_for}).",
+            "cron": "0 9 * * 1-5", "timezone": "UTC", "enabled": False,
+        },
+    )
+    if schedule_created:
+        created.append(f"schedule {DEMO_SCHEDULE_NAME!r} (paused)")
 
     generated_password: str | None = None
     if not manager.filter(**{user_model.USERNAME_FIELD: ADMIN_USERNAME}).exists():

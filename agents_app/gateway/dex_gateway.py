@@ -42,6 +42,7 @@ from agents_app.gateway.engine_errors import (
     EngineUnavailableError,
     MessageNotFoundError,
     MessagePartOutOfRangeError,
+    SessionAlreadyStartedError,
     SessionNotFoundError,
     SessionTooLargeError,
     WorkerUnavailableError,
@@ -67,7 +68,8 @@ from dex_agents import (
 # ``engine_errors`` (see the docstring).
 __all__ = [
     "FLOW_DELETE_METHOD", "HISTORY_EVENT_TYPES", "EngineUnavailableError",
-    "MessageNotFoundError", "MessagePartOutOfRangeError", "SessionNotFoundError",
+    "MessageNotFoundError", "MessagePartOutOfRangeError", "SessionAlreadyStartedError",
+    "SessionNotFoundError",
     "SessionTooLargeError", "WorkerUnavailableError", "call", "call_here", "engine_health_check",
     "run", "session_flow_running", "session_history", "session_history_delete",
     "session_message_queue", "session_message_text", "session_messages",

@@ -29,6 +29,7 @@ class Connection:
 
     Attributes:
         flow: The shared ``AgentSessionFlow`` (its ``agent_events`` Stream is read and written).
+        schedule_flow: The schedule Flow (``AgentSchedule``), to start schedules' Flows.
         client: The Dex ``AsyncClient``.
         sessions: The ``dex_agents.AgentSessionClient`` of ``flow`` over ``client``.
         history_channel: A gRPC channel of its own, for the calls the SDK lacks.
@@ -40,10 +41,14 @@ class Connection:
         from dex.dexpb import dex_pb2_grpc
 
         from agents_app.worker.flow import build_flow
+        from agents_app.worker.schedule_flow import build_schedule_flow
         from dex_agents import AgentCodecRegistry, AgentSessionClient
 
         self.flow = build_flow()
-        registry = Registry([self.flow], AgentCodecRegistry(), allow_async_handlers=True)
+        self.schedule_flow = build_schedule_flow()
+        registry = Registry(
+            [self.flow, self.schedule_flow], AgentCodecRegistry(), allow_async_handlers=True
+        )
         self.client = AsyncClient(registry, _blob_cache(), ClientOptions(server_address=address))
         self.sessions = AgentSessionClient(self.client, self.flow)
         # SDK 1.23.0's AsyncClient has no history call, so GetHistoryEvents goes through a

@@ -42,6 +42,11 @@ class SessionNotFoundError(Exception):
     """Dex has no Flow with the requested session ID."""
 
 
+class SessionAlreadyStartedError(Exception):
+    """Dex already has a Flow with the session ID a start named (gRPC ALREADY_EXISTS): a
+    start with a deterministic ID (``session_create(session_id=)``) that was repeated."""
+
+
 class SessionTooLargeError(Exception):
     """The engine cannot hand what a read needs to a worker, or its answer to the client, in
     one 4 MiB gRPC message.
@@ -96,13 +101,21 @@ def translate(error: Exception, session_id: str | None) -> Exception:
     """Map an error a Dex call raised for ``session_id`` to this module's errors.
 
     Returns:
-        ``SessionNotFoundError`` (no such Flow, or gRPC NOT_FOUND), ``SessionTooLargeError``
+        ``SessionNotFoundError`` (no such Flow, or gRPC NOT_FOUND),
+        ``SessionAlreadyStartedError`` (a start found the Flow ID taken), ``SessionTooLargeError``
         (RESOURCE_EXHAUSTED), ``EngineUnavailableError`` (unreachable, or no answer in time),
         ``WorkerUnavailableError`` (no worker took the RPC), else ``error`` itself. The caller
         raises it ``from error``.
     """
-    from dex import DexServiceError, FlowNotActiveOrNotFoundError, FlowNotFoundError
+    from dex import (
+        DexServiceError,
+        FlowAlreadyStartedError,
+        FlowNotActiveOrNotFoundError,
+        FlowNotFoundError,
+    )
 
+    if isinstance(error, FlowAlreadyStartedError):
+        return SessionAlreadyStartedError(session_id or "")
     if isinstance(error, (FlowNotFoundError, FlowNotActiveOrNotFoundError)):
         return SessionNotFoundError(session_id or "")
     if isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.NOT_FOUND:

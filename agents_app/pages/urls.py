@@ -13,6 +13,14 @@ urlpatterns = [
     path("sessions/<str:session_id>/", views.session_detail_view, name="session-detail"),
     path("approvals/", views.approvals_view, name="approvals"),
     path("usage/", views.usage_view, name="usage"),
+    path("schedules/", views.schedule_list_view, name="schedule-list"),
+    path("schedules/new/", views.schedule_form_view, name="schedule-new"),
+    path("schedules/<int:schedule_id>/edit/", views.schedule_form_view, name="schedule-edit"),
+    path(
+        "schedules/<int:schedule_id>/enabled/",
+        views.schedule_enabled_view,
+        name="schedule-enabled",
+    ),
     path(
         "settings/notifications/",
         views.notification_settings_view,

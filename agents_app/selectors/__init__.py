@@ -8,6 +8,7 @@
 - ``platform_health``: ``/healthz``, ``/readyz`` and which part is down;
 - ``api_tokens``: a user's API tokens;
 - ``triggers``: the inbound trigger a delivery's URL names, and a trigger's URL.
+- ``schedules``: a user's schedules, their runs, next run times and the form's preview.
 
 Callers import the module that holds a read (``from agents_app.selectors import
 session_reads``); this package re-exports nothing.

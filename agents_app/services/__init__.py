@@ -9,7 +9,9 @@
 - ``triggers``: an inbound trigger's delivery: its signature, its message, the one session
   per idempotency key; trigger secrets;
 - ``subagents``: the shared Flow's ``SubagentDirectory`` (issue 29): child sessions' index rows,
-  their stops.
+  their stops;
+- ``schedules``: schedules' create, edit, pause, resume, delete and their Flows' reconcile;
+  ``schedule_runs``: the schedule Flow's database work (plan, arrive, fire one slot once).
 
 A session's title is written in three places: ``session_lifecycle.session_rename`` (its
 owner), ``session_lifecycle.session_title_generate`` (Celery, after the first turn) and

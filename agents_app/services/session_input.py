@@ -89,7 +89,7 @@ class QueueFullError(Exception):
 
 
 def session_message_send(
-    *, session: AgentSession, text: str, plan_mode: bool = False
+    *, session: AgentSession, text: str, plan_mode: bool = False, message_id: str | None = None
 ) -> MessageAccepted:
     """Accept a user message for ``session``: keep it in the outbox, then deliver it.
 
@@ -97,6 +97,10 @@ def session_message_send(
     ``client_id``), then the session's pending messages are delivered oldest first, so it
     never overtakes one sent earlier. When the engine or every worker does not answer, it
     stays pending and a Celery task delivers it (ARCHITECTURE.md "Accepted means kept").
+
+    ``message_id`` (32 hex) makes a send that may be repeated idempotent (a schedule's run):
+    a repeat finds the outbox row of that ID and delivers it if it is still pending, never a
+    second message; Dex takes a ``client_id`` once.
 
     Returns:
         ``MessageAccepted``; its id is the outbox row's ID, which is also the message's Dex
@@ -110,12 +114,20 @@ def session_message_send(
     from agents_app.sessions import outbox
 
     limit = int(dexagents_setting("MAX_QUEUED_MESSAGES"))
-    if OutboxMessage.objects.filter(session=session, delivery=Delivery.PENDING).count() >= limit:
-        raise QueueFullError()
-    message = OutboxMessage.objects.create(
-        id=uuid.uuid4().hex, session=session, text=text, plan_mode=plan_mode
+    repeated = (
+        OutboxMessage.objects.filter(pk=message_id, session=session).first()
+        if message_id is not None else None
     )
-    _title_from_first_message(session=session, text=text)
+    if repeated is not None:
+        message = repeated
+    else:
+        pending = OutboxMessage.objects.filter(session=session, delivery=Delivery.PENDING)
+        if pending.count() >= limit:
+            raise QueueFullError()
+        message = OutboxMessage.objects.create(
+            id=message_id or uuid.uuid4().hex, session=session, text=text, plan_mode=plan_mode
+        )
+        _title_from_first_message(session=session, text=text)
     reason = detail = ""
     try:
         outbox.outbox_session_deliver(session_id=session.id)

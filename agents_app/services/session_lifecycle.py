@@ -12,6 +12,7 @@ and outbox, the Dex gateway, worker titles, usage budgets and the foundation
 """
 
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -67,6 +68,7 @@ def session_create(
     message: str = "",
     plan_mode: bool = False,
     tool_names: Collection[str] | None = None,
+    session_id: str | None = None,
 ) -> AgentSession:
     """Start a Dex AgentSession for ``owner`` with ``agent`` and index it.
 
@@ -81,6 +83,12 @@ def session_create(
         plan_mode: ``message`` asks for a plan before the agent acts (a ``planning`` turn).
         tool_names: Exposed tool names this session may use, a subset of the agent's (callers
             validate it); ``None`` means every tool of the agent.
+        session_id: A deterministic ID (``ses_<32 hex>``) for a start that may be repeated
+            (a schedule's run: ``services.schedule_runs``); ``None`` makes a fresh one. With
+            it, a repeat is recognised: an index row of that ID (same owner and agent) is
+            reused, Dex's ALREADY_EXISTS counts as started, a held first message keeps one
+            outbox ID, and a start Dex did not confirm is left for the caller to repeat
+            (neither the row nor the Flow is removed).
 
     When ``message`` is given and the owner already runs
     ``DEXAGENTS["MAX_ACTIVE_SESSIONS_PER_USER"]`` turns, the session starts without it and the
@@ -99,7 +107,16 @@ def session_create(
     owner_pk = owner.pk
     if owner_pk is None:
         raise ValueError("Sessions belong to a saved user.")
-    session_id = session_id_new()
+    repeatable = session_id is not None
+    session_id = session_id or session_id_new()
+    if repeatable:
+        existing = AgentSession.objects.filter(
+            pk=session_id, owner_id=owner_pk, agent=agent
+        ).first()
+        if existing is not None:
+            return _session_start_repeat(
+                session=existing, message=message, plan_mode=plan_mode, tool_names=tool_names
+            )
     config = agent.agent_config(tool_names=tool_names)
     # Whom the session's MCP requests are made for (a server's "user" isolation).
     config["owner_id"] = str(owner_pk)
@@ -145,7 +162,15 @@ def session_create(
                 plan_mode=plan_mode,
             )
         )
+    except dex_gateway.SessionAlreadyStartedError:
+        if not repeatable:
+            AgentSession.objects.filter(pk=session_id).delete()
+            raise
     except BaseException as error:
+        if repeatable:
+            # The caller repeats the start with the same ID; a Flow Dex accepted just before
+            # the deadline is then found (ALREADY_EXISTS) rather than stopped.
+            raise
         if isinstance(error, dex_gateway.EngineUnavailableError):
             # The start may have reached Dex before the deadline; do not leave it orphaned.
             _session_stop_quietly(session_id=session_id, reason="start was not confirmed")
@@ -157,9 +182,12 @@ def session_create(
         # allows it, or when one of their turns ends).
         from agents_app import task_queue
 
-        first = OutboxMessage.objects.create(
-            id=uuid.uuid4().hex, session=session, text=message, plan_mode=plan_mode,
-            last_error=refusal or outbox_holds.active_limit_reason(),
+        first, _ = OutboxMessage.objects.get_or_create(
+            id=first_message_id(session_id) if repeatable else uuid.uuid4().hex,
+            defaults={
+                "session": session, "text": message, "plan_mode": plan_mode,
+                "last_error": refusal or outbox_holds.active_limit_reason(),
+            },
         )
         task_queue.outbox_delivery_schedule(session_id=session.id)
         session.first_message = MessageAccepted(  # type: ignore[attr-defined]
@@ -167,6 +195,37 @@ def session_create(
             delivery=Delivery.PENDING,
             pending_reason=PENDING_BUDGET if refusal else PENDING_ACTIVE_LIMIT,
             pending_detail=refusal or "",
+        )
+    return session
+
+
+def first_message_id(session_id: str) -> str:
+    """The outbox ID (32 hex) of the held first message of a session started with a
+    deterministic ID: the same for every repeat of that start."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"dexagents:first-message:{session_id}").hex
+
+
+def _session_start_repeat(
+    *, session: AgentSession, message: str, plan_mode: bool,
+    tool_names: Collection[str] | None,
+) -> AgentSession:
+    """A repeated ``session_create(session_id=)`` that found its index row: start the Flow
+    unless Dex has it already (ALREADY_EXISTS, or a held first message in the outbox shows
+    the first start got through). A first message a hold kept in the outbox is not sent again.
+
+    Raises:
+        dex_gateway.EngineUnavailableError: Dex did not answer; the caller repeats.
+    """
+    if OutboxMessage.objects.filter(pk=first_message_id(session.id)).exists():
+        return session
+    config = session.agent.agent_config(tool_names=tool_names)
+    config["owner_id"] = str(session.owner_id)
+    with contextlib.suppress(dex_gateway.SessionAlreadyStartedError):
+        dex_gateway.run(
+            dex_gateway.session_start(
+                session_id=session.id, message=message, agent_config=config,
+                plan_mode=plan_mode,
+            )
         )
     return session
 

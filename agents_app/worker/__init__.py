@@ -1,6 +1,7 @@
 """The Dex worker's side: what runs inside ``manage.py dexworker``.
 
-Owns: the shared agent session Flow (``flow``); the LiteLLM runner (``runner``) and its parts:
+Owns: the shared agent session Flow (``flow``) and the schedules' Flow (``schedule_flow``,
+its database work passed in by ``dexworker``); the LiteLLM runner (``runner``) and its parts:
 the session's agent definition (``agent_config``), the model input rebuilt from Dex state
 (``model_input``), each provider API's wire form and request (``model_requests``), the LiteLLM
 calls (``model_calls``) and the reading of their replies (``model_replies``, their streamed

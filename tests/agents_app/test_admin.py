@@ -139,3 +139,38 @@ def test_a_webhook_that_sent_events_is_deleted_with_its_read_only_delivery_log(
         assert not WebhookDelivery.objects.filter(webhook_id=webhook.pk).exists()
     # Still read-only row by row.
     assert client.get(reverse("admin:agents_app_webhookdelivery_add")).status_code == 403
+
+
+def test_admin_creates_a_schedule_for_the_owner_it_picks_and_validates_it(
+    superuser: Any, owner: Any, other_user: Any, engine_down: str
+) -> None:
+    from agents_app.models import Schedule, ScheduleRun, ScheduleRunOutcome
+
+    agent = AgentDefinitionFactory.create(slug="demo")
+    client = logged_in(superuser)
+    form = {
+        "owner": owner.pk, "agent": agent.pk, "name": "nightly", "message": "Go {scheduled_for}",
+        "cron": "0 2 * * *", "interval_seconds": "", "timezone": "UTC",
+        "target": "new_session", "session": "", "enabled": "on",
+        "missed_run_policy": "skip",
+        "runs-TOTAL_FORMS": "0", "runs-INITIAL_FORMS": "0",
+    }
+    bad = client.post(reverse("admin:agents_app_schedule_add"), {**form, "cron": "0 2 * *"})
+    assert bad.status_code == 200
+    assert "A cron expression has 5 fields" in bad.content.decode()
+    assert not Schedule.objects.exists()
+    done = client.post(reverse("admin:agents_app_schedule_add"), form)
+    assert done.status_code == 302, done.content.decode()[:2000]
+    schedule = Schedule.objects.get()
+    assert (schedule.owner, schedule.generation, schedule.enabled) == (owner, 1, True)
+    moved = client.post(reverse("admin:agents_app_schedule_change", args=[schedule.pk]),
+                        {**form, "owner": other_user.pk})
+    assert moved.status_code == 302, moved.content.decode()[:2000]
+    schedule.refresh_from_db()
+    assert (schedule.owner, schedule.generation) == (other_user, 2)
+    session = AgentSessionFactory.create(owner=owner, agent=agent)
+    ScheduleRun.objects.create(schedule=schedule, slot="2026-01-01T02:00:00Z",
+                               outcome=ScheduleRunOutcome.MESSAGE_SENT, session=session)
+    page = client.get(reverse("admin:agents_app_schedule_change", args=[schedule.pk]))
+    assert reverse("admin:agents_app_agentsession_change", args=[session.id]) in (
+        page.content.decode())

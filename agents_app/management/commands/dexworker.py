@@ -50,9 +50,9 @@ def _sweep_outbox() -> None:
 
 class Command(BaseCommand):
     help = (
-        "Serve the AgentSession Flow in pull mode against DEX_SERVER_ADDRESS until SIGTERM or "
-        "SIGINT; liveness is a per-worker heartbeat (Redis or a file) that /healthz and "
-        "/readyz read."
+        "Serve the AgentSession and AgentSchedule Flows in pull mode against "
+        "DEX_SERVER_ADDRESS until SIGTERM or SIGINT; liveness is a per-worker heartbeat "
+        "(Redis or a file) that /healthz and /readyz read."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -136,7 +136,15 @@ class Command(BaseCommand):
             session_client=engine_connection.session_client,
             subagents=PlatformSubagents(),
         )
-        registry = Registry([flow], AgentCodecRegistry(), allow_async_handlers=True)
+        # Schedules (issue 29): one AgentSchedule Flow per enabled schedule, its database work
+        # from services.schedule_runs.
+        from agents_app.services.schedule_runs import SCHEDULE_WORK
+        from agents_app.worker.schedule_flow import build_schedule_flow
+
+        schedule_flow = build_schedule_flow(work=SCHEDULE_WORK)
+        registry = Registry(
+            [flow, schedule_flow], AgentCodecRegistry(), allow_async_handlers=True
+        )
         cache_dir = Path(knobs["VAR_DIR"]) / "dex-cache" / "worker"
         cache_dir.mkdir(parents=True, exist_ok=True)
         cache = open_blob_cache(BlobCacheConfig(str(cache_dir), 64 * 1024 * 1024))
@@ -177,9 +185,12 @@ class Command(BaseCommand):
                 # MCP sessions a killed predecessor on this host left open are ended.
                 reconciling = asyncio.create_task(_reconcile_index())
                 ending = asyncio.create_task(_end_orphaned_mcp_sessions())
+                # Every enabled schedule keeps one running Flow (one saved while the engine
+                # was down gets it here).
+                scheduling = asyncio.create_task(_reconcile_schedules())
                 await asyncio.wait({serving, asyncio.create_task(stop.wait())},
                                    return_when=asyncio.FIRST_COMPLETED)
-                for task in (beating, reconciling, ending, sweeping):
+                for task in (beating, reconciling, ending, sweeping, scheduling):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
@@ -215,6 +226,28 @@ async def _reconcile_index() -> None:
         log.warning("Index reconciliation at start failed (%s); Celery beat retries it", error)
     else:
         log.info("Index reconciled at start: %s", result)
+
+
+#: Seconds between two reconciliations of the schedules' Flows.
+SCHEDULES_RECONCILE_SECONDS = 60.0
+
+
+async def _reconcile_schedules() -> None:
+    """Start the Flow of every enabled schedule that has none, at start and then every
+    ``SCHEDULES_RECONCILE_SECONDS`` (``services.schedules.schedules_reconcile``)."""
+    from asgiref.sync import sync_to_async
+
+    from agents_app.services.schedules import schedules_reconcile
+
+    while True:
+        try:
+            result = await sync_to_async(schedules_reconcile, thread_sensitive=False)()
+        except Exception as error:
+            _log.warning("Schedules' Flows could not be reconciled: %s", error)
+        else:
+            if result.started or result.failed:
+                _log.info("Schedules reconciled: %s", result)
+        await asyncio.sleep(SCHEDULES_RECONCILE_SECONDS)
 
 
 async def _sessions_ended(session_ids: set[str]) -> set[str]:

@@ -28,7 +28,7 @@ from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
 from agents_app.live.routing import websocket_urlpatterns
-from agents_app.models import AgentSession, AgentTrigger
+from agents_app.models import AgentDefinition, AgentSession, AgentTrigger, Schedule
 from agents_app.services.api_tokens import api_token_create
 from tests.conftest import api_token_key
 from tests.factories import AgentDefinitionFactory
@@ -59,6 +59,16 @@ MATRIX: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     ("api/v1/me/notifications/", "GET"): (401, 401, 403, 403, 200),
     ("api/v1/me/notifications/", "PUT"): (401, 401, 403, 403, 400),
     ("api/v1/tokens/", "GET"): (401, 401, 200, 200, 200),
+    # Schedules are their owner's (issue 29); staff manage everyone's in Django admin. An
+    # empty body is a 400; an empty PATCH changes nothing but the generation.
+    ("api/v1/schedules/", "GET"): (401, 401, 200, 200, 200),
+    ("api/v1/schedules/", "POST"): (401, 401, 400, 400, 400),
+    ("api/v1/schedules/preview/", "POST"): (401, 401, 400, 400, 400),
+    ("api/v1/schedules/<int:schedule_id>/", "GET"): (401, 401, 404, 200, 404),
+    ("api/v1/schedules/<int:schedule_id>/", "PUT"): (401, 401, 404, 400, 404),
+    ("api/v1/schedules/<int:schedule_id>/", "PATCH"): (401, 401, 404, 200, 404),
+    ("api/v1/schedules/<int:schedule_id>/", "DELETE"): (401, 401, 404, 204, 404),
+    ("api/v1/schedules/<int:schedule_id>/runs/", "GET"): (401, 401, 404, 200, 404),
     # Clients here hold tokens, and a token may not create tokens (password or session only).
     ("api/v1/tokens/", "POST"): (401, 401, 403, 403, 403),
     ("api/v1/tokens/<int:token_id>/", "DELETE"): (401, 401, 404, 204, 404),
@@ -240,6 +250,10 @@ def path_values(owner: Any) -> dict[str, Callable[[], str]]:
         "sequence": lambda: "1",
         "slug": lambda: "demo",
         "name": lambda: "persona-trigger",
+        "schedule_id": lambda: str(Schedule.objects.create(
+            owner=owner, agent=AgentDefinition.objects.get(slug="demo"), name="s",
+            message="m", interval_seconds=60, enabled=False,
+        ).pk),
     }
 
 
