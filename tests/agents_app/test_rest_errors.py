@@ -33,6 +33,7 @@ PATH_ARGUMENTS = {
     "sequence": "1",
     "slug": "demo",
     "name": "no-such-trigger",
+    "schedule_id": "1",
 }
 
 
