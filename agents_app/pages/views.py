@@ -181,7 +181,8 @@ def schedule_form_view(request: HttpRequest, schedule_id: int | None = None) -> 
     """``/schedules/new/`` and ``/schedules/<id>/edit/``: create or edit a schedule. The
     form posts here and is validated by ``services.schedules`` (field messages shown beside
     their fields); the page module previews the next 5 run times as the user types
-    (``POST /api/v1/schedules/preview/``), and the page shows them after a submit too."""
+    (``POST /api/v1/schedules/preview/``), and the page shows them after a submit too. An
+    existing schedule's page also lists its newest runs (``schedule_runs_recent``)."""
     schedule = _own_schedule(request, schedule_id) if schedule_id is not None else None
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
@@ -244,6 +245,11 @@ def schedule_form_view(request: HttpRequest, schedule_id: int | None = None) -> 
             "preview": preview,
             "agents": agent_catalog.agent_list_enabled(),
             "sessions": schedule_reads.schedule_sessions_choosable(owner=request.user),
+            "runs": (
+                schedule_reads.schedule_runs_recent(schedule=schedule)
+                if schedule is not None else []
+            ),
+            "runs_limit": schedule_reads.RECENT_RUNS,
             "page_module": "agents_app/schedule_form.mjs",
         },
         status=400 if errors else 200,

@@ -1,5 +1,6 @@
-"""Reads of schedules (issue 29, "Schedules"): a user's schedules, one schedule, its runs,
-the next run times, and the form's preview.
+"""Reads of schedules (issue 29, "Schedules"): a user's schedules, one schedule, its runs
+(all of them, and the newest as the schedule's page shows them), the next run times, and the
+form's preview.
 
 May import: the foundation (``schedule_times``, the models) (tests/test_layering.py).
 """
@@ -8,16 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import zoneinfo
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from agents_app import schedule_times
-from agents_app.models import AgentSession, Schedule, ScheduleRun
+from agents_app.models import AgentSession, Schedule, ScheduleRun, ScheduleRunOutcome
 
 #: How many coming run times a schedule shows (REST ``next_runs``, the pages).
 NEXT_RUNS = 5
+#: How many runs the schedule's page lists (the REST runs endpoint pages through all).
+RECENT_RUNS = 20
 
 
 def schedule_list(*, owner: AbstractBaseUser | AnonymousUser) -> QuerySet[Schedule]:
@@ -49,6 +53,62 @@ def schedule_runs(*, schedule: Schedule) -> QuerySet[ScheduleRun]:
     return ScheduleRun.objects.filter(schedule=schedule).select_related("session").order_by(
         "-slot"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleRunRow:
+    """One run as the schedule's page shows it.
+
+    Attributes:
+        slot: The run's nominal time, in the schedule's zone (aware).
+        outcome: ``ScheduleRunOutcome`` value (``started``, ``message_sent``, ...).
+        outcome_text: The outcome in words (``"Message sent"``).
+        detail: Why a run failed or was skipped; ``""`` when there is nothing to say.
+        session_id: The session the run started or wrote to; ``None`` (skipped, failed, or
+            the session is gone).
+        session_title: That session's title (``""`` when it has none or there is none).
+    """
+
+    slot: datetime.datetime
+    outcome: str
+    outcome_text: str
+    detail: str
+    session_id: str | None
+    session_title: str
+
+    @property
+    def slot_iso(self) -> str:
+        """``slot`` in ISO 8601 with its offset (``2026-12-07T07:30:00+01:00``)."""
+        return self.slot.isoformat()
+
+    @property
+    def slot_text(self) -> str:
+        """``slot`` for people, in the schedule's zone (``2026-12-07 07:30:00 CET``)."""
+        return self.slot.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def schedule_runs_recent(
+    *, schedule: Schedule, limit: int = RECENT_RUNS
+) -> list[ScheduleRunRow]:
+    """The newest ``limit`` runs of ``schedule`` (newest slot first), with each slot in the
+    schedule's time zone (UTC when the zone no longer resolves) and the outcome in words,
+    for the schedule's page (issue 29: "each run is listed with its session and outcome")."""
+    try:
+        zone: datetime.tzinfo = zoneinfo.ZoneInfo(schedule.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        zone = datetime.UTC
+    labels = dict(ScheduleRunOutcome.choices)
+    return [
+        ScheduleRunRow(
+            slot=run.slot.astimezone(zone),
+            outcome=run.outcome,
+            outcome_text=str(labels.get(run.outcome, run.outcome)).capitalize(),
+            detail=run.detail,
+            session_id=run.session_id,
+            session_title=run.session.title if run.session is not None else "",
+        )
+        for run in schedule_runs(schedule=schedule)[:limit]
+    ]
 
 
 def schedule_next_runs(

@@ -1,12 +1,15 @@
 """The Schedules pages in real Chromium (issue 29): the list with the seeded paused demo
 schedule, the form's live preview of the next 5 runs (``schedule_form.mjs`` calling
 ``POST /api/v1/schedules/preview/``), a bad cron refused beside its field, a created
-schedule listed, paused and resumed, at 1280 and 390 px (screenshots in
+schedule listed, paused and resumed, and a schedule's page listing the runs it fired
+(its Recent runs, linked to their sessions), at 1280 and 390 px (screenshots in
 ``var/screenshots/``)."""
 
 from __future__ import annotations
 
 import re
+import time
+from typing import Any
 
 import pytest
 from playwright.sync_api import expect
@@ -78,3 +81,59 @@ def test_create_preview_pause_and_resume(contexts: Contexts, stack: PageStack) -
         listed = api.get("/api/v1/schedules/").json()["results"]
         for item in listed:
             assert api.delete(f"/api/v1/schedules/{item['id']}/").status_code == 204
+
+
+def test_the_schedules_page_lists_its_runs_with_their_sessions(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    """A real schedule every 5 s fires on the stack; its page lists the run (time in its zone,
+    outcome in words, a link to the session's chat page) and links the JSON runs."""
+    with stack.api("owner") as api:
+        created = api.post("/api/v1/schedules/", json={
+            "agent": "demo", "name": "Runs listed", "message": "Ping for {scheduled_for}",
+            "interval_seconds": 5, "timezone": "Asia/Kolkata",
+        })
+        assert created.status_code == 201, created.text
+        schedule_id = created.json()["id"]
+        deadline = time.monotonic() + 60
+        run: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            runs = api.get(f"/api/v1/schedules/{schedule_id}/runs/").json()["results"]
+            done = [item for item in runs if item["outcome"] == "message_sent"]
+            if done:
+                run = done[-1]
+                break
+            time.sleep(0.5)
+        assert run, "no run of the schedule was sent within 60 s"
+        paused = api.patch(f"/api/v1/schedules/{schedule_id}/", json={"enabled": False})
+        assert paused.status_code == 200, paused.text
+    try:
+        for viewport, name in ((WIDE, "schedule-runs"), (NARROW, "schedule-runs-phone")):
+            page = contexts.logged_in("owner", viewport=viewport)
+            page.goto(f"{stack.base_url}/schedules/{schedule_id}/edit/")
+            runs_region = page.get_by_role("region", name="Recent runs")
+            row = runs_region.get_by_role("row").filter(
+                has=page.locator(f'a[href="/sessions/{run["session"]}/"]'))
+            expect(row).to_contain_text("Message sent")
+            expect(row).to_contain_text("IST")  # the slot in Asia/Kolkata
+            expect(runs_region.get_by_role("link", name="Every run (JSON)")).to_have_attribute(
+                "href", f"/api/v1/schedules/{schedule_id}/runs/")
+            assert serious_axe_violations(page) == []
+            screenshot(page, name)
+        row.get_by_role("link").click()
+        expect(page).to_have_url(f"{stack.base_url}/sessions/{run['session']}/")
+        expect(page.locator("main")).to_contain_text("Ping for")
+    finally:
+        with stack.api("owner") as api:
+            assert api.delete(f"/api/v1/schedules/{schedule_id}/").status_code == 204
+
+
+def test_a_schedule_without_runs_shows_the_empty_state(
+    contexts: Contexts, stack: PageStack
+) -> None:
+    page = contexts.logged_in("demo", password=stack.demo_password, viewport=NARROW)
+    page.goto(f"{stack.base_url}/schedules/")
+    page.get_by_role("link", name="Weekday morning digest").click()
+    expect(page.get_by_role("region", name="Recent runs")).to_contain_text(
+        "No runs yet. The schedule is paused")
+    screenshot(page, "schedule-runs-empty-phone")
