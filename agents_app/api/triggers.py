@@ -9,13 +9,19 @@ so a sender without the secret learns nothing but whether the trigger exists:
 413    the body (its ``Content-Length``, or what was read) is over the trigger's limit
 401    the signature header is missing, malformed, stale (a timestamp more than five
        minutes from now: Slack and dexagents styles) or wrong
+200    ``{"challenge"}``: Slack style, the body is Slack's ``url_verification``; nothing
+       starts
 400    ``{"detail"}``: the body is not JSON; ``{"body": [...]}``: not a JSON object, or
        the template failed on it (naming the missing field); ``{"idempotency_key": [...]}``:
-       the key is too long, or missing where the trigger requires it
+       the key is too long, or missing where the trigger requires it (Slack style: the
+       body's ``event_id`` stands in for a missing header)
 409    a delivery with the same idempotency key is still starting its session
-202    a new session started (its first message is the rendered template)
 200    the idempotency key was delivered before: the first delivery's session, nothing new
-503    the engine or the worker did not take the start; nothing was kept
+503    ``{"detail"}``: the agent's model provider is not configured (the detail names the
+       key variable); nothing was kept
+202    a new session started (its first message is the rendered template)
+503    ``{"detail", "unavailable"}``: the engine or the worker did not take the start;
+       nothing was kept
 =====  ==============================================================================
 
 May import: of ``agents_app.api`` only ``async_views``, ``schema``, ``session_access`` and
@@ -32,6 +38,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     inline_serializer,
 )
@@ -51,8 +58,8 @@ from agents_app.api.schema import (
 )
 from agents_app.api.session_access import DexErrorsMixin
 from agents_app.api.sessions import SessionCreatedSerializer
-from agents_app.models import AgentSession, AgentTrigger
-from agents_app.rest_errors import BoundedJSONParser
+from agents_app.models import AgentSession, AgentTrigger, TriggerSignatureStyle
+from agents_app.rest_errors import UNAVAILABLE_PARTS, BoundedJSONParser
 from agents_app.selectors import triggers as trigger_reads
 from agents_app.services import triggers as trigger_services
 
@@ -69,6 +76,14 @@ class TriggerDeliveryInProgress(APIException):
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "delivery_in_progress"
+
+
+class TriggerAgentNotConfigured(APIException):
+    """503: the trigger's agent cannot start, its model provider is not configured; the
+    sender cannot fix it, the operators can."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "agent_not_configured"
 
 
 class TriggerSessionSerializer(SessionCreatedSerializer):
@@ -134,6 +149,24 @@ TRIGGER_DELIVERY_ERROR = inline_serializer(
         ),
     },
 )
+TRIGGER_UNAVAILABLE_ERROR = inline_serializer(
+    "TriggerUnavailableError",
+    {
+        "detail": serializers.CharField(
+            help_text="What is down, or that the agent's model provider is not configured "
+            "(naming the key variable the server lacks). Nothing was kept; send it again later."
+        ),
+        "unavailable": serializers.ChoiceField(
+            choices=list(UNAVAILABLE_PARTS), required=False,
+            help_text="The part of the platform that is down; absent when the agent's provider "
+            "is not configured.",
+        ),
+    },
+)
+SLACK_CHALLENGE = inline_serializer(
+    "TriggerSlackChallenge",
+    {"challenge": serializers.CharField(help_text="The url_verification body's challenge.")},
+)
 _SIGNATURE_HEADER_PARAMETERS = [
     OpenApiParameter(
         name, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False, description=text
@@ -152,7 +185,7 @@ _SIGNATURE_HEADER_PARAMETERS = [
          "five minutes from now."),
         ("Idempotency-Key", "The default idempotency header (a trigger may name another, "
          "such as X-GitHub-Delivery): a repeated value answers 200 with the first delivery's "
-         "session."),
+         "session. Signature style slack: without it, the body's event_id is the key."),
     )
 ]
 
@@ -187,9 +220,14 @@ class AgentTriggerApi(DexErrorsMixin, AsyncAPIView):
                 TriggerSessionSerializer, description="A new session started."
             ),
             200: OpenApiResponse(
-                TriggerSessionSerializer,
+                PolymorphicProxySerializer(
+                    "TriggerRepeatOrChallenge",
+                    serializers=[TriggerSessionSerializer, SLACK_CHALLENGE],
+                    resource_type_field_name=None,
+                ),
                 description="The idempotency key was delivered before: that delivery's "
-                "session; nothing new started.",
+                "session; nothing new started. Or (style slack) the body is Slack's "
+                "url_verification: its challenge, echoed; nothing started.",
             ),
             400: error_response(
                 400, TRIGGER_DELIVERY_ERROR,
@@ -211,6 +249,11 @@ class AgentTriggerApi(DexErrorsMixin, AsyncAPIView):
             ),
             413: error_response(
                 413, REQUEST_TOO_LARGE, "The body is larger than the trigger's limit."
+            ),
+            503: error_response(
+                503, TRIGGER_UNAVAILABLE_ERROR,
+                "The agent's model provider is not configured on the server, or the engine or "
+                "the worker did not take the start. Nothing was kept.",
             ),
         },
     )
@@ -234,18 +277,27 @@ class AgentTriggerApi(DexErrorsMixin, AsyncAPIView):
         if not isinstance(data, dict):
             raise ValidationError({"body": ["The body must be a JSON object."]})
         try:
+            challenge = trigger_services.trigger_url_verification(trigger=trigger, body=data)
+            if challenge is not None:
+                return Response({"challenge": challenge}, status=status.HTTP_200_OK)
             message = trigger_services.trigger_message_render(trigger=trigger, body=data)
         except trigger_services.TriggerMessageError as error:
             raise ValidationError({"body": [str(error)]}) from None
-        key = request.headers.get(trigger.idempotency_header, "").strip()
+        key = trigger_services.delivery_idempotency_key(
+            trigger=trigger, headers=request.headers, body=data
+        )
         if len(key) > trigger_services.IDEMPOTENCY_KEY_MAX_CHARS:
             raise ValidationError({"idempotency_key": [
                 f"The {trigger.idempotency_header} header is longer than "
                 f"{trigger_services.IDEMPOTENCY_KEY_MAX_CHARS} characters."
             ]})
         if not key and trigger.idempotency_required:
+            also = (
+                " (or an event_id in the body)"
+                if trigger.signature_style == TriggerSignatureStyle.SLACK else ""
+            )
             raise ValidationError({"idempotency_key": [
-                f"This trigger requires the {trigger.idempotency_header} header."
+                f"This trigger requires the {trigger.idempotency_header} header{also}."
             ]})
         try:
             delivery, created = trigger_services.trigger_deliver(
@@ -253,6 +305,8 @@ class AgentTriggerApi(DexErrorsMixin, AsyncAPIView):
             )
         except trigger_services.TriggerDeliveryInProgress as error:
             raise TriggerDeliveryInProgress(str(error)) from None
+        except trigger_services.TriggerAgentNotConfigured as error:
+            raise TriggerAgentNotConfigured(str(error)) from None
         body_out = TriggerSessionSerializer(
             delivery.session,
             context={"request": request, "delivery": delivery, "repeated": not created},

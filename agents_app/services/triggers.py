@@ -4,8 +4,11 @@ a delivery (and every repeat of it) starts.
 ``signature_verify`` checks a delivery's HMAC-SHA256 signature in the trigger's style
 (``models.TriggerSignatureStyle``) with a constant-time compare; ``trigger_message_render``
 renders the trigger's template with the body (``agents_app.trigger_templates``);
-``trigger_deliver`` starts the session through ``session_lifecycle.session_create`` (so
-budgets, the running-turn cap and the outbox apply), once per idempotency key;
+``trigger_url_verification`` answers Slack's ``url_verification`` challenge;
+``delivery_idempotency_key`` reads a delivery's key (the trigger's header, or for the Slack
+style the body's ``event_id``); ``trigger_deliver`` starts the session through
+``session_lifecycle.session_create`` (so budgets, the running-turn cap and the outbox apply),
+once per idempotency key, and only when the agent's model provider is configured;
 ``trigger_secret_new`` makes a secret, ``trigger_secret_rotate`` replaces one.
 
 Signature formats, as their senders document them:
@@ -77,6 +80,11 @@ class TriggerMessageError(ValueError):
 
 class TriggerDeliveryInProgress(Exception):
     """A delivery with this idempotency key is still starting its session (409)."""
+
+
+class TriggerAgentNotConfigured(Exception):
+    """The trigger's agent cannot start: its model provider is not configured in this
+    environment (503). The message names the missing key variable, never a value."""
 
 
 def trigger_secret_new() -> str:
@@ -160,6 +168,69 @@ def trigger_message_render(*, trigger: AgentTrigger, body: dict[str, Any]) -> st
     return text
 
 
+def trigger_url_verification(*, trigger: AgentTrigger, body: dict[str, Any]) -> str | None:
+    """The challenge to echo when ``body`` is Slack's Events API ``url_verification`` request
+    (``{"type": "url_verification", "challenge": "..."}``, sent signed when an app's Request
+    URL is saved; Slack, "Events API: url_verification"), else ``None``. Only a trigger of
+    style ``slack`` answers it; for the others such a body is an ordinary event.
+
+    Raises:
+        TriggerMessageError: A ``url_verification`` body whose ``challenge`` is not a
+            non-empty string.
+    """
+    if trigger.signature_style != TriggerSignatureStyle.SLACK:
+        return None
+    if body.get("type") != "url_verification":
+        return None
+    challenge = body.get("challenge")
+    if not isinstance(challenge, str) or not challenge:
+        raise TriggerMessageError("A url_verification body needs a 'challenge' string.")
+    return challenge
+
+
+def delivery_idempotency_key(
+    *, trigger: AgentTrigger, headers: Mapping[str, str], body: dict[str, Any]
+) -> str:
+    """The delivery's idempotency key: the trigger's ``idempotency_header``, stripped; for a
+    trigger of style ``slack`` without that header, the body's ``event_id`` (Slack sends no
+    idempotency header, and a retry, marked ``X-Slack-Retry-Num``, repeats the event's
+    ``event_id``; Slack, "Events API: retries"). ``""`` when there is none. Its length is not
+    checked here (``IDEMPOTENCY_KEY_MAX_CHARS``)."""
+    key = headers.get(trigger.idempotency_header, "").strip()
+    if key or trigger.signature_style != TriggerSignatureStyle.SLACK:
+        return key
+    event_id = body.get("event_id")
+    key = event_id.strip() if isinstance(event_id, str) else ""
+    retry = headers.get("X-Slack-Retry-Num", "")
+    if retry:
+        logger.info(
+            "Trigger %s: Slack retry %s (%s) of event %r",
+            trigger, retry, headers.get("X-Slack-Retry-Reason", "no reason given"), key,
+        )
+    return key
+
+
+def _provider_require(trigger: AgentTrigger) -> None:
+    """Refuse a start whose first turn would fail for want of a model key.
+
+    Raises:
+        TriggerAgentNotConfigured: ``trigger.agent.provider_status()`` is not configured (the
+            check ``POST /api/v1/sessions/`` makes; ``agents_app.providers.provider_status``).
+    """
+    status = trigger.agent.provider_status()
+    if status.configured:
+        return
+    logger.warning(
+        "Trigger %s refused a delivery: the agent %s cannot start: %s",
+        trigger, trigger.agent.slug, status.reason,
+    )
+    raise TriggerAgentNotConfigured(
+        f"The agent {trigger.agent.slug!r} cannot start: its model provider is not "
+        f"configured on this server. {status.reason} Nothing was started; send the delivery "
+        "again once it is."
+    )
+
+
 def trigger_deliver(
     *, trigger: AgentTrigger, idempotency_key: str, message: str
 ) -> tuple[TriggerDelivery, bool]:
@@ -171,6 +242,8 @@ def trigger_deliver(
     delivery with the same key fails the insert and waits (at most
     ``REPEAT_WAIT_SECONDS``) for the session; if the first delivery's start fails, its row
     is deleted and the waiting one starts the session itself. An empty key never matches.
+    A new start is refused, keeping no row, when the agent's model provider is not
+    configured (a repeated key still finds its session).
 
     Returns:
         ``(delivery, created)``: ``created`` is False when the key was delivered before
@@ -179,6 +252,8 @@ def trigger_deliver(
     Raises:
         TriggerDeliveryInProgress: The first delivery with this key is still starting its
             session after the wait.
+        TriggerAgentNotConfigured: The agent's model provider is not configured; nothing is
+            kept.
         dex_gateway.EngineUnavailableError: Dex did not take the start; nothing is kept.
     """
     deadline = time.monotonic() + REPEAT_WAIT_SECONDS
@@ -206,6 +281,7 @@ def trigger_deliver(
                 time.sleep(_REPEAT_POLL_SECONDS)
             # else: the first delivery's start failed and its row is gone; claim it again.
     try:
+        _provider_require(trigger)
         session = session_create(owner=trigger.run_as, agent=trigger.agent, message=message)
     except BaseException:
         delivery.delete()

@@ -319,6 +319,149 @@ def test_a_repeat_while_the_first_is_starting_is_409(
     assert time.monotonic() - started >= 0.2
 
 
+# --- Slack: url_verification and retries -------------------------------------------------
+
+# Slack's example ("Events API: url_verification"), sent compact as Slack sends it.
+SLACK_CHALLENGE_BODY = (
+    b'{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":'
+    b'"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}'
+)
+
+
+@pytest.fixture
+def slack_trigger(trigger: AgentTrigger) -> AgentTrigger:
+    trigger.signature_style = TriggerSignatureStyle.SLACK
+    trigger.idempotency_header = "Idempotency-Key"
+    trigger.message_template = "Slack: {{ body.event.text }}"
+    trigger.save()
+    return trigger
+
+
+def test_slacks_url_verification_is_answered_with_its_challenge(
+    slack_trigger: AgentTrigger, engine_down: str
+) -> None:
+    """Signed as usual, answered 200 with the challenge; nothing starts (the engine is down,
+    so a start would be 503)."""
+    response = post(SLACK_CHALLENGE_BODY, **slack_headers(SLACK_CHALLENGE_BODY, int(time.time())))
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+    }
+    assert TriggerDelivery.objects.count() == 0 and AgentSession.objects.count() == 0
+    # The signature is checked first: a challenge with a wrong one is 401.
+    forged = post(SLACK_CHALLENGE_BODY, **slack_headers(
+        SLACK_CHALLENGE_BODY, int(time.time()), secret="trsec_another"))
+    assert forged.status_code == 401 and "challenge" not in forged.json()
+    empty = b'{"type":"url_verification","challenge":""}'
+    refused = post(empty, **slack_headers(empty, int(time.time())))
+    assert refused.status_code == 400
+    assert refused.json() == {"body": ["A url_verification body needs a 'challenge' string."]}
+
+
+def test_only_the_slack_style_answers_a_challenge(
+    trigger: AgentTrigger, engine_down: str
+) -> None:
+    response = post(SLACK_CHALLENGE_BODY, **github_headers(SLACK_CHALLENGE_BODY))
+    assert response.status_code == 400, response.content  # an event the template cannot read
+    assert response.json() == {"body": ["'body' has no field 'pull_request'"]}
+
+
+def test_a_slack_retry_is_recognised_by_its_event_id(
+    slack_trigger: AgentTrigger, engine: str
+) -> None:
+    """Slack sends no idempotency header; its retries repeat the body's ``event_id`` with
+    ``X-Slack-Retry-Num`` and a new timestamp and signature ("Events API: retries")."""
+    body = (b'{"type":"event_callback","event_id":"Ev42","event":{"type":"app_mention",'
+            b'"text":"deploy?","user":"U1"}}')
+    first = post(body, **slack_headers(body, int(time.time())))
+    assert first.status_code == 202, first.content
+    assert first.json()["idempotency_key"] == "Ev42"
+    retry = post(body, **slack_headers(body, int(time.time()) + 1),
+                 HTTP_X_SLACK_RETRY_NUM="1", HTTP_X_SLACK_RETRY_REASON="http_timeout")
+    assert retry.status_code == 200, retry.content
+    assert retry.json()["id"] == first.json()["id"] and retry.json()["repeated"] is True
+    assert AgentSession.objects.count() == 1
+    # The configured header, when sent, wins over event_id.
+    keyed = post(body, **slack_headers(body, int(time.time())), HTTP_IDEMPOTENCY_KEY="K1")
+    assert keyed.status_code == 202 and keyed.json()["idempotency_key"] == "K1"
+    assert sorted(TriggerDelivery.objects.values_list("idempotency_key", flat=True)) == [
+        "Ev42", "K1"]
+
+
+def test_event_id_satisfies_a_required_key_for_slack_only(
+    slack_trigger: AgentTrigger, engine_down: str
+) -> None:
+    slack_trigger.idempotency_required = True
+    slack_trigger.save()
+    without = b'{"type":"event_callback","event":{"text":"hi"}}'
+    response = post(without, **slack_headers(without, int(time.time())))
+    assert response.status_code == 400
+    assert response.json() == {"idempotency_key": [
+        "This trigger requires the Idempotency-Key header (or an event_id in the body)."]}
+    with_id = b'{"type":"event_callback","event_id":"Ev1","event":{"text":"hi"}}'
+    response = post(with_id, **slack_headers(with_id, int(time.time())))
+    assert response.status_code == 503 and response.json()["unavailable"] == "engine"
+    # GitHub style: a body's event_id is no key.
+    slack_trigger.signature_style = TriggerSignatureStyle.GITHUB
+    slack_trigger.save()
+    response = post(with_id, **github_headers(with_id))
+    assert response.status_code == 400 and "idempotency_key" in response.json()
+
+
+# --- 503: the agent's model provider is not configured -----------------------------------
+
+
+def test_an_agent_whose_provider_is_not_configured_starts_nothing(
+    trigger: AgentTrigger, engine_down: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The check ``POST /api/v1/sessions/`` makes (400 there), made before anything starts:
+    503 ``{"detail"}`` naming the variable, never its value; a warning is logged."""
+    agent = trigger.agent
+    agent.model, agent.api_base, agent.api_key_env = "anthropic/claude-sonnet-4-5", "", ""
+    agent.save()
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with caplog.at_level("WARNING", logger="agents_app.services.triggers"):
+        response = post(GITHUB_BODY, **github_headers(GITHUB_BODY, delivery="d1"))
+    assert response.status_code == 503, response.content
+    assert response.json() == {"detail": (
+        "The agent 'demo' cannot start: its model provider is not configured on this server. "
+        "Set the environment variable ANTHROPIC_API_KEY for the worker, then restart it. "
+        "Nothing was started; send the delivery again once it is.")}
+    assert TriggerDelivery.objects.count() == 0 and AgentSession.objects.count() == 0
+    assert any(
+        record.levelname == "WARNING" and "ANTHROPIC_API_KEY" in record.getMessage()
+        for record in caplog.records
+    )
+
+    # A named variable holding something that cannot be a key: named, its value never shown.
+    agent.api_key_env = "DEMO_TRIGGER_KEY"
+    agent.save()
+    monkeypatch.setenv("DEMO_TRIGGER_KEY", "sk-secret-value\u0001")
+    response = post(GITHUB_BODY, **github_headers(GITHUB_BODY, delivery="d1"))
+    assert response.status_code == 503
+    assert "DEMO_TRIGGER_KEY" in response.json()["detail"]
+    assert "sk-secret-value" not in response.content.decode()
+
+    # Configured again: the start goes on to the engine (down here: its own 503).
+    monkeypatch.setenv("DEMO_TRIGGER_KEY", "sk-secret-value")
+    response = post(GITHUB_BODY, **github_headers(GITHUB_BODY, delivery="d1"))
+    assert response.status_code == 503 and response.json()["unavailable"] == "engine"
+
+
+def test_a_repeated_key_still_answers_its_session_when_the_provider_is_gone(
+    trigger: AgentTrigger, engine_down: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = AgentSessionFactory.create(owner=trigger.run_as, agent=trigger.agent)
+    TriggerDelivery.objects.create(trigger=trigger, idempotency_key="d1", session=session)
+    trigger.agent.model, trigger.agent.api_base = "anthropic/claude-sonnet-4-5", ""
+    trigger.agent.save()
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    response = post(GITHUB_BODY, **github_headers(GITHUB_BODY, delivery="d1"))
+    assert response.status_code == 200, response.content
+    assert response.json()["id"] == session.pk and response.json()["repeated"] is True
+
+
 # --- templates and admin -----------------------------------------------------------------
 
 
