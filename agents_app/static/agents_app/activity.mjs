@@ -304,8 +304,12 @@ export function subagentSummary({ toolName, toolCalls, state }) {
 
 /** "Subagent demo session Find the invoice": the accessible name of a child's nested rows. */
 export function subagentGroupLabel({ toolName, title, childId }) {
-  const agent = String(toolName || "").replace(/^agent__/, "") || "subagent";
-  return `Subagent ${agent} session ${title || childId}`;
+  return `Subagent ${subagentAgent(toolName)} session ${title || childId}`;
+}
+
+/** The agent a subagent tool calls: "demo" for "agent__demo". */
+export function subagentAgent(toolName) {
+  return String(toolName || "").replace(/^agent__/, "") || "subagent";
 }
 
 /**
@@ -365,7 +369,7 @@ export class SubagentGroup {
       el("summary", {}, el("span", { class: "kind" }, "Subagent"), " ", this.summaryText),
       this.list,
     );
-    this.link = el("a", { class: "activity-subagent-link small", href: sessionPagePath(childId) }, "Open its session");
+    this.link = el("a", { class: "activity-subagent-link small", href: sessionPagePath(childId) });
     this.node = el("li", { class: "activity-row activity-subagent-row", dataset: { type: "subagent", child: childId } }, el("span", { class: "kind" }, "↳"), el("div", {}, this.details, this.link));
     this.render();
   }
@@ -399,7 +403,7 @@ export class SubagentGroup {
     const { state, toolCalls } = this.tally;
     this.summaryText.textContent = subagentSummary({ toolName: this.toolName, toolCalls: toolCalls.size, state });
     this.list.setAttribute("aria-label", subagentGroupLabel(this));
-    this.link.setAttribute("aria-label", `Open the ${subagentGroupLabel(this)}`);
+    this.link.textContent = `Open the ${subagentAgent(this.toolName)} session`;
     this.node.dataset.state = state;
   }
 }

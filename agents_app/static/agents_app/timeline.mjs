@@ -20,7 +20,7 @@
 // The tabs follow the WAI-ARIA tabs pattern: role tablist / tab / tabpanel, the selected tab
 // in the Tab order, Left / Right / Home / End move between tabs and select them.
 
-import { subagentGroupLabel } from "./activity.mjs";
+import { subagentAgent, subagentGroupLabel } from "./activity.mjs";
 import { api } from "./api.mjs";
 import { clockTime, el } from "./dom.mjs";
 import { sessionApiPath, sessionPagePath, sessionsApiPath } from "./urls.mjs";
@@ -116,11 +116,12 @@ export class SubagentSteps {
     const label = subagentGroupLabel({ toolName, title: child.title, childId: child.id });
     this.state = el("p", { class: "timeline-subagent-state small muted", role: "status" });
     this.list = el("ol", { class: "timeline-list", "aria-label": label });
-    this.details = el("details", { class: "timeline-subagent", dataset: { child: child.id } }, el("summary", {}, `Steps of the ${label}`), this.state, this.list);
+    const agent = subagentAgent(toolName);
+    this.details = el("details", { class: "timeline-subagent", dataset: { child: child.id } }, el("summary", {}, `Steps of the ${agent} session`, child.title ? `: ${child.title}` : ""), this.state, this.list);
     this.details.addEventListener("toggle", () => {
       if (this.details.open) this.read();
     });
-    this.node = el("div", { class: "timeline-subagent-group" }, el("a", { class: "small", href: sessionPagePath(child.id) }, `Open the ${label}`), this.details);
+    this.node = el("div", { class: "timeline-subagent-group" }, el("a", { class: "small", href: sessionPagePath(child.id) }, `Open the ${agent} session`), this.details);
   }
 
   async read() {
@@ -131,8 +132,11 @@ export class SubagentSteps {
       const [entries, children] = await Promise.all([api(`${sessionApiPath(this.child.id)}history/`), childrenByCall(this.child.id)]);
       this.children = children;
       const steps = groupSteps(entries);
+      // Only some Steps record their call's tool (approvals): the others take it from them.
+      const names = new Map(steps.filter((step) => step.toolCallId && step.toolName).map((step) => [step.toolCallId, step.toolName]));
+      const agentTool = (id) => (this.children.get(id)?.agent ? `agent__${this.children.get(id).agent}` : null);
       this.list.replaceChildren(...stepItems(steps, {
-        belongsTo: (step) => callText(step, step.toolName ?? (this.children.get(step.toolCallId)?.agent ? `agent__${this.children.get(step.toolCallId).agent}` : null)),
+        belongsTo: (step) => callText(step, names.get(step.toolCallId) ?? agentTool(step.toolCallId)),
         nestFor: (step) => nestedSteps(step, this.children, this.nested, this.depth + 1),
       }));
       this.state.textContent = steps.length ? `${steps.length} Step${steps.length === 1 ? "" : "s"}` : "No Step has run yet.";
