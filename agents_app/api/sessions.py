@@ -270,7 +270,9 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             default=False,
             help_text="true: only archived sessions; false (default): only the others.",
         )
-        parent = serializers.CharField(
+        # A declared field, not the Field.parent attribute: DRF's metaclass moves it into
+        # _declared_fields, so the query parameter can keep its name.
+        parent = serializers.CharField(  # type: ignore[assignment]
             required=False,
             allow_blank=True,
             max_length=255,

@@ -102,6 +102,7 @@ export function showSessionGone() {
   if (state.gone) return;
   state.gone = true;
   state.socket?.stop();
+  for (const feed of children.values()) stopFeed(feed);
   cancelScheduledSnapshot();
   live.clear();
   renderAllLive();
