@@ -20,7 +20,7 @@ from dex_agents import STEP_OUTCOMES, StepHistoryEntry
 #: Steps whose input is the ID of the tool call they belong to (``dex_agents`` Steps).
 TOOL_CALL_STEPS = frozenset({
     "AwaitToolApproval", "CallTool", "CallSingleAttemptTool", "RecordToolFailure",
-    "RecordToolOutcomeUnknown", "DurableWait", "AwaitUserInput",
+    "RecordToolOutcomeUnknown", "DurableWait", "AwaitUserInput", "CallSubagent",
 })
 
 

@@ -188,7 +188,8 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
     Query: ``status`` (an index status, or ``awaiting_approval``), ``agent__slug``, ``search``
     (title, agent slug or name, or the words of a user or assistant message: each session
     then has ``match``, the message that matched with a snippet), ``archived`` (``true``:
-    only archived sessions; default only the others), ``ordering`` (``created_at``,
+    only archived sessions; default only the others), ``parent`` (a session ID: only the
+    child sessions its subagent calls started), ``ordering`` (``created_at``,
     ``updated_at``, ``title``, ``status``, each may start with ``-``), ``limit``/``offset``.
 
     ``POST`` ``{"agent": slug, "message"?: str, "plan_mode"?: false, "tools"?: [exposed tool
@@ -269,6 +270,15 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             default=False,
             help_text="true: only archived sessions; false (default): only the others.",
         )
+        # A declared field, not the Field.parent attribute: DRF's metaclass moves it into
+        # _declared_fields, so the query parameter can keep its name.
+        parent = serializers.CharField(  # type: ignore[assignment]
+            required=False,
+            allow_blank=True,
+            max_length=255,
+            help_text="Subagents: only the child sessions this session's agent__<slug> calls "
+            "started (each with parent_tool_call_id).",
+        )
 
     @extend_schema(
         parameters=[SessionListQuerySerializer],
@@ -304,6 +314,7 @@ class SessionListCreateApi(DexErrorsMixin, AsyncListAPIView):
             search=params.get("search", ""),
             ordering=params.get("ordering", ""),
             archived=params["archived"],
+            parent=params.get("parent", ""),
         )
 
     def get_serializer(self, *args: Any, **kwargs: Any) -> Any:

@@ -114,6 +114,7 @@ def session_list_visible(
     search: str = "",
     ordering: str = "",
     archived: bool = False,
+    parent: str = "",
 ) -> QuerySet[AgentSession]:
     """Sessions ``user`` may read (their own; staff: everyone's), filtered and sorted.
 
@@ -127,6 +128,8 @@ def session_list_visible(
             ``session_search``).
         ordering: One of ``SESSION_ORDERINGS``; anything else sorts newest first.
         archived: True: only archived sessions; False: only those not archived.
+        parent: Only the child sessions this session's subagent calls started (issue 29);
+            blank: any.
 
     Returns:
         AgentSession rows with ``agent`` and ``owner`` loaded and ``pending_approval_count``
@@ -143,6 +146,8 @@ def session_list_visible(
         sessions = sessions.filter(status=status)
     if agent_slug:
         sessions = sessions.filter(agent__slug=agent_slug)
+    if parent:
+        sessions = sessions.filter(parent_id=parent)
     sessions = sessions.filter(archived_at__isnull=not archived)
     if search.strip():
         term = search.strip()

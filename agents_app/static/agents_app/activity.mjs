@@ -199,6 +199,7 @@ export class ActivityLog {
     this.withdrawn = new Set(); // interrupt IDs a steer withdrew (steer_applied)
     this.attempts = new Map(); // step_execution_id -> highest attempt seen
     this.takenBy = new Map(); // a message's client ID -> the row of the event that took it
+    this.groups = new Map(); // a subagent child's session ID -> its SubagentGroup
   }
 
   /**
@@ -221,15 +222,43 @@ export class ActivityLog {
   }
 
   /**
-   * Add the row of an event of a subagent's child session (issue 29), nested under the
-   * parent's call: "↳ <label>" before its kind. Usage rows are left out (the child's page
-   * shows them).
+   * The nested group of the subagent child session `childId` (issue 29), made on first use:
+   * a row holding a <details> with the child's rows. A group made from the children read
+   * (`placed` false: its call's own events were not replayed) moves to the end when its
+   * `subagent_started` arrives, so it follows the rows before the call.
+   *
+   * @param {string} childId the child session's ID
+   * @param {{toolName?: string, title?: string, parent?: SubagentGroup | null, placed?: boolean}} options
+   * @returns {{group: SubagentGroup, created: boolean}}
    */
-  addNested(event, label) {
-    if (event.type === "usage_recorded") return;
-    const row = activityRow(event);
-    if (!row) return;
-    this.add(event, { ...row, kind: `↳ ${label}: ${row.kind}`, nested: true });
+  subagent(childId, { toolName = "", title = "", parent = null, placed = true } = {}) {
+    let group = this.groups.get(childId);
+    const created = !group;
+    if (!group) {
+      group = new SubagentGroup({ childId, toolName, title, withdrawn: this.withdrawn });
+      this.groups.set(childId, group);
+      group.placed = placed;
+      this.place(group.node, parent);
+    } else if (placed && !group.placed) {
+      group.placed = true;
+      this.place(group.node, parent);
+    }
+    if (title) group.retitle(title);
+    return { group, created };
+  }
+
+  /** Append `node` to the list (or to the nested group `parent`), keeping the newest in view. */
+  place(node, parent = null) {
+    if (parent) {
+      parent.list.append(node);
+      return;
+    }
+    const list = this.list;
+    const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 24;
+    list.append(node);
+    while (list.children.length > ACTIVITY_LIMIT) list.firstElementChild.remove();
+    this.empty.hidden = true;
+    if (atEnd) list.scrollTop = list.scrollHeight;
   }
 
   /** Add the row of `event` (nothing for events Activity does not show). */
@@ -238,13 +267,7 @@ export class ActivityLog {
     if (!row) return;
     const list = this.list;
     const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 24;
-    const when = event.created_at ? new Date(event.created_at) : new Date();
-    const node = el(
-      "li",
-      { class: row.nested ? "activity-row activity-nested" : "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
-      el("time", { datetime: when.toISOString() }, clockTime(when)),
-      el("span", {}, el("span", { class: "kind" }, row.kind), row.detail ? " " : "", row.detail ? detailNode(row) : ""),
-    );
+    const node = rowNode(event, row);
     const taker = this.takenBy.get(announcedMessageId(event));
     if (taker?.isConnected) list.insertBefore(node, taker);
     else list.append(node);
@@ -254,5 +277,133 @@ export class ActivityLog {
     while (list.children.length > ACTIVITY_LIMIT) list.firstElementChild.remove();
     this.empty.hidden = true;
     if (atEnd) list.scrollTop = list.scrollHeight;
+  }
+}
+
+/** The <li> of one Activity row. */
+function rowNode(event, row) {
+  const when = event.created_at ? new Date(event.created_at) : new Date();
+  return el(
+    "li",
+    { class: row.nested ? "activity-row activity-nested" : "activity-row", dataset: { type: event.type, tone: row.tone ?? "" } },
+    el("time", { datetime: when.toISOString() }, clockTime(when)),
+    el("span", {}, el("span", { class: "kind" }, row.kind), row.detail ? " " : "", row.detail ? detailNode(row) : ""),
+  );
+}
+
+/** What a subagent call's state is called in its group's summary. */
+const SUBAGENT_STATES = { running: "running", completed: "finished", ended: "finished", failed: "failed", cancelled: "cancelled" };
+/** The child's events that end its (only) turn, and the state each leaves the call in. */
+const CHILD_TURN_ENDS = { turn_completed: "completed", turn_failed: "failed", turn_cancelled: "cancelled" };
+
+/** "agent__demo: 3 tool calls, finished". */
+export function subagentSummary({ toolName, toolCalls, state }) {
+  const calls = `${toolCalls} tool call${toolCalls === 1 ? "" : "s"}`;
+  return `${toolName || "subagent"}: ${calls}, ${SUBAGENT_STATES[state] ?? state}`;
+}
+
+/** "Subagent demo session Find the invoice": the accessible name of a child's nested rows. */
+export function subagentGroupLabel({ toolName, title, childId }) {
+  return `Subagent ${subagentAgent(toolName)} session ${title || childId}`;
+}
+
+/** The agent a subagent tool calls: "demo" for "agent__demo". */
+export function subagentAgent(toolName) {
+  return String(toolName || "").replace(/^agent__/, "") || "subagent";
+}
+
+/**
+ * What a subagent child's events say, without the DOM: which events were taken already (by
+ * their resume token, so the live feed and a replay of the same Stream add each row once),
+ * the child's tool calls, and the call's state ("running" until the child's turn ends or the
+ * parent's `subagent_finished` says how; "ended" when only the index says it stopped).
+ */
+export class SubagentTally {
+  constructor() {
+    this.tokens = new Set();
+    this.toolCalls = new Set();
+    this.state = "running";
+  }
+
+  /** Take one child event; false when its `token` was taken before (show nothing). */
+  take(event, token = "") {
+    if (token) {
+      if (this.tokens.has(token)) return false;
+      this.tokens.add(token);
+    }
+    const id = event.data?.tool_call_id;
+    if (event.type === "tool_call_deferred" && typeof id === "string" && id) this.toolCalls.add(id);
+    const ended = CHILD_TURN_ENDS[event.type];
+    if (ended) this.end(ended);
+    return true;
+  }
+
+  /** The call ended as `state`; a known ending is not replaced by the vaguer "ended". */
+  end(state) {
+    if (state === "ended" && this.state !== "running") return false;
+    const changed = this.state !== state;
+    this.state = state;
+    return changed;
+  }
+}
+
+/**
+ * One subagent call's child session in Activity: a row holding a <details> whose summary says
+ * "agent__demo: 3 tool calls, finished" (open while the call runs, closed once it ended), a
+ * link to the child's page, and the child's rows in a list named for the child
+ * (`subagentGroupLabel`). A grandchild's group nests in it the same way.
+ */
+export class SubagentGroup {
+  constructor({ childId, toolName = "", title = "", withdrawn = new Set() }) {
+    this.childId = childId;
+    this.toolName = toolName;
+    this.title = title;
+    this.withdrawn = withdrawn;
+    this.tally = new SubagentTally();
+    this.placed = true;
+    this.summaryText = el("span", { class: "detail" });
+    this.list = el("ol", { class: "activity-subagent-list" });
+    this.details = el(
+      "details",
+      { class: "activity-subagent", open: true },
+      el("summary", {}, el("span", { class: "kind" }, "Subagent"), " ", this.summaryText),
+      this.list,
+    );
+    this.link = el("a", { class: "activity-subagent-link small", href: sessionPagePath(childId) });
+    this.node = el("li", { class: "activity-row activity-subagent-row", dataset: { type: "subagent", child: childId } }, el("span", { class: "kind" }, "↳"), el("div", {}, this.details, this.link));
+    this.render();
+  }
+
+  /** Name the group after the child's title (read from the index). */
+  retitle(title) {
+    this.title = title;
+    this.render();
+  }
+
+  /** Add the row of one child event (once per token); its turn's end closes the group. */
+  add(event, token = "") {
+    const wasRunning = this.tally.state === "running";
+    if (!this.tally.take(event, token)) return false;
+    const row = event.type === "usage_recorded" ? null : activityRow(event, this.withdrawn);
+    if (row) this.list.append(rowNode(event, { ...row, nested: true }));
+    if (wasRunning && this.tally.state !== "running") this.details.open = false;
+    this.render();
+    return true;
+  }
+
+  /** The call ended as `state` (the parent's subagent_finished outcome, or "ended"). */
+  end(state) {
+    const wasRunning = this.tally.state === "running";
+    if (!this.tally.end(state)) return;
+    if (wasRunning) this.details.open = false;
+    this.render();
+  }
+
+  render() {
+    const { state, toolCalls } = this.tally;
+    this.summaryText.textContent = subagentSummary({ toolName: this.toolName, toolCalls: toolCalls.size, state });
+    this.list.setAttribute("aria-label", subagentGroupLabel(this));
+    this.link.textContent = `Open the ${subagentAgent(this.toolName)} session`;
+    this.node.dataset.state = state;
   }
 }

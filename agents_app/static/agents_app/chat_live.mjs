@@ -6,6 +6,7 @@
 // the session is deleted (a 4404 close, a session_stopped "deleted by user" or a 404 read).
 
 import { ActivityLog } from "./activity.mjs";
+import { api } from "./api.mjs";
 import { announce } from "./announcer.mjs";
 import { newestSequence } from "./chat_conversation.mjs";
 import { showStatus } from "./chat_header.mjs";
@@ -17,6 +18,7 @@ import { LiveText } from "./live_text.mjs";
 import { renderMarkdownSoon } from "./markdown.mjs";
 import { Timeline } from "./timeline.mjs";
 import { showSessionUsage } from "./usage_display.mjs";
+import { sessionsApiPath } from "./urls.mjs";
 import { ResumableSocket, websocketUrl } from "./ws_client.mjs";
 
 const TURN_END_RETRY_MS = 300;
@@ -30,6 +32,7 @@ const turns = {
 const live = new LiveText();
 const activity = new ActivityLog({ list: byId("activity-list"), empty: byId("activity-empty") });
 const timeline = new Timeline({
+  sessionId: config.session,
   historyPath: `${sessionPath}history/`,
   tablist: document.querySelector(".chat-tabs"),
   panel: byId("timeline-panel"),
@@ -99,6 +102,7 @@ export function showSessionGone() {
   if (state.gone) return;
   state.gone = true;
   state.socket?.stop();
+  for (const feed of children.values()) stopFeed(feed);
   cancelScheduledSnapshot();
   live.clear();
   renderAllLive();
@@ -239,40 +243,106 @@ function onEvent(frame) {
   }
 }
 
-/** The child sessions of this page's running subagent calls: child ID -> its socket. */
+/** The followed child sessions of this page's subagent calls (and theirs): child ID -> feed. */
 const children = new Map();
 /** A child's events after which it does nothing more the parent's Activity shows. */
 const CHILD_ENDINGS = new Set(["turn_completed", "turn_failed", "turn_cancelled", "session_stopped"]);
+/** How long a child's feed waits for more replayed events once its call is known to be over
+ * (a child whose turn's events are no longer retained never sends its ending). */
+const CHILD_SETTLE_MS = 5000;
+/** How deep Activity nests children of children (the engine's depth limit is 3 by default). */
+export const SUBAGENT_NESTING_LIMIT = 5;
 
 /**
- * Subagents (issue 29): while a call of this session runs another agent, its child session's
- * events are shown in Activity under the call (`subagent_started` opens the child's events
- * socket; `subagent_finished`, or the end of the child's turn, closes it).
+ * Subagents (issue 29): the child session of each subagent call shows in Activity as a group
+ * nested under the call (activity.mjs `SubagentGroup`), filled from the child's own events
+ * socket from its oldest retained event: the events of a call that ended before the page
+ * opened are replayed, those of a running call go on live, and the socket's resume tokens keep
+ * each row once. The socket stops at the end of the child's turn, or once the call is over
+ * and nothing more arrives (`CHILD_SETTLE_MS`). A child's own subagent calls nest in its group.
  */
+function followChild(childId, { toolName = "", title = "", parent = null, placed = true, depth = 1 } = {}) {
+  const { group } = activity.subagent(childId, { toolName, title, parent, placed });
+  if (children.has(childId) || depth > SUBAGENT_NESTING_LIMIT) return children.get(childId) ?? null;
+  const feed = { group, socket: null, settle: null, over: false };
+  children.set(childId, feed);
+  feed.socket = new ResumableSocket({
+    url: websocketUrl(`/ws/sessions/${encodeURIComponent(childId)}/events/`),
+    onEvent: (frame) => {
+      const event = frame.event;
+      if (!event || typeof event.type !== "string" || !group.add(event, frame.token)) return;
+      const grandchild = event.data?.child_session_id;
+      if (typeof grandchild === "string" && grandchild) {
+        if (event.type === "subagent_started") {
+          followChild(grandchild, { toolName: event.data?.tool_name ?? "", parent: group, depth: depth + 1 });
+          readChildren(childId, group, depth + 1);
+        } else if (event.type === "subagent_finished") {
+          callOver(grandchild, event.data?.outcome);
+        }
+      }
+      if (CHILD_ENDINGS.has(event.type)) stopFeed(feed);
+      else if (feed.over) settleFeed(feed);
+    },
+    // A child the relay refuses (deleted, not readable) shows what the index said.
+    onStateChange: (socketState) => {
+      if (socketState === "refused") stopFeed(feed);
+    },
+  });
+  feed.socket.start();
+  return feed;
+}
+
+function stopFeed(feed) {
+  clearTimeout(feed.settle);
+  feed.socket?.stop();
+}
+
+function settleFeed(feed) {
+  clearTimeout(feed.settle);
+  feed.settle = setTimeout(() => {
+    feed.group.end("ended");
+    feed.socket?.stop();
+  }, CHILD_SETTLE_MS);
+}
+
+/** The call of child `childId` is over (`outcome`: the parent's subagent_finished, or none). */
+function callOver(childId, outcome) {
+  const feed = children.get(childId);
+  if (!feed) return;
+  if (typeof outcome === "string" && outcome) feed.group.end(outcome);
+  feed.over = true;
+  settleFeed(feed);
+}
+
+/**
+ * Read the children of `parentId` from the sessions index (`?parent=`): each gets its group
+ * (named after its title) and is followed; one the index says stopped is over. A read that
+ * fails leaves what the events showed.
+ */
+async function readChildren(parentId, parent = null, depth = 1) {
+  let page;
+  try {
+    page = await api(`${sessionsApiPath}?parent=${encodeURIComponent(parentId)}&limit=100&ordering=created_at`);
+  } catch {
+    return;
+  }
+  for (const row of (Array.isArray(page) ? page : page?.results) ?? []) {
+    if (typeof row?.id !== "string") continue;
+    followChild(row.id, { toolName: row.agent ? `agent__${row.agent}` : "", title: row.title ?? "", parent, placed: false, depth });
+    if (row.status === "stopped") callOver(row.id, null);
+  }
+}
+
+/** A parent event about one of its subagent calls. */
 function followSubagent(event) {
   const childId = event.data?.child_session_id;
   if (typeof childId !== "string" || !childId) return;
-  if (event.type === "subagent_finished") {
-    children.get(childId)?.stop();
-    children.delete(childId);
-    return;
+  if (event.type === "subagent_started") {
+    followChild(childId, { toolName: event.data?.tool_name ?? "" });
+    readChildren(config.session);
+  } else if (event.type === "subagent_finished") {
+    callOver(childId, event.data?.outcome);
   }
-  if (event.type !== "subagent_started" || children.has(childId)) return;
-  const label = event.data?.tool_name ?? "subagent";
-  const socket = new ResumableSocket({
-    url: websocketUrl(`/ws/sessions/${encodeURIComponent(childId)}/events/`),
-    onEvent: (frame) => {
-      const child = frame.event;
-      if (!child || typeof child.type !== "string" || !children.has(childId)) return;
-      activity.addNested(child, label);
-      if (CHILD_ENDINGS.has(child.type)) {
-        socket.stop();
-        children.delete(childId);
-      }
-    },
-  });
-  children.set(childId, socket);
-  socket.start();
 }
 
 export function startSocket(snapshot) {
@@ -291,4 +361,5 @@ export function startSocket(snapshot) {
     onStateChange: showConnection,
   });
   state.socket.start();
+  readChildren(config.session);
 }

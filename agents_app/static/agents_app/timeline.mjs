@@ -12,11 +12,18 @@
 // not list it yet: while Steps seen in events are missing, the read is repeated a few times
 // with growing delays (CATCH_UP_DELAYS_MS), then waits for the next event.
 //
+// Subagents (issue 29): a CallSubagent Step carries a collapsed "Steps of the subagent
+// session …" group; opening it reads that child session's own history (and its children, from
+// the sessions index's ?parent=), so a child's child nests again, at most
+// TIMELINE_NESTING_LIMIT levels deep.
+//
 // The tabs follow the WAI-ARIA tabs pattern: role tablist / tab / tabpanel, the selected tab
 // in the Tab order, Left / Right / Home / End move between tabs and select them.
 
+import { subagentAgent, subagentGroupLabel } from "./activity.mjs";
 import { api } from "./api.mjs";
 import { clockTime, el } from "./dom.mjs";
+import { sessionApiPath, sessionPagePath, sessionsApiPath } from "./urls.mjs";
 
 const REREAD_DEBOUNCE_MS = 300;
 const CATCH_UP_DELAYS_MS = [300, 700, 1500, 3000];
@@ -38,7 +45,122 @@ const STEP_KINDS = {
   AwaitUserInput: ["Question", "tool"],
   ResumeTurn: ["Resume the turn", ""],
   RecordTurnFailure: ["Turn failure recorded", ""],
+  CallSubagent: ["Subagent call", "tool"],
+  FinishSubagentSession: ["Subagent result", ""],
 };
+
+/** How many levels of children of children the Timeline nests. */
+export const TIMELINE_NESTING_LIMIT = 5;
+
+/**
+ * The children of session `sessionId` from the sessions index, by the tool call that started
+ * each: Map(tool_call_id -> {id, title, agent}).
+ */
+async function childrenByCall(sessionId) {
+  const page = await api(`${sessionsApiPath}?parent=${encodeURIComponent(sessionId)}&limit=100`);
+  const found = new Map();
+  for (const row of (Array.isArray(page) ? page : page?.results) ?? []) {
+    if (row?.parent_tool_call_id) found.set(row.parent_tool_call_id, { id: row.id, title: row.title ?? "", agent: row.agent ?? "" });
+  }
+  return found;
+}
+
+/** The Step items of `steps`: `belongsTo(step)` says whose call it is, `nestFor(step)` gives
+ * the nested child group of a CallSubagent Step (or null). */
+function stepItems(steps, { belongsTo, nestFor }) {
+  return steps.map((step) => {
+    const [name, kind] = STEP_KINDS[step.stepType] ?? [step.stepType, ""];
+    // A model Step is the model call itself: its number is the call's.
+    const label = kind === "model" ? `${name} #${step.id.replace(/^\D+-/, "")}` : name;
+    const belongs = belongsTo(step);
+    const item = el(
+      "li",
+      { class: "timeline-step", dataset: { status: step.status, step: step.id } },
+      el(
+        "div",
+        { class: "timeline-step-head" },
+        el("strong", { class: "timeline-step-kind" }, label),
+        el("code", { class: "timeline-step-id" }, step.id),
+        el("span", { class: `badge timeline-status timeline-status-${step.status}` }, STATUS_TEXT[step.status]),
+      ),
+      belongs ? el("p", { class: "timeline-belongs small" }, `For ${belongs}`) : null,
+    );
+    if (step.methods.length) item.append(el("ul", { class: "timeline-methods small" }, step.methods.map((entry) => methodLine(entry, step))));
+    else item.append(el("p", { class: "timeline-methods small muted" }, `Attempt ${step.attempt ?? 1} running`));
+    const nested = nestFor(step);
+    if (nested) item.append(nested);
+    return item;
+  });
+}
+
+/** "tool call agent__demo (call_1)" or "approval of …" for a Step with a tool call. */
+function callText(step, name) {
+  const [, kind] = STEP_KINDS[step.stepType] ?? ["", ""];
+  if (!step.toolCallId) return "";
+  const call = name ? `${name} (${step.toolCallId})` : step.toolCallId;
+  return kind === "approval" ? `approval of ${call}` : `tool call ${call}`;
+}
+
+/**
+ * One subagent call's child session in the Timeline: a link to its page and a collapsed
+ * <details> of its Steps, read when opened (again on every opening, as the child may still
+ * run); its own subagent calls nest the same way up to TIMELINE_NESTING_LIMIT levels.
+ */
+export class SubagentSteps {
+  constructor({ child, depth = 1 }) {
+    this.child = child;
+    this.depth = depth;
+    this.nested = new Map(); // grandchild ID -> SubagentSteps
+    this.children = new Map();
+    const toolName = child.agent ? `agent__${child.agent}` : "";
+    const label = subagentGroupLabel({ toolName, title: child.title, childId: child.id });
+    this.state = el("p", { class: "timeline-subagent-state small muted", role: "status" });
+    this.list = el("ol", { class: "timeline-list", "aria-label": label });
+    const agent = subagentAgent(toolName);
+    this.details = el("details", { class: "timeline-subagent", dataset: { child: child.id } }, el("summary", {}, `Steps of the ${agent} session`, child.title ? `: ${child.title}` : ""), this.state, this.list);
+    this.details.addEventListener("toggle", () => {
+      if (this.details.open) this.read();
+    });
+    this.node = el("div", { class: "timeline-subagent-group" }, el("a", { class: "small", href: sessionPagePath(child.id) }, `Open the ${agent} session`), this.details);
+  }
+
+  async read() {
+    if (this.reading) return;
+    if (!this.list.children.length) this.state.textContent = "Reading the subagent's Steps…";
+    try {
+      this.reading = true;
+      const [entries, children] = await Promise.all([api(`${sessionApiPath(this.child.id)}history/`), childrenByCall(this.child.id)]);
+      this.children = children;
+      const steps = groupSteps(entries);
+      // Only some Steps record their call's tool (approvals): the others take it from them.
+      const names = new Map(steps.filter((step) => step.toolCallId && step.toolName).map((step) => [step.toolCallId, step.toolName]));
+      const agentTool = (id) => (this.children.get(id)?.agent ? `agent__${this.children.get(id).agent}` : null);
+      this.list.replaceChildren(...stepItems(steps, {
+        belongsTo: (step) => callText(step, names.get(step.toolCallId) ?? agentTool(step.toolCallId)),
+        nestFor: (step) => nestedSteps(step, this.children, this.nested, this.depth + 1),
+      }));
+      this.state.textContent = steps.length ? `${steps.length} Step${steps.length === 1 ? "" : "s"}` : "No Step has run yet.";
+    } catch (error) {
+      this.state.textContent = `The subagent's Steps could not be read: ${error.message}`;
+    } finally {
+      this.reading = false;
+    }
+  }
+}
+
+/** The nested group of a CallSubagent `step` whose child `children` names (kept in `made`
+ * across renders, so an opened group stays open), or null. */
+function nestedSteps(step, children, made, depth) {
+  if (step.stepType !== "CallSubagent" || depth > TIMELINE_NESTING_LIMIT) return null;
+  const child = children.get(step.toolCallId);
+  if (!child) return null;
+  let group = made.get(child.id);
+  if (!group) {
+    group = new SubagentSteps({ child, depth });
+    made.set(child.id, group);
+  }
+  return group.node;
+}
 
 /** "0.42 s", "12 s", "3 min 05 s". */
 export function durationText(seconds) {
@@ -159,13 +281,17 @@ const STATUS_TEXT = {
 export class Timeline {
   /**
    * @param {object} options
+   * @param {string} options.sessionId the session's ID (its subagent children are read by it)
    * @param {string} options.historyPath the session's /history/ API path
    * @param {HTMLElement} options.tablist the role=tablist element
    * @param {HTMLElement} options.panel the Timeline tabpanel
    * @param {(id: string) => string | undefined} options.toolName a tool call's tool, if known
    */
-  constructor({ historyPath, tablist, panel, toolName }) {
+  constructor({ sessionId, historyPath, tablist, panel, toolName }) {
+    this.sessionId = sessionId;
     this.historyPath = historyPath;
+    this.children = new Map(); // tool_call_id -> this session's child {id, title, agent}
+    this.nested = new Map(); // child ID -> SubagentSteps
     this.tablist = tablist;
     this.panel = panel;
     this.list = panel.querySelector(".timeline-list");
@@ -242,6 +368,7 @@ export class Timeline {
     this.reading = api(this.historyPath);
     try {
       this.entries = await this.reading;
+      await this.readChildren();
       this.render();
       this.catchUp();
     } catch (error) {
@@ -253,6 +380,18 @@ export class Timeline {
     if (this.again) {
       this.again = false;
       await this.read();
+    }
+  }
+
+  /** Read this session's children when a subagent call's child is not known yet (its index
+   * row is written before the call's Step starts it); a failed read nests nothing. */
+  async readChildren() {
+    const unknown = (this.entries ?? []).some((entry) => entry.step_type === "CallSubagent" && entry.tool_call_id && !this.children.has(entry.tool_call_id));
+    if (!unknown || !this.sessionId) return;
+    try {
+      this.children = await childrenByCall(this.sessionId);
+    } catch {
+      // The Steps show without their children.
     }
   }
 
@@ -272,38 +411,18 @@ export class Timeline {
 
   /** The tool call or approval a Step belongs to, in words ("" for the others). */
   belongsTo(step) {
-    const [, kind] = STEP_KINDS[step.stepType] ?? ["", ""];
     if (!step.toolCallId) return "";
-    const name = this.toolName(step.toolCallId) ?? this.toolNames.get(step.toolCallId) ?? step.toolName;
-    const call = name ? `${name} (${step.toolCallId})` : step.toolCallId;
-    return kind === "approval" ? `approval of ${call}` : `tool call ${call}`;
+    const child = this.children.get(step.toolCallId);
+    const name = this.toolName(step.toolCallId) ?? this.toolNames.get(step.toolCallId) ?? step.toolName ?? (child?.agent ? `agent__${child.agent}` : null);
+    return callText(step, name);
   }
 
   render() {
     const steps = groupSteps(this.entries ?? [], this.running);
-    this.list.replaceChildren(
-      ...steps.map((step) => {
-        const [name, kind] = STEP_KINDS[step.stepType] ?? [step.stepType, ""];
-        // A model Step is the model call itself: its number is the call's.
-        const label = kind === "model" ? `${name} #${step.id.replace(/^\D+-/, "")}` : name;
-        const belongs = this.belongsTo(step);
-        const item = el(
-          "li",
-          { class: "timeline-step", dataset: { status: step.status, step: step.id } },
-          el(
-            "div",
-            { class: "timeline-step-head" },
-            el("strong", { class: "timeline-step-kind" }, label),
-            el("code", { class: "timeline-step-id" }, step.id),
-            el("span", { class: `badge timeline-status timeline-status-${step.status}` }, STATUS_TEXT[step.status]),
-          ),
-          belongs ? el("p", { class: "timeline-belongs small" }, `For ${belongs}`) : null,
-        );
-        if (step.methods.length) item.append(el("ul", { class: "timeline-methods small" }, step.methods.map((entry) => methodLine(entry, step))));
-        else item.append(el("p", { class: "timeline-methods small muted" }, `Attempt ${step.attempt ?? 1} running`));
-        return item;
-      }),
-    );
+    this.list.replaceChildren(...stepItems(steps, {
+      belongsTo: (step) => this.belongsTo(step),
+      nestFor: (step) => nestedSteps(step, this.children, this.nested, 1),
+    }));
     this.state.textContent = steps.length ? `${steps.length} Step${steps.length === 1 ? "" : "s"}` : "No Step has run yet.";
   }
 }

@@ -124,6 +124,37 @@ def test_a_childs_chat_page_links_its_parent_for_those_who_may_read_it(client: A
     assert "Subagent of" not in client.get(f"/sessions/{parent.pk}/").content.decode()
 
 
+def test_the_sessions_list_gives_a_sessions_children_to_those_who_may_read_them(
+    client: Any,
+) -> None:
+    lead = AgentDefinitionFactory.create(slug="lead")
+    helper = AgentDefinitionFactory.create(slug="helper")
+    parent = AgentSessionFactory.create(agent=lead)
+    child = AgentSessionFactory.create(
+        id=f"SubFlow:{parent.pk}-CallSubagent-1-0", agent=helper, owner=parent.owner,
+        parent=parent, parent_tool_call_id="call_1",
+    )
+    AgentSessionFactory.create(agent=helper, owner=parent.owner)  # not a child
+    other = AgentSessionFactory.create(agent=lead)
+    AgentSessionFactory.create(
+        id=f"SubFlow:{other.pk}-CallSubagent-1-0", agent=helper, owner=other.owner,
+        parent=other, parent_tool_call_id="call_1",
+    )
+    client.force_login(parent.owner)
+
+    listed = client.get("/api/v1/sessions/", {"parent": parent.pk})
+    strangers = client.get("/api/v1/sessions/", {"parent": other.pk})
+
+    assert listed.status_code == 200, listed.content
+    rows = listed.json()["results"] if isinstance(listed.json(), dict) else listed.json()
+    assert [(row["id"], row["parent_session"], row["parent_tool_call_id"]) for row in rows] == [
+        (child.pk, parent.pk, "call_1")
+    ]
+    assert strangers.status_code == 200
+    assert (strangers.json()["results"] if isinstance(strangers.json(), dict)
+            else strangers.json()) == []
+
+
 def test_admin_edits_an_agents_subagents_inline(client: Any) -> None:
     admin = UserFactory.create(is_staff=True, is_superuser=True)
     lead = AgentDefinitionFactory.create(slug="lead")

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { activityRow, announcedMessageId } from "../../../../agents_app/static/agents_app/activity.mjs";
+import { SubagentTally, activityRow, announcedMessageId, subagentGroupLabel, subagentSummary } from "../../../../agents_app/static/agents_app/activity.mjs";
 
 const finished = (data) => activityRow({ type: "tool_call_finished", data: { tool_name: "t", ...data } });
 
@@ -46,4 +46,36 @@ test("a subagent's start and end link its child session's page", () => {
   assert.equal(failed.detail, "agent__demo: failed");
   assert.equal(failed.tone, "error");
   assert.equal(activityRow({ type: "subagent_finished", data: { outcome: "completed" } }).href, null);
+});
+
+test("a subagent group's summary counts the child's tool calls and says how the call stands", () => {
+  assert.equal(subagentSummary({ toolName: "agent__demo", toolCalls: 3, state: "completed" }), "agent__demo: 3 tool calls, finished");
+  assert.equal(subagentSummary({ toolName: "agent__demo", toolCalls: 1, state: "running" }), "agent__demo: 1 tool call, running");
+  assert.equal(subagentSummary({ toolName: "agent__demo", toolCalls: 0, state: "ended" }), "agent__demo: 0 tool calls, finished");
+  assert.equal(subagentSummary({ toolName: "", toolCalls: 0, state: "failed" }), "subagent: 0 tool calls, failed");
+  assert.equal(subagentGroupLabel({ toolName: "agent__demo", title: "Post hi", childId: "c" }), "Subagent demo session Post hi");
+  assert.equal(subagentGroupLabel({ toolName: "agent__demo", title: "", childId: "SubFlow:s-CallSubagent-1-0" }), "Subagent demo session SubFlow:s-CallSubagent-1-0");
+});
+
+test("a child's events are taken once per token, and its turn's end ends the call", () => {
+  const tally = new SubagentTally();
+  const deferred = { type: "tool_call_deferred", data: { tool_call_id: "call_1", tool_name: "slack__post_message" } };
+  assert.equal(tally.take(deferred, "1-0"), true);
+  // The live feed and a replay of the same Stream deliver the same token: shown once.
+  assert.equal(tally.take(deferred, "1-0"), false);
+  assert.equal(tally.take({ type: "tool_call_deferred", data: { tool_call_id: "call_2" } }, "2-0"), true);
+  // One call's events after its request add no call.
+  assert.equal(tally.take({ type: "tool_call_finished", data: { tool_call_id: "call_1", status: "succeeded" } }, "3-0"), true);
+  assert.equal(tally.toolCalls.size, 2);
+  assert.equal(tally.state, "running");
+  tally.take({ type: "turn_failed", data: { error: "boom" } }, "4-0");
+  assert.equal(tally.state, "failed");
+  // "ended" (only the index says the child stopped) does not replace a known ending...
+  assert.equal(tally.end("ended"), false);
+  assert.equal(tally.state, "failed");
+  // ...but a known ending replaces "ended".
+  const quiet = new SubagentTally();
+  assert.equal(quiet.end("ended"), true);
+  quiet.take({ type: "turn_completed" }, "9-0");
+  assert.equal(quiet.state, "completed");
 });
