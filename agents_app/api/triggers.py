@@ -47,6 +47,7 @@ from rest_framework.exceptions import APIException, AuthenticationFailed, NotFou
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from agents_app.api.async_views import AsyncAPIView, db
 from agents_app.api.schema import (
@@ -286,11 +287,23 @@ class AgentTriggerApi(DexErrorsMixin, AsyncAPIView):
         key = trigger_services.delivery_idempotency_key(
             trigger=trigger, headers=request.headers, body=data
         )
+        source = (
+            f"The {trigger.idempotency_header} header"
+            if request.headers.get(trigger.idempotency_header, "").strip()
+            else "The body's event_id"
+        )
         if len(key) > trigger_services.IDEMPOTENCY_KEY_MAX_CHARS:
             raise ValidationError({"idempotency_key": [
-                f"The {trigger.idempotency_header} header is longer than "
+                f"{source} is longer than "
                 f"{trigger_services.IDEMPOTENCY_KEY_MAX_CHARS} characters."
             ]})
+        # Text the database cannot store (a lone UTF-16 surrogate such as "\ud800", which JSON
+        # can spell) is refused as POST /api/v1/sessions/ refuses it.
+        for field, text in (("body", message), ("idempotency_key", key)):
+            try:
+                ProhibitSurrogateCharactersValidator()(text)
+            except ValidationError as error:
+                raise ValidationError({field: error.detail}) from None
         if not key and trigger.idempotency_required:
             also = (
                 " (or an event_id in the body)"

@@ -149,7 +149,9 @@ def schedule_list_view(request: HttpRequest) -> HttpResponse:
     run and last run's outcome; pause and resume (``schedule_enabled_view``)."""
     rows = [
         {"schedule": schedule, "next_runs": schedule_reads.schedule_next_runs(
-            schedule=schedule, count=1)}
+            schedule=schedule, count=1),
+         "last_outcome": schedule_reads.schedule_outcome_text(
+             getattr(schedule, "last_outcome", None))}
         for schedule in schedule_reads.schedule_list(owner=request.user)
     ]
     return render(request, "agents_app/schedule_list.html", {"rows": rows})

@@ -97,18 +97,24 @@ def schedule_runs_recent(
         zone: datetime.tzinfo = zoneinfo.ZoneInfo(schedule.timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         zone = datetime.UTC
-    labels = dict(ScheduleRunOutcome.choices)
     return [
         ScheduleRunRow(
             slot=run.slot.astimezone(zone),
             outcome=run.outcome,
-            outcome_text=str(labels.get(run.outcome, run.outcome)).capitalize(),
+            outcome_text=schedule_outcome_text(run.outcome),
             detail=run.detail,
             session_id=run.session_id,
             session_title=run.session.title if run.session is not None else "",
         )
         for run in schedule_runs(schedule=schedule)[:limit]
     ]
+
+
+def schedule_outcome_text(outcome: str | None) -> str:
+    """A run's outcome in words, as the pages show it ("Message sent"); ``""`` for none."""
+    if not outcome:
+        return ""
+    return str(dict(ScheduleRunOutcome.choices).get(outcome, outcome)).capitalize()
 
 
 def schedule_next_runs(

@@ -158,7 +158,8 @@ def _failure_detail(error: Exception) -> str:
     if isinstance(error, session_input.QueueFullError):
         return "The session's message queue is full."
     if isinstance(error, dex_gateway.SessionNotFoundError):
-        return "The schedule's session no longer exists."
+        return ("The schedule's session was stopped or deleted; choose another session, or "
+                "none to let the next run create one.")
     if isinstance(error, ScheduleValidationError):
         return str(error)
     return f"{type(error).__name__}: {error}"[:500]

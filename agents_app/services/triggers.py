@@ -132,8 +132,12 @@ def signature_verify(
     stamp_header = TIMESTAMP_HEADERS.get(style)
     if stamp_header is not None:
         stamp = headers.get(stamp_header, "")
-        if not stamp.isdigit() or len(stamp) > 12:
+        if not stamp:
             raise TriggerSignatureError(f"The {stamp_header} header is missing.")
+        if not stamp.isdigit() or len(stamp) > 12:
+            raise TriggerSignatureError(
+                f"The {stamp_header} header must be a whole number of seconds since the epoch."
+            )
         current = time.time() if now is None else now
         if abs(current - int(stamp)) > TIMESTAMP_TOLERANCE_SECONDS:
             raise TriggerSignatureError(f"The {stamp_header} is more than five minutes from now.")
@@ -200,6 +204,10 @@ def delivery_idempotency_key(
     if key or trigger.signature_style != TriggerSignatureStyle.SLACK:
         return key
     event_id = body.get("event_id")
+    # Slack's event IDs are strings; a number stands for itself too, so that two deliveries
+    # of one event never both start a session.
+    if isinstance(event_id, int) and not isinstance(event_id, bool):
+        event_id = str(event_id)
     key = event_id.strip() if isinstance(event_id, str) else ""
     retry = headers.get("X-Slack-Retry-Num", "")
     if retry:

@@ -16,6 +16,7 @@
 
 import { clockTime, el } from "./dom.mjs";
 import { sessionPagePath } from "./urls.mjs";
+import { SUBAGENT_CANCELLED, SUBAGENT_PREFIX } from "./turn_notice.mjs";
 import { usdDisplay } from "./usage_display.mjs";
 
 const ACTIVITY_LIMIT = 100;
@@ -31,6 +32,10 @@ function usageText(usage) {
 function toolFinishedRow(data) {
   const tool = data.tool_name ?? "";
   const outcome = typeof data.outcome === "string" ? data.outcome : "";
+  if (data.status === "cancelled" && tool.startsWith(SUBAGENT_PREFIX)) {
+    // A subagent call may be cancelled after its child started: the child is stopped.
+    return { kind: "Tool finished", detail: `${tool}: ${SUBAGENT_CANCELLED}`, tone: "muted" };
+  }
   if (data.status === "cancelled") {
     return { kind: "Tool finished", detail: `${tool}: cancelled before it ran`, tone: "muted" };
   }

@@ -534,3 +534,39 @@ def test_admin_lists_the_deliveries_with_links_to_their_sessions(
     assert f'href="/admin/agents_app/agentsession/{session.pk}/change/"' in page
     assert "d-42" in page and "d-43" in page and "(starting)" in page
     assert SECRET not in page
+
+
+def test_a_lone_surrogate_the_message_would_carry_is_400(trigger: AgentTrigger) -> None:
+    # JSON may spell a lone UTF-16 surrogate; the database cannot store it (was a 500).
+    body = b'{"pull_request": {"number": 1, "title": "t"}, "sender": {"login": "\\ud800"}}'
+    response = post(body, **github_headers(body, delivery="d-surrogate"))
+    assert response.status_code == 400, response.content
+    assert response.json() == {"body": ["Surrogate characters are not allowed: U+D800."]}
+    assert TriggerDelivery.objects.count() == 0
+
+
+def test_a_timestamp_that_is_no_number_is_401_saying_so(slack_trigger: AgentTrigger) -> None:
+    body = b'{"event": {"text": "hi"}}'
+    for stamp in ("abc", "1733.5", "-1"):
+        headers = slack_headers(body, int(time.time()))
+        headers["HTTP_X_SLACK_REQUEST_TIMESTAMP"] = stamp
+        response = post(body, **headers)
+        assert response.status_code == 401, response.content
+        assert "whole number of seconds" in response.json()["detail"], stamp
+
+
+def test_slack_event_ids_key_deliveries_and_name_their_source(
+    slack_trigger: AgentTrigger, engine_down: str
+) -> None:
+    long_id = json.dumps({"event_id": "E" * 201, "event": {"text": "hi"}}).encode()
+    response = post(long_id, **slack_headers(long_id, int(time.time())))
+    assert response.status_code == 400, response.content
+    assert response.json()["idempotency_key"] == [
+        "The body's event_id is longer than 200 characters."
+    ]
+    slack_trigger.idempotency_required = True
+    slack_trigger.save()
+    # A number is a key too (it used to be ignored, so each delivery started a session).
+    numbered = json.dumps({"event_id": 12345, "event": {"text": "hi"}}).encode()
+    response = post(numbered, **slack_headers(numbered, int(time.time())))
+    assert response.status_code == 503, response.content  # got past the key, to the engine

@@ -95,3 +95,12 @@ def test_another_users_schedule_page_is_404(
 ) -> None:
     assert page(other_user, schedule).status_code == 404
     assert page(owner, schedule).status_code == 200
+
+
+def test_the_list_names_the_last_runs_outcome_in_words(owner: Any, schedule: Schedule) -> None:
+    ScheduleRun.objects.create(schedule=schedule, slot=SLOT, outcome="message_sent")
+    client = Client()
+    client.force_login(owner)
+    html = client.get("/schedules/").content.decode()
+    assert '<span class="small">Message sent</span>' in html
+    assert "Messagesent" not in html

@@ -16,6 +16,9 @@ test("a finished call's outcome corrects what its status alone says", () => {
   // Without an outcome (events written before it existed) the status is shown as it is.
   assert.equal(finished({ status: "succeeded" }).detail, "t: succeeded");
   assert.equal(finished({ status: "cancelled", outcome: "x" }).detail, "t: cancelled before it ran");
+  // A subagent call may have started its child, which the cancel stopped.
+  assert.equal(finished({ tool_name: "agent__demo", status: "cancelled" }).detail,
+    "agent__demo: cancelled; a subagent session it had started was stopped");
 });
 
 test("an approval a steer withdrew reads as withdrawn", () => {

@@ -73,3 +73,11 @@ test("the platform's own JSON results read as sentences; other results are left 
   assert.equal(platformResultText('["cancelled"]'), null);
   assert.equal(platformResultText("Tool call was rejected and did not run: no"), null);
 });
+
+test("a cancelled subagent call does not claim it never ran", () => {
+  const notice = readTurnNotice([
+    "[Dex] The previous turn was cancelled; its tool calls ended as follows (cancelled ones did not run):",
+    '- agent__demo {"task": "post"} -> cancelled: {"status": "cancelled", "reason": "turn_cancelled_by_user"}',
+  ].join("\n"));
+  assert.equal(notice.calls[0].ending, "cancelled; a subagent session it had started was stopped");
+});
