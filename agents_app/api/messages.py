@@ -42,7 +42,11 @@ from agents_app.api.events import (
 from agents_app.api.fields import BodySerializer, StrictBooleanField, StrictCharField
 from agents_app.api.query import query_values
 from agents_app.api.schema import CONFLICT, error_response, field_errors_serializer
-from agents_app.api.session_access import SessionOwnedMixin, SessionStopped
+from agents_app.api.session_access import (
+    SessionOwnedMixin,
+    SessionStopped,
+    SubagentSessionInput,
+)
 from agents_app.api.session_schema import DELIVERY_FIELD, SNAPSHOT_SCHEMA, SessionMessageSerializer
 from agents_app.conf import dexagents_setting
 from agents_app.gateway import dex_gateway, event_stream
@@ -229,7 +233,8 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
             409: error_response(
                 409,
                 CONFLICT,
-                "The session is stopped, or its queue is full (DEXAGENTS_MAX_QUEUED_MESSAGES "
+                "The session is stopped or is a subagent's session, or its queue is full "
+                "(DEXAGENTS_MAX_QUEUED_MESSAGES "
                 "messages wait, or their texts with this one would pass 2 MiB of JSON); "
                 "nothing changed.",
             ),
@@ -287,6 +292,8 @@ class SessionMessageApi(SessionOwnedMixin, AsyncAPIView):
         serializer.is_valid(raise_exception=True)
         if session.status == SESSION_STATUS_STOPPED:
             raise SessionStopped()
+        if session.parent_id is not None:
+            raise SubagentSessionInput()
         try:
             accepted = session_message_send(
                 session=session,

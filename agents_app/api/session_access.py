@@ -94,6 +94,18 @@ class SessionStopped(APIException):
     default_code = "session_stopped"
 
 
+class SubagentSessionInput(APIException):
+    """409: the session is a subagent's child (issue 29): it answers its parent's task in one
+    turn and then completes, so a message sent to it would never be read."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = (
+        "This is a subagent's session: it answers its parent's task and takes no messages. "
+        "Send the parent session a message instead."
+    )
+    default_code = "subagent_session"
+
+
 OWNER_ONLY_DETAIL = (
     "Only the session's owner may write to it (messages, its queue, answers, plan "
     "execution); staff may read it, stop it and decide its approvals."

@@ -327,6 +327,22 @@ def test_a_stopped_session_refuses_queue_writes_with_409_and_lists_no_queue(
     assert owner_client.get(QUEUE).json() == {"queued": [], "steered": [], "partial": False}
 
 
+def test_a_subagents_session_takes_no_message_and_keeps_none(
+    owner: Any, owner_client: APIClient, owned_session: AgentSession, engine_down: str
+) -> None:
+    # It answers its parent's task in one turn and completes: a message would never be read.
+    child = AgentSessionFactory.create(
+        id="SubFlow:ses_fffffffffffffffffffffffffffffff9-CallSubagent-1-0", owner=owner,
+        agent=owned_session.agent, parent=owned_session, parent_tool_call_id="call_1",
+    )
+    response = owner_client.post(
+        f"/api/v1/sessions/{child.pk}/messages/", {"text": "hi"}, format="json"
+    )
+    assert response.status_code == 409, response.content
+    assert "subagent's session" in response.json()["detail"]
+    assert not OutboxMessage.objects.filter(session=child).exists()
+
+
 def test_an_implausible_message_id_is_404_before_dex_is_asked(
     owner_client: APIClient, owned_session: AgentSession, engine_down: str
 ) -> None:
