@@ -11,7 +11,7 @@ parent's call gets the child's answer once.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -30,6 +30,35 @@ pytestmark = pytest.mark.e2e
 POST_HI = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "hi"})
 
 
+def child_approval_probe(
+    stack: Any, parent_id: str, *, approver: str = "staff"
+) -> Callable[[], dict[str, Any] | None]:
+    """A probe for ``wait_until``: the pending approval of ``parent_id``'s child, as
+    ``approver`` lists it (``GET /api/v1/approvals/``), or None. ``stack`` is a relay or page
+    stack (both have ``api(persona)``)."""
+
+    def child_approval() -> dict[str, Any] | None:
+        with stack.api(approver) as api:
+            items = api.get("/api/v1/approvals/").json()
+        return next((item for item in items if item["parent_session"] == parent_id), None)
+
+    return child_approval
+
+
+def start_parent_with_waiting_child(
+    stack: Any, task: str, *, approver: str = "staff", timeout: float = 60
+) -> tuple[str, dict[str, Any]]:
+    """Start a ``demo-lead`` session whose subagent call gets ``task``, and wait until the
+    child's approval is listed: ``(parent session ID, the pending approval)``."""
+    with stack.api("owner") as owner:
+        created = owner.post("/api/v1/sessions/", json={
+            "agent": "demo-lead", "message": "/tool agent__demo " + json.dumps({"task": task})})
+        assert created.status_code == 201, created.text
+        parent_id = str(created.json()["id"])
+    probe = child_approval_probe(stack, parent_id, approver=approver)
+    return parent_id, wait_until("the child's approval", probe, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("subagents")) as platform:
@@ -39,18 +68,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def test_a_child_approval_completes_the_parents_call_once_across_a_worker_kill(
     stack: Stack,
 ) -> None:
-    message = "/tool agent__demo " + json.dumps({"task": POST_HI})
-    with stack.api("owner") as owner:
-        created = owner.post("/api/v1/sessions/", json={"agent": "demo-lead", "message": message})
-        assert created.status_code == 201, created.text
-        parent_id = str(created.json()["id"])
-
-    def child_approval() -> dict[str, Any] | None:
-        with stack.api("staff") as staff:
-            items = staff.get("/api/v1/approvals/").json()
-        return next((item for item in items if item["parent_session"] == parent_id), None)
-
-    pending = wait_until("the child's approval", child_approval, timeout=60)
+    parent_id, pending = start_parent_with_waiting_child(stack, POST_HI)
     child_id = str(pending["session"])
     assert child_id == f"SubFlow:{parent_id}-CallSubagent-1-0"
     assert pending["parent_session_title"]
@@ -92,18 +110,9 @@ def test_a_child_approval_completes_the_parents_call_once_across_a_worker_kill(
 
 
 def test_stopping_the_parent_stops_its_running_child(stack: Stack) -> None:
-    message = "/tool agent__demo " + json.dumps({"task": POST_HI})
-    with stack.api("owner") as owner:
-        created = owner.post("/api/v1/sessions/", json={"agent": "demo-lead", "message": message})
-        assert created.status_code == 201, created.text
-        parent_id = str(created.json()["id"])
-
-    def child_approval() -> dict[str, Any] | None:
-        with stack.api("staff") as staff:
-            items = staff.get("/api/v1/approvals/").json()
-        return next((item for item in items if item["parent_session"] == parent_id), None)
-
-    child_id = str(wait_until("the child's approval", child_approval, timeout=60)["session"])
+    parent_id, pending = start_parent_with_waiting_child(stack, POST_HI)
+    child_approval = child_approval_probe(stack, parent_id)
+    child_id = str(pending["session"])
     with stack.api("owner") as owner:
         stopped = owner.post(f"/api/v1/sessions/{parent_id}/stop/")
         assert stopped.status_code in (200, 202, 204), stopped.text

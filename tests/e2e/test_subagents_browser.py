@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 from playwright.sync_api import expect
@@ -20,6 +19,7 @@ from tests.e2e.browser import VIEWPORTS
 from tests.e2e.conftest import wait_until
 from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_pages_browser import screenshot
+from tests.e2e.test_subagents import start_parent_with_waiting_child
 
 pytestmark = pytest.mark.e2e
 
@@ -29,18 +29,9 @@ def test_the_parents_activity_nests_the_child_and_the_pages_link_both_ways(
     contexts: Contexts, stack: PageStack, viewport: dict[str, int]
 ) -> None:
     task = "/tool slack__post_message " + json.dumps({"channel": "general", "text": "nested"})
-    with stack.api("owner") as api:
-        created = api.post("/api/v1/sessions/", json={
-            "agent": "demo-lead", "message": "/tool agent__demo " + json.dumps({"task": task})})
-        assert created.status_code == 201, created.text
-        parent_id = str(created.json()["id"])
-
-    def child_approval() -> dict[str, Any] | None:
-        with stack.api("reviewer") as api:
-            items = api.get("/api/v1/approvals/").json()
-        return next((item for item in items if item["parent_session"] == parent_id), None)
-
-    pending = wait_until("the child's approval", child_approval, timeout=90)
+    parent_id, pending = start_parent_with_waiting_child(
+        stack, task, approver="reviewer", timeout=90
+    )
     child_id = str(pending["session"])
 
     inbox = contexts.logged_in("reviewer", viewport=viewport)
