@@ -24,6 +24,7 @@ from agents_app.models import (
     AgentTrigger,
     TriggerSignatureStyle,
 )
+from agents_app.services.triggers import trigger_secret_new
 
 DEMO_AGENT_SLUG = "demo"
 DEMO_MODEL = "openai/dexagents-demo"
@@ -411,7 +412,7 @@ def demo_seed() -> DemoSeedResult:
             "signature_style": TriggerSignatureStyle.GITHUB,
             "idempotency_header": "X-GitHub-Delivery",
             # Never shown: an admin rotates it (the new one is shown once) to send events.
-            "secret": "trsec_" + secrets.token_urlsafe(32),
+            "secret": trigger_secret_new(),
         },
     )
     if trigger_created:
