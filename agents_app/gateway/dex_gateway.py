@@ -37,7 +37,7 @@ import grpc
 
 from agents_app.conf import dexagents_setting
 from agents_app.gateway import snapshot_cache
-from agents_app.gateway.engine_connection import connection
+from agents_app.gateway.engine_connection import connection, flow_stop
 from agents_app.gateway.engine_errors import (
     EngineUnavailableError,
     MessageNotFoundError,
@@ -152,14 +152,7 @@ async def session_stop(*, session_id: str, reason: str) -> None:
     Announces ``session_stopped {"reason"}`` on the session's AgentEvents Stream (best
     effort), so open pages show the stop at once.
     """
-    from dex import StopFlowOptions
-
-    try:
-        await connection().client.stop_flow(session_id, StopFlowOptions(reason=reason))
-    except Exception as error:
-        translated = translate(error, session_id)
-        if not isinstance(translated, SessionNotFoundError):
-            raise translated from error
+    await flow_stop(session_id, reason=reason)
     await session_event_announce(
         session_id=session_id, event_type="session_stopped", payload={"reason": reason}
     )

@@ -131,3 +131,22 @@ async def engine_connections_close() -> None:
     channel outlives the loop it is bound to; the next call opens a new one."""
     await connections_close(asyncio.get_running_loop())
 
+
+
+async def flow_stop(flow_id: str, *, reason: str) -> None:
+    """Stop the Flow ``flow_id`` (Dex ``StopFlow``); a Flow Dex no longer has is not an error.
+
+    Raises:
+        engine_errors.EngineUnavailableError: The engine did not answer (or another error
+            ``engine_errors.translate`` gives, other than ``SessionNotFoundError``).
+    """
+    from dex import StopFlowOptions
+
+    from agents_app.gateway.engine_errors import SessionNotFoundError, translate
+
+    try:
+        await connection().client.stop_flow(flow_id, StopFlowOptions(reason=reason))
+    except Exception as error:
+        translated = translate(error, flow_id)
+        if not isinstance(translated, SessionNotFoundError):
+            raise translated from error

@@ -11,12 +11,8 @@ May import: the rest of the gateway, the worker's schedule Flow and the Dex SDK.
 
 from __future__ import annotations
 
-from agents_app.gateway.engine_connection import connection
-from agents_app.gateway.engine_errors import (
-    SessionAlreadyStartedError,
-    SessionNotFoundError,
-    translate,
-)
+from agents_app.gateway.engine_connection import connection, flow_stop
+from agents_app.gateway.engine_errors import SessionAlreadyStartedError, translate
 from agents_app.worker.schedule_flow import ScheduleSlotRef, schedule_flow_id
 
 
@@ -56,12 +52,4 @@ async def schedule_flow_stop(*, schedule_id: int, generation: int, reason: str) 
     Raises:
         EngineUnavailableError: The engine did not answer.
     """
-    from dex import StopFlowOptions
-
-    flow_id = schedule_flow_id(schedule_id=schedule_id, generation=generation)
-    try:
-        await connection().client.stop_flow(flow_id, StopFlowOptions(reason=reason))
-    except Exception as error:
-        translated = translate(error, flow_id)
-        if not isinstance(translated, SessionNotFoundError):
-            raise translated from error
+    await flow_stop(schedule_flow_id(schedule_id=schedule_id, generation=generation), reason=reason)
