@@ -8,13 +8,13 @@ schedule listed, paused and resumed, and a schedule's page listing the runs it f
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.browser import NARROW, WIDE, serious_axe_violations
+from tests.e2e.conftest import wait_until
 from tests.e2e.page_stack import Contexts, PageStack
 from tests.e2e.test_pages_browser import screenshot
 
@@ -95,16 +95,13 @@ def test_the_schedules_page_lists_its_runs_with_their_sessions(
         })
         assert created.status_code == 201, created.text
         schedule_id = created.json()["id"]
-        deadline = time.monotonic() + 60
-        run: dict[str, Any] = {}
-        while time.monotonic() < deadline:
+
+        def sent_run() -> dict[str, Any] | None:
             runs = api.get(f"/api/v1/schedules/{schedule_id}/runs/").json()["results"]
             done = [item for item in runs if item["outcome"] == "message_sent"]
-            if done:
-                run = done[-1]
-                break
-            time.sleep(0.5)
-        assert run, "no run of the schedule was sent within 60 s"
+            return done[-1] if done else None
+
+        run = wait_until("a run of the schedule to be sent", sent_run, timeout=60)
         paused = api.patch(f"/api/v1/schedules/{schedule_id}/", json={"enabled": False})
         assert paused.status_code == 200, paused.text
     try:
