@@ -152,6 +152,11 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
         _note_attempt(OutboxMessage, message.pk, refusal)
         raise BudgetDeferred(refusal)
     reserved = _turn_reserve(message)
+    # The delivery time is taken before the send: the turn it starts may begin, end and be
+    # observed by the worker before the send's answer comes back, and a time taken after
+    # that would make the idle session look about to run (``active_sessions_count``) until
+    # its next observation, holding the owner's other messages that long.
+    sent_at = timezone.now()
     try:
         sent = dex_gateway.run(
             input_rpcs.session_send_message(
@@ -178,9 +183,8 @@ def outbox_message_deliver(*, message: OutboxMessage) -> str:
         # The text is never blank (the API validates it), so the queue is full.
         _note_attempt(OutboxMessage, message.pk, "The session's message queue is full.")
         raise QueueFullDeferred("The session's message queue is full.")
-    now = timezone.now()
     delivered = OutboxMessage.objects.filter(pk=message.pk, delivery=Delivery.PENDING).update(
-        delivery=Delivery.DELIVERED, delivered_at=now, attempts=F("attempts") + 1, last_error=""
+        delivery=Delivery.DELIVERED, delivered_at=sent_at, attempts=F("attempts") + 1, last_error=""
     )
     try:
         message.refresh_from_db()

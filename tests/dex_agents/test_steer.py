@@ -236,3 +236,41 @@ async def test_a_message_keeps_the_time_its_sender_gives_it(tmp_path: Path) -> N
         snapshot = await wait_for_idle(sessions, "session-1", message_count=7)
         kept = [message for message in snapshot.messages if message.text == "kept a while"]
         assert [message.created_at for message in kept] == [sent]
+
+
+async def test_the_queue_lists_a_steered_message_apart_from_the_queued_ones(
+    tmp_path: Path,
+) -> None:
+    async with session_at_gate(tmp_path, flow_type=STEERING_FLOW_TYPE) as (_, sessions, _, gate):
+        assert await sessions.send_user_message("session-1", "first", client_id="c-first")
+        assert await sessions.send_user_message(
+            "session-1", "second", plan_mode=True, client_id="c-second"
+        )
+        # The second one is steered: the steered Channel's first message must not be taken
+        # for the queued Channel's first one.
+        assert await sessions.steer_queued_message("session-1", "c-second")
+        queue = await sessions.get_message_queue("session-1")
+        assert [(item.client_id, item.plan_mode) for item in queue.steered] == [
+            ("c-second", True)
+        ]
+        assert [(item.client_id, item.text) for item in queue.queued] == [("c-first", "first")]
+        snapshot = await sessions.get_agent_snapshot("session-1")
+        assert [item.text for item in snapshot.steered_messages] == ["second"]
+        assert [item.text for item in snapshot.queued_messages] == ["first"]
+        gate.release()
+
+
+async def test_a_message_steered_while_the_last_model_call_streams_starts_the_next_turn(
+    tmp_path: Path,
+) -> None:
+    async with session_at_gate(
+        tmp_path, "model_hold", "hold", flow_type=STEERING_FLOW_TYPE
+    ) as (_, sessions, _, gate):
+        assert await sessions.send_user_message("session-1", "queued first", client_id="q1")
+        assert await sessions.send_user_message("session-1", "steered", client_id="q2")
+        assert await sessions.steer_queued_message("session-1", "q2")
+        gate.release()
+        # The call answers without tools, so the turn ends; the steered message, sent after
+        # the other one, is the next turn all the same.
+        snapshot = await wait_for_idle(sessions, "session-1", message_count=6)
+        assert user_texts(snapshot) == ["hold", "steered", "queued first"]

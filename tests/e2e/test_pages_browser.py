@@ -755,7 +755,20 @@ def test_screenshots_of_the_queue_with_a_steered_and_a_queued_message(
     expect(queued.filter(has_text="release checklist").locator(".badge-plan")).to_have_text(
         "Plan mode"
     )
-    queued.filter(has_text="French").get_by_role("button", name="Steer queued message").click()
+    # By keyboard (focus, then Enter): the answer streaming above moves the list, and a
+    # pointer click aimed a moment earlier can land on the neighbouring row's button.
+    queued.filter(has_text="French").get_by_role("button", name="Steer queued message").press(
+        "Enter"
+    )
+    with stack.api("owner") as api:
+        # What the server steered, apart from what the page shows of it.
+        def steered_texts() -> list[str] | None:
+            listed = api.get(f"/api/v1/sessions/{session_id}/queue/").json()["steered"]
+            return [entry["text"] for entry in listed] or None
+
+        assert wait_until("the server to list a steered message", steered_texts) == [
+            "Actually, answer in French."
+        ]
     steered = queue.locator('li[data-kind="steered"]')
     expect(steered).to_contain_text("Steering")
     expect(steered).to_contain_text("Actually, answer in French.")
