@@ -52,10 +52,11 @@ typecheck: install
 
 # Two test processes (pytest-xdist), each module kept on one of them (--dist loadfile: a
 # module's stack serves all its tests): most e2e time is spent waiting on real processes.
+# Modules are handed out longest first (tests/module_order.py), not by xdist's test count.
 PYTEST_WORKERS ?= 2
 
 pytest: install peers chromium
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck pytest
 

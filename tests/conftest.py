@@ -230,3 +230,18 @@ def engine(settings: Any, tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.module_order import ModuleTimes
+
+    # On an xdist worker the controller reports; a worker has ``workerinput``.
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(ModuleTimes(), "dexagents-module-times")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> None:
+    """Longest modules first (``tests/module_order.py``)."""
+    from tests.module_order import longest_first, read_durations
+
+    items[:] = longest_first(items, read_durations())

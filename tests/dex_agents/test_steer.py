@@ -249,6 +249,12 @@ async def test_the_queue_lists_a_steered_message_apart_from_the_queued_ones(
         # The second one is steered: the steered Channel's first message must not be taken
         # for the queued Channel's first one.
         assert await sessions.steer_queued_message("session-1", "c-second")
+        # ResumeTurn takes a steered message at once; between its wait consuming the message
+        # and its commit keeping it for the next model call, neither lists it.
+        await wait_for_agent_snapshot(
+            sessions, "session-1", lambda snapshot: snapshot.steered_messages or None,
+            description="the steered message listed",
+        )
         queue = await sessions.get_message_queue("session-1")
         assert [(item.client_id, item.plan_mode) for item in queue.steered] == [
             ("c-second", True)
