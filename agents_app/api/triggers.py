@@ -284,19 +284,12 @@ class AgentTriggerApi(DexErrorsMixin, AsyncAPIView):
             message = trigger_services.trigger_message_render(trigger=trigger, body=data)
         except trigger_services.TriggerMessageError as error:
             raise ValidationError({"body": [str(error)]}) from None
-        key = trigger_services.delivery_idempotency_key(
-            trigger=trigger, headers=request.headers, body=data
-        )
-        source = (
-            f"The {trigger.idempotency_header} header"
-            if request.headers.get(trigger.idempotency_header, "").strip()
-            else "The body's event_id"
-        )
-        if len(key) > trigger_services.IDEMPOTENCY_KEY_MAX_CHARS:
-            raise ValidationError({"idempotency_key": [
-                f"{source} is longer than "
-                f"{trigger_services.IDEMPOTENCY_KEY_MAX_CHARS} characters."
-            ]})
+        try:
+            key = trigger_services.delivery_idempotency_key(
+                trigger=trigger, headers=request.headers, body=data
+            )
+        except trigger_services.TriggerKeyError as error:
+            raise ValidationError({"idempotency_key": [str(error)]}) from None
         # Text the database cannot store (a lone UTF-16 surrogate such as "\ud800", which JSON
         # can spell) is refused as POST /api/v1/sessions/ refuses it.
         for field, text in (("body", message), ("idempotency_key", key)):

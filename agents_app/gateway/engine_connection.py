@@ -2,12 +2,14 @@
 
 Owns: ``Connection`` (an ``AsyncClient`` of the shared Flow, its ``AgentSessionClient`` and a
 raw FlowService stub), the process's Dex blob cache, the connections of each event loop
-(``connection``; gRPC aio objects are bound to their loop, reference/django-notes.md G1), and
-opening and closing them. Nothing is created at import time, which keeps the module safe to
+(``connection``; gRPC aio objects are bound to their loop, reference/django-notes.md G1),
+opening and closing them, and ``flow_stop`` (StopFlow of any Flow: a session's, a
+schedule's). Nothing is created at import time, which keeps the module safe to
 import in forking processes (Celery prefork).
 
 May import: the settings, the worker side's Flow (``agents_app.worker.flow.build_flow``, lazily),
-the Dex SDK and ``dex_agents``; nothing else of the gateway.
+the Dex SDK, ``dex_agents`` and ``engine_errors`` (for ``flow_stop``); nothing else of the
+gateway.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import grpc
 
 from agents_app.conf import dexagents_setting
+from agents_app.gateway.engine_errors import SessionNotFoundError, translate
 
 
 class Connection:
@@ -132,7 +135,6 @@ async def engine_connections_close() -> None:
     await connections_close(asyncio.get_running_loop())
 
 
-
 async def flow_stop(flow_id: str, *, reason: str) -> None:
     """Stop the Flow ``flow_id`` (Dex ``StopFlow``); a Flow Dex no longer has is not an error.
 
@@ -141,8 +143,6 @@ async def flow_stop(flow_id: str, *, reason: str) -> None:
             ``engine_errors.translate`` gives, other than ``SessionNotFoundError``).
     """
     from dex import StopFlowOptions
-
-    from agents_app.gateway.engine_errors import SessionNotFoundError, translate
 
     try:
         await connection().client.stop_flow(flow_id, StopFlowOptions(reason=reason))

@@ -78,6 +78,11 @@ class TriggerMessageError(ValueError):
     names it), fails, or renders an empty or too long text (400)."""
 
 
+class TriggerKeyError(ValueError):
+    """The delivery's idempotency key is longer than ``IDEMPOTENCY_KEY_MAX_CHARS`` (400); the
+    message names where it came from (the header or the body's ``event_id``)."""
+
+
 class TriggerDeliveryInProgress(Exception):
     """A delivery with this idempotency key is still starting its session (409)."""
 
@@ -198,11 +203,14 @@ def delivery_idempotency_key(
     """The delivery's idempotency key: the trigger's ``idempotency_header``, stripped; for a
     trigger of style ``slack`` without that header, the body's ``event_id`` (Slack sends no
     idempotency header, and a retry, marked ``X-Slack-Retry-Num``, repeats the event's
-    ``event_id``; Slack, "Events API: retries"). ``""`` when there is none. Its length is not
-    checked here (``IDEMPOTENCY_KEY_MAX_CHARS``)."""
+    ``event_id``; Slack, "Events API: retries"). ``""`` when there is none.
+
+    Raises:
+        TriggerKeyError: The key is longer than ``IDEMPOTENCY_KEY_MAX_CHARS``.
+    """
     key = headers.get(trigger.idempotency_header, "").strip()
     if key or trigger.signature_style != TriggerSignatureStyle.SLACK:
-        return key
+        return _key_checked(key, f"The {trigger.idempotency_header} header")
     event_id = body.get("event_id")
     # Slack's event IDs are strings; a number stands for itself too, so that two deliveries
     # of one event never both start a session.
@@ -215,6 +223,12 @@ def delivery_idempotency_key(
             "Trigger %s: Slack retry %s (%s) of event %r",
             trigger, retry, headers.get("X-Slack-Retry-Reason", "no reason given"), key,
         )
+    return _key_checked(key, "The body's event_id")
+
+
+def _key_checked(key: str, source: str) -> str:
+    if len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
+        raise TriggerKeyError(f"{source} is longer than {IDEMPOTENCY_KEY_MAX_CHARS} characters.")
     return key
 
 

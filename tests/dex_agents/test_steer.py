@@ -251,8 +251,8 @@ async def test_the_queue_lists_a_steered_message_apart_from_the_queued_ones(
         assert await sessions.steer_queued_message("session-1", "c-second")
         # ResumeTurn takes a steered message at once; between its wait consuming the message
         # and its commit keeping it for the next model call, neither lists it.
-        await wait_for_agent_snapshot(
-            sessions, "session-1", lambda snapshot: snapshot.steered_messages or None,
+        snapshot = await wait_for_agent_snapshot(
+            sessions, "session-1", lambda snapshot: snapshot if snapshot.steered_messages else None,
             description="the steered message listed",
         )
         queue = await sessions.get_message_queue("session-1")
@@ -260,7 +260,6 @@ async def test_the_queue_lists_a_steered_message_apart_from_the_queued_ones(
             ("c-second", True)
         ]
         assert [(item.client_id, item.text) for item in queue.queued] == [("c-first", "first")]
-        snapshot = await sessions.get_agent_snapshot("session-1")
         assert [item.text for item in snapshot.steered_messages] == ["second"]
         assert [item.text for item in snapshot.queued_messages] == ["first"]
         gate.release()

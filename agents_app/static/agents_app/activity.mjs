@@ -16,7 +16,7 @@
 
 import { clockTime, el } from "./dom.mjs";
 import { sessionPagePath } from "./urls.mjs";
-import { SUBAGENT_CANCELLED, SUBAGENT_PREFIX } from "./turn_notice.mjs";
+import { SUBAGENT_CANCELLED, subagentCancelled } from "./turn_notice.mjs";
 import { usdDisplay } from "./usage_display.mjs";
 
 const ACTIVITY_LIMIT = 100;
@@ -32,7 +32,7 @@ function usageText(usage) {
 function toolFinishedRow(data) {
   const tool = data.tool_name ?? "";
   const outcome = typeof data.outcome === "string" ? data.outcome : "";
-  if (data.status === "cancelled" && tool.startsWith(SUBAGENT_PREFIX)) {
+  if (subagentCancelled(tool, data.status)) {
     // A subagent call may be cancelled after its child started: the child is stopped.
     return { kind: "Tool finished", detail: `${tool}: ${SUBAGENT_CANCELLED}`, tone: "muted" };
   }

@@ -5,10 +5,14 @@
 // "Do not repeat these tool calls…". People get the header in plain words and, per call, its
 // tool and what happened to it, never the raw JSON meant for the model.
 
-/** Tools that call a subagent (issue 29) are named `agent__<slug>`. */
-export const SUBAGENT_PREFIX = "agent__";
 /** A cancelled subagent call, which may have started its child session (then stopped). */
 export const SUBAGENT_CANCELLED = "cancelled; a subagent session it had started was stopped";
+
+/** Whether a call of `tool` that ended `status` is a cancelled subagent call (issue 29: tools
+ * that call a subagent are named `agent__<slug>`). */
+export function subagentCancelled(tool, status) {
+  return status === "cancelled" && tool.startsWith("agent__");
+}
 
 /** What each final status of a tool call means for people. */
 const CALL_ENDINGS = {
@@ -59,7 +63,7 @@ export function readTurnNotice(text) {
       if (interrupted) ending = "started, then interrupted";
       else if (askedThenCancelled) ending = "asked, then cancelled";
       else if (status === "succeeded" && tool === "request_user_input") ending = "asked and answered";
-      else if (status === "cancelled" && tool.startsWith(SUBAGENT_PREFIX)) ending = SUBAGENT_CANCELLED;
+      else if (subagentCancelled(tool, status)) ending = SUBAGENT_CANCELLED;
       calls.push({
         tool,
         label: BUILTIN_LABELS[tool] ?? tool,
